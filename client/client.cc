@@ -1,0 +1,169 @@
+#include "client/client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace lockstep::client {
+
+using ::lockstep::v1::ListWorkersResponse;
+using ::lockstep::v1::Worker;
+
+Client::Client(const ClientOptions& options)
+    : Client(options, grpc::CreateChannel(options.coordinator,
+                                          grpc::InsecureChannelCredentials())) {
+}
+
+Client::Client(const ClientOptions& options,
+               std::shared_ptr<grpc::Channel> channel)
+    : options_(options), stub_(lockstep::v1::Lockstep::NewStub(channel)) {}
+
+void Client::SetDeadline(grpc::ClientContext* ctx) const {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(options_.timeout_ms));
+}
+
+absl::Status Client::Convert(const grpc::Status& s) const {
+  if (s.ok()) return absl::OkStatus();
+  std::string message = s.error_message();
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    message = absl::StrCat("cannot reach the coordinator at ",
+                           options_.coordinator, ": ", message);
+  }
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), message);
+}
+
+absl::StatusOr<ListWorkersResponse> Client::ListWorkers(bool include_gone) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  lockstep::v1::ListWorkersRequest req;
+  req.set_include_gone(include_gone);
+  ListWorkersResponse resp;
+  absl::Status s = Convert(stub_->ListWorkers(&ctx, req, &resp));
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<Worker> Client::SetWorkerState(
+    const std::string& worker, lockstep::v1::WorkerAdminState state,
+    const std::string& reason) {
+  // Accept a worker name as well as an id.
+  std::string id = worker;
+  if (worker.rfind("w-", 0) != 0) {
+    absl::StatusOr<ListWorkersResponse> all = ListWorkers(true);
+    if (!all.ok()) return all.status();
+    bool found = false;
+    for (const Worker& w : all->workers()) {
+      if (w.name() == worker) {
+        id = w.worker_id();
+        found = true;
+      }
+    }
+    if (!found) {
+      return absl::NotFoundError(
+          absl::StrCat("worker: no worker named \"", worker, "\""));
+    }
+  }
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  lockstep::v1::SetWorkerStateRequest req;
+  req.set_worker_id(id);
+  req.set_admin_state(state);
+  req.set_reason(reason);
+  Worker resp;
+  absl::Status s = Convert(stub_->SetWorkerState(&ctx, req, &resp));
+  if (!s.ok()) return s;
+  return resp;
+}
+
+namespace {
+
+std::string Ago(int64_t now_ms, int64_t then_ms) {
+  if (then_ms <= 0) return "-";
+  const double s = std::max<int64_t>(0, now_ms - then_ms) / 1000.0;
+  if (s < 120) return absl::StrFormat("%.1fs ago", s);
+  if (s < 7200) return absl::StrFormat("%.0fm ago", s / 60);
+  return absl::StrFormat("%.0fh ago", s / 3600);
+}
+
+std::string StateName(const Worker& w) {
+  switch (w.state()) {
+    case lockstep::v1::WORKER_CONNECTED:
+      return "connected";
+    case lockstep::v1::WORKER_GONE:
+      return "gone";
+    default:
+      return "unknown";
+  }
+}
+
+std::string AdminName(const Worker& w) {
+  switch (w.admin_state()) {
+    case lockstep::v1::DRAINING:
+      return "draining";
+    case lockstep::v1::QUARANTINED:
+      return "quarantined";
+    default:
+      return "active";
+  }
+}
+
+}  // namespace
+
+std::string FormatWorkersTable(const ListWorkersResponse& r) {
+  if (r.workers().empty()) return "no workers connected\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "ID", "STATE", "ADMIN", "CLASS", "GPU", "HEARTBEAT"}};
+  std::map<std::string, std::string> classes;
+  for (const Worker& w : r.workers()) {
+    const std::string digest = w.profile().hardware_class_digest();
+    classes[digest.substr(0, 12)] = w.profile().hardware_class();
+    std::string gpu = "-";
+    if (w.profile().gpus_size() > 0) {
+      gpu = absl::StrCat(w.profile().gpus_size(), "x ",
+                         w.profile().gpus(0).name());
+    }
+    rows.push_back({w.name(), w.worker_id(), StateName(w), AdminName(w),
+                    digest.substr(0, 12), gpu,
+                    Ago(r.server_unix_ms(), w.last_heartbeat_unix_ms())});
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      width[i] = std::max(width[i], row[i].size());
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      absl::StrAppend(&out, row[i]);
+      if (i + 1 < row.size()) {
+        absl::StrAppend(&out, std::string(width[i] - row[i].size() + 2, ' '));
+      }
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  absl::StrAppend(&out, "\nhardware classes:\n");
+  for (const auto& [digest, text] : classes) {
+    absl::StrAppend(&out, "  ", digest, "  ", text, "\n");
+  }
+  return out;
+}
+
+std::string FormatJson(const google::protobuf::Message& m) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  opts.preserve_proto_field_names = true;
+  opts.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &json, opts);
+  return json;
+}
+
+}  // namespace lockstep::client

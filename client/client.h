@@ -1,0 +1,55 @@
+// The `lockstep` CLI's view of the coordinator: one method per command,
+// each a unary call with a deadline, returning absl::StatusOr with the
+// server's code and message.
+//
+// Thread-compatible.
+#ifndef LOCKSTEP_CLIENT_CLIENT_H_
+#define LOCKSTEP_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "lockstep/v1/lockstep_service.grpc.pb.h"
+
+namespace lockstep::client {
+
+struct ClientOptions {
+  // Coordinator address, host:port. Default 127.0.0.1:7070.
+  std::string coordinator = "127.0.0.1:7070";
+  // Deadline of every unary call. Default 5 s.
+  int64_t timeout_ms = 5000;
+};
+
+class Client {
+ public:
+  explicit Client(const ClientOptions& options);
+  Client(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel);
+
+  absl::StatusOr<lockstep::v1::ListWorkersResponse> ListWorkers(
+      bool include_gone);
+  absl::StatusOr<lockstep::v1::Worker> SetWorkerState(
+      const std::string& worker, lockstep::v1::WorkerAdminState state,
+      const std::string& reason);
+
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  void SetDeadline(grpc::ClientContext* ctx) const;
+  absl::Status Convert(const grpc::Status& s) const;
+
+  ClientOptions options_;
+  std::unique_ptr<lockstep::v1::Lockstep::Stub> stub_;
+};
+
+// Renders workers as an aligned table: NAME, ID, STATE, ADMIN, CLASS,
+// HEARTBEAT ("0.4s ago"), then each class digest's full string once.
+std::string FormatWorkersTable(const lockstep::v1::ListWorkersResponse& r);
+// Renders the response as JSON (field names as in the .proto).
+std::string FormatJson(const google::protobuf::Message& m);
+
+}  // namespace lockstep::client
+
+#endif  // LOCKSTEP_CLIENT_CLIENT_H_

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Runs every Lockstep test: the Bazel suite (GPU-tagged tests only where a
+# GPU is present), then the README's demo as an end-to-end smoke test.
+# Ends with one line: "N passed, N failed[, N skipped]" counting test cases.
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+filters=()
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  echo "test: GPU found: GPU tests included"
+else
+  echo "test: no GPU on this machine: tests tagged 'gpu' are skipped (CUDA code is still compiled)"
+  filters+=(--test_tag_filters=-gpu)
+fi
+
+bazel test //... "${filters[@]}" --test_output=errors
+bazel_rc=$?
+
+testlogs="$(bazel info bazel-testlogs 2>/dev/null)"
+read -r passed failed skipped < <(python3 - "$testlogs" <<'PY'
+import sys, pathlib, xml.etree.ElementTree as ET
+passed = failed = skipped = 0
+for xml in pathlib.Path(sys.argv[1]).rglob("test.xml"):
+    try:
+        root = ET.parse(xml).getroot()
+    except ET.ParseError:
+        failed += 1
+        continue
+    cases = root.iter("testcase")
+    any_case = False
+    for case in cases:
+        any_case = True
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+        elif case.get("result") == "skipped" or case.get("status") == "notrun" \
+                or case.find("skipped") is not None:
+            skipped += 1
+        else:
+            passed += 1
+    if not any_case:
+        # A test target without per-case results (e.g. a shell test).
+        failed_attr = int(root.get("failures", "0") or 0) + int(root.get("errors", "0") or 0)
+        if failed_attr:
+            failed += 1
+        else:
+            passed += 1
+print(passed, failed, skipped)
+PY
+)
+if [ "$bazel_rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+  echo "test: bazel test failed (exit $bazel_rc) without a failing test case: a target did not build or timed out"
+  failed=$((failed + 1))
+fi
+
+echo
+echo "test: README demo (deploy/demo.sh)"
+demo_dir="$(mktemp -d)"
+if LOCKSTEP_DEMO_DIR="$demo_dir" bash deploy/demo.sh >"$demo_dir/demo.out" 2>&1 \
+   && grep -q "demo: 2 workers connected" "$demo_dir/demo.out" \
+   && [ "$(grep -c 'demo-worker-[12] .*connected' "$demo_dir/demo.out")" -eq 2 ]; then
+  echo "test: demo PASSED"
+  passed=$((passed + 1))
+else
+  echo "test: demo FAILED; its output:"
+  cat "$demo_dir/demo.out"
+  failed=$((failed + 1))
+fi
+rm -rf "$demo_dir"
+
+echo
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

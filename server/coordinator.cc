@@ -1,0 +1,92 @@
+#include "server/coordinator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace lockstep::server {
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
+    const CoordinatorOptions& options) {
+  if (options.heartbeat_interval_ms <= 0) {
+    return absl::InvalidArgumentError("heartbeat_interval_ms: must be > 0");
+  }
+  if (options.heartbeat_timeout_ms <= options.heartbeat_interval_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat_timeout_ms: ", options.heartbeat_timeout_ms,
+                     " must exceed heartbeat_interval_ms (",
+                     options.heartbeat_interval_ms, ")"));
+  }
+  auto c = std::unique_ptr<Coordinator>(new Coordinator());
+  c->options_ = options;
+  LS_ASSIGN_OR_RETURN(c->store_, store::Store::Open(options.store));
+  RegistryOptions ropts;
+  ropts.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
+  c->registry_ =
+      std::make_unique<WorkerRegistry>(c->store_.get(), ropts, SystemClockMs);
+  c->lockstep_service_ =
+      std::make_unique<LockstepService>(c->registry_.get(), SystemClockMs);
+  GatewayOptions gopts;
+  gopts.heartbeat_interval_ms = options.heartbeat_interval_ms;
+  gopts.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
+  gopts.max_message_bytes = options.max_message_bytes;
+  c->gateway_service_ =
+      std::make_unique<WorkerGatewayService>(c->registry_.get(), gopts);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address,
+                           grpc::InsecureServerCredentials(), &c->port_);
+  builder.RegisterService(c->lockstep_service_.get());
+  builder.RegisterService(c->gateway_service_.get());
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  // Workers send keepalive pings every 20 s; accept them.
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  c->server_ = builder.BuildAndStart();
+  if (c->server_ == nullptr || c->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen_address,
+                     " (address in use, or not a valid host:port)"));
+  }
+  c->sweeper_ = std::thread([raw = c.get()] { raw->SweepLoop(); });
+  LS_LOG(INFO) << "coordinator listening on port " << c->port_ << ", database "
+               << options.store.path << " (schema v"
+               << c->store_->schema_version() << ")";
+  return c;
+}
+
+void Coordinator::SweepLoop() {
+  const int64_t period =
+      std::max<int64_t>(50, options_.heartbeat_timeout_ms / 4);
+  while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(period))) {
+    registry_->Sweep();
+  }
+}
+
+std::shared_ptr<grpc::Channel> Coordinator::InProcessChannel() {
+  return server_->InProcessChannel(grpc::ChannelArguments());
+}
+
+void Coordinator::Shutdown() {
+  if (shut_down_ || server_ == nullptr) return;
+  shut_down_ = true;
+  stop_.Notify();
+  if (sweeper_.joinable()) sweeper_.join();
+  // Streams get up to 2 s to end; then they are cancelled.
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_->Wait();
+  LS_LOG(INFO) << "coordinator stopped";
+}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+}  // namespace lockstep::server

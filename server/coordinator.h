@@ -1,0 +1,72 @@
+// The coordinator process: store, worker registry, gRPC services (public
+// Lockstep API, WorkerGateway, reflection, health) and the liveness sweep.
+//
+//   auto c = Coordinator::Start(options);   // listening when this returns
+//   c.value()->port();                      // the bound port (for port 0)
+//   c.value()->Shutdown();                  // or destroy it
+#ifndef LOCKSTEP_SERVER_COORDINATOR_H_
+#define LOCKSTEP_SERVER_COORDINATOR_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/grpcpp.h"
+#include "server/gateway_service.h"
+#include "server/lockstep_service.h"
+#include "server/store/store.h"
+#include "server/worker_registry.h"
+
+namespace lockstep::server {
+
+struct CoordinatorOptions {
+  // host:port to listen on; port 0 picks a free one. Default: all
+  // interfaces on 7070.
+  std::string listen_address = "0.0.0.0:7070";
+  store::StoreOptions store;
+  // Heartbeat interval asked of workers. Default 2 s.
+  int64_t heartbeat_interval_ms = 2000;
+  // A worker silent this long is marked gone. Default 10 s.
+  int64_t heartbeat_timeout_ms = 10000;
+  // Largest message accepted. Default 64 MiB.
+  int max_message_bytes = 64 << 20;
+};
+
+class Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(
+      const CoordinatorOptions& options);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  int port() const { return port_; }
+  // Stops accepting calls, ends streams (waiting at most a few seconds for
+  // them) and closes the store. Idempotent.
+  void Shutdown();
+
+  // For in-process tests.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+  WorkerRegistry* registry() { return registry_.get(); }
+
+ private:
+  Coordinator() = default;
+  void SweepLoop();
+
+  CoordinatorOptions options_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<LockstepService> lockstep_service_;
+  std::unique_ptr<WorkerGatewayService> gateway_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Notification stop_;
+  std::thread sweeper_;
+  bool shut_down_ = false;
+};
+
+}  // namespace lockstep::server
+
+#endif  // LOCKSTEP_SERVER_COORDINATOR_H_

@@ -1,0 +1,210 @@
+// Service tests: the real coordinator, in process, on a loopback port.
+#include "server/coordinator.h"
+
+#include <memory>
+#include <string>
+
+#include "common/digest.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "lockstep/v1/lockstep_service.grpc.pb.h"
+#include "lockstep/v1/worker_gateway.grpc.pb.h"
+
+namespace lockstep::server {
+namespace {
+
+using ::lockstep::testing::IsOk;
+using ::testing::HasSubstr;
+using namespace ::lockstep::v1;  // NOLINT
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.store.path = ":memory:";
+    o.heartbeat_interval_ms = 100;
+    o.heartbeat_timeout_ms = 500;
+    auto c = Coordinator::Start(o);
+    ASSERT_THAT(c, IsOk());
+    coordinator_ = std::move(*c);
+    channel_ =
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(coordinator_->port()),
+                            grpc::InsecureChannelCredentials());
+    stub_ = Lockstep::NewStub(channel_);
+    gateway_ = WorkerGateway::NewStub(channel_);
+  }
+
+  static Hello MakeHello(const std::string& name) {
+    Hello h;
+    h.set_name(name);
+    h.set_slots(1);
+    h.mutable_profile()->set_hardware_class("lockstep-class/v1|cpu=test");
+    h.mutable_profile()->set_hardware_class_digest(
+        Digest128Hex("lockstep-class/v1|cpu=test"));
+    return h;
+  }
+
+  std::vector<Worker> ListWorkers(bool include_gone) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    ListWorkersRequest req;
+    req.set_include_gone(include_gone);
+    ListWorkersResponse resp;
+    grpc::Status s = stub_->ListWorkers(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return {resp.workers().begin(), resp.workers().end()};
+  }
+
+  std::unique_ptr<Coordinator> coordinator_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Lockstep::Stub> stub_;
+  std::unique_ptr<WorkerGateway::Stub> gateway_;
+};
+
+TEST_F(CoordinatorTest, HealthServiceServes) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  ASSERT_TRUE(health->Check(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(CoordinatorTest, UnbuiltRpcsAnswerUnimplementedWithAMessage) {
+  grpc::ClientContext ctx;
+  SubmitJobRequest req;
+  Job job;
+  grpc::Status s = stub_->SubmitJob(&ctx, req, &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("SubmitJob is not available"));
+
+  grpc::ClientContext ctx2;
+  WatchJobRequest wreq;
+  auto reader = stub_->WatchJob(&ctx2, wreq);
+  JobEvent ev;
+  EXPECT_FALSE(reader->Read(&ev));
+  s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("WatchJob"));
+}
+
+TEST_F(CoordinatorTest, WorkerStreamHelloWelcomeListGone) {
+  grpc::ClientContext ctx;
+  auto stream = gateway_->Connect(&ctx);
+  WorkerMessage hello;
+  *hello.mutable_hello() = MakeHello("alpha");
+  ASSERT_TRUE(stream->Write(hello));
+  CoordinatorMessage msg;
+  ASSERT_TRUE(stream->Read(&msg));
+  ASSERT_TRUE(msg.has_welcome());
+  EXPECT_EQ(msg.welcome().worker_id(), WorkerIdForName("alpha"));
+  EXPECT_EQ(msg.welcome().heartbeat_interval_ms(), 100);
+  EXPECT_EQ(msg.welcome().heartbeat_timeout_ms(), 500);
+
+  auto workers = ListWorkers(false);
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].name(), "alpha");
+  EXPECT_EQ(workers[0].state(), WORKER_CONNECTED);
+
+  // Heartbeats keep it alive past the timeout.
+  for (int i = 0; i < 8; ++i) {
+    WorkerMessage hb;
+    hb.mutable_heartbeat()->set_sent_unix_ms(0);
+    ASSERT_TRUE(stream->Write(hb));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(ListWorkers(false).size(), 1u);
+
+  // Silence: the coordinator ends the session with ABORTED.
+  EXPECT_FALSE(stream->Read(&msg));
+  grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("heartbeat timeout"));
+  EXPECT_TRUE(ListWorkers(false).empty());
+  auto all = ListWorkers(true);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].state(), WORKER_GONE);
+}
+
+TEST_F(CoordinatorTest, FirstMessageMustBeHello) {
+  grpc::ClientContext ctx;
+  auto stream = gateway_->Connect(&ctx);
+  WorkerMessage hb;
+  hb.mutable_heartbeat();
+  ASSERT_TRUE(stream->Write(hb));
+  CoordinatorMessage msg;
+  EXPECT_FALSE(stream->Read(&msg));
+  grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("must be hello"));
+}
+
+TEST_F(CoordinatorTest, BadHelloIsRefusedAndNothingStored) {
+  grpc::ClientContext ctx;
+  auto stream = gateway_->Connect(&ctx);
+  WorkerMessage hello;
+  *hello.mutable_hello() = MakeHello("no spaces allowed");
+  ASSERT_TRUE(stream->Write(hello));
+  CoordinatorMessage msg;
+  EXPECT_FALSE(stream->Read(&msg));
+  grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("hello.name"));
+  EXPECT_TRUE(ListWorkers(true).empty());
+}
+
+TEST_F(CoordinatorTest, ClosedStreamMarksWorkerGone) {
+  {
+    grpc::ClientContext ctx;
+    auto stream = gateway_->Connect(&ctx);
+    WorkerMessage hello;
+    *hello.mutable_hello() = MakeHello("beta");
+    ASSERT_TRUE(stream->Write(hello));
+    CoordinatorMessage msg;
+    ASSERT_TRUE(stream->Read(&msg));
+    ASSERT_TRUE(stream->WritesDone());
+    EXPECT_FALSE(stream->Read(&msg));
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  // The server ends the session right after the stream; poll (bounded).
+  std::vector<Worker> all;
+  for (int i = 0; i < 100; ++i) {
+    all = ListWorkers(true);
+    if (all.size() == 1 && all[0].state() == WORKER_GONE) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].state(), WORKER_GONE);
+  EXPECT_EQ(all[0].disconnect_reason(), "stream closed by the worker");
+}
+
+TEST_F(CoordinatorTest, SetWorkerStateValidates) {
+  grpc::ClientContext ctx;
+  SetWorkerStateRequest req;
+  req.set_worker_id("w-unknown");
+  req.set_admin_state(DRAINING);
+  Worker w;
+  grpc::Status s = stub_->SetWorkerState(&ctx, req, &w);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("w-unknown"));
+}
+
+TEST(CoordinatorStart, RejectsBadOptions) {
+  CoordinatorOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.store.path = ":memory:";
+  o.heartbeat_timeout_ms = o.heartbeat_interval_ms;
+  EXPECT_THAT(Coordinator::Start(o).status().message(),
+              HasSubstr("heartbeat_timeout_ms"));
+  o = CoordinatorOptions();
+  o.store.path = ":memory:";
+  o.listen_address = "not-an-address";
+  EXPECT_FALSE(Coordinator::Start(o).ok());
+}
+
+}  // namespace
+}  // namespace lockstep::server

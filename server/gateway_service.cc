@@ -1,0 +1,221 @@
+#include "server/gateway_service.h"
+
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+
+namespace lockstep::server {
+namespace {
+
+using ::lockstep::v1::CoordinatorMessage;
+using ::lockstep::v1::WorkerMessage;
+
+constexpr char kCoordinatorVersion[] = "lockstep-coordinator/0.1.0";
+
+// Lets the registry close a session from another thread without racing the
+// reactor's deletion: the reactor clears `reactor` in OnDone under `mu`.
+class Session;
+struct SessionHandle {
+  absl::Mutex mu;
+  Session* reactor ABSL_GUARDED_BY(mu) = nullptr;
+};
+
+// One worker stream. Reads are kept outstanding one at a time; writes go
+// through a queue so at most one StartWrite is in flight. Deletes itself in
+// OnDone.
+class Session final
+    : public grpc::ServerBidiReactor<WorkerMessage, CoordinatorMessage> {
+ public:
+  Session(grpc::CallbackServerContext* context, WorkerRegistry* registry,
+          const GatewayOptions& options)
+      : registry_(registry),
+        options_(options),
+        peer_(context->peer()),
+        handle_(std::make_shared<SessionHandle>()) {
+    {
+      absl::MutexLock lock(&handle_->mu);
+      handle_->reactor = this;
+    }
+    absl::MutexLock lock(&mu_);
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      End(grpc::Status::OK, "stream closed by the worker");
+      return;
+    }
+    grpc::Status error = Handle(in_);
+    if (!error.ok()) {
+      End(error, std::string(error.error_message()));
+      return;
+    }
+    // Checked and started under the lock so no read starts after Finish.
+    // gRPC never runs a reaction inline from StartRead/StartWrite, so
+    // holding mu_ here cannot deadlock.
+    absl::MutexLock lock(&mu_);
+    if (!finished_) StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    out_.pop_front();
+    if (!ok || out_.empty() || finished_) {
+      writing_ = false;
+    } else {
+      StartWrite(&out_.front());
+    }
+  }
+
+  void OnCancel() override { End(grpc::Status::CANCELLED, "stream cancelled"); }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&handle_->mu);
+      handle_->reactor = nullptr;
+    }
+    std::string worker_id;
+    int64_t session_id = 0;
+    std::string reason;
+    {
+      absl::MutexLock lock(&mu_);
+      worker_id = worker_id_;
+      session_id = session_id_;
+      reason = end_reason_;
+    }
+    if (session_id != 0) registry_->Disconnect(worker_id, session_id, reason);
+    delete this;
+  }
+
+  // Ends the stream with `status` (once). Safe from any thread while the
+  // reactor lives.
+  void End(const grpc::Status& status, const std::string& reason) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+      end_reason_ = reason;
+    }
+    Finish(status);
+  }
+
+ private:
+  grpc::Status Handle(const WorkerMessage& msg) {
+    std::string worker_id;
+    int64_t session_id;
+    {
+      absl::MutexLock lock(&mu_);
+      worker_id = worker_id_;
+      session_id = session_id_;
+    }
+    if (session_id == 0) {
+      if (msg.kind_case() != WorkerMessage::kHello) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "the first message of a worker stream must be "
+                            "hello");
+      }
+      return HandleHello(msg.hello());
+    }
+    switch (msg.kind_case()) {
+      case WorkerMessage::kHello:
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "hello: already received on this stream");
+      case WorkerMessage::kHeartbeat: {
+        absl::Status s = registry_->Heartbeat(worker_id, session_id);
+        if (!s.ok()) {
+          return grpc::Status(grpc::StatusCode::ABORTED,
+                              std::string(s.message()));
+        }
+        return grpc::Status::OK;
+      }
+      case WorkerMessage::kBatch:
+      case WorkerMessage::kFinished:
+      case WorkerMessage::kProgress: {
+        // No runs are assigned by this coordinator version; tell the worker
+        // without closing its session.
+        CoordinatorMessage out;
+        auto* r = out.mutable_rejected();
+        r->set_code(
+            static_cast<int32_t>(grpc::StatusCode::FAILED_PRECONDITION));
+        r->set_message("no run is assigned to this worker");
+        Send(std::move(out));
+        return grpc::Status::OK;
+      }
+      case WorkerMessage::KIND_NOT_SET:
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "worker message: no kind set");
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status HandleHello(const lockstep::v1::Hello& hello) {
+    std::weak_ptr<SessionHandle> weak = handle_;
+    auto closer = [weak](const std::string& reason) {
+      std::shared_ptr<SessionHandle> handle = weak.lock();
+      if (!handle) return;
+      absl::MutexLock lock(&handle->mu);
+      if (handle->reactor != nullptr) {
+        handle->reactor->End(grpc::Status(grpc::StatusCode::ABORTED, reason),
+                             reason);
+      }
+    };
+    absl::StatusOr<int64_t> session = registry_->Connect(hello, peer_, closer);
+    if (!session.ok()) {
+      return grpc::Status(
+          static_cast<grpc::StatusCode>(session.status().code()),
+          std::string(session.status().message()));
+    }
+    const std::string worker_id = WorkerIdForName(hello.name());
+    {
+      absl::MutexLock lock(&mu_);
+      worker_id_ = worker_id;
+      session_id_ = *session;
+    }
+    CoordinatorMessage out;
+    auto* w = out.mutable_welcome();
+    w->set_worker_id(worker_id);
+    w->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+    w->set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
+    w->set_coordinator_version(kCoordinatorVersion);
+    Send(std::move(out));
+    return grpc::Status::OK;
+  }
+
+  void Send(CoordinatorMessage msg) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    out_.push_back(std::move(msg));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&out_.front());
+    }
+  }
+
+  WorkerRegistry* const registry_;
+  const GatewayOptions options_;
+  const std::string peer_;
+  const std::shared_ptr<SessionHandle> handle_;
+  WorkerMessage in_;  // Only touched by the read chain.
+
+  absl::Mutex mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  int64_t session_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<CoordinatorMessage> out_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::string end_reason_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<WorkerMessage, CoordinatorMessage>*
+WorkerGatewayService::Connect(grpc::CallbackServerContext* context) {
+  return new Session(context, registry_, options_);
+}
+
+}  // namespace lockstep::server

@@ -1,0 +1,74 @@
+// lockstep-coordinator: serves the Lockstep API and the worker gateway.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/logging.h"
+#include "server/coordinator.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
+          "host:port to listen on; port 0 picks a free port");
+ABSL_FLAG(std::string, db, "lockstep.db",
+          "SQLite database file (created if missing)");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, the bound port is written to this file once listening");
+ABSL_FLAG(int64_t, heartbeat_interval_ms, 2000,
+          "heartbeat interval asked of workers, ms");
+ABSL_FLAG(int64_t, heartbeat_timeout_ms, 10000,
+          "a worker silent this long is marked gone, ms");
+ABSL_FLAG(std::string, synchronous, "FULL",
+          "SQLite synchronous mode: FULL (durable across power loss) or "
+          "NORMAL (across process crashes)");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Lockstep coordinator.\n  lockstep-coordinator [--listen=0.0.0.0:7070] "
+      "[--db=lockstep.db]");
+  absl::ParseCommandLine(argc, argv);
+
+  // SIGINT/SIGTERM are taken synchronously by this thread; block them before
+  // any other thread starts so they inherit the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  lockstep::server::CoordinatorOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.store.path = absl::GetFlag(FLAGS_db);
+  options.store.synchronous = absl::GetFlag(FLAGS_synchronous);
+  options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
+  options.heartbeat_timeout_ms = absl::GetFlag(FLAGS_heartbeat_timeout_ms);
+
+  auto coordinator = lockstep::server::Coordinator::Start(options);
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "lockstep-coordinator: %s\n",
+                 coordinator.status().ToString().c_str());
+    return 1;
+  }
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    // Write then rename, so readers never see a partial number.
+    const std::string tmp = port_file + ".tmp";
+    {
+      std::ofstream f(tmp);
+      f << (*coordinator)->port() << "\n";
+    }
+    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+      std::fprintf(stderr, "lockstep-coordinator: cannot write %s\n",
+                   port_file.c_str());
+      return 1;
+    }
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  LS_LOG(INFO) << "signal " << sig << ": shutting down";
+  (*coordinator)->Shutdown();
+  return 0;
+}

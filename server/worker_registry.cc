@@ -1,0 +1,249 @@
+#include "server/worker_registry.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/digest.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace lockstep::server {
+
+using ::lockstep::v1::Hello;
+using ::lockstep::v1::Worker;
+
+int64_t SystemClockMs() { return absl::ToUnixMillis(absl::Now()); }
+
+std::string WorkerIdForName(const std::string& name) {
+  return absl::StrCat("w-", Digest128Hex(name).substr(0, 16));
+}
+
+absl::Status ValidateHello(const Hello& hello) {
+  constexpr size_t kMaxName = 128;
+  if (hello.name().empty() || hello.name().size() > kMaxName) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("hello.name: length %d is outside 1..%d",
+                        hello.name().size(), kMaxName));
+  }
+  for (char c : hello.name()) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+                    c == ':' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "hello.name: character '%c' is not allowed (use A-Z a-z 0-9 _ . : -)",
+          c));
+    }
+  }
+  if (!hello.has_profile() || hello.profile().hardware_class().empty()) {
+    return absl::InvalidArgumentError(
+        "hello.profile.hardware_class: must be set");
+  }
+  if (!IsDigest128Hex(hello.profile().hardware_class_digest()) ||
+      hello.profile().hardware_class_digest() !=
+          Digest128Hex(hello.profile().hardware_class())) {
+    return absl::InvalidArgumentError(
+        "hello.profile.hardware_class_digest: must be the 32-hex-digit digest "
+        "of hardware_class");
+  }
+  constexpr int kMaxSlots = 64;
+  if (hello.slots() < 0 || hello.slots() > kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "hello.slots: %d is outside 0..%d", hello.slots(), kMaxSlots));
+  }
+  constexpr int kMaxLabels = 64;
+  if (hello.labels_size() > kMaxLabels) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("hello.labels: %d labels exceed the limit of %d",
+                        hello.labels_size(), kMaxLabels));
+  }
+  return absl::OkStatus();
+}
+
+WorkerRegistry::WorkerRegistry(store::Store* store, RegistryOptions options,
+                               Clock clock)
+    : store_(store), options_(options), clock_(std::move(clock)) {}
+
+absl::StatusOr<int64_t> WorkerRegistry::Connect(const Hello& hello,
+                                                const std::string& peer,
+                                                Closer closer) {
+  LS_RETURN_IF_ERROR(ValidateHello(hello));
+  const std::string id = WorkerIdForName(hello.name());
+  const int64_t now = clock_();
+
+  Worker record;
+  record.set_worker_id(id);
+  record.set_name(hello.name());
+  *record.mutable_labels() = hello.labels();
+  *record.mutable_profile() = hello.profile();
+
+  Closer stale_closer;
+  int64_t session_id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = live_.find(id);
+    if (it != live_.end()) {
+      if (now - it->second.last_heartbeat_ms < options_.heartbeat_timeout_ms) {
+        return absl::AlreadyExistsError(absl::StrFormat(
+            "hello.name: worker \"%s\" is already connected from %s (last "
+            "heartbeat %d ms ago); names must be unique",
+            hello.name(), it->second.peer, now - it->second.last_heartbeat_ms));
+      }
+      stale_closer = EndLocked(id, "replaced by a new session");
+    }
+    // Persist before the session is visible, so List never shows a worker
+    // the store does not know.
+    LS_RETURN_IF_ERROR(store_->UpsertWorker(record, now));
+    session_id = next_session_id_++;
+    Session s;
+    s.id = session_id;
+    s.name = hello.name();
+    s.peer = peer;
+    s.connected_ms = now;
+    s.last_heartbeat_ms = now;
+    s.closer = std::move(closer);
+    live_[id] = std::move(s);
+    ended_.erase(id);
+    ++session_counts_[id];
+  }
+  if (stale_closer) stale_closer("replaced by a new session");
+  absl::Status ev = store_->AppendWorkerEvent(
+      id, now, "connected",
+      absl::StrCat("from ", peer, "; class ",
+                   hello.profile().hardware_class_digest()));
+  if (!ev.ok()) LS_LOG(WARNING) << "worker event not stored: " << ev;
+  LS_LOG(INFO) << "worker " << hello.name() << " (" << id << ") connected from "
+               << peer;
+  return session_id;
+}
+
+absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id,
+                                       int64_t session_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = live_.find(worker_id);
+  if (it == live_.end() || it->second.id != session_id) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", worker_id, ": session has ended"));
+  }
+  it->second.last_heartbeat_ms = clock_();
+  return absl::OkStatus();
+}
+
+WorkerRegistry::Closer WorkerRegistry::EndLocked(const std::string& worker_id,
+                                                 const std::string& reason) {
+  auto it = live_.find(worker_id);
+  if (it == live_.end()) return nullptr;
+  Ended e;
+  e.connected_ms = it->second.connected_ms;
+  e.last_heartbeat_ms = it->second.last_heartbeat_ms;
+  e.disconnected_ms = clock_();
+  e.reason = reason;
+  Closer closer = std::move(it->second.closer);
+  ended_[worker_id] = e;
+  live_.erase(it);
+  return closer;
+}
+
+void WorkerRegistry::Disconnect(const std::string& worker_id,
+                                int64_t session_id, const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = live_.find(worker_id);
+    if (it == live_.end() || it->second.id != session_id) return;
+    EndLocked(worker_id, reason);  // the stream is already closing
+  }
+  absl::Status ev =
+      store_->AppendWorkerEvent(worker_id, clock_(), "disconnected", reason);
+  if (!ev.ok()) LS_LOG(WARNING) << "worker event not stored: " << ev;
+  LS_LOG(INFO) << "worker " << worker_id << " disconnected: " << reason;
+}
+
+int WorkerRegistry::Sweep() {
+  std::vector<std::pair<std::string, Closer>> expired;
+  const int64_t now = clock_();
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> ids;
+    for (const auto& [id, s] : live_) {
+      if (now - s.last_heartbeat_ms >= options_.heartbeat_timeout_ms) {
+        ids.push_back(id);
+      }
+    }
+    for (const std::string& id : ids) {
+      expired.emplace_back(id, EndLocked(id, "heartbeat timeout"));
+    }
+  }
+  for (auto& [id, closer] : expired) {
+    const std::string reason =
+        absl::StrFormat("heartbeat timeout (%d ms without a heartbeat)",
+                        options_.heartbeat_timeout_ms);
+    absl::Status ev =
+        store_->AppendWorkerEvent(id, now, "disconnected", reason);
+    if (!ev.ok()) LS_LOG(WARNING) << "worker event not stored: " << ev;
+    LS_LOG(WARNING) << "worker " << id << ": " << reason;
+    if (closer) closer(reason);
+  }
+  return static_cast<int>(expired.size());
+}
+
+absl::StatusOr<std::vector<Worker>> WorkerRegistry::List(bool include_gone) {
+  LS_ASSIGN_OR_RETURN(std::vector<Worker> stored, store_->ListWorkers());
+  std::vector<Worker> out;
+  absl::MutexLock lock(&mu_);
+  for (Worker& w : stored) {
+    auto live = live_.find(w.worker_id());
+    if (live != live_.end()) {
+      w.set_state(v1::WORKER_CONNECTED);
+      w.set_connected_unix_ms(live->second.connected_ms);
+      w.set_last_heartbeat_unix_ms(live->second.last_heartbeat_ms);
+      w.set_peer(live->second.peer);
+    } else {
+      if (!include_gone) continue;
+      w.set_state(v1::WORKER_GONE);
+      auto ended = ended_.find(w.worker_id());
+      if (ended != ended_.end()) {
+        w.set_connected_unix_ms(ended->second.connected_ms);
+        w.set_last_heartbeat_unix_ms(ended->second.last_heartbeat_ms);
+        w.set_disconnected_unix_ms(ended->second.disconnected_ms);
+        w.set_disconnect_reason(ended->second.reason);
+      } else {
+        w.set_disconnect_reason("not connected since the coordinator started");
+      }
+    }
+    auto count = session_counts_.find(w.worker_id());
+    w.set_sessions(count == session_counts_.end() ? 0 : count->second);
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+absl::StatusOr<Worker> WorkerRegistry::SetAdminState(
+    const v1::SetWorkerStateRequest& request) {
+  if (request.worker_id().empty()) {
+    return absl::InvalidArgumentError("worker_id: must be set");
+  }
+  if (!v1::WorkerAdminState_IsValid(request.admin_state()) ||
+      request.admin_state() == v1::WORKER_ADMIN_STATE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "admin_state: %d is not one of ACTIVE, DRAINING, QUARANTINED",
+        static_cast<int>(request.admin_state())));
+  }
+  constexpr size_t kMaxReason = 1024;
+  if (request.reason().size() > kMaxReason) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("reason: %d bytes exceed the limit of %d",
+                        request.reason().size(), kMaxReason));
+  }
+  LS_RETURN_IF_ERROR(store_->SetWorkerAdminState(
+      request.worker_id(), request.admin_state(), request.reason(), clock_()));
+  LS_ASSIGN_OR_RETURN(std::vector<Worker> all, List(/*include_gone=*/true));
+  for (Worker& w : all) {
+    if (w.worker_id() == request.worker_id()) return std::move(w);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("worker_id: no worker \"", request.worker_id(), "\""));
+}
+
+}  // namespace lockstep::server

@@ -1,0 +1,107 @@
+// Live state of connected workers, backed by the store.
+//
+// Each worker stream is a session. Connect() registers it (persisting the
+// worker's identity and profile), Heartbeat() renews it, Disconnect() ends
+// it. Sweep() ends sessions whose last heartbeat is older than the timeout
+// and asks their streams to close. List() merges the store's workers with
+// the live sessions.
+//
+// Thread-safe.
+#ifndef LOCKSTEP_SERVER_WORKER_REGISTRY_H_
+#define LOCKSTEP_SERVER_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "lockstep/v1/lockstep_service.pb.h"
+#include "lockstep/v1/worker_gateway.pb.h"
+#include "server/store/store.h"
+
+namespace lockstep::server {
+
+// Milliseconds since the Unix epoch; injectable for tests.
+using Clock = std::function<int64_t()>;
+int64_t SystemClockMs();
+
+// Stable worker id for a worker name: "w-" + the first 16 hex digits of the
+// name's digest.
+std::string WorkerIdForName(const std::string& name);
+
+// Validates a Hello: name charset and length, profile present, slots.
+// INVALID_ARGUMENT names the field and the limit.
+absl::Status ValidateHello(const lockstep::v1::Hello& hello);
+
+struct RegistryOptions {
+  // A session whose last heartbeat is older than this is ended. Default 10 s.
+  int64_t heartbeat_timeout_ms = 10000;
+};
+
+class WorkerRegistry {
+ public:
+  // Called (outside the registry's lock) to close a session's stream.
+  using Closer = std::function<void(const std::string& reason)>;
+
+  WorkerRegistry(store::Store* store, RegistryOptions options, Clock clock);
+  WorkerRegistry(const WorkerRegistry&) = delete;
+  WorkerRegistry& operator=(const WorkerRegistry&) = delete;
+
+  // Starts a session for a validated hello. Returns its session id (> 0).
+  // ALREADY_EXISTS when a live session of the same name has heartbeated
+  // within the timeout; a stale one is ended and replaced.
+  absl::StatusOr<int64_t> Connect(const lockstep::v1::Hello& hello,
+                                  const std::string& peer, Closer closer);
+  // Renews the session. NOT_FOUND when the session has ended.
+  absl::Status Heartbeat(const std::string& worker_id, int64_t session_id);
+  // Ends the session (no-op when it already ended).
+  void Disconnect(const std::string& worker_id, int64_t session_id,
+                  const std::string& reason);
+  // Ends every session older than the heartbeat timeout. Returns how many.
+  int Sweep();
+
+  // Workers from the store merged with live state, ordered by name.
+  absl::StatusOr<std::vector<lockstep::v1::Worker>> List(bool include_gone);
+  absl::StatusOr<lockstep::v1::Worker> SetAdminState(
+      const lockstep::v1::SetWorkerStateRequest& request);
+
+  int64_t heartbeat_timeout_ms() const { return options_.heartbeat_timeout_ms; }
+
+ private:
+  struct Session {
+    int64_t id = 0;
+    std::string name;
+    std::string peer;
+    int64_t connected_ms = 0;
+    int64_t last_heartbeat_ms = 0;
+    Closer closer;
+  };
+  struct Ended {
+    int64_t connected_ms = 0;
+    int64_t last_heartbeat_ms = 0;
+    int64_t disconnected_ms = 0;
+    std::string reason;
+  };
+  // Ends `it`'s session; returns its closer for the caller to run unlocked.
+  Closer EndLocked(const std::string& worker_id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  store::Store* const store_;
+  const RegistryOptions options_;
+  const Clock clock_;
+
+  absl::Mutex mu_;
+  int64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, Session> live_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Ended> ended_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> session_counts_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace lockstep::server
+
+#endif  // LOCKSTEP_SERVER_WORKER_REGISTRY_H_

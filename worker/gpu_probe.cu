@@ -1,0 +1,125 @@
+#include <cuda_runtime.h>
+#include <cudnn_version.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "kernels/canonical/reduce.h"
+#include "worker/gpu_probe.h"
+
+namespace lockstep::worker {
+namespace {
+
+std::string CudaError(const char* call, cudaError_t err) {
+  return std::string(call) + ": " + cudaGetErrorString(err) + " (" +
+         cudaGetErrorName(err) + ")";
+}
+
+std::string FormatUuid(const cudaUUID_t& uuid) {
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char out[64];
+  std::snprintf(out, sizeof(out),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+                "%02x%02x%02x%02x%02x%02x",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9],
+                b[10], b[11], b[12], b[13], b[14], b[15]);
+  return out;
+}
+
+__global__ void CanonicalSumKernel(const float* x, int64_t n, float* out) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *out = lockstep::canonical::CanonicalSum(x, n, 1);
+  }
+}
+
+}  // namespace
+
+GpuProbeResult ProbeGpus() {
+  GpuProbeResult r;
+  r.built_with_cuda = true;
+  r.runtime_version = CUDART_VERSION;
+  r.cudnn_version = std::to_string(CUDNN_MAJOR) + "." +
+                    std::to_string(CUDNN_MINOR) + "." +
+                    std::to_string(CUDNN_PATCHLEVEL);
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess) r.driver_version = driver;
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    r.error = CudaError("cudaGetDeviceCount", err);
+    cudaGetLastError();  // clear the non-sticky error
+    return r;
+  }
+  if (count == 0) {
+    r.error = "cudaGetDeviceCount: 0 devices";
+    return r;
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop;
+    err = cudaGetDeviceProperties(&prop, i);
+    if (err != cudaSuccess) {
+      r.error = CudaError("cudaGetDeviceProperties", err);
+      continue;
+    }
+    GpuDevice d;
+    d.ordinal = i;
+    d.name = prop.name;
+    d.cc_major = prop.major;
+    d.cc_minor = prop.minor;
+    d.sm_count = prop.multiProcessorCount;
+    d.uuid = FormatUuid(prop.uuid);
+    d.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    r.devices.push_back(d);
+  }
+  return r;
+}
+
+std::string GpuCanonicalSmokeTest(int ordinal) {
+  constexpr int64_t kN = 1000;  // four chunks: exercises chains and the tree
+  float host[kN];
+  for (int64_t i = 0; i < kN; ++i) {
+    host[i] = 1.0f / static_cast<float>(i + 1) * ((i % 3) ? 1.0f : -1.0f);
+  }
+  const float expected = lockstep::canonical::CanonicalSum(host, kN, 1);
+  cudaError_t err = cudaSetDevice(ordinal);
+  if (err != cudaSuccess) return CudaError("cudaSetDevice", err);
+  float* dx = nullptr;
+  float* dout = nullptr;
+  if ((err = cudaMalloc(&dx, sizeof(host))) != cudaSuccess) {
+    return CudaError("cudaMalloc", err);
+  }
+  if ((err = cudaMalloc(&dout, sizeof(float))) != cudaSuccess) {
+    cudaFree(dx);
+    return CudaError("cudaMalloc", err);
+  }
+  std::string result;
+  float got = 0.0f;
+  if ((err = cudaMemcpy(dx, host, sizeof(host), cudaMemcpyHostToDevice)) !=
+      cudaSuccess) {
+    result = CudaError("cudaMemcpy", err);
+  } else {
+    CanonicalSumKernel<<<1, 32>>>(dx, kN, dout);
+    if ((err = cudaGetLastError()) != cudaSuccess ||
+        (err = cudaMemcpy(&got, dout, sizeof(float), cudaMemcpyDeviceToHost)) !=
+            cudaSuccess) {
+      result = CudaError("CanonicalSumKernel", err);
+    } else {
+      uint32_t a, b;
+      std::memcpy(&a, &expected, 4);
+      std::memcpy(&b, &got, 4);
+      if (a != b) {
+        char buf[128];
+        std::snprintf(buf, sizeof(buf),
+                      "canonical sum differs: host 0x%08x, device 0x%08x", a,
+                      b);
+        result = buf;
+      }
+    }
+  }
+  cudaFree(dx);
+  cudaFree(dout);
+  return result;
+}
+
+}  // namespace lockstep::worker

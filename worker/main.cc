@@ -1,0 +1,164 @@
+// lockstep-worker: runs Lockstep jobs on this machine's CPU and GPUs.
+//
+//   lockstep-worker daemon --coordinator=host:7070 --name=gpu-node-3
+//   lockstep-worker probe [--json]
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+#include "google/protobuf/util/json_util.h"
+#include "worker/daemon.h"
+#include "worker/hardware_probe.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
+          "daemon: coordinator address, host:port");
+ABSL_FLAG(std::string, name, "",
+          "daemon: worker name, unique in the fleet (default: the host name)");
+ABSL_FLAG(std::string, labels, "",
+          "daemon: comma-separated key=value labels, e.g. rack=a1,pool=ci");
+ABSL_FLAG(int, slots, 1, "daemon: runs executed at the same time");
+ABSL_FLAG(int64_t, initial_backoff_ms, 200,
+          "daemon: first reconnect delay, ms (doubles up to the max)");
+ABSL_FLAG(int64_t, max_backoff_ms, 5000, "daemon: longest reconnect delay, ms");
+ABSL_FLAG(bool, json, false, "probe: print the profile as JSON");
+
+namespace {
+
+constexpr char kUsage[] =
+    "Lockstep worker.\n"
+    "  lockstep-worker daemon [--coordinator=127.0.0.1:7070] [--name=NAME] "
+    "[--labels=k=v,...]\n"
+    "  lockstep-worker probe [--json]   print this machine's hardware profile";
+
+int Probe() {
+  auto profile = lockstep::worker::NewSystemProbe()->Probe();
+  if (!profile.ok()) {
+    std::fprintf(stderr, "lockstep-worker: probe failed: %s\n",
+                 profile.status().ToString().c_str());
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions opts;
+    opts.add_whitespace = true;
+    opts.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(*profile, &json, opts);
+    std::printf("%s", json.c_str());
+    return 0;
+  }
+  const auto& p = *profile;
+  std::printf("host:            %s\n", p.hostname().c_str());
+  std::printf("cpu:             %s (%s, %s), %d logical cores\n",
+              p.cpu().model().c_str(), p.cpu().vendor().c_str(),
+              p.cpu().arch().c_str(), p.cpu().cores());
+  std::string features;
+  for (const auto& f : p.cpu().features()) features += f + " ";
+  std::printf("isa:             %s\n", features.c_str());
+  std::printf("os:              %s, kernel %s\n", p.software().distro().c_str(),
+              p.software().kernel().c_str());
+  std::printf("built with:      %s, CUDA %s\n", p.software().compiler().c_str(),
+              p.software().built_with_cuda() ? "yes" : "no");
+  if (p.gpus_size() == 0) {
+    std::printf("gpus:            none (%s)\n", p.gpu_error().c_str());
+  }
+  for (const auto& g : p.gpus()) {
+    std::printf("gpu %d:           %s, sm_%d%d, %d SMs, %s\n", g.ordinal(),
+                g.name().c_str(), g.compute_capability_major(),
+                g.compute_capability_minor(), g.sm_count(), g.uuid().c_str());
+  }
+  std::printf("hardware class:  %s\n", p.hardware_class().c_str());
+  std::printf("class digest:    %s\n", p.hardware_class_digest().c_str());
+  return 0;
+}
+
+int Daemon() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto profile = lockstep::worker::NewSystemProbe()->Probe();
+  if (!profile.ok()) {
+    std::fprintf(stderr, "lockstep-worker: probe failed: %s\n",
+                 profile.status().ToString().c_str());
+    return 1;
+  }
+  lockstep::worker::DaemonOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.name = absl::GetFlag(FLAGS_name);
+  if (options.name.empty()) options.name = profile->hostname();
+  options.slots = absl::GetFlag(FLAGS_slots);
+  options.initial_backoff_ms = absl::GetFlag(FLAGS_initial_backoff_ms);
+  options.max_backoff_ms = absl::GetFlag(FLAGS_max_backoff_ms);
+  const std::string labels = absl::GetFlag(FLAGS_labels);
+  if (!labels.empty()) {
+    for (absl::string_view kv : absl::StrSplit(labels, ',')) {
+      std::pair<std::string, std::string> p =
+          absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      if (p.first.empty()) {
+        std::fprintf(stderr,
+                     "lockstep-worker: --labels: \"%s\" is not key=value\n",
+                     std::string(kv).c_str());
+        return 64;
+      }
+      options.labels[p.first] = p.second;
+    }
+  }
+  if (options.initial_backoff_ms <= 0 ||
+      options.max_backoff_ms < options.initial_backoff_ms) {
+    std::fprintf(stderr,
+                 "lockstep-worker: --initial_backoff_ms must be > 0 and <= "
+                 "--max_backoff_ms\n");
+    return 64;
+  }
+  LS_LOG(INFO) << "worker " << options.name << ", class "
+               << profile->hardware_class_digest() << " ("
+               << profile->hardware_class() << ")"
+               << (profile->gpus_size() == 0
+                       ? ", no GPU: " + profile->gpu_error()
+                       : "");
+
+  lockstep::worker::WorkerDaemon daemon(options, *profile);
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    LS_LOG(INFO) << "signal " << sig << ": stopping";
+    daemon.Stop();
+  });
+  absl::Status status = daemon.Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "lockstep-worker: %s\n", status.ToString().c_str());
+    // Wake the signal thread so the process can exit.
+    kill(getpid(), SIGTERM);
+    signal_thread.join();
+    return 1;
+  }
+  signal_thread.join();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 2) {
+    std::fprintf(stderr, "%s\n", kUsage);
+    return 64;
+  }
+  const std::string command = args[1];
+  if (command == "probe") return Probe();
+  if (command == "daemon") return Daemon();
+  std::fprintf(stderr, "lockstep-worker: unknown command \"%s\"\n%s\n",
+               command.c_str(), kUsage);
+  return 64;
+}
