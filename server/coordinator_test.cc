@@ -8,6 +8,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "lockstep/v1/lockstep_service.grpc.pb.h"
 #include "lockstep/v1/worker_gateway.grpc.pb.h"
@@ -72,6 +73,52 @@ TEST_F(CoordinatorTest, HealthServiceServes) {
   grpc::health::v1::HealthCheckResponse resp;
   ASSERT_TRUE(health->Check(&ctx, req, &resp).ok());
   EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// Server reflection is on: ServerReflectionInfo's list_services names both
+// Lockstep services. The request and response are handled as raw protobuf
+// bytes (grpc.reflection.v1alpha is not shipped as a .proto by Debian).
+TEST_F(CoordinatorTest, ReflectionListsServices) {
+  grpc::GenericStub generic(channel_);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  auto call = generic.PrepareCall(
+      &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      &cq);
+  auto wait = [&cq](intptr_t expected) {
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(reinterpret_cast<intptr_t>(tag), expected);
+    return ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(wait(1));
+  // ServerReflectionRequest { list_services = "" } (field 7, string).
+  const char request_bytes[] = {0x3a, 0x00};
+  grpc::Slice slice(request_bytes, sizeof(request_bytes));
+  grpc::ByteBuffer request(&slice, 1);
+  call->Write(request, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(wait(2));
+  grpc::ByteBuffer response;
+  call->Read(&response, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(wait(3));
+  call->WritesDone(reinterpret_cast<void*>(4));
+  ASSERT_TRUE(wait(4));
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  ASSERT_TRUE(wait(5));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  EXPECT_THAT(bytes, HasSubstr("lockstep.v1.Lockstep"));
+  EXPECT_THAT(bytes, HasSubstr("lockstep.v1.WorkerGateway"));
+  EXPECT_THAT(bytes, HasSubstr("grpc.health.v1.Health"));
 }
 
 TEST_F(CoordinatorTest, UnbuiltRpcsAnswerUnimplementedWithAMessage) {
