@@ -1,0 +1,159 @@
+// The kernel calling convention and the backend interface.
+//
+// A kernel is a plain function
+//
+//   absl::Status Kernel(absl::Span<const Tensor> inputs,
+//                       absl::Span<Tensor> outputs, const OpAttrs& attrs);
+//
+// Outputs are preallocated by the caller with their final shapes (Tensor is
+// a shared handle, so the kernel writes through it); optimizer state and
+// weights updated in place are passed as outputs. A kernel validates arity,
+// dtypes, shapes and attributes and returns INVALID_ARGUMENT naming the
+// argument before it computes anything; on error the outputs are untouched.
+//
+// Per-op conventions (shapes row-major; image tensors NCHW, weights OIHW):
+//
+//   dense.forward       in {x, w}      out {y}      y = op(x) op(w)
+//   dense.grad_input    in {dy, w}     out {dx}     dx = dy op(w)^T
+//   dense.grad_weight   in {x, dy}     out {dw}     dw = op(x)^T dy
+//       op(x) is [M, K]: x is [M, K], or [K, M] with transpose_x;
+//       op(w) is [K, N]: w is [K, N], or [N, K] with transpose_w;
+//       dx and dw have the stored shapes of x and w.
+//   bias_add.forward    in {x, b}      out {y}      x [N, C, ...], b [C]
+//   bias_add.grad       in {dy}        out {db}     db[c] = sum over (n, ...)
+//   relu.forward        in {x}         out {y}
+//   relu.grad           in {x, dy}     out {dx}     dx = x > 0 ? dy : 0
+//   flatten             in {x}         out {y}      row-major copy, same N
+//   add.forward         in {a, b}      out {y}      y = a + b
+//   add.grad            in {dy}        out {da, db} da = db = dy
+//   softmax_xent.forward in {logits [N, C], labels int32 [N]} out {loss}
+//                                                   loss has one element
+//   softmax_xent.grad   in {logits, labels}        out {dlogits}
+//   sgd.update          in {g}         out {w}
+//   momentum.update     in {g}         out {w, v}
+//   adam.update         in {g}         out {w, m, v}
+//   conv2d.forward      in {x, w}      out {y}       (spatial ops: see
+//   conv2d.grad_input   in {dy, w}     out {dx}       kernels/spatial/SPEC.md
+//   conv2d.grad_weight  in {x, dy}     out {dw}       for the arithmetic)
+//   max_pool2d.forward  in {x}         out {y}
+//   max_pool2d.grad     in {x, dy}     out {dx}
+//   avg_pool2d.forward  in {x}         out {y}
+//   avg_pool2d.grad     in {dy}        out {dx}
+//   global_avg_pool.forward in {x}     out {y}       y [N, C] or [N, C, 1, 1]
+//   global_avg_pool.grad    in {dy}    out {dx}
+//   resize_bilinear.forward in {x}     out {y}       output size = y's shape
+//   resize_bilinear.grad    in {dy}    out {dx}
+#ifndef LOCKSTEP_KERNELS_BACKEND_H_
+#define LOCKSTEP_KERNELS_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "kernels/tensor.h"
+
+namespace lockstep::kernels {
+
+// JobConfig.determinism: which family of kernels runs.
+enum class Mode : uint8_t {
+  kCanonical = 0,      // portable, spec-defined bits on every device
+  kDeterministic = 1,  // deterministic on one hardware class
+  kDefault = 2,        // fastest, may be nondeterministic
+};
+// "CANONICAL", "DETERMINISTIC", "DEFAULT".
+absl::string_view ModeName(Mode mode);
+
+// Algorithm name of the spec-defined kernels.
+inline constexpr char kCanonicalAlgorithm[] = "canonical";
+
+// Op names (the registry's first key component).
+namespace op {
+inline constexpr char kDenseForward[] = "dense.forward";
+inline constexpr char kDenseGradInput[] = "dense.grad_input";
+inline constexpr char kDenseGradWeight[] = "dense.grad_weight";
+inline constexpr char kBiasAddForward[] = "bias_add.forward";
+inline constexpr char kBiasAddGrad[] = "bias_add.grad";
+inline constexpr char kReluForward[] = "relu.forward";
+inline constexpr char kReluGrad[] = "relu.grad";
+inline constexpr char kFlatten[] = "flatten";
+inline constexpr char kAddForward[] = "add.forward";
+inline constexpr char kAddGrad[] = "add.grad";
+inline constexpr char kSoftmaxXentForward[] = "softmax_xent.forward";
+inline constexpr char kSoftmaxXentGrad[] = "softmax_xent.grad";
+inline constexpr char kSgdUpdate[] = "sgd.update";
+inline constexpr char kMomentumUpdate[] = "momentum.update";
+inline constexpr char kAdamUpdate[] = "adam.update";
+inline constexpr char kConv2dForward[] = "conv2d.forward";
+inline constexpr char kConv2dGradInput[] = "conv2d.grad_input";
+inline constexpr char kConv2dGradWeight[] = "conv2d.grad_weight";
+inline constexpr char kMaxPool2dForward[] = "max_pool2d.forward";
+inline constexpr char kMaxPool2dGrad[] = "max_pool2d.grad";
+inline constexpr char kAvgPool2dForward[] = "avg_pool2d.forward";
+inline constexpr char kAvgPool2dGrad[] = "avg_pool2d.grad";
+inline constexpr char kGlobalAvgPoolForward[] = "global_avg_pool.forward";
+inline constexpr char kGlobalAvgPoolGrad[] = "global_avg_pool.grad";
+inline constexpr char kResizeBilinearForward[] = "resize_bilinear.forward";
+inline constexpr char kResizeBilinearGrad[] = "resize_bilinear.grad";
+}  // namespace op
+
+// The dense-family, loss and optimizer ops (kernels/ops/).
+std::vector<std::string> DenseFamilyOpNames();
+// The spatial ops (kernels/spatial/).
+std::vector<std::string> SpatialOpNames();
+
+// Attributes of one op call. Each op reads only its own fields (listed per
+// field); the others are ignored. Defaults are the usual neutral values.
+struct OpAttrs {
+  // dense.*: the stored x is [K, M] / the stored w is [N, K].
+  bool transpose_x = false;
+  bool transpose_w = false;
+
+  // conv2d.*, max_pool2d.*, avg_pool2d.*: window and geometry (H, W).
+  int64_t kernel_h = 1;  // pooling window (conv takes it from w's shape)
+  int64_t kernel_w = 1;
+  int64_t stride_h = 1;
+  int64_t stride_w = 1;
+  int64_t pad_top = 0;  // zero padding, may be asymmetric ("SAME")
+  int64_t pad_bottom = 0;
+  int64_t pad_left = 0;
+  int64_t pad_right = 0;
+  int64_t dilation_h = 1;  // conv2d only
+  int64_t dilation_w = 1;
+  int64_t groups = 1;             // conv2d: divides C_in and C_out
+  bool count_include_pad = true;  // avg_pool2d: divisor KH*KW (true) or
+                                  // the number of real taps (false)
+
+  // sgd.update, momentum.update, adam.update.
+  float learning_rate = 0.0f;
+  float momentum = 0.0f;  // momentum.update: v = momentum * v + g
+  float beta1 = 0.9f;     // adam.update
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  int64_t step = 1;  // adam.update: 1-based step number t
+};
+
+using KernelFn = absl::Status (*)(absl::Span<const Tensor> inputs,
+                                  absl::Span<Tensor> outputs,
+                                  const OpAttrs& attrs);
+
+class Registry;
+
+// A device backend ("cpu", "cuda"): names itself and fills the registry with
+// its kernels. Implementations are immutable after construction and
+// thread-compatible.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // The registry's backend key component, e.g. "cpu".
+  virtual absl::string_view name() const = 0;
+  // Registers every kernel of this backend. ALREADY_EXISTS when one of its
+  // keys is already taken.
+  virtual absl::Status RegisterKernels(Registry* registry) const = 0;
+};
+
+}  // namespace lockstep::kernels
+
+#endif  // LOCKSTEP_KERNELS_BACKEND_H_

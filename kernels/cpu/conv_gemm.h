@@ -1,0 +1,40 @@
+// CANONICAL conv2d forward / grad_input / grad_weight on the GEMM (gemm.h).
+//
+// Each op's canonical reduction (kernels/spatial/conv2d.h, SPEC.md) is a
+// fixed sequence of taps in which out-of-range taps contribute fma(0, w,
+// acc). Lowering it to a matrix product whose depth index walks exactly that
+// sequence, with explicit zeros in the lowered matrix, gives the same terms
+// in the same order, so CanonicalGemm reproduces the scalar bits:
+//   forward      per (n, group): y[co, pix] = W[co, (ci, kh, kw)] x
+//                im2col(x)[(ci, kh, kw), pix]
+//   grad_weight  per group:      dw[co, (ci, kh, kw)] = dy[co, (n, pix)] x
+//                im2col(x)^T[(n, pix), (ci, kh, kw)]
+//   grad_input   per (n, group): dx[ci, (ih, iw)] = W'[ci, (co, kh, kw)] x
+//                gather(dy)[(co, kh, kw), (ih, iw)]  (zero where the tap
+//                falls on padding or a stride hole)
+// Scratch memory: the lowered matrices (for grad_weight, the whole batch's
+// im2col of one group).
+//
+// Preconditions: as the scalar drivers of kernels/spatial/conv2d.h (shape
+// validated, sizes, no overlap). Thread-safety: reentrant.
+#ifndef LOCKSTEP_KERNELS_CPU_CONV_GEMM_H_
+#define LOCKSTEP_KERNELS_CPU_CONV_GEMM_H_
+
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/spatial/conv2d.h"
+
+namespace lockstep::kernels {
+
+void Conv2dForwardGemm(const spatial::Conv2dShape& s, const float* x,
+                       const float* w, float* y, CpuIsa isa, ThreadPool* pool);
+void Conv2dGradInputGemm(const spatial::Conv2dShape& s, const float* dy,
+                         const float* w, float* dx, CpuIsa isa,
+                         ThreadPool* pool);
+void Conv2dGradWeightGemm(const spatial::Conv2dShape& s, const float* x,
+                          const float* dy, float* dw, CpuIsa isa,
+                          ThreadPool* pool);
+
+}  // namespace lockstep::kernels
+
+#endif  // LOCKSTEP_KERNELS_CPU_CONV_GEMM_H_

@@ -1,0 +1,278 @@
+// CANONICAL CPU kernels of the dense family, the loss and the optimizers.
+// The dense kernels here are the scalar ones (registered as "scalar"); the
+// "canonical" dense kernels are the GEMM ones of fast_kernels.cc.
+#include "kernels/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "kernels/ops/dense.h"
+#include "kernels/ops/elementwise.h"
+#include "kernels/ops/optimizers.h"
+#include "kernels/ops/softmax_xent.h"
+#include "kernels/ops/validate.h"
+
+namespace lockstep::kernels {
+namespace {
+
+namespace c = ::lockstep::canonical;
+
+// INVALID_ARGUMENT when an output shares storage with an input.
+absl::Status CheckNoAlias(absl::string_view op, absl::Span<const Tensor> in,
+                          absl::Span<Tensor> out) {
+  for (size_t o = 0; o < out.size(); ++o) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (out[o].SharesStorageWith(in[i])) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: output %d shares storage with input %d", op, o, i));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void FillZero(Tensor& t) {
+  if (t.bytes() > 0) std::memset(t.raw_data(), 0, t.bytes());
+}
+
+absl::Status DenseForwardKernel(absl::Span<const Tensor> in,
+                                absl::Span<Tensor> out, const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kDenseForward, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::DenseShape d,
+                      ValidateDenseForward(in[0], in[1], out[0], a));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kDenseForward, in, out));
+  if (d.k == 0) {  // empty reduction: +0.0f (and no pointer arithmetic)
+    FillZero(out[0]);
+    return absl::OkStatus();
+  }
+  c::DenseForward(d, in[0].data<float>(), in[1].data<float>(),
+                  out[0].data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status DenseGradInputKernel(absl::Span<const Tensor> in,
+                                  absl::Span<Tensor> out, const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kDenseGradInput, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::DenseShape d,
+                      ValidateDenseGradInput(in[0], in[1], out[0], a));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kDenseGradInput, in, out));
+  if (d.n == 0) {
+    FillZero(out[0]);
+    return absl::OkStatus();
+  }
+  c::DenseGradInput(d, in[0].data<float>(), in[1].data<float>(),
+                    out[0].data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status DenseGradWeightKernel(absl::Span<const Tensor> in,
+                                   absl::Span<Tensor> out, const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kDenseGradWeight, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::DenseShape d,
+                      ValidateDenseGradWeight(in[0], in[1], out[0], a));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kDenseGradWeight, in, out));
+  if (d.m == 0) {
+    FillZero(out[0]);
+    return absl::OkStatus();
+  }
+  c::DenseGradWeight(d, in[0].data<float>(), in[1].data<float>(),
+                     out[0].data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status BiasAddForwardKernel(absl::Span<const Tensor> in,
+                                  absl::Span<Tensor> out, const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kBiasAddForward, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::BiasShape s, ValidateBiasAdd(in[0], in[1], out[0]));
+  if (out[0].SharesStorageWith(in[1])) {
+    return absl::InvalidArgumentError(
+        "bias_add.forward: y must not share storage with b");
+  }
+  // y may alias x: each element is read once, then written.
+  c::BiasAddForward(s, in[0].data<float>(), in[1].data<float>(),
+                    out[0].data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status BiasAddGradKernel(absl::Span<const Tensor> in,
+                               absl::Span<Tensor> out, const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kBiasAddGrad, in, 1, out, 1));
+  LS_ASSIGN_OR_RETURN(c::BiasShape s, ValidateBiasAddGrad(in[0], out[0]));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kBiasAddGrad, in, out));
+  if (in[0].numel() == 0) {
+    FillZero(out[0]);
+    return absl::OkStatus();
+  }
+  c::BiasAddGrad(s, in[0].data<float>(), out[0].data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status ReluForwardKernel(absl::Span<const Tensor> in,
+                               absl::Span<Tensor> out, const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kReluForward, in, 1, out, 1));
+  const Tensor* t[] = {&in[0], &out[0]};
+  const absl::string_view names[] = {"x", "y"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kReluForward, t, names));
+  c::ReluForward(in[0].data<float>(), out[0].data<float>(), in[0].numel());
+  return absl::OkStatus();
+}
+
+absl::Status ReluGradKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                            const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kReluGrad, in, 2, out, 1));
+  const Tensor* t[] = {&in[0], &in[1], &out[0]};
+  const absl::string_view names[] = {"x", "dy", "dx"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kReluGrad, t, names));
+  c::ReluGrad(in[0].data<float>(), in[1].data<float>(), out[0].data<float>(),
+              in[0].numel());
+  return absl::OkStatus();
+}
+
+absl::Status FlattenKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                           const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kFlatten, in, 1, out, 1));
+  LS_RETURN_IF_ERROR(ValidateFlatten(in[0], out[0]));
+  if (in[0].bytes() > 0 && out[0].raw_data() != in[0].raw_data()) {
+    std::memmove(out[0].raw_data(), in[0].raw_data(), in[0].bytes());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddForwardKernel(absl::Span<const Tensor> in,
+                              absl::Span<Tensor> out, const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kAddForward, in, 2, out, 1));
+  const Tensor* t[] = {&in[0], &in[1], &out[0]};
+  const absl::string_view names[] = {"a", "b", "y"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kAddForward, t, names));
+  c::AddForward(in[0].data<float>(), in[1].data<float>(), out[0].data<float>(),
+                in[0].numel());
+  return absl::OkStatus();
+}
+
+absl::Status AddGradKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                           const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kAddGrad, in, 1, out, 2));
+  const Tensor* t[] = {&in[0], &out[0], &out[1]};
+  const absl::string_view names[] = {"dy", "da", "db"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kAddGrad, t, names));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kAddGrad, in, out));
+  if (in[0].numel() > 0) {
+    std::memcpy(out[0].raw_data(), in[0].raw_data(), in[0].bytes());
+    if (!out[1].SharesStorageWith(out[0])) {
+      std::memcpy(out[1].raw_data(), in[0].raw_data(), in[0].bytes());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SoftmaxXentForwardKernel(absl::Span<const Tensor> in,
+                                      absl::Span<Tensor> out, const OpAttrs&) {
+  const absl::string_view name = op::kSoftmaxXentForward;
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::SoftmaxShape s,
+                      ValidateSoftmaxXent(name, in[0], in[1]));
+  if (out[0].dtype() != DType::kFloat32 || out[0].numel() != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: loss must be float32 with one element ([] or [1]), got %s", name,
+        out[0].DebugString()));
+  }
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  std::vector<float> scratch(s.n);
+  out[0].data<float>()[0] = c::SoftmaxXentForward(
+      s, in[0].data<float>(), in[1].data<int32_t>(), scratch.data());
+  return absl::OkStatus();
+}
+
+absl::Status SoftmaxXentGradKernel(absl::Span<const Tensor> in,
+                                   absl::Span<Tensor> out, const OpAttrs&) {
+  const absl::string_view name = op::kSoftmaxXentGrad;
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::SoftmaxShape s,
+                      ValidateSoftmaxXent(name, in[0], in[1]));
+  const Tensor* t[] = {&in[0], &out[0]};
+  const absl::string_view names[] = {"logits", "dlogits"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, t, names));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  c::SoftmaxXentGrad(s, in[0].data<float>(), in[1].data<int32_t>(),
+                     out[0].data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status SgdKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                       const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kSgdUpdate, in, 1, out, 1));
+  const absl::string_view names[] = {"w"};
+  LS_RETURN_IF_ERROR(ValidateOptimizer(op::kSgdUpdate, in[0], out, names, a));
+  c::SgdUpdate(out[0].data<float>(), in[0].data<float>(), in[0].numel(),
+               a.learning_rate);
+  return absl::OkStatus();
+}
+
+absl::Status MomentumKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                            const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kMomentumUpdate, in, 1, out, 2));
+  const absl::string_view names[] = {"w", "v"};
+  LS_RETURN_IF_ERROR(
+      ValidateOptimizer(op::kMomentumUpdate, in[0], out, names, a));
+  c::MomentumUpdate(out[0].data<float>(), out[1].data<float>(),
+                    in[0].data<float>(), in[0].numel(), a.learning_rate,
+                    a.momentum);
+  return absl::OkStatus();
+}
+
+absl::Status AdamKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                        const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kAdamUpdate, in, 1, out, 3));
+  const absl::string_view names[] = {"w", "m", "v"};
+  LS_RETURN_IF_ERROR(ValidateOptimizer(op::kAdamUpdate, in[0], out, names, a));
+  const c::AdamScalars s =
+      c::AdamScalarsOf(a.learning_rate, a.beta1, a.beta2, a.epsilon, a.step);
+  c::AdamUpdate(s, out[0].data<float>(), out[1].data<float>(),
+                out[2].data<float>(), in[0].data<float>(), in[0].numel());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RegisterCpuCanonicalKernels(Registry* registry) {
+  struct Entry {
+    const char* op;
+    KernelFn fn;
+  };
+  const Entry scalar_dense[] = {
+      {op::kDenseForward, &DenseForwardKernel},
+      {op::kDenseGradInput, &DenseGradInputKernel},
+      {op::kDenseGradWeight, &DenseGradWeightKernel},
+  };
+  for (const Entry& e : scalar_dense) {
+    LS_RETURN_IF_ERROR(registry->Register(
+        KernelKey{e.op, Mode::kCanonical, kScalarAlgorithm, kCpuBackendName},
+        e.fn));
+  }
+  LS_RETURN_IF_ERROR(cpu_internal::RegisterFastCanonicalKernels(registry));
+  const Entry entries[] = {
+      {op::kBiasAddForward, &BiasAddForwardKernel},
+      {op::kBiasAddGrad, &BiasAddGradKernel},
+      {op::kReluForward, &ReluForwardKernel},
+      {op::kReluGrad, &ReluGradKernel},
+      {op::kFlatten, &FlattenKernel},
+      {op::kAddForward, &AddForwardKernel},
+      {op::kAddGrad, &AddGradKernel},
+      {op::kSoftmaxXentForward, &SoftmaxXentForwardKernel},
+      {op::kSoftmaxXentGrad, &SoftmaxXentGradKernel},
+      {op::kSgdUpdate, &SgdKernel},
+      {op::kMomentumUpdate, &MomentumKernel},
+      {op::kAdamUpdate, &AdamKernel},
+  };
+  for (const Entry& e : entries) {
+    LS_RETURN_IF_ERROR(registry->Register(
+        KernelKey{e.op, Mode::kCanonical, kCanonicalAlgorithm, kCpuBackendName},
+        e.fn));
+  }
+  return cpu_internal::RegisterSpatialKernels(registry);
+}
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,78 @@
+// The CPU backend.
+//
+// Each kernel validates its call (kernels/ops/validate.h,
+// kernels/spatial/validate.h) and then computes. CANONICAL kernels are
+// registered under (op, Mode::kCanonical, "canonical", "cpu"): the dense ops
+// run the register-blocked, multi-threaded, ISA-dispatched GEMM of gemm.h
+// (bit-identical to the scalar spec code); every other op runs the canonical
+// op body from kernels/ops/ or kernels/spatial/ with its host loop driver,
+// single threaded. The scalar dense kernels stay registered under
+// (op, kCanonical, "scalar", "cpu") for comparison. The conv2d ops also
+// run on the GEMM (im2col, conv_gemm.h), their scalar bodies likewise kept
+// as "scalar".
+//
+// RegisterCpuDeterministicAndDefaultKernels adds the other modes' kernels
+// (see its comment); the canonical registration does not include them.
+//
+// Kernels are thread-safe as long as concurrent calls do not share output
+// tensors. Outputs must not share storage with inputs, except where the op's
+// body allows it (relu, add, bias_add.forward, the optimizers' in-place
+// state, flatten onto itself).
+#ifndef LOCKSTEP_KERNELS_CPU_CPU_BACKEND_H_
+#define LOCKSTEP_KERNELS_CPU_CPU_BACKEND_H_
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "kernels/backend.h"
+#include "kernels/registry.h"
+
+namespace lockstep::kernels {
+
+inline constexpr char kCpuBackendName[] = "cpu";
+
+// Algorithm names used by the CPU backend besides "canonical".
+inline constexpr char kScalarAlgorithm[] = "scalar";
+inline constexpr char kDeterministicAlgorithm[] = "deterministic";
+inline constexpr char kDefaultAlgorithm[] = "default";
+inline constexpr char kAtomicAlgorithm[] = "atomic";
+inline constexpr char kSplitKAtomicAlgorithm[] = "split_k_atomic";
+
+// Registers every CANONICAL CPU kernel: DenseFamilyOpNames() and
+// SpatialOpNames() (kernels/backend.h) under "canonical", plus the scalar
+// dense.* and conv2d.* kernels under "scalar".
+// ALREADY_EXISTS if one is there.
+absl::Status RegisterCpuCanonicalKernels(Registry* registry);
+
+// Registers the CPU kernels of the other modes:
+//   DETERMINISTIC "deterministic": dense.forward, dense.grad_input,
+//       dense.grad_weight: the GEMM with one fma chain per output over the
+//       whole reduction (no chunks, no tree); fixed order, any thread count.
+//   DEFAULT "default" and "split_k_atomic": dense.forward split over K,
+//       partials added into y with atomic CAS in arrival order
+//       (NONDETERMINISTIC with more than one thread).
+//   DEFAULT "default": dense.grad_input, dense.grad_weight: as DETERMINISTIC.
+//   DEFAULT "default" and "atomic": bias_add.grad and conv2d.grad_weight,
+//       split over the batch with atomic accumulation (NONDETERMINISTIC).
+// Results of the DEFAULT kernels are within float rounding of CANONICAL's.
+absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry);
+
+class CpuBackend final : public Backend {
+ public:
+  absl::string_view name() const override { return kCpuBackendName; }
+  absl::Status RegisterKernels(Registry* registry) const override {
+    return RegisterCpuCanonicalKernels(registry);
+  }
+};
+
+namespace cpu_internal {
+// Registration of the spatial kernels (spatial_kernels.cc).
+absl::Status RegisterSpatialKernels(Registry* registry);
+// The DEFAULT spatial kernels (spatial_kernels.cc).
+absl::Status RegisterSpatialDefaultKernels(Registry* registry);
+// The GEMM-based CANONICAL dense kernels (fast_kernels.cc).
+absl::Status RegisterFastCanonicalKernels(Registry* registry);
+}  // namespace cpu_internal
+
+}  // namespace lockstep::kernels
+
+#endif  // LOCKSTEP_KERNELS_CPU_CPU_BACKEND_H_

@@ -1,0 +1,394 @@
+// The CPU CANONICAL backend: registration, the Tensor-level calling
+// convention (each kernel through the registry gives the canonical body's
+// bits), validation before compute (outputs untouched on error).
+#include "kernels/cpu/cpu_backend.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/ops/dense.h"
+#include "kernels/ops/elementwise.h"
+#include "kernels/ops/optimizers.h"
+#include "kernels/ops/reference.h"
+#include "kernels/ops/softmax_xent.h"
+#include "kernels/registry.h"
+#include "kernels/spatial/conv2d.h"
+#include "kernels/spatial/pool2d.h"
+#include "kernels/spatial/resize_bilinear.h"
+#include "kernels/tensor.h"
+#include "kernels/testing/float_test_util.h"
+
+namespace lockstep::kernels {
+namespace {
+
+using ::lockstep::testing::BitsEqual;
+using ::lockstep::testing::BitsEqualRounded;
+using ::lockstep::testing::IsOk;
+using ::lockstep::testing::RandomFloats;
+using ::lockstep::testing::SmallInts;
+using ::lockstep::testing::StatusIs;
+using ::testing::HasSubstr;
+
+namespace c = ::lockstep::canonical;
+namespace sp = ::lockstep::spatial;
+
+Tensor T(std::vector<int64_t> shape, const std::vector<float>& v) {
+  return *Tensor::FromValues<float>(std::move(shape), v);
+}
+Tensor Z(std::vector<int64_t> shape) {
+  return *Tensor::Zeros(DType::kFloat32, std::move(shape));
+}
+std::vector<float> V(const Tensor& t) {
+  absl::Span<const float> s = t.span<float>();
+  return std::vector<float>(s.begin(), s.end());
+}
+
+class CpuBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_THAT(CpuBackend().RegisterKernels(&registry_), IsOk());
+  }
+  absl::Status Run(const std::string& op, std::vector<Tensor> in,
+                   std::vector<Tensor> out, const OpAttrs& attrs = {}) {
+    absl::StatusOr<KernelFn> fn = registry_.Lookup(
+        KernelKey{op, Mode::kCanonical, kCanonicalAlgorithm, "cpu"});
+    if (!fn.ok()) return fn.status();
+    return (*fn)(in, absl::MakeSpan(out), attrs);
+  }
+  Registry registry_;
+};
+
+TEST_F(CpuBackendTest, RegistersEveryOp) {
+  std::vector<std::string> all = DenseFamilyOpNames();
+  for (const std::string& s : SpatialOpNames()) all.push_back(s);
+  for (const std::string& op : all) {
+    EXPECT_TRUE(registry_.Contains(
+        KernelKey{op, Mode::kCanonical, kCanonicalAlgorithm, "cpu"}))
+        << op;
+  }
+  // Plus the scalar dense and conv2d kernels under "scalar".
+  for (const char* op :
+       {op::kDenseForward, op::kDenseGradInput, op::kDenseGradWeight,
+        op::kConv2dForward, op::kConv2dGradInput, op::kConv2dGradWeight}) {
+    EXPECT_TRUE(registry_.Contains(
+        KernelKey{op, Mode::kCanonical, kScalarAlgorithm, "cpu"}))
+        << op;
+  }
+  EXPECT_EQ(registry_.size(), all.size() + 6);
+  EXPECT_EQ(CpuBackend().name(), "cpu");
+  // Registering twice is refused.
+  EXPECT_THAT(RegisterCpuCanonicalKernels(&registry_),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("cpu")));
+  // Other modes are not registered by this backend.
+  EXPECT_THAT(registry_.Lookup(KernelKey{"dense.forward", Mode::kDefault,
+                                         "canonical", "cpu"}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("mode DEFAULT")));
+}
+
+TEST_F(CpuBackendTest, DenseMatchesBodiesAndExactReference) {
+  for (bool tx : {false, true}) {
+    for (bool tw : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "tx=" << tx << " tw=" << tw);
+      const int64_t m = 3, k = 300, n = 4;
+      const std::vector<float> x = SmallInts(m * k, 1), w = SmallInts(k * n, 2),
+                               dy = SmallInts(m * n, 3);
+      OpAttrs a;
+      a.transpose_x = tx;
+      a.transpose_w = tw;
+      const std::vector<int64_t> xs =
+          tx ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k};
+      const std::vector<int64_t> ws =
+          tw ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
+      Tensor y = Z({m, n}), dx = Z(xs), dw = Z(ws);
+      ASSERT_THAT(Run("dense.forward", {T(xs, x), T(ws, w)}, {y}, a), IsOk());
+      ASSERT_THAT(Run("dense.grad_input", {T({m, n}, dy), T(ws, w)}, {dx}, a),
+                  IsOk());
+      ASSERT_THAT(Run("dense.grad_weight", {T(xs, x), T({m, n}, dy)}, {dw}, a),
+                  IsOk());
+      EXPECT_TRUE(
+          BitsEqualRounded(V(y), reference::Dense(x, w, m, k, n, tx, tw)));
+      EXPECT_TRUE(BitsEqualRounded(
+          V(dx), reference::DenseGradInput(dy, w, m, k, n, tx, tw)));
+      EXPECT_TRUE(BitsEqualRounded(
+          V(dw), reference::DenseGradWeight(x, dy, m, k, n, tx, tw)));
+
+      // Random floats: the kernel is the canonical body, bit for bit.
+      const std::vector<float> rx = RandomFloats(m * k, 4),
+                               rw = RandomFloats(k * n, 5);
+      ASSERT_THAT(Run("dense.forward", {T(xs, rx), T(ws, rw)}, {y}, a), IsOk());
+      std::vector<float> want(m * n);
+      c::DenseForward(c::DenseShape{m, k, n, tx, tw}, rx.data(), rw.data(),
+                      want.data());
+      EXPECT_TRUE(BitsEqual(V(y), want));
+    }
+  }
+}
+
+TEST_F(CpuBackendTest, DenseEmptyReductionGivesZeros) {
+  Tensor y = T({2, 2}, {5, 5, 5, 5});
+  ASSERT_THAT(Run("dense.forward", {Z({2, 0}), Z({0, 2})}, {y}), IsOk());
+  EXPECT_TRUE(BitsEqual(V(y), {0, 0, 0, 0}));
+}
+
+TEST_F(CpuBackendTest, ElementwiseOpsThroughRegistry) {
+  const std::vector<float> x = RandomFloats(2 * 3 * 4 * 5, 6);
+  const std::vector<float> b = RandomFloats(3, 7);
+  Tensor y = Z({2, 3, 4, 5});
+  ASSERT_THAT(Run("bias_add.forward", {T({2, 3, 4, 5}, x), T({3}, b)}, {y}),
+              IsOk());
+  std::vector<float> want(x.size());
+  c::BiasAddForward(c::BiasShape{2, 3, 20}, x.data(), b.data(), want.data());
+  EXPECT_TRUE(BitsEqual(V(y), want));
+
+  Tensor db = Z({3});
+  ASSERT_THAT(Run("bias_add.grad", {T({2, 3, 4, 5}, x)}, {db}), IsOk());
+  std::vector<float> want_db(3);
+  c::BiasAddGrad(c::BiasShape{2, 3, 20}, x.data(), want_db.data());
+  EXPECT_TRUE(BitsEqual(V(db), want_db));
+
+  Tensor r = Z({2, 3, 4, 5}), dr = Z({2, 3, 4, 5});
+  ASSERT_THAT(Run("relu.forward", {T({2, 3, 4, 5}, x)}, {r}), IsOk());
+  EXPECT_TRUE(BitsEqualRounded(V(r), reference::Relu(x)));
+  ASSERT_THAT(Run("relu.grad", {T({2, 3, 4, 5}, x), T({2, 3, 4, 5}, x)}, {dr}),
+              IsOk());
+  EXPECT_TRUE(BitsEqualRounded(V(dr), reference::ReluGrad(x, x)));
+
+  Tensor flat = Z({2, 60});
+  ASSERT_THAT(Run("flatten", {T({2, 3, 4, 5}, x)}, {flat}), IsOk());
+  EXPECT_TRUE(BitsEqual(V(flat), x));
+  Tensor back = Z({2, 3, 4, 5});
+  ASSERT_THAT(Run("flatten", {flat}, {back}), IsOk());
+  EXPECT_TRUE(BitsEqual(V(back), x));
+
+  const std::vector<float> x2 = SmallInts(x.size(), 8);
+  Tensor sum = Z({2, 60}), da = Z({2, 60}), dbb = Z({2, 60});
+  const std::vector<float> xi = SmallInts(x.size(), 9);
+  ASSERT_THAT(Run("add.forward", {T({2, 60}, xi), T({2, 60}, x2)}, {sum}),
+              IsOk());
+  EXPECT_TRUE(BitsEqualRounded(V(sum), reference::Add(xi, x2)));
+  ASSERT_THAT(Run("add.grad", {T({2, 60}, x)}, {da, dbb}), IsOk());
+  EXPECT_TRUE(BitsEqual(V(da), x));
+  EXPECT_TRUE(BitsEqual(V(dbb), x));
+}
+
+TEST_F(CpuBackendTest, SoftmaxXentAndBadLabels) {
+  const int64_t n = 4, cl = 10;
+  const std::vector<float> x = RandomFloats(n * cl, 10, -4, 4);
+  const std::vector<int32_t> labels = {3, 0, 9, 3};
+  Tensor lab = *Tensor::FromValues<int32_t>({n}, labels);
+  Tensor loss = Z({}), g = Z({n, cl});
+  ASSERT_THAT(Run("softmax_xent.forward", {T({n, cl}, x), lab}, {loss}),
+              IsOk());
+  ASSERT_THAT(Run("softmax_xent.grad", {T({n, cl}, x), lab}, {g}), IsOk());
+  std::vector<float> scratch(n), want_g(n * cl);
+  const c::SoftmaxShape s{n, cl};
+  const float want =
+      c::SoftmaxXentForward(s, x.data(), labels.data(), scratch.data());
+  c::SoftmaxXentGrad(s, x.data(), labels.data(), want_g.data());
+  EXPECT_TRUE(BitsEqual(V(loss), {want}));
+  EXPECT_TRUE(BitsEqual(V(g), want_g));
+
+  // A label out of range fails before anything is written.
+  Tensor bad =
+      *Tensor::FromValues<int32_t>({n}, std::vector<int32_t>{3, 10, 0, 0});
+  Tensor loss2 = T({1}, {-7.0f});
+  EXPECT_THAT(Run("softmax_xent.forward", {T({n, cl}, x), bad}, {loss2}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("labels[1] = 10 is outside [0, 10)")));
+  EXPECT_EQ(V(loss2)[0], -7.0f);
+  Tensor g2 = T({n, cl}, std::vector<float>(n * cl, -7.0f));
+  EXPECT_THAT(Run("softmax_xent.grad", {T({n, cl}, x), bad}, {g2}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  for (float v : V(g2)) EXPECT_EQ(v, -7.0f);
+  // Float labels are refused.
+  EXPECT_THAT(Run("softmax_xent.forward", {T({n, cl}, x), Z({n})}, {loss}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("labels must be int32")));
+}
+
+TEST_F(CpuBackendTest, OptimizersUpdateInPlace) {
+  const std::vector<float> w0 = RandomFloats(50, 11), g0 = RandomFloats(50, 12);
+  OpAttrs a;
+  a.learning_rate = 0.01f;
+  a.momentum = 0.9f;
+  a.step = 3;
+
+  Tensor w = T({5, 10}, w0);
+  ASSERT_THAT(Run("sgd.update", {T({5, 10}, g0)}, {w}, a), IsOk());
+  std::vector<float> want = w0;
+  c::SgdUpdate(want.data(), g0.data(), 50, a.learning_rate);
+  EXPECT_TRUE(BitsEqual(V(w), want));
+
+  w = T({5, 10}, w0);
+  Tensor v = T({5, 10}, g0);
+  ASSERT_THAT(Run("momentum.update", {T({5, 10}, g0)}, {w, v}, a), IsOk());
+  std::vector<float> ww = w0, wv = g0;
+  c::MomentumUpdate(ww.data(), wv.data(), g0.data(), 50, a.learning_rate,
+                    a.momentum);
+  EXPECT_TRUE(BitsEqual(V(w), ww));
+  EXPECT_TRUE(BitsEqual(V(v), wv));
+
+  w = T({5, 10}, w0);
+  Tensor m = Z({5, 10}), vv = Z({5, 10});
+  ASSERT_THAT(Run("adam.update", {T({5, 10}, g0)}, {w, m, vv}, a), IsOk());
+  std::vector<float> aw = w0, am(50, 0.0f), av(50, 0.0f);
+  c::AdamUpdate(
+      c::AdamScalarsOf(a.learning_rate, a.beta1, a.beta2, a.epsilon, a.step),
+      aw.data(), am.data(), av.data(), g0.data(), 50);
+  EXPECT_TRUE(BitsEqual(V(w), aw));
+  EXPECT_TRUE(BitsEqual(V(m), am));
+  EXPECT_TRUE(BitsEqual(V(vv), av));
+
+  // Bad hyper-parameters: refused, state untouched.
+  a.epsilon = 0.0f;
+  Tensor w2 = T({5, 10}, w0);
+  EXPECT_THAT(
+      Run("adam.update", {T({5, 10}, g0)}, {w2, Z({5, 10}), Z({5, 10})}, a),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("adam.update: epsilon is 0")));
+  EXPECT_TRUE(BitsEqual(V(w2), w0));
+}
+
+TEST_F(CpuBackendTest, BadCallsAreRefused) {
+  EXPECT_THAT(Run("relu.forward", {Z({2})}, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("relu.forward: expected 1 inputs and 1 "
+                                 "outputs")));
+  Tensor i32 = *Tensor::Zeros(DType::kInt32, {2});
+  EXPECT_THAT(Run("relu.forward", {i32}, {Z({2})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("x must be float32")));
+  EXPECT_THAT(Run("add.forward", {Z({2}), Z({3})}, {Z({2})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("b has shape [3], expected [2]")));
+  Tensor x = Z({2, 2});
+  EXPECT_THAT(Run("dense.forward", {x, Z({2, 2})}, {x}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("shares storage")));
+  EXPECT_THAT(Run("flatten", {Z({2, 3, 4})}, {Z({3, 8})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("leading dimension")));
+}
+
+TEST_F(CpuBackendTest, SpatialOpsMatchTheirBodies) {
+  // conv2d with stride 2, asymmetric padding, dilation, 2 groups.
+  OpAttrs a;
+  a.stride_h = 2;
+  a.stride_w = 1;
+  a.pad_top = 1;
+  a.pad_bottom = 0;
+  a.pad_left = 2;
+  a.pad_right = 1;
+  a.dilation_h = 1;
+  a.dilation_w = 2;
+  a.groups = 2;
+  sp::Conv2dShape s;
+  s.n = 2, s.c_in = 4, s.h = 7, s.w = 6, s.c_out = 6, s.k_h = 3, s.k_w = 2;
+  s.stride_h = 2, s.stride_w = 1, s.pad_top = 1, s.pad_bottom = 0;
+  s.pad_left = 2, s.pad_right = 1, s.dilation_h = 1, s.dilation_w = 2;
+  s.groups = 2;
+  const int64_t oh = sp::Conv2dOutH(s), ow = sp::Conv2dOutW(s);
+  const std::vector<float> x = RandomFloats(2 * 4 * 7 * 6, 20);
+  const std::vector<float> w = RandomFloats(6 * 2 * 3 * 2, 21);
+  const std::vector<float> dy = RandomFloats(2 * 6 * oh * ow, 22);
+  Tensor tx = T({2, 4, 7, 6}, x), tw = T({6, 2, 3, 2}, w),
+         tdy = T({2, 6, oh, ow}, dy);
+  Tensor y = Z({2, 6, oh, ow}), dx = Z({2, 4, 7, 6}), dw = Z({6, 2, 3, 2});
+  ASSERT_THAT(Run("conv2d.forward", {tx, tw}, {y}, a), IsOk());
+  ASSERT_THAT(Run("conv2d.grad_input", {tdy, tw}, {dx}, a), IsOk());
+  ASSERT_THAT(Run("conv2d.grad_weight", {tx, tdy}, {dw}, a), IsOk());
+  std::vector<float> wy(y.numel()), wdx(dx.numel()), wdw(dw.numel());
+  sp::Conv2dForward(s, x.data(), w.data(), wy.data());
+  sp::Conv2dGradInput(s, dy.data(), w.data(), wdx.data());
+  sp::Conv2dGradWeight(s, x.data(), dy.data(), wdw.data());
+  EXPECT_TRUE(BitsEqual(V(y), wy));
+  EXPECT_TRUE(BitsEqual(V(dx), wdx));
+  EXPECT_TRUE(BitsEqual(V(dw), wdw));
+  EXPECT_THAT(Run("conv2d.forward", {tx, tw}, {Z({2, 6, oh, ow + 1})}, a),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("conv2d.forward: y has shape")));
+  a.groups = 3;
+  EXPECT_THAT(
+      Run("conv2d.forward", {tx, tw}, {y}, a),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("groups 3")));
+
+  // Pooling (3x3 window, stride 2, padding 1).
+  OpAttrs p;
+  p.kernel_h = p.kernel_w = 3;
+  p.stride_h = p.stride_w = 2;
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
+  p.count_include_pad = false;
+  sp::Pool2dShape ps;
+  ps.n = 2, ps.c = 4, ps.h = 7, ps.w = 6, ps.k_h = 3, ps.k_w = 3;
+  ps.stride_h = 2, ps.stride_w = 2, ps.pad_top = 1, ps.pad_bottom = 1;
+  ps.pad_left = 1, ps.pad_right = 1, ps.count_include_pad = false;
+  const int64_t ph = sp::Pool2dOutH(ps), pw = sp::Pool2dOutW(ps);
+  const std::vector<float> pdy = RandomFloats(2 * 4 * ph * pw, 23);
+  Tensor py = Z({2, 4, ph, pw}), pdx = Z({2, 4, 7, 6});
+  std::vector<float> want_y(py.numel()), want_dx(pdx.numel());
+
+  ASSERT_THAT(Run("max_pool2d.forward", {tx}, {py}, p), IsOk());
+  sp::MaxPool2dForward(ps, x.data(), want_y.data());
+  EXPECT_TRUE(BitsEqual(V(py), want_y));
+  ASSERT_THAT(Run("max_pool2d.grad", {tx, T({2, 4, ph, pw}, pdy)}, {pdx}, p),
+              IsOk());
+  sp::MaxPool2dGrad(ps, x.data(), pdy.data(), want_dx.data());
+  EXPECT_TRUE(BitsEqual(V(pdx), want_dx));
+
+  ASSERT_THAT(Run("avg_pool2d.forward", {tx}, {py}, p), IsOk());
+  sp::AvgPool2dForward(ps, x.data(), want_y.data());
+  EXPECT_TRUE(BitsEqual(V(py), want_y));
+  ASSERT_THAT(Run("avg_pool2d.grad", {T({2, 4, ph, pw}, pdy)}, {pdx}, p),
+              IsOk());
+  sp::AvgPool2dGrad(ps, pdy.data(), want_dx.data());
+  EXPECT_TRUE(BitsEqual(V(pdx), want_dx));
+
+  // Global average pool, output [N, C] and [N, C, 1, 1].
+  sp::GlobalPool2dShape gs;
+  gs.n = 2, gs.c = 4, gs.h = 7, gs.w = 6;
+  std::vector<float> want_g(8), want_gdx(x.size());
+  sp::GlobalAvgPool2dForward(gs, x.data(), want_g.data());
+  for (std::vector<int64_t> shape :
+       {std::vector<int64_t>{2, 4}, std::vector<int64_t>{2, 4, 1, 1}}) {
+    Tensor gy = Z(shape);
+    ASSERT_THAT(Run("global_avg_pool.forward", {tx}, {gy}), IsOk());
+    EXPECT_TRUE(BitsEqual(V(gy), want_g));
+  }
+  const std::vector<float> gdy = RandomFloats(8, 24);
+  Tensor gdx = Z({2, 4, 7, 6});
+  ASSERT_THAT(Run("global_avg_pool.grad", {T({2, 4}, gdy)}, {gdx}), IsOk());
+  sp::GlobalAvgPool2dGrad(gs, gdy.data(), want_gdx.data());
+  EXPECT_TRUE(BitsEqual(V(gdx), want_gdx));
+
+  // Resize 7x6 -> 14x3 and back.
+  sp::ResizeBilinearShape rs;
+  rs.n = 2, rs.c = 4, rs.in_h = 7, rs.in_w = 6, rs.out_h = 14, rs.out_w = 3;
+  Tensor ry = Z({2, 4, 14, 3}), rdx = Z({2, 4, 7, 6});
+  std::vector<float> want_ry(ry.numel()), want_rdx(rdx.numel());
+  ASSERT_THAT(Run("resize_bilinear.forward", {tx}, {ry}), IsOk());
+  sp::ResizeBilinearForward(rs, x.data(), want_ry.data());
+  EXPECT_TRUE(BitsEqual(V(ry), want_ry));
+  const std::vector<float> rdy = RandomFloats(ry.numel(), 25);
+  ASSERT_THAT(Run("resize_bilinear.grad", {T({2, 4, 14, 3}, rdy)}, {rdx}),
+              IsOk());
+  sp::ResizeBilinearGrad(rs, rdy.data(), want_rdx.data());
+  EXPECT_TRUE(BitsEqual(V(rdx), want_rdx));
+}
+
+TEST_F(CpuBackendTest, RunTwiceSameBits) {
+  const std::vector<float> x = RandomFloats(64 * 300, 30);
+  const std::vector<float> w = RandomFloats(300 * 10, 31);
+  Tensor y1 = Z({64, 10}), y2 = Z({64, 10});
+  ASSERT_THAT(Run("dense.forward", {T({64, 300}, x), T({300, 10}, w)}, {y1}),
+              IsOk());
+  ASSERT_THAT(Run("dense.forward", {T({64, 300}, x), T({300, 10}, w)}, {y2}),
+              IsOk());
+  EXPECT_TRUE(BitsEqual(V(y1), V(y2)));
+}
+
+}  // namespace
+}  // namespace lockstep::kernels

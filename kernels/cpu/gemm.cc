@@ -1,0 +1,26 @@
+#include "kernels/cpu/gemm.h"
+
+namespace lockstep::kernels {
+
+void Gemm(const canonical::MatMulShape& s, const float* a, const float* b,
+          float* c, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
+  // Waking the pool costs more than a small product; the bits do not depend
+  // on it either way.
+  if (s.rows * s.cols * s.depth < kMinParallelFmas) pool = nullptr;
+  while (isa != CpuIsa::kScalar && !CpuIsaSupported(isa)) {
+    isa = static_cast<CpuIsa>(static_cast<int>(isa) - 1);
+  }
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      cpu_internal::GemmAvx512(s, a, b, c, chunk, pool);
+      return;
+    case CpuIsa::kAvx2:
+      cpu_internal::GemmAvx2(s, a, b, c, chunk, pool);
+      return;
+    case CpuIsa::kScalar:
+      break;
+  }
+  cpu_internal::GemmScalar(s, a, b, c, chunk, pool);
+}
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,72 @@
+// The CPU backend's register-blocked GEMM.
+//
+//   C(i, j) = sum over p = 0 .. depth-1 of A(i, p) * B(p, j)
+//
+// for the strided operands of canonical::MatMulShape (kernels/ops/dense.h),
+// so every transpose combination of the dense ops is one call.
+//
+// Summation order. With chunk = canonical::kChunk (CANONICAL mode) every
+// output is evaluated exactly like canonical::CanonicalDot: the p range is
+// cut into chunks of 256, each a strictly sequential chain
+// acc = fma(A(i, p), B(p, j), acc) from +0.0f in increasing p, and the chunk
+// partials are combined with the canonical pairwise tree. The bits are
+// therefore identical to the scalar MatMul for every shape, ISA and thread
+// count. With chunk = kSingleChain (the DETERMINISTIC kernels) each output
+// is one sequential fma chain over all of p: a different but fixed order.
+//
+// How. A and B are packed into zero-padded panels (MR rows x depth, and
+// depth x NR columns); a micro-kernel keeps an MR x NR tile of accumulators
+// in vector registers, one lane per output column, so each lane runs its own
+// sequential chain (vectorised ACROSS outputs, never along p). The pool
+// splits the outputs (column panel x group of row tiles) over threads; no
+// reduction is ever split. Each ISA (isa.h) has its own translation unit
+// built with its own -m flags; explicit fma intrinsics, never mul + add.
+//
+// Preconditions: shapes valid, pointers hold the strided extents, C does not
+// overlap A or B. Thread-safety: reentrant; concurrent calls must not share
+// C.
+#ifndef LOCKSTEP_KERNELS_CPU_GEMM_H_
+#define LOCKSTEP_KERNELS_CPU_GEMM_H_
+
+#include <cstdint>
+#include <limits>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/ops/dense.h"
+
+namespace lockstep::kernels {
+
+// chunk value for one sequential chain over the whole reduction.
+inline constexpr int64_t kSingleChain = std::numeric_limits<int64_t>::max();
+
+// Products with fewer multiply-adds than this run on the calling thread.
+inline constexpr int64_t kMinParallelFmas = int64_t{1} << 18;
+
+// C = A B with the given chunk length (canonical::kChunk or kSingleChain),
+// on the given ISA (lowered to a supported one) and pool (null: the calling
+// thread only).
+void Gemm(const canonical::MatMulShape& s, const float* a, const float* b,
+          float* c, int64_t chunk, CpuIsa isa, ThreadPool* pool);
+
+// The CANONICAL product: chunk = canonical::kChunk.
+inline void CanonicalGemm(const canonical::MatMulShape& s, const float* a,
+                          const float* b, float* c, CpuIsa isa,
+                          ThreadPool* pool) {
+  Gemm(s, a, b, c, canonical::kChunk, isa, pool);
+}
+
+namespace cpu_internal {
+// One per ISA translation unit (gemm_scalar.cc, gemm_avx2.cc,
+// gemm_avx512.cc); call only when the ISA is supported.
+void GemmScalar(const canonical::MatMulShape& s, const float* a, const float* b,
+                float* c, int64_t chunk, ThreadPool* pool);
+void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
+              float* c, int64_t chunk, ThreadPool* pool);
+void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
+                float* c, int64_t chunk, ThreadPool* pool);
+}  // namespace cpu_internal
+
+}  // namespace lockstep::kernels
+
+#endif  // LOCKSTEP_KERNELS_CPU_GEMM_H_

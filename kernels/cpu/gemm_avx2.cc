@@ -1,0 +1,44 @@
+// The AVX2 + FMA GEMM path: built with -mavx2 -mfma (kernels/cpu/BUILD).
+#include "kernels/cpu/gemm.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+#define LS_GEMM_ISA_NS avx2_isa
+#include "kernels/cpu/gemm_impl.h"
+
+namespace lockstep::kernels::cpu_internal {
+namespace avx2_isa {
+namespace {
+
+struct Avx2Vec {
+  using T = __m256;
+  static constexpr int kWidth = 8;
+  static T Zero() { return _mm256_setzero_ps(); }
+  static T Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static T Set1(float x) { return _mm256_set1_ps(x); }
+  static T Fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T Add(T a, T b) { return _mm256_add_ps(a, b); }
+};
+
+}  // namespace
+}  // namespace avx2_isa
+
+void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
+              float* c, int64_t chunk, ThreadPool* pool) {
+  avx2_isa::GemmDriver<avx2_isa::Avx2Vec, 6, 2>::Run(s, a, b, c, chunk, pool);
+}
+
+}  // namespace lockstep::kernels::cpu_internal
+
+#else  // not built for AVX2: never selected (isa.cc), kept linkable.
+
+namespace lockstep::kernels::cpu_internal {
+void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
+              float* c, int64_t chunk, ThreadPool* pool) {
+  GemmScalar(s, a, b, c, chunk, pool);
+}
+}  // namespace lockstep::kernels::cpu_internal
+
+#endif

@@ -1,0 +1,46 @@
+// The AVX-512F GEMM path: built with -mavx512f -mavx2 -mfma
+// (kernels/cpu/BUILD).
+#include "kernels/cpu/gemm.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+#define LS_GEMM_ISA_NS avx512_isa
+#include "kernels/cpu/gemm_impl.h"
+
+namespace lockstep::kernels::cpu_internal {
+namespace avx512_isa {
+namespace {
+
+struct Avx512Vec {
+  using T = __m512;
+  static constexpr int kWidth = 16;
+  static T Zero() { return _mm512_setzero_ps(); }
+  static T Load(const float* p) { return _mm512_loadu_ps(p); }
+  static void Store(float* p, T v) { _mm512_storeu_ps(p, v); }
+  static T Set1(float x) { return _mm512_set1_ps(x); }
+  static T Fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+  static T Add(T a, T b) { return _mm512_add_ps(a, b); }
+};
+
+}  // namespace
+}  // namespace avx512_isa
+
+void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
+                float* c, int64_t chunk, ThreadPool* pool) {
+  avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 12, 2>::Run(s, a, b, c, chunk,
+                                                            pool);
+}
+
+}  // namespace lockstep::kernels::cpu_internal
+
+#else  // not built for AVX-512: never selected (isa.cc), kept linkable.
+
+namespace lockstep::kernels::cpu_internal {
+void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
+                float* c, int64_t chunk, ThreadPool* pool) {
+  GemmScalar(s, a, b, c, chunk, pool);
+}
+}  // namespace lockstep::kernels::cpu_internal
+
+#endif

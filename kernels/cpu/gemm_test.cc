@@ -1,0 +1,195 @@
+// The fast GEMM against the scalar canonical MatMul (kernels/ops/dense.h):
+// identical bits for every ISA this machine has, 1, 2, 3 and 8 threads, two
+// repetitions, random and small-integer inputs, odd shapes and every
+// transpose combination of the three dense products.
+#include "kernels/cpu/gemm.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/ops/dense.h"
+#include "kernels/testing/float_test_util.h"
+
+namespace lockstep::kernels {
+namespace {
+
+namespace c = ::lockstep::canonical;
+using ::lockstep::testing::FloatBits;
+using ::lockstep::testing::HexFloat;
+using ::lockstep::testing::RandomFloats;
+using ::lockstep::testing::SmallInts;
+
+// Identical bit patterns; on failure names the first differing index (hex).
+::testing::AssertionResult SameBits(const std::vector<float>& got,
+                                    const std::vector<float>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "sizes differ";
+  }
+  size_t diffs = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (FloatBits(got[i]) != FloatBits(want[i]) && diffs++ == 0) first = i;
+  }
+  if (diffs == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << absl::StrFormat(
+             "%d of %d differ; first at index 0x%x: got %s, want %s", diffs,
+             got.size(), first, HexFloat(got[first]), HexFloat(want[first]));
+}
+
+struct Dims {
+  int64_t m, k, n;
+};
+
+// M, N not multiples of any vector width; K (and the other reduction
+// lengths M and N of the gradients) = 1, 255, 256, 257, 600, 1100.
+const Dims kShapes[] = {
+    {1, 1, 1},    {3, 255, 5},   {7, 256, 9},  {13, 257, 31}, {33, 600, 17},
+    {2, 1100, 3}, {257, 9, 35},  {6, 11, 600}, {600, 4, 13},  {255, 2, 40},
+    {1, 40, 256}, {70, 300, 45},  // the last one large enough for threads
+};
+
+enum class Product { kForward, kGradInput, kGradWeight };
+
+c::MatMulShape ShapeOf(Product p, const c::DenseShape& d) {
+  switch (p) {
+    case Product::kForward:
+      return c::DenseForwardShape(d);
+    case Product::kGradInput:
+      return c::DenseGradInputShape(d);
+    case Product::kGradWeight:
+      return c::DenseGradWeightShape(d);
+  }
+  return {};
+}
+
+// Element counts of the two operands and the output of a product.
+void Sizes(Product p, const c::DenseShape& d, int64_t* a, int64_t* b,
+           int64_t* out) {
+  switch (p) {
+    case Product::kForward:  // x, w -> y
+      *a = d.m * d.k, *b = d.k * d.n, *out = d.m * d.n;
+      return;
+    case Product::kGradInput:  // dy, w -> dx
+      *a = d.m * d.n, *b = d.k * d.n, *out = d.m * d.k;
+      return;
+    case Product::kGradWeight:  // x, dy -> dw
+      *a = d.m * d.k, *b = d.m * d.n, *out = d.k * d.n;
+      return;
+  }
+}
+
+class GemmTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    for (int t : {1, 2, 3, 8}) pools_.emplace_back(new ThreadPool(t));
+  }
+  static void TearDownTestSuite() { pools_.clear(); }
+  static std::vector<std::unique_ptr<ThreadPool>> pools_;
+};
+std::vector<std::unique_ptr<ThreadPool>> GemmTest::pools_;
+
+TEST_F(GemmTest, CanonicalMatchesScalarBitForBit) {
+  const std::vector<CpuIsa> isas = SupportedCpuIsas();
+  uint32_t seed = 1;
+  for (const Dims& dims : kShapes) {
+    for (int tr = 0; tr < 4; ++tr) {
+      c::DenseShape d{dims.m, dims.k, dims.n, (tr & 1) != 0, (tr & 2) != 0};
+      for (Product p :
+           {Product::kForward, Product::kGradInput, Product::kGradWeight}) {
+        for (bool ints : {false, true}) {
+          int64_t na = 0, nb = 0, nc = 0;
+          Sizes(p, d, &na, &nb, &nc);
+          ++seed;
+          const std::vector<float> a =
+              ints ? SmallInts(na, seed) : RandomFloats(na, seed);
+          const std::vector<float> b =
+              ints ? SmallInts(nb, seed + 7919) : RandomFloats(nb, seed + 7919);
+          const c::MatMulShape s = ShapeOf(p, d);
+          std::vector<float> want(nc, -1.0f);
+          c::MatMul(s, a.data(), b.data(), want.data());
+          for (CpuIsa isa : isas) {
+            for (const auto& pool : pools_) {
+              for (int rep = 0; rep < 2; ++rep) {
+                std::vector<float> got(nc, -2.0f);
+                CanonicalGemm(s, a.data(), b.data(), got.data(), isa,
+                              pool.get());
+                ASSERT_TRUE(SameBits(got, want)) << absl::StrFormat(
+                    "m=%d k=%d n=%d tx=%d tw=%d product=%d ints=%d isa=%s "
+                    "threads=%d rep=%d",
+                    d.m, d.k, d.n, d.transpose_x, d.transpose_w,
+                    static_cast<int>(p), ints, CpuIsaName(isa),
+                    pool->num_threads(), rep);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// One chain per output over all of K (the DETERMINISTIC order).
+float SingleChain(const float* a, int64_t sa, const float* b, int64_t sb,
+                  int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) acc = c::LsFma(a[i * sa], b[i * sb], acc);
+  return acc;
+}
+
+TEST_F(GemmTest, SingleChainIsOneFmaChainOnEveryIsaAndThreadCount) {
+  for (const Dims& dims : {Dims{9, 600, 21}, Dims{17, 1100, 5}}) {
+    c::DenseShape d{dims.m, dims.k, dims.n, false, true};
+    const c::MatMulShape s = c::DenseForwardShape(d);
+    const std::vector<float> a = RandomFloats(d.m * d.k, 3);
+    const std::vector<float> b = RandomFloats(d.k * d.n, 4);
+    std::vector<float> want(d.m * d.n);
+    for (int64_t i = 0; i < d.m; ++i) {
+      for (int64_t j = 0; j < d.n; ++j) {
+        want[i * d.n + j] = SingleChain(a.data() + i * s.a_row, s.a_depth,
+                                        b.data() + j * s.b_col, s.b_depth, d.k);
+      }
+    }
+    for (CpuIsa isa : SupportedCpuIsas()) {
+      for (const auto& pool : pools_) {
+        std::vector<float> got(d.m * d.n);
+        Gemm(s, a.data(), b.data(), got.data(), kSingleChain, isa, pool.get());
+        ASSERT_TRUE(SameBits(got, want))
+            << CpuIsaName(isa) << " threads " << pool->num_threads();
+      }
+    }
+  }
+}
+
+TEST(IsaTest, NamesParseAndScalarIsAlwaysSupported) {
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    EXPECT_EQ(ParseCpuIsa(CpuIsaName(isa)), isa);
+  }
+  EXPECT_FALSE(ParseCpuIsa("sse9").has_value());
+  EXPECT_TRUE(CpuIsaSupported(CpuIsa::kScalar));
+  EXPECT_EQ(SupportedCpuIsas().front(), CpuIsa::kScalar);
+  EXPECT_EQ(SupportedCpuIsas().back(), BestCpuIsa());
+  SetCpuIsaForTesting(CpuIsa::kScalar);
+  EXPECT_EQ(ActiveCpuIsa(), CpuIsa::kScalar);
+  SetCpuIsaForTesting(std::nullopt);
+}
+
+TEST(ThreadPoolTest, RunsEveryTaskOnceAndNests) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<int> hits(37, 0);
+    pool.ParallelFor(37, [&](int64_t i) {
+      ++hits[i];
+      // A nested call runs inline rather than deadlocking.
+      pool.ParallelFor(2, [](int64_t) {});
+    });
+    for (int h : hits) ASSERT_EQ(h, 1);
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::kernels

@@ -1,0 +1,81 @@
+// The CPU backend's worker threads.
+//
+// The fast kernels split their OUTPUTS (row and column blocks) into tasks
+// and run them with ParallelFor; no reduction is ever split across tasks,
+// so results are bit-identical for any number of threads. (The DEFAULT
+// "atomic" kernels are the deliberate exception: they split reductions.)
+//
+// One pool per process (CpuThreadPool()), sized by LOCKSTEP_CPU_THREADS or
+// else the number of cores; tests may build their own pools or replace the
+// process pool with SetCpuThreadsForTesting.
+//
+// Thread-safety: ParallelFor may be called from any thread. The pool runs
+// one ParallelFor at a time; a call made while it is busy (another thread's
+// kernel, or a nested call from inside a task) runs its tasks inline on the
+// calling thread instead of waiting.
+#ifndef LOCKSTEP_KERNELS_CPU_THREAD_POOL_H_
+#define LOCKSTEP_KERNELS_CPU_THREAD_POOL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace lockstep::kernels {
+
+class ThreadPool {
+ public:
+  // num_threads >= 1 counts the calling thread: num_threads - 1 workers.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Runs fn(0) .. fn(num_tasks - 1), each exactly once, spread over the
+  // pool's threads (tasks are handed out in index order as threads free
+  // up), and returns when all are done.
+  void ParallelFor(int64_t num_tasks, const std::function<void(int64_t)>& fn);
+
+ private:
+  void WorkerLoop();
+  void RunTasks();
+
+  const int num_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex busy_;  // held for the whole of one ParallelFor
+
+  std::mutex mu_;
+  std::condition_variable start_cv_;
+  std::condition_variable done_cv_;
+  uint64_t generation_ = 0;  // guarded by mu_
+  int active_ = 0;           // workers inside the current job, guarded by mu_
+  bool stop_ = false;        // guarded by mu_
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  int64_t num_tasks_ = 0;
+  std::atomic<int64_t> next_{0};
+};
+
+// Runs fn over [0, num_tasks) on pool, or inline when pool is null.
+void ParallelFor(ThreadPool* pool, int64_t num_tasks,
+                 const std::function<void(int64_t)>& fn);
+
+// The same with a plain function pointer, for translation units built with
+// ISA flags (gemm_*.cc) that must not instantiate std::function themselves.
+void ParallelForRaw(ThreadPool* pool, int64_t num_tasks,
+                    void (*fn)(void* context, int64_t task), void* context);
+
+// The process pool: LOCKSTEP_CPU_THREADS threads if set (>= 1), else
+// std::thread::hardware_concurrency().
+ThreadPool* CpuThreadPool();
+// Replaces the process pool with one of n threads (n <= 0: the default
+// size). Not thread-safe: no kernel may be running.
+void SetCpuThreadsForTesting(int n);
+
+}  // namespace lockstep::kernels
+
+#endif  // LOCKSTEP_KERNELS_CPU_THREAD_POOL_H_

@@ -1,0 +1,426 @@
+#include "kernels/hash/fingerprint.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "kernels/hash/leaf_kernels.h"
+
+namespace lockstep::hash {
+namespace {
+
+using internal::LeafKernels;
+using internal::LeafStats;
+
+// The bytes fed to XXH3-128: header plus leaf hashes. Tensors of up to about
+// 256 leaves (16 MiB) need no heap allocation.
+using HashInput = absl::InlinedVector<uint8_t, 1024 + 8 * 256>;
+
+constexpr size_t kF32Size = 4;
+constexpr size_t kBlockElems = kLeafBytes / kF32Size;
+
+void AppendLe64(uint64_t v, HashInput* out) {
+  for (int i = 0; i < 8; ++i) {
+    out->push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+}
+
+bool CpuHasAvx2() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool has_avx2 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has_avx2;
+#else
+  return false;
+#endif
+}
+
+const LeafKernels* Avx2IfUsable() {
+  const LeafKernels* k = internal::Avx2LeafKernels();
+  return (k != nullptr && CpuHasAvx2()) ? k : nullptr;
+}
+
+absl::StatusOr<const LeafKernels*> KernelsFor(HashIsa isa) {
+  switch (isa) {
+    case HashIsa::kAuto: {
+      static const LeafKernels* const kAuto = [] {
+        const LeafKernels* k = Avx2IfUsable();
+        return k != nullptr ? k : &internal::BaselineLeafKernels();
+      }();
+      return kAuto;
+    }
+    case HashIsa::kBaseline:
+      return &internal::BaselineLeafKernels();
+    case HashIsa::kAvx2: {
+      const LeafKernels* k = Avx2IfUsable();
+      if (k == nullptr) {
+        return absl::FailedPreconditionError(
+            internal::Avx2LeafKernels() == nullptr
+                ? "isa: avx2 requested but this build has no AVX2 kernels"
+                : "isa: avx2 requested but this CPU does not support AVX2");
+      }
+      return k;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("isa: unknown value %d", static_cast<int>(isa)));
+}
+
+// Checks dtype and shape and returns the tensor's size in bytes.
+absl::StatusOr<size_t> CheckedByteSize(DtypeCode dtype,
+                                       absl::Span<const int64_t> shape) {
+  const size_t elem = DtypeSize(dtype);
+  if (elem == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "dtype: unknown code %d (known codes are %d..%d)",
+        static_cast<int>(dtype), static_cast<int>(DtypeCode::kFloat32),
+        static_cast<int>(DtypeCode::kBool)));
+  }
+  if (shape.size() > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shape: rank %d exceeds the limit of %d", shape.size(), kMaxRank));
+  }
+  bool empty = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("shape[%d]: dimension %d is negative", i, shape[i]));
+    }
+    if (shape[i] == 0) empty = true;
+  }
+  if (empty) return size_t{0};
+  size_t bytes = elem;
+  for (int64_t dim : shape) {
+    const uint64_t d = static_cast<uint64_t>(dim);
+    if (bytes > std::numeric_limits<size_t>::max() / d) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("shape: [%s] of %s exceeds the addressable size",
+                          absl::StrJoin(shape, ","), DtypeName(dtype)));
+    }
+    bytes *= static_cast<size_t>(d);
+  }
+  return bytes;
+}
+
+absl::Status CheckBytes(DtypeCode dtype, absl::Span<const int64_t> shape,
+                        const void* bytes, size_t size) {
+  absl::StatusOr<size_t> want = CheckedByteSize(dtype, shape);
+  if (!want.ok()) return want.status();
+  if (*want != size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "size: %d bytes given, but shape [%s] of %s needs %d", size,
+        absl::StrJoin(shape, ","), DtypeName(dtype), *want));
+  }
+  if (bytes == nullptr && size > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("bytes: null with size %d", size));
+  }
+  return absl::OkStatus();
+}
+
+// Appends the header (SPEC.md "Header"); dtype and rank already checked.
+void AppendHeader(DtypeCode dtype, absl::Span<const int64_t> shape,
+                  HashInput* out) {
+  out->push_back(kTensorHeaderTag);
+  out->push_back(static_cast<uint8_t>(dtype));
+  out->push_back(static_cast<uint8_t>(shape.size()));
+  for (int64_t d : shape) AppendLe64(static_cast<uint64_t>(d), out);
+}
+
+Fingerprint Hash128(const HashInput& in) {
+  const XXH128_hash_t h = XXH3_128bits(in.data(), in.size());
+  Fingerprint f;
+  f.hi = h.high64;
+  f.lo = h.low64;
+  return f;
+}
+
+float FloatFromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// Running totals over blocks, in block order (SPEC.md "Statistics").
+class StatsTotals {
+ public:
+  void Add(const LeafStats& b) {
+    sum_ = sum_ + b.sum;
+    sum_sq_ = sum_sq_ + b.sum_sq;
+    if (b.max_abs_bits > max_abs_bits_) max_abs_bits_ = b.max_abs_bits;
+    nan_count_ += b.nan_count;
+    inf_count_ += b.inf_count;
+  }
+  TensorStats Finish() const {
+    TensorStats s;
+    s.sum = sum_;
+    s.l2 = std::sqrt(sum_sq_);
+    s.max_abs = FloatFromBits(max_abs_bits_);
+    s.nan_count = nan_count_;
+    s.inf_count = inf_count_;
+    return s;
+  }
+
+ private:
+  double sum_ = 0.0;
+  double sum_sq_ = 0.0;
+  uint32_t max_abs_bits_ = 0;
+  int64_t nan_count_ = 0;
+  int64_t inf_count_ = 0;
+};
+
+TensorStats StatsWith(const LeafKernels& k, const float* data, size_t n) {
+  StatsTotals totals;
+  for (size_t off = 0; off < n; off += kBlockElems) {
+    const size_t len = n - off < kBlockElems ? n - off : kBlockElems;
+    totals.Add(k.block_stats(data + off, len, nullptr, 0));
+  }
+  return totals.Finish();
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+size_t DtypeSize(DtypeCode dtype) {
+  switch (dtype) {
+    case DtypeCode::kInt8:
+    case DtypeCode::kUInt8:
+    case DtypeCode::kBool:
+      return 1;
+    case DtypeCode::kFloat16:
+    case DtypeCode::kBFloat16:
+    case DtypeCode::kInt16:
+    case DtypeCode::kUInt16:
+      return 2;
+    case DtypeCode::kFloat32:
+    case DtypeCode::kInt32:
+    case DtypeCode::kUInt32:
+      return 4;
+    case DtypeCode::kFloat64:
+    case DtypeCode::kInt64:
+    case DtypeCode::kUInt64:
+      return 8;
+  }
+  return 0;
+}
+
+const char* DtypeName(DtypeCode dtype) {
+  switch (dtype) {
+    case DtypeCode::kFloat32:
+      return "float32";
+    case DtypeCode::kFloat16:
+      return "float16";
+    case DtypeCode::kBFloat16:
+      return "bfloat16";
+    case DtypeCode::kFloat64:
+      return "float64";
+    case DtypeCode::kInt8:
+      return "int8";
+    case DtypeCode::kUInt8:
+      return "uint8";
+    case DtypeCode::kInt16:
+      return "int16";
+    case DtypeCode::kUInt16:
+      return "uint16";
+    case DtypeCode::kInt32:
+      return "int32";
+    case DtypeCode::kUInt32:
+      return "uint32";
+    case DtypeCode::kInt64:
+      return "int64";
+    case DtypeCode::kUInt64:
+      return "uint64";
+    case DtypeCode::kBool:
+      return "bool";
+  }
+  return "unknown";
+}
+
+std::string Fingerprint::ToHex() const {
+  return absl::StrFormat("%016x%016x", hi, lo);
+}
+
+absl::StatusOr<Fingerprint> Fingerprint::FromHex(absl::string_view hex) {
+  if (hex.size() != 32) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "hex: %d characters, a fingerprint has exactly 32", hex.size()));
+  }
+  Fingerprint f;
+  for (size_t i = 0; i < 32; ++i) {
+    const int v = HexValue(hex[i]);
+    if (v < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "hex: character %d ('%c') is not a hex digit", i, hex[i]));
+    }
+    uint64_t& half = i < 16 ? f.hi : f.lo;
+    half = (half << 4) | static_cast<uint64_t>(v);
+  }
+  return f;
+}
+
+void Fingerprint::ToLittleEndianBytes(uint8_t out[16]) const {
+  for (int i = 0; i < 8; ++i) {
+    out[i] = static_cast<uint8_t>(lo >> (8 * i));
+    out[8 + i] = static_cast<uint8_t>(hi >> (8 * i));
+  }
+}
+
+Fingerprint Fingerprint::FromLittleEndianBytes(const uint8_t in[16]) {
+  Fingerprint f;
+  for (int i = 7; i >= 0; --i) {
+    f.lo = (f.lo << 8) | in[i];
+    f.hi = (f.hi << 8) | in[8 + i];
+  }
+  return f;
+}
+
+bool IsaAvailable(HashIsa isa) { return KernelsFor(isa).ok(); }
+
+HashIsa SelectedIsa() {
+  const LeafKernels* k = *KernelsFor(HashIsa::kAuto);
+  return k == &internal::BaselineLeafKernels() ? HashIsa::kBaseline
+                                               : HashIsa::kAvx2;
+}
+
+const char* IsaName(HashIsa isa) {
+  switch (isa) {
+    case HashIsa::kAuto:
+      return "auto";
+    case HashIsa::kBaseline:
+      return "baseline";
+    case HashIsa::kAvx2:
+      return "avx2";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::vector<uint8_t>> EncodeTensorHeader(
+    DtypeCode dtype, absl::Span<const int64_t> shape) {
+  absl::StatusOr<size_t> size = CheckedByteSize(dtype, shape);
+  if (!size.ok()) return size.status();
+  HashInput in;
+  AppendHeader(dtype, shape, &in);
+  return std::vector<uint8_t>(in.begin(), in.end());
+}
+
+absl::StatusOr<Fingerprint> HashTensorBytes(DtypeCode dtype,
+                                            absl::Span<const int64_t> shape,
+                                            const void* bytes, size_t size,
+                                            HashIsa isa) {
+  absl::StatusOr<const LeafKernels*> kernels = KernelsFor(isa);
+  if (!kernels.ok()) return kernels.status();
+  if (absl::Status s = CheckBytes(dtype, shape, bytes, size); !s.ok()) {
+    return s;
+  }
+  const LeafKernels& k = **kernels;
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  HashInput in;
+  in.reserve(3 + 8 * shape.size() + 8 * NumLeaves(size));
+  AppendHeader(dtype, shape, &in);
+  for (size_t off = 0; off < size; off += kLeafBytes) {
+    const size_t len = size - off < kLeafBytes ? size - off : kLeafBytes;
+    AppendLe64(k.hash64(p + off, len), &in);
+  }
+  return Hash128(in);
+}
+
+TensorStats ComputeStats(const float* data, size_t n) {
+  return StatsWith(**KernelsFor(HashIsa::kAuto), data, n);
+}
+
+absl::StatusOr<TensorStats> ComputeStats(const float* data, size_t n,
+                                         HashIsa isa) {
+  absl::StatusOr<const LeafKernels*> kernels = KernelsFor(isa);
+  if (!kernels.ok()) return kernels.status();
+  return StatsWith(**kernels, data, n);
+}
+
+absl::StatusOr<FingerprintAndStatsResult> FingerprintAndStats(
+    DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    size_t size, HashIsa isa) {
+  absl::StatusOr<const LeafKernels*> kernels = KernelsFor(isa);
+  if (!kernels.ok()) return kernels.status();
+  if (dtype != DtypeCode::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "dtype: statistics are defined for float32 only, got %s; use "
+        "HashTensorBytes",
+        DtypeName(dtype)));
+  }
+  if (absl::Status s = CheckBytes(dtype, shape, bytes, size); !s.ok()) {
+    return s;
+  }
+  if (reinterpret_cast<uintptr_t>(bytes) % alignof(float) != 0) {
+    return absl::InvalidArgumentError(
+        "bytes: float32 data must be 4-byte aligned");
+  }
+  const LeafKernels& k = **kernels;
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  HashInput in;
+  in.reserve(3 + 8 * shape.size() + 8 * NumLeaves(size));
+  AppendHeader(dtype, shape, &in);
+  StatsTotals totals;
+  for (size_t off = 0; off < size; off += kLeafBytes) {
+    const size_t len = size - off < kLeafBytes ? size - off : kLeafBytes;
+    AppendLe64(k.hash64(p + off, len), &in);
+    // The leaf is in L2 now; a leaf is exactly one statistics block. While
+    // it is summed, the next leaf is prefetched.
+    const size_t next = off + len;
+    const size_t next_len = size - next < kLeafBytes ? size - next : kLeafBytes;
+    totals.Add(k.block_stats(reinterpret_cast<const float*>(p + off),
+                             len / kF32Size, p + next, next_len));
+  }
+  FingerprintAndStatsResult r;
+  r.fingerprint = Hash128(in);
+  r.stats = totals.Finish();
+  return r;
+}
+
+absl::StatusOr<Fingerprint> CombineLeafHashes(
+    DtypeCode dtype, absl::Span<const int64_t> shape, size_t size,
+    absl::Span<const uint64_t> leaf_hashes) {
+  absl::StatusOr<size_t> want = CheckedByteSize(dtype, shape);
+  if (!want.ok()) return want.status();
+  if (*want != size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "size: %d bytes given, but shape [%s] of %s needs %d", size,
+        absl::StrJoin(shape, ","), DtypeName(dtype), *want));
+  }
+  if (leaf_hashes.size() != NumLeaves(size)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "leaf_hashes: %d given, a tensor of %d bytes has %d leaves",
+        leaf_hashes.size(), size, NumLeaves(size)));
+  }
+  HashInput in;
+  in.reserve(3 + 8 * shape.size() + 8 * leaf_hashes.size());
+  AppendHeader(dtype, shape, &in);
+  for (uint64_t h : leaf_hashes) AppendLe64(h, &in);
+  return Hash128(in);
+}
+
+Fingerprint CombineDigests(absl::Span<const Fingerprint> digests) {
+  HashInput in;
+  in.reserve(1 + 16 * digests.size());
+  in.push_back(kDigestListTag);
+  uint8_t le[16];
+  for (const Fingerprint& d : digests) {
+    d.ToLittleEndianBytes(le);
+    in.insert(in.end(), le, le + 16);
+  }
+  return Hash128(in);
+}
+
+}  // namespace lockstep::hash

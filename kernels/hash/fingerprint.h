@@ -1,0 +1,180 @@
+// Tensor fingerprints and summary statistics (host side).
+//
+// A fingerprint is a 128-bit tree hash of a tensor's header (dtype, shape)
+// and bytes: 64 KiB leaves hashed with XXH3-64, the leaf hashes combined with
+// XXH3-128 over (header || leaf hashes). The exact definition, byte for byte,
+// is kernels/hash/SPEC.md; the CUDA hasher computes the same function on the
+// device with xxh3_portable.h. Beside it, TensorStats (sum, L2, max |x|,
+// NaN/Inf counts; defined exactly in SPEC.md and stats_portable.h) give a
+// divergence its magnitude.
+//
+//   LS_ASSIGN_OR_RETURN(Fingerprint fp,
+//                       HashTensorBytes(DtypeCode::kFloat32, shape, p, n));
+//   std::string hex = fp.ToHex();
+//
+// The host implementation picks, once per process, the fastest instruction
+// set the CPU supports (AVX2 or baseline); every choice gives the same bits.
+// Thread-safety: every function is thread-safe (no shared mutable state).
+#ifndef LOCKSTEP_KERNELS_HASH_FINGERPRINT_H_
+#define LOCKSTEP_KERNELS_HASH_FINGERPRINT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace lockstep::hash {
+
+// Leaf size of the tree hash, in bytes. Part of the fingerprint definition
+// (SPEC.md): changing it changes every fingerprint.
+inline constexpr size_t kLeafBytes = 64 * 1024;
+// Largest tensor rank a fingerprint header can describe.
+inline constexpr size_t kMaxRank = 64;
+// First byte of every tensor header: fingerprint format, version 1.
+inline constexpr uint8_t kTensorHeaderTag = 0xF1;
+// First byte hashed by CombineDigests: digest of a digest list, version 1.
+inline constexpr uint8_t kDigestListTag = 0xD1;
+
+// Element types, with the codes written into the fingerprint header. The
+// codes are part of the fingerprint definition: never renumber, only add.
+enum class DtypeCode : uint8_t {
+  kFloat32 = 1,
+  kFloat16 = 2,
+  kBFloat16 = 3,
+  kFloat64 = 4,
+  kInt8 = 5,
+  kUInt8 = 6,
+  kInt16 = 7,
+  kUInt16 = 8,
+  kInt32 = 9,
+  kUInt32 = 10,
+  kInt64 = 11,
+  kUInt64 = 12,
+  kBool = 13,  // one byte per element
+};
+
+// Size of one element in bytes, or 0 for a code outside the list above.
+size_t DtypeSize(DtypeCode dtype);
+// "float32", "int64", ...; "unknown" for a code outside the list.
+const char* DtypeName(DtypeCode dtype);
+
+// A 128-bit fingerprint. Value type; the halves are those of libxxhash's
+// XXH128_hash_t (hi = high64, lo = low64).
+struct Fingerprint {
+  uint64_t hi = 0;
+  uint64_t lo = 0;
+
+  // 32 lowercase hex digits, most significant first (hi, then lo): the
+  // canonical big-endian form of XXH128.
+  std::string ToHex() const;
+  // Parses ToHex()'s form (upper- or lowercase, exactly 32 digits).
+  static absl::StatusOr<Fingerprint> FromHex(absl::string_view hex);
+
+  // The 16-byte little-endian encoding of the 128-bit value
+  // (lo's 8 bytes little-endian, then hi's): the form hashed by
+  // CombineDigests and stored in fingerprint blobs.
+  void ToLittleEndianBytes(uint8_t out[16]) const;
+  static Fingerprint FromLittleEndianBytes(const uint8_t in[16]);
+
+  friend bool operator==(const Fingerprint& a, const Fingerprint& b) {
+    return a.hi == b.hi && a.lo == b.lo;
+  }
+  friend bool operator!=(const Fingerprint& a, const Fingerprint& b) {
+    return !(a == b);
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const Fingerprint& f) {
+    return H::combine(std::move(h), f.hi, f.lo);
+  }
+};
+
+// Summary statistics of a float32 tensor; exact definition in SPEC.md
+// ("Statistics"). NaN and ±Inf elements are excluded from sum, l2 and
+// max_abs and only counted. An empty tensor gives all zeros.
+struct TensorStats {
+  double sum = 0.0;      // float64 sum of the finite elements (fixed order)
+  double l2 = 0.0;       // sqrt of the float64 sum of their squares
+  float max_abs = 0.0f;  // largest |x| over finite x; +0.0 if none
+  int64_t nan_count = 0;
+  int64_t inf_count = 0;
+};
+
+// Which leaf-kernel implementation to run. kAuto (the default everywhere) is
+// the fastest the CPU supports; the others exist so tests and benchmarks can
+// force a path. All give identical results.
+enum class HashIsa { kAuto, kBaseline, kAvx2 };
+
+// Whether `isa` can run here (kAuto and kBaseline always can; kAvx2 needs an
+// x86-64 build and a CPU with AVX2).
+bool IsaAvailable(HashIsa isa);
+// What kAuto resolves to in this process.
+HashIsa SelectedIsa();
+// "auto", "baseline", "avx2".
+const char* IsaName(HashIsa isa);
+
+// The fingerprint header (SPEC.md "Header"): tag 0xF1, dtype code, rank,
+// then each dimension as a little-endian u64. Errors as HashTensorBytes.
+absl::StatusOr<std::vector<uint8_t>> EncodeTensorHeader(
+    DtypeCode dtype, absl::Span<const int64_t> shape);
+
+// Number of leaves a tensor of `size` bytes has: ceil(size / kLeafBytes).
+inline size_t NumLeaves(size_t size) {
+  return size / kLeafBytes + (size % kLeafBytes != 0 ? 1 : 0);
+}
+
+// The fingerprint of a tensor: `bytes` holds `size` bytes in the tensor's
+// row-major layout. Does not take ownership; `bytes` is only read.
+// Errors (INVALID_ARGUMENT, naming the argument): unknown dtype, rank above
+// kMaxRank, a negative dimension, an element count that overflows, `size`
+// not equal to elements * DtypeSize(dtype), null `bytes` with size > 0.
+// FAILED_PRECONDITION: `isa` not available on this CPU.
+absl::StatusOr<Fingerprint> HashTensorBytes(DtypeCode dtype,
+                                            absl::Span<const int64_t> shape,
+                                            const void* bytes, size_t size,
+                                            HashIsa isa = HashIsa::kAuto);
+
+// Statistics of data[0 .. n). REQUIRES: data readable for n floats (may be
+// null when n == 0).
+TensorStats ComputeStats(const float* data, size_t n);
+// The same on a forced path; FAILED_PRECONDITION if `isa` is unavailable.
+absl::StatusOr<TensorStats> ComputeStats(const float* data, size_t n,
+                                         HashIsa isa);
+
+struct FingerprintAndStatsResult {
+  Fingerprint fingerprint;
+  TensorStats stats;
+};
+
+// HashTensorBytes and ComputeStats in one pass over memory: each 64 KiB leaf
+// is hashed and then, while it is still in cache, its statistics block is
+// accumulated. Results equal the two separate calls. Errors as
+// HashTensorBytes, plus INVALID_ARGUMENT when dtype is not float32
+// (statistics are defined for float32 only; hash other tensors with
+// HashTensorBytes).
+absl::StatusOr<FingerprintAndStatsResult> FingerprintAndStats(
+    DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    size_t size, HashIsa isa = HashIsa::kAuto);
+
+// Combines already computed leaf hashes (e.g. from a device) into the
+// fingerprint: XXH3-128 over header || leaf hashes (little-endian u64).
+// Errors as HashTensorBytes (without the bytes checks), plus
+// INVALID_ARGUMENT when leaf_hashes.size() != NumLeaves(size).
+absl::StatusOr<Fingerprint> CombineLeafHashes(
+    DtypeCode dtype, absl::Span<const int64_t> shape, size_t size,
+    absl::Span<const uint64_t> leaf_hashes);
+
+// Merkle-style digest of an ordered list of fingerprints (a step's tensors,
+// a run's steps): XXH3-128 over kDigestListTag followed by each digest's
+// 16-byte little-endian encoding, in order. Order-sensitive; an empty list
+// hashes the tag byte alone. The tag keeps these digests apart from tensor
+// fingerprints, whose input starts with kTensorHeaderTag.
+Fingerprint CombineDigests(absl::Span<const Fingerprint> digests);
+
+}  // namespace lockstep::hash
+
+#endif  // LOCKSTEP_KERNELS_HASH_FINGERPRINT_H_

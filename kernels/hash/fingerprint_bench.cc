@@ -1,0 +1,180 @@
+// Fingerprint throughput beside single-core read bandwidth.
+//
+//   bazel run -c opt //kernels/hash:fingerprint_bench -- [rounds]
+//
+// For a 64 KiB tensor (one leaf; repeated, so it is served from cache) and a
+// 256 MiB tensor (served from DRAM) it measures, in one process:
+//   read             AVX2 load-and-add loops over the same buffer, with
+//                    ordinary and with non-temporal loads: the single-core
+//                    read bandwidth references ("/read", "/read-nt")
+//   xxh3 lib / dispatch / ...  raw XXH3-64 over 64 KiB leaves (information)
+//   hash <isa>       HashTensorBytes, forced to that instruction set
+//   hash+stats <isa> FingerprintAndStats
+//   stats <isa>      ComputeStats alone
+// Every row is measured once per round, rounds interleaved so that load from
+// other processes spreads over all rows; the table shows the best and the
+// median round and the best figure's ratios to the best round of each read
+// loop.
+// Figures are only printed, never asserted.
+#include <xxhash.h>
+
+#if defined(__x86_64__)
+#define XXH_DISPATCH_DISABLE_REPLACE 1
+#include <xxh_x86dispatch.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "kernels/hash/fingerprint.h"
+#include "kernels/hash/read_bandwidth.h"
+
+namespace lockstep::hash {
+namespace {
+
+volatile uint64_t g_sink = 0;
+
+struct Row {
+  std::string name;
+  std::function<void()> run;  // processes `bytes` bytes once
+  std::vector<double> gbps;
+};
+
+// Runs `fn` until at least min_seconds have passed (and at least twice);
+// returns GB/s (1e9 bytes per second).
+double Measure(const std::function<void()>& fn, size_t bytes,
+               double min_seconds) {
+  fn();  // warm-up: page faults, caches, lazy dispatch
+  const auto start = std::chrono::steady_clock::now();
+  int calls = 0;
+  double elapsed = 0.0;
+  do {
+    fn();
+    ++calls;
+    elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+  } while (elapsed < min_seconds || calls < 2);
+  return static_cast<double>(bytes) * calls / elapsed / 1e9;
+}
+
+void Sink(uint64_t v) { g_sink = g_sink + v; }
+
+void BenchSize(const char* label, const float* data, size_t bytes, int rounds,
+               double min_seconds) {
+  const size_t n = bytes / sizeof(float);
+  const std::vector<int64_t> shape = {static_cast<int64_t>(n)};
+  std::vector<Row> rows;
+  const bool have_read = IsaAvailable(HashIsa::kAvx2);
+  if (have_read) {
+    rows.push_back({"read (avx2 load loop)",
+                    [=] { Sink(bench::ReadSum(data, bytes)); },
+                    {}});
+    rows.push_back({"read (avx2 non-temporal load loop)",
+                    [=] { Sink(bench::ReadSumNonTemporal(data, bytes)); },
+                    {}});
+  }
+  auto leaves = [=](uint64_t (*h)(const void*, size_t)) {
+    return [=] {
+      const auto* p = reinterpret_cast<const uint8_t*>(data);
+      uint64_t acc = 0;
+      for (size_t off = 0; off < bytes; off += kLeafBytes) {
+        acc ^= h(p + off, std::min(kLeafBytes, bytes - off));
+      }
+      Sink(acc);
+    };
+  };
+  rows.push_back({"xxh3-64 leaves, libxxhash XXH3_64bits",
+                  leaves([](const void* p, size_t l) -> uint64_t {
+                    return XXH3_64bits(p, l);
+                  }),
+                  {}});
+#if defined(__x86_64__)
+  rows.push_back({"xxh3-64 leaves, libxxhash XXH3_64bits_dispatch",
+                  leaves([](const void* p, size_t l) -> uint64_t {
+                    const uint64_t h = XXH3_64bits_dispatch(p, l);
+                    // Dispatch leaves the upper register halves dirty,
+                    // which would slow every later SSE row (read_bandwidth.h).
+                    if (IsaAvailable(HashIsa::kAvx2)) bench::ZeroUpperState();
+                    return h;
+                  }),
+                  {}});
+#endif
+  for (HashIsa isa : {HashIsa::kBaseline, HashIsa::kAvx2}) {
+    if (!IsaAvailable(isa)) continue;
+    const std::string isa_name = IsaName(isa);
+    rows.push_back(
+        {"hash " + isa_name,
+         [=] {
+           Sink(HashTensorBytes(DtypeCode::kFloat32, shape, data, bytes, isa)
+                    ->lo);
+         },
+         {}});
+    rows.push_back({"hash+stats " + isa_name,
+                    [=] {
+                      Sink(FingerprintAndStats(DtypeCode::kFloat32, shape, data,
+                                               bytes, isa)
+                               ->fingerprint.lo);
+                    },
+                    {}});
+    rows.push_back(
+        {"stats " + isa_name,
+         [=] { Sink(static_cast<uint64_t>(ComputeStats(data, n, isa)->sum)); },
+         {}});
+  }
+  for (int r = 0; r < rounds; ++r) {
+    for (Row& row : rows) {
+      row.gbps.push_back(Measure(row.run, bytes, min_seconds));
+    }
+  }
+  for (Row& row : rows) std::sort(row.gbps.begin(), row.gbps.end());
+  // Reference bandwidths: best round of each read loop.
+  const double read_ld = have_read ? rows[0].gbps.back() : 0.0;
+  const double read_nt = have_read ? rows[1].gbps.back() : 0.0;
+  auto ratio = [](double x, double ref) {
+    return ref > 0 ? absl::StrFormat("%.2f", x / ref) : std::string("n/a");
+  };
+  std::printf("\n%s tensor (%zu bytes), %d rounds\n", label, bytes, rounds);
+  std::printf("  %-48s %9s %9s %8s %8s\n", "what", "best GB/s", "median",
+              "/read", "/read-nt");
+  for (const Row& row : rows) {
+    const double best = row.gbps.back();
+    const double median = row.gbps[row.gbps.size() / 2];
+    std::printf("  %-48s %9.2f %9.2f %8s %8s\n", row.name.c_str(), best, median,
+                ratio(best, read_ld).c_str(), ratio(best, read_nt).c_str());
+  }
+}
+
+int Main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  const size_t big = size_t{256} << 20;
+  const size_t small = kLeafBytes;
+  auto* data = static_cast<float*>(std::aligned_alloc(4096, big));
+  if (data == nullptr) {
+    std::fprintf(stderr, "cannot allocate %zu bytes\n", big);
+    return 1;
+  }
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (size_t i = 0; i < big / sizeof(float); ++i) data[i] = normal(rng);
+
+  std::printf("fingerprint_bench: auto isa = %s, leaf = %zu bytes\n",
+              IsaName(SelectedIsa()), kLeafBytes);
+  BenchSize("64 KiB (cache)", data, small, rounds, 0.05);
+  BenchSize("256 MiB (DRAM)", data, big, rounds, 0.3);
+  std::free(data);
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep::hash
+
+int main(int argc, char** argv) { return lockstep::hash::Main(argc, argv); }

@@ -1,0 +1,637 @@
+#include "kernels/hash/fingerprint.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/types/span.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/hash/stats_portable.h"
+
+namespace lockstep::hash {
+namespace {
+
+using ::lockstep::testing::IsOk;
+using ::lockstep::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr HashIsa kAllIsas[] = {HashIsa::kAuto, HashIsa::kBaseline,
+                                HashIsa::kAvx2};
+
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng() >> 56);
+  return v;
+}
+
+uint64_t Bits(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof(u));
+  return u;
+}
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+float FloatFromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// ---- A from-scratch implementation of SPEC.md, written from the text. ----
+
+Fingerprint SpecTreeHash(uint8_t dtype_code, const std::vector<int64_t>& shape,
+                         const uint8_t* bytes, size_t size) {
+  std::vector<uint8_t> in = {0xF1, dtype_code,
+                             static_cast<uint8_t>(shape.size())};
+  auto put_u64 = [&in](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      in.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    }
+  };
+  for (int64_t d : shape) put_u64(static_cast<uint64_t>(d));
+  const size_t leaf = 65536;
+  for (size_t i = 0; i * leaf < size; ++i) {
+    const size_t begin = i * leaf;
+    const size_t end = std::min(size, begin + leaf);
+    put_u64(XXH3_64bits(bytes + begin, end - begin));
+  }
+  const XXH128_hash_t h = XXH3_128bits(in.data(), in.size());
+  return Fingerprint{h.high64, h.low64};
+}
+
+TensorStats SpecStats(const std::vector<float>& x) {
+  const size_t block = 16384;
+  double total_sum = 0.0;
+  double total_sq = 0.0;
+  TensorStats s;
+  for (size_t b = 0; b * block < x.size(); ++b) {
+    std::vector<double> sum(16, 0.0);
+    std::vector<double> sq(16, 0.0);
+    for (size_t k = 0; k < block && b * block + k < x.size(); ++k) {
+      const float v = x[b * block + k];
+      if (std::isnan(v)) {
+        ++s.nan_count;
+      } else if (std::isinf(v)) {
+        ++s.inf_count;
+      } else {
+        sum[k % 16] += static_cast<double>(v);
+        sq[k % 16] += static_cast<double>(v) * static_cast<double>(v);
+        if (std::fabs(v) > s.max_abs) s.max_abs = std::fabs(v);
+      }
+    }
+    for (size_t w = 8; w >= 1; w /= 2) {
+      for (size_t j = 0; j < w; ++j) {
+        sum[j] += sum[j + w];
+        sq[j] += sq[j + w];
+      }
+    }
+    total_sum += sum[0];
+    total_sq += sq[0];
+  }
+  s.sum = total_sum;
+  s.l2 = std::sqrt(total_sq);
+  return s;
+}
+
+std::string StatsDiff(const TensorStats& want, const TensorStats& got) {
+  if (Bits(want.sum) != Bits(got.sum)) {
+    return absl::StrFormat("sum: want %a (%016x) got %a (%016x)", want.sum,
+                           Bits(want.sum), got.sum, Bits(got.sum));
+  }
+  if (Bits(want.l2) != Bits(got.l2)) {
+    return absl::StrFormat("l2: want %a (%016x) got %a (%016x)", want.l2,
+                           Bits(want.l2), got.l2, Bits(got.l2));
+  }
+  if (Bits(want.max_abs) != Bits(got.max_abs)) {
+    return absl::StrFormat("max_abs: want %08x got %08x", Bits(want.max_abs),
+                           Bits(got.max_abs));
+  }
+  if (want.nan_count != got.nan_count || want.inf_count != got.inf_count) {
+    return absl::StrFormat("counts: want nan %d inf %d, got nan %d inf %d",
+                           want.nan_count, want.inf_count, got.nan_count,
+                           got.inf_count);
+  }
+  return "";
+}
+
+std::vector<float> RandomFloats(size_t n, uint64_t seed, bool specials) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> v(n);
+  for (auto& f : v) {
+    f = normal(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20);
+    if (specials) {
+      switch (rng() % 64) {
+        case 0:
+          f = std::numeric_limits<float>::quiet_NaN();
+          break;
+        case 1:
+          f = (rng() & 1) ? std::numeric_limits<float>::infinity()
+                          : -std::numeric_limits<float>::infinity();
+          break;
+        case 2:
+          f = -0.0f;
+          break;
+        case 3:
+          f = FloatFromBits(
+              static_cast<uint32_t>(rng() % 0x800000));  // subnormal
+          break;
+        case 4:  // NaN with a payload and either sign
+          f = FloatFromBits(0x7f800001U |
+                            static_cast<uint32_t>(rng() % 0x7fffff) |
+                            ((rng() & 1) ? 0x80000000U : 0U));
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  return v;
+}
+
+// ---- Fingerprint value type. ----
+
+TEST(FingerprintTest, HexRoundTripAndForm) {
+  const Fingerprint f{0x0123456789abcdefULL, 0xfedcba9876543210ULL};
+  EXPECT_EQ(f.ToHex(), "0123456789abcdeffedcba9876543210");
+  absl::StatusOr<Fingerprint> parsed =
+      Fingerprint::FromHex("0123456789ABCDEFfedcba9876543210");
+  ASSERT_THAT(parsed, IsOk());
+  EXPECT_EQ(*parsed, f);
+  EXPECT_EQ((Fingerprint{0, 1}).ToHex(), "00000000000000000000000000000001");
+}
+
+TEST(FingerprintTest, FromHexRejectsBadInput) {
+  EXPECT_THAT(
+      Fingerprint::FromHex("0123"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("exactly 32")));
+  EXPECT_THAT(
+      Fingerprint::FromHex("0123456789abcdefXedcba9876543210"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("character 16")));
+}
+
+TEST(FingerprintTest, LittleEndianBytes) {
+  const Fingerprint f{0x1112131415161718ULL, 0x0102030405060708ULL};
+  uint8_t b[16];
+  f.ToLittleEndianBytes(b);
+  const uint8_t want[16] = {8,    7,    6,    5,    4,    3,    2,    1,
+                            0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11};
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(b[i], want[i]) << "byte " << i;
+  EXPECT_EQ(Fingerprint::FromLittleEndianBytes(b), f);
+}
+
+// ---- The tree hash. ----
+
+// Pins the definition: if any of these change, every stored fingerprint and
+// certificate changes too. Update only together with SPEC.md's version.
+TEST(HashTensorBytesTest, GoldenValues) {
+  const float six[6] = {0, 1, 2, 3, 4, 5};
+  std::vector<uint8_t> ramp(kLeafBytes + 1);
+  for (size_t i = 0; i < ramp.size(); ++i) {
+    ramp[i] = static_cast<uint8_t>(i % 251);
+  }
+  struct Golden {
+    DtypeCode dtype;
+    std::vector<int64_t> shape;
+    const void* bytes;
+    size_t size;
+    const char* hex;
+  };
+  const Golden cases[] = {
+      {DtypeCode::kFloat32,
+       {0},
+       nullptr,
+       0,
+       "b57e691690fa31cee7cd8ee5c081cf1f"},
+      {DtypeCode::kFloat32,
+       {2, 3},
+       six,
+       sizeof(six),
+       "152a7a737973e79ae21578e70e05f8cd"},
+      {DtypeCode::kUInt8,
+       {static_cast<int64_t>(ramp.size())},
+       ramp.data(),
+       ramp.size(),
+       "85759ecc6bcf7b7ad578777fd0d0e3f3"},
+  };
+  for (const Golden& g : cases) {
+    for (HashIsa isa : kAllIsas) {
+      if (!IsaAvailable(isa)) continue;
+      absl::StatusOr<Fingerprint> fp =
+          HashTensorBytes(g.dtype, g.shape, g.bytes, g.size, isa);
+      ASSERT_THAT(fp, IsOk());
+      EXPECT_EQ(fp->ToHex(), g.hex) << IsaName(isa) << " size " << g.size;
+    }
+  }
+}
+
+TEST(HashTensorBytesTest, EqualsSpecReimplementation) {
+  // uint8 so every byte count is reachable: 0 and 1 element, one leaf +- 1,
+  // several leaves, and random sizes.
+  std::vector<size_t> sizes = {0,
+                               1,
+                               2,
+                               kLeafBytes - 1,
+                               kLeafBytes,
+                               kLeafBytes + 1,
+                               2 * kLeafBytes - 1,
+                               2 * kLeafBytes,
+                               2 * kLeafBytes + 1,
+                               5 * kLeafBytes + 333};
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 12; ++i) sizes.push_back(rng() % (4 * kLeafBytes));
+  for (size_t size : sizes) {
+    const std::vector<uint8_t> bytes = RandomBytes(size, size);
+    const Fingerprint want =
+        SpecTreeHash(static_cast<uint8_t>(DtypeCode::kUInt8),
+                     {static_cast<int64_t>(size)}, bytes.data(), size);
+    for (HashIsa isa : kAllIsas) {
+      if (!IsaAvailable(isa)) continue;
+      absl::StatusOr<Fingerprint> got =
+          HashTensorBytes(DtypeCode::kUInt8, {static_cast<int64_t>(size)},
+                          bytes.data(), size, isa);
+      ASSERT_THAT(got, IsOk());
+      EXPECT_EQ(got->ToHex(), want.ToHex())
+          << "size " << size << " isa " << IsaName(isa);
+    }
+  }
+  // A float32 tensor with rank 3 and a scalar (rank 0, one element).
+  const std::vector<uint8_t> f = RandomBytes(4 * 3 * 5 * 7, 99);
+  EXPECT_EQ(HashTensorBytes(DtypeCode::kFloat32, {3, 5, 7}, f.data(), f.size())
+                ->ToHex(),
+            SpecTreeHash(1, {3, 5, 7}, f.data(), f.size()).ToHex());
+  EXPECT_EQ(HashTensorBytes(DtypeCode::kFloat32, {}, f.data(), 4)->ToHex(),
+            SpecTreeHash(1, {}, f.data(), 4).ToHex());
+}
+
+TEST(HashTensorBytesTest, EverySingleBitFlipChangesTheHash) {
+  const size_t size = 3 * kLeafBytes + 100;
+  std::vector<uint8_t> bytes = RandomBytes(size, 5);
+  const std::vector<int64_t> shape = {static_cast<int64_t>(size)};
+  const Fingerprint base =
+      *HashTensorBytes(DtypeCode::kUInt8, shape, bytes.data(), size);
+  std::vector<size_t> positions = {0,
+                                   1,
+                                   kLeafBytes - 1,
+                                   kLeafBytes,
+                                   kLeafBytes + 1,
+                                   3 * kLeafBytes,
+                                   size - 2,
+                                   size - 1};
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 200; ++i) positions.push_back(rng() % size);
+  std::set<std::string> seen = {base.ToHex()};
+  for (size_t pos : positions) {
+    for (int bit : {0, 7, static_cast<int>(rng() % 8)}) {
+      bytes[pos] ^= static_cast<uint8_t>(1u << bit);
+      for (HashIsa isa : {HashIsa::kBaseline, HashIsa::kAuto}) {
+        const Fingerprint flipped =
+            *HashTensorBytes(DtypeCode::kUInt8, shape, bytes.data(), size, isa);
+        EXPECT_NE(flipped, base) << "byte " << pos << " bit " << bit;
+        seen.insert(flipped.ToHex());
+      }
+      bytes[pos] ^= static_cast<uint8_t>(1u << bit);
+    }
+  }
+  // Flips back restore the original.
+  EXPECT_EQ(*HashTensorBytes(DtypeCode::kUInt8, shape, bytes.data(), size),
+            base);
+  EXPECT_GT(seen.size(), 200u);
+}
+
+TEST(HashTensorBytesTest, ShapeAndDtypeAreHashed) {
+  const std::vector<uint8_t> bytes = RandomBytes(24, 1);
+  struct Variant {
+    DtypeCode dtype;
+    std::vector<int64_t> shape;
+  };
+  const Variant variants[] = {
+      {DtypeCode::kFloat32, {2, 3}}, {DtypeCode::kFloat32, {3, 2}},
+      {DtypeCode::kFloat32, {6}},    {DtypeCode::kFloat32, {1, 6}},
+      {DtypeCode::kFloat32, {6, 1}}, {DtypeCode::kInt32, {6}},
+      {DtypeCode::kUInt32, {6}},     {DtypeCode::kUInt8, {24}},
+      {DtypeCode::kInt8, {24}},      {DtypeCode::kBool, {24}},
+      {DtypeCode::kFloat16, {12}},   {DtypeCode::kBFloat16, {12}},
+      {DtypeCode::kInt16, {12}},     {DtypeCode::kUInt16, {12}},
+      {DtypeCode::kFloat64, {3}},    {DtypeCode::kInt64, {3}},
+      {DtypeCode::kUInt64, {3}},     {DtypeCode::kInt64, {1, 3}},
+  };
+  std::set<std::string> seen;
+  for (const Variant& v : variants) {
+    absl::StatusOr<Fingerprint> fp =
+        HashTensorBytes(v.dtype, v.shape, bytes.data(), bytes.size());
+    ASSERT_THAT(fp, IsOk());
+    EXPECT_TRUE(seen.insert(fp->ToHex()).second)
+        << DtypeName(v.dtype) << " collides";
+  }
+}
+
+TEST(HashTensorBytesTest, ZeroSizedShapesDiffer) {
+  std::set<std::string> seen;
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{0}, {0, 4}, {4, 0}, {0, 0}}) {
+    absl::StatusOr<Fingerprint> fp =
+        HashTensorBytes(DtypeCode::kFloat32, shape, nullptr, 0);
+    ASSERT_THAT(fp, IsOk());
+    EXPECT_TRUE(seen.insert(fp->ToHex()).second);
+  }
+}
+
+TEST(HashTensorBytesTest, RejectsBadArguments) {
+  const float x[6] = {};
+  EXPECT_THAT(HashTensorBytes(static_cast<DtypeCode>(99), {6}, x, 24),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dtype: unknown code 99")));
+  EXPECT_THAT(HashTensorBytes(static_cast<DtypeCode>(0), {6}, x, 24),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dtype")));
+  EXPECT_THAT(HashTensorBytes(DtypeCode::kFloat32, {2, -3}, x, 24),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("shape[1]: dimension -3 is negative")));
+  EXPECT_THAT(HashTensorBytes(DtypeCode::kFloat32, {2, 3}, x, 20),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("size: 20 bytes given, but shape [2,3] of "
+                                 "float32 needs 24")));
+  EXPECT_THAT(
+      HashTensorBytes(DtypeCode::kFloat32, {2, 3}, nullptr, 24),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bytes: null")));
+  const std::vector<int64_t> huge = {int64_t{1} << 40, int64_t{1} << 40};
+  EXPECT_THAT(HashTensorBytes(DtypeCode::kFloat32, huge, x, 24),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("exceeds the addressable size")));
+  const std::vector<int64_t> rank65(65, 1);
+  EXPECT_THAT(HashTensorBytes(DtypeCode::kFloat32, rank65, x, 4),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("rank 65 exceeds the limit of 64")));
+  const std::vector<int64_t> rank64(64, 1);
+  EXPECT_THAT(HashTensorBytes(DtypeCode::kFloat32, rank64, x, 4), IsOk());
+}
+
+TEST(HashTensorBytesTest, UnavailableIsaIsAnError) {
+  if (IsaAvailable(HashIsa::kAvx2)) {
+    EXPECT_EQ(SelectedIsa(), HashIsa::kAvx2);
+    GTEST_SKIP() << "this CPU has AVX2";
+  }
+  const float x = 1.0f;
+  EXPECT_EQ(SelectedIsa(), HashIsa::kBaseline);
+  EXPECT_THAT(
+      HashTensorBytes(DtypeCode::kFloat32, {1}, &x, 4, HashIsa::kAvx2),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("isa: avx2")));
+}
+
+TEST(HashTensorBytesTest, Avx2AndBaselineAgree) {
+  if (!IsaAvailable(HashIsa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937_64 rng(21);
+  for (int i = 0; i < 40; ++i) {
+    const size_t size =
+        i < 8 ? static_cast<size_t>(i) : rng() % (3 * kLeafBytes);
+    const std::vector<uint8_t> bytes = RandomBytes(size, 1000 + i);
+    const std::vector<int64_t> shape = {static_cast<int64_t>(size)};
+    const Fingerprint a = *HashTensorBytes(DtypeCode::kUInt8, shape,
+                                           bytes.data(), size, HashIsa::kAvx2);
+    const Fingerprint b = *HashTensorBytes(
+        DtypeCode::kUInt8, shape, bytes.data(), size, HashIsa::kBaseline);
+    EXPECT_EQ(a.ToHex(), b.ToHex()) << "size " << size;
+  }
+}
+
+TEST(CombineLeafHashesTest, MatchesHashTensorBytesAndChecksCount) {
+  const size_t size = 2 * kLeafBytes + 8;
+  const std::vector<uint8_t> bytes = RandomBytes(size, 8);
+  const std::vector<uint64_t> leaves = {
+      XXH3_64bits(bytes.data(), kLeafBytes),
+      XXH3_64bits(bytes.data() + kLeafBytes, kLeafBytes),
+      XXH3_64bits(bytes.data() + 2 * kLeafBytes, 8)};
+  const std::vector<int64_t> shape = {static_cast<int64_t>(size / 8)};
+  EXPECT_EQ(*CombineLeafHashes(DtypeCode::kInt64, shape, size, leaves),
+            *HashTensorBytes(DtypeCode::kInt64, shape, bytes.data(), size));
+  EXPECT_THAT(CombineLeafHashes(DtypeCode::kInt64, shape, size,
+                                absl::MakeSpan(leaves).subspan(0, 2)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("leaf_hashes: 2 given")));
+}
+
+// ---- Statistics. ----
+
+TEST(ComputeStatsTest, SmallIntegersAreExact) {
+  const std::vector<float> x = {1.0f, 2.0f, 3.0f, -4.0f};
+  for (HashIsa isa : kAllIsas) {
+    if (!IsaAvailable(isa)) continue;
+    const TensorStats s = *ComputeStats(x.data(), x.size(), isa);
+    EXPECT_EQ(s.sum, 2.0);
+    EXPECT_EQ(Bits(s.l2), Bits(std::sqrt(30.0)));
+    EXPECT_EQ(s.max_abs, 4.0f);
+    EXPECT_EQ(s.nan_count, 0);
+    EXPECT_EQ(s.inf_count, 0);
+  }
+  // Integers in [-8, 8] over several blocks: every partial sum is exact, so
+  // the result is the integer sum whatever the order (indexing bugs show
+  // here separately from ordering bugs).
+  std::mt19937_64 rng(4);
+  std::vector<float> ints(3 * 16384 + 77);
+  int64_t want_sum = 0;
+  int64_t want_sq = 0;
+  for (float& f : ints) {
+    const int v = static_cast<int>(rng() % 17) - 8;
+    f = static_cast<float>(v);
+    want_sum += v;
+    want_sq += v * v;
+  }
+  const TensorStats s = ComputeStats(ints.data(), ints.size());
+  EXPECT_EQ(s.sum, static_cast<double>(want_sum));
+  EXPECT_EQ(Bits(s.l2), Bits(std::sqrt(static_cast<double>(want_sq))));
+  EXPECT_EQ(s.max_abs, 8.0f);
+}
+
+TEST(ComputeStatsTest, NanInfAndNegativeZero) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {-0.0f,
+                                nan,
+                                inf,
+                                -inf,
+                                1.5f,
+                                -2.5f,
+                                FloatFromBits(0xffc00001U),
+                                FloatFromBits(0x7f800001U)};
+  for (HashIsa isa : kAllIsas) {
+    if (!IsaAvailable(isa)) continue;
+    const TensorStats s = *ComputeStats(x.data(), x.size(), isa);
+    EXPECT_EQ(s.sum, -1.0) << IsaName(isa);
+    EXPECT_EQ(Bits(s.l2), Bits(std::sqrt(8.5))) << IsaName(isa);
+    EXPECT_EQ(s.max_abs, 2.5f) << IsaName(isa);
+    EXPECT_EQ(s.nan_count, 3) << IsaName(isa);
+    EXPECT_EQ(s.inf_count, 2) << IsaName(isa);
+  }
+  // Only zeros and non-finite values: sum and max are +0.0, never -0.0.
+  const std::vector<float> zeros = {-0.0f, -0.0f, nan, -inf, -0.0f};
+  for (HashIsa isa : kAllIsas) {
+    if (!IsaAvailable(isa)) continue;
+    const TensorStats s = *ComputeStats(zeros.data(), zeros.size(), isa);
+    EXPECT_EQ(Bits(s.sum), 0u) << IsaName(isa);
+    EXPECT_EQ(Bits(s.l2), 0u) << IsaName(isa);
+    EXPECT_EQ(Bits(s.max_abs), 0u) << IsaName(isa);
+    EXPECT_EQ(s.nan_count, 1);
+    EXPECT_EQ(s.inf_count, 1);
+  }
+  // Empty.
+  const TensorStats e = ComputeStats(nullptr, 0);
+  EXPECT_EQ(Bits(e.sum), 0u);
+  EXPECT_EQ(Bits(e.l2), 0u);
+  EXPECT_EQ(Bits(e.max_abs), 0u);
+  EXPECT_EQ(e.nan_count + e.inf_count, 0);
+}
+
+TEST(ComputeStatsTest, ExtremesNeitherOverflowNorFlush) {
+  const float big = std::numeric_limits<float>::max();
+  const float tiny = FloatFromBits(1);  // smallest subnormal
+  const std::vector<float> x = {big, big, big, big};
+  const TensorStats s = ComputeStats(x.data(), x.size());
+  EXPECT_EQ(s.sum, 4.0 * static_cast<double>(big));
+  EXPECT_EQ(s.l2, 2.0 * static_cast<double>(big));
+  EXPECT_EQ(s.max_abs, big);
+  const std::vector<float> t = {tiny, -tiny, tiny};
+  const TensorStats st = ComputeStats(t.data(), t.size());
+  EXPECT_EQ(st.sum, static_cast<double>(tiny));
+  EXPECT_EQ(Bits(st.max_abs), 1u);
+  EXPECT_GT(st.l2, 0.0);
+}
+
+TEST(ComputeStatsTest, EqualsSpecAndPortableReferenceOnRandomData) {
+  const size_t b = 16384;
+  const std::vector<size_t> sizes = {1,      15,    16,        17,
+                                     31,     b - 1, b,         b + 1,
+                                     b + 16, 2 * b, 3 * b + 5, 5 * b + 1234};
+  int seed = 0;
+  for (size_t n : sizes) {
+    for (bool specials : {false, true}) {
+      const std::vector<float> x = RandomFloats(n, ++seed, specials);
+      const TensorStats want = SpecStats(x);
+      // The LS_HD reference, block by block.
+      portable::StatsPartial total = portable::EmptyStatsPartial();
+      for (size_t off = 0; off < n; off += b) {
+        portable::AddBlockStats(
+            &total,
+            portable::StatsOfBlock(x.data() + off,
+                                   static_cast<int64_t>(std::min(b, n - off))));
+      }
+      TensorStats ref;
+      ref.sum = total.sum;
+      ref.l2 = std::sqrt(total.sum_sq);
+      ref.max_abs = FloatFromBits(total.max_abs_bits);
+      ref.nan_count = total.nan_count;
+      ref.inf_count = total.inf_count;
+      EXPECT_EQ(StatsDiff(want, ref), "") << "portable, n " << n;
+      for (HashIsa isa : kAllIsas) {
+        if (!IsaAvailable(isa)) continue;
+        const TensorStats got = *ComputeStats(x.data(), n, isa);
+        EXPECT_EQ(StatsDiff(want, got), "")
+            << IsaName(isa) << ", n " << n << ", specials " << specials;
+      }
+    }
+  }
+}
+
+TEST(ComputeStatsTest, LaneOrderIsTheDefinedOne) {
+  // 1e16 + 1 - 1e16 is 0 or 1 in float64 depending on grouping. With 16
+  // lanes, x[0] = 1e16 and x[16] = -1e16 share lane 0 and cancel exactly,
+  // while x[1] = 1 sits in lane 1: the defined sum is exactly 1.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 1e16f;
+  x[1] = 1.0f;
+  x[16] = -1e16f;
+  for (HashIsa isa : kAllIsas) {
+    if (!IsaAvailable(isa)) continue;
+    EXPECT_EQ(ComputeStats(x.data(), x.size(), isa)->sum, 1.0) << IsaName(isa);
+  }
+  EXPECT_EQ(SpecStats(x).sum, 1.0);
+}
+
+TEST(FingerprintAndStatsTest, EqualsSeparateCalls) {
+  const size_t b = 16384;
+  for (size_t n : {size_t{0}, size_t{1}, b - 1, b, b + 1, 4 * b + 3}) {
+    const std::vector<float> x = RandomFloats(n, n + 5, /*specials=*/true);
+    const std::vector<int64_t> shape = {static_cast<int64_t>(n)};
+    for (HashIsa isa : kAllIsas) {
+      if (!IsaAvailable(isa)) continue;
+      absl::StatusOr<FingerprintAndStatsResult> r =
+          FingerprintAndStats(DtypeCode::kFloat32, shape, x.data(), 4 * n, isa);
+      ASSERT_THAT(r, IsOk());
+      EXPECT_EQ(r->fingerprint,
+                *HashTensorBytes(DtypeCode::kFloat32, shape, x.data(), 4 * n))
+          << "n " << n << " " << IsaName(isa);
+      EXPECT_EQ(StatsDiff(SpecStats(x), r->stats), "")
+          << "n " << n << " " << IsaName(isa);
+    }
+  }
+}
+
+TEST(FingerprintAndStatsTest, RejectsNonFloat32AndMisalignedData) {
+  const std::vector<int32_t> i(4, 1);
+  EXPECT_THAT(FingerprintAndStats(DtypeCode::kInt32, {4}, i.data(), 16),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("float32 only, got int32")));
+  std::vector<uint8_t> raw(20, 0);
+  EXPECT_THAT(FingerprintAndStats(DtypeCode::kFloat32, {4}, raw.data() + 1, 16),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("4-byte aligned")));
+}
+
+// ---- Digests of digest lists. ----
+
+TEST(CombineDigestsTest, MatchesDefinitionAndIsOrderSensitive) {
+  const Fingerprint a{1, 2};
+  const Fingerprint b{3, 4};
+  const Fingerprint c{0xffffffffffffffffULL, 0};
+  // Reference: XXH3-128 over 0xD1 then each digest's 16 LE bytes.
+  std::vector<uint8_t> in = {0xD1};
+  for (const Fingerprint& f : {a, b, c}) {
+    for (int i = 0; i < 8; ++i) {
+      in.push_back(static_cast<uint8_t>(f.lo >> (8 * i)));
+    }
+    for (int i = 0; i < 8; ++i) {
+      in.push_back(static_cast<uint8_t>(f.hi >> (8 * i)));
+    }
+  }
+  const XXH128_hash_t want = XXH3_128bits(in.data(), in.size());
+  const std::vector<Fingerprint> abc = {a, b, c};
+  EXPECT_EQ(CombineDigests(abc), (Fingerprint{want.high64, want.low64}));
+
+  std::set<std::string> seen;
+  for (const std::vector<Fingerprint>& list :
+       std::vector<std::vector<Fingerprint>>{{},
+                                             {a},
+                                             {b},
+                                             {a, b},
+                                             {b, a},
+                                             {a, b, c},
+                                             {a, c, b},
+                                             {c, b, a},
+                                             {a, a},
+                                             {a, b, c, a}}) {
+    EXPECT_TRUE(seen.insert(CombineDigests(list).ToHex()).second)
+        << list.size() << " digests collide";
+  }
+  const uint8_t tag = 0xD1;
+  const XXH128_hash_t empty = XXH3_128bits(&tag, 1);
+  EXPECT_EQ(CombineDigests({}), (Fingerprint{empty.high64, empty.low64}));
+}
+
+}  // namespace
+}  // namespace lockstep::hash

@@ -1,0 +1,52 @@
+// Internal: the per-leaf work of fingerprinting, one table per instruction
+// set. fingerprint.cc picks a table at run time; nothing else should include
+// this header.
+//
+// The AVX2 table lives in its own translation unit compiled with -mavx2. That
+// unit must not include any header that defines non-static inline functions
+// shared with the rest of the program (the linker could keep its AVX2 copy
+// and run it on a CPU without AVX2), so this header only declares a plain
+// struct of function pointers.
+#ifndef LOCKSTEP_KERNELS_HASH_LEAF_KERNELS_H_
+#define LOCKSTEP_KERNELS_HASH_LEAF_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lockstep::hash::internal {
+
+// Statistics of one block of float32 values, defined in stats_portable.h
+// (same fields as portable::StatsPartial; kept separate so the AVX2 unit
+// needs no shared inline code).
+struct LeafStats {
+  double sum;
+  double sum_sq;
+  uint32_t max_abs_bits;
+  int64_t nan_count;
+  int64_t inf_count;
+};
+
+struct LeafKernels {
+  // Name for logs and benchmarks ("baseline", "avx2").
+  const char* name;
+  // XXH3-64, seed 0, of data[0 .. len): equals libxxhash's XXH3_64bits.
+  uint64_t (*hash64)(const void* data, size_t len);
+  // Statistics of one block x[0 .. n), n <= 16384, with the exact result of
+  // portable::StatsOfBlock. Meanwhile it may prefetch
+  // prefetch[0 .. prefetch_bytes) (the next leaf) towards the cache: a hint
+  // only (prefetch instructions never fault); prefetch may be null.
+  LeafStats (*block_stats)(const float* x, size_t n, const void* prefetch,
+                           size_t prefetch_bytes);
+};
+
+// libxxhash's XXH3_64bits (as Debian builds it: SSE2 on x86-64) and scalar
+// statistics. Always available.
+const LeafKernels& BaselineLeafKernels();
+
+// Inline XXH3 and intrinsics compiled for AVX2, or nullptr where this build
+// has no AVX2 unit (not x86-64). Callers must also check the CPU.
+const LeafKernels* Avx2LeafKernels();
+
+}  // namespace lockstep::hash::internal
+
+#endif  // LOCKSTEP_KERNELS_HASH_LEAF_KERNELS_H_

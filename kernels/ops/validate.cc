@@ -1,0 +1,305 @@
+#include "kernels/ops/validate.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace lockstep::kernels {
+namespace {
+
+absl::Status Invalid(absl::string_view op, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what));
+}
+
+absl::Status CheckFloatRank(absl::string_view op, const Tensor& t,
+                            absl::string_view name, int rank) {
+  if (t.dtype() != DType::kFloat32) {
+    return Invalid(op, absl::StrFormat("%s must be float32, got %s", name,
+                                       t.DebugString()));
+  }
+  if (rank >= 0 && t.rank() != rank) {
+    return Invalid(op, absl::StrFormat("%s must have rank %d, got %s", name,
+                                       rank, t.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpectShape(absl::string_view op, const Tensor& t,
+                         const std::vector<int64_t>& shape,
+                         absl::string_view name) {
+  if (t.shape() == shape) return absl::OkStatus();
+  return Invalid(op,
+                 absl::StrFormat("%s has shape %s, expected %s", name,
+                                 ShapeString(t.shape()), ShapeString(shape)));
+}
+
+// Logical [rows, cols] of a stored rank-2 tensor, transposed or not.
+struct Logical {
+  int64_t rows, cols;
+};
+Logical LogicalOf(const Tensor& t, bool transpose) {
+  return transpose ? Logical{t.dim(1), t.dim(0)} : Logical{t.dim(0), t.dim(1)};
+}
+std::vector<int64_t> Stored(int64_t rows, int64_t cols, bool transpose) {
+  return transpose ? std::vector<int64_t>{cols, rows}
+                   : std::vector<int64_t>{rows, cols};
+}
+
+}  // namespace
+
+absl::Status CheckArity(absl::string_view op, absl::Span<const Tensor> inputs,
+                        size_t num_inputs, absl::Span<Tensor> outputs,
+                        size_t num_outputs) {
+  if (inputs.size() == num_inputs && outputs.size() == num_outputs) {
+    return absl::OkStatus();
+  }
+  return Invalid(
+      op,
+      absl::StrFormat("expected %d inputs and %d outputs, got %d and %d",
+                      num_inputs, num_outputs, inputs.size(), outputs.size()));
+}
+
+absl::StatusOr<canonical::DenseShape> ValidateDenseForward(
+    const Tensor& x, const Tensor& w, const Tensor& y, const OpAttrs& attrs) {
+  constexpr absl::string_view op = "dense.forward";
+  for (auto [t, name] :
+       {std::pair<const Tensor*, const char*>{&x, "x"}, {&w, "w"}, {&y, "y"}}) {
+    if (auto s = CheckFloatRank(op, *t, name, 2); !s.ok()) return s;
+  }
+  const Logical lx = LogicalOf(x, attrs.transpose_x);
+  const Logical lw = LogicalOf(w, attrs.transpose_w);
+  if (lx.cols != lw.rows) {
+    return Invalid(op,
+                   absl::StrFormat("inner dimensions differ: op(x) is [%d, %d] "
+                                   "(x %s, transpose_x=%d), op(w) is [%d, %d] "
+                                   "(w %s, transpose_w=%d)",
+                                   lx.rows, lx.cols, ShapeString(x.shape()),
+                                   attrs.transpose_x, lw.rows, lw.cols,
+                                   ShapeString(w.shape()), attrs.transpose_w));
+  }
+  if (auto s = ExpectShape(op, y, {lx.rows, lw.cols}, "y"); !s.ok()) return s;
+  return canonical::DenseShape{lx.rows, lx.cols, lw.cols, attrs.transpose_x,
+                               attrs.transpose_w};
+}
+
+absl::StatusOr<canonical::DenseShape> ValidateDenseGradInput(
+    const Tensor& dy, const Tensor& w, const Tensor& dx, const OpAttrs& attrs) {
+  constexpr absl::string_view op = "dense.grad_input";
+  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&dy, "dy"},
+                         {&w, "w"},
+                         {&dx, "dx"}}) {
+    if (auto s = CheckFloatRank(op, *t, name, 2); !s.ok()) return s;
+  }
+  const Logical lw = LogicalOf(w, attrs.transpose_w);  // [K, N]
+  const int64_t m = dy.dim(0);
+  if (dy.dim(1) != lw.cols) {
+    return Invalid(op, absl::StrFormat(
+                           "dy has shape %s but op(w) is [%d, %d] (w %s, "
+                           "transpose_w=%d): dy's columns must equal N = %d",
+                           ShapeString(dy.shape()), lw.rows, lw.cols,
+                           ShapeString(w.shape()), attrs.transpose_w, lw.cols));
+  }
+  if (auto s = ExpectShape(op, dx, Stored(m, lw.rows, attrs.transpose_x), "dx");
+      !s.ok()) {
+    return s;
+  }
+  return canonical::DenseShape{m, lw.rows, lw.cols, attrs.transpose_x,
+                               attrs.transpose_w};
+}
+
+absl::StatusOr<canonical::DenseShape> ValidateDenseGradWeight(
+    const Tensor& x, const Tensor& dy, const Tensor& dw, const OpAttrs& attrs) {
+  constexpr absl::string_view op = "dense.grad_weight";
+  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&x, "x"},
+                         {&dy, "dy"},
+                         {&dw, "dw"}}) {
+    if (auto s = CheckFloatRank(op, *t, name, 2); !s.ok()) return s;
+  }
+  const Logical lx = LogicalOf(x, attrs.transpose_x);  // [M, K]
+  if (dy.dim(0) != lx.rows) {
+    return Invalid(op, absl::StrFormat(
+                           "dy has shape %s but op(x) is [%d, %d] (x %s, "
+                           "transpose_x=%d): dy's rows must equal M = %d",
+                           ShapeString(dy.shape()), lx.rows, lx.cols,
+                           ShapeString(x.shape()), attrs.transpose_x, lx.rows));
+  }
+  const int64_t n = dy.dim(1);
+  if (auto s = ExpectShape(op, dw, Stored(lx.cols, n, attrs.transpose_w), "dw");
+      !s.ok()) {
+    return s;
+  }
+  return canonical::DenseShape{lx.rows, lx.cols, n, attrs.transpose_x,
+                               attrs.transpose_w};
+}
+
+namespace {
+absl::StatusOr<canonical::BiasShape> BiasShapeOf(absl::string_view op,
+                                                 const Tensor& x,
+                                                 absl::string_view name) {
+  if (auto s = CheckFloatRank(op, x, name, -1); !s.ok()) return s;
+  if (x.rank() < 2) {
+    return Invalid(op, absl::StrFormat("%s must have rank >= 2 ([N, C, ...]), "
+                                       "got %s",
+                                       name, x.DebugString()));
+  }
+  canonical::BiasShape s;
+  s.n = x.dim(0);
+  s.c = x.dim(1);
+  s.spatial = 1;
+  for (int i = 2; i < x.rank(); ++i) s.spatial *= x.dim(i);
+  return s;
+}
+}  // namespace
+
+absl::StatusOr<canonical::BiasShape> ValidateBiasAdd(const Tensor& x,
+                                                     const Tensor& b,
+                                                     const Tensor& y) {
+  constexpr absl::string_view op = "bias_add.forward";
+  absl::StatusOr<canonical::BiasShape> s = BiasShapeOf(op, x, "x");
+  if (!s.ok()) return s.status();
+  if (auto st = CheckFloatRank(op, b, "b", 1); !st.ok()) return st;
+  if (auto st = ExpectShape(op, b, {s->c}, "b"); !st.ok()) return st;
+  if (auto st = CheckFloatRank(op, y, "y", -1); !st.ok()) return st;
+  if (auto st = ExpectShape(op, y, x.shape(), "y"); !st.ok()) return st;
+  return s;
+}
+
+absl::StatusOr<canonical::BiasShape> ValidateBiasAddGrad(const Tensor& dy,
+                                                         const Tensor& db) {
+  constexpr absl::string_view op = "bias_add.grad";
+  absl::StatusOr<canonical::BiasShape> s = BiasShapeOf(op, dy, "dy");
+  if (!s.ok()) return s.status();
+  if (auto st = CheckFloatRank(op, db, "db", 1); !st.ok()) return st;
+  if (auto st = ExpectShape(op, db, {s->c}, "db"); !st.ok()) return st;
+  return s;
+}
+
+absl::Status ValidateSameShapeFloat(absl::string_view op,
+                                    absl::Span<const Tensor* const> tensors,
+                                    absl::Span<const absl::string_view> names) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (auto s = CheckFloatRank(op, *tensors[i], names[i], -1); !s.ok()) {
+      return s;
+    }
+    if (i > 0 && tensors[i]->shape() != tensors[0]->shape()) {
+      return Invalid(
+          op, absl::StrFormat("%s has shape %s, expected %s (the "
+                              "shape of %s)",
+                              names[i], ShapeString(tensors[i]->shape()),
+                              ShapeString(tensors[0]->shape()), names[0]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFlatten(const Tensor& x, const Tensor& y) {
+  constexpr absl::string_view op = "flatten";
+  if (x.dtype() != y.dtype()) {
+    return Invalid(op, absl::StrFormat("y is %s but x is %s (dtypes differ)",
+                                       y.DebugString(), x.DebugString()));
+  }
+  if (x.numel() != y.numel() || x.rank() < 1 || y.rank() < 1 ||
+      x.dim(0) != y.dim(0)) {
+    return Invalid(
+        op, absl::StrFormat("y %s must have x's element count and leading "
+                            "dimension (x is %s)",
+                            y.DebugString(), x.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<canonical::SoftmaxShape> ValidateSoftmaxXent(
+    absl::string_view op, const Tensor& logits, const Tensor& labels) {
+  if (auto s = CheckFloatRank(op, logits, "logits", 2); !s.ok()) return s;
+  const int64_t n = logits.dim(0);
+  const int64_t c = logits.dim(1);
+  if (n < 1 || n > canonical::kMaxSoftmaxBatch) {
+    return Invalid(op, absl::StrFormat("logits %s: batch size %d must be in "
+                                       "[1, %d]",
+                                       logits.DebugString(), n,
+                                       canonical::kMaxSoftmaxBatch));
+  }
+  if (c < 1) {
+    return Invalid(op, absl::StrFormat("logits %s: need at least 1 class",
+                                       logits.DebugString()));
+  }
+  if (labels.dtype() != DType::kInt32) {
+    return Invalid(op, absl::StrFormat("labels must be int32, got %s",
+                                       labels.DebugString()));
+  }
+  if (auto s = ExpectShape(op, labels, {n}, "labels"); !s.ok()) return s;
+  const int32_t* lab = labels.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (lab[i] < 0 || lab[i] >= c) {
+      return Invalid(op, absl::StrFormat("labels[%d] = %d is outside [0, %d) "
+                                         "(the number of classes)",
+                                         i, lab[i], c));
+    }
+  }
+  return canonical::SoftmaxShape{n, c};
+}
+
+absl::Status ValidateOptimizer(absl::string_view op, const Tensor& g,
+                               absl::Span<const Tensor> state,
+                               absl::Span<const absl::string_view> state_names,
+                               const OpAttrs& attrs) {
+  if (auto s = CheckFloatRank(op, g, "g", -1); !s.ok()) return s;
+  for (size_t i = 0; i < state.size(); ++i) {
+    if (auto s = CheckFloatRank(op, state[i], state_names[i], -1); !s.ok()) {
+      return s;
+    }
+    if (state[i].shape() != g.shape()) {
+      return Invalid(
+          op, absl::StrFormat("%s has shape %s, expected %s (the "
+                              "shape of g)",
+                              state_names[i], ShapeString(state[i].shape()),
+                              ShapeString(g.shape())));
+    }
+    if (state[i].SharesStorageWith(g)) {
+      return Invalid(op, absl::StrFormat("%s must not share storage with g",
+                                         state_names[i]));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (state[i].SharesStorageWith(state[j])) {
+        return Invalid(op, absl::StrFormat("%s must not share storage with %s",
+                                           state_names[i], state_names[j]));
+      }
+    }
+  }
+  const float lr = attrs.learning_rate;
+  if (!std::isfinite(lr) || lr < 0.0f) {
+    return Invalid(op, absl::StrFormat("learning_rate is %g, must be finite "
+                                       "and >= 0",
+                                       lr));
+  }
+  if (op == op::kMomentumUpdate &&
+      (!std::isfinite(attrs.momentum) || attrs.momentum < 0.0f)) {
+    return Invalid(op, absl::StrFormat("momentum is %g, must be finite and "
+                                       ">= 0",
+                                       attrs.momentum));
+  }
+  if (op == op::kAdamUpdate) {
+    for (auto [v, name] : {std::pair<float, const char*>{attrs.beta1, "beta1"},
+                           {attrs.beta2, "beta2"}}) {
+      if (!(v >= 0.0f && v < 1.0f)) {
+        return Invalid(op,
+                       absl::StrFormat("%s is %g, must be in [0, 1)", name, v));
+      }
+    }
+    if (!std::isfinite(attrs.epsilon) || attrs.epsilon <= 0.0f) {
+      return Invalid(op, absl::StrFormat("epsilon is %g, must be finite and "
+                                         "> 0",
+                                         attrs.epsilon));
+    }
+    if (attrs.step < 1) {
+      return Invalid(op, absl::StrFormat("step is %d, must be >= 1 (1-based)",
+                                         attrs.step));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep::kernels

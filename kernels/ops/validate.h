@@ -1,0 +1,72 @@
+// Host-side validation of op calls: Tensor arguments and OpAttrs in, the
+// canonical bodies' shape structs out. Every backend calls these before it
+// computes anything, so a bad call fails the same way on every device.
+// Errors are INVALID_ARGUMENT and name the op, the argument and the limit.
+//
+// Thread-safe (pure functions).
+#ifndef LOCKSTEP_KERNELS_OPS_VALIDATE_H_
+#define LOCKSTEP_KERNELS_OPS_VALIDATE_H_
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+#include "kernels/ops/dense.h"
+#include "kernels/ops/elementwise.h"
+#include "kernels/ops/optimizers.h"
+#include "kernels/ops/softmax_xent.h"
+#include "kernels/tensor.h"
+
+namespace lockstep::kernels {
+
+// "<op>: expected N inputs (names), got M" unless the counts match.
+absl::Status CheckArity(absl::string_view op, absl::Span<const Tensor> inputs,
+                        size_t num_inputs, absl::Span<Tensor> outputs,
+                        size_t num_outputs);
+
+// dense.forward: x, w, y float32 rank 2; op(x) [M, K], op(w) [K, N], y [M, N].
+absl::StatusOr<canonical::DenseShape> ValidateDenseForward(
+    const Tensor& x, const Tensor& w, const Tensor& y, const OpAttrs& attrs);
+// dense.grad_input: dy [M, N], w as in forward; dx has x's stored shape.
+absl::StatusOr<canonical::DenseShape> ValidateDenseGradInput(
+    const Tensor& dy, const Tensor& w, const Tensor& dx, const OpAttrs& attrs);
+// dense.grad_weight: x as in forward, dy [M, N]; dw has w's stored shape.
+absl::StatusOr<canonical::DenseShape> ValidateDenseGradWeight(
+    const Tensor& x, const Tensor& dy, const Tensor& dw, const OpAttrs& attrs);
+
+// bias_add.forward: x [N, C, ...] (rank >= 2), b [C], y like x.
+absl::StatusOr<canonical::BiasShape> ValidateBiasAdd(const Tensor& x,
+                                                     const Tensor& b,
+                                                     const Tensor& y);
+// bias_add.grad: dy [N, C, ...], db [C].
+absl::StatusOr<canonical::BiasShape> ValidateBiasAddGrad(const Tensor& dy,
+                                                         const Tensor& db);
+
+// All float32 and of identical shape (relu, add). names[i] names tensors[i].
+absl::Status ValidateSameShapeFloat(absl::string_view op,
+                                    absl::Span<const Tensor* const> tensors,
+                                    absl::Span<const absl::string_view> names);
+
+// flatten: same dtype, same element count, same leading dimension.
+absl::Status ValidateFlatten(const Tensor& x, const Tensor& y);
+
+// softmax_xent.*: logits float32 [N, C] with 1 <= N <= 2^24 and C >= 1,
+// labels int32 [N] with every label in [0, C) (checked here, before any
+// compute).
+absl::StatusOr<canonical::SoftmaxShape> ValidateSoftmaxXent(
+    absl::string_view op, const Tensor& logits, const Tensor& labels);
+
+// sgd/momentum/adam: state tensors float32 and shaped like g;
+// learning_rate finite and >= 0; momentum finite and >= 0; Adam: beta1 and
+// beta2 in [0, 1), epsilon finite and > 0, step >= 1.
+absl::Status ValidateOptimizer(absl::string_view op, const Tensor& g,
+                               absl::Span<const Tensor> state,
+                               absl::Span<const absl::string_view> state_names,
+                               const OpAttrs& attrs);
+
+}  // namespace lockstep::kernels
+
+#endif  // LOCKSTEP_KERNELS_OPS_VALIDATE_H_
