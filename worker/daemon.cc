@@ -16,11 +16,16 @@ namespace lockstep::worker {
 using ::lockstep::v1::CoordinatorMessage;
 using ::lockstep::v1::WorkerMessage;
 
-constexpr char kWorkerVersion[] = "lockstep-worker/0.1.0";
+constexpr char kWorkerVersion[] = "lockstep-worker/0.2.0";
 
 WorkerDaemon::WorkerDaemon(DaemonOptions options,
                            lockstep::v1::HardwareProfile profile)
     : options_(std::move(options)), profile_(std::move(profile)) {}
+
+WorkerDaemon::~WorkerDaemon() {
+  Stop();
+  Reap();
+}
 
 int64_t WorkerDaemon::sessions() const {
   absl::MutexLock lock(&mu_);
@@ -31,6 +36,220 @@ void WorkerDaemon::Stop() {
   absl::MutexLock lock(&mu_);
   stopping_ = true;
   if (active_ != nullptr) active_->TryCancel();
+  for (auto& [id, run] : runs_) {
+    if (run.supervisor) {
+      run.supervisor->Kill();
+      reap_.push_back(std::move(run.supervisor));
+    }
+  }
+  runs_.clear();
+}
+
+void WorkerDaemon::Reap() {
+  std::vector<std::unique_ptr<RunSupervisor>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    done.swap(reap_);
+  }
+  done.clear();  // joins reader threads, outside mu_
+}
+
+bool WorkerDaemon::Send(const WorkerMessage& m) {
+  absl::MutexLock w(&write_mu_);
+  Stream* stream;
+  {
+    absl::MutexLock lock(&mu_);
+    stream = stream_;
+  }
+  return stream != nullptr && stream->Write(m);
+}
+
+v1::Heartbeat WorkerDaemon::MakeHeartbeat() {
+  v1::Heartbeat hb;
+  hb.set_sent_unix_ms(absl::ToUnixMillis(absl::Now()));
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, run] : runs_) {
+    if (run.finished.has_value()) continue;
+    v1::RunProgress* p = hb.add_runs();
+    p->set_run_id(id);
+    p->set_attempt(run.assignment.attempt());
+    p->set_steps_done(run.steps_done);
+    p->set_last_loss(run.last_loss);
+  }
+  return hb;
+}
+
+void WorkerDaemon::Resend() {
+  std::vector<WorkerMessage> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, run] : runs_) {
+      for (const auto& b : run.unacked) {
+        WorkerMessage m;
+        *m.mutable_batch() = b;
+        pending.push_back(std::move(m));
+      }
+      if (run.finished.has_value()) {
+        WorkerMessage m;
+        *m.mutable_finished() = *run.finished;
+        pending.push_back(std::move(m));
+      }
+    }
+  }
+  if (!pending.empty()) {
+    LS_LOG(INFO) << "resending " << pending.size()
+                 << " unacknowledged message(s)";
+  }
+  for (const WorkerMessage& m : pending) {
+    if (!Send(m)) return;
+  }
+}
+
+void WorkerDaemon::StartRun(const v1::RunAssignment& a) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = runs_.find(a.run_id());
+    if (it != runs_.end() && it->second.assignment.attempt() == a.attempt()) {
+      return;  // already running this attempt
+    }
+    if (it != runs_.end()) {
+      // An older attempt: stop it; its fingerprints are void.
+      if (it->second.supervisor) {
+        it->second.supervisor->Kill();
+        reap_.push_back(std::move(it->second.supervisor));
+      }
+      runs_.erase(it);
+    }
+  }
+  if (options_.run_argv.empty()) {
+    WorkerMessage m;
+    m.mutable_finished()->set_run_id(a.run_id());
+    m.mutable_finished()->set_attempt(a.attempt());
+    m.mutable_finished()->set_failure_reason("this worker executes no runs");
+    Send(m);
+    return;
+  }
+  LS_LOG(INFO) << "run " << a.run_id() << " attempt " << a.attempt()
+               << ": starting (" << a.model().name() << ", "
+               << a.config().steps() << " steps)";
+  SupervisorOptions so;
+  so.argv = options_.run_argv;
+  so.timeout_ms = options_.run_timeout_ms;
+  const std::string run_id = a.run_id();
+  absl::MutexLock lock(&mu_);
+  ActiveRun& run = runs_[run_id];
+  run.assignment = a;
+  run.next_sequence = a.next_sequence();
+  auto supervisor = RunSupervisor::Start(
+      so, a, [this, run_id](WorkerMessage m) { OnRunMessage(run_id, std::move(m)); });
+  if (!supervisor.ok()) {
+    v1::RunFinished f;
+    f.set_run_id(a.run_id());
+    f.set_attempt(a.attempt());
+    f.set_failure_reason(supervisor.status().ToString());
+    run.finished = f;
+    return;  // sent by the next Resend or heartbeat round
+  }
+  run.supervisor = std::move(*supervisor);
+}
+
+void WorkerDaemon::OnRunMessage(const std::string& run_id, WorkerMessage m) {
+  WorkerMessage out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = runs_.find(run_id);
+    if (it == runs_.end()) return;  // cancelled meanwhile
+    ActiveRun& run = it->second;
+    if (m.has_progress()) {
+      run.steps_done = m.progress().steps_done();
+      run.last_loss = m.progress().last_loss();
+      out = m;
+    } else if (m.has_batch()) {
+      v1::FingerprintBatch b = m.batch();
+      b.set_run_id(run_id);
+      b.set_attempt(run.assignment.attempt());
+      b.set_sequence(run.next_sequence++);
+      run.unacked.push_back(b);
+      *out.mutable_batch() = std::move(b);
+    } else if (m.has_finished()) {
+      run.finished = m.finished();
+      run.finished->set_batches(run.next_sequence);
+      if (run.supervisor) reap_.push_back(std::move(run.supervisor));
+      LS_LOG(INFO) << "run " << run_id << ": "
+                   << (run.finished->success()
+                           ? "succeeded, digest " + run.finished->run_digest()
+                           : "failed: " + run.finished->failure_reason());
+      *out.mutable_finished() = *run.finished;
+    } else {
+      return;
+    }
+  }
+  Send(out);  // kept until acknowledged; resent after a reconnect
+}
+
+void WorkerDaemon::OnCoordinatorMessage(const CoordinatorMessage& m) {
+  switch (m.kind_case()) {
+    case CoordinatorMessage::kAssignment:
+      StartRun(m.assignment());
+      break;
+    case CoordinatorMessage::kCancel: {
+      absl::MutexLock lock(&mu_);
+      auto it = runs_.find(m.cancel().run_id());
+      if (it != runs_.end() &&
+          it->second.assignment.attempt() == m.cancel().attempt()) {
+        LS_LOG(WARNING) << "run " << m.cancel().run_id()
+                        << " cancelled: " << m.cancel().reason();
+        if (it->second.supervisor) {
+          it->second.supervisor->Kill();
+          reap_.push_back(std::move(it->second.supervisor));
+        }
+        runs_.erase(it);
+      }
+      break;
+    }
+    case CoordinatorMessage::kAck: {
+      absl::MutexLock lock(&mu_);
+      auto it = runs_.find(m.ack().run_id());
+      if (it == runs_.end() ||
+          it->second.assignment.attempt() != m.ack().attempt()) {
+        break;
+      }
+      if (m.ack().result_recorded()) {
+        runs_.erase(it);  // the coordinator has the result: forget the run
+        break;
+      }
+      auto& q = it->second.unacked;
+      while (!q.empty() && q.front().sequence() <= m.ack().sequence()) {
+        q.pop_front();
+      }
+      break;
+    }
+    case CoordinatorMessage::kRejected: {
+      LS_LOG(WARNING) << "coordinator rejected a message"
+                      << (m.rejected().run_id().empty()
+                              ? ""
+                              : " of run " + m.rejected().run_id())
+                      << ": " << m.rejected().message();
+      const auto code = static_cast<absl::StatusCode>(m.rejected().code());
+      if (code == absl::StatusCode::kAborted ||
+          code == absl::StatusCode::kNotFound) {
+        // The coordinator no longer wants this run: stop it.
+        absl::MutexLock lock(&mu_);
+        auto it = runs_.find(m.rejected().run_id());
+        if (it != runs_.end() &&
+            it->second.assignment.attempt() == m.rejected().attempt()) {
+          if (it->second.supervisor) {
+            it->second.supervisor->Kill();
+            reap_.push_back(std::move(it->second.supervisor));
+          }
+          runs_.erase(it);
+        }
+      }
+      break;
+    }
+    default:
+      break;
+  }
 }
 
 absl::Status WorkerDaemon::Run() {
@@ -51,6 +270,8 @@ absl::Status WorkerDaemon::Run() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetMaxSendMessageSize(64 << 20);
+  args.SetMaxReceiveMessageSize(64 << 20);
   auto channel = grpc::CreateCustomChannel(
       options_.coordinator, grpc::InsecureChannelCredentials(), args);
   auto stub = lockstep::v1::WorkerGateway::NewStub(channel);
@@ -64,6 +285,7 @@ absl::Status WorkerDaemon::Run() {
     }
     const int64_t before = sessions();
     grpc::Status status = Session(stub.get());
+    Reap();
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return absl::OkStatus();
@@ -83,8 +305,9 @@ absl::Status WorkerDaemon::Run() {
                     << delay << " ms";
     {
       absl::MutexLock lock(&mu_);
-      auto stopping = [this]()
-                          ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
+      auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_;
+      };
       mu_.AwaitWithTimeout(absl::Condition(&stopping),
                            absl::Milliseconds(delay));
       if (stopping_) return absl::OkStatus();
@@ -95,16 +318,23 @@ absl::Status WorkerDaemon::Run() {
 
 grpc::Status WorkerDaemon::Session(lockstep::v1::WorkerGateway::Stub* stub) {
   grpc::ClientContext ctx;
+  // Wait for the channel to connect instead of failing fast while it is
+  // reconnecting (the welcome watchdog bounds the wait).
+  ctx.set_wait_for_ready(true);
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return grpc::Status::CANCELLED;
     active_ = &ctx;
   }
-  auto clear_active = [this] {
-    absl::MutexLock lock(&mu_);
-    active_ = nullptr;
+  auto end_session = [this] {
+    {
+      absl::MutexLock lock(&mu_);
+      stream_ = nullptr;
+      active_ = nullptr;
+    }
+    absl::MutexLock w(&write_mu_);  // no writer holds the old stream now
   };
-  auto stream = stub->Connect(&ctx);
+  std::unique_ptr<Stream> stream = stub->Connect(&ctx);
 
   WorkerMessage hello;
   auto* h = hello.mutable_hello();
@@ -124,7 +354,6 @@ grpc::Status WorkerDaemon::Session(lockstep::v1::WorkerGateway::Stub* stub) {
       ctx.TryCancel();
     }
   });
-
   CoordinatorMessage msg;
   bool ok = stream->Write(hello) && stream->Read(&msg) && msg.has_welcome();
   welcomed.Notify();
@@ -132,7 +361,7 @@ grpc::Status WorkerDaemon::Session(lockstep::v1::WorkerGateway::Stub* stub) {
   if (!ok) {
     ctx.TryCancel();
     grpc::Status s = stream->Finish();
-    clear_active();
+    end_session();
     if (s.ok()) {
       return grpc::Status(grpc::StatusCode::UNKNOWN,
                           "stream ended before the welcome");
@@ -144,45 +373,39 @@ grpc::Status WorkerDaemon::Session(lockstep::v1::WorkerGateway::Stub* stub) {
   {
     absl::MutexLock lock(&mu_);
     ++sessions_;
+    stream_ = stream.get();
   }
   LS_LOG(INFO) << "connected to " << options_.coordinator << " as "
                << msg.welcome().worker_id() << " ("
                << msg.welcome().coordinator_version() << "), heartbeat every "
                << interval << " ms";
+  // Runs that lived through the disconnect: tell the coordinator at once.
+  {
+    WorkerMessage hb;
+    *hb.mutable_heartbeat() = MakeHeartbeat();
+    Send(hb);
+  }
+  Resend();
 
   absl::Notification session_over;
   std::thread heartbeats([&] {
     while (!session_over.WaitForNotificationWithTimeout(
         absl::Milliseconds(interval))) {
+      Reap();
       WorkerMessage hb;
-      hb.mutable_heartbeat()->set_sent_unix_ms(absl::ToUnixMillis(absl::Now()));
-      if (!stream->Write(hb)) {
+      *hb.mutable_heartbeat() = MakeHeartbeat();
+      if (!Send(hb)) {
         ctx.TryCancel();  // unblocks the reader
         return;
       }
     }
   });
 
-  while (stream->Read(&msg)) {
-    switch (msg.kind_case()) {
-      case CoordinatorMessage::kAssignment:
-        LS_LOG(WARNING) << "run " << msg.assignment().run_id()
-                        << " assigned, but this worker version executes no "
-                           "runs yet";
-        break;
-      case CoordinatorMessage::kRejected:
-        LS_LOG(WARNING) << "coordinator rejected a message: "
-                        << msg.rejected().message();
-        break;
-      default:
-        break;
-    }
-  }
+  while (stream->Read(&msg)) OnCoordinatorMessage(msg);
   session_over.Notify();
   heartbeats.join();
-  grpc::Status s = stream->Finish();
-  clear_active();
-  return s;
+  end_session();
+  return stream->Finish();
 }
 
 }  // namespace lockstep::worker

@@ -2,9 +2,13 @@
 //
 //   lockstep-worker daemon --coordinator=host:7070 --name=gpu-node-3
 //   lockstep-worker probe [--json]
+//   lockstep-worker run --model=m.json --config=c.json [--runs=N] ...
 #include <signal.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +20,9 @@
 #include "common/logging.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/daemon.h"
+#include "worker/exec/fault.h"
+#include "worker/exec/run_command.h"
+#include "worker/run_child.h"
 #include "worker/hardware_probe.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
@@ -29,6 +36,21 @@ ABSL_FLAG(int64_t, initial_backoff_ms, 200,
           "daemon: first reconnect delay, ms (doubles up to the max)");
 ABSL_FLAG(int64_t, max_backoff_ms, 5000, "daemon: longest reconnect delay, ms");
 ABSL_FLAG(bool, json, false, "probe: print the profile as JSON");
+ABSL_FLAG(std::string, model, "", "run: model file (JSON or text proto)");
+ABSL_FLAG(std::string, config, "", "run: job config file (JSON or text proto)");
+ABSL_FLAG(int, runs, 1, "run: number of runs to train and compare");
+ABSL_FLAG(std::string, inject_fault, "",
+          "run, daemon: flip one bit, step=S,layer=L,role=R,bit=B[,element=E]"
+          "[,slot=X]; run: into run 1 when --runs >= 2; daemon: into every "
+          "run this worker executes (a drill: the worker reports it in its "
+          "hardware profile)");
+ABSL_FLAG(int64_t, run_timeout_s, 3600,
+          "daemon: wall-clock limit of one run, s");
+ABSL_FLAG(std::string, dump, "",
+          "run: write tensors as .npy: first_divergent, all or "
+          "<layer>:<role>[:step]");
+ABSL_FLAG(std::string, dump_dir, "lockstep-dump",
+          "run: directory for --dump files");
 
 namespace {
 
@@ -36,7 +58,14 @@ constexpr char kUsage[] =
     "Lockstep worker.\n"
     "  lockstep-worker daemon [--coordinator=127.0.0.1:7070] [--name=NAME] "
     "[--labels=k=v,...]\n"
-    "  lockstep-worker probe [--json]   print this machine's hardware profile";
+    "  lockstep-worker probe [--json]   print this machine's hardware profile\n"
+    "  lockstep-worker execute          (internal) one run: assignment on "
+    "stdin, frames on stdout\n"
+    "  lockstep-worker run --model=m.json --config=c.json [--runs=N]\n"
+    "      [--inject_fault=step=S,layer=L,role=R,bit=B] [--dump=first_divergent|"
+    "all|<layer>:<role>[:step]] [--dump_dir=DIR]\n"
+    "      train locally and compare runs (exit 0 agree, 1 differ, 2 bad "
+    "spec)";
 
 int Probe() {
   auto profile = lockstep::worker::NewSystemProbe()->Probe();
@@ -79,6 +108,40 @@ int Probe() {
   return 0;
 }
 
+int Run() {
+  lockstep::worker::RunCommandOptions options;
+  options.model_path = absl::GetFlag(FLAGS_model);
+  options.config_path = absl::GetFlag(FLAGS_config);
+  options.runs = absl::GetFlag(FLAGS_runs);
+  options.inject_fault = absl::GetFlag(FLAGS_inject_fault);
+  options.dump = absl::GetFlag(FLAGS_dump);
+  options.dump_dir = absl::GetFlag(FLAGS_dump_dir);
+  return lockstep::worker::RunCommand(options, stdout, stderr);
+}
+
+// The --inject_fault flag, parsed; exits with a usage error when malformed.
+std::optional<lockstep::worker::FaultSpec> FaultFlag(bool* bad) {
+  *bad = false;
+  const std::string text = absl::GetFlag(FLAGS_inject_fault);
+  if (text.empty()) return std::nullopt;
+  auto fault = lockstep::worker::ParseFaultSpec(text);
+  if (!fault.ok()) {
+    // The parser's messages already name the flag.
+    std::fprintf(stderr, "lockstep-worker: %s\n",
+                 std::string(fault.status().message()).c_str());
+    *bad = true;
+    return std::nullopt;
+  }
+  return *fault;
+}
+
+int Execute() {
+  bool bad = false;
+  std::optional<lockstep::worker::FaultSpec> fault = FaultFlag(&bad);
+  if (bad) return 64;
+  return lockstep::worker::RunChildMain(fault);
+}
+
 int Daemon() {
   sigset_t signals;
   sigemptyset(&signals);
@@ -92,7 +155,29 @@ int Daemon() {
                  profile.status().ToString().c_str());
     return 1;
   }
+  bool bad_fault = false;
+  std::optional<lockstep::worker::FaultSpec> fault = FaultFlag(&bad_fault);
+  if (bad_fault) return 64;
   lockstep::worker::DaemonOptions options;
+  // Runs execute in child processes of this same binary.
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) {
+    std::fprintf(stderr, "lockstep-worker: cannot find its own binary\n");
+    return 1;
+  }
+  self[n] = '\0';
+  options.run_argv = {self, "execute"};
+  if (fault.has_value()) {
+    options.run_argv.push_back("--inject_fault=" +
+                               absl::GetFlag(FLAGS_inject_fault));
+    auto* f = profile->mutable_injecting_fault();
+    f->set_step(fault->step);
+    f->set_layer(fault->layer);
+    f->set_role(lockstep::v1::TensorRole_Name(fault->role));
+    f->set_bit(fault->bit);
+  }
+  options.run_timeout_ms = absl::GetFlag(FLAGS_run_timeout_s) * 1000;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.name = absl::GetFlag(FLAGS_name);
   if (options.name.empty()) options.name = profile->hostname();
@@ -158,6 +243,8 @@ int main(int argc, char** argv) {
   const std::string command = args[1];
   if (command == "probe") return Probe();
   if (command == "daemon") return Daemon();
+  if (command == "run") return Run();
+  if (command == "execute") return Execute();
   std::fprintf(stderr, "lockstep-worker: unknown command \"%s\"\n%s\n",
                command.c_str(), kUsage);
   return 64;

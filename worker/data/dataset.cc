@@ -1,0 +1,511 @@
+#include "worker/data/dataset.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/digest.h"
+#include "common/status_macros.h"
+#include "kernels/canonical/version.h"
+#include "kernels/random/synthetic.h"
+#include "kernels/tensor.h"
+#include "worker/data/byte_order.h"
+#include "worker/data/file_io.h"
+#include "worker/data/idx.h"
+#include "worker/data/npy.h"
+#include "xxhash.h"
+
+namespace lockstep::worker {
+namespace {
+
+using ::lockstep::kernels::DType;
+using ::lockstep::kernels::ShapeString;
+using ::lockstep::kernels::Tensor;
+
+// Prefix of the bytes hashed into a file dataset's digest; bump the version
+// when the meaning of the same files changes (conversion, order).
+constexpr char kFileDigestTag[] = "lockstep-file-dataset/v1\n";
+
+// Index of the first example of `step`: (step * batch) mod n, exactly.
+uint64_t FirstExample(int64_t step, int64_t batch, uint64_t n) {
+  const unsigned __int128 s = static_cast<uint64_t>(step) % n;
+  const unsigned __int128 b = static_cast<uint64_t>(batch) % n;
+  return static_cast<uint64_t>((s * b) % n);
+}
+
+absl::Status CheckBatchArgs(int64_t step, int64_t batch) {
+  if (step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset batch: step must be >= 0, got ", step));
+  }
+  if (batch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset batch: batch size must be >= 1, got ", batch));
+  }
+  return absl::OkStatus();
+}
+
+// Allocates x [batch, ...example_shape] and labels [batch].
+absl::Status AllocateBatch(int64_t batch,
+                           const std::vector<int64_t>& example_shape, Tensor* x,
+                           Tensor* labels) {
+  std::vector<int64_t> shape = {batch};
+  shape.insert(shape.end(), example_shape.begin(), example_shape.end());
+  absl::StatusOr<Tensor> xt = Tensor::Zeros(DType::kFloat32, shape);
+  if (!xt.ok()) {
+    return absl::Status(xt.status().code(),
+                        absl::StrCat("dataset batch: ", xt.status().message()));
+  }
+  absl::StatusOr<Tensor> lt = Tensor::Zeros(DType::kInt32, {batch});
+  if (!lt.ok()) {
+    return absl::Status(lt.status().code(),
+                        absl::StrCat("dataset batch: ", lt.status().message()));
+  }
+  *x = *std::move(xt);
+  *labels = *std::move(lt);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Synthetic data: the generator is kernels/random/synthetic.h (inputs from
+// the job seed, teacher from the teacher seed); this class only maps rows to
+// example indices.
+
+class SyntheticDataset final : public Dataset {
+ public:
+  // teacher: the weights [num_classes, features] of
+  // canonical::SyntheticTeacherWeights(teacher_seed, ...).
+  SyntheticDataset(std::vector<int64_t> example_shape, int32_t num_classes,
+                   int64_t features, uint64_t seed, int64_t examples,
+                   std::vector<float> teacher, std::string digest)
+      : example_shape_(std::move(example_shape)),
+        num_classes_(num_classes),
+        features_(features),
+        seed_(seed),
+        examples_(examples),
+        teacher_(std::move(teacher)),
+        digest_(std::move(digest)) {}
+
+  const std::vector<int64_t>& example_shape() const override {
+    return example_shape_;
+  }
+  int32_t num_classes() const override { return num_classes_; }
+  std::string digest() const override { return digest_; }
+
+  absl::Status Batch(int64_t step, int64_t batch, Tensor* x,
+                     Tensor* labels) override {
+    LS_RETURN_IF_ERROR(CheckBatchArgs(step, batch));
+    uint64_t first;
+    if (examples_ == 0) {
+      // Endless stream: example index step * batch + i; every Philox index
+      // (example * features + j) must fit in 64 bits (SyntheticInput).
+      const unsigned __int128 end = (static_cast<unsigned __int128>(step) + 1) *
+                                    static_cast<uint64_t>(batch) *
+                                    static_cast<uint64_t>(features_);
+      if (end > ~uint64_t{0}) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("dataset batch: step ", step, " with batch size ",
+                         batch, " is past the end of the synthetic stream"));
+      }
+      first = static_cast<uint64_t>(step) * static_cast<uint64_t>(batch);
+    } else {
+      first = FirstExample(step, batch, static_cast<uint64_t>(examples_));
+    }
+    Tensor xt, lt;
+    LS_RETURN_IF_ERROR(AllocateBatch(batch, example_shape_, &xt, &lt));
+    float* xd = xt.data<float>();
+    int32_t* ld = lt.data<int32_t>();
+    uint64_t e = first;
+    for (int64_t i = 0; i < batch; ++i) {
+      float* row = xd + i * features_;
+      for (int64_t j = 0; j < features_; ++j) {
+        row[j] = canonical::SyntheticInput(seed_, e, features_, j);
+      }
+      ld[i] = canonical::SyntheticLabel(teacher_.data(), row, features_,
+                                        num_classes_);
+      ++e;
+      if (examples_ > 0 && e == static_cast<uint64_t>(examples_)) e = 0;
+    }
+    *x = std::move(xt);
+    *labels = std::move(lt);
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::vector<int64_t> example_shape_;
+  const int32_t num_classes_;
+  const int64_t features_;
+  const uint64_t seed_;
+  const int64_t examples_;            // 0: endless stream.
+  const std::vector<float> teacher_;  // [num_classes, features], row-major.
+  const std::string digest_;
+};
+
+// The canonical description hashed into a synthetic dataset's digest.
+std::string SyntheticDescription(uint64_t seed, uint64_t teacher_seed,
+                                 const std::vector<int64_t>& example_shape,
+                                 int32_t classes, int64_t examples) {
+  return absl::StrCat(
+      "lockstep-synthetic-dataset\n", "generator=", kSyntheticGeneratorVersion,
+      "\n", "canonical_arithmetic=", canonical::kCanonicalArithmeticVersion,
+      "\n", "seed=", seed, "\n", "teacher_seed=", teacher_seed, "\n",
+      "example_shape=", ShapeString(example_shape), "\n", "classes=", classes,
+      "\n", "examples=", examples, "\n");
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenSyntheticDataset(
+    const lockstep::v1::SyntheticDataset& spec, uint64_t job_seed,
+    const std::vector<int64_t>& model_shape, int64_t features,
+    int32_t num_classes, const DatasetOptions& options) {
+  if (spec.examples() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset.synthetic.examples must be >= 0 (0 = endless), got ",
+        spec.examples()));
+  }
+  if (spec.examples() > 0 && static_cast<unsigned __int128>(spec.examples()) *
+                                     static_cast<uint64_t>(features) >
+                                 ~uint64_t{0}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset.synthetic.examples (", spec.examples(),
+                     ") * features (", features, ") must be below 2^64"));
+  }
+  const uint64_t teacher_seed =
+      spec.teacher_seed() != 0 ? spec.teacher_seed() : job_seed;
+  if (features > options.max_teacher_elements / num_classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset.synthetic: the teacher needs model.num_classes * features = ",
+        num_classes, " * ", features, " weights, over the limit of ",
+        options.max_teacher_elements));
+  }
+  std::vector<float> teacher(static_cast<size_t>(num_classes) *
+                             static_cast<size_t>(features));
+  if (absl::Status s = canonical::SyntheticTeacherWeights(
+          teacher_seed, features, num_classes, teacher.data());
+      !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("dataset.synthetic: ", s.message()));
+  }
+  std::string digest = Digest128Hex(SyntheticDescription(
+      job_seed, teacher_seed, model_shape, num_classes, spec.examples()));
+  return std::unique_ptr<Dataset>(new SyntheticDataset(
+      model_shape, num_classes, features, job_seed, spec.examples(),
+      std::move(teacher), std::move(digest)));
+}
+
+// ---------------------------------------------------------------------------
+// Files.
+
+// How the inputs file's bytes become floats.
+enum class InputEncoding {
+  kUInt8,      // One byte per value; x = float(v) / 255.0f.
+  kFloat32LE,  // IEEE binary32, little-endian; bits copied as they are.
+};
+
+class FileDataset final : public Dataset {
+ public:
+  FileDataset(std::vector<int64_t> example_shape, int32_t num_classes,
+              int64_t features, int64_t n, std::string inputs,
+              int64_t inputs_offset, InputEncoding encoding,
+              std::vector<int32_t> labels, std::string digest)
+      : example_shape_(std::move(example_shape)),
+        num_classes_(num_classes),
+        features_(features),
+        n_(n),
+        inputs_(std::move(inputs)),
+        inputs_offset_(inputs_offset),
+        encoding_(encoding),
+        labels_(std::move(labels)),
+        digest_(std::move(digest)) {}
+
+  const std::vector<int64_t>& example_shape() const override {
+    return example_shape_;
+  }
+  int32_t num_classes() const override { return num_classes_; }
+  std::string digest() const override { return digest_; }
+
+  absl::Status Batch(int64_t step, int64_t batch, Tensor* x,
+                     Tensor* labels) override {
+    LS_RETURN_IF_ERROR(CheckBatchArgs(step, batch));
+    Tensor xt, lt;
+    LS_RETURN_IF_ERROR(AllocateBatch(batch, example_shape_, &xt, &lt));
+    float* xd = xt.data<float>();
+    int32_t* ld = lt.data<int32_t>();
+    const uint64_t n = static_cast<uint64_t>(n_);
+    uint64_t e = FirstExample(step, batch, n);
+    for (int64_t i = 0; i < batch; ++i) {
+      float* row = xd + i * features_;
+      if (encoding_ == InputEncoding::kUInt8) {
+        const auto* src = reinterpret_cast<const unsigned char*>(
+            inputs_.data() + inputs_offset_ + e * features_);
+        for (int64_t j = 0; j < features_; ++j) {
+          row[j] = static_cast<float>(src[j]) / 255.0f;
+        }
+      } else {
+        CopyLittleEndian(inputs_.data() + inputs_offset_ + e * features_ * 4,
+                         features_, 4, row);
+      }
+      ld[i] = labels_[e];
+      e = (e + 1 == n) ? 0 : e + 1;
+    }
+    *x = std::move(xt);
+    *labels = std::move(lt);
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::vector<int64_t> example_shape_;
+  const int32_t num_classes_;
+  const int64_t features_;       // Elements per example.
+  const int64_t n_;              // Examples, >= 1.
+  const std::string inputs_;     // The inputs file, whole.
+  const int64_t inputs_offset_;  // Where its array data starts.
+  const InputEncoding encoding_;
+  const std::vector<int32_t> labels_;
+  const std::string digest_;
+};
+
+// XXH3-128 over a byte stream, written like Digest128Hex.
+class StreamDigest {
+ public:
+  StreamDigest() : state_(XXH3_createState()) {
+    if (state_ != nullptr) XXH3_128bits_reset(state_);
+  }
+  ~StreamDigest() { XXH3_freeState(state_); }
+  StreamDigest(const StreamDigest&) = delete;
+  StreamDigest& operator=(const StreamDigest&) = delete;
+
+  bool ok() const { return state_ != nullptr; }
+  void Update(absl::string_view bytes) {
+    XXH3_128bits_update(state_, bytes.data(), bytes.size());
+  }
+  std::string Hex() const {
+    const XXH128_hash_t h = XXH3_128bits_digest(state_);
+    return absl::StrFormat("%016x%016x", h.high64, h.low64);
+  }
+
+ private:
+  XXH3_state_t* state_;
+};
+
+// Reads one file of a file dataset, feeding its bytes to `digest` and then
+// its length as 8 little-endian bytes.
+absl::StatusOr<std::string> ReadHashed(const std::string& path,
+                                       absl::string_view what,
+                                       const DatasetOptions& options,
+                                       StreamDigest* digest) {
+  LS_ASSIGN_OR_RETURN(std::string bytes,
+                      ReadWholeFile(path, what, options.max_file_bytes,
+                                    [digest](absl::string_view chunk) {
+                                      digest->Update(chunk);
+                                    }));
+  std::string len;
+  AppendLittleEndian64(bytes.size(), &len);
+  digest->Update(len);
+  return bytes;
+}
+
+// The example shapes an IDX image file [n, rows, cols] can feed.
+bool IdxShapeFits(const std::vector<int64_t>& model, int64_t rows,
+                  int64_t cols) {
+  return model == std::vector<int64_t>{1, rows, cols} ||
+         model == std::vector<int64_t>{rows, cols} ||
+         model == std::vector<int64_t>{rows * cols};
+}
+
+// Checks every label against [0, num_classes) and converts it to int32.
+template <typename T>
+absl::Status ConvertLabels(const char* data, int64_t n, int elem_size,
+                           int32_t num_classes, absl::string_view what,
+                           std::vector<int32_t>* out) {
+  out->resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    T raw;
+    CopyLittleEndian(data + i * elem_size, 1, elem_size, &raw);
+    const int64_t v = raw;
+    if (v < 0 || v >= num_classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": label at index ", i, " is ", v, ", outside [0, ",
+          num_classes, ") (model.num_classes = ", num_classes, ")"));
+    }
+    (*out)[i] = static_cast<int32_t>(v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLabelCount(int64_t labels, int64_t examples,
+                             absl::string_view lb_what,
+                             absl::string_view in_what) {
+  if (labels == examples) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(lb_what, ": holds ", labels, " labels but ", in_what,
+                   " holds ", examples, " examples"));
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenFileDataset(
+    const lockstep::v1::FileDataset& spec,
+    const std::vector<int64_t>& model_shape, int64_t features,
+    int32_t num_classes, const DatasetOptions& options) {
+  const bool idx = spec.format() == lockstep::v1::FileDataset::IDX;
+  if (!idx && spec.format() != lockstep::v1::FileDataset::NPY) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset.file.format must be IDX or NPY, got ",
+        lockstep::v1::FileDataset::Format_Name(spec.format()).empty()
+            ? absl::StrCat(static_cast<int>(spec.format()))
+            : lockstep::v1::FileDataset::Format_Name(spec.format())));
+  }
+  if (spec.inputs_path().empty()) {
+    return absl::InvalidArgumentError("dataset.file.inputs_path is empty");
+  }
+  if (spec.labels_path().empty()) {
+    return absl::InvalidArgumentError("dataset.file.labels_path is empty");
+  }
+  const std::string in_what =
+      absl::StrCat("dataset.file.inputs_path ", QuotedPath(spec.inputs_path()));
+  const std::string lb_what =
+      absl::StrCat("dataset.file.labels_path ", QuotedPath(spec.labels_path()));
+
+  StreamDigest digest;
+  if (!digest.ok()) return absl::ResourceExhaustedError("XXH3_createState");
+  digest.Update(kFileDigestTag);
+  digest.Update(idx ? "format=IDX\n" : "format=NPY\n");
+
+  LS_ASSIGN_OR_RETURN(
+      std::string inputs,
+      ReadHashed(spec.inputs_path(), in_what, options, &digest));
+  int64_t n = 0;
+  int64_t inputs_offset = 0;
+  InputEncoding encoding;
+  std::vector<int64_t> file_example_shape;
+  if (idx) {
+    LS_ASSIGN_OR_RETURN(const IdxHeader h,
+                        ParseIdx(inputs, in_what, kIdxImagesMagic));
+    n = h.dims[0];
+    inputs_offset = h.data_offset;
+    encoding = InputEncoding::kUInt8;
+    file_example_shape = {1, h.dims[1], h.dims[2]};
+    if (!IdxShapeFits(model_shape, h.dims[1], h.dims[2])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          in_what, ": example shape ", ShapeString(file_example_shape),
+          " does not match model.input_shape ", ShapeString(model_shape),
+          " (IDX images [n, rows, cols] feed [1, rows, cols], [rows, cols] or "
+          "[rows * cols])"));
+    }
+  } else {
+    LS_ASSIGN_OR_RETURN(const NpyHeader h, ParseNpy(inputs, in_what));
+    if (h.dtype != NpyDType::kFloat32 && h.dtype != NpyDType::kUInt8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(in_what, ": inputs must be '<f4' (or '|u1'), got '",
+                       NpyDescr(h.dtype), "'"));
+    }
+    if (h.shape.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          in_what,
+          ": inputs must have shape [n, ...model.input_shape], got a "
+          "0-d array"));
+    }
+    n = h.shape[0];
+    inputs_offset = h.data_offset;
+    encoding = h.dtype == NpyDType::kUInt8 ? InputEncoding::kUInt8
+                                           : InputEncoding::kFloat32LE;
+    file_example_shape.assign(h.shape.begin() + 1, h.shape.end());
+    if (file_example_shape != model_shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          in_what, ": example shape ", ShapeString(file_example_shape),
+          " does not match model.input_shape ", ShapeString(model_shape)));
+    }
+  }
+  if (n == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(in_what, ": holds no examples (at least 1 required)"));
+  }
+
+  LS_ASSIGN_OR_RETURN(
+      std::string label_file,
+      ReadHashed(spec.labels_path(), lb_what, options, &digest));
+  std::vector<int32_t> labels;
+  if (idx) {
+    LS_ASSIGN_OR_RETURN(const IdxHeader h,
+                        ParseIdx(label_file, lb_what, kIdxLabelsMagic));
+    LS_RETURN_IF_ERROR(CheckLabelCount(h.dims[0], n, lb_what, in_what));
+    LS_RETURN_IF_ERROR(ConvertLabels<uint8_t>(label_file.data() + h.data_offset,
+                                              n, 1, num_classes, lb_what,
+                                              &labels));
+  } else {
+    LS_ASSIGN_OR_RETURN(const NpyHeader h, ParseNpy(label_file, lb_what));
+    if (h.dtype != NpyDType::kInt32 && h.dtype != NpyDType::kInt64 &&
+        h.dtype != NpyDType::kUInt8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(lb_what, ": labels must be '<i4', '<i8' or '|u1', got '",
+                       NpyDescr(h.dtype), "'"));
+    }
+    if (h.shape.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          lb_what, ": labels must have shape [n], got ", ShapeString(h.shape)));
+    }
+    LS_RETURN_IF_ERROR(CheckLabelCount(h.shape[0], n, lb_what, in_what));
+    const char* data = label_file.data() + h.data_offset;
+    if (h.dtype == NpyDType::kInt32) {
+      LS_RETURN_IF_ERROR(
+          ConvertLabels<int32_t>(data, n, 4, num_classes, lb_what, &labels));
+    } else if (h.dtype == NpyDType::kInt64) {
+      LS_RETURN_IF_ERROR(
+          ConvertLabels<int64_t>(data, n, 8, num_classes, lb_what, &labels));
+    } else {
+      LS_RETURN_IF_ERROR(
+          ConvertLabels<uint8_t>(data, n, 1, num_classes, lb_what, &labels));
+    }
+  }
+  return std::unique_ptr<Dataset>(new FileDataset(
+      model_shape, num_classes, features, n, std::move(inputs), inputs_offset,
+      encoding, std::move(labels), digest.Hex()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(
+    const lockstep::v1::Dataset& spec, uint64_t job_seed,
+    const std::vector<int64_t>& model_input_shape, int32_t num_classes,
+    const DatasetOptions& options) {
+  if (model_input_shape.empty()) {
+    return absl::InvalidArgumentError("model.input_shape is empty");
+  }
+  for (size_t i = 0; i < model_input_shape.size(); ++i) {
+    if (model_input_shape[i] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.input_shape ", ShapeString(model_input_shape),
+                       ": dimension ", i, " must be >= 1"));
+    }
+  }
+  absl::StatusOr<int64_t> features =
+      kernels::CheckedNumElements(model_input_shape);
+  if (!features.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.input_shape: ", features.status().message()));
+  }
+  if (num_classes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.num_classes must be >= 1, got ", num_classes));
+  }
+  if (options.max_file_bytes < 0 || options.max_teacher_elements < 0) {
+    return absl::InvalidArgumentError("DatasetOptions: negative limit");
+  }
+  if (spec.source_case() == lockstep::v1::Dataset::kFile) {
+    return OpenFileDataset(spec.file(), model_input_shape, *features,
+                           num_classes, options);
+  }
+  return OpenSyntheticDataset(spec.synthetic(), job_seed, model_input_shape,
+                              *features, num_classes, options);
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(
+    const lockstep::v1::Dataset& spec, uint64_t job_seed,
+    const std::vector<int64_t>& model_input_shape, int32_t num_classes) {
+  return OpenDataset(spec, job_seed, model_input_shape, num_classes,
+                     DatasetOptions());
+}
+
+}  // namespace lockstep::worker

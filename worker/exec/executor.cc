@@ -1,0 +1,830 @@
+#include "worker/exec/executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "worker/exec/init.h"
+#include "worker/exec/manifest.h"
+
+namespace lockstep::worker {
+
+namespace v1 = ::lockstep::v1;
+using kernels::KernelFn;
+using kernels::OpAttrs;
+using kernels::Tensor;
+
+namespace {
+
+kernels::Mode ModeOf(v1::DeterminismMode mode) {
+  switch (mode) {
+    case v1::DETERMINISTIC:
+      return kernels::Mode::kDeterministic;
+    case v1::DEFAULT:
+      return kernels::Mode::kDefault;
+    default:
+      return kernels::Mode::kCanonical;
+  }
+}
+
+hash::DtypeCode HashDtype(kernels::DType dtype) {
+  switch (dtype) {
+    case kernels::DType::kInt32:
+      return hash::DtypeCode::kInt32;
+    case kernels::DType::kUInt8:
+      return hash::DtypeCode::kUInt8;
+    default:
+      return hash::DtypeCode::kFloat32;
+  }
+}
+
+kernels::DType KernelDtype(v1::DType dtype) {
+  switch (dtype) {
+    case v1::INT32:
+      return kernels::DType::kInt32;
+    case v1::UINT8:
+      return kernels::DType::kUInt8;
+    default:
+      return kernels::DType::kFloat32;
+  }
+}
+
+bool SameShape(const v1::ManifestEntry& e, const Tensor& t) {
+  if (e.shape_size() != t.rank()) return false;
+  for (int i = 0; i < t.rank(); ++i) {
+    if (e.shape(i) != t.dim(i)) return false;
+  }
+  return KernelDtype(e.dtype()) == t.dtype();
+}
+
+absl::StatusOr<Tensor> Zeros(const std::vector<int64_t>& shape,
+                             const std::string& what,
+                             kernels::DType dtype = kernels::DType::kFloat32) {
+  absl::StatusOr<Tensor> t = Tensor::Zeros(dtype, shape);
+  if (!t.ok()) {
+    return absl::Status(t.status().code(),
+                        absl::StrCat(what, ": ", t.status().message()));
+  }
+  return t;
+}
+
+// Validates the parts of the config the executor itself interprets.
+absl::Status CheckConfig(const ModelPlan& plan, const v1::JobConfig& config) {
+  if (config.backend() == v1::CUDA) {
+    return absl::FailedPreconditionError(
+        "backend CUDA: this worker has no CUDA backend yet");
+  }
+  if (config.dtype() != v1::DTYPE_UNSPECIFIED &&
+      config.dtype() != v1::FLOAT32) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config.dtype: %s is not supported (only FLOAT32)",
+                        v1::DType_Name(config.dtype())));
+  }
+  if (config.steps() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config.steps: %d must be >= 1", config.steps()));
+  }
+  if (plan.input_shape.empty() || plan.input_shape[0] != config.batch_size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config.batch_size: %d differs from the plan's batch dimension %s",
+        config.batch_size(), kernels::ShapeString(plan.input_shape)));
+  }
+  if (plan.num_classes < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model.num_classes: %d must be >= 1", plan.num_classes));
+  }
+  const v1::OptimizerConfig& o = config.optimizer();
+  if (!std::isfinite(o.learning_rate()) || !(o.learning_rate() > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config.optimizer.learning_rate: %g must be finite and > 0",
+        o.learning_rate()));
+  }
+  if (o.kind() == v1::MOMENTUM &&
+      !(o.momentum() >= 0.0f && o.momentum() < 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config.optimizer.momentum: %g is outside [0, 1)", o.momentum()));
+  }
+  if (o.kind() == v1::ADAM) {
+    if (!(o.beta1() >= 0.0f && o.beta1() < 1.0f)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "config.optimizer.beta1: %g is outside [0, 1)", o.beta1()));
+    }
+    if (!(o.beta2() >= 0.0f && o.beta2() < 1.0f)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "config.optimizer.beta2: %g is outside [0, 1)", o.beta2()));
+    }
+    if (!std::isfinite(o.epsilon()) || o.epsilon() < 0.0f) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "config.optimizer.epsilon: %g must be finite and >= 0 (0 means "
+          "1e-7)",
+          o.epsilon()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The optimizer attributes of config.optimizer with the documented defaults.
+OpAttrs OptimizerAttrs(const v1::OptimizerConfig& o) {
+  OpAttrs a;
+  a.learning_rate = o.learning_rate();
+  a.momentum = o.momentum();
+  a.beta1 = o.beta1() == 0.0f ? 0.9f : o.beta1();
+  a.beta2 = o.beta2() == 0.0f ? 0.999f : o.beta2();
+  a.epsilon = o.epsilon() == 0.0f ? 1e-7f : o.epsilon();
+  return a;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::TensorFingerprint> FingerprintTensor(const Tensor& t,
+                                                        int32_t index) {
+  v1::TensorFingerprint fp;
+  fp.set_index(index);
+  const hash::DtypeCode code = HashDtype(t.dtype());
+  const size_t size = static_cast<size_t>(t.bytes());
+  if (t.dtype() == kernels::DType::kFloat32) {
+    LS_ASSIGN_OR_RETURN(
+        hash::FingerprintAndStatsResult r,
+        hash::FingerprintAndStats(code, t.shape(), t.raw_data(), size));
+    fp.set_hash_hi(r.fingerprint.hi);
+    fp.set_hash_lo(r.fingerprint.lo);
+    v1::TensorStats* s = fp.mutable_stats();
+    s->set_sum(r.stats.sum);
+    s->set_l2(r.stats.l2);
+    s->set_max_abs(r.stats.max_abs);
+    s->set_nan_count(r.stats.nan_count);
+    s->set_inf_count(r.stats.inf_count);
+  } else {
+    LS_ASSIGN_OR_RETURN(
+        hash::Fingerprint f,
+        hash::HashTensorBytes(code, t.shape(), t.raw_data(), size));
+    fp.set_hash_hi(f.hi);
+    fp.set_hash_lo(f.lo);
+    fp.mutable_stats();  // all zero: statistics are defined for float32 only
+  }
+  return fp;
+}
+
+absl::StatusOr<KernelChoice> ChooseKernel(const kernels::Registry& registry,
+                                          const v1::JobConfig& config,
+                                          const std::string& op) {
+  if (config.backend() == v1::CUDA) {
+    return absl::FailedPreconditionError(
+        "backend CUDA: this worker has no CUDA backend yet");
+  }
+  const std::string backend = kernels::kCpuBackendName;
+  KernelChoice c;
+  c.op = op;
+  c.requested_mode = ModeOf(config.determinism());
+  const kernels::KernelKey canonical{op, kernels::Mode::kCanonical,
+                                     kernels::kCanonicalAlgorithm, backend};
+  auto it = config.op_algorithms().find(op);
+  if (it != config.op_algorithms().end()) {
+    c.requested_algorithm = it->second;
+    const kernels::KernelKey key{op, c.requested_mode, it->second, backend};
+    if (registry.Contains(key)) {
+      c.ran = key;
+      return c;
+    }
+    if (it->second == kernels::kCanonicalAlgorithm &&
+        registry.Contains(canonical)) {
+      c.ran = canonical;
+      c.fallback = c.requested_mode != kernels::Mode::kCanonical;
+      return c;
+    }
+    std::vector<std::string> available;
+    for (const kernels::KernelKey& k : registry.Keys()) {
+      if (k.op == op && k.backend == backend) {
+        available.push_back(
+            absl::StrCat(kernels::ModeName(k.mode), "/", k.algorithm));
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config.op_algorithms[\"%s\"]: algorithm \"%s\" is not registered for "
+        "mode %s on backend %s; available: %s",
+        op, it->second, kernels::ModeName(c.requested_mode), backend,
+        available.empty() ? "none" : absl::StrJoin(available, ", ")));
+  }
+  if (c.requested_mode != kernels::Mode::kCanonical) {
+    // The mode's default: the algorithm named like the mode
+    // ("deterministic", "default"), else the first registered one.
+    const std::string preferred =
+        absl::AsciiStrToLower(kernels::ModeName(c.requested_mode));
+    std::optional<kernels::KernelKey> first;
+    for (const kernels::KernelKey& k : registry.Keys()) {
+      if (k.op != op || k.mode != c.requested_mode || k.backend != backend) {
+        continue;
+      }
+      if (k.algorithm == preferred) {
+        c.ran = k;
+        return c;
+      }
+      if (!first.has_value()) first = k;
+    }
+    if (first.has_value()) {
+      c.ran = *first;
+      return c;
+    }
+    c.fallback = true;
+  }
+  LS_RETURN_IF_ERROR(registry.Lookup(canonical).status());
+  c.ran = canonical;
+  return c;
+}
+
+// ---------------------------------------------------------------------------
+
+namespace {
+
+struct LayerState {
+  const LayerPlan* plan = nullptr;
+  LayerOps ops;
+  KernelFn forward = nullptr;
+  KernelFn grad_input = nullptr;
+  KernelFn grad_weight = nullptr;
+  KernelFn bias_forward = nullptr;
+  KernelFn bias_grad = nullptr;
+  int weight = -1;  // index into params, or -1
+  int bias = -1;
+  std::vector<Tensor> in;  // forward inputs (DENSE: flattened views)
+  Tensor out;              // output (activation or loss)
+  std::vector<Tensor> params;
+  std::vector<Tensor> grads;               // per param
+  std::vector<std::vector<Tensor>> state;  // per param, optimizer state
+  // Gradient w.r.t. each input in the input's shape; empty handle when the
+  // input is the model input and no gradient is formed.
+  std::vector<Tensor> grad_in;
+  // The same storage in the shape the kernel writes (DENSE: [N, features]).
+  std::vector<Tensor> grad_in_kernel;
+  Tensor add_scratch;  // ADD: output for a skipped (model input) gradient
+  Tensor dy;           // gradient w.r.t. the output
+  // How dy is formed: the list of contributions (consumers' grad_in).
+  std::vector<Tensor> dy_parts;
+};
+
+}  // namespace
+
+struct Executor::State {
+  ModelPlan plan;
+  v1::JobConfig config;
+  const kernels::Registry* registry = nullptr;
+  BatchSource batches;
+  ExecutorOptions options;
+
+  v1::TensorManifest manifest;
+  std::vector<v1::ManifestEntry> step_tensors;
+  std::vector<int> manifest_index;  // per step tensor: manifest index or -1
+  std::vector<int> captured_steps;
+  std::vector<char> step_captured;  // per step
+  int fault_tensor = -1;            // step-tensor index the fault hits
+
+  std::vector<KernelChoice> kernels;
+  KernelFn add_forward = nullptr;
+  KernelFn optimizer = nullptr;
+  OptimizerOps optimizer_ops;
+  OpAttrs optimizer_attrs;
+
+  Tensor x;
+  Tensor labels;
+  std::vector<LayerState> layers;
+
+  // Progress.
+  int steps_done = 0;
+  bool failed = false;
+  size_t cursor = 0;  // next step tensor of the current step
+  int step = 0;
+  bool capturing = false;
+  std::vector<v1::TensorFingerprint> step_fps;
+  std::vector<hash::Fingerprint> step_hashes;
+  RunResult result;
+
+  absl::StatusOr<KernelFn> Resolve(const std::string& op,
+                                   std::map<std::string, KernelChoice>* used) {
+    auto it = used->find(op);
+    if (it == used->end()) {
+      LS_ASSIGN_OR_RETURN(KernelChoice c, ChooseKernel(*registry, config, op));
+      it = used->emplace(op, std::move(c)).first;
+    }
+    return registry->Lookup(it->second.ran);
+  }
+
+  absl::Status Setup();
+  absl::Status Step(int s);
+  absl::Status Forward();
+  absl::Status Backward();
+  absl::Status Optimize();
+  absl::Status Emit(const std::string& layer, v1::TensorRole role,
+                    absl::string_view op, absl::string_view slot, Tensor& t);
+  absl::Status Call(KernelFn fn, const LayerState& l, absl::string_view op,
+                    absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                    const OpAttrs& attrs);
+};
+
+absl::Status Executor::State::Call(KernelFn fn, const LayerState& l,
+                                   absl::string_view op,
+                                   absl::Span<const Tensor> in,
+                                   absl::Span<Tensor> out,
+                                   const OpAttrs& attrs) {
+  absl::Status st = fn(in, out, attrs);
+  if (!st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrFormat("step %d, layer \"%s\", %s: %s", step,
+                                        l.plan->name, op, st.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::State::Emit(const std::string& layer,
+                                   v1::TensorRole role, absl::string_view op,
+                                   absl::string_view slot, Tensor& t) {
+  auto produced = [&] {
+    return absl::StrFormat(
+        "layer \"%s\" %s %s%s %s", layer, v1::TensorRole_Name(role), op,
+        slot.empty() ? "" : absl::StrCat(" slot ", slot), t.DebugString());
+  };
+  if (cursor >= step_tensors.size()) {
+    return absl::InternalError(absl::StrFormat(
+        "execution order left the manifest: step %d produced %s after the "
+        "manifest's last entry",
+        step, produced()));
+  }
+  const v1::ManifestEntry& e = step_tensors[cursor];
+  if (e.layer() != layer || e.role() != role || e.op() != op ||
+      e.slot() != slot || !SameShape(e, t)) {
+    return absl::InternalError(absl::StrFormat(
+        "execution order diverged from the manifest at step %d: expected "
+        "entry %s, the executor produced %s",
+        step, DescribeEntry(e), produced()));
+  }
+  const int index = static_cast<int>(cursor);
+  ++cursor;
+  if (index == fault_tensor && step == options.fault->step) {
+    LS_RETURN_IF_ERROR(FlipBit(t, options.fault->element, options.fault->bit));
+    result.fault_injected = true;
+  }
+  if (!capturing) return absl::OkStatus();
+  const int mi = manifest_index[index];
+  if (mi < 0) return absl::OkStatus();
+  LS_ASSIGN_OR_RETURN(v1::TensorFingerprint fp, FingerprintTensor(t, mi));
+  step_hashes.push_back(HashOf(fp));
+  if (options.observer) {
+    LS_RETURN_IF_ERROR(options.observer(step, manifest.entries(mi), t, fp));
+  }
+  if (options.keep_fingerprints) step_fps.push_back(std::move(fp));
+  return absl::OkStatus();
+}
+
+absl::Status Executor::State::Setup() {
+  LS_RETURN_IF_ERROR(CheckConfig(plan, config));
+  LS_ASSIGN_OR_RETURN(manifest, BuildManifest(plan, config));
+  LS_ASSIGN_OR_RETURN(step_tensors, StepTensors(plan, config));
+  captured_steps = ExpandCapturedSteps(manifest);
+  step_captured.assign(config.steps(), 0);
+  for (int s : captured_steps) step_captured[s] = 1;
+  manifest_index.assign(step_tensors.size(), -1);
+  {
+    int mi = 0;
+    for (size_t i = 0; i < step_tensors.size(); ++i) {
+      if (PolicyCapturesEntry(config.capture(), step_tensors[i])) {
+        manifest_index[i] = mi++;
+      }
+    }
+    if (mi != manifest.entries_size()) {
+      return absl::InternalError("manifest and step tensors disagree");
+    }
+  }
+  if (options.fault.has_value()) {
+    LS_ASSIGN_OR_RETURN(fault_tensor, ResolveFault(*options.fault, step_tensors,
+                                                   config.steps()));
+    result.fault = options.fault;
+    result.fault_entry = manifest_index[fault_tensor] >= 0
+                             ? manifest.entries(manifest_index[fault_tensor])
+                             : step_tensors[fault_tensor];
+  }
+  if (!batches.fill) {
+    return absl::InvalidArgumentError("executor: no batch source given");
+  }
+  // Op names in config.op_algorithms must be real ops.
+  {
+    const std::vector<std::string> ops = registry->Ops();
+    for (const auto& [op, alg] : config.op_algorithms()) {
+      if (!std::binary_search(ops.begin(), ops.end(), op)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "config.op_algorithms: unknown op \"%s\" (known: %s)", op,
+            absl::StrJoin(ops, ", ")));
+      }
+    }
+  }
+
+  std::map<std::string, KernelChoice> used;
+  LS_ASSIGN_OR_RETURN(optimizer_ops, OpsOfOptimizer(config.optimizer().kind()));
+  LS_ASSIGN_OR_RETURN(optimizer, Resolve(optimizer_ops.op, &used));
+  optimizer_attrs = OptimizerAttrs(config.optimizer());
+
+  const std::vector<std::vector<Consumer>> consumers = ComputeConsumers(plan);
+  LS_ASSIGN_OR_RETURN(x, Zeros(plan.input_shape, "batch input"));
+  LS_ASSIGN_OR_RETURN(labels, Zeros({plan.input_shape[0]}, "batch labels",
+                                    kernels::DType::kInt32));
+  const int n_layers = static_cast<int>(plan.layers.size());
+  layers.resize(n_layers);
+  for (int i = 0; i < n_layers; ++i) {
+    LayerState& l = layers[i];
+    l.plan = &plan.layers[i];
+    const LayerPlan& lp = *l.plan;
+    const std::string what = absl::StrFormat("layer \"%s\"", lp.name);
+    LS_ASSIGN_OR_RETURN(l.ops, OpsOfLayer(lp.op));
+    LS_ASSIGN_OR_RETURN(l.forward, Resolve(l.ops.forward, &used));
+    if (lp.op != v1::BIAS_ADD) {
+      LS_ASSIGN_OR_RETURN(l.grad_input, Resolve(l.ops.grad_input, &used));
+    }
+    if (*l.ops.grad_weight != '\0') {
+      LS_ASSIGN_OR_RETURN(l.grad_weight, Resolve(l.ops.grad_weight, &used));
+    }
+    LS_ASSIGN_OR_RETURN(l.out, Zeros(lp.output_shape, what + " output"));
+    for (size_t k = 0; k < lp.inputs.size(); ++k) {
+      const int src = lp.inputs[k];
+      Tensor t = src == kModelInput ? x : layers[src].out;
+      if (lp.op == v1::DENSE) {
+        const int64_t n = t.dim(0);
+        LS_ASSIGN_OR_RETURN(t, t.Reshape({n, n == 0 ? 0 : t.numel() / n}));
+      }
+      l.in.push_back(t);
+    }
+    for (size_t p = 0; p < lp.params.size(); ++p) {
+      const ParamPlan& pp = lp.params[p];
+      if (pp.role == v1::WEIGHT) l.weight = static_cast<int>(p);
+      if (pp.role == v1::BIAS) l.bias = static_cast<int>(p);
+      LS_ASSIGN_OR_RETURN(Tensor w, Zeros(pp.shape, what + " " + pp.name));
+      if (options.param_init) {
+        LS_RETURN_IF_ERROR(options.param_init(i, static_cast<int>(p), w));
+      } else {
+        LS_RETURN_IF_ERROR(InitializeParam(
+            config.seed(), i, static_cast<int>(p), pp, options.initializer, w));
+      }
+      l.params.push_back(w);
+      LS_ASSIGN_OR_RETURN(Tensor g, Zeros(pp.shape, what + " grad"));
+      l.grads.push_back(g);
+      std::vector<Tensor> st;
+      for (size_t k = 0; k < optimizer_ops.state_slots.size(); ++k) {
+        LS_ASSIGN_OR_RETURN(Tensor v, Zeros(pp.shape, what + " state"));
+        st.push_back(v);
+      }
+      l.state.push_back(std::move(st));
+    }
+    if (l.bias >= 0) {
+      LS_ASSIGN_OR_RETURN(l.bias_forward,
+                          Resolve(kernels::op::kBiasAddForward, &used));
+      LS_ASSIGN_OR_RETURN(l.bias_grad,
+                          Resolve(kernels::op::kBiasAddGrad, &used));
+    }
+    if (lp.op == v1::BIAS_ADD) l.bias_forward = l.forward;
+  }
+  // Gradients, consumers before producers.
+  for (int i = n_layers - 1; i >= 0; --i) {
+    LayerState& l = layers[i];
+    const LayerPlan& lp = *l.plan;
+    const std::string what = absl::StrFormat("layer \"%s\"", lp.name);
+    if (lp.op != v1::SOFTMAX_XENT) {
+      for (const Consumer& c : consumers[i]) {
+        l.dy_parts.push_back(layers[c.layer].grad_in[c.input]);
+      }
+      if (l.dy_parts.size() == 1) {
+        l.dy = l.dy_parts[0];
+      } else {
+        // A sum buffer, or zeros for an output nobody reads.
+        LS_ASSIGN_OR_RETURN(l.dy, Zeros(lp.output_shape, what + " grad"));
+        if (l.dy_parts.size() > 1 && add_forward == nullptr) {
+          LS_ASSIGN_OR_RETURN(add_forward,
+                              Resolve(kernels::op::kAddForward, &used));
+        }
+      }
+    }
+    l.grad_in.resize(lp.inputs.size());
+    l.grad_in_kernel.resize(lp.inputs.size());
+    for (size_t k = 0; k < lp.inputs.size(); ++k) {
+      if (lp.inputs[k] == kModelInput) continue;
+      if (lp.op == v1::BIAS_ADD) {
+        l.grad_in[k] = l.dy;  // d(x + b)/dx = identity: no kernel
+      } else {
+        LS_ASSIGN_OR_RETURN(l.grad_in[k],
+                            Zeros(lp.input_shapes[k], what + " input grad"));
+      }
+      l.grad_in_kernel[k] = l.grad_in[k];
+      if (lp.op == v1::DENSE) {
+        LS_ASSIGN_OR_RETURN(l.grad_in_kernel[k],
+                            l.grad_in[k].Reshape(l.in[k].shape()));
+      }
+    }
+    if (lp.op == v1::ADD) {
+      LS_ASSIGN_OR_RETURN(l.add_scratch, Zeros(lp.output_shape, what));
+    }
+  }
+  for (auto& [op, c] : used) kernels.push_back(c);
+  result.kernels = kernels;
+  result.manifest = manifest;
+  result.captured_steps = captured_steps;
+  result.dataset_digest = batches.digest;
+  result.losses.reserve(config.steps());
+  return absl::OkStatus();
+}
+
+absl::Status Executor::State::Forward() {
+  LS_RETURN_IF_ERROR(batches.fill(step, x, labels));
+  if (x.dtype() != kernels::DType::kFloat32 || x.shape() != plan.input_shape ||
+      labels.dtype() != kernels::DType::kInt32 ||
+      labels.shape() != std::vector<int64_t>{plan.input_shape[0]}) {
+    return absl::InternalError(
+        "batch source replaced the preallocated batch tensors");
+  }
+  LS_RETURN_IF_ERROR(Emit("", v1::INPUT, kInputOp, "", x));
+  LS_RETURN_IF_ERROR(Emit("", v1::LABEL, kLabelsOp, "", labels));
+  for (LayerState& l : layers) {
+    const LayerPlan& lp = *l.plan;
+    v1::TensorRole role = v1::ACTIVATION;
+    switch (lp.op) {
+      case v1::DENSE:
+      case v1::CONV2D: {
+        const Tensor in[] = {l.in[0], l.params[l.weight]};
+        Tensor out[] = {l.out};
+        LS_RETURN_IF_ERROR(
+            Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
+        break;
+      }
+      case v1::SOFTMAX_XENT: {
+        const Tensor in[] = {l.in[0], labels};
+        Tensor out[] = {l.out};
+        LS_RETURN_IF_ERROR(
+            Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
+        role = v1::LOSS;
+        break;
+      }
+      case v1::BIAS_ADD: {
+        const Tensor in[] = {l.in[0], l.params[l.bias]};
+        Tensor out[] = {l.out};
+        LS_RETURN_IF_ERROR(
+            Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
+        break;
+      }
+      default: {  // RELU, pools, FLATTEN, ADD, RESIZE: inputs -> output
+        Tensor out[] = {l.out};
+        LS_RETURN_IF_ERROR(
+            Call(l.forward, l, l.ops.forward, l.in, out, lp.attrs));
+        break;
+      }
+    }
+    if (l.bias >= 0 && lp.op != v1::BIAS_ADD) {
+      // The layer's own bias, in place on its output.
+      const Tensor in[] = {l.out, l.params[l.bias]};
+      Tensor out[] = {l.out};
+      LS_RETURN_IF_ERROR(Call(l.bias_forward, l, kernels::op::kBiasAddForward,
+                              in, out, lp.attrs));
+    }
+    LS_RETURN_IF_ERROR(Emit(lp.name, role, l.ops.forward, "", l.out));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::State::Backward() {
+  for (int i = static_cast<int>(layers.size()) - 1; i >= 0; --i) {
+    LayerState& l = layers[i];
+    const LayerPlan& lp = *l.plan;
+    if (l.dy_parts.size() > 1) {
+      // Sum of the contributions, in increasing (consumer layer, input)
+      // order, left to right: ((c0 + c1) + c2) + ...
+      const OpAttrs none;
+      {
+        const Tensor in[] = {l.dy_parts[0], l.dy_parts[1]};
+        Tensor out[] = {l.dy};
+        LS_RETURN_IF_ERROR(
+            Call(add_forward, l, kGradAccumulateOp, in, out, none));
+      }
+      for (size_t k = 2; k < l.dy_parts.size(); ++k) {
+        const Tensor in[] = {l.dy, l.dy_parts[k]};
+        Tensor out[] = {l.dy};
+        LS_RETURN_IF_ERROR(
+            Call(add_forward, l, kGradAccumulateOp, in, out, none));
+      }
+      LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_ACTIVATION, kGradAccumulateOp,
+                              kSlotSum, l.dy));
+    }
+    if (l.bias >= 0) {
+      const Tensor in[] = {l.dy};
+      Tensor out[] = {l.grads[l.bias]};
+      LS_RETURN_IF_ERROR(
+          Call(l.bias_grad, l, kernels::op::kBiasAddGrad, in, out, lp.attrs));
+      LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_BIAS, kernels::op::kBiasAddGrad,
+                              "", l.grads[l.bias]));
+    }
+    if (l.weight >= 0) {
+      const Tensor in[] = {l.in[0], l.dy};
+      Tensor out[] = {l.grads[l.weight]};
+      LS_RETURN_IF_ERROR(
+          Call(l.grad_weight, l, l.ops.grad_weight, in, out, lp.attrs));
+      LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_WEIGHT, l.ops.grad_weight, "",
+                              l.grads[l.weight]));
+    }
+    // Gradients w.r.t. the inputs (none w.r.t. the model input).
+    bool any = false;
+    for (int src : lp.inputs) any = any || src != kModelInput;
+    if (!any) continue;
+    switch (lp.op) {
+      case v1::DENSE:
+      case v1::CONV2D: {
+        const Tensor in[] = {l.dy, l.params[l.weight]};
+        Tensor out[] = {l.grad_in_kernel[0]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
+      case v1::RELU:
+      case v1::MAX_POOL2D: {
+        const Tensor in[] = {l.in[0], l.dy};
+        Tensor out[] = {l.grad_in_kernel[0]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
+      case v1::SOFTMAX_XENT: {
+        const Tensor in[] = {l.in[0], labels};
+        Tensor out[] = {l.grad_in_kernel[0]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
+      case v1::ADD: {
+        const Tensor in[] = {l.dy};
+        Tensor out[] = {
+            lp.inputs[0] == kModelInput ? l.add_scratch : l.grad_in_kernel[0],
+            lp.inputs[1] == kModelInput ? l.add_scratch : l.grad_in_kernel[1]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
+      case v1::BIAS_ADD:
+        break;    // grad_in[0] is dy itself
+      default: {  // AVG_POOL2D, GLOBAL_AVG_POOL, RESIZE_BILINEAR, FLATTEN
+        const Tensor in[] = {l.dy};
+        Tensor out[] = {l.grad_in_kernel[0]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
+    }
+    for (size_t k = 0; k < lp.inputs.size(); ++k) {
+      if (lp.inputs[k] == kModelInput) continue;
+      LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_ACTIVATION, l.ops.grad_input,
+                              InputSlot(static_cast<int>(k)), l.grad_in[k]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::State::Optimize() {
+  OpAttrs attrs = optimizer_attrs;
+  attrs.step = static_cast<int64_t>(step) + 1;  // Adam's t is 1-based
+  for (LayerState& l : layers) {
+    for (size_t p = 0; p < l.params.size(); ++p) {
+      const Tensor in[] = {l.grads[p]};
+      Tensor out[3];
+      out[0] = l.params[p];
+      for (size_t k = 0; k < l.state[p].size(); ++k) out[k + 1] = l.state[p][k];
+      LS_RETURN_IF_ERROR(Call(optimizer, l, optimizer_ops.op, in,
+                              absl::MakeSpan(out, 1 + l.state[p].size()),
+                              attrs));
+      const ParamPlan& pp = l.plan->params[p];
+      LS_RETURN_IF_ERROR(
+          Emit(l.plan->name, pp.role, optimizer_ops.op, "", l.params[p]));
+      for (size_t k = 0; k < l.state[p].size(); ++k) {
+        LS_RETURN_IF_ERROR(Emit(l.plan->name, v1::OPTIMIZER_STATE,
+                                optimizer_ops.op, optimizer_ops.state_slots[k],
+                                l.state[p][k]));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::State::Step(int s) {
+  step = s;
+  cursor = 0;
+  capturing = options.fingerprint && step_captured[s] != 0;
+  step_fps.clear();
+  step_hashes.clear();
+  if (capturing && options.keep_fingerprints) {
+    step_fps.reserve(manifest.entries_size());
+  }
+  LS_RETURN_IF_ERROR(Forward());
+  result.losses.push_back(layers.back().out.data<float>()[0]);
+  LS_RETURN_IF_ERROR(Backward());
+  LS_RETURN_IF_ERROR(Optimize());
+  if (cursor != step_tensors.size()) {
+    return absl::InternalError(absl::StrFormat(
+        "execution order left the manifest: step %d produced %d tensors, the "
+        "manifest expects %d (next: %s)",
+        s, cursor, step_tensors.size(), DescribeEntry(step_tensors[cursor])));
+  }
+  return absl::OkStatus();
+}
+
+Executor::Executor(std::unique_ptr<State> state) : s_(std::move(state)) {}
+Executor::~Executor() = default;
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
+    const ModelPlan& plan, const v1::JobConfig& config,
+    const kernels::Registry* registry, BatchSource batches,
+    ExecutorOptions options) {
+  if (registry == nullptr) {
+    return absl::InvalidArgumentError("executor: registry is null");
+  }
+  auto state = std::make_unique<State>();
+  state->plan = plan;
+  state->config = config;
+  state->registry = registry;
+  state->batches = std::move(batches);
+  state->options = std::move(options);
+  LS_RETURN_IF_ERROR(state->Setup());
+  return std::unique_ptr<Executor>(new Executor(std::move(state)));
+}
+
+absl::StatusOr<StepSummary> Executor::RunStep(int step) {
+  State& s = *s_;
+  if (s.failed) {
+    return absl::FailedPreconditionError(
+        "executor: an earlier step failed; the run cannot continue");
+  }
+  if (step != s.steps_done || step >= s.config.steps()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "executor: RunStep(%d) out of order: next step is %d of %d", step,
+        s.steps_done, s.config.steps()));
+  }
+  absl::Status st = s.Step(step);
+  if (!st.ok()) {
+    s.failed = true;
+    return st;
+  }
+  StepSummary sum;
+  sum.step = step;
+  sum.loss = s.result.losses.back();
+  sum.captured = s.capturing;
+  if (s.capturing) {
+    sum.digest = hash::CombineDigests(s.step_hashes);
+    s.result.step_digests.push_back(sum.digest);
+    if (s.options.keep_fingerprints) {
+      s.result.fingerprints.push_back(std::move(s.step_fps));
+      s.step_fps = {};
+    }
+  }
+  ++s.steps_done;
+  return sum;
+}
+
+absl::StatusOr<RunResult> Executor::Finish() {
+  State& s = *s_;
+  if (s.failed || s.steps_done != s.config.steps()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("executor: Finish after %d of %d steps%s", s.steps_done,
+                        s.config.steps(), s.failed ? " (a step failed)" : ""));
+  }
+  RunResult r = s.result;
+  if (s.options.fingerprint) {
+    LS_ASSIGN_OR_RETURN(hash::Fingerprint m, hash::Fingerprint::FromHex(
+                                                 s.manifest.manifest_digest()));
+    std::vector<hash::Fingerprint> parts;
+    parts.reserve(r.step_digests.size() + 1);
+    parts.push_back(m);
+    parts.insert(parts.end(), r.step_digests.begin(), r.step_digests.end());
+    r.run_digest = hash::CombineDigests(parts);
+  }
+  return r;
+}
+
+const v1::TensorManifest& Executor::manifest() const { return s_->manifest; }
+const std::vector<v1::ManifestEntry>& Executor::step_tensors() const {
+  return s_->step_tensors;
+}
+int Executor::steps_done() const { return s_->steps_done; }
+
+absl::StatusOr<RunResult> RunJob(const ModelPlan& plan,
+                                 const v1::JobConfig& config,
+                                 const kernels::Registry* registry,
+                                 BatchSource batches, ExecutorOptions options) {
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec,
+                      Executor::Create(plan, config, registry,
+                                       std::move(batches), std::move(options)));
+  for (int s = 0; s < config.steps(); ++s) {
+    LS_RETURN_IF_ERROR(exec->RunStep(s).status());
+  }
+  return exec->Finish();
+}
+
+}  // namespace lockstep::worker

@@ -1,0 +1,184 @@
+// The training executor: runs a ModelPlan for JobConfig.steps seeded steps
+// (forward, loss, backward, optimizer) with kernels from the registry, and
+// fingerprints every captured tensor in manifest order.
+//
+//   kernels::Registry registry;
+//   LS_RETURN_IF_ERROR(kernels::RegisterCpuCanonicalKernels(&registry));
+//   LS_ASSIGN_OR_RETURN(auto exec, Executor::Create(plan, config, &registry,
+//                                                   batches, options));
+//   for (int s = 0; s < config.steps(); ++s) {
+//     LS_ASSIGN_OR_RETURN(StepSummary sum, exec->RunStep(s));
+//   }
+//   LS_ASSIGN_OR_RETURN(RunResult result, exec->Finish());
+//
+// What runs, in which order, and how digests are formed is specified in
+// worker/exec/README.md. Ownership: the executor copies the plan and config;
+// `registry` must outlive it. Thread-safety: an Executor is used by one
+// thread at a time; different Executors may run concurrently (they share
+// only the read-only registry).
+#ifndef LOCKSTEP_WORKER_EXEC_EXECUTOR_H_
+#define LOCKSTEP_WORKER_EXEC_EXECUTOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "kernels/hash/fingerprint.h"
+#include "kernels/registry.h"
+#include "kernels/tensor.h"
+#include "lockstep/v1/fingerprint.pb.h"
+#include "lockstep/v1/job.pb.h"
+#include "worker/exec/fault.h"
+#include "worker/model/plan.h"
+
+namespace lockstep::worker {
+
+// Fills the batch of step `step` into the preallocated `x` (float32,
+// plan.input_shape) and `labels` (int32 [N], each in [0, num_classes)).
+using BatchFn = std::function<absl::Status(int step, kernels::Tensor& x,
+                                           kernels::Tensor& labels)>;
+
+// Where a run's batches come from.
+struct BatchSource {
+  BatchFn fill;
+  // Digest of the data set (recorded in RunResult.dataset_digest).
+  std::string digest;
+};
+
+// Called for every captured tensor, in manifest order, right after it was
+// fingerprinted. `tensor` is only valid during the call; the executor holds
+// no lock while calling. A non-OK status aborts the step with that status.
+using TensorObserver = std::function<absl::Status(
+    int step, const lockstep::v1::ManifestEntry& entry,
+    const kernels::Tensor& tensor,
+    const lockstep::v1::TensorFingerprint& fingerprint)>;
+
+struct ExecutorOptions {
+  // The model's weight initialiser (lockstep.v1.Model.initializer; the plan
+  // does not carry it). UNSPECIFIED means GLOROT_UNIFORM.
+  lockstep::v1::Initializer initializer = lockstep::v1::INITIALIZER_UNSPECIFIED;
+  // Replaces the documented initialisation (init.h) of parameter
+  // `param_index` of layer `layer_index` when set: fills `param` (already
+  // shaped). For tests (gradient checks) and, later, resuming from saved
+  // weights. Null: InitializeParam.
+  std::function<absl::Status(int layer_index, int param_index,
+                             kernels::Tensor& param)>
+      param_init;
+  // A bit flip to inject; unset: none.
+  std::optional<FaultSpec> fault;
+  // Sees every captured tensor (fingerprint streaming, --dump); may be null.
+  TensorObserver observer;
+  // Keep every captured fingerprint in the RunResult (off when the caller
+  // streams them through `observer` and only needs digests).
+  bool keep_fingerprints = true;
+  // Compute fingerprints at all. Off only for benchmarks (digests are then
+  // empty and the observer is not called).
+  bool fingerprint = true;
+};
+
+// Which kernel ran for one op.
+struct KernelChoice {
+  std::string op;
+  kernels::Mode requested_mode = kernels::Mode::kCanonical;
+  std::string requested_algorithm;  // the override, or "" for the default
+  kernels::KernelKey ran;           // the registry key that actually ran
+  // True when no kernel of the requested mode exists for this op on this
+  // backend yet and the CANONICAL kernel ran instead.
+  bool fallback = false;
+};
+
+// One step's outcome.
+struct StepSummary {
+  int step = 0;
+  float loss = 0.0f;
+  bool captured = false;     // the step's tensors were fingerprinted
+  hash::Fingerprint digest;  // step digest; zero when not captured
+};
+
+struct RunResult {
+  lockstep::v1::TensorManifest manifest;
+  // The captured steps, in order (ExpandCapturedSteps(manifest)).
+  std::vector<int> captured_steps;
+  // Per captured step, the fingerprints aligned to manifest.entries
+  // (fingerprints[i][j].index() == j). Empty unless keep_fingerprints.
+  std::vector<std::vector<lockstep::v1::TensorFingerprint>> fingerprints;
+  // Per captured step, the step digest.
+  std::vector<hash::Fingerprint> step_digests;
+  // CombineDigests(manifest digest, step digests in order).
+  hash::Fingerprint run_digest;
+  std::vector<float> losses;  // one per step, every step
+  std::string dataset_digest;
+  std::vector<KernelChoice> kernels;  // sorted by op
+  bool fault_injected = false;
+  std::optional<FaultSpec> fault;  // the fault that was injected
+  // The manifest entry the fault hit (step-tensor index when the entry is
+  // not captured by the policy).
+  std::optional<lockstep::v1::ManifestEntry> fault_entry;
+};
+
+// The fingerprint message of a tensor: tree hash over (dtype, shape, bytes)
+// and, for float32, the statistics (all-zero statistics for other dtypes).
+absl::StatusOr<lockstep::v1::TensorFingerprint> FingerprintTensor(
+    const kernels::Tensor& t, int32_t index);
+
+// The 128-bit hash held in a TensorFingerprint.
+inline hash::Fingerprint HashOf(const lockstep::v1::TensorFingerprint& f) {
+  return hash::Fingerprint{f.hash_hi(), f.hash_lo()};
+}
+
+// Resolves the kernel of `op` for `config` (mode, op_algorithms, backend)
+// in `registry`; see README "Kernel selection". FAILED_PRECONDITION for
+// backend CUDA; INVALID_ARGUMENT naming op, algorithm and the registered
+// alternatives for an unknown override; NOT_FOUND when not even a
+// CANONICAL kernel exists.
+absl::StatusOr<KernelChoice> ChooseKernel(const kernels::Registry& registry,
+                                          const lockstep::v1::JobConfig& config,
+                                          const std::string& op);
+
+class Executor {
+ public:
+  // Validates the plan against the config, resolves every kernel, allocates
+  // all tensors, initialises the parameters and resolves the fault.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(
+      const ModelPlan& plan, const lockstep::v1::JobConfig& config,
+      const kernels::Registry* registry, BatchSource batches,
+      ExecutorOptions options);
+
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Runs training step `step`. Steps run in order: REQUIRES step ==
+  // steps_done() (FAILED_PRECONDITION otherwise, and after an error).
+  absl::StatusOr<StepSummary> RunStep(int step);
+
+  // The run's result. FAILED_PRECONDITION unless every step ran.
+  absl::StatusOr<RunResult> Finish();
+
+  const lockstep::v1::TensorManifest& manifest() const;
+  // Every tensor of a step in execution order (StepTensors).
+  const std::vector<lockstep::v1::ManifestEntry>& step_tensors() const;
+  int steps_done() const;
+
+ private:
+  struct State;
+  explicit Executor(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+// Create + every step + Finish.
+absl::StatusOr<RunResult> RunJob(const ModelPlan& plan,
+                                 const lockstep::v1::JobConfig& config,
+                                 const kernels::Registry* registry,
+                                 BatchSource batches, ExecutorOptions options);
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_EXEC_EXECUTOR_H_

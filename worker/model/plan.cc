@@ -1,0 +1,1128 @@
+#include "worker/model/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/status_macros.h"
+#include "kernels/spatial/validate.h"
+
+namespace lockstep::worker {
+namespace {
+
+namespace v1 = ::lockstep::v1;
+
+// softmax_xent takes at most 2^24 examples (float(N) must be exact; see
+// kernels/ops/softmax_xent.h, kMaxSoftmaxBatch).
+constexpr int64_t kMaxLossBatch = int64_t{1} << 24;
+constexpr size_t kMaxLayerNameLength = 64;
+constexpr size_t kMaxModelNameLength = 256;
+constexpr int kMaxInputRank = 3;  // without the batch dimension
+constexpr int kMaxOpAlgorithms = 64;
+constexpr size_t kMaxAlgorithmNameLength = 64;
+constexpr size_t kMaxPathLength = 4096;
+constexpr size_t kMaxWorkerIdLength = 256;
+constexpr size_t kMaxLabelLength = 256;
+constexpr int kMaxPlacementEntries = 1024;
+
+absl::Status Invalid(std::string message) {
+  return absl::InvalidArgumentError(std::move(message));
+}
+
+// A user-supplied string quoted for a message: escaped, cut at 64 bytes.
+std::string Quote(absl::string_view s) {
+  constexpr size_t kMax = 64;
+  if (s.size() > kMax) {
+    return absl::StrCat("\"", absl::CHexEscape(s.substr(0, kMax)), "\"...");
+  }
+  return absl::StrCat("\"", absl::CHexEscape(s), "\"");
+}
+
+// "<v> is outside <lo>..<hi>" below the range, "<v> exceeds the limit of
+// <hi>" above it.
+absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo,
+                        int64_t hi) {
+  if (value < lo) {
+    return Invalid(
+        absl::StrFormat("%s: %d is outside %d..%d", field, value, lo, hi));
+  }
+  if (value > hi) {
+    return Invalid(
+        absl::StrFormat("%s: %d exceeds the limit of %d", field, value, hi));
+  }
+  return absl::OkStatus();
+}
+
+// The product of `dims` (each >= 0), or -1 when it exceeds `limit` (checked
+// factor by factor, so nothing overflows).
+int64_t ProductWithin(absl::Span<const int64_t> dims, int64_t limit) {
+  int64_t product = 1;
+  for (const int64_t d : dims) {
+    if (d < 0) return -1;
+    if (d != 0 && product > limit / d) return -1;
+    product *= d;
+  }
+  return product;
+}
+
+int64_t SatMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return r;
+}
+
+int64_t SatAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return r;
+}
+
+int64_t SatProduct(absl::Span<const int64_t> dims) {
+  int64_t p = 1;
+  for (const int64_t d : dims) p = SatMul(p, d);
+  return p;
+}
+
+bool IsValidLayerName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxLayerNameLength) return false;
+  for (const char c : name) {
+    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool IsAlgorithmName(absl::string_view s) {
+  if (s.empty() || s.size() > kMaxAlgorithmNameLength) return false;
+  for (const char c : s) {
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool IsLowerHex(absl::string_view s, size_t length) {
+  if (s.size() != length) return false;
+  for (const char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+// Finite and > 0.
+bool IsPositiveFinite(float v) { return std::isfinite(v) && v > 0.0f; }
+
+// The fields of lockstep.v1.Layer's params oneof, as written in specs.
+absl::string_view ParamsCaseName(v1::Layer::ParamsCase c) {
+  switch (c) {
+    case v1::Layer::kDense:
+      return "dense";
+    case v1::Layer::kConv2D:
+      return "conv2d";
+    case v1::Layer::kPool:
+      return "pool";
+    case v1::Layer::kResize:
+      return "resize";
+    case v1::Layer::PARAMS_NOT_SET:
+      break;
+  }
+  return "none";
+}
+
+// The params a known op needs (PARAMS_NOT_SET: none).
+v1::Layer::ParamsCase ParamsFor(v1::LayerOp op) {
+  switch (op) {
+    case v1::DENSE:
+      return v1::Layer::kDense;
+    case v1::CONV2D:
+      return v1::Layer::kConv2D;
+    case v1::MAX_POOL2D:
+    case v1::AVG_POOL2D:
+      return v1::Layer::kPool;
+    case v1::RESIZE_BILINEAR:
+      return v1::Layer::kResize;
+    default:
+      return v1::Layer::PARAMS_NOT_SET;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The config.
+
+absl::Status ValidateOptimizer(const v1::OptimizerConfig& o) {
+  if (!v1::OptimizerKind_IsValid(o.kind())) {
+    return Invalid(absl::StrFormat(
+        "config.optimizer.kind: %d is not a known OptimizerKind", o.kind()));
+  }
+  const v1::OptimizerKind kind =
+      o.kind() == v1::OPTIMIZER_KIND_UNSPECIFIED ? v1::SGD : o.kind();
+  const std::string& kind_name = v1::OptimizerKind_Name(kind);
+  if (!IsPositiveFinite(o.learning_rate())) {
+    return Invalid(absl::StrCat(
+        "config.optimizer.learning_rate: must be > 0 and finite, got ",
+        o.learning_rate()));
+  }
+  // Fields of another optimizer are refused rather than ignored: a config
+  // that sets momentum but forgets kind: MOMENTUM would silently run SGD.
+  if (o.momentum() != 0.0f && kind != v1::MOMENTUM) {
+    return Invalid(absl::StrCat(
+        "config.optimizer.momentum: applies only to kind MOMENTUM, but kind "
+        "is ",
+        kind_name));
+  }
+  if (kind != v1::ADAM) {
+    for (const auto& [field, value] :
+         {std::pair<const char*, float>{"beta1", o.beta1()},
+          {"beta2", o.beta2()},
+          {"epsilon", o.epsilon()}}) {
+      if (value != 0.0f) {
+        return Invalid(absl::StrCat("config.optimizer.", field,
+                                    ": applies only to kind ADAM, but kind is ",
+                                    kind_name));
+      }
+    }
+  }
+  if (kind == v1::MOMENTUM && !(std::isfinite(o.momentum()) &&
+                                o.momentum() >= 0.0f && o.momentum() < 1.0f)) {
+    return Invalid(absl::StrCat(
+        "config.optimizer.momentum: must be in [0, 1), got ", o.momentum()));
+  }
+  if (kind == v1::ADAM) {
+    for (const auto& [field, value] :
+         {std::pair<const char*, float>{"beta1", o.beta1()},
+          {"beta2", o.beta2()}}) {
+      if (!(std::isfinite(value) && value >= 0.0f && value < 1.0f)) {
+        return Invalid(absl::StrCat("config.optimizer.", field,
+                                    ": must be in [0, 1) (0 means the "
+                                    "default), got ",
+                                    value));
+      }
+    }
+    if (!(std::isfinite(o.epsilon()) && o.epsilon() >= 0.0f)) {
+      return Invalid(absl::StrCat(
+          "config.optimizer.epsilon: must be > 0 and finite (0 means the "
+          "default 1e-7), got ",
+          o.epsilon()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOpAlgorithms(const v1::JobConfig& config) {
+  const auto& algos = config.op_algorithms();
+  if (algos.size() > kMaxOpAlgorithms) {
+    return Invalid(absl::StrFormat(
+        "config.op_algorithms: %d entries exceeds the limit of %d",
+        algos.size(), kMaxOpAlgorithms));
+  }
+  absl::flat_hash_set<std::string> known;
+  for (std::string& name : kernels::DenseFamilyOpNames()) {
+    known.insert(std::move(name));
+  }
+  for (std::string& name : kernels::SpatialOpNames()) {
+    known.insert(std::move(name));
+  }
+  // Map order is unspecified; sort so the reported error is stable.
+  std::vector<std::pair<std::string, std::string>> entries(algos.begin(),
+                                                           algos.end());
+  std::sort(entries.begin(), entries.end());
+  for (const auto& [op, algorithm] : entries) {
+    if (!known.contains(op)) {
+      return Invalid(absl::StrFormat(
+          "config.op_algorithms[%s]: unknown op; keys are kernel op names "
+          "such as \"bias_add.grad\" or \"conv2d.grad_weight\" (see "
+          "docs/nondeterminism.md)",
+          Quote(op)));
+    }
+    if (!IsAlgorithmName(algorithm)) {
+      return Invalid(absl::StrFormat(
+          "config.op_algorithms[%s]: algorithm %s must match [a-z0-9_]{1,%d}",
+          Quote(op), Quote(algorithm), kMaxAlgorithmNameLength));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCapture(const v1::CapturePolicy& c) {
+  if (!v1::CapturePolicy::Kind_IsValid(c.kind())) {
+    return Invalid(absl::StrFormat(
+        "config.capture.kind: %d is not a known CapturePolicy.Kind", c.kind()));
+  }
+  if (c.kind() == v1::CapturePolicy::EVERY_KTH_STEP) {
+    if (c.every_k() < 1) {
+      return Invalid(absl::StrFormat(
+          "config.capture.every_k: must be >= 1 for EVERY_KTH_STEP, got %d",
+          c.every_k()));
+    }
+  } else if (c.every_k() != 0) {
+    return Invalid(absl::StrFormat(
+        "config.capture.every_k: applies only to kind EVERY_KTH_STEP, but "
+        "kind is %s",
+        v1::CapturePolicy::Kind_Name(c.kind() ==
+                                             v1::CapturePolicy::KIND_UNSPECIFIED
+                                         ? v1::CapturePolicy::EVERY_STEP
+                                         : c.kind())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPath(absl::string_view field, const std::string& path) {
+  if (path.empty()) {
+    return Invalid(absl::StrCat(field, ": must not be empty"));
+  }
+  if (path.size() > kMaxPathLength) {
+    return Invalid(absl::StrFormat("%s: %d bytes exceeds the limit of %d",
+                                   field, path.size(), kMaxPathLength));
+  }
+  if (path.find('\0') != std::string::npos) {
+    return Invalid(absl::StrCat(field, ": contains a NUL byte"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateDataset(const v1::Dataset& d, int64_t batch_size) {
+  switch (d.source_case()) {
+    case v1::Dataset::SOURCE_NOT_SET:
+      return absl::OkStatus();
+    case v1::Dataset::kSynthetic: {
+      const int64_t examples = d.synthetic().examples();
+      if (examples < 0) {
+        return Invalid(absl::StrFormat(
+            "config.dataset.synthetic.examples: must be >= 0 (0 means an "
+            "endless stream), got %d",
+            examples));
+      }
+      if (examples != 0 && examples < batch_size) {
+        return Invalid(absl::StrFormat(
+            "config.dataset.synthetic.examples: %d is smaller than "
+            "config.batch_size %d",
+            examples, batch_size));
+      }
+      return absl::OkStatus();
+    }
+    case v1::Dataset::kFile: {
+      const v1::FileDataset& f = d.file();
+      if (!v1::FileDataset::Format_IsValid(f.format()) ||
+          f.format() == v1::FileDataset::FORMAT_UNSPECIFIED) {
+        return Invalid(absl::StrFormat(
+            "config.dataset.file.format: must be IDX or NPY, got %d",
+            f.format()));
+      }
+      LS_RETURN_IF_ERROR(
+          CheckPath("config.dataset.file.inputs_path", f.inputs_path()));
+      LS_RETURN_IF_ERROR(
+          CheckPath("config.dataset.file.labels_path", f.labels_path()));
+      return absl::OkStatus();
+    }
+  }
+  return Invalid("config.dataset: unknown source");
+}
+
+// ---------------------------------------------------------------------------
+// The model.
+
+// Builds one ModelPlan; errors name the layer by index and name.
+class Planner {
+ public:
+  Planner(const v1::Model& model, const v1::JobConfig& config,
+          const Limits& limits)
+      : model_(model), config_(config), limits_(limits) {}
+
+  absl::StatusOr<ModelPlan> Run();
+
+ private:
+  // "layers[i] "name": <message>".
+  absl::Status LayerError(int i, absl::string_view message) const {
+    return Invalid(absl::StrFormat("layers[%d] %s: %s", i,
+                                   Quote(model_.layers(i).name()), message));
+  }
+  // Prefixes a status from a helper with the layer.
+  absl::Status Wrap(int i, const absl::Status& s) const {
+    if (s.ok()) return s;
+    return LayerError(i, s.message());
+  }
+  // "the model input" or "layer "x"" for messages.
+  std::string ProducerName(int producer) const {
+    if (producer == kModelInput) return "the model input";
+    return absl::StrCat("layer ", Quote(model_.layers(producer).name()));
+  }
+
+  absl::Status CheckModelHeader();
+  absl::Status CheckNames();
+  absl::Status ResolveInputs(int i, LayerPlan* lp);
+  absl::Status CheckOutputSize(int i, const std::vector<int64_t>& shape) const;
+  absl::Status AddParam(int i, ParamPlan param, LayerPlan* lp);
+  // Requires a 4-D input; returns its shape.
+  absl::Status Need4d(int i, const LayerPlan& lp) const;
+
+  absl::Status PlanDense(int i, LayerPlan* lp);
+  absl::Status PlanConv2d(int i, LayerPlan* lp);
+  absl::Status PlanPool2d(int i, LayerPlan* lp);
+  absl::Status PlanGlobalAvgPool(int i, LayerPlan* lp);
+  absl::Status PlanResize(int i, LayerPlan* lp);
+  absl::Status PlanAdd(int i, LayerPlan* lp);
+  absl::Status PlanBiasAdd(int i, LayerPlan* lp);
+  absl::Status PlanLoss(int i, LayerPlan* lp);
+
+  const v1::Model& model_;
+  const v1::JobConfig& config_;
+  const Limits& limits_;
+  ModelPlan plan_;
+  absl::flat_hash_map<absl::string_view, int> index_of_;
+  std::vector<bool> consumed_;
+};
+
+absl::Status Planner::CheckModelHeader() {
+  if (model_.name().size() > kMaxModelNameLength) {
+    return Invalid(
+        absl::StrFormat("model.name: %d bytes exceeds the limit of %d",
+                        model_.name().size(), kMaxModelNameLength));
+  }
+  const int rank = model_.input_shape_size();
+  if (rank < 1 || rank > kMaxInputRank) {
+    return Invalid(absl::StrFormat(
+        "model.input_shape: must have 1 to %d dimensions ([features] or "
+        "[C, H, W], without the batch), got %d",
+        kMaxInputRank, rank));
+  }
+  plan_.input_shape.push_back(config_.batch_size());
+  for (int d = 0; d < rank; ++d) {
+    LS_RETURN_IF_ERROR(CheckRange(absl::StrFormat("model.input_shape[%d]", d),
+                                  model_.input_shape(d), 1, limits_.max_dim));
+    plan_.input_shape.push_back(model_.input_shape(d));
+  }
+  if (ProductWithin(plan_.input_shape, limits_.max_tensor_elements) < 0) {
+    return Invalid(absl::StrFormat(
+        "model.input_shape: the batch %s exceeds the limit of %d elements",
+        ShapeToString(plan_.input_shape), limits_.max_tensor_elements));
+  }
+  LS_RETURN_IF_ERROR(CheckRange("model.num_classes", model_.num_classes(), 2,
+                                limits_.max_classes));
+  if (!v1::Initializer_IsValid(model_.initializer())) {
+    return Invalid(
+        absl::StrFormat("model.initializer: %d is not a known Initializer",
+                        model_.initializer()));
+  }
+  if (model_.layers_size() == 0) {
+    return Invalid(
+        "model.layers: the model has no layers; the last layer must be "
+        "SOFTMAX_XENT");
+  }
+  if (model_.layers_size() > limits_.max_layers) {
+    return Invalid(
+        absl::StrFormat("model.layers: %d layers exceeds the limit of %d",
+                        model_.layers_size(), limits_.max_layers));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::CheckNames() {
+  for (int i = 0; i < model_.layers_size(); ++i) {
+    const std::string& name = model_.layers(i).name();
+    if (name.empty()) return LayerError(i, "name: must not be empty");
+    if (!IsValidLayerName(name)) {
+      return LayerError(i,
+                        absl::StrFormat("name: must match [A-Za-z0-9_.-]{1,%d}",
+                                        kMaxLayerNameLength));
+    }
+    const auto [it, inserted] = index_of_.emplace(name, i);
+    if (!inserted) {
+      return LayerError(
+          i, absl::StrFormat("name: duplicate of layers[%d]", it->second));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::ResolveInputs(int i, LayerPlan* lp) {
+  const v1::Layer& layer = model_.layers(i);
+  const int wanted = layer.op() == v1::ADD ? 2 : 1;
+  // Checked before the names, so a huge list costs nothing.
+  const int given = layer.inputs_size() == 0 ? 1 : layer.inputs_size();
+  if (given != wanted) {
+    return LayerError(
+        i, absl::StrFormat("%s needs exactly %d input%s, got %d%s",
+                           v1::LayerOp_Name(layer.op()), wanted,
+                           wanted == 1 ? "" : "s", given,
+                           layer.inputs_size() == 0
+                               ? " (an empty inputs list means the previous "
+                                 "layer)"
+                               : ""));
+  }
+  if (layer.inputs_size() == 0) {
+    lp->inputs.push_back(i == 0 ? kModelInput : i - 1);
+  } else {
+    for (const std::string& name : layer.inputs()) {
+      const auto it = index_of_.find(name);
+      if (it == index_of_.end()) {
+        return LayerError(i,
+                          absl::StrCat("inputs: unknown layer ", Quote(name)));
+      }
+      if (it->second == i) {
+        return LayerError(i, "inputs: a layer cannot take its own output");
+      }
+      if (it->second > i) {
+        return LayerError(
+            i, absl::StrFormat("inputs: layer %s is layers[%d], which comes "
+                               "later; inputs must name earlier layers",
+                               Quote(name), it->second));
+      }
+      lp->inputs.push_back(it->second);
+    }
+  }
+  for (const int producer : lp->inputs) {
+    if (producer == kModelInput) {
+      lp->input_shapes.push_back(plan_.input_shape);
+    } else {
+      consumed_[producer] = true;
+      lp->input_shapes.push_back(plan_.layers[producer].output_shape);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::CheckOutputSize(int i,
+                                      const std::vector<int64_t>& shape) const {
+  if (ProductWithin(shape, limits_.max_tensor_elements) < 0) {
+    return LayerError(
+        i, absl::StrFormat("output %s exceeds the limit of %d elements",
+                           ShapeToString(shape), limits_.max_tensor_elements));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::AddParam(int i, ParamPlan param, LayerPlan* lp) {
+  const int64_t elements = ProductWithin(param.shape, limits_.max_parameters);
+  if (elements < 0 ||
+      plan_.parameter_count > limits_.max_parameters - elements) {
+    return LayerError(
+        i, absl::StrFormat("%s %s brings the parameter count over the limit "
+                           "of %d",
+                           param.name, ShapeToString(param.shape),
+                           limits_.max_parameters));
+  }
+  plan_.parameter_count += elements;
+  lp->params.push_back(std::move(param));
+  return absl::OkStatus();
+}
+
+absl::Status Planner::Need4d(int i, const LayerPlan& lp) const {
+  const std::vector<int64_t>& in = lp.input_shapes[0];
+  if (in.size() != 4) {
+    return LayerError(
+        i, absl::StrFormat("%s needs a 4-D [N, C, H, W] input, got %s from %s",
+                           v1::LayerOp_Name(lp.op), ShapeToString(in),
+                           ProducerName(lp.inputs[0])));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::PlanDense(int i, LayerPlan* lp) {
+  const v1::DenseParams& p = model_.layers(i).dense();
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("dense.units", p.units(), 1, limits_.max_dim)));
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+  const int64_t n = in[0];
+  // Bounded by the input's element count, which was checked.
+  const int64_t features = SatProduct(absl::MakeConstSpan(in).subspan(1));
+  lp->output_shape = {n, p.units()};
+  LS_RETURN_IF_ERROR(CheckOutputSize(i, lp->output_shape));
+  ParamPlan w;
+  w.name = "weight";
+  w.role = v1::WEIGHT;
+  w.shape = {features, p.units()};
+  w.fan_in = features;
+  w.fan_out = p.units();
+  LS_RETURN_IF_ERROR(AddParam(i, std::move(w), lp));
+  if (p.use_bias()) {
+    ParamPlan b;
+    b.name = "bias";
+    b.role = v1::BIAS;
+    b.shape = {p.units()};
+    b.fan_in = features;
+    b.fan_out = p.units();
+    LS_RETURN_IF_ERROR(AddParam(i, std::move(b), lp));
+  }
+  lp->attrs.transpose_x = false;
+  lp->attrs.transpose_w = false;
+  return absl::OkStatus();
+}
+
+absl::Status Planner::PlanConv2d(int i, LayerPlan* lp) {
+  const v1::Conv2dParams& p = model_.layers(i).conv2d();
+  const int64_t kMax = limits_.max_dim;
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("conv2d.filters", p.filters(), 1, kMax)));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("conv2d.kernel_h", p.kernel_h(), 1, kMax)));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("conv2d.kernel_w", p.kernel_w(), 1, kMax)));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("conv2d.stride_h", p.stride_h(), 0, kMax)));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("conv2d.stride_w", p.stride_w(), 0, kMax)));
+  LS_RETURN_IF_ERROR(Wrap(i, CheckRange("conv2d.pad_h", p.pad_h(), 0, kMax)));
+  LS_RETURN_IF_ERROR(Wrap(i, CheckRange("conv2d.pad_w", p.pad_w(), 0, kMax)));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("conv2d.dilation_h", p.dilation_h(), 0, kMax)));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("conv2d.dilation_w", p.dilation_w(), 0, kMax)));
+  LS_RETURN_IF_ERROR(Need4d(i, *lp));
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+
+  spatial::Conv2dShape s;
+  s.n = in[0];
+  s.c_in = in[1];
+  s.h = in[2];
+  s.w = in[3];
+  s.c_out = p.filters();
+  s.k_h = p.kernel_h();
+  s.k_w = p.kernel_w();
+  s.stride_h = p.stride_h() == 0 ? 1 : p.stride_h();
+  s.stride_w = p.stride_w() == 0 ? 1 : p.stride_w();
+  s.pad_top = s.pad_bottom = p.pad_h();
+  s.pad_left = s.pad_right = p.pad_w();
+  s.dilation_h = p.dilation_h() == 0 ? 1 : p.dilation_h();
+  s.dilation_w = p.dilation_w() == 0 ? 1 : p.dilation_w();
+  s.groups = 1;
+
+  // All fields are <= 2^20 here, so nothing below overflows.
+  for (const auto& [axis, k, dilation, size, pad, dil_field] :
+       {std::tuple<const char*, int64_t, int64_t, int64_t, int64_t,
+                   const char*>{"h", s.k_h, s.dilation_h, s.h, s.pad_top,
+                                "dilation_h"},
+        {"w", s.k_w, s.dilation_w, s.w, s.pad_left, "dilation_w"}}) {
+    const int64_t extent = dilation * (k - 1) + 1;
+    const int64_t padded = size + 2 * pad;
+    const char* dim = axis[0] == 'h' ? "height" : "width";
+    if (extent > padded) {
+      if (dilation == 1) {
+        return LayerError(
+            i, absl::StrFormat("conv2d.kernel_%s: %d exceeds the padded input "
+                               "%s %d",
+                               axis, k, dim, padded));
+      }
+      return LayerError(
+          i,
+          absl::StrFormat("conv2d.kernel_%s: %d with %s %d spans %d, which "
+                          "exceeds the padded input %s %d",
+                          axis, k, dil_field, dilation, extent, dim, padded));
+    }
+  }
+  LS_RETURN_IF_ERROR(Wrap(i, spatial::ValidateConv2dShape(s)));
+
+  lp->output_shape = {s.n, s.c_out, spatial::Conv2dOutH(s),
+                      spatial::Conv2dOutW(s)};
+  LS_RETURN_IF_ERROR(CheckOutputSize(i, lp->output_shape));
+  ParamPlan w;
+  w.name = "weight";
+  w.role = v1::WEIGHT;
+  w.shape = {s.c_out, s.c_in, s.k_h, s.k_w};
+  w.fan_in = SatProduct({s.c_in, s.k_h, s.k_w});
+  w.fan_out = SatProduct({s.c_out, s.k_h, s.k_w});
+  const int64_t fan_in = w.fan_in;
+  const int64_t fan_out = w.fan_out;
+  LS_RETURN_IF_ERROR(AddParam(i, std::move(w), lp));
+  if (p.use_bias()) {
+    ParamPlan b;
+    b.name = "bias";
+    b.role = v1::BIAS;
+    b.shape = {s.c_out};
+    b.fan_in = fan_in;
+    b.fan_out = fan_out;
+    LS_RETURN_IF_ERROR(AddParam(i, std::move(b), lp));
+  }
+  kernels::OpAttrs& a = lp->attrs;
+  a.kernel_h = s.k_h;
+  a.kernel_w = s.k_w;
+  a.stride_h = s.stride_h;
+  a.stride_w = s.stride_w;
+  a.pad_top = s.pad_top;
+  a.pad_bottom = s.pad_bottom;
+  a.pad_left = s.pad_left;
+  a.pad_right = s.pad_right;
+  a.dilation_h = s.dilation_h;
+  a.dilation_w = s.dilation_w;
+  a.groups = 1;
+  return absl::OkStatus();
+}
+
+absl::Status Planner::PlanPool2d(int i, LayerPlan* lp) {
+  const v1::Pool2dParams& p = model_.layers(i).pool();
+  const int64_t kMax = limits_.max_dim;
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("pool.kernel_h", p.kernel_h(), 1, kMax)));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("pool.kernel_w", p.kernel_w(), 1, kMax)));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("pool.stride_h", p.stride_h(), 0, kMax)));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("pool.stride_w", p.stride_w(), 0, kMax)));
+  LS_RETURN_IF_ERROR(Wrap(i, CheckRange("pool.pad_h", p.pad_h(), 0, kMax)));
+  LS_RETURN_IF_ERROR(Wrap(i, CheckRange("pool.pad_w", p.pad_w(), 0, kMax)));
+  if (p.pad_h() >= p.kernel_h()) {
+    return LayerError(
+        i, absl::StrFormat("pool.pad_h: %d must be smaller than pool.kernel_h "
+                           "%d (a window would hold only padding)",
+                           p.pad_h(), p.kernel_h()));
+  }
+  if (p.pad_w() >= p.kernel_w()) {
+    return LayerError(
+        i, absl::StrFormat("pool.pad_w: %d must be smaller than pool.kernel_w "
+                           "%d (a window would hold only padding)",
+                           p.pad_w(), p.kernel_w()));
+  }
+  LS_RETURN_IF_ERROR(Need4d(i, *lp));
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+  spatial::Pool2dShape s;
+  s.n = in[0];
+  s.c = in[1];
+  s.h = in[2];
+  s.w = in[3];
+  s.k_h = p.kernel_h();
+  s.k_w = p.kernel_w();
+  s.stride_h = p.stride_h() == 0 ? p.kernel_h() : p.stride_h();
+  s.stride_w = p.stride_w() == 0 ? p.kernel_w() : p.stride_w();
+  s.pad_top = s.pad_bottom = p.pad_h();
+  s.pad_left = s.pad_right = p.pad_w();
+  s.count_include_pad = true;
+  if (s.k_h > s.h + 2 * s.pad_top) {
+    return LayerError(
+        i,
+        absl::StrFormat("pool.kernel_h: %d exceeds the padded input height %d",
+                        s.k_h, s.h + 2 * s.pad_top));
+  }
+  if (s.k_w > s.w + 2 * s.pad_left) {
+    return LayerError(
+        i,
+        absl::StrFormat("pool.kernel_w: %d exceeds the padded input width %d",
+                        s.k_w, s.w + 2 * s.pad_left));
+  }
+  LS_RETURN_IF_ERROR(Wrap(i, spatial::ValidatePool2dShape(s)));
+  lp->output_shape = {s.n, s.c, spatial::Pool2dOutH(s), spatial::Pool2dOutW(s)};
+  LS_RETURN_IF_ERROR(CheckOutputSize(i, lp->output_shape));
+  kernels::OpAttrs& a = lp->attrs;
+  a.kernel_h = s.k_h;
+  a.kernel_w = s.k_w;
+  a.stride_h = s.stride_h;
+  a.stride_w = s.stride_w;
+  a.pad_top = s.pad_top;
+  a.pad_bottom = s.pad_bottom;
+  a.pad_left = s.pad_left;
+  a.pad_right = s.pad_right;
+  a.count_include_pad = true;
+  return absl::OkStatus();
+}
+
+absl::Status Planner::PlanGlobalAvgPool(int i, LayerPlan* lp) {
+  LS_RETURN_IF_ERROR(Need4d(i, *lp));
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+  spatial::GlobalPool2dShape s;
+  s.n = in[0];
+  s.c = in[1];
+  s.h = in[2];
+  s.w = in[3];
+  LS_RETURN_IF_ERROR(Wrap(i, spatial::ValidateGlobalPool2dShape(s)));
+  lp->output_shape = {s.n, s.c};
+  return absl::OkStatus();
+}
+
+absl::Status Planner::PlanResize(int i, LayerPlan* lp) {
+  const v1::ResizeParams& p = model_.layers(i).resize();
+  const int64_t kMax = std::min(limits_.max_dim, spatial::kMaxResizeDim);
+  LS_RETURN_IF_ERROR(Wrap(i, CheckRange("resize.out_h", p.out_h(), 1, kMax)));
+  LS_RETURN_IF_ERROR(Wrap(i, CheckRange("resize.out_w", p.out_w(), 1, kMax)));
+  LS_RETURN_IF_ERROR(Need4d(i, *lp));
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+  spatial::ResizeBilinearShape s;
+  s.n = in[0];
+  s.c = in[1];
+  s.in_h = in[2];
+  s.in_w = in[3];
+  s.out_h = p.out_h();
+  s.out_w = p.out_w();
+  lp->output_shape = {s.n, s.c, s.out_h, s.out_w};
+  // The element limit first: it names the limit the operator can change.
+  LS_RETURN_IF_ERROR(CheckOutputSize(i, lp->output_shape));
+  LS_RETURN_IF_ERROR(Wrap(i, spatial::ValidateResizeBilinearShape(s)));
+  return absl::OkStatus();
+}
+
+absl::Status Planner::PlanAdd(int i, LayerPlan* lp) {
+  const auto& a = lp->input_shapes[0];
+  const auto& b = lp->input_shapes[1];
+  if (a != b) {
+    return LayerError(
+        i, absl::StrFormat("ADD inputs differ in shape: %s is %s, %s is %s",
+                           ProducerName(lp->inputs[0]), ShapeToString(a),
+                           ProducerName(lp->inputs[1]), ShapeToString(b)));
+  }
+  lp->output_shape = a;
+  return absl::OkStatus();
+}
+
+absl::Status Planner::PlanBiasAdd(int i, LayerPlan* lp) {
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+  lp->output_shape = in;
+  const int64_t channels = in[1];
+  ParamPlan b;
+  b.name = "bias";
+  b.role = v1::BIAS;
+  b.shape = {channels};
+  b.fan_in = channels;
+  b.fan_out = channels;
+  return AddParam(i, std::move(b), lp);
+}
+
+absl::Status Planner::PlanLoss(int i, LayerPlan* lp) {
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+  const int64_t n = plan_.input_shape[0];
+  const std::vector<int64_t> want = {n, model_.num_classes()};
+  if (in.size() != 2) {
+    return LayerError(
+        i, absl::StrFormat("SOFTMAX_XENT needs a 2-D [N, num_classes] = %s "
+                           "input, got %s from %s (add a FLATTEN, "
+                           "GLOBAL_AVG_POOL or DENSE before it)",
+                           ShapeToString(want), ShapeToString(in),
+                           ProducerName(lp->inputs[0])));
+  }
+  if (in[1] != model_.num_classes()) {
+    return LayerError(
+        i, absl::StrFormat("SOFTMAX_XENT input %s from %s has %d classes, but "
+                           "model.num_classes is %d",
+                           ShapeToString(in), ProducerName(lp->inputs[0]),
+                           in[1], model_.num_classes()));
+  }
+  if (n > kMaxLossBatch) {
+    return LayerError(i, absl::StrFormat("SOFTMAX_XENT takes at most %d "
+                                         "examples, got a batch of %d",
+                                         kMaxLossBatch, n));
+  }
+  lp->output_shape = {1};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelPlan> Planner::Run() {
+  LS_RETURN_IF_ERROR(ValidateJobConfig(config_, limits_));
+  LS_RETURN_IF_ERROR(CheckModelHeader());
+  LS_RETURN_IF_ERROR(CheckNames());
+  plan_.model_name = model_.name();
+  plan_.num_classes = model_.num_classes();
+  const int num_layers = model_.layers_size();
+  consumed_.assign(num_layers, false);
+  plan_.layers.reserve(num_layers);
+
+  for (int i = 0; i < num_layers; ++i) {
+    const v1::Layer& layer = model_.layers(i);
+    const int op_value = layer.op();
+    if (!v1::LayerOp_IsValid(op_value)) {
+      return LayerError(
+          i, absl::StrFormat("op: %d is not a known LayerOp", op_value));
+    }
+    const v1::LayerOp op = layer.op();
+    if (op == v1::LAYER_OP_UNSPECIFIED) {
+      return LayerError(i, "op: must be set (LAYER_OP_UNSPECIFIED)");
+    }
+    const v1::Layer::ParamsCase needed = ParamsFor(op);
+    if (layer.params_case() != needed) {
+      if (needed == v1::Layer::PARAMS_NOT_SET) {
+        return LayerError(
+            i,
+            absl::StrFormat("%s takes no params, got %s", v1::LayerOp_Name(op),
+                            ParamsCaseName(layer.params_case())));
+      }
+      if (layer.params_case() == v1::Layer::PARAMS_NOT_SET) {
+        return LayerError(
+            i, absl::StrFormat("%s needs %s params", v1::LayerOp_Name(op),
+                               ParamsCaseName(needed)));
+      }
+      return LayerError(
+          i, absl::StrFormat("%s needs %s params, got %s", v1::LayerOp_Name(op),
+                             ParamsCaseName(needed),
+                             ParamsCaseName(layer.params_case())));
+    }
+    if (op == v1::SOFTMAX_XENT && i != num_layers - 1) {
+      return LayerError(
+          i, absl::StrFormat("SOFTMAX_XENT must be the last layer, but it is "
+                             "layer %d of %d",
+                             i + 1, num_layers));
+    }
+    if (i == num_layers - 1 && op != v1::SOFTMAX_XENT) {
+      return LayerError(
+          i, absl::StrFormat("the last layer must be SOFTMAX_XENT, got %s",
+                             v1::LayerOp_Name(op)));
+    }
+
+    LayerPlan lp;
+    lp.index = i;
+    lp.name = layer.name();
+    lp.op = op;
+    LS_RETURN_IF_ERROR(ResolveInputs(i, &lp));
+    switch (op) {
+      case v1::DENSE:
+        LS_RETURN_IF_ERROR(PlanDense(i, &lp));
+        break;
+      case v1::CONV2D:
+        LS_RETURN_IF_ERROR(PlanConv2d(i, &lp));
+        break;
+      case v1::MAX_POOL2D:
+      case v1::AVG_POOL2D:
+        LS_RETURN_IF_ERROR(PlanPool2d(i, &lp));
+        break;
+      case v1::GLOBAL_AVG_POOL:
+        LS_RETURN_IF_ERROR(PlanGlobalAvgPool(i, &lp));
+        break;
+      case v1::FLATTEN: {
+        const std::vector<int64_t>& in = lp.input_shapes[0];
+        lp.output_shape = {in[0],
+                           SatProduct(absl::MakeConstSpan(in).subspan(1))};
+        break;
+      }
+      case v1::ADD:
+        LS_RETURN_IF_ERROR(PlanAdd(i, &lp));
+        break;
+      case v1::RESIZE_BILINEAR:
+        LS_RETURN_IF_ERROR(PlanResize(i, &lp));
+        break;
+      case v1::BIAS_ADD:
+        LS_RETURN_IF_ERROR(PlanBiasAdd(i, &lp));
+        break;
+      case v1::RELU:
+        lp.output_shape = lp.input_shapes[0];
+        break;
+      case v1::SOFTMAX_XENT:
+        LS_RETURN_IF_ERROR(PlanLoss(i, &lp));
+        break;
+      default:
+        return LayerError(
+            i, absl::StrFormat("op: %d is not a known LayerOp", op_value));
+    }
+    plan_.layers.push_back(std::move(lp));
+  }
+
+  // Every layer but the loss must feed a later one. Since inputs name only
+  // earlier layers, this makes every layer an ancestor of the loss.
+  for (int i = 0; i + 1 < num_layers; ++i) {
+    if (!consumed_[i]) {
+      return LayerError(
+          i,
+          "output is never used: every layer except the final SOFTMAX_XENT "
+          "must feed a later layer (name it in a later layer's inputs, or "
+          "remove it)");
+    }
+  }
+  if (plan_.parameter_count == 0) {
+    return Invalid(
+        "model.layers: the model has no trainable parameters (add a DENSE, "
+        "CONV2D or BIAS_ADD layer)");
+  }
+  return std::move(plan_);
+}
+
+}  // namespace
+
+std::string ShapeToString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+absl::Status ValidateJobConfig(const v1::JobConfig& config,
+                               const Limits& limits) {
+  LS_RETURN_IF_ERROR(CheckRange("config.batch_size", config.batch_size(), 1,
+                                std::min(limits.max_batch, kMaxLossBatch)));
+  LS_RETURN_IF_ERROR(
+      CheckRange("config.steps", config.steps(), 1, limits.max_steps));
+  LS_RETURN_IF_ERROR(ValidateOptimizer(config.optimizer()));
+  if (config.dtype() != v1::DTYPE_UNSPECIFIED &&
+      config.dtype() != v1::FLOAT32) {
+    const std::string name = v1::DType_IsValid(config.dtype())
+                                 ? v1::DType_Name(config.dtype())
+                                 : absl::StrCat(config.dtype());
+    return Invalid(
+        absl::StrCat("config.dtype: only FLOAT32 is supported, got ", name));
+  }
+  if (!v1::DeterminismMode_IsValid(config.determinism())) {
+    return Invalid(
+        absl::StrFormat("config.determinism: %d is not a known DeterminismMode",
+                        config.determinism()));
+  }
+  if (!v1::Backend_IsValid(config.backend())) {
+    return Invalid(absl::StrFormat("config.backend: %d is not a known Backend",
+                                   config.backend()));
+  }
+  LS_RETURN_IF_ERROR(
+      CheckRange("config.threads", config.threads(), 0, limits.max_threads));
+  LS_RETURN_IF_ERROR(ValidateOpAlgorithms(config));
+  LS_RETURN_IF_ERROR(ValidateCapture(config.capture()));
+  LS_RETURN_IF_ERROR(ValidateDataset(config.dataset(), config.batch_size()));
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePlacement(const v1::Placement& placement,
+                               const v1::JobConfig& config,
+                               const Limits& limits) {
+  LS_RETURN_IF_ERROR(
+      CheckRange("placement.runs", placement.runs(), 0, limits.max_runs));
+  if (placement.runs() == 0 && limits.max_runs < 2) {
+    return Invalid(absl::StrFormat(
+        "placement.runs: 0 means 2, which exceeds the limit of %d",
+        limits.max_runs));
+  }
+  if (!v1::PlacementScope_IsValid(placement.scope())) {
+    return Invalid(
+        absl::StrFormat("placement.scope: %d is not a known PlacementScope",
+                        placement.scope()));
+  }
+  if (placement.scope() == v1::ACROSS_CLASSES &&
+      config.determinism() != v1::CANONICAL &&
+      config.determinism() != v1::DETERMINISM_MODE_UNSPECIFIED) {
+    return Invalid(absl::StrFormat(
+        "placement.scope: ACROSS_CLASSES needs config.determinism CANONICAL, "
+        "got %s",
+        v1::DeterminismMode_IsValid(config.determinism())
+            ? v1::DeterminismMode_Name(config.determinism())
+            : absl::StrCat(config.determinism())));
+  }
+  const int entries = placement.worker_labels_size() +
+                      placement.worker_ids_size() +
+                      placement.hardware_class_digests_size();
+  if (entries > kMaxPlacementEntries) {
+    return Invalid(absl::StrFormat(
+        "placement: %d labels, worker ids and digests exceed the limit of %d",
+        entries, kMaxPlacementEntries));
+  }
+  std::vector<std::pair<std::string, std::string>> labels(
+      placement.worker_labels().begin(), placement.worker_labels().end());
+  std::sort(labels.begin(), labels.end());
+  for (const auto& [key, value] : labels) {
+    if (key.empty() || key.size() > kMaxLabelLength) {
+      return Invalid(absl::StrFormat(
+          "placement.worker_labels: key %s must have 1 to %d bytes", Quote(key),
+          kMaxLabelLength));
+    }
+    if (value.size() > kMaxLabelLength) {
+      return Invalid(
+          absl::StrFormat("placement.worker_labels[%s]: value exceeds %d bytes",
+                          Quote(key), kMaxLabelLength));
+    }
+  }
+  for (int i = 0; i < placement.worker_ids_size(); ++i) {
+    const std::string& id = placement.worker_ids(i);
+    if (id.empty() || id.size() > kMaxWorkerIdLength) {
+      return Invalid(
+          absl::StrFormat("placement.worker_ids[%d]: must have 1 to %d bytes",
+                          i, kMaxWorkerIdLength));
+    }
+  }
+  for (int i = 0; i < placement.hardware_class_digests_size(); ++i) {
+    const std::string& d = placement.hardware_class_digests(i);
+    if (!IsLowerHex(d, 32)) {
+      return Invalid(absl::StrFormat(
+          "placement.hardware_class_digests[%d]: %s is not 32 lowercase hex "
+          "digits",
+          i, Quote(d)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelPlan> PlanModel(const v1::Model& model,
+                                    const v1::JobConfig& config,
+                                    const Limits& limits) {
+  Planner planner(model, config, limits);
+  return planner.Run();
+}
+
+int64_t LayerForwardFlops(const LayerPlan& layer) {
+  const int64_t out = SatProduct(layer.output_shape);
+  switch (layer.op) {
+    case v1::DENSE: {
+      if (layer.params.empty()) return 0;
+      // 2*N*K*U: output elements times 2K.
+      int64_t f = SatMul(out, SatMul(2, layer.params[0].shape[0]));
+      if (layer.params.size() > 1) f = SatAdd(f, out);
+      return f;
+    }
+    case v1::CONV2D: {
+      if (layer.params.empty()) return 0;
+      const std::vector<int64_t>& w = layer.params[0].shape;  // [F, C, KH, KW]
+      int64_t f = SatMul(out, SatMul(2, SatProduct({w[1], w[2], w[3]})));
+      if (layer.params.size() > 1) f = SatAdd(f, out);
+      return f;
+    }
+    case v1::MAX_POOL2D:
+    case v1::AVG_POOL2D:
+      return SatMul(out, SatMul(layer.attrs.kernel_h, layer.attrs.kernel_w));
+    case v1::GLOBAL_AVG_POOL:
+      return layer.input_shapes.empty() ? 0 : SatProduct(layer.input_shapes[0]);
+    case v1::RESIZE_BILINEAR:
+      return SatMul(out, 8);
+    case v1::RELU:
+    case v1::ADD:
+    case v1::BIAS_ADD:
+      return out;
+    case v1::SOFTMAX_XENT:
+      return layer.input_shapes.empty()
+                 ? 0
+                 : SatMul(4, SatProduct(layer.input_shapes[0]));
+    default:
+      return 0;
+  }
+}
+
+std::string DescribePlan(const ModelPlan& plan) {
+  std::string out = absl::StrFormat(
+      "model %s: input %s, %d classes\n%-4s %-16s %-16s %-22s %-18s %-30s "
+      "%s\n",
+      Quote(plan.model_name), ShapeToString(plan.input_shape), plan.num_classes,
+      "#", "name", "op", "inputs", "output", "params", "fwd FLOPs");
+  for (const LayerPlan& l : plan.layers) {
+    std::vector<std::string> inputs;
+    for (const int producer : l.inputs) {
+      inputs.push_back(producer == kModelInput ? std::string("<input>")
+                                               : plan.layers[producer].name);
+    }
+    std::vector<std::string> params;
+    for (const ParamPlan& p : l.params) {
+      params.push_back(absl::StrCat(p.name, ShapeToString(p.shape)));
+    }
+    absl::StrAppendFormat(&out, "%-4d %-16s %-16s %-22s %-18s %-30s %d\n",
+                          l.index, l.name, v1::LayerOp_Name(l.op),
+                          absl::StrJoin(inputs, ","),
+                          ShapeToString(l.output_shape),
+                          absl::StrJoin(params, " "), LayerForwardFlops(l));
+  }
+  absl::StrAppendFormat(&out, "parameters: %d, forward FLOPs per step: %d\n",
+                        plan.parameter_count, ForwardFlops(plan));
+  return out;
+}
+
+int64_t ForwardFlops(const ModelPlan& plan) {
+  int64_t total = 0;
+  for (const LayerPlan& layer : plan.layers) {
+    total = SatAdd(total, LayerForwardFlops(layer));
+  }
+  return total;
+}
+
+}  // namespace lockstep::worker

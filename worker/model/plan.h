@@ -1,0 +1,122 @@
+// A validated, shape-inferred model: what the executor runs.
+//
+// PlanModel() turns a lockstep.v1.Model + JobConfig into a ModelPlan, or
+// fails with INVALID_ARGUMENT whose message names the layer, the field and
+// the limit, e.g.
+//   layers[3] "conv2": conv2d.kernel_h: 7 exceeds the padded input height 6
+//   config.batch_size: 100000 exceeds the limit of 4096
+// Parsing of model/config files lives in spec_io.h.
+#ifndef LOCKSTEP_WORKER_MODEL_PLAN_H_
+#define LOCKSTEP_WORKER_MODEL_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "lockstep/v1/fingerprint.pb.h"
+#include "lockstep/v1/job.pb.h"
+#include "lockstep/v1/model.pb.h"
+
+namespace lockstep::worker {
+
+// Resource limits a worker (and the coordinator's validator) enforces.
+// Defaults suit a single-machine CPU worker; operators raise them by flag.
+struct Limits {
+  int64_t max_batch = 4096;               // config.batch_size
+  int64_t max_steps = 100000;             // config.steps
+  int64_t max_layers = 256;               // model.layers
+  int64_t max_classes = 100000;           // model.num_classes
+  int64_t max_tensor_elements = 1 << 28;  // any activation, incl. batch dim
+  int64_t max_parameters = 1 << 28;       // sum over all parameter tensors
+  int64_t max_dim = 1 << 20;              // any single dimension
+  // Added beside the original fields:
+  int64_t max_runs = 64;       // placement.runs (ValidatePlacement)
+  int64_t max_threads = 1024;  // config.threads
+};
+
+// The batch input is layer index -1.
+inline constexpr int kModelInput = -1;
+
+// One trainable tensor of a layer.
+struct ParamPlan {
+  std::string name;               // "weight" or "bias"
+  lockstep::v1::TensorRole role;  // WEIGHT or BIAS
+  std::vector<int64_t> shape;     // dense weight [in, units]; bias [units];
+                                  // conv weight [out, in/groups, kh, kw]
+  int64_t fan_in = 0;             // for the initialisers
+  int64_t fan_out = 0;
+};
+
+// One layer, with everything resolved.
+struct LayerPlan {
+  int index = 0;  // position in model.layers (= execution order)
+  std::string name;
+  lockstep::v1::LayerOp op = lockstep::v1::LAYER_OP_UNSPECIFIED;
+  // Producer of each input: a layer index, or kModelInput for the batch.
+  std::vector<int> inputs;
+  // Shapes with the batch dimension first.
+  std::vector<std::vector<int64_t>> input_shapes;
+  std::vector<int64_t> output_shape;  // SOFTMAX_XENT: [1] (the mean loss)
+  std::vector<ParamPlan> params;      // empty for parameter-free ops
+  // Kernel attributes (stride, padding, dilation, window, ...). Dense
+  // layers use transpose_x = transpose_w = false with weight [in, units].
+  kernels::OpAttrs attrs;
+};
+
+struct ModelPlan {
+  std::string model_name;
+  std::vector<int64_t> input_shape;  // [N, ...] with N = config.batch_size
+  int32_t num_classes = 0;
+  // In execution order; the last layer is SOFTMAX_XENT over [N, classes].
+  std::vector<LayerPlan> layers;
+  int64_t parameter_count = 0;  // elements over all ParamPlans
+};
+
+// Validates `model` and `config` against `limits` and infers every shape.
+// Calls ValidateJobConfig first. Errors are INVALID_ARGUMENT; the first
+// problem found (config first, then the model in layer order) is reported.
+// worker/model/README.md documents every rule. Thread-safe (pure).
+absl::StatusOr<ModelPlan> PlanModel(const lockstep::v1::Model& model,
+                                    const lockstep::v1::JobConfig& config,
+                                    const Limits& limits);
+
+// The config checks of PlanModel alone: batch size, steps, optimizer, dtype,
+// enums, threads, op_algorithms, capture policy and dataset. Messages start
+// with "config.<field>: ".
+absl::Status ValidateJobConfig(const lockstep::v1::JobConfig& config,
+                               const Limits& limits);
+
+// A job's placement: runs in 0..limits.max_runs (0 means 2), a known scope,
+// ACROSS_CLASSES only with CANONICAL determinism, well-formed worker ids,
+// labels and hardware-class digests. Messages start with "placement.".
+absl::Status ValidatePlacement(const lockstep::v1::Placement& placement,
+                               const lockstep::v1::JobConfig& config,
+                               const Limits& limits);
+
+// Approximate floating-point operations of one forward pass of `layer`
+// (batch included), a multiply-add counting as 2:
+//   DENSE            2*N*K*U (+ N*U with bias)
+//   CONV2D           2*N*F*OH*OW*C*KH*KW (+ N*F*OH*OW with bias)
+//   MAX/AVG_POOL2D   output elements * KH*KW
+//   GLOBAL_AVG_POOL  input elements
+//   RESIZE_BILINEAR  8 per output element (4 taps)
+//   RELU, ADD, BIAS_ADD  output elements
+//   SOFTMAX_XENT     4 per logit
+//   FLATTEN          0
+// A training step costs roughly 3x the forward pass. Saturates at INT64_MAX.
+int64_t LayerForwardFlops(const LayerPlan& layer);
+// Sum of LayerForwardFlops over the plan (saturating).
+int64_t ForwardFlops(const ModelPlan& plan);
+
+// "[16, 8, 8, 8]": the shape format every message uses.
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
+// A human-readable table of the plan, one line per layer: index, name, op,
+// inputs, output shape, parameter shapes and forward FLOPs, then totals.
+std::string DescribePlan(const ModelPlan& plan);
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_MODEL_PLAN_H_

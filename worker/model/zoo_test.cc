@@ -1,0 +1,198 @@
+// The model zoo (examples/): every model plans with every one of its
+// configs, stays cheap enough for the scalar CPU backend, has the ops it
+// promises, survives a format round trip, and examples/README.md states its
+// real shape, parameter count and FLOPs.
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "worker/model/plan.h"
+#include "worker/model/spec_io.h"
+
+namespace lockstep::worker {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::lockstep::testing::IsOk;
+
+// A CPU training step costs about 3x the forward pass; at ~0.2 GFLOP/s on
+// the scalar canonical backend this keeps a step well under 100 ms.
+constexpr int64_t kMaxForwardFlops = 5'000'000;
+constexpr int64_t kMaxParameters = 100'000;
+
+const char* const kZoo[] = {"mlp", "lenet5", "resnet_small", "gauntlet"};
+
+std::string Examples(const std::string& relative) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  return absl::StrCat(srcdir == nullptr ? "." : srcdir, "/",
+                      workspace == nullptr ? "" : workspace, "/examples/",
+                      relative);
+}
+
+std::vector<std::string> ConfigFiles(const std::string& model) {
+  std::vector<std::string> configs;
+  DIR* dir = opendir(Examples(model).c_str());
+  if (dir == nullptr) return configs;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (absl::StartsWith(name, "config") && absl::EndsWith(name, ".json")) {
+      configs.push_back(name);
+    }
+  }
+  closedir(dir);
+  std::sort(configs.begin(), configs.end());
+  return configs;
+}
+
+// 1234567 -> "1,234,567".
+std::string WithCommas(int64_t v) {
+  std::string digits = absl::StrCat(v);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+struct Loaded {
+  v1::Model model;
+  v1::JobConfig config;
+  ModelPlan plan;
+};
+
+Loaded Load(const std::string& name, const std::string& config) {
+  Loaded l;
+  absl::StatusOr<v1::Model> model =
+      ReadModelFile(Examples(name + "/model.json"));
+  EXPECT_THAT(model, IsOk());
+  absl::StatusOr<v1::JobConfig> cfg =
+      ReadJobConfigFile(Examples(name + "/" + config));
+  EXPECT_THAT(cfg, IsOk());
+  if (!model.ok() || !cfg.ok()) return l;
+  l.model = *model;
+  l.config = *cfg;
+  absl::StatusOr<ModelPlan> plan = PlanModel(l.model, l.config, Limits());
+  EXPECT_THAT(plan, IsOk()) << name << " + " << config;
+  if (plan.ok()) l.plan = *std::move(plan);
+  return l;
+}
+
+std::multiset<v1::LayerOp> Ops(const ModelPlan& plan) {
+  std::multiset<v1::LayerOp> ops;
+  for (const LayerPlan& l : plan.layers) ops.insert(l.op);
+  return ops;
+}
+
+TEST(ZooTest, EveryModelPlansWithEveryConfig) {
+  for (const char* name : kZoo) {
+    const std::vector<std::string> configs = ConfigFiles(name);
+    ASSERT_FALSE(configs.empty()) << "no config*.json in examples/" << name;
+    for (const std::string& config : configs) {
+      SCOPED_TRACE(absl::StrCat(name, "/", config));
+      const Loaded l = Load(name, config);
+      EXPECT_EQ(l.plan.model_name, name);
+      EXPECT_GT(l.plan.parameter_count, 0);
+      EXPECT_LE(l.plan.parameter_count, kMaxParameters);
+      EXPECT_GT(ForwardFlops(l.plan), 0);
+      EXPECT_LE(ForwardFlops(l.plan), kMaxForwardFlops);
+    }
+  }
+}
+
+TEST(ZooTest, ReadmeStatesShapesParametersAndFlops) {
+  std::ifstream in(Examples("README.md"));
+  ASSERT_TRUE(in.good());
+  std::stringstream readme;
+  readme << in.rdbuf();
+  for (const char* name : kZoo) {
+    const Loaded l = Load(name, "config.json");
+    std::vector<int64_t> shape(l.plan.input_shape.begin() + 1,
+                               l.plan.input_shape.end());
+    const std::string row = absl::StrCat(
+        "| [", name, "](", name, "/) | ", ShapeToString(shape), " | ",
+        l.config.batch_size(), " | ", WithCommas(l.plan.parameter_count), " | ",
+        WithCommas(ForwardFlops(l.plan)), " |");
+    EXPECT_TRUE(absl::StrContains(readme.str(), row))
+        << "examples/README.md lacks the row\n"
+        << row;
+  }
+}
+
+TEST(ZooTest, ModelsHaveTheirPromisedStructure) {
+  {
+    const ModelPlan plan = Load("mlp", "config.json").plan;
+    EXPECT_EQ(Ops(plan).count(v1::DENSE), 3u);
+    EXPECT_THAT(plan.input_shape, ::testing::ElementsAre(32, 64));
+  }
+  {
+    const Loaded l = Load("lenet5", "config.json");
+    const auto ops = Ops(l.plan);
+    EXPECT_EQ(ops.count(v1::CONV2D), 2u);
+    EXPECT_EQ(ops.count(v1::MAX_POOL2D), 2u);
+    EXPECT_EQ(ops.count(v1::FLATTEN), 1u);
+    EXPECT_EQ(ops.count(v1::DENSE), 2u);
+    EXPECT_EQ(l.config.batch_size(), 16);
+    EXPECT_EQ(l.config.optimizer().kind(), v1::MOMENTUM);
+  }
+  {
+    const ModelPlan plan = Load("resnet_small", "config.json").plan;
+    const auto ops = Ops(plan);
+    EXPECT_EQ(ops.count(v1::ADD), 2u);
+    EXPECT_EQ(ops.count(v1::GLOBAL_AVG_POOL), 1u);
+    EXPECT_EQ(plan.layers[0].op, v1::CONV2D);
+  }
+  {
+    // The gauntlet holds every op, and a DENSE with a long K (split-K).
+    const ModelPlan plan = Load("gauntlet", "config.json").plan;
+    const auto ops = Ops(plan);
+    for (int op = v1::LayerOp_MIN + 1; op <= v1::LayerOp_MAX; ++op) {
+      EXPECT_GE(ops.count(static_cast<v1::LayerOp>(op)), 1u)
+          << v1::LayerOp_Name(static_cast<v1::LayerOp>(op));
+    }
+    int64_t longest_k = 0;
+    for (const LayerPlan& l : plan.layers) {
+      if (l.op == v1::DENSE) {
+        longest_k = std::max(longest_k, l.params[0].shape[0]);
+      }
+    }
+    EXPECT_GE(longest_k, 1024);
+  }
+}
+
+TEST(ZooTest, ModelsRoundTripThroughBothFormats) {
+  for (const char* name : kZoo) {
+    const Loaded l = Load(name, "config.json");
+    std::string text;
+    ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(l.model, &text));
+    absl::StatusOr<v1::Model> from_text = ParseModel(text, "printed");
+    ASSERT_THAT(from_text, IsOk());
+    EXPECT_TRUE(MessageDifferencer::Equals(l.model, *from_text)) << name;
+    std::string json;
+    ASSERT_TRUE(
+        google::protobuf::util::MessageToJsonString(l.model, &json).ok());
+    absl::StatusOr<v1::Model> from_json = ParseModel(json, "printed.json");
+    ASSERT_THAT(from_json, IsOk());
+    EXPECT_TRUE(MessageDifferencer::Equals(l.model, *from_json)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::worker

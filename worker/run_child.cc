@@ -1,0 +1,130 @@
+#include "worker/run_child.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/registry.h"
+#include "worker/data/dataset.h"
+#include "worker/exec/dataset_batches.h"
+#include "worker/exec/executor.h"
+#include "worker/frames.h"
+#include "worker/model/plan.h"
+
+namespace lockstep::worker {
+
+using ::lockstep::v1::WorkerMessage;
+
+namespace {
+
+absl::Status Train(const v1::RunAssignment& a,
+                   const std::optional<FaultSpec>& fault, int out_fd,
+                   v1::RunFinished* finished) {
+  LS_ASSIGN_OR_RETURN(ModelPlan plan,
+                      PlanModel(a.model(), a.config(), Limits()));
+  kernels::Registry registry;
+  LS_RETURN_IF_ERROR(kernels::RegisterCpuCanonicalKernels(&registry));
+  std::vector<int64_t> example(plan.input_shape.begin() + 1,
+                               plan.input_shape.end());
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset,
+                      OpenDataset(a.config().dataset(), a.config().seed(),
+                                  example, plan.num_classes));
+  std::shared_ptr<Dataset> shared(std::move(dataset));
+  BatchSource batches = DatasetBatches(shared, a.config().batch_size());
+
+  v1::FingerprintBatch current;
+  ExecutorOptions options;
+  options.initializer = a.model().initializer();
+  options.fault = fault;
+  options.keep_fingerprints = false;
+  options.observer = [&current](int step, const v1::ManifestEntry& entry,
+                                const kernels::Tensor& tensor,
+                                const v1::TensorFingerprint& fp) {
+    *current.add_fingerprints() = fp;
+    return absl::OkStatus();
+  };
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<Executor> exec,
+                      Executor::Create(plan, a.config(), &registry,
+                                       std::move(batches), options));
+  if (exec->manifest().manifest_digest() != a.manifest().manifest_digest()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this worker derives manifest ", exec->manifest().manifest_digest(),
+        " for the job, the coordinator sent ", a.manifest().manifest_digest(),
+        ": worker and coordinator versions differ"));
+  }
+  for (int step = 0; step < a.config().steps(); ++step) {
+    current.Clear();
+    LS_ASSIGN_OR_RETURN(StepSummary sum, exec->RunStep(step));
+    if (sum.captured) {
+      current.set_run_id(a.run_id());
+      current.set_attempt(a.attempt());
+      current.set_step(step);
+      current.set_step_complete(true);
+      current.set_step_digest(sum.digest.ToHex());
+      WorkerMessage m;
+      *m.mutable_batch() = current;
+      LS_RETURN_IF_ERROR(WriteFrame(out_fd, m));
+    }
+    WorkerMessage p;
+    p.mutable_progress()->set_run_id(a.run_id());
+    p.mutable_progress()->set_attempt(a.attempt());
+    p.mutable_progress()->set_steps_done(step + 1);
+    p.mutable_progress()->set_last_loss(sum.loss);
+    LS_RETURN_IF_ERROR(WriteFrame(out_fd, p));
+  }
+  LS_ASSIGN_OR_RETURN(RunResult result, exec->Finish());
+  finished->set_success(true);
+  finished->set_run_digest(result.run_digest.ToHex());
+  finished->set_dataset_digest(result.dataset_digest);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ExecuteAssignment(const v1::RunAssignment& assignment,
+                               const std::optional<FaultSpec>& fault,
+                               int out_fd) {
+  v1::RunFinished finished;
+  finished.set_run_id(assignment.run_id());
+  finished.set_attempt(assignment.attempt());
+  absl::Status s = Train(assignment, fault, out_fd, &finished);
+  if (!s.ok()) {
+    finished.set_success(false);
+    finished.set_failure_reason(s.ToString());
+  }
+  WorkerMessage m;
+  *m.mutable_finished() = finished;
+  absl::Status w = WriteFrame(out_fd, m);
+  if (!w.ok() && s.ok()) return w;
+  return s;
+}
+
+int RunChildMain(const std::optional<FaultSpec>& fault) {
+  // A run outlives no daemon: if the daemon dies (even by SIGKILL), so does
+  // its run, and no orphan keeps computing.
+  const pid_t parent = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) return 1;  // the daemon died before prctl
+  v1::RunAssignment assignment;
+  absl::Status s = ReadFrame(STDIN_FILENO, &assignment);
+  if (!s.ok()) {
+    std::fprintf(stderr, "lockstep-worker execute: no assignment on stdin: %s\n",
+                 s.ToString().c_str());
+    return 1;
+  }
+  s = ExecuteAssignment(assignment, fault, STDOUT_FILENO);
+  if (!s.ok()) {
+    std::fprintf(stderr, "lockstep-worker execute: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace lockstep::worker
