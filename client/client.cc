@@ -82,6 +82,118 @@ absl::StatusOr<Worker> Client::SetWorkerState(
   return resp;
 }
 
+template <typename Req, typename Resp, typename Method>
+absl::StatusOr<Resp> Client::Call(Method method, const Req& request) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  Resp response;
+  absl::Status s = Convert(((*stub_).*method)(&ctx, request, &response));
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<lockstep::v1::Job> Client::Submit(
+    const lockstep::v1::SubmitJobRequest& request) {
+  return Call<lockstep::v1::SubmitJobRequest, lockstep::v1::Job>(
+      &lockstep::v1::Lockstep::Stub::SubmitJob, request);
+}
+
+absl::StatusOr<lockstep::v1::Job> Client::GetJob(const std::string& job_id) {
+  lockstep::v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  return Call<lockstep::v1::GetJobRequest, lockstep::v1::Job>(
+      &lockstep::v1::Lockstep::Stub::GetJob, req);
+}
+
+absl::StatusOr<lockstep::v1::ListJobsResponse> Client::ListJobs(
+    const lockstep::v1::ListJobsRequest& request) {
+  return Call<lockstep::v1::ListJobsRequest, lockstep::v1::ListJobsResponse>(
+      &lockstep::v1::Lockstep::Stub::ListJobs, request);
+}
+
+absl::StatusOr<lockstep::v1::Job> Client::Cancel(const std::string& job_id,
+                                                 const std::string& reason) {
+  lockstep::v1::CancelJobRequest req;
+  req.set_job_id(job_id);
+  req.set_reason(reason);
+  return Call<lockstep::v1::CancelJobRequest, lockstep::v1::Job>(
+      &lockstep::v1::Lockstep::Stub::CancelJob, req);
+}
+
+absl::StatusOr<lockstep::v1::Report> Client::GetReport(
+    const std::string& job_id) {
+  lockstep::v1::GetReportRequest req;
+  req.set_job_id(job_id);
+  return Call<lockstep::v1::GetReportRequest, lockstep::v1::Report>(
+      &lockstep::v1::Lockstep::Stub::GetReport, req);
+}
+
+absl::StatusOr<lockstep::v1::CompareRunsResponse> Client::CompareRuns(
+    const std::string& run_a, const std::string& run_b) {
+  lockstep::v1::CompareRunsRequest req;
+  req.set_run_a(run_a);
+  req.set_run_b(run_b);
+  return Call<lockstep::v1::CompareRunsRequest,
+              lockstep::v1::CompareRunsResponse>(
+      &lockstep::v1::Lockstep::Stub::CompareRuns, req);
+}
+
+absl::StatusOr<lockstep::v1::ListCertificatesResponse> Client::ListCertificates(
+    const lockstep::v1::ListCertificatesRequest& request) {
+  return Call<lockstep::v1::ListCertificatesRequest,
+              lockstep::v1::ListCertificatesResponse>(
+      &lockstep::v1::Lockstep::Stub::ListCertificates, request);
+}
+
+absl::StatusOr<lockstep::v1::Audit> Client::StartAudit(
+    const lockstep::v1::StartAuditRequest& request) {
+  return Call<lockstep::v1::StartAuditRequest, lockstep::v1::Audit>(
+      &lockstep::v1::Lockstep::Stub::StartAudit, request);
+}
+
+absl::StatusOr<lockstep::v1::Audit> Client::GetAudit(
+    const std::string& audit_id) {
+  lockstep::v1::GetAuditRequest req;
+  req.set_audit_id(audit_id);
+  return Call<lockstep::v1::GetAuditRequest, lockstep::v1::Audit>(
+      &lockstep::v1::Lockstep::Stub::GetAudit, req);
+}
+
+absl::StatusOr<lockstep::v1::ListAuditsResponse> Client::ListAudits() {
+  return Call<lockstep::v1::ListAuditsRequest,
+              lockstep::v1::ListAuditsResponse>(
+      &lockstep::v1::Lockstep::Stub::ListAudits,
+      lockstep::v1::ListAuditsRequest());
+}
+
+absl::StatusOr<lockstep::v1::Job> Client::Watch(
+    const std::string& job_id, int64_t timeout_ms,
+    const std::function<void(const lockstep::v1::JobEvent&)>& on_event) {
+  grpc::ClientContext ctx;
+  if (timeout_ms > 0) {
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(timeout_ms));
+  }
+  lockstep::v1::WatchJobRequest req;
+  req.set_job_id(job_id);
+  auto reader = stub_->WatchJob(&ctx, req);
+  lockstep::v1::JobEvent event;
+  lockstep::v1::Job last;
+  bool final_seen = false;
+  while (reader->Read(&event)) {
+    last = event.job();
+    on_event(event);
+    if (event.final()) final_seen = true;
+  }
+  absl::Status s = Convert(reader->Finish());
+  if (!s.ok()) return s;
+  if (!final_seen) {
+    return absl::UnavailableError(
+        absl::StrCat("the watch of ", job_id, " ended before the job did"));
+  }
+  return last;
+}
+
 namespace {
 
 std::string Ago(int64_t now_ms, int64_t then_ms) {

@@ -7,6 +7,7 @@
 #define LOCKSTEP_CLIENT_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,11 +35,37 @@ class Client {
       const std::string& worker, lockstep::v1::WorkerAdminState state,
       const std::string& reason);
 
+  absl::StatusOr<lockstep::v1::Job> Submit(
+      const lockstep::v1::SubmitJobRequest& request);
+  absl::StatusOr<lockstep::v1::Job> GetJob(const std::string& job_id);
+  absl::StatusOr<lockstep::v1::ListJobsResponse> ListJobs(
+      const lockstep::v1::ListJobsRequest& request);
+  absl::StatusOr<lockstep::v1::Job> Cancel(const std::string& job_id,
+                                           const std::string& reason);
+  absl::StatusOr<lockstep::v1::Report> GetReport(const std::string& job_id);
+  absl::StatusOr<lockstep::v1::CompareRunsResponse> CompareRuns(
+      const std::string& run_a, const std::string& run_b);
+  absl::StatusOr<lockstep::v1::ListCertificatesResponse> ListCertificates(
+      const lockstep::v1::ListCertificatesRequest& request);
+  absl::StatusOr<lockstep::v1::Audit> StartAudit(
+      const lockstep::v1::StartAuditRequest& request);
+  absl::StatusOr<lockstep::v1::Audit> GetAudit(const std::string& audit_id);
+  absl::StatusOr<lockstep::v1::ListAuditsResponse> ListAudits();
+  // Streams the job's events to `on_event` until the final one (returns
+  // the last job snapshot), the stream fails, or `timeout_ms` (0: none)
+  // passes (DEADLINE_EXCEEDED).
+  absl::StatusOr<lockstep::v1::Job> Watch(
+      const std::string& job_id, int64_t timeout_ms,
+      const std::function<void(const lockstep::v1::JobEvent&)>& on_event);
+
   const ClientOptions& options() const { return options_; }
 
  private:
   void SetDeadline(grpc::ClientContext* ctx) const;
   absl::Status Convert(const grpc::Status& s) const;
+  // One unary call with the deadline, converted to StatusOr.
+  template <typename Req, typename Resp, typename Method>
+  absl::StatusOr<Resp> Call(Method method, const Req& request);
 
   ClientOptions options_;
   std::unique_ptr<lockstep::v1::Lockstep::Stub> stub_;

@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include "client/commands.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -51,6 +52,69 @@ TEST(FormatJson, UsesProtoFieldNames) {
   lockstep::v1::Worker w;
   w.set_worker_id("w-1");
   EXPECT_THAT(FormatJson(w), HasSubstr("\"worker_id\": \"w-1\""));
+}
+
+}  // namespace
+}  // namespace lockstep::client
+
+namespace lockstep::client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(Commands, Escaping) {
+  EXPECT_EQ(XmlEscape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&apos;");
+  EXPECT_EQ(JsonEscape("say \"hi\"\\\n"), "say \\\"hi\\\"\\\\\\n");
+  EXPECT_EQ(JsonEscape(std::string("\x01", 1)), "\\u0001");
+}
+
+TEST(Commands, ProgressBar) {
+  EXPECT_EQ(ProgressBar(0, 10, 10), "----------");
+  EXPECT_EQ(ProgressBar(5, 10, 10), "#####-----");
+  EXPECT_EQ(ProgressBar(10, 10, 10), "##########");
+  EXPECT_EQ(ProgressBar(3, 0, 4), "----");
+}
+
+TEST(Commands, JUnitForEachOutcome) {
+  const std::string pass = CheckJUnit("job-1", kExitOk, "", "", 1.5);
+  EXPECT_THAT(pass, HasSubstr("tests=\"2\" failures=\"0\" errors=\"0\""));
+  EXPECT_THAT(pass, Not(HasSubstr("<failure")));
+  const std::string nd = CheckJUnit("job-1", kExitNondeterministic,
+                                    "nondeterministic at <x>", "", 1.5);
+  EXPECT_THAT(nd, HasSubstr("failures=\"1\""));
+  EXPECT_THAT(nd,
+              HasSubstr("<failure message=\"nondeterministic at &lt;x&gt;\""));
+  const std::string changed =
+      CheckJUnit("job-1", kExitNumericsChanged, "", "numerics changed", 1.5);
+  EXPECT_THAT(changed, HasSubstr("name=\"golden\""));
+  EXPECT_THAT(changed, HasSubstr("<failure message=\"numerics changed\""));
+  const std::string error =
+      CheckJUnit("unsubmitted", kExitCouldNotRun, "UNAVAILABLE: down", "", 0);
+  EXPECT_THAT(error, HasSubstr("errors=\"1\""));
+  EXPECT_THAT(error, HasSubstr("<error message=\"could not run\">UNAVAILABLE"));
+  EXPECT_THAT(error, HasSubstr("<skipped/>"));
+}
+
+TEST(Commands, FormatReportNamesTheDivergence) {
+  lockstep::v1::Report r;
+  r.set_job_id("job-1");
+  r.set_verdict(lockstep::v1::NONDETERMINISTIC);
+  r.set_summary("NONDETERMINISTIC: ...");
+  auto* d = r.mutable_divergence();
+  d->set_step(3);
+  d->mutable_tensor()->set_layer("conv2");
+  d->mutable_tensor()->set_op("conv2d.grad_weight");
+  d->mutable_tensor()->set_role(lockstep::v1::GRAD_WEIGHT);
+  d->mutable_tensor()->set_phase(lockstep::v1::PHASE_BACKWARD);
+  d->mutable_cause()->set_id("ND-CUDNN-CONV-GRAD-WEIGHT");
+  d->set_downstream_differing(12);
+  const std::string text = FormatReport(r);
+  EXPECT_THAT(text, HasSubstr("job job-1: NONDETERMINISTIC"));
+  EXPECT_THAT(text, HasSubstr("step 3, layer \"conv2\", PHASE_BACKWARD "
+                              "GRAD_WEIGHT (op conv2d.grad_weight"));
+  EXPECT_THAT(text, HasSubstr("ND-CUDNN-CONV-GRAD-WEIGHT"));
+  EXPECT_THAT(text, HasSubstr("downstream: 12"));
 }
 
 }  // namespace

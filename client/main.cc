@@ -1,8 +1,4 @@
 // lockstep: the command-line client of the Lockstep coordinator.
-//
-// Exit codes: 0 success; 3 the coordinator could not be reached or the call
-// failed (the status code and message are printed); 64 usage error.
-// (1 and 2 are reserved for `lockstep check` verdicts.)
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -10,90 +6,117 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/status/status.h"
 #include "client/client.h"
+#include "client/commands.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
           "coordinator address, host:port");
-ABSL_FLAG(int64_t, timeout_ms, 5000, "deadline of each call, ms");
+ABSL_FLAG(int64_t, timeout_ms, 5000, "deadline of each unary call, ms");
 ABSL_FLAG(bool, json, false, "print results as JSON (for scripts)");
 ABSL_FLAG(bool, all, false, "workers: include workers that are gone");
-ABSL_FLAG(std::string, reason, "", "workers drain|quarantine|activate: why");
+ABSL_FLAG(std::string, reason, "",
+          "workers drain|quarantine|activate, cancel: why");
+ABSL_FLAG(int, runs, 0, "submit/check: number of runs (default 2)");
+ABSL_FLAG(std::string, scope, "",
+          "submit/check: same_worker (default), same_class or across_classes");
+ABSL_FLAG(std::string, mode, "",
+          "submit/check: override the config's determinism: canonical, "
+          "deterministic or default");
+ABSL_FLAG(std::string, labels, "", "submit/check: job labels, k=v,...");
+ABSL_FLAG(std::string, worker_labels, "",
+          "submit/check: only workers with these labels, k=v,...");
+ABSL_FLAG(std::string, idempotency_key, "",
+          "submit/check: resubmitting with the same key returns the first job");
+ABSL_FLAG(std::string, zoo, "examples",
+          "folder of the model zoo, for `submit NAME`");
+ABSL_FLAG(bool, watch, false, "submit: watch the job until it finishes");
+ABSL_FLAG(int64_t, wait_timeout_ms, 0,
+          "watch/check: give up after this long (0: no limit)");
+ABSL_FLAG(std::string, golden, "",
+          "check: the golden run digest, or a key=value label of the golden "
+          "job");
+ABSL_FLAG(std::string, junit, "", "check: write JUnit XML to this file");
+ABSL_FLAG(std::string, model_digest, "", "certificates: only this model");
+ABSL_FLAG(std::string, workers, "",
+          "audit start: comma-separated worker names or ids (default: all)");
+ABSL_FLAG(bool, quarantine, false, "audit start: quarantine every outlier");
+ABSL_FLAG(bool, wait, true, "audit start: wait for the result");
 
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailed = 3;
-constexpr int kExitUsage = 64;
-
 constexpr char kUsage[] =
     "Lockstep client.\n"
-    "  lockstep [--coordinator=HOST:PORT] workers [--all] [--json]\n"
-    "  lockstep workers drain|quarantine|activate WORKER [--reason=TEXT]\n"
-    "WORKER is a worker name or id. Exit codes: 0 ok, 3 call failed, 64 "
-    "usage.";
-
-int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "lockstep: %s: %s\n",
-               absl::StatusCodeToString(s.code()).c_str(),
-               std::string(s.message()).c_str());
-  return kExitFailed;
-}
-
-int Usage(const std::string& why) {
-  std::fprintf(stderr, "lockstep: %s\n%s\n", why.c_str(), kUsage);
-  return kExitUsage;
-}
-
-int Workers(lockstep::client::Client& client,
-            const std::vector<std::string>& args) {
-  const bool json = absl::GetFlag(FLAGS_json);
-  if (args.empty()) {
-    auto r = client.ListWorkers(absl::GetFlag(FLAGS_all));
-    if (!r.ok()) return Fail(r.status());
-    const std::string out = json ? lockstep::client::FormatJson(*r)
-                                 : lockstep::client::FormatWorkersTable(*r);
-    std::fputs(out.c_str(), stdout);
-    return kExitOk;
-  }
-  if (args.size() != 2) return Usage("workers: expected ACTION WORKER");
-  lockstep::v1::WorkerAdminState state;
-  if (args[0] == "drain") {
-    state = lockstep::v1::DRAINING;
-  } else if (args[0] == "quarantine") {
-    state = lockstep::v1::QUARANTINED;
-  } else if (args[0] == "activate") {
-    state = lockstep::v1::ACTIVE;
-  } else {
-    return Usage("workers: unknown action \"" + args[0] + "\"");
-  }
-  auto w = client.SetWorkerState(args[1], state, absl::GetFlag(FLAGS_reason));
-  if (!w.ok()) return Fail(w.status());
-  if (json) {
-    std::fputs(lockstep::client::FormatJson(*w).c_str(), stdout);
-  } else {
-    std::printf("%s (%s) is now %s\n", w->name().c_str(),
-                w->worker_id().c_str(),
-                lockstep::v1::WorkerAdminState_Name(w->admin_state()).c_str());
-  }
-  return kExitOk;
-}
+    "  lockstep [--coordinator=HOST:PORT] COMMAND ...\n"
+    "  workers [--all] [--json]          connected workers and their classes\n"
+    "  workers drain|quarantine|activate WORKER [--reason=TEXT]\n"
+    "  submit MODEL CONFIG | ZOO_NAME [--runs=N] [--scope=S] [--mode=M] "
+    "[--watch]\n"
+    "  watch JOB                         live progress, then the verdict\n"
+    "  jobs                              recent jobs\n"
+    "  report JOB                        verdict, divergence, certificates\n"
+    "  diff RUN_A RUN_B                  compare any two runs\n"
+    "  certificates [--model_digest=D]\n"
+    "  cancel JOB [--reason=TEXT]\n"
+    "  check MODEL CONFIG | ZOO_NAME [--golden=DIGEST|k=v] [--junit=FILE] "
+    "[--json]\n"
+    "  audit start WORKLOAD [--workers=a,b | --worker_labels=k=v] "
+    "[--quarantine] [--wait=false]\n"
+    "  audit show AUDIT | audit list\n"
+    "Exit codes: 0 ok / reproducible; 1 nondeterministic; 2 numerics changed "
+    "vs golden; 3 could not run; 64 usage.";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() < 2) return Usage("missing command");
+  if (positional.size() < 2) {
+    std::fprintf(stderr, "lockstep: missing command\n%s\n", kUsage);
+    return lockstep::client::kExitUsage;
+  }
   const std::string command = positional[1];
   std::vector<std::string> args(positional.begin() + 2, positional.end());
   if (absl::GetFlag(FLAGS_timeout_ms) <= 0) {
-    return Usage("--timeout_ms must be > 0");
+    std::fprintf(stderr, "lockstep: --timeout_ms must be > 0\n");
+    return lockstep::client::kExitUsage;
   }
   lockstep::client::ClientOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   lockstep::client::Client client(options);
-  if (command == "workers") return Workers(client, args);
-  return Usage("unknown command \"" + command + "\"");
+
+  lockstep::client::CommandOptions c;
+  c.json = absl::GetFlag(FLAGS_json);
+  c.all = absl::GetFlag(FLAGS_all);
+  c.reason = absl::GetFlag(FLAGS_reason);
+  c.runs = absl::GetFlag(FLAGS_runs);
+  c.scope = absl::GetFlag(FLAGS_scope);
+  c.mode = absl::GetFlag(FLAGS_mode);
+  c.labels = absl::GetFlag(FLAGS_labels);
+  c.worker_labels = absl::GetFlag(FLAGS_worker_labels);
+  c.idempotency_key = absl::GetFlag(FLAGS_idempotency_key);
+  c.zoo_dir = absl::GetFlag(FLAGS_zoo);
+  c.watch = absl::GetFlag(FLAGS_watch);
+  c.wait_timeout_ms = absl::GetFlag(FLAGS_wait_timeout_ms);
+  c.golden = absl::GetFlag(FLAGS_golden);
+  c.junit = absl::GetFlag(FLAGS_junit);
+  c.model_digest = absl::GetFlag(FLAGS_model_digest);
+  c.workers = absl::GetFlag(FLAGS_workers);
+  c.quarantine = absl::GetFlag(FLAGS_quarantine);
+  c.wait = absl::GetFlag(FLAGS_wait);
+  lockstep::client::Commands commands(&client, c, stdout, stderr);
+
+  if (command == "workers") return commands.Workers(args);
+  if (command == "submit") return commands.Submit(args);
+  if (command == "watch") return commands.Watch(args);
+  if (command == "jobs") return commands.Jobs(args);
+  if (command == "cancel") return commands.Cancel(args);
+  if (command == "report") return commands.Report(args);
+  if (command == "diff") return commands.Diff(args);
+  if (command == "certificates") return commands.Certificates(args);
+  if (command == "check") return commands.Check(args);
+  if (command == "audit") return commands.Audit(args);
+  std::fprintf(stderr, "lockstep: unknown command \"%s\"\n%s\n",
+               command.c_str(), kUsage);
+  return lockstep::client::kExitUsage;
 }

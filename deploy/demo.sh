@@ -33,7 +33,9 @@ echo
 demo="${LOCKSTEP_DEMO_DIR:-$root/.demo}"
 mkdir -p "$demo"
 cd "$demo"
-rm -f port
+# A fresh database each time, so earlier demos (a quarantined worker, old
+# jobs) do not change what this one shows.
+rm -f port lockstep.db lockstep.db-wal lockstep.db-shm
 
 pids=()
 cleanup() {
@@ -44,7 +46,8 @@ cleanup() {
 trap cleanup EXIT
 
 echo "demo: starting the coordinator (database $demo/lockstep.db)"
-"$coordinator" --listen=127.0.0.1:0 --port_file=port >coordinator.log 2>&1 &
+"$coordinator" --listen=127.0.0.1:0 --port_file=port --zoo_dir="$root/examples" \
+  >coordinator.log 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do [ -s port ] && break; sleep 0.1; done
 [ -s port ] || { echo "demo: the coordinator did not start; see $demo/coordinator.log" >&2; exit 1; }
@@ -56,22 +59,53 @@ for n in 1 2; do
     --labels=demo=true >"worker-$n.log" 2>&1 &
   pids+=($!)
 done
-echo "demo: started workers demo-worker-1 and demo-worker-2"
+# A third worker runs a drill: it flips one bit of one tensor in every run
+# (and says so in its hardware profile), as a faulty device would.
+"$worker" daemon --coordinator="$address" --name="demo-faulty" \
+  --labels=demo=drill --inject_fault=step=3,layer=fc1,role=WEIGHT,bit=22 \
+  >worker-faulty.log 2>&1 &
+pids+=($!)
+echo "demo: started workers demo-worker-1, demo-worker-2 and demo-faulty (fault drill)"
 
 connected=0
 for _ in $(seq 1 150); do
   connected=$("$cli" --coordinator="$address" workers --json 2>/dev/null \
     | grep -c '"state": "WORKER_CONNECTED"' || true)
-  [ "$connected" -ge 2 ] && break
+  [ "$connected" -ge 3 ] && break
   sleep 0.2
 done
-if [ "$connected" -lt 2 ]; then
-  echo "demo: only $connected of 2 workers connected; logs are in $demo" >&2
+if [ "$connected" -lt 3 ]; then
+  echo "demo: only $connected of 3 workers connected; logs are in $demo" >&2
   exit 1
 fi
 
+run() {
+  echo
+  echo "\$ lockstep $*"
+  "$cli" --coordinator="$address" --zoo="$root/examples" "$@"
+}
+
+run workers
+echo "demo: 3 workers connected"
+
+# 1. CANONICAL: three runs over the two healthy workers -> certificates.
+run submit mlp --runs=3 --scope=same_class --worker_labels=demo=true --watch
+run certificates
+
+# 2. DEFAULT mode: what stock frameworks do. (On CPU workers the DEFAULT
+#    kernels fall back to the canonical ones until the fast CPU backend with
+#    its atomic variants lands, so this still certifies.)
+run submit gauntlet --mode=default --runs=2 --worker_labels=demo=true --watch
+
+# 3. A flagged divergence: the same job on a healthy and on the faulty
+#    worker, as a CI check would run it (exit code 1: nondeterministic).
+set +e
+run check mlp --runs=2 --scope=same_class
+echo "demo: lockstep check exited with $?"
+set -e
+
+# 4. A fleet audit names the faulty device and quarantines it.
+run audit start mlp --quarantine
+run workers
 echo
-echo "\$ lockstep --coordinator=$address workers"
-"$cli" --coordinator="$address" workers
-echo
-echo "demo: 2 workers connected"
+echo "demo: done (database $demo/lockstep.db, logs in $demo)"

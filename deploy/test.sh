@@ -57,9 +57,15 @@ fi
 echo
 echo "test: README demo (deploy/demo.sh)"
 demo_dir="$(mktemp -d)"
-if LOCKSTEP_DEMO_DIR="$demo_dir" bash deploy/demo.sh >"$demo_dir/demo.out" 2>&1 \
-   && grep -q "demo: 2 workers connected" "$demo_dir/demo.out" \
-   && [ "$(grep -c 'demo-worker-[12] .*connected' "$demo_dir/demo.out")" -eq 2 ]; then
+out="$demo_dir/demo.out"
+if LOCKSTEP_DEMO_DIR="$demo_dir" bash deploy/demo.sh >"$out" 2>&1 \
+   && grep -q "demo: 3 workers connected" "$out" \
+   && grep -q "REPRODUCIBLE at CROSS_DEVICE" "$out" \
+   && grep -q "CROSS_DEVICE mlp" "$out" \
+   && grep -q "first divergence: step 3, layer \"fc1\"" "$out" \
+   && grep -q "lockstep check exited with 1" "$out" \
+   && grep -q "OUTLIER .*quarantined" "$out" \
+   && grep -q "demo: done" "$out"; then
   echo "test: demo PASSED"
   passed=$((passed + 1))
 else

@@ -17,6 +17,16 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (options.heartbeat_interval_ms <= 0) {
     return absl::InvalidArgumentError("heartbeat_interval_ms: must be > 0");
   }
+  if (options.jobs.lease_ms <= options.heartbeat_interval_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease_ms: ", options.jobs.lease_ms,
+                     " must exceed heartbeat_interval_ms (",
+                     options.heartbeat_interval_ms, ")"));
+  }
+  if (options.jobs.max_attempts < 1 || options.jobs.max_attempts > 100) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_attempts: ", options.jobs.max_attempts, " is outside 1..100"));
+  }
   if (options.heartbeat_timeout_ms <= options.heartbeat_interval_ms) {
     return absl::InvalidArgumentError(
         absl::StrCat("heartbeat_timeout_ms: ", options.heartbeat_timeout_ms,
@@ -30,14 +40,22 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   ropts.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
   c->registry_ =
       std::make_unique<WorkerRegistry>(c->store_.get(), ropts, SystemClockMs);
-  c->lockstep_service_ =
-      std::make_unique<LockstepService>(c->registry_.get(), SystemClockMs);
+  c->jobs_ = std::make_unique<JobManager>(c->store_.get(), c->registry_.get(),
+                                          options.jobs, SystemClockMs);
+  c->registry_->SetListener(c->jobs_.get());
+  LS_RETURN_IF_ERROR(c->jobs_->Recover());
+  c->audits_ = std::make_unique<AuditManager>(
+      c->store_.get(), c->registry_.get(), c->jobs_.get(), options.zoo_dir,
+      SystemClockMs);
+  LS_RETURN_IF_ERROR(c->audits_->Recover());
+  c->lockstep_service_ = std::make_unique<LockstepService>(
+      c->registry_.get(), c->jobs_.get(), c->audits_.get(), SystemClockMs);
   GatewayOptions gopts;
   gopts.heartbeat_interval_ms = options.heartbeat_interval_ms;
   gopts.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
   gopts.max_message_bytes = options.max_message_bytes;
-  c->gateway_service_ =
-      std::make_unique<WorkerGatewayService>(c->registry_.get(), gopts);
+  c->gateway_service_ = std::make_unique<WorkerGatewayService>(
+      c->registry_.get(), c->jobs_.get(), gopts);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -65,10 +83,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
 }
 
 void Coordinator::SweepLoop() {
-  const int64_t period =
-      std::max<int64_t>(50, options_.heartbeat_timeout_ms / 4);
+  const int64_t period = std::max<int64_t>(
+      50, std::min(options_.heartbeat_timeout_ms, options_.jobs.lease_ms) / 4);
   while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(period))) {
     registry_->Sweep();
+    jobs_->Sweep();
   }
 }
 

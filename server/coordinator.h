@@ -14,7 +14,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "grpcpp/grpcpp.h"
+#include "server/audit_manager.h"
 #include "server/gateway_service.h"
+#include "server/job_manager.h"
 #include "server/lockstep_service.h"
 #include "server/store/store.h"
 #include "server/worker_registry.h"
@@ -32,6 +34,10 @@ struct CoordinatorOptions {
   int64_t heartbeat_timeout_ms = 10000;
   // Largest message accepted. Default 64 MiB.
   int max_message_bytes = 64 << 20;
+  // Scheduling: run leases, retries, limits.
+  JobManagerOptions jobs;
+  // Folder of the model zoo, whose models are the audit workloads.
+  std::string zoo_dir = "examples";
 };
 
 class Coordinator {
@@ -50,6 +56,7 @@ class Coordinator {
   // For in-process tests.
   std::shared_ptr<grpc::Channel> InProcessChannel();
   WorkerRegistry* registry() { return registry_.get(); }
+  JobManager* jobs() { return jobs_.get(); }
 
  private:
   Coordinator() = default;
@@ -58,6 +65,8 @@ class Coordinator {
   CoordinatorOptions options_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<AuditManager> audits_;
   std::unique_ptr<LockstepService> lockstep_service_;
   std::unique_ptr<WorkerGatewayService> gateway_service_;
   std::unique_ptr<grpc::Server> server_;

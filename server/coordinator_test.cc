@@ -121,22 +121,43 @@ TEST_F(CoordinatorTest, ReflectionListsServices) {
   EXPECT_THAT(bytes, HasSubstr("grpc.health.v1.Health"));
 }
 
-TEST_F(CoordinatorTest, UnbuiltRpcsAnswerUnimplementedWithAMessage) {
+TEST_F(CoordinatorTest, AuditRpcsValidate) {
+  grpc::ClientContext ctx;
+  StartAuditRequest req;
+  Audit audit;
+  grpc::Status s = stub_->StartAudit(&ctx, req, &audit);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("spec.workload"));
+
+  grpc::ClientContext ctx2;
+  req.mutable_spec()->set_workload("../../etc");
+  s = stub_->StartAudit(&ctx2, req, &audit);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  grpc::ClientContext ctx3;
+  GetAuditRequest get;
+  get.set_audit_id("audit-nope");
+  s = stub_->GetAudit(&ctx3, get, &audit);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(CoordinatorTest, JobRpcsValidate) {
   grpc::ClientContext ctx;
   SubmitJobRequest req;
   Job job;
   grpc::Status s = stub_->SubmitJob(&ctx, req, &job);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(s.error_message(), HasSubstr("SubmitJob is not available"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("spec: must be set"));
 
   grpc::ClientContext ctx2;
   WatchJobRequest wreq;
+  wreq.set_job_id("job-unknown");
   auto reader = stub_->WatchJob(&ctx2, wreq);
   JobEvent ev;
   EXPECT_FALSE(reader->Read(&ev));
   s = reader->Finish();
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(s.error_message(), HasSubstr("WatchJob"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("job-unknown"));
 }
 
 TEST_F(CoordinatorTest, WorkerStreamHelloWelcomeListGone) {

@@ -32,8 +32,9 @@ class Session final
     : public grpc::ServerBidiReactor<WorkerMessage, CoordinatorMessage> {
  public:
   Session(grpc::CallbackServerContext* context, WorkerRegistry* registry,
-          const GatewayOptions& options)
+          JobManager* jobs, const GatewayOptions& options)
       : registry_(registry),
+        jobs_(jobs),
         options_(options),
         peer_(context->peer()),
         handle_(std::make_shared<SessionHandle>()) {
@@ -131,18 +132,38 @@ class Session final
           return grpc::Status(grpc::StatusCode::ABORTED,
                               std::string(s.message()));
         }
+        jobs_->OnHeartbeat(worker_id, msg.heartbeat());
         return grpc::Status::OK;
       }
-      case WorkerMessage::kBatch:
-      case WorkerMessage::kFinished:
       case WorkerMessage::kProgress: {
-        // No runs are assigned by this coordinator version; tell the worker
-        // without closing its session.
+        lockstep::v1::Heartbeat hb;
+        *hb.add_runs() = msg.progress();
+        jobs_->OnHeartbeat(worker_id, hb);
+        return grpc::Status::OK;
+      }
+      case WorkerMessage::kBatch: {
+        absl::StatusOr<lockstep::v1::BatchAck> ack =
+            jobs_->OnBatch(worker_id, msg.batch());
         CoordinatorMessage out;
-        auto* r = out.mutable_rejected();
-        r->set_code(
-            static_cast<int32_t>(grpc::StatusCode::FAILED_PRECONDITION));
-        r->set_message("no run is assigned to this worker");
+        if (ack.ok()) {
+          *out.mutable_ack() = *ack;
+        } else {
+          Reject(msg.batch().run_id(), msg.batch().attempt(), ack.status(),
+                 &out);
+        }
+        Send(std::move(out));
+        return grpc::Status::OK;
+      }
+      case WorkerMessage::kFinished: {
+        absl::Status s = jobs_->OnRunFinished(worker_id, msg.finished());
+        CoordinatorMessage out;
+        if (s.ok()) {
+          out.mutable_ack()->set_run_id(msg.finished().run_id());
+          out.mutable_ack()->set_attempt(msg.finished().attempt());
+          out.mutable_ack()->set_result_recorded(true);
+        } else {
+          Reject(msg.finished().run_id(), msg.finished().attempt(), s, &out);
+        }
         Send(std::move(out));
         return grpc::Status::OK;
       }
@@ -151,6 +172,16 @@ class Session final
                             "worker message: no kind set");
     }
     return grpc::Status::OK;
+  }
+
+  // A refused message: the stream stays open, the worker is told why.
+  static void Reject(const std::string& run_id, int32_t attempt,
+                     const absl::Status& s, CoordinatorMessage* out) {
+    auto* r = out->mutable_rejected();
+    r->set_run_id(run_id);
+    r->set_attempt(attempt);
+    r->set_code(static_cast<int32_t>(s.code()));
+    r->set_message(std::string(s.message()));
   }
 
   grpc::Status HandleHello(const lockstep::v1::Hello& hello) {
@@ -164,13 +195,20 @@ class Session final
                              reason);
       }
     };
-    absl::StatusOr<int64_t> session = registry_->Connect(hello, peer_, closer);
+    auto sender = [weak](CoordinatorMessage msg) {
+      std::shared_ptr<SessionHandle> handle = weak.lock();
+      if (!handle) return;
+      absl::MutexLock lock(&handle->mu);
+      if (handle->reactor != nullptr) handle->reactor->Send(std::move(msg));
+    };
+    const std::string worker_id = WorkerIdForName(hello.name());
+    absl::StatusOr<int64_t> session =
+        registry_->Connect(hello, peer_, closer, sender);
     if (!session.ok()) {
       return grpc::Status(
           static_cast<grpc::StatusCode>(session.status().code()),
           std::string(session.status().message()));
     }
-    const std::string worker_id = WorkerIdForName(hello.name());
     {
       absl::MutexLock lock(&mu_);
       worker_id_ = worker_id;
@@ -183,6 +221,8 @@ class Session final
     w->set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
     w->set_coordinator_version(kCoordinatorVersion);
     Send(std::move(out));
+    // Only now may assignments follow the welcome.
+    jobs_->OnWorkerConnected(worker_id);
     return grpc::Status::OK;
   }
 
@@ -197,6 +237,7 @@ class Session final
   }
 
   WorkerRegistry* const registry_;
+  JobManager* const jobs_;
   const GatewayOptions options_;
   const std::string peer_;
   const std::shared_ptr<SessionHandle> handle_;
@@ -215,7 +256,7 @@ class Session final
 
 grpc::ServerBidiReactor<WorkerMessage, CoordinatorMessage>*
 WorkerGatewayService::Connect(grpc::CallbackServerContext* context) {
-  return new Session(context, registry_, options_);
+  return new Session(context, registry_, jobs_, options_);
 }
 
 }  // namespace lockstep::server

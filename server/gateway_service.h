@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "lockstep/v1/worker_gateway.grpc.pb.h"
+#include "server/job_manager.h"
 #include "server/worker_registry.h"
 
 namespace lockstep::server {
@@ -21,9 +22,10 @@ struct GatewayOptions {
 class WorkerGatewayService final
     : public lockstep::v1::WorkerGateway::CallbackService {
  public:
-  // `registry` must outlive the service.
-  WorkerGatewayService(WorkerRegistry* registry, GatewayOptions options)
-      : registry_(registry), options_(options) {}
+  // `registry` and `jobs` must outlive the service.
+  WorkerGatewayService(WorkerRegistry* registry, JobManager* jobs,
+                       GatewayOptions options)
+      : registry_(registry), jobs_(jobs), options_(options) {}
 
   grpc::ServerBidiReactor<lockstep::v1::WorkerMessage,
                           lockstep::v1::CoordinatorMessage>*
@@ -31,6 +33,7 @@ class WorkerGatewayService final
 
  private:
   WorkerRegistry* const registry_;
+  JobManager* const jobs_;
   const GatewayOptions options_;
 };
 

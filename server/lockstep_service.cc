@@ -1,8 +1,12 @@
 #include "server/lockstep_service.h"
 
+#include <deque>
+#include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace lockstep::server {
 namespace {
@@ -16,19 +20,109 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-grpc::Status NotBuilt(const char* rpc) {
-  return grpc::Status(
-      grpc::StatusCode::UNIMPLEMENTED,
-      absl::StrCat("lockstep.v1.Lockstep/", rpc,
-                   " is not available in this coordinator version (0.1.0): "
-                   "it serves workers (ListWorkers, SetWorkerState) only"));
+template <typename T>
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
+                                absl::StatusOr<T> result, T* response) {
+  if (!result.ok()) return Done(context, ToGrpcStatus(result.status()));
+  *response = std::move(*result);
+  return Done(context, grpc::Status::OK);
 }
 
-// A server-streaming reactor that ends at once with a status.
-class FinishedWriter final : public grpc::ServerWriteReactor<JobEvent> {
+// WatchJob: writes every JobEvent of one job, one write in flight at a time,
+// and finishes after the final one. The watcher callback may run on any
+// thread, also after OnDone: it reaches the reactor only through `link`,
+// which OnDone clears.
+class JobWatcher final : public grpc::ServerWriteReactor<JobEvent> {
  public:
-  explicit FinishedWriter(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
+  struct Link {
+    absl::Mutex mu;
+    JobWatcher* reactor ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
+  JobWatcher(JobManager* jobs, const std::string& job_id)
+      : jobs_(jobs), link_(std::make_shared<Link>()) {
+    {
+      absl::MutexLock lock(&link_->mu);
+      link_->reactor = this;
+    }
+    std::weak_ptr<Link> weak = link_;
+    absl::StatusOr<int64_t> token =
+        jobs_->Watch(job_id, [weak](const JobEvent& e) {
+          std::shared_ptr<Link> link = weak.lock();
+          if (!link) return;
+          absl::MutexLock lock(&link->mu);
+          if (link->reactor != nullptr) link->reactor->Push(e);
+        });
+    if (!token.ok()) {
+      absl::MutexLock lock(&mu_);
+      finished_ = true;
+      Finish(ToGrpcStatus(token.status()));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    token_ = *token;
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    const bool was_final = queue_.front().final();
+    queue_.pop_front();
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client gone"));
+    } else if (was_final) {
+      FinishLocked(grpc::Status::OK);
+    } else if (!queue_.empty()) {
+      StartWrite(&queue_.front());
+    } else {
+      writing_ = false;
+    }
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&link_->mu);
+      link_->reactor = nullptr;
+    }
+    int64_t token;
+    {
+      absl::MutexLock lock(&mu_);
+      token = token_;
+    }
+    if (token != 0) jobs_->Unwatch(token);
+    delete this;
+  }
+
+ private:
+  void Push(const JobEvent& e) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || saw_final_) return;
+    saw_final_ = e.final();
+    queue_.push_back(e);
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+    }
+  }
+
+  void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(s);
+  }
+
+  JobManager* const jobs_;
+  const std::shared_ptr<Link> link_;
+  absl::Mutex mu_;
+  std::deque<JobEvent> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool saw_final_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t token_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace
@@ -60,57 +154,71 @@ grpc::ServerUnaryReactor* LockstepService::SetWorkerState(
 }
 
 grpc::ServerUnaryReactor* LockstepService::SubmitJob(
-    grpc::CallbackServerContext* context, const SubmitJobRequest*, Job*) {
-  return Done(context, NotBuilt("SubmitJob"));
+    grpc::CallbackServerContext* context, const SubmitJobRequest* request,
+    Job* response) {
+  return Reply(context, jobs_->Submit(*request), response);
 }
 grpc::ServerUnaryReactor* LockstepService::GetJob(
-    grpc::CallbackServerContext* context, const GetJobRequest*, Job*) {
-  return Done(context, NotBuilt("GetJob"));
+    grpc::CallbackServerContext* context, const GetJobRequest* request,
+    Job* response) {
+  if (request->job_id().empty()) {
+    return Done(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                      "job_id: must be set"));
+  }
+  return Reply(context, jobs_->GetJob(request->job_id()), response);
 }
 grpc::ServerWriteReactor<JobEvent>* LockstepService::WatchJob(
-    grpc::CallbackServerContext* context, const WatchJobRequest*) {
-  return new FinishedWriter(NotBuilt("WatchJob"));
+    grpc::CallbackServerContext* context, const WatchJobRequest* request) {
+  return new JobWatcher(jobs_, request->job_id());
 }
 grpc::ServerUnaryReactor* LockstepService::ListJobs(
-    grpc::CallbackServerContext* context, const ListJobsRequest*,
-    ListJobsResponse*) {
-  return Done(context, NotBuilt("ListJobs"));
+    grpc::CallbackServerContext* context, const ListJobsRequest* request,
+    ListJobsResponse* response) {
+  return Reply(context, jobs_->ListJobs(*request), response);
 }
 grpc::ServerUnaryReactor* LockstepService::CancelJob(
-    grpc::CallbackServerContext* context, const CancelJobRequest*, Job*) {
-  return Done(context, NotBuilt("CancelJob"));
+    grpc::CallbackServerContext* context, const CancelJobRequest* request,
+    Job* response) {
+  return Reply(context, jobs_->Cancel(request->job_id(), request->reason()),
+               response);
 }
 grpc::ServerUnaryReactor* LockstepService::GetReport(
-    grpc::CallbackServerContext* context, const GetReportRequest*, Report*) {
-  return Done(context, NotBuilt("GetReport"));
+    grpc::CallbackServerContext* context, const GetReportRequest* request,
+    Report* response) {
+  return Reply(context, jobs_->GetReport(request->job_id()), response);
 }
 grpc::ServerUnaryReactor* LockstepService::CompareRuns(
-    grpc::CallbackServerContext* context, const CompareRunsRequest*,
-    CompareRunsResponse*) {
-  return Done(context, NotBuilt("CompareRuns"));
+    grpc::CallbackServerContext* context, const CompareRunsRequest* request,
+    CompareRunsResponse* response) {
+  return Reply(context, jobs_->CompareRuns(request->run_a(), request->run_b()),
+               response);
 }
 grpc::ServerUnaryReactor* LockstepService::GetCertificate(
-    grpc::CallbackServerContext* context, const GetCertificateRequest*,
-    Certificate*) {
-  return Done(context, NotBuilt("GetCertificate"));
+    grpc::CallbackServerContext* context, const GetCertificateRequest* request,
+    Certificate* response) {
+  return Reply(context, jobs_->GetCertificate(request->certificate_id()),
+               response);
 }
 grpc::ServerUnaryReactor* LockstepService::ListCertificates(
-    grpc::CallbackServerContext* context, const ListCertificatesRequest*,
-    ListCertificatesResponse*) {
-  return Done(context, NotBuilt("ListCertificates"));
+    grpc::CallbackServerContext* context,
+    const ListCertificatesRequest* request,
+    ListCertificatesResponse* response) {
+  return Reply(context, jobs_->ListCertificates(*request), response);
 }
 grpc::ServerUnaryReactor* LockstepService::StartAudit(
-    grpc::CallbackServerContext* context, const StartAuditRequest*, Audit*) {
-  return Done(context, NotBuilt("StartAudit"));
+    grpc::CallbackServerContext* context, const StartAuditRequest* request,
+    Audit* response) {
+  return Reply(context, audits_->Start(*request), response);
 }
 grpc::ServerUnaryReactor* LockstepService::GetAudit(
-    grpc::CallbackServerContext* context, const GetAuditRequest*, Audit*) {
-  return Done(context, NotBuilt("GetAudit"));
+    grpc::CallbackServerContext* context, const GetAuditRequest* request,
+    Audit* response) {
+  return Reply(context, audits_->Get(request->audit_id()), response);
 }
 grpc::ServerUnaryReactor* LockstepService::ListAudits(
-    grpc::CallbackServerContext* context, const ListAuditsRequest*,
-    ListAuditsResponse*) {
-  return Done(context, NotBuilt("ListAudits"));
+    grpc::CallbackServerContext* context, const ListAuditsRequest* request,
+    ListAuditsResponse* response) {
+  return Reply(context, audits_->List(*request), response);
 }
 
 }  // namespace lockstep::server

@@ -5,15 +5,21 @@
 #define LOCKSTEP_SERVER_LOCKSTEP_SERVICE_H_
 
 #include "lockstep/v1/lockstep_service.grpc.pb.h"
+#include "server/audit_manager.h"
+#include "server/job_manager.h"
 #include "server/worker_registry.h"
 
 namespace lockstep::server {
 
 class LockstepService final : public lockstep::v1::Lockstep::CallbackService {
  public:
-  // `registry` must outlive the service.
-  explicit LockstepService(WorkerRegistry* registry, Clock clock)
-      : registry_(registry), clock_(std::move(clock)) {}
+  // `registry`, `jobs` and `audits` must outlive the service.
+  LockstepService(WorkerRegistry* registry, JobManager* jobs,
+                  AuditManager* audits, Clock clock)
+      : registry_(registry),
+        jobs_(jobs),
+        audits_(audits),
+        clock_(std::move(clock)) {}
 
   grpc::ServerUnaryReactor* ListWorkers(
       grpc::CallbackServerContext* context,
@@ -24,7 +30,6 @@ class LockstepService final : public lockstep::v1::Lockstep::CallbackService {
       const lockstep::v1::SetWorkerStateRequest* request,
       lockstep::v1::Worker* response) override;
 
-  // Not built in this version: each answers UNIMPLEMENTED with a message.
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const lockstep::v1::SubmitJobRequest*,
                                       lockstep::v1::Job*) override;
@@ -68,6 +73,8 @@ class LockstepService final : public lockstep::v1::Lockstep::CallbackService {
 
  private:
   WorkerRegistry* const registry_;
+  JobManager* const jobs_;
+  AuditManager* const audits_;
   const Clock clock_;
 };
 

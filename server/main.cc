@@ -21,6 +21,12 @@ ABSL_FLAG(int64_t, heartbeat_interval_ms, 2000,
           "heartbeat interval asked of workers, ms");
 ABSL_FLAG(int64_t, heartbeat_timeout_ms, 10000,
           "a worker silent this long is marked gone, ms");
+ABSL_FLAG(int64_t, lease_ms, 30000,
+          "lease of an assigned run, renewed by heartbeats; a run whose "
+          "lease expires is retried elsewhere, ms");
+ABSL_FLAG(int, max_attempts, 3, "attempts per run before its job fails");
+ABSL_FLAG(std::string, zoo_dir, "examples",
+          "model zoo folder; its models are the fleet-audit workloads");
 ABSL_FLAG(std::string, synchronous, "FULL",
           "SQLite synchronous mode: FULL (durable across power loss) or "
           "NORMAL (across process crashes)");
@@ -45,6 +51,9 @@ int main(int argc, char** argv) {
   options.store.synchronous = absl::GetFlag(FLAGS_synchronous);
   options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
   options.heartbeat_timeout_ms = absl::GetFlag(FLAGS_heartbeat_timeout_ms);
+  options.jobs.lease_ms = absl::GetFlag(FLAGS_lease_ms);
+  options.jobs.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  options.zoo_dir = absl::GetFlag(FLAGS_zoo_dir);
 
   auto coordinator = lockstep::server::Coordinator::Start(options);
   if (!coordinator.ok()) {

@@ -1,5 +1,7 @@
 #include "server/worker_registry.h"
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -66,12 +68,44 @@ WorkerRegistry::WorkerRegistry(store::Store* store, RegistryOptions options,
                                Clock clock)
     : store_(store), options_(options), clock_(std::move(clock)) {}
 
+void WorkerRegistry::SetListener(Listener* listener) { listener_ = listener; }
+
+bool WorkerRegistry::Send(const std::string& worker_id,
+                          v1::CoordinatorMessage msg) {
+  Sender sender;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = live_.find(worker_id);
+    if (it == live_.end() || !it->second.sender) return false;
+    sender = it->second.sender;
+  }
+  sender(std::move(msg));
+  return true;
+}
+
+std::vector<LiveWorker> WorkerRegistry::LiveWorkers() {
+  std::vector<LiveWorker> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, s] : live_) out.push_back(s.info);
+  std::sort(
+      out.begin(), out.end(),
+      [](const LiveWorker& a, const LiveWorker& b) { return a.name < b.name; });
+  return out;
+}
+
+bool WorkerRegistry::IsConnected(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  return live_.count(worker_id) > 0;
+}
+
 absl::StatusOr<int64_t> WorkerRegistry::Connect(const Hello& hello,
                                                 const std::string& peer,
-                                                Closer closer) {
+                                                Closer closer, Sender sender) {
   LS_RETURN_IF_ERROR(ValidateHello(hello));
   const std::string id = WorkerIdForName(hello.name());
   const int64_t now = clock_();
+  // The operator's state survives reconnects: read it before the upsert.
+  LS_ASSIGN_OR_RETURN(std::optional<Worker> stored, store_->GetWorker(id));
 
   Worker record;
   record.set_worker_id(id);
@@ -104,6 +138,18 @@ absl::StatusOr<int64_t> WorkerRegistry::Connect(const Hello& hello,
     s.connected_ms = now;
     s.last_heartbeat_ms = now;
     s.closer = std::move(closer);
+    s.sender = std::move(sender);
+    s.info.worker_id = id;
+    s.info.name = hello.name();
+    s.info.labels = {hello.labels().begin(), hello.labels().end()};
+    s.info.hardware_class = hello.profile().hardware_class();
+    s.info.hardware_class_digest = hello.profile().hardware_class_digest();
+    s.info.slots = hello.slots() > 0 ? hello.slots() : 1;
+    s.info.admin_state =
+        stored.has_value() &&
+                stored->admin_state() != v1::WORKER_ADMIN_STATE_UNSPECIFIED
+            ? stored->admin_state()
+            : v1::ACTIVE;
     live_[id] = std::move(s);
     ended_.erase(id);
     ++session_counts_[id];
@@ -158,6 +204,7 @@ void WorkerRegistry::Disconnect(const std::string& worker_id,
       store_->AppendWorkerEvent(worker_id, clock_(), "disconnected", reason);
   if (!ev.ok()) LS_LOG(WARNING) << "worker event not stored: " << ev;
   LS_LOG(INFO) << "worker " << worker_id << " disconnected: " << reason;
+  if (listener_ != nullptr) listener_->OnWorkerDisconnected(worker_id);
 }
 
 int WorkerRegistry::Sweep() {
@@ -184,6 +231,7 @@ int WorkerRegistry::Sweep() {
     if (!ev.ok()) LS_LOG(WARNING) << "worker event not stored: " << ev;
     LS_LOG(WARNING) << "worker " << id << ": " << reason;
     if (closer) closer(reason);
+    if (listener_ != nullptr) listener_->OnWorkerDisconnected(id);
   }
   return static_cast<int>(expired.size());
 }
@@ -238,6 +286,11 @@ absl::StatusOr<Worker> WorkerRegistry::SetAdminState(
   }
   LS_RETURN_IF_ERROR(store_->SetWorkerAdminState(
       request.worker_id(), request.admin_state(), request.reason(), clock_()));
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = live_.find(request.worker_id());
+    if (it != live_.end()) it->second.info.admin_state = request.admin_state();
+  }
   LS_ASSIGN_OR_RETURN(std::vector<Worker> all, List(/*include_gone=*/true));
   for (Worker& w : all) {
     if (w.worker_id() == request.worker_id()) return std::move(w);

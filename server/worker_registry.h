@@ -43,10 +43,31 @@ struct RegistryOptions {
   int64_t heartbeat_timeout_ms = 10000;
 };
 
+// A connected worker as the scheduler sees it.
+struct LiveWorker {
+  std::string worker_id;
+  std::string name;
+  std::map<std::string, std::string> labels;
+  std::string hardware_class;
+  std::string hardware_class_digest;
+  int slots = 1;
+  lockstep::v1::WorkerAdminState admin_state = lockstep::v1::ACTIVE;
+};
+
 class WorkerRegistry {
  public:
   // Called (outside the registry's lock) to close a session's stream.
   using Closer = std::function<void(const std::string& reason)>;
+  // Queues a message on a session's stream; never blocks on the network.
+  using Sender = std::function<void(lockstep::v1::CoordinatorMessage)>;
+
+  // Told about sessions ending, outside the registry's lock. (The gateway
+  // reports session starts itself, once its welcome is queued.)
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    virtual void OnWorkerDisconnected(const std::string& worker_id) = 0;
+  };
 
   WorkerRegistry(store::Store* store, RegistryOptions options, Clock clock);
   WorkerRegistry(const WorkerRegistry&) = delete;
@@ -56,7 +77,15 @@ class WorkerRegistry {
   // ALREADY_EXISTS when a live session of the same name has heartbeated
   // within the timeout; a stale one is ended and replaced.
   absl::StatusOr<int64_t> Connect(const lockstep::v1::Hello& hello,
-                                  const std::string& peer, Closer closer);
+                                  const std::string& peer, Closer closer,
+                                  Sender sender = nullptr);
+  // Set once, before sessions start; not owned.
+  void SetListener(Listener* listener);
+  // Queues `msg` to the worker's live session. False when it has none.
+  bool Send(const std::string& worker_id, lockstep::v1::CoordinatorMessage msg);
+  // Connected workers, ordered by name.
+  std::vector<LiveWorker> LiveWorkers();
+  bool IsConnected(const std::string& worker_id);
   // Renews the session. NOT_FOUND when the session has ended.
   absl::Status Heartbeat(const std::string& worker_id, int64_t session_id);
   // Ends the session (no-op when it already ended).
@@ -80,6 +109,8 @@ class WorkerRegistry {
     int64_t connected_ms = 0;
     int64_t last_heartbeat_ms = 0;
     Closer closer;
+    Sender sender;
+    LiveWorker info;
   };
   struct Ended {
     int64_t connected_ms = 0;
@@ -100,6 +131,7 @@ class WorkerRegistry {
   std::map<std::string, Session> live_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Ended> ended_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> session_counts_ ABSL_GUARDED_BY(mu_);
+  Listener* listener_ = nullptr;
 };
 
 }  // namespace lockstep::server

@@ -141,7 +141,8 @@ void WorkerDaemon::StartRun(const v1::RunAssignment& a) {
   run.assignment = a;
   run.next_sequence = a.next_sequence();
   auto supervisor = RunSupervisor::Start(
-      so, a, [this, run_id](WorkerMessage m) { OnRunMessage(run_id, std::move(m)); });
+      so, a,
+      [this, run_id](WorkerMessage m) { OnRunMessage(run_id, std::move(m)); });
   if (!supervisor.ok()) {
     v1::RunFinished f;
     f.set_run_id(a.run_id());
@@ -305,9 +306,8 @@ absl::Status WorkerDaemon::Run() {
                     << delay << " ms";
     {
       absl::MutexLock lock(&mu_);
-      auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_;
-      };
+      auto stopping = [this]()
+                          ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
       mu_.AwaitWithTimeout(absl::Condition(&stopping),
                            absl::Milliseconds(delay));
       if (stopping_) return absl::OkStatus();

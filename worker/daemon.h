@@ -85,8 +85,7 @@ class WorkerDaemon {
   // One session; returns the status the stream ended with.
   grpc::Status Session(lockstep::v1::WorkerGateway::Stub* stub);
   void OnCoordinatorMessage(const lockstep::v1::CoordinatorMessage& m);
-  void OnRunMessage(const std::string& run_id,
-                    lockstep::v1::WorkerMessage m);
+  void OnRunMessage(const std::string& run_id, lockstep::v1::WorkerMessage m);
   void StartRun(const lockstep::v1::RunAssignment& a);
   // Writes to the current stream; false when there is none or it broke.
   bool Send(const lockstep::v1::WorkerMessage& m);

@@ -50,15 +50,14 @@ absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& m) {
     return absl::InternalError("frame does not serialize");
   }
   if (body.size() > kMaxFrameBytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "frame of ", body.size(), " bytes exceeds the limit of ",
-        kMaxFrameBytes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("frame of ", body.size(), " bytes exceeds the limit of ",
+                     kMaxFrameBytes));
   }
   const uint32_t n = static_cast<uint32_t>(body.size());
-  const char header[4] = {static_cast<char>(n & 0xff),
-                          static_cast<char>((n >> 8) & 0xff),
-                          static_cast<char>((n >> 16) & 0xff),
-                          static_cast<char>((n >> 24) & 0xff)};
+  const char header[4] = {
+      static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
+      static_cast<char>((n >> 16) & 0xff), static_cast<char>((n >> 24) & 0xff)};
   absl::Status s = WriteAll(fd, header, 4);
   if (!s.ok()) return s;
   return WriteAll(fd, body.data(), body.size());
@@ -73,9 +72,8 @@ absl::Status ReadFrame(int fd, google::protobuf::MessageLite* m) {
   const uint32_t n = header[0] | (header[1] << 8) | (header[2] << 16) |
                      (static_cast<uint32_t>(header[3]) << 24);
   if (n > kMaxFrameBytes) {
-    return absl::DataLossError(absl::StrCat("frame of ", n,
-                                            " bytes exceeds the limit of ",
-                                            kMaxFrameBytes));
+    return absl::DataLossError(absl::StrCat(
+        "frame of ", n, " bytes exceeds the limit of ", kMaxFrameBytes));
   }
   std::string body(n, '\0');
   got = ReadAll(fd, body.data(), n);

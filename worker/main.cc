@@ -4,7 +4,6 @@
 //   lockstep-worker probe [--json]
 //   lockstep-worker run --model=m.json --config=c.json [--runs=N] ...
 #include <signal.h>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,8 +21,8 @@
 #include "worker/daemon.h"
 #include "worker/exec/fault.h"
 #include "worker/exec/run_command.h"
-#include "worker/run_child.h"
 #include "worker/hardware_probe.h"
+#include "worker/run_child.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
           "daemon: coordinator address, host:port");
@@ -62,7 +61,8 @@ constexpr char kUsage[] =
     "  lockstep-worker execute          (internal) one run: assignment on "
     "stdin, frames on stdout\n"
     "  lockstep-worker run --model=m.json --config=c.json [--runs=N]\n"
-    "      [--inject_fault=step=S,layer=L,role=R,bit=B] [--dump=first_divergent|"
+    "      [--inject_fault=step=S,layer=L,role=R,bit=B] "
+    "[--dump=first_divergent|"
     "all|<layer>:<role>[:step]] [--dump_dir=DIR]\n"
     "      train locally and compare runs (exit 0 agree, 1 differ, 2 bad "
     "spec)";

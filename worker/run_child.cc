@@ -115,7 +115,8 @@ int RunChildMain(const std::optional<FaultSpec>& fault) {
   v1::RunAssignment assignment;
   absl::Status s = ReadFrame(STDIN_FILENO, &assignment);
   if (!s.ok()) {
-    std::fprintf(stderr, "lockstep-worker execute: no assignment on stdin: %s\n",
+    std::fprintf(stderr,
+                 "lockstep-worker execute: no assignment on stdin: %s\n",
                  s.ToString().c_str());
     return 1;
   }

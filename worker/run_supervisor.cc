@@ -106,10 +106,10 @@ absl::StatusOr<std::unique_ptr<RunSupervisor>> RunSupervisor::Start(
   s->out_fd_ = out_pipe[0];
   s->stderr_path_ = stderr_path;
   s->on_message_ = std::move(on_message);
-  s->reader_ = std::thread([raw = s.get(), assignment,
-                            timeout = options.timeout_ms] {
-    raw->ReadLoop(assignment, timeout);
-  });
+  s->reader_ =
+      std::thread([raw = s.get(), assignment, timeout = options.timeout_ms] {
+        raw->ReadLoop(assignment, timeout);
+      });
   return s;
 }
 
@@ -125,7 +125,8 @@ void RunSupervisor::ReadLoop(v1::RunAssignment assignment, int64_t timeout_ms) {
       timed_out = true;
       break;
     }
-    const int r = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    const int r =
+        poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
     if (r < 0 && errno != EINTR) break;
     if (r <= 0) continue;
     v1::WorkerMessage m;
@@ -157,8 +158,7 @@ void RunSupervisor::ReadLoop(v1::RunAssignment assignment, int64_t timeout_ms) {
   if (!finished) {
     std::string reason;
     if (timed_out) {
-      reason = absl::StrFormat("timeout: killed after %d s",
-                               timeout_ms / 1000);
+      reason = absl::StrFormat("timeout: killed after %d s", timeout_ms / 1000);
     } else if (WIFSIGNALED(status)) {
       reason = absl::StrCat("killed by signal ", WTERMSIG(status), " (",
                             strsignal(WTERMSIG(status)), ")");

@@ -55,7 +55,7 @@ class RunSupervisor {
   void ReadLoop(lockstep::v1::RunAssignment assignment, int64_t timeout_ms);
 
   pid_t pid_ = -1;
-  int out_fd_ = -1;   // child's stdout
+  int out_fd_ = -1;  // child's stdout
   std::string stderr_path_;
   OnMessage on_message_;
   std::thread reader_;

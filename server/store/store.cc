@@ -42,6 +42,68 @@ CREATE TABLE worker_events (
 ) STRICT;
 CREATE INDEX worker_events_by_worker ON worker_events(worker_id, at_ms);
 )sql",
+    // 3: jobs, runs and their fingerprints; certificates.
+    R"sql(
+CREATE TABLE jobs (
+  job_id TEXT PRIMARY KEY,
+  record BLOB NOT NULL,             -- lockstep.v1.Job without runs
+  manifest BLOB NOT NULL,           -- lockstep.v1.TensorManifest
+  state INTEGER NOT NULL,
+  model_digest TEXT NOT NULL,
+  config_digest TEXT NOT NULL,
+  idempotency_key TEXT UNIQUE,
+  created_ms INTEGER NOT NULL,
+  finished_ms INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX jobs_by_created ON jobs(created_ms);
+CREATE TABLE runs (
+  run_id TEXT PRIMARY KEY,
+  job_id TEXT NOT NULL REFERENCES jobs(job_id),
+  record BLOB NOT NULL,             -- lockstep.v1.Run
+  state INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  next_sequence INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX runs_by_job ON runs(job_id);
+-- Fingerprints of one completed step of one attempt, aligned to the
+-- manifest: a serialized lockstep.v1.FingerprintBatch holding only the
+-- fingerprints (in manifest order) and the step digest.
+CREATE TABLE run_steps (
+  run_id TEXT NOT NULL REFERENCES runs(run_id),
+  attempt INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  fingerprints BLOB NOT NULL,
+  step_digest TEXT NOT NULL,
+  PRIMARY KEY (run_id, attempt, step)
+) STRICT, WITHOUT ROWID;
+-- Batches of a step that is not complete yet (a step split over several
+-- batches); folded into run_steps when the step completes.
+CREATE TABLE partial_batches (
+  run_id TEXT NOT NULL REFERENCES runs(run_id),
+  attempt INTEGER NOT NULL,
+  sequence INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  fingerprints BLOB NOT NULL,
+  PRIMARY KEY (run_id, attempt, sequence)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE certificates (
+  certificate_id TEXT PRIMARY KEY,
+  record BLOB NOT NULL,             -- lockstep.v1.Certificate
+  model_digest TEXT NOT NULL,
+  config_digest TEXT NOT NULL,
+  hardware_class_digest TEXT NOT NULL,
+  level INTEGER NOT NULL,
+  issued_ms INTEGER NOT NULL
+) STRICT;
+CREATE INDEX certificates_by_model ON certificates(model_digest, issued_ms);
+CREATE TABLE audits (
+  audit_id TEXT PRIMARY KEY,
+  record BLOB NOT NULL,             -- lockstep.v1.Audit
+  state INTEGER NOT NULL,
+  started_ms INTEGER NOT NULL
+) STRICT;
+CREATE INDEX audits_by_started ON audits(started_ms);
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion,
               "one migration per schema version");
@@ -54,6 +116,33 @@ enum Slot {
   kSetAdminState,
   kAppendEvent,
   kListEvents,
+  kInsertJob,
+  kInsertRun,
+  kFindJobByKey,
+  kGetJob,
+  kGetJobRuns,
+  kGetManifest,
+  kListJobs,
+  kListUnfinishedJobs,
+  kUpdateJob,
+  kUpdateRun,
+  kRestartRun,
+  kDeleteRunSteps,
+  kDeletePartials,
+  kGetRunIngestState,
+  kInsertRunStep,
+  kInsertPartial,
+  kGetPartials,
+  kDeleteStepPartials,
+  kSetNextSequence,
+  kLoadRunSteps,
+  kInsertCertificate,
+  kGetCertificate,
+  kListCertificates,
+  kPutAudit,
+  kGetAudit,
+  kListAudits,
+  kListRunningAudits,
   kNumSlots,
 };
 
@@ -84,6 +173,71 @@ constexpr struct {
     {kListEvents,
      "SELECT event_id, worker_id, at_ms, kind, detail FROM worker_events "
      "WHERE worker_id = ? ORDER BY at_ms DESC, event_id DESC LIMIT ?"},
+    {kInsertJob,
+     "INSERT INTO jobs (job_id, record, manifest, state, model_digest, "
+     "config_digest, idempotency_key, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, "
+     "?)"},
+    {kInsertRun,
+     "INSERT INTO runs (run_id, job_id, record, state, attempt) "
+     "VALUES (?, ?, ?, ?, ?)"},
+    {kFindJobByKey, "SELECT job_id FROM jobs WHERE idempotency_key = ?"},
+    {kGetJob, "SELECT record FROM jobs WHERE job_id = ?"},
+    {kGetJobRuns, "SELECT record FROM runs WHERE job_id = ? ORDER BY run_id"},
+    {kGetManifest, "SELECT manifest FROM jobs WHERE job_id = ?"},
+    {kListJobs,
+     "SELECT job_id FROM jobs WHERE (? = 0 OR created_ms < ? OR "
+     "(created_ms = ? AND job_id < ?)) AND (? = 0 OR state = ?) AND "
+     "(? = '' OR model_digest = ?) ORDER BY created_ms DESC, job_id DESC "
+     "LIMIT ?"},
+    {kListUnfinishedJobs,
+     "SELECT job_id FROM jobs WHERE state IN (1, 2) ORDER BY created_ms"},
+    {kUpdateJob,
+     "UPDATE jobs SET record = ?, state = ?, finished_ms = ? WHERE job_id = ?"},
+    {kUpdateRun,
+     "UPDATE runs SET record = ?, state = ? WHERE run_id = ? AND attempt = ?"},
+    {kRestartRun,
+     "UPDATE runs SET record = ?, state = ?, attempt = ?, next_sequence = 0 "
+     "WHERE run_id = ?"},
+    {kDeleteRunSteps, "DELETE FROM run_steps WHERE run_id = ?"},
+    {kDeletePartials, "DELETE FROM partial_batches WHERE run_id = ?"},
+    {kGetRunIngestState,
+     "SELECT attempt, state, next_sequence FROM runs WHERE run_id = ?"},
+    {kInsertRunStep,
+     "INSERT INTO run_steps (run_id, attempt, step, fingerprints, step_digest) "
+     "VALUES (?, ?, ?, ?, ?)"},
+    {kInsertPartial,
+     "INSERT INTO partial_batches (run_id, attempt, sequence, step, "
+     "fingerprints) VALUES (?, ?, ?, ?, ?)"},
+    {kGetPartials,
+     "SELECT fingerprints FROM partial_batches WHERE run_id = ? AND attempt = "
+     "? AND step = ? ORDER BY sequence"},
+    {kDeleteStepPartials,
+     "DELETE FROM partial_batches WHERE run_id = ? AND attempt = ? AND step = "
+     "?"},
+    {kSetNextSequence, "UPDATE runs SET next_sequence = ? WHERE run_id = ?"},
+    {kLoadRunSteps,
+     "SELECT step, fingerprints, step_digest FROM run_steps WHERE run_id = ? "
+     "AND attempt = ? ORDER BY step"},
+    {kInsertCertificate,
+     "INSERT INTO certificates (certificate_id, record, model_digest, "
+     "config_digest, hardware_class_digest, level, issued_ms) VALUES (?, ?, "
+     "?, ?, ?, ?, ?)"},
+    {kPutAudit,
+     "INSERT INTO audits (audit_id, record, state, started_ms) VALUES (?, ?, "
+     "?, ?) ON CONFLICT(audit_id) DO UPDATE SET record = excluded.record, "
+     "state = excluded.state"},
+    {kGetAudit, "SELECT record FROM audits WHERE audit_id = ?"},
+    {kListAudits,
+     "SELECT record FROM audits ORDER BY started_ms DESC, audit_id DESC LIMIT "
+     "?"},
+    {kListRunningAudits,
+     "SELECT record FROM audits WHERE state = 1 ORDER BY started_ms"},
+    {kGetCertificate,
+     "SELECT record FROM certificates WHERE certificate_id = ?"},
+    {kListCertificates,
+     "SELECT record FROM certificates WHERE (? = '' OR model_digest = ?) AND "
+     "(? = '' OR hardware_class_digest = ?) AND (? = 0 OR level = ?) ORDER BY "
+     "issued_ms DESC, certificate_id DESC LIMIT ?"},
 };
 
 absl::StatusOr<Worker> WorkerFromRow(const Statement& s) {
@@ -339,6 +493,543 @@ absl::StatusOr<std::vector<WorkerEvent>> Store::ListWorkerEvents(
     e.kind = s->ColumnText(3);
     e.detail = s->ColumnText(4);
     out.push_back(std::move(e));
+  }
+  return out;
+}
+
+namespace {
+
+std::string Serialize(const google::protobuf::MessageLite& m) {
+  std::string out;
+  m.SerializeToString(&out);
+  return out;
+}
+
+// The fingerprint-only form a step is stored in.
+std::string EncodeFingerprints(
+    const google::protobuf::RepeatedPtrField<v1::TensorFingerprint>& fps,
+    const std::string& step_digest) {
+  v1::FingerprintBatch stored;
+  *stored.mutable_fingerprints() = fps;
+  stored.set_step_digest(step_digest);
+  return Serialize(stored);
+}
+
+}  // namespace
+
+absl::Status Store::InsertJob(const v1::Job& job,
+                              const v1::TensorManifest& manifest,
+                              const std::string& idempotency_key) {
+  v1::Job record = job;
+  record.clear_runs();
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Transaction tx(db_.get());
+  LS_RETURN_IF_ERROR(tx.begin_status());
+  {
+    Statement* st = stmts_[kInsertJob].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindText(1, job.job_id()));
+    LS_RETURN_IF_ERROR(st->BindBlob(2, Serialize(record)));
+    LS_RETURN_IF_ERROR(st->BindBlob(3, Serialize(manifest)));
+    LS_RETURN_IF_ERROR(st->BindInt64(4, job.state()));
+    LS_RETURN_IF_ERROR(st->BindText(5, job.model_digest()));
+    LS_RETURN_IF_ERROR(st->BindText(6, job.config_digest()));
+    if (idempotency_key.empty()) {
+      LS_RETURN_IF_ERROR(st->BindNull(7));
+    } else {
+      LS_RETURN_IF_ERROR(st->BindText(7, idempotency_key));
+    }
+    LS_RETURN_IF_ERROR(st->BindInt64(8, job.created_unix_ms()));
+    absl::StatusOr<bool> row = st->Step();
+    if (!row.ok()) {
+      if (row.status().code() == absl::StatusCode::kAlreadyExists) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "idempotency_key: \"", idempotency_key, "\" is already used"));
+      }
+      return row.status();
+    }
+  }
+  for (const v1::Run& run : job.runs()) {
+    Statement* st = stmts_[kInsertRun].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindText(1, run.run_id()));
+    LS_RETURN_IF_ERROR(st->BindText(2, job.job_id()));
+    LS_RETURN_IF_ERROR(st->BindBlob(3, Serialize(run)));
+    LS_RETURN_IF_ERROR(st->BindInt64(4, run.state()));
+    LS_RETURN_IF_ERROR(st->BindInt64(5, run.attempt()));
+    LS_ASSIGN_OR_RETURN(bool unused, st->Step());
+    (void)unused;
+  }
+  return tx.Commit();
+}
+
+absl::StatusOr<std::optional<std::string>> Store::FindJobByIdempotencyKey(
+    const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kFindJobByKey].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, key));
+  LS_ASSIGN_OR_RETURN(bool row, st->Step());
+  if (!row) return std::optional<std::string>();
+  return std::optional<std::string>(st->ColumnText(0));
+}
+
+absl::StatusOr<std::optional<v1::Job>> Store::GetJob(
+    const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  return GetJobLocked(job_id);
+}
+
+absl::StatusOr<std::optional<v1::Job>> Store::GetJobLocked(
+    const std::string& job_id) {
+  v1::Job job;
+  {
+    Statement* st = stmts_[kGetJob].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindText(1, job_id));
+    LS_ASSIGN_OR_RETURN(bool row, st->Step());
+    if (!row) return std::optional<v1::Job>();
+    if (!job.ParseFromString(st->ColumnBlob(0))) {
+      return absl::DataLossError(
+          absl::StrCat("jobs.record of ", job_id, " does not parse"));
+    }
+  }
+  Statement* st = stmts_[kGetJobRuns].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, job_id));
+  while (true) {
+    LS_ASSIGN_OR_RETURN(bool row, st->Step());
+    if (!row) break;
+    if (!job.add_runs()->ParseFromString(st->ColumnBlob(0))) {
+      return absl::DataLossError(
+          absl::StrCat("runs.record of job ", job_id, " does not parse"));
+    }
+  }
+  return std::optional<v1::Job>(std::move(job));
+}
+
+absl::StatusOr<v1::TensorManifest> Store::GetManifest(
+    const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kGetManifest].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, job_id));
+  LS_ASSIGN_OR_RETURN(bool row, st->Step());
+  if (!row)
+    return absl::NotFoundError(absl::StrCat("job_id: no job \"", job_id, "\""));
+  v1::TensorManifest m;
+  if (!m.ParseFromString(st->ColumnBlob(0))) {
+    return absl::DataLossError(
+        absl::StrCat("jobs.manifest of ", job_id, " does not parse"));
+  }
+  return m;
+}
+
+absl::StatusOr<std::vector<v1::Job>> Store::ListJobs(const JobQuery& q) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  std::vector<std::string> ids;
+  {
+    Statement* st = stmts_[kListJobs].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindInt64(1, q.before_created_ms));
+    LS_RETURN_IF_ERROR(st->BindInt64(2, q.before_created_ms));
+    LS_RETURN_IF_ERROR(st->BindInt64(3, q.before_created_ms));
+    LS_RETURN_IF_ERROR(st->BindText(4, q.before_job_id));
+    LS_RETURN_IF_ERROR(st->BindInt64(5, q.state));
+    LS_RETURN_IF_ERROR(st->BindInt64(6, q.state));
+    LS_RETURN_IF_ERROR(st->BindText(7, q.model_digest));
+    LS_RETURN_IF_ERROR(st->BindText(8, q.model_digest));
+    LS_RETURN_IF_ERROR(st->BindInt64(9, q.page_size));
+    while (true) {
+      LS_ASSIGN_OR_RETURN(bool row, st->Step());
+      if (!row) break;
+      ids.push_back(st->ColumnText(0));
+    }
+  }
+  std::vector<v1::Job> out;
+  for (const std::string& id : ids) {
+    LS_ASSIGN_OR_RETURN(std::optional<v1::Job> job, GetJobLocked(id));
+    if (job.has_value()) out.push_back(std::move(*job));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> Store::ListUnfinishedJobIds() {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kListUnfinishedJobs].get();
+  ScopedReset reset(st);
+  std::vector<std::string> ids;
+  while (true) {
+    LS_ASSIGN_OR_RETURN(bool row, st->Step());
+    if (!row) break;
+    ids.push_back(st->ColumnText(0));
+  }
+  return ids;
+}
+
+absl::Status Store::UpdateJob(const v1::Job& job) {
+  v1::Job record = job;
+  record.clear_runs();
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kUpdateJob].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindBlob(1, Serialize(record)));
+  LS_RETURN_IF_ERROR(st->BindInt64(2, job.state()));
+  LS_RETURN_IF_ERROR(st->BindInt64(3, job.finished_unix_ms()));
+  LS_RETURN_IF_ERROR(st->BindText(4, job.job_id()));
+  LS_ASSIGN_OR_RETURN(bool unused, st->Step());
+  (void)unused;
+  if (sqlite3_changes(db_->handle()) == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("job_id: no job \"", job.job_id(), "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::UpdateRun(const v1::Run& run) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kUpdateRun].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindBlob(1, Serialize(run)));
+  LS_RETURN_IF_ERROR(st->BindInt64(2, run.state()));
+  LS_RETURN_IF_ERROR(st->BindText(3, run.run_id()));
+  LS_RETURN_IF_ERROR(st->BindInt64(4, run.attempt()));
+  LS_ASSIGN_OR_RETURN(bool unused, st->Step());
+  (void)unused;
+  if (sqlite3_changes(db_->handle()) == 0) {
+    return absl::NotFoundError(absl::StrCat("run_id: no run \"", run.run_id(),
+                                            "\" at attempt ", run.attempt()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::RestartRun(const v1::Run& run) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Transaction tx(db_.get());
+  LS_RETURN_IF_ERROR(tx.begin_status());
+  {
+    Statement* st = stmts_[kRestartRun].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindBlob(1, Serialize(run)));
+    LS_RETURN_IF_ERROR(st->BindInt64(2, run.state()));
+    LS_RETURN_IF_ERROR(st->BindInt64(3, run.attempt()));
+    LS_RETURN_IF_ERROR(st->BindText(4, run.run_id()));
+    LS_ASSIGN_OR_RETURN(bool unused, st->Step());
+    (void)unused;
+    if (sqlite3_changes(db_->handle()) == 0) {
+      return absl::NotFoundError(
+          absl::StrCat("run_id: no run \"", run.run_id(), "\""));
+    }
+  }
+  for (Slot slot : {kDeleteRunSteps, kDeletePartials}) {
+    Statement* st = stmts_[slot].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindText(1, run.run_id()));
+    LS_RETURN_IF_ERROR(st->Run());
+  }
+  return tx.Commit();
+}
+
+absl::StatusOr<IngestResult> Store::IngestBatch(
+    const v1::FingerprintBatch& batch, int entries) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Transaction tx(db_.get());
+  LS_RETURN_IF_ERROR(tx.begin_status());
+  int64_t attempt = 0, state = 0, next = 0;
+  {
+    Statement* st = stmts_[kGetRunIngestState].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindText(1, batch.run_id()));
+    LS_ASSIGN_OR_RETURN(bool row, st->Step());
+    if (!row) {
+      return absl::NotFoundError(
+          absl::StrCat("batch.run_id: no run \"", batch.run_id(), "\""));
+    }
+    attempt = st->ColumnInt64(0);
+    state = st->ColumnInt64(1);
+    next = st->ColumnInt64(2);
+  }
+  if (batch.attempt() != attempt) {
+    return absl::AbortedError(absl::StrFormat(
+        "batch.attempt: %d is not the current attempt %d of run %s (the "
+        "run was re-queued)",
+        batch.attempt(), attempt, batch.run_id()));
+  }
+  if (batch.sequence() < next) {
+    IngestResult dup;
+    dup.duplicate = true;
+    return dup;  // already stored; the transaction rolls back unchanged
+  }
+  if (state != v1::RUN_ASSIGNED && state != v1::RUN_RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", batch.run_id(), " is ",
+                     v1::RunState_Name(static_cast<v1::RunState>(state)),
+                     " and accepts no fingerprints"));
+  }
+  if (batch.sequence() > next) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "batch.sequence: %d skips ahead; run %s expects %d next",
+        batch.sequence(), batch.run_id(), next));
+  }
+  // Where this batch's fingerprints start within the step.
+  std::vector<v1::TensorFingerprint> earlier;
+  {
+    Statement* st = stmts_[kGetPartials].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindText(1, batch.run_id()));
+    LS_RETURN_IF_ERROR(st->BindInt64(2, attempt));
+    LS_RETURN_IF_ERROR(st->BindInt64(3, batch.step()));
+    while (true) {
+      LS_ASSIGN_OR_RETURN(bool row, st->Step());
+      if (!row) break;
+      v1::FingerprintBatch part;
+      if (!part.ParseFromString(st->ColumnBlob(0))) {
+        return absl::DataLossError(
+            "partial_batches.fingerprints does not parse");
+      }
+      for (auto& fp : *part.mutable_fingerprints()) earlier.push_back(fp);
+    }
+  }
+  int expected_index = static_cast<int>(earlier.size());
+  for (int i = 0; i < batch.fingerprints_size(); ++i) {
+    const int index = batch.fingerprints(i).index();
+    if (index != expected_index) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "batch.fingerprints[%d].index: %d, expected %d (fingerprints must "
+          "follow the manifest order without gaps)",
+          i, index, expected_index));
+    }
+    if (index >= entries) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "batch.fingerprints[%d].index: %d exceeds the manifest's %d entries "
+          "per step",
+          i, index, entries));
+    }
+    ++expected_index;
+  }
+  IngestResult result;
+  if (batch.step_complete()) {
+    if (expected_index != entries) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "batch.step_complete: step %d has %d fingerprints, the manifest has "
+          "%d entries per step",
+          batch.step(), expected_index, entries));
+    }
+    google::protobuf::RepeatedPtrField<v1::TensorFingerprint> all;
+    for (auto& fp : earlier) *all.Add() = std::move(fp);
+    for (const auto& fp : batch.fingerprints()) *all.Add() = fp;
+    {
+      Statement* st = stmts_[kInsertRunStep].get();
+      ScopedReset reset(st);
+      LS_RETURN_IF_ERROR(st->BindText(1, batch.run_id()));
+      LS_RETURN_IF_ERROR(st->BindInt64(2, attempt));
+      LS_RETURN_IF_ERROR(st->BindInt64(3, batch.step()));
+      LS_RETURN_IF_ERROR(
+          st->BindBlob(4, EncodeFingerprints(all, batch.step_digest())));
+      LS_RETURN_IF_ERROR(st->BindText(5, batch.step_digest()));
+      absl::StatusOr<bool> row = st->Step();
+      if (!row.ok()) {
+        if (row.status().code() == absl::StatusCode::kAlreadyExists) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "batch.step: step %d of run %s is already complete", batch.step(),
+              batch.run_id()));
+        }
+        return row.status();
+      }
+    }
+    if (!earlier.empty()) {
+      Statement* st = stmts_[kDeleteStepPartials].get();
+      ScopedReset reset(st);
+      LS_RETURN_IF_ERROR(st->BindText(1, batch.run_id()));
+      LS_RETURN_IF_ERROR(st->BindInt64(2, attempt));
+      LS_RETURN_IF_ERROR(st->BindInt64(3, batch.step()));
+      LS_RETURN_IF_ERROR(st->Run());
+    }
+    result.step_completed = true;
+  } else {
+    Statement* st = stmts_[kInsertPartial].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindText(1, batch.run_id()));
+    LS_RETURN_IF_ERROR(st->BindInt64(2, attempt));
+    LS_RETURN_IF_ERROR(st->BindInt64(3, batch.sequence()));
+    LS_RETURN_IF_ERROR(st->BindInt64(4, batch.step()));
+    LS_RETURN_IF_ERROR(
+        st->BindBlob(5, EncodeFingerprints(batch.fingerprints(), "")));
+    LS_RETURN_IF_ERROR(st->Run());
+  }
+  {
+    Statement* st = stmts_[kSetNextSequence].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindInt64(1, batch.sequence() + 1));
+    LS_RETURN_IF_ERROR(st->BindText(2, batch.run_id()));
+    LS_RETURN_IF_ERROR(st->Run());
+  }
+  LS_RETURN_IF_ERROR(tx.Commit());
+  return result;
+}
+
+absl::StatusOr<std::vector<StepRecord>> Store::LoadRunSteps(
+    const std::string& run_id, int32_t attempt) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kLoadRunSteps].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, run_id));
+  LS_RETURN_IF_ERROR(st->BindInt64(2, attempt));
+  std::vector<StepRecord> out;
+  while (true) {
+    LS_ASSIGN_OR_RETURN(bool row, st->Step());
+    if (!row) break;
+    v1::FingerprintBatch stored;
+    if (!stored.ParseFromString(st->ColumnBlob(1))) {
+      return absl::DataLossError(
+          absl::StrCat("run_steps.fingerprints of ", run_id, " do not parse"));
+    }
+    StepRecord r;
+    r.step = static_cast<int32_t>(st->ColumnInt64(0));
+    r.fingerprints.assign(stored.fingerprints().begin(),
+                          stored.fingerprints().end());
+    r.step_digest = st->ColumnText(2);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> Store::NextSequence(const std::string& run_id) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kGetRunIngestState].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, run_id));
+  LS_ASSIGN_OR_RETURN(bool row, st->Step());
+  if (!row)
+    return absl::NotFoundError(absl::StrCat("run_id: no run \"", run_id, "\""));
+  return st->ColumnInt64(2);
+}
+
+absl::Status Store::InsertCertificate(const v1::Certificate& c) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kInsertCertificate].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, c.certificate_id()));
+  LS_RETURN_IF_ERROR(st->BindBlob(2, Serialize(c)));
+  LS_RETURN_IF_ERROR(st->BindText(3, c.model_digest()));
+  LS_RETURN_IF_ERROR(st->BindText(4, c.config_digest()));
+  LS_RETURN_IF_ERROR(st->BindText(5, c.hardware_class_digest()));
+  LS_RETURN_IF_ERROR(st->BindInt64(6, c.level()));
+  LS_RETURN_IF_ERROR(st->BindInt64(7, c.issued_unix_ms()));
+  return st->Run();
+}
+
+absl::StatusOr<std::optional<v1::Certificate>> Store::GetCertificate(
+    const std::string& certificate_id) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kGetCertificate].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, certificate_id));
+  LS_ASSIGN_OR_RETURN(bool row, st->Step());
+  if (!row) return std::optional<v1::Certificate>();
+  v1::Certificate c;
+  if (!c.ParseFromString(st->ColumnBlob(0))) {
+    return absl::DataLossError("certificates.record does not parse");
+  }
+  return std::optional<v1::Certificate>(std::move(c));
+}
+
+absl::StatusOr<std::vector<v1::Certificate>> Store::ListCertificates(
+    const std::string& model_digest, const std::string& hardware_class_digest,
+    v1::Level level, int limit) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kListCertificates].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, model_digest));
+  LS_RETURN_IF_ERROR(st->BindText(2, model_digest));
+  LS_RETURN_IF_ERROR(st->BindText(3, hardware_class_digest));
+  LS_RETURN_IF_ERROR(st->BindText(4, hardware_class_digest));
+  LS_RETURN_IF_ERROR(st->BindInt64(5, level));
+  LS_RETURN_IF_ERROR(st->BindInt64(6, level));
+  LS_RETURN_IF_ERROR(st->BindInt64(7, limit));
+  std::vector<v1::Certificate> out;
+  while (true) {
+    LS_ASSIGN_OR_RETURN(bool row, st->Step());
+    if (!row) break;
+    v1::Certificate c;
+    if (!c.ParseFromString(st->ColumnBlob(0))) {
+      return absl::DataLossError("certificates.record does not parse");
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+absl::Status Store::PutAudit(const v1::Audit& audit) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kPutAudit].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, audit.audit_id()));
+  LS_RETURN_IF_ERROR(st->BindBlob(2, Serialize(audit)));
+  LS_RETURN_IF_ERROR(st->BindInt64(3, audit.state()));
+  LS_RETURN_IF_ERROR(st->BindInt64(4, audit.started_unix_ms()));
+  return st->Run();
+}
+
+absl::StatusOr<std::optional<v1::Audit>> Store::GetAudit(
+    const std::string& audit_id) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kGetAudit].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, audit_id));
+  LS_ASSIGN_OR_RETURN(bool row, st->Step());
+  if (!row) return std::optional<v1::Audit>();
+  v1::Audit a;
+  if (!a.ParseFromString(st->ColumnBlob(0))) {
+    return absl::DataLossError("audits.record does not parse");
+  }
+  return std::optional<v1::Audit>(std::move(a));
+}
+
+absl::StatusOr<std::vector<v1::Audit>> Store::ListAudits(int limit) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kListAudits].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindInt64(1, limit));
+  return ReadAuditsLocked(st);
+}
+
+absl::StatusOr<std::vector<v1::Audit>> Store::ListRunningAudits() {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kListRunningAudits].get();
+  ScopedReset reset(st);
+  return ReadAuditsLocked(st);
+}
+
+absl::StatusOr<std::vector<v1::Audit>> Store::ReadAuditsLocked(Statement* st) {
+  std::vector<v1::Audit> out;
+  while (true) {
+    LS_ASSIGN_OR_RETURN(bool row, st->Step());
+    if (!row) break;
+    v1::Audit a;
+    if (!a.ParseFromString(st->ColumnBlob(0))) {
+      return absl::DataLossError("audits.record does not parse");
+    }
+    out.push_back(std::move(a));
   }
   return out;
 }

@@ -21,6 +21,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "lockstep/v1/audit.pb.h"
+#include "lockstep/v1/fingerprint.pb.h"
+#include "lockstep/v1/job.pb.h"
+#include "lockstep/v1/report.pb.h"
 #include "lockstep/v1/worker.pb.h"
 #include "server/store/sqlite.h"
 
@@ -31,7 +35,7 @@ inline constexpr int32_t kApplicationId = 0x4c4b5350;
 
 // The schema version this build writes. Migrations 1..kSchemaVersion are
 // listed in store.cc, in order.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 struct StoreOptions {
   // Database file; ":memory:" for tests. Default: ./lockstep.db.
@@ -46,6 +50,33 @@ struct StoreOptions {
   // Apply migrations only up to this version (0 = kSchemaVersion). For
   // tests and tools that need an older schema; the coordinator uses 0.
   int migrate_to_version = 0;
+};
+
+// The stored fingerprints of one completed step of one run attempt.
+struct StepRecord {
+  int32_t step = 0;
+  // Fingerprints in manifest order (index i = manifest entry i).
+  std::vector<lockstep::v1::TensorFingerprint> fingerprints;
+  std::string step_digest;
+};
+
+// Outcome of IngestBatch.
+struct IngestResult {
+  // The batch's sequence was already stored: nothing changed (idempotent).
+  bool duplicate = false;
+  // The batch completed its step (now in run_steps).
+  bool step_completed = false;
+};
+
+// Filters and paging of ListJobs (newest first).
+struct JobQuery {
+  int page_size = 50;
+  // Only jobs created before this (exclusive); 0 = no bound. With
+  // `before_job_id`, ties on created_ms are broken by job id.
+  int64_t before_created_ms = 0;
+  std::string before_job_id;
+  lockstep::v1::JobState state = lockstep::v1::JOB_STATE_UNSPECIFIED;
+  std::string model_digest;
 };
 
 // A worker event in the per-worker health history.
@@ -89,6 +120,70 @@ class Store {
                                    const std::string& reason,
                                    int64_t now_unix_ms);
 
+  // --- Jobs and runs -------------------------------------------------------
+
+  // Inserts a job (its runs included) and its manifest in one transaction.
+  // ALREADY_EXISTS when `idempotency_key` (non-empty) is taken.
+  absl::Status InsertJob(const lockstep::v1::Job& job,
+                         const lockstep::v1::TensorManifest& manifest,
+                         const std::string& idempotency_key);
+  // The job id stored under an idempotency key, or nullopt.
+  absl::StatusOr<std::optional<std::string>> FindJobByIdempotencyKey(
+      const std::string& key);
+  // The job with its runs (ordered by index), or nullopt.
+  absl::StatusOr<std::optional<lockstep::v1::Job>> GetJob(
+      const std::string& job_id);
+  absl::StatusOr<lockstep::v1::TensorManifest> GetManifest(
+      const std::string& job_id);
+  absl::StatusOr<std::vector<lockstep::v1::Job>> ListJobs(const JobQuery& q);
+  // Ids of jobs that are queued or running (for recovery at start-up).
+  absl::StatusOr<std::vector<std::string>> ListUnfinishedJobIds();
+  // Updates the job's state fields (not its spec or runs).
+  absl::Status UpdateJob(const lockstep::v1::Job& job);
+  // Updates a run's record and state. The attempt must not change (use
+  // RestartRun for a new attempt).
+  absl::Status UpdateRun(const lockstep::v1::Run& run);
+  // Starts a fresh attempt of `run` (its attempt already incremented by the
+  // caller): stores the record, resets the expected sequence to 0 and
+  // deletes every fingerprint of earlier attempts, in one transaction.
+  absl::Status RestartRun(const lockstep::v1::Run& run);
+
+  // Stores one fingerprint batch durably (committed before it returns).
+  // `entries` is the manifest's entry count per step. Checks, in order:
+  // the run exists (NOT_FOUND), the attempt is the run's current one
+  // (ABORTED), the run accepts batches (FAILED_PRECONDITION), the sequence
+  // (older: duplicate, OK; a gap: OUT_OF_RANGE naming the expected one),
+  // then the fingerprints: consecutive indices continuing the step's
+  // earlier batches, never past `entries`; a completed step must have all
+  // `entries` (INVALID_ARGUMENT naming the field and the limit).
+  absl::StatusOr<IngestResult> IngestBatch(
+      const lockstep::v1::FingerprintBatch& batch, int entries);
+  // Completed steps of a run attempt, ordered by step.
+  absl::StatusOr<std::vector<StepRecord>> LoadRunSteps(
+      const std::string& run_id, int32_t attempt);
+  // Next sequence number the run's current attempt expects.
+  absl::StatusOr<int64_t> NextSequence(const std::string& run_id);
+
+  // --- Certificates ---------------------------------------------------------
+
+  absl::Status InsertCertificate(const lockstep::v1::Certificate& c);
+  absl::StatusOr<std::optional<lockstep::v1::Certificate>> GetCertificate(
+      const std::string& certificate_id);
+  // Newest first; empty filters match everything.
+  absl::StatusOr<std::vector<lockstep::v1::Certificate>> ListCertificates(
+      const std::string& model_digest, const std::string& hardware_class_digest,
+      lockstep::v1::Level level, int limit);
+
+  // --- Audits ---------------------------------------------------------------
+
+  // Inserts or replaces an audit record.
+  absl::Status PutAudit(const lockstep::v1::Audit& audit);
+  absl::StatusOr<std::optional<lockstep::v1::Audit>> GetAudit(
+      const std::string& audit_id);
+  // Newest first.
+  absl::StatusOr<std::vector<lockstep::v1::Audit>> ListAudits(int limit);
+  absl::StatusOr<std::vector<lockstep::v1::Audit>> ListRunningAudits();
+
   absl::Status AppendWorkerEvent(const std::string& worker_id,
                                  int64_t at_unix_ms, const std::string& kind,
                                  const std::string& detail);
@@ -99,6 +194,10 @@ class Store {
  private:
   Store(StoreOptions options, std::unique_ptr<Database> db, int version);
   absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::vector<lockstep::v1::Audit>> ReadAuditsLocked(
+      Statement* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::optional<lockstep::v1::Job>> GetJobLocked(
+      const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AppendWorkerEventLocked(const std::string& worker_id,
                                        int64_t at_unix_ms,
                                        const std::string& kind,

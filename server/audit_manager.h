@@ -1,0 +1,55 @@
+// Fleet audits: the same standard CANONICAL workload once on every selected
+// worker; per hardware class the majority digest wins and every outlier is
+// named with its first divergent tensor (silent data corruption, a faulty
+// device); in CANONICAL mode the classes must agree with each other too.
+// Outliers can be quarantined automatically; every result goes into the
+// worker's health history.
+//
+// A workload is a folder of the model zoo (<zoo_dir>/<name>/model.json and
+// config.json), run with determinism CANONICAL, every tensor of every step
+// captured and no algorithm overrides, whatever its config says.
+//
+// Thread-safe.
+#ifndef LOCKSTEP_SERVER_AUDIT_MANAGER_H_
+#define LOCKSTEP_SERVER_AUDIT_MANAGER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "lockstep/v1/lockstep_service.pb.h"
+#include "server/job_manager.h"
+#include "server/store/store.h"
+#include "server/worker_registry.h"
+
+namespace lockstep::server {
+
+class AuditManager {
+ public:
+  // Everything must outlive the manager. Registers itself as `jobs`'s
+  // job-finished hook.
+  AuditManager(store::Store* store, WorkerRegistry* registry, JobManager* jobs,
+               std::string zoo_dir, Clock clock);
+
+  // Finishes audits whose job ended while the coordinator was down.
+  absl::Status Recover();
+
+  absl::StatusOr<lockstep::v1::Audit> Start(
+      const lockstep::v1::StartAuditRequest& request);
+  absl::StatusOr<lockstep::v1::Audit> Get(const std::string& audit_id);
+  absl::StatusOr<lockstep::v1::ListAuditsResponse> List(
+      const lockstep::v1::ListAuditsRequest& request);
+
+ private:
+  void OnJobFinished(const lockstep::v1::Job& job);
+  absl::Status Finish(lockstep::v1::Audit* audit, const lockstep::v1::Job& job);
+
+  store::Store* const store_;
+  WorkerRegistry* const registry_;
+  JobManager* const jobs_;
+  const std::string zoo_dir_;
+  const Clock clock_;
+};
+
+}  // namespace lockstep::server
+
+#endif  // LOCKSTEP_SERVER_AUDIT_MANAGER_H_

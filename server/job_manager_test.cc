@@ -1,0 +1,508 @@
+// JobManager without gRPC: fake worker sessions registered with the real
+// registry, a real (in-memory) store, a fake clock.
+#include "server/job_manager.h"
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/digest.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/hash/fingerprint.h"
+
+namespace lockstep::server {
+namespace {
+
+using ::lockstep::testing::IsOk;
+using ::lockstep::testing::StatusIs;
+using ::testing::HasSubstr;
+using namespace ::lockstep::v1;  // NOLINT
+
+constexpr int64_t kLeaseMs = 1000;
+
+JobSpec MlpSpec(int runs, PlacementScope scope, DeterminismMode mode) {
+  JobSpec spec;
+  Model* m = spec.mutable_model();
+  m->set_name("tiny-mlp");
+  m->add_input_shape(8);
+  m->set_num_classes(3);
+  Layer* l = m->add_layers();
+  l->set_name("fc1");
+  l->set_op(DENSE);
+  l->mutable_dense()->set_units(4);
+  l->mutable_dense()->set_use_bias(true);
+  l = m->add_layers();
+  l->set_name("relu1");
+  l->set_op(RELU);
+  l = m->add_layers();
+  l->set_name("fc2");
+  l->set_op(DENSE);
+  l->mutable_dense()->set_units(3);
+  l->mutable_dense()->set_use_bias(true);
+  l = m->add_layers();
+  l->set_name("loss");
+  l->set_op(SOFTMAX_XENT);
+  JobConfig* c = spec.mutable_config();
+  c->set_seed(7);
+  c->set_batch_size(4);
+  c->set_steps(3);
+  c->mutable_optimizer()->set_kind(SGD);
+  c->mutable_optimizer()->set_learning_rate(0.1f);
+  c->set_determinism(mode);
+  spec.mutable_placement()->set_runs(runs);
+  spec.mutable_placement()->set_scope(scope);
+  return spec;
+}
+
+// A worker session whose messages land in a queue.
+struct FakeWorker {
+  std::string name;
+  std::string id;
+  std::string cls;
+  std::deque<CoordinatorMessage> inbox;
+  int64_t session = 0;
+
+  std::vector<RunAssignment> TakeAssignments() {
+    std::vector<RunAssignment> out;
+    for (auto it = inbox.begin(); it != inbox.end();) {
+      if (it->has_assignment()) {
+        out.push_back(it->assignment());
+        it = inbox.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
+  }
+  std::vector<CancelRun> TakeCancels() {
+    std::vector<CancelRun> out;
+    for (auto it = inbox.begin(); it != inbox.end();) {
+      if (it->has_cancel()) {
+        out.push_back(it->cancel());
+        it = inbox.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
+  }
+};
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::StoreOptions so;
+    so.path = ":memory:";
+    store_ = std::move(store::Store::Open(so).value());
+    RegistryOptions ro;
+    ro.heartbeat_timeout_ms = 1'000'000;
+    registry_ = std::make_unique<WorkerRegistry>(
+        store_.get(), ro, [this] { return now_.load(); });
+    MakeManager();
+  }
+
+  void MakeManager() {
+    JobManagerOptions jo;
+    jo.lease_ms = kLeaseMs;
+    jo.max_attempts = 2;
+    jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), jo,
+                                         [this] { return now_.load(); });
+    registry_->SetListener(jobs_.get());
+  }
+
+  FakeWorker* Connect(const std::string& name, const std::string& cls,
+                      int slots = 1) {
+    auto w = std::make_unique<FakeWorker>();
+    w->name = name;
+    w->cls = cls;
+    Hello h;
+    h.set_name(name);
+    h.set_slots(slots);
+    h.mutable_profile()->set_hardware_class(cls);
+    h.mutable_profile()->set_hardware_class_digest(Digest128Hex(cls));
+    FakeWorker* raw = w.get();
+    auto session = registry_->Connect(
+        h, "fake", nullptr,
+        [raw](CoordinatorMessage m) { raw->inbox.push_back(std::move(m)); });
+    EXPECT_THAT(session, IsOk());
+    raw->session = *session;
+    raw->id = WorkerIdForName(name);
+    workers_.push_back(std::move(w));
+    jobs_->OnWorkerConnected(raw->id);
+    return raw;
+  }
+
+  // Executes an assignment like a worker would, with fake fingerprints that
+  // depend only on (step, index) — plus a flipped tensor when asked.
+  // Returns the run digest it reported.
+  std::string Execute(FakeWorker* w, const RunAssignment& a, int flip_step = -1,
+                      int flip_index = -1, bool finish = true) {
+    const TensorManifest& m = a.manifest();
+    std::vector<hash::Fingerprint> step_digests;
+    step_digests.push_back(
+        hash::Fingerprint::FromHex(m.manifest_digest()).value());
+    int64_t seq = 0;
+    for (int step = 0; step < m.steps(); ++step) {
+      FingerprintBatch b;
+      b.set_run_id(a.run_id());
+      b.set_attempt(a.attempt());
+      b.set_sequence(seq++);
+      b.set_step(step);
+      std::vector<hash::Fingerprint> fps;
+      for (int i = 0; i < m.entries_size(); ++i) {
+        TensorFingerprint* f = b.add_fingerprints();
+        f->set_index(i);
+        f->set_hash_hi(step * 1000 + i);
+        f->set_hash_lo(step == flip_step && i == flip_index ? 99 : 1);
+        f->mutable_stats()->set_sum(1.0 + i);
+        f->mutable_stats()->set_l2(2.0);
+        fps.push_back(hash::Fingerprint{f->hash_hi(), f->hash_lo()});
+      }
+      const hash::Fingerprint d = hash::CombineDigests(fps);
+      b.set_step_complete(true);
+      b.set_step_digest(d.ToHex());
+      step_digests.push_back(d);
+      auto ack = jobs_->OnBatch(w->id, b);
+      EXPECT_THAT(ack, IsOk());
+      if (ack.ok()) EXPECT_EQ(ack->sequence(), b.sequence());
+    }
+    const std::string digest = hash::CombineDigests(step_digests).ToHex();
+    if (finish) {
+      RunFinished f;
+      f.set_run_id(a.run_id());
+      f.set_attempt(a.attempt());
+      f.set_success(true);
+      f.set_run_digest(digest);
+      EXPECT_THAT(jobs_->OnRunFinished(w->id, f), IsOk());
+    }
+    return digest;
+  }
+
+  std::atomic<int64_t> now_{1'000'000};
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<JobManager> jobs_;
+  std::vector<std::unique_ptr<FakeWorker>> workers_;
+};
+
+TEST_F(JobManagerTest, ThreeRunsOverTwoWorkersAreCertified) {
+  FakeWorker* a = Connect("a", "class-x");
+  FakeWorker* b = Connect("b", "class-x");
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(3, SAME_CLASS, CANONICAL);
+  auto job = jobs_->Submit(req);
+  ASSERT_THAT(job, IsOk());
+  EXPECT_EQ(job->state(), JOB_RUNNING);
+  EXPECT_EQ(job->runs_size(), 3);
+  EXPECT_TRUE(IsDigest128Hex(job->model_digest()));
+
+  std::vector<JobEvent> events;
+  auto token = jobs_->Watch(job->job_id(),
+                            [&](const JobEvent& e) { events.push_back(e); });
+  ASSERT_THAT(token, IsOk());
+
+  auto on_a = a->TakeAssignments();
+  auto on_b = b->TakeAssignments();
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  EXPECT_GT(on_a[0].manifest().entries_size(), 10);
+  const std::string d0 = Execute(a, on_a[0]);
+  on_a = a->TakeAssignments();  // the third run goes to the free worker
+  ASSERT_EQ(on_a.size(), 1u);
+  EXPECT_EQ(Execute(b, on_b[0]), d0);
+  EXPECT_EQ(Execute(a, on_a[0]), d0);
+
+  auto done = jobs_->GetJob(job->job_id());
+  ASSERT_THAT(done, IsOk());
+  EXPECT_EQ(done->state(), JOB_SUCCEEDED);
+  auto report = jobs_->GetReport(job->job_id());
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->verdict(), REPRODUCIBLE);
+  EXPECT_EQ(report->level(), CROSS_DEVICE);
+  ASSERT_EQ(report->certificate_ids_size(), 2);
+  auto certs = jobs_->ListCertificates(ListCertificatesRequest());
+  ASSERT_THAT(certs, IsOk());
+  ASSERT_EQ(certs->certificates_size(), 2);
+  std::set<Level> levels;
+  for (const auto& c : certs->certificates()) {
+    levels.insert(c.level());
+    EXPECT_EQ(c.golden_run_digest(), d0);
+    EXPECT_EQ(c.hardware_class(), "class-x");
+    EXPECT_EQ(c.model_digest(), job->model_digest());
+  }
+  EXPECT_EQ(levels, (std::set<Level>{RUN_TO_RUN, CROSS_DEVICE}));
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().message(), "snapshot");
+  EXPECT_TRUE(events.back().final());
+  EXPECT_THAT(events.back().message(), HasSubstr("REPRODUCIBLE"));
+  jobs_->Unwatch(*token);
+}
+
+TEST_F(JobManagerTest, DivergenceIsLocalised) {
+  FakeWorker* a = Connect("a", "class-x", /*slots=*/2);
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  ASSERT_THAT(job, IsOk());
+  auto runs = a->TakeAssignments();
+  ASSERT_EQ(runs.size(), 2u);
+  Execute(a, runs[0]);
+  Execute(a, runs[1], /*flip_step=*/1, /*flip_index=*/5);
+  auto report = jobs_->GetReport(job->job_id());
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->verdict(), NONDETERMINISTIC);
+  EXPECT_EQ(report->divergence().step(), 1);
+  EXPECT_EQ(report->divergence().tensor().index(), 5);
+  EXPECT_EQ(report->divergence().downstream_differing(), 0);
+  EXPECT_EQ(report->certificate_ids_size(), 0);
+
+  auto cmp = jobs_->CompareRuns(runs[0].run_id(), runs[1].run_id());
+  ASSERT_THAT(cmp, IsOk());
+  EXPECT_FALSE(cmp->identical());
+  EXPECT_EQ(cmp->divergence().step(), 1);
+  cmp = jobs_->CompareRuns(runs[0].run_id(), runs[0].run_id());
+  ASSERT_THAT(cmp, IsOk());
+  EXPECT_TRUE(cmp->identical());
+  EXPECT_THAT(jobs_->CompareRuns(runs[0].run_id(), "job-x-r00"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("run_b")));
+}
+
+TEST_F(JobManagerTest, ExpiredLeaseRequeuesAFreshAttempt) {
+  FakeWorker* a = Connect("a", "class-x");
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_CLASS, CANONICAL);
+  auto job = jobs_->Submit(req);
+  ASSERT_THAT(job, IsOk());
+  auto first = a->TakeAssignments();
+  ASSERT_EQ(first.size(), 1u);
+  // Part of the run arrives, then the worker goes silent.
+  Execute(a, first[0], -1, -1, /*finish=*/false);
+  FakeWorker* b = Connect("b", "class-x");
+  auto on_b = b->TakeAssignments();  // the second run
+  ASSERT_EQ(on_b.size(), 1u);
+  now_ += kLeaseMs / 2;
+  Heartbeat hb;
+  RunProgress* p = hb.add_runs();
+  p->set_run_id(on_b[0].run_id());
+  p->set_attempt(on_b[0].attempt());
+  jobs_->OnHeartbeat(b->id, hb);  // b renews its lease, a does not
+  // a's stream breaks; its run stays leased to it until the lease expires.
+  registry_->Disconnect(a->id, a->session, "stream broken");
+  EXPECT_TRUE(a->TakeAssignments().empty());
+  now_ += kLeaseMs / 2 + 1;
+  EXPECT_EQ(jobs_->Sweep(), 1);
+  EXPECT_TRUE(a->TakeCancels().empty());  // nobody to tell
+  // The late batch of the dead attempt is refused and not counted.
+  FingerprintBatch late;
+  late.set_run_id(first[0].run_id());
+  late.set_attempt(1);
+  late.set_sequence(3);
+  EXPECT_THAT(jobs_->OnBatch(a->id, late),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("re-queued")));
+
+  const std::string d = Execute(b, on_b[0]);
+  auto retry = b->TakeAssignments();
+  ASSERT_EQ(retry.size(), 1u);
+  EXPECT_EQ(retry[0].run_id(), first[0].run_id());
+  EXPECT_EQ(retry[0].attempt(), 2);
+  EXPECT_EQ(Execute(b, retry[0]), d);
+  auto report = jobs_->GetReport(job->job_id());
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->verdict(), REPRODUCIBLE);
+  auto stored = store_->LoadRunSteps(first[0].run_id(), 1);
+  EXPECT_TRUE(stored->empty());  // the dead attempt's fingerprints are gone
+}
+
+TEST_F(JobManagerTest, RetriesAreBounded) {
+  FakeWorker* a = Connect("a", "class-x");
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(1, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  ASSERT_THAT(job, IsOk());
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    auto runs = a->TakeAssignments();
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].attempt(), attempt);
+    RunFinished f;
+    f.set_run_id(runs[0].run_id());
+    f.set_attempt(attempt);
+    f.set_success(false);
+    f.set_failure_reason("killed by signal 9");
+    ASSERT_THAT(jobs_->OnRunFinished(a->id, f), IsOk());
+  }
+  auto done = jobs_->GetJob(job->job_id());
+  EXPECT_EQ(done->state(), JOB_FAILED);
+  EXPECT_THAT(done->failure_reason(), HasSubstr("failed after 2 attempts"));
+  EXPECT_THAT(done->failure_reason(), HasSubstr("killed by signal 9"));
+  EXPECT_EQ(jobs_->GetReport(job->job_id())->verdict(), FAILED);
+}
+
+TEST_F(JobManagerTest, WrongDigestIsNotAccepted) {
+  FakeWorker* a = Connect("a", "class-x");
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(1, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  auto runs = a->TakeAssignments();
+  ASSERT_EQ(runs.size(), 1u);
+  Execute(a, runs[0], -1, -1, /*finish=*/false);
+  RunFinished f;
+  f.set_run_id(runs[0].run_id());
+  f.set_attempt(1);
+  f.set_success(true);
+  f.set_run_digest("00000000000000000000000000000000");
+  EXPECT_THAT(jobs_->OnRunFinished(a->id, f),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("does not match the stored steps")));
+  auto retry = a->TakeAssignments();
+  ASSERT_EQ(retry.size(), 1u);
+  EXPECT_EQ(retry[0].attempt(), 2);
+}
+
+TEST_F(JobManagerTest, BadSubmissionsAreRefusedAndStoreNothing) {
+  struct Case {
+    std::function<void(SubmitJobRequest*)> mutate;
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](SubmitJobRequest* r) { r->clear_spec(); }, "spec: must be set"},
+      {[](SubmitJobRequest* r) {
+         r->mutable_spec()->mutable_config()->set_determinism(
+             static_cast<DeterminismMode>(42));
+       },
+       "spec.config.determinism: 42"},
+      {[](SubmitJobRequest* r) {
+         r->mutable_spec()->mutable_placement()->set_scope(
+             static_cast<PlacementScope>(9));
+       },
+       "spec.placement.scope: 9"},
+      {[](SubmitJobRequest* r) {
+         r->mutable_spec()->mutable_placement()->set_runs(1000);
+       },
+       "spec.placement.runs: 1000 exceeds the limit of 64"},
+      {[](SubmitJobRequest* r) {
+         r->mutable_spec()->mutable_placement()->set_scope(ACROSS_CLASSES);
+         r->mutable_spec()->mutable_config()->set_determinism(DEFAULT);
+       },
+       "ACROSS_CLASSES needs config.determinism CANONICAL"},
+      {[](SubmitJobRequest* r) {
+         r->mutable_spec()->mutable_config()->set_steps(10'000'000);
+       },
+       "steps"},
+      {[](SubmitJobRequest* r) {
+         r->mutable_spec()
+             ->mutable_model()
+             ->mutable_layers(0)
+             ->mutable_dense()
+             ->set_units(0);
+       },
+       "fc1"},
+      {[](SubmitJobRequest* r) { r->set_idempotency_key("has space"); },
+       "idempotency_key"},
+      {[](SubmitJobRequest* r) {
+         r->mutable_spec()->mutable_placement()->add_hardware_class_digests(
+             "xyz");
+       },
+       "hardware_class_digests[0]"},
+  };
+  for (const Case& c : cases) {
+    SubmitJobRequest req;
+    *req.mutable_spec() = MlpSpec(2, SAME_CLASS, CANONICAL);
+    c.mutate(&req);
+    EXPECT_THAT(jobs_->Submit(req), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr(c.message)));
+  }
+  auto list = jobs_->ListJobs(ListJobsRequest());
+  ASSERT_THAT(list, IsOk());
+  EXPECT_EQ(list->jobs_size(), 0);
+}
+
+TEST_F(JobManagerTest, IdempotencyKeyReturnsTheSameJob) {
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_CLASS, CANONICAL);
+  req.set_idempotency_key("pr-1234");
+  auto first = jobs_->Submit(req);
+  auto second = jobs_->Submit(req);
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ(first->job_id(), second->job_id());
+  EXPECT_EQ(jobs_->ListJobs(ListJobsRequest())->jobs_size(), 1);
+}
+
+TEST_F(JobManagerTest, CancelStopsRuns) {
+  FakeWorker* a = Connect("a", "class-x");
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  ASSERT_EQ(a->TakeAssignments().size(), 1u);
+  auto cancelled = jobs_->Cancel(job->job_id(), "no longer needed");
+  ASSERT_THAT(cancelled, IsOk());
+  EXPECT_EQ(cancelled->state(), JOB_CANCELLED);
+  EXPECT_EQ(a->TakeCancels().size(), 1u);
+  EXPECT_THAT(jobs_->Cancel(job->job_id(), ""),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("already JOB_CANCELLED")));
+  EXPECT_THAT(jobs_->Cancel("job-nope", ""),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(store_->GetJob(job->job_id())->value().state(), JOB_CANCELLED);
+}
+
+TEST_F(JobManagerTest, HostileBatchesAreRefused) {
+  FakeWorker* a = Connect("a", "class-x");
+  FakeWorker* b = Connect("b", "class-x");
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(1, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  auto runs = a->TakeAssignments();
+  if (runs.empty()) runs = b->TakeAssignments();
+  ASSERT_EQ(runs.size(), 1u);
+  FakeWorker* owner = runs[0].run_id().empty() ? nullptr : a;
+  FakeWorker* other = b;
+  if (!b->inbox.empty() ||
+      store_->GetJob(job->job_id())->value().runs(0).worker_id() == b->id) {
+    owner = b;
+    other = a;
+  }
+  FingerprintBatch batch;
+  batch.set_run_id(runs[0].run_id());
+  batch.set_attempt(1);
+  batch.set_step(0);
+  EXPECT_THAT(jobs_->OnBatch(other->id, batch),
+              StatusIs(absl::StatusCode::kAborted));
+  batch.set_step(99);
+  EXPECT_THAT(jobs_->OnBatch(owner->id, batch),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("batch.step: 99")));
+  batch.set_run_id("job-nope-r00");
+  EXPECT_THAT(jobs_->OnBatch(owner->id, batch),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(*store_->NextSequence(runs[0].run_id()), 0);
+}
+
+TEST_F(JobManagerTest, RecoversAfterRestart) {
+  FakeWorker* a = Connect("a", "class-x", 2);
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  auto runs = a->TakeAssignments();
+  ASSERT_EQ(runs.size(), 2u);
+  const std::string d = Execute(a, runs[0]);
+  Execute(a, runs[1], -1, -1, /*finish=*/false);
+  // The coordinator restarts: a new manager over the same store.
+  MakeManager();
+  ASSERT_THAT(jobs_->Recover(), IsOk());
+  RunFinished f;
+  f.set_run_id(runs[1].run_id());
+  f.set_attempt(1);
+  f.set_success(true);
+  f.set_run_digest(d);
+  ASSERT_THAT(jobs_->OnRunFinished(a->id, f), IsOk());
+  EXPECT_EQ(jobs_->GetJob(job->job_id())->state(), JOB_SUCCEEDED);
+  EXPECT_EQ(jobs_->GetReport(job->job_id())->verdict(), REPRODUCIBLE);
+}
+
+}  // namespace
+}  // namespace lockstep::server

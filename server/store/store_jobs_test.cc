@@ -1,0 +1,266 @@
+#include <string>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/store/store.h"
+
+namespace lockstep::store {
+namespace {
+
+using ::lockstep::testing::IsOk;
+using ::lockstep::testing::StatusIs;
+using ::testing::HasSubstr;
+using namespace ::lockstep::v1;  // NOLINT
+
+constexpr int kEntries = 4;
+
+class StoreJobsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreOptions o;
+    o.path = ":memory:";
+    store_ = std::move(Store::Open(o).value());
+  }
+
+  static Job MakeJob(const std::string& id, int64_t created, int runs = 2) {
+    Job job;
+    job.set_job_id(id);
+    job.set_state(JOB_QUEUED);
+    job.set_model_digest("m" + id);
+    job.set_config_digest("c" + id);
+    job.set_created_unix_ms(created);
+    job.mutable_spec()->mutable_model()->set_name("mlp");
+    for (int i = 0; i < runs; ++i) {
+      v1::Run* r = job.add_runs();
+      r->set_run_id(id + "-r0" + std::to_string(i));
+      r->set_job_id(id);
+      r->set_index(i);
+      r->set_attempt(1);
+      r->set_state(RUN_QUEUED);
+    }
+    return job;
+  }
+
+  static FingerprintBatch Batch(const std::string& run, int attempt,
+                                int64_t seq, int step, int first, int count,
+                                bool complete) {
+    FingerprintBatch b;
+    b.set_run_id(run);
+    b.set_attempt(attempt);
+    b.set_sequence(seq);
+    b.set_step(step);
+    for (int i = 0; i < count; ++i) {
+      auto* fp = b.add_fingerprints();
+      fp->set_index(first + i);
+      fp->set_hash_hi(1000 * step + first + i);
+      fp->set_hash_lo(7);
+      fp->mutable_stats()->set_sum(0.5 * (first + i));
+    }
+    b.set_step_complete(complete);
+    if (complete) b.set_step_digest("d" + std::to_string(step));
+    return b;
+  }
+
+  void MarkRunning(const std::string& job_id, int index) {
+    auto job = store_->GetJob(job_id);
+    v1::Run run = (*job)->runs(index);
+    run.set_state(RUN_RUNNING);
+    ASSERT_THAT(store_->UpdateRun(run), IsOk());
+  }
+
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(StoreJobsTest, InsertGetListAndPaging) {
+  TensorManifest manifest;
+  manifest.set_steps(3);
+  manifest.add_entries()->set_layer("fc1");
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_THAT(store_->InsertJob(MakeJob("j" + std::to_string(i), 100 + i),
+                                  manifest, ""),
+                IsOk());
+  }
+  auto job = store_->GetJob("j2");
+  ASSERT_THAT(job, IsOk());
+  ASSERT_TRUE(job->has_value());
+  EXPECT_EQ((*job)->model_digest(), "mj2");
+  ASSERT_EQ((*job)->runs_size(), 2);
+  EXPECT_EQ((*job)->runs(1).run_id(), "j2-r01");
+  EXPECT_EQ(store_->GetManifest("j2")->entries(0).layer(), "fc1");
+  EXPECT_THAT(store_->GetManifest("nope"),
+              StatusIs(absl::StatusCode::kNotFound));
+
+  JobQuery q;
+  q.page_size = 2;
+  auto page = store_->ListJobs(q);
+  ASSERT_THAT(page, IsOk());
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].job_id(), "j4");
+  EXPECT_EQ((*page)[1].job_id(), "j3");
+  q.before_created_ms = (*page)[1].created_unix_ms();
+  q.before_job_id = (*page)[1].job_id();
+  page = store_->ListJobs(q);
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].job_id(), "j2");
+
+  Job done = **store_->GetJob("j0");
+  done.set_state(JOB_SUCCEEDED);
+  done.set_finished_unix_ms(500);
+  ASSERT_THAT(store_->UpdateJob(done), IsOk());
+  q = JobQuery();
+  q.state = JOB_SUCCEEDED;
+  page = store_->ListJobs(q);
+  ASSERT_EQ(page->size(), 1u);
+  EXPECT_EQ((*page)[0].job_id(), "j0");
+  auto unfinished = store_->ListUnfinishedJobIds();
+  ASSERT_THAT(unfinished, IsOk());
+  EXPECT_EQ(unfinished->size(), 4u);
+}
+
+TEST_F(StoreJobsTest, IdempotencyKey) {
+  ASSERT_THAT(store_->InsertJob(MakeJob("a", 1), TensorManifest(), "key-1"),
+              IsOk());
+  EXPECT_THAT(
+      store_->InsertJob(MakeJob("b", 2), TensorManifest(), "key-1"),
+      StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("idempotency_key")));
+  EXPECT_FALSE(store_->GetJob("b")->has_value());  // rolled back whole
+  EXPECT_EQ(**store_->FindJobByIdempotencyKey("key-1"), "a");
+  EXPECT_FALSE(store_->FindJobByIdempotencyKey("key-2")->has_value());
+  // Empty keys never collide.
+  EXPECT_THAT(store_->InsertJob(MakeJob("c", 3), TensorManifest(), ""), IsOk());
+  EXPECT_THAT(store_->InsertJob(MakeJob("d", 4), TensorManifest(), ""), IsOk());
+}
+
+TEST_F(StoreJobsTest, IngestSequencesAreIdempotentAndGapless) {
+  ASSERT_THAT(store_->InsertJob(MakeJob("j", 1), TensorManifest(), ""), IsOk());
+  // A queued run accepts nothing.
+  EXPECT_THAT(
+      store_->IngestBatch(Batch("j-r00", 1, 0, 0, 0, 4, true), kEntries),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("RUN_QUEUED")));
+  MarkRunning("j", 0);
+  auto r = store_->IngestBatch(Batch("j-r00", 1, 0, 0, 0, 4, true), kEntries);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_FALSE(r->duplicate);
+  EXPECT_TRUE(r->step_completed);
+  // The same batch again: acknowledged, nothing changes.
+  r = store_->IngestBatch(Batch("j-r00", 1, 0, 0, 0, 4, true), kEntries);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_TRUE(r->duplicate);
+  EXPECT_EQ(*store_->NextSequence("j-r00"), 1);
+  // A gap is refused.
+  EXPECT_THAT(
+      store_->IngestBatch(Batch("j-r00", 1, 5, 1, 0, 4, true), kEntries),
+      StatusIs(absl::StatusCode::kOutOfRange,
+               HasSubstr("batch.sequence: 5 skips ahead; run j-r00 "
+                         "expects 1 next")));
+  // Unknown run, stale attempt.
+  EXPECT_THAT(store_->IngestBatch(Batch("nope", 1, 0, 0, 0, 4, true), kEntries),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+  EXPECT_THAT(
+      store_->IngestBatch(Batch("j-r00", 2, 1, 1, 0, 4, true), kEntries),
+      StatusIs(absl::StatusCode::kAborted, HasSubstr("attempt")));
+  // A step split over two batches.
+  ASSERT_THAT(
+      store_->IngestBatch(Batch("j-r00", 1, 1, 1, 0, 3, false), kEntries),
+      IsOk());
+  r = store_->IngestBatch(Batch("j-r00", 1, 2, 1, 3, 1, true), kEntries);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_TRUE(r->step_completed);
+  auto steps = store_->LoadRunSteps("j-r00", 1);
+  ASSERT_THAT(steps, IsOk());
+  ASSERT_EQ(steps->size(), 2u);
+  EXPECT_EQ((*steps)[1].step, 1);
+  ASSERT_EQ((*steps)[1].fingerprints.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ((*steps)[1].fingerprints[i].index(), i);
+    EXPECT_EQ((*steps)[1].fingerprints[i].hash_hi(), 1000u + i);
+  }
+  EXPECT_EQ((*steps)[1].step_digest, "d1");
+}
+
+TEST_F(StoreJobsTest, MalformedBatchesChangeNothing) {
+  ASSERT_THAT(store_->InsertJob(MakeJob("j", 1), TensorManifest(), ""), IsOk());
+  MarkRunning("j", 0);
+  // Index gap inside a batch.
+  FingerprintBatch gap = Batch("j-r00", 1, 0, 0, 0, 4, true);
+  gap.mutable_fingerprints(2)->set_index(3);
+  EXPECT_THAT(
+      store_->IngestBatch(gap, kEntries),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("batch.fingerprints[2].index: 3, expected 2")));
+  // Past the manifest.
+  EXPECT_THAT(
+      store_->IngestBatch(Batch("j-r00", 1, 0, 0, 0, 5, true), kEntries),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("exceeds the manifest's 4 entries")));
+  // A completed step with too few fingerprints.
+  EXPECT_THAT(
+      store_->IngestBatch(Batch("j-r00", 1, 0, 0, 0, 3, true), kEntries),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("step 0 has 3 fingerprints, the manifest has "
+                         "4")));
+  EXPECT_EQ(*store_->NextSequence("j-r00"), 0);
+  EXPECT_TRUE(store_->LoadRunSteps("j-r00", 1)->empty());
+  // The same step completed twice (under a new sequence) is refused.
+  ASSERT_THAT(
+      store_->IngestBatch(Batch("j-r00", 1, 0, 0, 0, 4, true), kEntries),
+      IsOk());
+  EXPECT_THAT(
+      store_->IngestBatch(Batch("j-r00", 1, 1, 0, 0, 4, true), kEntries),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("already complete")));
+  EXPECT_EQ(*store_->NextSequence("j-r00"), 1);
+  EXPECT_EQ(store_->LoadRunSteps("j-r00", 1)->size(), 1u);
+}
+
+TEST_F(StoreJobsTest, RestartDropsEarlierAttempts) {
+  ASSERT_THAT(store_->InsertJob(MakeJob("j", 1), TensorManifest(), ""), IsOk());
+  MarkRunning("j", 0);
+  ASSERT_THAT(
+      store_->IngestBatch(Batch("j-r00", 1, 0, 0, 0, 4, true), kEntries),
+      IsOk());
+  ASSERT_THAT(
+      store_->IngestBatch(Batch("j-r00", 1, 1, 1, 0, 2, false), kEntries),
+      IsOk());
+  v1::Run run = (*store_->GetJob("j"))->runs(0);
+  run.set_attempt(2);
+  run.set_state(RUN_ASSIGNED);
+  ASSERT_THAT(store_->RestartRun(run), IsOk());
+  EXPECT_EQ(*store_->NextSequence("j-r00"), 0);
+  EXPECT_TRUE(store_->LoadRunSteps("j-r00", 1)->empty());
+  // The old attempt's late batch is refused; the new attempt starts at 0.
+  EXPECT_THAT(
+      store_->IngestBatch(Batch("j-r00", 1, 2, 1, 2, 2, true), kEntries),
+      StatusIs(absl::StatusCode::kAborted));
+  ASSERT_THAT(
+      store_->IngestBatch(Batch("j-r00", 2, 0, 0, 0, 4, true), kEntries),
+      IsOk());
+  EXPECT_EQ(store_->LoadRunSteps("j-r00", 2)->size(), 1u);
+  // UpdateRun refuses a changed attempt.
+  run.set_attempt(3);
+  EXPECT_THAT(store_->UpdateRun(run), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(StoreJobsTest, Certificates) {
+  for (int i = 0; i < 3; ++i) {
+    Certificate c;
+    c.set_certificate_id("c" + std::to_string(i));
+    c.set_model_digest(i < 2 ? "m1" : "m2");
+    c.set_hardware_class_digest("h");
+    c.set_level(i == 0 ? RUN_TO_RUN : CROSS_DEVICE);
+    c.set_issued_unix_ms(10 + i);
+    ASSERT_THAT(store_->InsertCertificate(c), IsOk());
+  }
+  EXPECT_EQ((*store_->GetCertificate("c1"))->model_digest(), "m1");
+  EXPECT_FALSE(store_->GetCertificate("zz")->has_value());
+  auto all = store_->ListCertificates("", "", LEVEL_UNSPECIFIED, 50);
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].certificate_id(), "c2");
+  EXPECT_EQ(store_->ListCertificates("m1", "", LEVEL_UNSPECIFIED, 50)->size(),
+            2u);
+  EXPECT_EQ(store_->ListCertificates("m1", "h", RUN_TO_RUN, 50)->size(), 1u);
+}
+
+}  // namespace
+}  // namespace lockstep::store
