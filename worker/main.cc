@@ -43,6 +43,9 @@ ABSL_FLAG(std::string, inject_fault, "",
           "[,slot=X]; run: into run 1 when --runs >= 2; daemon: into every "
           "run this worker executes (a drill: the worker reports it in its "
           "hardware profile)");
+ABSL_FLAG(std::string, inject_stall, "",
+          "daemon: a drill for hung runs, step=S,seconds=N[,model=NAME]: the "
+          "run process sleeps N s before step S");
 ABSL_FLAG(int64_t, run_timeout_s, 3600,
           "daemon: wall-clock limit of one run, s");
 ABSL_FLAG(std::string, dump, "",
@@ -135,11 +138,28 @@ std::optional<lockstep::worker::FaultSpec> FaultFlag(bool* bad) {
   return *fault;
 }
 
+// The --inject_stall flag, parsed; `bad` is set when malformed.
+std::optional<lockstep::worker::StallSpec> StallFlag(bool* bad) {
+  *bad = false;
+  const std::string text = absl::GetFlag(FLAGS_inject_stall);
+  if (text.empty()) return std::nullopt;
+  auto stall = lockstep::worker::ParseStallSpec(text);
+  if (!stall.ok()) {
+    std::fprintf(stderr, "lockstep-worker: %s\n",
+                 std::string(stall.status().message()).c_str());
+    *bad = true;
+    return std::nullopt;
+  }
+  return *stall;
+}
+
 int Execute() {
-  bool bad = false;
-  std::optional<lockstep::worker::FaultSpec> fault = FaultFlag(&bad);
-  if (bad) return 64;
-  return lockstep::worker::RunChildMain(fault);
+  bool bad_fault = false, bad_stall = false;
+  lockstep::worker::ChildOptions options;
+  options.fault = FaultFlag(&bad_fault);
+  options.stall = StallFlag(&bad_stall);
+  if (bad_fault || bad_stall) return 64;
+  return lockstep::worker::RunChildMain(options);
 }
 
 int Daemon() {
@@ -177,6 +197,12 @@ int Daemon() {
     f->set_role(lockstep::v1::TensorRole_Name(fault->role));
     f->set_bit(fault->bit);
   }
+  bool bad_stall = false;
+  if (StallFlag(&bad_stall).has_value()) {
+    options.run_argv.push_back("--inject_stall=" +
+                               absl::GetFlag(FLAGS_inject_stall));
+  }
+  if (bad_stall) return 64;
   options.run_timeout_ms = absl::GetFlag(FLAGS_run_timeout_s) * 1000;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.name = absl::GetFlag(FLAGS_name);

@@ -8,7 +8,9 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/registry.h"
@@ -24,9 +26,9 @@ using ::lockstep::v1::WorkerMessage;
 
 namespace {
 
-absl::Status Train(const v1::RunAssignment& a,
-                   const std::optional<FaultSpec>& fault, int out_fd,
-                   v1::RunFinished* finished) {
+absl::Status Train(const v1::RunAssignment& a, const ChildOptions& child,
+                   int out_fd, v1::RunFinished* finished) {
+  const std::optional<FaultSpec>& fault = child.fault;
   LS_ASSIGN_OR_RETURN(ModelPlan plan,
                       PlanModel(a.model(), a.config(), Limits()));
   kernels::Registry registry;
@@ -60,6 +62,13 @@ absl::Status Train(const v1::RunAssignment& a,
         ": worker and coordinator versions differ"));
   }
   for (int step = 0; step < a.config().steps(); ++step) {
+    if (child.stall.has_value() && child.stall->step == step &&
+        (child.stall->model.empty() ||
+         child.stall->model == a.model().name())) {
+      std::fprintf(stderr, "stall drill: sleeping %d s before step %d\n",
+                   child.stall->seconds, step);
+      sleep(static_cast<unsigned>(child.stall->seconds));
+    }
     current.Clear();
     LS_ASSIGN_OR_RETURN(StepSummary sum, exec->RunStep(step));
     if (sum.captured) {
@@ -88,13 +97,40 @@ absl::Status Train(const v1::RunAssignment& a,
 
 }  // namespace
 
+absl::StatusOr<StallSpec> ParseStallSpec(absl::string_view text) {
+  StallSpec spec;
+  bool have_step = false, have_seconds = false;
+  for (absl::string_view kv : absl::StrSplit(text, ',')) {
+    std::pair<std::string, std::string> p =
+        absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    if (p.first == "step" && absl::SimpleAtoi(p.second, &spec.step) &&
+        spec.step >= 0) {
+      have_step = true;
+    } else if (p.first == "seconds" &&
+               absl::SimpleAtoi(p.second, &spec.seconds) && spec.seconds > 0 &&
+               spec.seconds <= 86400) {
+      have_seconds = true;
+    } else if (p.first == "model" && !p.second.empty()) {
+      spec.model = p.second;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--inject_stall: \"", kv,
+          "\" is not step=S (>= 0), seconds=N (1..86400) or model=NAME"));
+    }
+  }
+  if (!have_step || !have_seconds) {
+    return absl::InvalidArgumentError(
+        "--inject_stall: step=S and seconds=N are required");
+  }
+  return spec;
+}
+
 absl::Status ExecuteAssignment(const v1::RunAssignment& assignment,
-                               const std::optional<FaultSpec>& fault,
-                               int out_fd) {
+                               const ChildOptions& options, int out_fd) {
   v1::RunFinished finished;
   finished.set_run_id(assignment.run_id());
   finished.set_attempt(assignment.attempt());
-  absl::Status s = Train(assignment, fault, out_fd, &finished);
+  absl::Status s = Train(assignment, options, out_fd, &finished);
   if (!s.ok()) {
     finished.set_success(false);
     finished.set_failure_reason(s.ToString());
@@ -106,7 +142,7 @@ absl::Status ExecuteAssignment(const v1::RunAssignment& assignment,
   return s;
 }
 
-int RunChildMain(const std::optional<FaultSpec>& fault) {
+int RunChildMain(const ChildOptions& options) {
   // A run outlives no daemon: if the daemon dies (even by SIGKILL), so does
   // its run, and no orphan keeps computing.
   const pid_t parent = getppid();
@@ -120,7 +156,7 @@ int RunChildMain(const std::optional<FaultSpec>& fault) {
                  s.ToString().c_str());
     return 1;
   }
-  s = ExecuteAssignment(assignment, fault, STDOUT_FILENO);
+  s = ExecuteAssignment(assignment, options, STDOUT_FILENO);
   if (!s.ok()) {
     std::fprintf(stderr, "lockstep-worker execute: %s\n", s.ToString().c_str());
     return 1;

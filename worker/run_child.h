@@ -9,22 +9,39 @@
 #define LOCKSTEP_WORKER_RUN_CHILD_H_
 
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "lockstep/v1/worker_gateway.pb.h"
 #include "worker/exec/fault.h"
 
 namespace lockstep::worker {
 
+// A drill for hung runs: before step `step` of a run of model `model`
+// (empty: any model), the run process sleeps `seconds`.
+struct StallSpec {
+  int step = 0;
+  int seconds = 0;
+  std::string model;
+};
+// Parses "step=S,seconds=N[,model=NAME]"; INVALID_ARGUMENT naming the key.
+absl::StatusOr<StallSpec> ParseStallSpec(absl::string_view text);
+
+struct ChildOptions {
+  std::optional<FaultSpec> fault;
+  std::optional<StallSpec> stall;
+};
+
 // Executes `assignment`, writing frames to `out_fd`. Returns the status the
 // `finished` frame reported (also written when the run fails).
 absl::Status ExecuteAssignment(const lockstep::v1::RunAssignment& assignment,
-                               const std::optional<FaultSpec>& fault,
-                               int out_fd);
+                               const ChildOptions& options, int out_fd);
 
-// main() of `lockstep-worker execute`: stdin → ExecuteAssignment → stdout.
+// main() of `lockstep-worker execute`: stdin -> ExecuteAssignment -> stdout.
 // Exit code 0 when the run succeeded, 1 otherwise.
-int RunChildMain(const std::optional<FaultSpec>& fault);
+int RunChildMain(const ChildOptions& options);
 
 }  // namespace lockstep::worker
 

@@ -24,6 +24,7 @@ using ::lockstep::testing::IsOk;
 using ::lockstep::testing::PollUntil;
 using ::lockstep::testing::ReadFileOrEmpty;
 using ::lockstep::testing::RunCommand;
+using ::lockstep::testing::Subprocess;
 using ::lockstep::testing::TempDir;
 using ::testing::HasSubstr;
 
@@ -204,8 +205,10 @@ TEST_F(JobsE2E, CheckExitCodesAndJUnit) {
 }
 
 TEST_F(JobsE2E, WorkerKilledMidRunIsRetriedElsewhere) {
-  cluster_->StartWorker("w1");
-  cluster_->StartWorker("w2");
+  // Runs pause 2 s at step 5 (a drill), so "mid-run" does not depend on
+  // how fast the kernels are.
+  cluster_->StartWorker("w1", {"--inject_stall=step=5,seconds=2"});
+  cluster_->StartWorker("w2", {"--inject_stall=step=5,seconds=2"});
   WaitConnected({"w1", "w2"});
   const std::string job =
       Submit({lenet_model_, lenet_long_, "--runs=2", "--scope=same_class"});
@@ -251,7 +254,10 @@ TEST_F(JobsE2E, WorkerKilledMidRunIsRetriedElsewhere) {
 TEST_F(JobsE2E, CoordinatorKilledMidJobLosesNothing) {
   const int port =
       std::stoi(cluster_->address().substr(cluster_->address().rfind(':') + 1));
-  cluster_->StartWorker("w1", {"--slots=2"});
+  // Runs pause 1 s at step 8 (a drill): the coordinator dies before the
+  // pause and comes back after it, so the worker trains on while it is
+  // down and must resend what was not acknowledged.
+  cluster_->StartWorker("w1", {"--slots=2", "--inject_stall=step=8,seconds=1"});
   WaitConnected({"w1"});
   const std::string job =
       Submit({lenet_model_, lenet_long_, "--runs=2", "--scope=same_worker"});
@@ -265,7 +271,7 @@ TEST_F(JobsE2E, CoordinatorKilledMidJobLosesNothing) {
   }));
   cluster_->coordinator()->Signal(SIGKILL);
   cluster_->coordinator()->Wait(absl::Seconds(10));
-  absl::SleepFor(absl::Milliseconds(500));  // the worker keeps training
+  absl::SleepFor(absl::Milliseconds(2500));  // the worker keeps training
   ASSERT_EQ(cluster_->StartCoordinator(port, flags_), port);
 
   auto watch = cluster_->Cli({"watch", job, "--wait_timeout_ms=120000"});
@@ -325,6 +331,57 @@ TEST_F(JobsE2E, AuditNamesTheFaultyWorkerAndQuarantinesIt) {
   auto list = cluster_->Cli({"audit", "list"});
   ASSERT_THAT(list, IsOk());
   EXPECT_THAT(list->out, HasSubstr(audit.audit_id()));
+}
+
+// The run process, not the daemon, dies or hangs: the run is reported
+// FAILED with the signal or the timeout, retried, and the daemon goes on.
+TEST_F(JobsE2E, KilledOrHangingRunProcessIsReportedAndTheDaemonGoesOn) {
+  // Every LeNet run stalls for 30 s before step 2 (a drill); the run
+  // timeout is 2 s.
+  Subprocess* w = cluster_->StartWorker(
+      "w1",
+      {"--run_timeout_s=2", "--inject_stall=step=2,seconds=30,model=lenet5"});
+  WaitConnected({"w1"});
+  // 1. Kill the run process of the first attempt.
+  const std::string job =
+      Submit({lenet_model_, lenet_long_, "--runs=1", "--scope=same_worker"});
+  std::string child;
+  ASSERT_TRUE(PollUntil(absl::Seconds(60), [&] {
+    auto j = cluster_->GetJob(job);
+    if (!j.ok() || j->runs(0).steps_done() < 2) return false;
+    auto ps = RunCommand({"/usr/bin/pgrep", "-P", std::to_string(w->pid())},
+                         absl::Seconds(10));
+    if (!ps.ok() || ps->exit_code != 0) return false;
+    child = std::string(absl::StripAsciiWhitespace(ps->out));
+    return !child.empty() && child.find('\n') == std::string::npos;
+  }));
+  ASSERT_EQ(kill(std::stoi(child), SIGKILL), 0);
+  // The kill is reported with the signal, and a fresh attempt follows.
+  ASSERT_TRUE(PollUntil(absl::Seconds(30), [&] {
+    auto j = cluster_->GetJob(job);
+    return j.ok() && j->runs(0).attempt() >= 2 &&
+           j->runs(0).failure_reason().find("killed by signal 9") !=
+               std::string::npos;
+  })) << cluster_->GetJob(job)->DebugString();
+  // 2. Every later attempt stalls past the run timeout; after three
+  //    attempts the job fails with the reason.
+  auto watch = cluster_->Cli({"watch", job, "--wait_timeout_ms=120000"});
+  ASSERT_THAT(watch, IsOk());
+  EXPECT_EQ(watch->exit_code, 3) << watch->out;
+  EXPECT_THAT(watch->out, HasSubstr("timeout: killed after 2 s"));
+  EXPECT_THAT(watch->out, HasSubstr("stall drill"));  // the stderr tail
+  auto failed = cluster_->GetJob(job);
+  ASSERT_THAT(failed, IsOk());
+  EXPECT_EQ(failed->state(), v1::JOB_FAILED);
+  EXPECT_THAT(failed->failure_reason(), HasSubstr("failed after 3 attempts"));
+  // 3. The same daemon takes the next run and completes it.
+  EXPECT_TRUE(cluster_->IsConnected("w1"));
+  const std::string next =
+      Submit({mlp_model_, mlp_config_, "--runs=2", "--scope=same_worker"});
+  auto done = cluster_->Cli({"watch", next, "--wait_timeout_ms=120000"});
+  ASSERT_THAT(done, IsOk());
+  EXPECT_EQ(done->exit_code, 0) << done->out << done->err;
+  EXPECT_THAT(done->out, HasSubstr("REPRODUCIBLE"));
 }
 
 TEST_F(JobsE2E, HostileRequestsChangeNothing) {
