@@ -75,6 +75,19 @@ else
 fi
 rm -rf "$demo_dir"
 
+# The bad-input suites again under AddressSanitizer and UBSan. Last, because
+# the sanitizer build replaces the normal objects of what it rebuilds.
+echo
+echo "test: bad-input suites under AddressSanitizer/UBSan"
+if bazel test --config=asan //worker/model:bad_spec_test //worker/model:spec_io_test \
+     //worker/data:npy_test //worker/data:idx_test --test_output=errors; then
+  echo "test: sanitizer suites PASSED"
+  passed=$((passed + 1))
+else
+  echo "test: sanitizer suites FAILED"
+  failed=$((failed + 1))
+fi
+
 echo
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
