@@ -33,6 +33,8 @@ absl::Status Train(const v1::RunAssignment& a, const ChildOptions& child,
                       PlanModel(a.model(), a.config(), Limits()));
   kernels::Registry registry;
   LS_RETURN_IF_ERROR(kernels::RegisterCpuCanonicalKernels(&registry));
+  LS_RETURN_IF_ERROR(
+      kernels::RegisterCpuDeterministicAndDefaultKernels(&registry));
   std::vector<int64_t> example(plan.input_shape.begin() + 1,
                                plan.input_shape.end());
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset,

@@ -63,15 +63,24 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
   const int64_t cig = s.c_in / s.groups;
   const int64_t cog = s.c_out / s.groups;
   const int64_t depth = cig * s.k_h * s.k_w;
-  if (pix == 0 || cog == 0) return;
-  std::vector<float> col(depth * pix);
+  if (pix == 0 || cog == 0 || s.n == 0) return;
   const c::MatMulShape m = RowMajor(cog, pix, depth);
-  for (int64_t n = 0; n < s.n; ++n) {
+  // Images write disjoint outputs: small per-image products run one image
+  // per task, large ones spread each product over the pool instead.
+  const bool per_image = cog * pix * depth < kMinParallelFmas;
+  ThreadPool* inner = per_image ? nullptr : pool;
+  auto image = [&](int64_t n) {
+    std::vector<float> col(depth * pix);
     for (int64_t g = 0; g < s.groups; ++g) {
-      Im2col(s, x + (n * s.c_in + g * cig) * s.h * s.w, col.data(), pix, pool);
+      Im2col(s, x + (n * s.c_in + g * cig) * s.h * s.w, col.data(), pix, inner);
       CanonicalGemm(m, w + g * cog * depth, col.data(),
-                    y + (n * s.c_out + g * cog) * pix, isa, pool);
+                    y + (n * s.c_out + g * cog) * pix, isa, inner);
     }
+  };
+  if (per_image) {
+    ParallelFor(pool, s.n, image);
+  } else {
+    for (int64_t n = 0; n < s.n; ++n) image(n);
   }
 }
 
@@ -124,20 +133,27 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
   const int64_t cog = s.c_out / s.groups;
   const int64_t kk = s.k_h * s.k_w;
   const int64_t depth = cog * kk;  // (co, kh, kw)
-  if (hw == 0) return;
-  std::vector<float> wt(cig * depth);  // [cl][(co_l, kh, kw)]
-  std::vector<float> gat(depth * hw);  // [(co_l, kh, kw)][(ih, iw)]
-  const c::MatMulShape m = RowMajor(cig, hw, depth);
+  if (hw == 0 || s.n == 0) return;
+  // wt[g][cl][(co_l, kh, kw)] = w[g * cog + co_l, cl, kh, kw].
+  std::vector<float> wt(s.groups * cig * depth);
   for (int64_t g = 0; g < s.groups; ++g) {
     for (int64_t cl = 0; cl < cig; ++cl) {
       for (int64_t j = 0; j < cog; ++j) {
         for (int64_t t = 0; t < kk; ++t) {
-          wt[cl * depth + j * kk + t] = w[((g * cog + j) * cig + cl) * kk + t];
+          wt[(g * cig + cl) * depth + j * kk + t] =
+              w[((g * cog + j) * cig + cl) * kk + t];
         }
       }
     }
-    ThreadPool* gather_pool = depth * hw < (int64_t{1} << 16) ? nullptr : pool;
-    for (int64_t n = 0; n < s.n; ++n) {
+  }
+  const c::MatMulShape m = RowMajor(cig, hw, depth);
+  const bool per_image = cig * hw * depth < kMinParallelFmas;
+  ThreadPool* inner = per_image ? nullptr : pool;
+  ThreadPool* gather_pool = depth * hw < (int64_t{1} << 16) ? nullptr : inner;
+  auto image = [&](int64_t n) {
+    // gat[(co_l, kh, kw)][(ih, iw)]: the dy tap dx[ih, iw] reads, or zero.
+    std::vector<float> gat(depth * hw);
+    for (int64_t g = 0; g < s.groups; ++g) {
       ParallelFor(gather_pool, cog, [&](int64_t j) {
         const float* plane = dy + (n * s.c_out + g * cog + j) * pix;
         for (int64_t kh = 0; kh < s.k_h; ++kh) {
@@ -158,9 +174,14 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
           }
         }
       });
-      CanonicalGemm(m, wt.data(), gat.data(), dx + (n * s.c_in + g * cig) * hw,
-                    isa, pool);
+      CanonicalGemm(m, wt.data() + g * cig * depth, gat.data(),
+                    dx + (n * s.c_in + g * cig) * hw, isa, inner);
     }
+  };
+  if (per_image) {
+    ParallelFor(pool, s.n, image);
+  } else {
+    for (int64_t n = 0; n < s.n; ++n) image(n);
   }
 }
 

@@ -2,14 +2,14 @@
 //
 // Each kernel validates its call (kernels/ops/validate.h,
 // kernels/spatial/validate.h) and then computes. CANONICAL kernels are
-// registered under (op, Mode::kCanonical, "canonical", "cpu"): the dense ops
-// run the register-blocked, multi-threaded, ISA-dispatched GEMM of gemm.h
-// (bit-identical to the scalar spec code); every other op runs the canonical
-// op body from kernels/ops/ or kernels/spatial/ with its host loop driver,
-// single threaded. The scalar dense kernels stay registered under
-// (op, kCanonical, "scalar", "cpu") for comparison. The conv2d ops also
-// run on the GEMM (im2col, conv_gemm.h), their scalar bodies likewise kept
-// as "scalar".
+// registered under (op, Mode::kCanonical, "canonical", "cpu"): dense.* and
+// conv2d.* run the register-blocked, multi-threaded GEMM of gemm.h (conv2d
+// through im2col, conv_gemm.h) on the ISA isa.h picks, bit-identical to the
+// scalar spec code (on the scalar ISA they run that code directly); every
+// other op runs the canonical op body from kernels/ops/ or kernels/spatial/
+// with its host loop driver, single threaded. The scalar dense.* and
+// conv2d.* kernels stay registered under (op, kCanonical, "scalar", "cpu")
+// for comparison.
 //
 // RegisterCpuDeterministicAndDefaultKernels adds the other modes' kernels
 // (see its comment); the canonical registration does not include them.

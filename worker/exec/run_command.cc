@@ -195,6 +195,11 @@ int RunCommand(const RunCommandOptions& options, std::FILE* out,
       !st.ok()) {
     return Fail(err, absl::InternalError(st.message()));
   }
+  if (absl::Status st =
+          kernels::RegisterCpuDeterministicAndDefaultKernels(&job.registry);
+      !st.ok()) {
+    return Fail(err, absl::InternalError(st.message()));
+  }
   {
     std::vector<int64_t> example(job.plan.input_shape.begin() + 1,
                                  job.plan.input_shape.end());

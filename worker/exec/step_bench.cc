@@ -4,8 +4,8 @@
 //
 //   bazel run //worker/exec:step_bench -- [--steps=20] [--zoo_dir=DIR]
 //
-// Lockstep's CPU kernels are the scalar CANONICAL ones and single-threaded,
-// so PyTorch is pinned to one thread (torch.set_num_threads(1)) as well.
+// Run it with LOCKSTEP_CPU_THREADS=1 to compare against PyTorch, which is
+// pinned to one thread (torch.set_num_threads(1)).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -133,12 +133,16 @@ double TorchStepMs(const std::string& model_json,
 int Main() {
   kernels::Registry registry;
   if (!kernels::RegisterCpuCanonicalKernels(&registry).ok()) return 1;
+  if (!kernels::RegisterCpuDeterministicAndDefaultKernels(&registry).ok()) {
+    return 1;
+  }
   const std::string zoo = ZooDir();
   const int steps = absl::GetFlag(FLAGS_steps);
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   const bool torch = HaveTorch();
   std::printf(
-      "Lockstep step time, CANONICAL CPU kernels (single thread), "
+      "Lockstep step time, CANONICAL CPU kernels (LOCKSTEP_CPU_THREADS "
+      "threads, default all cores), "
       "%d timed steps, best of %d\n\n",
       steps, repeats);
   std::printf("%-13s %6s %9s %8s %10s %11s %9s %10s %8s %10s\n", "model",
