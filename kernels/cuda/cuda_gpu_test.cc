@@ -1,0 +1,119 @@
+// The GPU suite (tag "gpu"; `bazel test //kernels/cuda/...
+// --test_tag_filters=gpu`): every op through the CUDA registry against the
+// CPU backend's bits, under two launch configurations and twice in a row;
+// device fingerprints against host fingerprints. Skips without a device.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/plan.h"
+#include "kernels/cuda/test_cases.h"
+#include "kernels/hash/fingerprint.h"
+#include "kernels/registry.h"
+
+namespace lockstep::kernels::cuda {
+namespace {
+
+using testing::CanonicalOpCases;
+using testing::CloneAll;
+using testing::Family;
+using testing::OpCase;
+using testing::RunRegistered;
+using testing::SameBits;
+
+class CudaGpuTest : public ::testing::TestWithParam<Family> {
+ protected:
+  void SetUp() override {
+    const absl::Status device = CudaDeviceStatus();
+    if (!device.ok()) {
+      GTEST_SKIP() << "no usable CUDA device, skipping the GPU suite: "
+                   << device;
+    }
+    ASSERT_TRUE(RegisterCpuCanonicalKernels(&registry_).ok());
+    ASSERT_TRUE(RegisterCudaCanonicalKernels(&registry_).ok());
+  }
+  Registry registry_;
+};
+
+TEST_P(CudaGpuTest, RegistryKernelsMatchCpuBitsTwiceInARow) {
+  for (const OpCase& c : CanonicalOpCases(GetParam(), 4321)) {
+    SCOPED_TRACE(c.label);
+    absl::StatusOr<std::vector<Tensor>> want =
+        RunRegistered(registry_, kCpuBackendName, c);
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (int run = 0; run < 2; ++run) {
+      absl::StatusOr<std::vector<Tensor>> got =
+          RunRegistered(registry_, kCudaBackendName, c);
+      ASSERT_TRUE(got.ok()) << got.status();
+      for (size_t o = 0; o < got->size(); ++o) {
+        EXPECT_TRUE(SameBits((*got)[o], (*want)[o]))
+            << "run " << run << ", output " << o;
+      }
+    }
+  }
+}
+
+TEST_P(CudaGpuTest, LaunchConfigurationsMatchCpuBits) {
+  for (const OpCase& c : CanonicalOpCases(GetParam(), 77)) {
+    absl::StatusOr<std::vector<Tensor>> want =
+        RunRegistered(registry_, kCpuBackendName, c);
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (const LaunchConfig& config :
+         {LaunchConfig{1, 32}, LaunchConfig{7, 128}}) {
+      SCOPED_TRACE(absl::StrFormat("%s, %d x %d", c.label, config.blocks,
+                                   config.threads_per_block));
+      std::vector<Tensor> got = CloneAll(c.outputs);
+      absl::StatusOr<DeviceCall> call =
+          PlanCanonicalOp(c.op, c.inputs, absl::MakeSpan(got), c.attrs);
+      ASSERT_TRUE(call.ok()) << call.status();
+      const absl::Status s = RunOnDevice(*call, config);
+      ASSERT_TRUE(s.ok()) << s;
+      for (size_t o = 0; o < got.size(); ++o) {
+        EXPECT_TRUE(SameBits(got[o], (*want)[o])) << "output " << o;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaGpuTest,
+                         ::testing::Values(Family::kRandom, Family::kSmallInts),
+                         [](const ::testing::TestParamInfo<Family>& info) {
+                           return std::string(testing::FamilyName(info.param));
+                         });
+
+TEST(CudaGpuFingerprintTest, DeviceFingerprintEqualsHost) {
+  const absl::Status device = CudaDeviceStatus();
+  if (!device.ok()) {
+    GTEST_SKIP() << "no usable CUDA device, skipping: " << device;
+  }
+  const int64_t leaf_floats = static_cast<int64_t>(hash::kLeafBytes / 4);
+  const int64_t counts[] = {
+      0, 1, leaf_floats - 1, leaf_floats, leaf_floats + 1, 5 * leaf_floats + 3};
+  std::mt19937 rng(3);
+  for (int64_t n : counts) {
+    std::vector<float> data(n);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (float& x : data) x = dist(rng);
+    const std::vector<int64_t> shape = {n};
+    const size_t size = static_cast<size_t>(n) * 4;
+    const hash::Fingerprint want =
+        hash::HashTensorBytes(hash::DtypeCode::kFloat32, shape, data.data(),
+                              size)
+            .value();
+    for (const LaunchConfig& config :
+         {LaunchConfig{1, 32}, LaunchConfig{7, 128}}) {
+      absl::StatusOr<hash::Fingerprint> got = DeviceFingerprint(
+          hash::DtypeCode::kFloat32, shape, data.data(), size, config);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->ToHex(), want.ToHex()) << n << " floats";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::kernels::cuda

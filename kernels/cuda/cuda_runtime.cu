@@ -1,0 +1,349 @@
+// CANONICAL CUDA kernels: thin __global__ wrappers around the per-thread
+// bodies of thread_bodies.h and leaf_hash.h, and the host code that moves
+// buffers and launches them. Compiled with -fmad=false --ftz=false
+// --prec-div=true --prec-sqrt=true (bazel/ls.bzl): no contraction, no
+// flush-to-zero, IEEE division and sqrt; fma only where a body writes LsFma.
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/leaf_hash.h"
+#include "kernels/cuda/thread_bodies.h"
+
+namespace lockstep::kernels::cuda {
+namespace {
+
+__device__ __forceinline__ int64_t GlobalThread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t GridThreads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// One kernel per DeviceOp: with the op a compile-time constant, RunThread's
+// switch folds to the one body.
+template <DeviceOp kOp>
+__global__ void CanonicalKernel(KernelParams p) {
+  p.op = kOp;
+  RunThread(p, GlobalThread(), GridThreads());
+}
+
+__global__ void LeafHashKernel(const unsigned char* bytes, uint64_t size,
+                               uint64_t* leaf_hashes) {
+  LeafHashThread(bytes, size, leaf_hashes, GlobalThread(), GridThreads());
+}
+
+static_assert(sizeof(KernelParams) <= 4096,
+              "kernel parameters must fit the 4 KiB launch limit");
+
+using KernelPtr = void (*)(KernelParams);
+
+KernelPtr KernelFor(DeviceOp op) {
+  switch (op) {
+#define LS_CASE(name)  \
+  case DeviceOp::name: \
+    return &CanonicalKernel<DeviceOp::name>;
+    LS_CASE(kMatMul)
+    LS_CASE(kBiasAdd)
+    LS_CASE(kBiasAddGrad)
+    LS_CASE(kRelu)
+    LS_CASE(kReluGrad)
+    LS_CASE(kAdd)
+    LS_CASE(kCopyWords)
+    LS_CASE(kCopyBytes)
+    LS_CASE(kSoftmaxExampleLoss)
+    LS_CASE(kSoftmaxMeanLoss)
+    LS_CASE(kSoftmaxRowStats)
+    LS_CASE(kSoftmaxGrad)
+    LS_CASE(kSgd)
+    LS_CASE(kMomentum)
+    LS_CASE(kAdam)
+    LS_CASE(kConv2dForward)
+    LS_CASE(kConv2dGradInput)
+    LS_CASE(kConv2dGradWeight)
+    LS_CASE(kMaxPool2dForward)
+    LS_CASE(kMaxPool2dGrad)
+    LS_CASE(kAvgPool2dForward)
+    LS_CASE(kAvgPool2dGrad)
+    LS_CASE(kGlobalAvgPoolForward)
+    LS_CASE(kGlobalAvgPoolGrad)
+    LS_CASE(kResizeForward)
+    LS_CASE(kResizeGrad)
+#undef LS_CASE
+    case DeviceOp::kNumOps:
+      break;
+  }
+  return nullptr;
+}
+
+// Owns one cudaMalloc'd region (at least 16 bytes, so that no kernel
+// pointer is null). Free errors are ignored: a failed free has nothing to
+// undo, and a sticky error is reported by the next checked call.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  absl::Status Allocate(int64_t bytes) {
+    const size_t n = bytes < 16 ? 16 : static_cast<size_t>(bytes);
+    LS_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, n));
+    return absl::OkStatus();
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+absl::Status CheckConfig(const LaunchConfig& config, absl::string_view what) {
+  if (config.blocks < 0 || config.blocks > 0x7fffffff ||
+      config.threads_per_block < 1 || config.threads_per_block > 1024) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: bad launch config (%d blocks of %d threads; threads per block "
+        "must be in [1, 1024])",
+        what, config.blocks, config.threads_per_block));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool BuiltWithCuda() { return true; }
+
+absl::Status CudaDeviceStatus() {
+  int count = 0;
+  LS_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        "no usable CUDA device: cudaGetDeviceCount returned 0 devices");
+  }
+  // A sticky error from an earlier call surfaces here.
+  LS_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
+absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config) {
+  if (absl::Status s = CheckConfig(config, call.op); !s.ok()) return s;
+  if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
+  std::vector<DeviceBuffer> mem(call.buffers.size());
+  for (size_t b = 0; b < call.buffers.size(); ++b) {
+    const CallBuffer& cb = call.buffers[b];
+    if (absl::Status s = mem[b].Allocate(cb.bytes); !s.ok()) return s;
+    if (cb.copy_in && cb.bytes > 0) {
+      LS_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(mem[b].get(), cb.host, cb.bytes, cudaMemcpyHostToDevice));
+    }
+  }
+  for (const Launch& l : call.launches) {
+    KernelParams p = l.params;
+    for (int k = 0; k < kMaxKernelBuffers; ++k) {
+      p.in[k] = l.in_buf[k] >= 0 ? mem[l.in_buf[k]].get() : nullptr;
+      p.out[k] = l.out_buf[k] >= 0 ? mem[l.out_buf[k]].get() : nullptr;
+    }
+    KernelPtr kernel = KernelFor(p.op);
+    if (kernel == nullptr) {
+      return absl::InternalError(
+          absl::StrFormat("%s: no device kernel for launch op %d", call.op,
+                          static_cast<int>(p.op)));
+    }
+    if (p.work == 0) continue;
+    const dim3 grid(static_cast<unsigned>(BlocksFor(config, p.work)));
+    const dim3 block(static_cast<unsigned>(config.threads_per_block));
+    void* args[] = {&p};
+    LS_CUDA_RETURN_IF_ERROR(cudaLaunchKernel(
+        reinterpret_cast<const void*>(kernel), grid, block, args, 0, 0));
+    LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  LS_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  for (size_t b = 0; b < call.buffers.size(); ++b) {
+    const CallBuffer& cb = call.buffers[b];
+    if (cb.copy_out && cb.bytes > 0) {
+      LS_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(cb.host, mem[b].get(), cb.bytes, cudaMemcpyDeviceToHost));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceLeafHashes(const void* device_bytes, size_t size,
+                              absl::Span<uint64_t> leaf_hashes,
+                              const LaunchConfig& config) {
+  if (absl::Status s = CheckConfig(config, "DeviceLeafHashes"); !s.ok()) {
+    return s;
+  }
+  const uint64_t leaves = NumDeviceLeaves(size);
+  if (leaf_hashes.size() != leaves) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "DeviceLeafHashes: leaf_hashes has %d entries, %d bytes need %d",
+        leaf_hashes.size(), size, leaves));
+  }
+  if (device_bytes == nullptr && size > 0) {
+    return absl::InvalidArgumentError(
+        "DeviceLeafHashes: device_bytes is null but size > 0");
+  }
+  if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
+  if (leaves == 0) return absl::OkStatus();
+  DeviceBuffer hashes;
+  if (absl::Status s = hashes.Allocate(leaves * 8); !s.ok()) return s;
+  const dim3 grid(static_cast<unsigned>(BlocksFor(config, leaves)));
+  const dim3 block(static_cast<unsigned>(config.threads_per_block));
+  LeafHashKernel<<<grid, block>>>(
+      static_cast<const unsigned char*>(device_bytes), size,
+      static_cast<uint64_t*>(hashes.get()));
+  LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(leaf_hashes.data(), hashes.get(),
+                                     leaves * 8, cudaMemcpyDeviceToHost));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    size_t size, const LaunchConfig& config) {
+  static_assert(kDeviceLeafBytes == hash::kLeafBytes,
+                "device and host leaf sizes differ");
+  if (bytes == nullptr && size > 0) {
+    return absl::InvalidArgumentError(
+        "DeviceFingerprint: bytes is null but size > 0");
+  }
+  std::vector<uint64_t> leaf_hashes(NumDeviceLeaves(size));
+  // Validates dtype, shape and size before any device work.
+  if (absl::StatusOr<hash::Fingerprint> check =
+          hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
+      !check.ok()) {
+    return check.status();
+  }
+  if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
+  DeviceBuffer data;
+  if (absl::Status s = data.Allocate(size); !s.ok()) return s;
+  if (size > 0) {
+    LS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(data.get(), bytes, size, cudaMemcpyHostToDevice));
+  }
+  if (absl::Status s = DeviceLeafHashes(data.get(), size,
+                                        absl::MakeSpan(leaf_hashes), config);
+      !s.ok()) {
+    return s;
+  }
+  return hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
+}
+
+namespace {
+
+// Milliseconds of the best of `reps` runs of fn (which launches work).
+template <typename Fn>
+absl::StatusOr<float> TimeBestMs(int reps, Fn fn) {
+  cudaEvent_t start, stop;
+  LS_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  if (const cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
+    cudaEventDestroy(start);
+    return CudaErrorToStatus(e, "cudaEventCreate(&stop)", __FILE__, __LINE__);
+  }
+  float best = -1.0f;
+  cudaError_t err = cudaSuccess;
+  for (int r = 0; r < reps && err == cudaSuccess; ++r) {
+    err = cudaEventRecord(start);
+    if (err == cudaSuccess) err = fn();
+    if (err == cudaSuccess) err = cudaEventRecord(stop);
+    if (err == cudaSuccess) err = cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
+    if (err == cudaSuccess && (best < 0.0f || ms < best)) best = ms;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (err != cudaSuccess) {
+    return CudaErrorToStatus(err, "benchmark iteration", __FILE__, __LINE__);
+  }
+  return best;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RunGpuBenchmarks() {
+  if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
+  std::string report;
+  cudaDeviceProp prop;
+  LS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
+  report += absl::StrFormat("device: %s (sm_%d%d)\n", prop.name, prop.major,
+                            prop.minor);
+
+  // Canonical GEMM: y[M, N] = x[M, K] w[K, N], one thread per output.
+  {
+    constexpr int64_t kM = 1024, kN = 1024, kK = 1024;
+    DeviceBuffer x, w, y;
+    if (absl::Status s = x.Allocate(kM * kK * 4); !s.ok()) return s;
+    if (absl::Status s = w.Allocate(kK * kN * 4); !s.ok()) return s;
+    if (absl::Status s = y.Allocate(kM * kN * 4); !s.ok()) return s;
+    LS_CUDA_RETURN_IF_ERROR(cudaMemset(x.get(), 0x3c, kM * kK * 4));
+    LS_CUDA_RETURN_IF_ERROR(cudaMemset(w.get(), 0x3c, kK * kN * 4));
+    c::DenseShape d;
+    d.m = kM;
+    d.k = kK;
+    d.n = kN;
+    KernelParams p;
+    p.op = DeviceOp::kMatMul;
+    p.matmul = c::DenseForwardShape(d);
+    p.work = kM * kN;
+    p.in[0] = x.get();
+    p.in[1] = w.get();
+    p.out[0] = y.get();
+    const LaunchConfig config;
+    const dim3 grid(static_cast<unsigned>(BlocksFor(config, p.work)));
+    const dim3 block(static_cast<unsigned>(config.threads_per_block));
+    absl::StatusOr<float> ms = TimeBestMs(5, [&]() {
+      CanonicalKernel<DeviceOp::kMatMul><<<grid, block>>>(p);
+      return cudaGetLastError();
+    });
+    if (!ms.ok()) return ms.status();
+    const double gflops = 2.0 * kM * kN * kK / (*ms * 1e-3) / 1e9;
+    report +=
+        absl::StrFormat("canonical_gemm %dx%dx%d: %.3f ms, %.1f GFLOP/s\n", kM,
+                        kN, kK, *ms, gflops);
+  }
+
+  // Device hashing vs a device-to-device copy of the same bytes.
+  {
+    constexpr size_t kBytes = size_t{256} << 20;
+    const uint64_t leaves = NumDeviceLeaves(kBytes);
+    DeviceBuffer src, dst, hashes;
+    if (absl::Status s = src.Allocate(kBytes); !s.ok()) return s;
+    if (absl::Status s = dst.Allocate(kBytes); !s.ok()) return s;
+    if (absl::Status s = hashes.Allocate(leaves * 8); !s.ok()) return s;
+    LS_CUDA_RETURN_IF_ERROR(cudaMemset(src.get(), 0x5a, kBytes));
+    const LaunchConfig config{0, 128};
+    const dim3 grid(static_cast<unsigned>(BlocksFor(config, leaves)));
+    const dim3 block(static_cast<unsigned>(config.threads_per_block));
+    absl::StatusOr<float> hash_ms = TimeBestMs(5, [&]() {
+      LeafHashKernel<<<grid, block>>>(
+          static_cast<const unsigned char*>(src.get()), kBytes,
+          static_cast<uint64_t*>(hashes.get()));
+      return cudaGetLastError();
+    });
+    if (!hash_ms.ok()) return hash_ms.status();
+    absl::StatusOr<float> copy_ms = TimeBestMs(5, [&]() {
+      return cudaMemcpy(dst.get(), src.get(), kBytes, cudaMemcpyDeviceToDevice);
+    });
+    if (!copy_ms.ok()) return copy_ms.status();
+    const double gb = static_cast<double>(kBytes) / 1e9;
+    report += absl::StrFormat(
+        "device_hash %d MiB (%d leaves, one thread each): %.3f ms, %.1f GB/s "
+        "read\n",
+        kBytes >> 20, leaves, *hash_ms, gb / (*hash_ms * 1e-3));
+    report += absl::StrFormat(
+        "d2d_copy %d MiB: %.3f ms, %.1f GB/s copied (%.1f GB/s read+write)\n",
+        kBytes >> 20, *copy_ms, gb / (*copy_ms * 1e-3),
+        2 * gb / (*copy_ms * 1e-3));
+  }
+  return report;
+}
+
+}  // namespace lockstep::kernels::cuda

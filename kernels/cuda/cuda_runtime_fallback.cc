@@ -1,0 +1,36 @@
+// The CUDA runtime of a build without CUDA (no toolkit at build time, or
+// --define=cuda=off): every entry point reports "built without CUDA".
+#include "kernels/cuda/cuda_runtime.h"
+
+namespace lockstep::kernels::cuda {
+namespace {
+
+absl::Status NoCuda() {
+  return absl::FailedPreconditionError("cuda: built without CUDA");
+}
+
+}  // namespace
+
+bool BuiltWithCuda() { return false; }
+
+absl::Status CudaDeviceStatus() { return NoCuda(); }
+
+absl::Status RunOnDevice(const DeviceCall&, const LaunchConfig&) {
+  return NoCuda();
+}
+
+absl::Status DeviceLeafHashes(const void*, size_t, absl::Span<uint64_t>,
+                              const LaunchConfig&) {
+  return NoCuda();
+}
+
+absl::StatusOr<hash::Fingerprint> DeviceFingerprint(hash::DtypeCode,
+                                                    absl::Span<const int64_t>,
+                                                    const void*, size_t,
+                                                    const LaunchConfig&) {
+  return NoCuda();
+}
+
+absl::StatusOr<std::string> RunGpuBenchmarks() { return NoCuda(); }
+
+}  // namespace lockstep::kernels::cuda

@@ -1,0 +1,46 @@
+// Per-thread body of the device fingerprint kernel.
+//
+// A tensor's fingerprint (kernels/hash/SPEC.md) hashes its bytes in 64 KiB
+// leaves with XXH3-64 and combines the leaf hashes on the host with
+// hash::CombineLeafHashes. On the device, leaf l is hashed by one thread:
+// LeafHashThread walks the leaves grid-stride and writes 8 bytes per leaf,
+// so only NumLeaves(size) * 8 bytes cross the bus. The hash is
+// xxh3_portable.h's Xxh3Hash64, compiled from the same source for the host
+// (tests, emulation) and the device.
+//
+// Thread-safety: pure function; threads write disjoint leaf hashes.
+#ifndef LOCKSTEP_KERNELS_CUDA_LEAF_HASH_H_
+#define LOCKSTEP_KERNELS_CUDA_LEAF_HASH_H_
+
+#include <cstdint>
+
+#include "kernels/canonical/hd.h"
+#include "kernels/hash/xxh3_portable.h"
+
+namespace lockstep::kernels::cuda {
+
+// Must equal hash::kLeafBytes (checked by leaf_hash_test and at the
+// device fingerprint's call site).
+inline constexpr uint64_t kDeviceLeafBytes = 64 * 1024;
+
+LS_HD_INLINE uint64_t NumDeviceLeaves(uint64_t size) {
+  return (size + kDeviceLeafBytes - 1) / kDeviceLeafBytes;
+}
+
+// leaf_hashes[l] = XXH3-64 of bytes [l * 64 KiB, min(size, (l + 1) * 64 KiB))
+// for the leaves l = thread, thread + num_threads, ...
+LS_HD_INLINE void LeafHashThread(const unsigned char* bytes, uint64_t size,
+                                 uint64_t* leaf_hashes, int64_t thread,
+                                 int64_t num_threads) {
+  const int64_t leaves = static_cast<int64_t>(NumDeviceLeaves(size));
+  for (int64_t l = thread; l < leaves; l += num_threads) {
+    const uint64_t begin = static_cast<uint64_t>(l) * kDeviceLeafBytes;
+    const uint64_t rest = size - begin;
+    const uint64_t len = rest < kDeviceLeafBytes ? rest : kDeviceLeafBytes;
+    leaf_hashes[l] = hash::portable::Xxh3Hash64(bytes + begin, len);
+  }
+}
+
+}  // namespace lockstep::kernels::cuda
+
+#endif  // LOCKSTEP_KERNELS_CUDA_LEAF_HASH_H_

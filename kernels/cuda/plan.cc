@@ -1,0 +1,650 @@
+#include "kernels/cuda/plan.h"
+
+#include <cstring>
+#include <initializer_list>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/leaf_hash.h"
+#include "kernels/ops/validate.h"
+#include "kernels/spatial/validate.h"
+
+namespace lockstep::kernels::cuda {
+namespace {
+
+// ---- call building --------------------------------------------------------
+
+int AddBuffer(DeviceCall* call, void* host, int64_t bytes, bool copy_in,
+              bool copy_out) {
+  CallBuffer b;
+  b.host = host;
+  b.bytes = bytes;
+  b.copy_in = copy_in;
+  b.copy_out = copy_out;
+  call->buffers.push_back(b);
+  return static_cast<int>(call->buffers.size()) - 1;
+}
+int AddIn(DeviceCall* call, const Tensor& t) {
+  return AddBuffer(call, const_cast<void*>(t.raw_data()), t.bytes(), true,
+                   false);
+}
+int AddOut(DeviceCall* call, Tensor& t) {
+  return AddBuffer(call, t.raw_data(), t.bytes(), false, true);
+}
+// Optimizer state: read and written.
+int AddInOut(DeviceCall* call, Tensor& t) {
+  return AddBuffer(call, t.raw_data(), t.bytes(), true, true);
+}
+int AddScratch(DeviceCall* call, int64_t bytes) {
+  return AddBuffer(call, nullptr, bytes, false, false);
+}
+
+KernelParams& AddLaunch(DeviceCall* call, DeviceOp op, int64_t work,
+                        std::initializer_list<int> ins,
+                        std::initializer_list<int> outs) {
+  Launch l;
+  l.params.op = op;
+  l.params.work = work;
+  int k = 0;
+  for (int b : ins) l.in_buf[k++] = b;
+  k = 0;
+  for (int b : outs) l.out_buf[k++] = b;
+  call->launches.push_back(l);
+  return call->launches.back().params;
+}
+
+// As the CPU backend: INVALID_ARGUMENT when an output shares storage with an
+// input (for the ops whose bodies do not allow it).
+absl::Status CheckNoAlias(absl::string_view op, absl::Span<const Tensor> in,
+                          absl::Span<Tensor> out) {
+  for (size_t o = 0; o < out.size(); ++o) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (out[o].SharesStorageWith(in[i])) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: output %d shares storage with input %d", op, o, i));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- dense family ---------------------------------------------------------
+
+absl::Status PlanDense(absl::string_view name, absl::Span<const Tensor> in,
+                       absl::Span<Tensor> out, const OpAttrs& a,
+                       DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
+  c::DenseShape d;
+  c::MatMulShape s;
+  if (name == op::kDenseForward) {
+    LS_ASSIGN_OR_RETURN(d, ValidateDenseForward(in[0], in[1], out[0], a));
+    s = c::DenseForwardShape(d);
+  } else if (name == op::kDenseGradInput) {
+    LS_ASSIGN_OR_RETURN(d, ValidateDenseGradInput(in[0], in[1], out[0], a));
+    s = c::DenseGradInputShape(d);
+  } else {
+    LS_ASSIGN_OR_RETURN(d, ValidateDenseGradWeight(in[0], in[1], out[0], a));
+    s = c::DenseGradWeightShape(d);
+  }
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  // An empty reduction gives +0.0f from the body itself (CanonicalDot of
+  // zero terms), which is what the CPU's zero fill writes.
+  const int a_buf = AddIn(call, in[0]);
+  const int b_buf = AddIn(call, in[1]);
+  const int c_buf = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kMatMul, s.rows * s.cols, {a_buf, b_buf}, {c_buf})
+      .matmul = s;
+  return absl::OkStatus();
+}
+
+absl::Status PlanBiasAdd(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                         DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kBiasAddForward, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::BiasShape s, ValidateBiasAdd(in[0], in[1], out[0]));
+  if (out[0].SharesStorageWith(in[1])) {
+    return absl::InvalidArgumentError(
+        "bias_add.forward: y must not share storage with b");
+  }
+  const int x = AddIn(call, in[0]);
+  const int b = AddIn(call, in[1]);
+  const int y = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kBiasAdd, in[0].numel(), {x, b}, {y}).bias = s;
+  return absl::OkStatus();
+}
+
+absl::Status PlanBiasAddGrad(absl::Span<const Tensor> in,
+                             absl::Span<Tensor> out, DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kBiasAddGrad, in, 1, out, 1));
+  LS_ASSIGN_OR_RETURN(c::BiasShape s, ValidateBiasAddGrad(in[0], out[0]));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kBiasAddGrad, in, out));
+  const int dy = AddIn(call, in[0]);
+  const int db = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kBiasAddGrad, s.c, {dy}, {db}).bias = s;
+  return absl::OkStatus();
+}
+
+absl::Status PlanRelu(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                      DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kReluForward, in, 1, out, 1));
+  const Tensor* t[] = {&in[0], &out[0]};
+  const absl::string_view names[] = {"x", "y"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kReluForward, t, names));
+  const int x = AddIn(call, in[0]);
+  const int y = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kRelu, in[0].numel(), {x}, {y});
+  return absl::OkStatus();
+}
+
+absl::Status PlanReluGrad(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                          DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kReluGrad, in, 2, out, 1));
+  const Tensor* t[] = {&in[0], &in[1], &out[0]};
+  const absl::string_view names[] = {"x", "dy", "dx"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kReluGrad, t, names));
+  const int x = AddIn(call, in[0]);
+  const int dy = AddIn(call, in[1]);
+  const int dx = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kReluGrad, in[0].numel(), {x, dy}, {dx});
+  return absl::OkStatus();
+}
+
+absl::Status PlanAdd(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                     DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kAddForward, in, 2, out, 1));
+  const Tensor* t[] = {&in[0], &in[1], &out[0]};
+  const absl::string_view names[] = {"a", "b", "y"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kAddForward, t, names));
+  const int a = AddIn(call, in[0]);
+  const int b = AddIn(call, in[1]);
+  const int y = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kAdd, in[0].numel(), {a, b}, {y});
+  return absl::OkStatus();
+}
+
+// A bit copy of src into dst (same byte count).
+void AddCopy(DeviceCall* call, int src, int dst, int64_t bytes) {
+  if (bytes % 4 == 0) {
+    AddLaunch(call, DeviceOp::kCopyWords, bytes / 4, {src}, {dst});
+  } else {
+    AddLaunch(call, DeviceOp::kCopyBytes, bytes, {src}, {dst});
+  }
+}
+
+absl::Status PlanFlatten(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                         DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kFlatten, in, 1, out, 1));
+  LS_RETURN_IF_ERROR(ValidateFlatten(in[0], out[0]));
+  const int x = AddIn(call, in[0]);
+  const int y = AddOut(call, out[0]);
+  AddCopy(call, x, y, in[0].bytes());
+  return absl::OkStatus();
+}
+
+absl::Status PlanAddGrad(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                         DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kAddGrad, in, 1, out, 2));
+  const Tensor* t[] = {&in[0], &out[0], &out[1]};
+  const absl::string_view names[] = {"dy", "da", "db"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kAddGrad, t, names));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kAddGrad, in, out));
+  const int dy = AddIn(call, in[0]);
+  const int da = AddOut(call, out[0]);
+  AddCopy(call, dy, da, in[0].bytes());
+  if (!out[1].SharesStorageWith(out[0])) {
+    const int db = AddOut(call, out[1]);
+    AddCopy(call, dy, db, in[0].bytes());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanSoftmaxForward(absl::Span<const Tensor> in,
+                                absl::Span<Tensor> out, DeviceCall* call) {
+  const absl::string_view name = op::kSoftmaxXentForward;
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::SoftmaxShape s,
+                      ValidateSoftmaxXent(name, in[0], in[1]));
+  if (out[0].dtype() != DType::kFloat32 || out[0].numel() != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: loss must be float32 with one element ([] or [1]), got %s", name,
+        out[0].DebugString()));
+  }
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  const int logits = AddIn(call, in[0]);
+  const int labels = AddIn(call, in[1]);
+  const int losses = AddScratch(call, s.n * int64_t{sizeof(float)});
+  const int loss = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kSoftmaxExampleLoss, s.n, {logits, labels},
+            {losses})
+      .softmax = s;
+  AddLaunch(call, DeviceOp::kSoftmaxMeanLoss, 1, {losses}, {loss}).softmax = s;
+  return absl::OkStatus();
+}
+
+absl::Status PlanSoftmaxGrad(absl::Span<const Tensor> in,
+                             absl::Span<Tensor> out, DeviceCall* call) {
+  const absl::string_view name = op::kSoftmaxXentGrad;
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::SoftmaxShape s,
+                      ValidateSoftmaxXent(name, in[0], in[1]));
+  const Tensor* t[] = {&in[0], &out[0]};
+  const absl::string_view names[] = {"logits", "dlogits"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, t, names));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  const int logits = AddIn(call, in[0]);
+  const int labels = AddIn(call, in[1]);
+  const int stats = AddScratch(call, 2 * s.n * int64_t{sizeof(float)});
+  const int dlogits = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kSoftmaxRowStats, s.n, {logits}, {stats}).softmax =
+      s;
+  AddLaunch(call, DeviceOp::kSoftmaxGrad, s.n * s.c, {logits, labels, stats},
+            {dlogits})
+      .softmax = s;
+  return absl::OkStatus();
+}
+
+absl::Status PlanOptimizer(absl::string_view name, absl::Span<const Tensor> in,
+                           absl::Span<Tensor> out, const OpAttrs& a,
+                           DeviceCall* call) {
+  if (name == op::kSgdUpdate) {
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
+    const absl::string_view names[] = {"w"};
+    LS_RETURN_IF_ERROR(ValidateOptimizer(name, in[0], out, names, a));
+    const int g = AddIn(call, in[0]);
+    const int w = AddInOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kSgd, in[0].numel(), {g}, {w}).learning_rate =
+        a.learning_rate;
+  } else if (name == op::kMomentumUpdate) {
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 2));
+    const absl::string_view names[] = {"w", "v"};
+    LS_RETURN_IF_ERROR(ValidateOptimizer(name, in[0], out, names, a));
+    const int g = AddIn(call, in[0]);
+    const int w = AddInOut(call, out[0]);
+    const int v = AddInOut(call, out[1]);
+    KernelParams& p =
+        AddLaunch(call, DeviceOp::kMomentum, in[0].numel(), {g}, {w, v});
+    p.learning_rate = a.learning_rate;
+    p.momentum = a.momentum;
+  } else {
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 3));
+    const absl::string_view names[] = {"w", "m", "v"};
+    LS_RETURN_IF_ERROR(ValidateOptimizer(name, in[0], out, names, a));
+    const int g = AddIn(call, in[0]);
+    const int w = AddInOut(call, out[0]);
+    const int m = AddInOut(call, out[1]);
+    const int v = AddInOut(call, out[2]);
+    // The scalars (with their float64 bias corrections) are computed once
+    // on the host, exactly as the CPU kernel computes them.
+    AddLaunch(call, DeviceOp::kAdam, in[0].numel(), {g}, {w, m, v}).adam =
+        c::AdamScalarsOf(a.learning_rate, a.beta1, a.beta2, a.epsilon, a.step);
+  }
+  return absl::OkStatus();
+}
+
+// ---- spatial (the same adapters as kernels/cpu/spatial_kernels.cc) --------
+
+absl::Status CheckNchw(absl::string_view op, const Tensor& t,
+                       absl::string_view name) {
+  if (t.dtype() != DType::kFloat32 || t.rank() != 4) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s must be float32 of rank 4 (NCHW / OIHW), got %s", op, name,
+        t.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpectShape(absl::string_view op, const Tensor& t,
+                         const std::vector<int64_t>& shape,
+                         absl::string_view name) {
+  if (t.shape() == shape) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: %s has shape %s, expected %s", op, name,
+                      ShapeString(t.shape()), ShapeString(shape)));
+}
+
+absl::StatusOr<sp::Conv2dShape> ConvShape(absl::string_view op, const Tensor& x,
+                                          const Tensor& w, const OpAttrs& a,
+                                          absl::string_view x_name,
+                                          absl::string_view w_name) {
+  LS_RETURN_IF_ERROR(CheckNchw(op, x, x_name));
+  LS_RETURN_IF_ERROR(CheckNchw(op, w, w_name));
+  sp::Conv2dShape s;
+  s.n = x.dim(0);
+  s.c_in = x.dim(1);
+  s.h = x.dim(2);
+  s.w = x.dim(3);
+  s.c_out = w.dim(0);
+  s.k_h = w.dim(2);
+  s.k_w = w.dim(3);
+  s.stride_h = a.stride_h;
+  s.stride_w = a.stride_w;
+  s.pad_top = a.pad_top;
+  s.pad_bottom = a.pad_bottom;
+  s.pad_left = a.pad_left;
+  s.pad_right = a.pad_right;
+  s.dilation_h = a.dilation_h;
+  s.dilation_w = a.dilation_w;
+  s.groups = a.groups;
+  if (s.groups < 1 || s.c_in % s.groups != 0 || w.dim(1) * s.groups != s.c_in) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s %s must have C_in / groups = %d input channels (%s %s, "
+        "groups %d)",
+        op, w_name, w.DebugString(), s.groups >= 1 ? s.c_in / s.groups : 0,
+        x_name, x.DebugString(), s.groups));
+  }
+  LS_RETURN_IF_ERROR(sp::ValidateConv2dShape(s));
+  return s;
+}
+
+std::vector<int64_t> ConvOutShape(const sp::Conv2dShape& s) {
+  return {s.n, s.c_out, sp::Conv2dOutH(s), sp::Conv2dOutW(s)};
+}
+
+absl::Status PlanConv(absl::string_view name, absl::Span<const Tensor> in,
+                      absl::Span<Tensor> out, const OpAttrs& a,
+                      DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
+  sp::Conv2dShape s;
+  DeviceOp dop;
+  int64_t work;
+  if (name == op::kConv2dForward) {
+    LS_ASSIGN_OR_RETURN(s, ConvShape(name, in[0], in[1], a, "x", "w"));
+    LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
+    LS_RETURN_IF_ERROR(ExpectShape(name, out[0], ConvOutShape(s), "y"));
+    dop = DeviceOp::kConv2dForward;
+    work = sp::Conv2dOutputSize(s);
+  } else if (name == op::kConv2dGradInput) {
+    LS_ASSIGN_OR_RETURN(s, ConvShape(name, out[0], in[1], a, "dx", "w"));
+    LS_RETURN_IF_ERROR(CheckNchw(name, in[0], "dy"));
+    LS_RETURN_IF_ERROR(ExpectShape(name, in[0], ConvOutShape(s), "dy"));
+    dop = DeviceOp::kConv2dGradInput;
+    work = sp::Conv2dInputSize(s);
+  } else {
+    LS_ASSIGN_OR_RETURN(s, ConvShape(name, in[0], out[0], a, "x", "dw"));
+    LS_RETURN_IF_ERROR(CheckNchw(name, in[1], "dy"));
+    LS_RETURN_IF_ERROR(ExpectShape(name, in[1], ConvOutShape(s), "dy"));
+    dop = DeviceOp::kConv2dGradWeight;
+    work = sp::Conv2dWeightSize(s);
+  }
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  const int i0 = AddIn(call, in[0]);
+  const int i1 = AddIn(call, in[1]);
+  const int o = AddOut(call, out[0]);
+  AddLaunch(call, dop, work, {i0, i1}, {o}).conv = s;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<sp::Pool2dShape> PoolShape(absl::string_view op, const Tensor& x,
+                                          const OpAttrs& a,
+                                          absl::string_view name) {
+  LS_RETURN_IF_ERROR(CheckNchw(op, x, name));
+  sp::Pool2dShape s;
+  s.n = x.dim(0);
+  s.c = x.dim(1);
+  s.h = x.dim(2);
+  s.w = x.dim(3);
+  s.k_h = a.kernel_h;
+  s.k_w = a.kernel_w;
+  s.stride_h = a.stride_h;
+  s.stride_w = a.stride_w;
+  s.pad_top = a.pad_top;
+  s.pad_bottom = a.pad_bottom;
+  s.pad_left = a.pad_left;
+  s.pad_right = a.pad_right;
+  s.count_include_pad = a.count_include_pad;
+  LS_RETURN_IF_ERROR(sp::ValidatePool2dShape(s));
+  return s;
+}
+
+std::vector<int64_t> PoolOutShape(const sp::Pool2dShape& s) {
+  return {s.n, s.c, sp::Pool2dOutH(s), sp::Pool2dOutW(s)};
+}
+
+absl::Status PlanPool(absl::string_view name, absl::Span<const Tensor> in,
+                      absl::Span<Tensor> out, const OpAttrs& a,
+                      DeviceCall* call) {
+  sp::Pool2dShape s;
+  if (name == op::kMaxPool2dForward || name == op::kAvgPool2dForward) {
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
+    LS_ASSIGN_OR_RETURN(s, PoolShape(name, in[0], a, "x"));
+    LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
+    LS_RETURN_IF_ERROR(ExpectShape(name, out[0], PoolOutShape(s), "y"));
+    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+    const int x = AddIn(call, in[0]);
+    const int y = AddOut(call, out[0]);
+    AddLaunch(call,
+              name == op::kMaxPool2dForward ? DeviceOp::kMaxPool2dForward
+                                            : DeviceOp::kAvgPool2dForward,
+              sp::Pool2dOutputSize(s), {x}, {y})
+        .pool = s;
+  } else if (name == op::kMaxPool2dGrad) {  // in {x, dy}, out {dx}
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
+    LS_ASSIGN_OR_RETURN(s, PoolShape(name, in[0], a, "x"));
+    LS_RETURN_IF_ERROR(CheckNchw(name, in[1], "dy"));
+    LS_RETURN_IF_ERROR(ExpectShape(name, in[1], PoolOutShape(s), "dy"));
+    LS_RETURN_IF_ERROR(ExpectShape(name, out[0], in[0].shape(), "dx"));
+    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+    const int x = AddIn(call, in[0]);
+    const int dy = AddIn(call, in[1]);
+    const int dx = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kMaxPool2dGrad, sp::Pool2dInputSize(s), {x, dy},
+              {dx})
+        .pool = s;
+  } else {  // avg_pool2d.grad: in {dy}, out {dx}
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
+    LS_ASSIGN_OR_RETURN(s, PoolShape(name, out[0], a, "dx"));
+    LS_RETURN_IF_ERROR(CheckNchw(name, in[0], "dy"));
+    LS_RETURN_IF_ERROR(ExpectShape(name, in[0], PoolOutShape(s), "dy"));
+    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+    const int dy = AddIn(call, in[0]);
+    const int dx = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kAvgPool2dGrad, sp::Pool2dInputSize(s), {dy},
+              {dx})
+        .pool = s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<sp::GlobalPool2dShape> GlobalShape(absl::string_view op,
+                                                  const Tensor& x,
+                                                  const Tensor& y,
+                                                  absl::string_view x_name,
+                                                  absl::string_view y_name) {
+  LS_RETURN_IF_ERROR(CheckNchw(op, x, x_name));
+  sp::GlobalPool2dShape s;
+  s.n = x.dim(0);
+  s.c = x.dim(1);
+  s.h = x.dim(2);
+  s.w = x.dim(3);
+  LS_RETURN_IF_ERROR(sp::ValidateGlobalPool2dShape(s));
+  const bool ok = y.dtype() == DType::kFloat32 &&
+                  (y.shape() == std::vector<int64_t>{s.n, s.c} ||
+                   y.shape() == std::vector<int64_t>{s.n, s.c, 1, 1});
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s is %s, expected float32 [%d, %d] or [%d, %d, 1, 1]", op, y_name,
+        y.DebugString(), s.n, s.c, s.n, s.c));
+  }
+  return s;
+}
+
+absl::Status PlanGlobalPool(absl::string_view name, absl::Span<const Tensor> in,
+                            absl::Span<Tensor> out, DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
+  sp::GlobalPool2dShape s;
+  const bool forward = name == op::kGlobalAvgPoolForward;
+  if (forward) {
+    LS_ASSIGN_OR_RETURN(s, GlobalShape(name, in[0], out[0], "x", "y"));
+  } else {
+    LS_ASSIGN_OR_RETURN(s, GlobalShape(name, out[0], in[0], "dx", "dy"));
+  }
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  const int i = AddIn(call, in[0]);
+  const int o = AddOut(call, out[0]);
+  AddLaunch(
+      call,
+      forward ? DeviceOp::kGlobalAvgPoolForward : DeviceOp::kGlobalAvgPoolGrad,
+      forward ? sp::GlobalPool2dOutputSize(s) : sp::GlobalPool2dInputSize(s),
+      {i}, {o})
+      .global_pool = s;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<sp::ResizeBilinearShape> ResizeShape(absl::string_view op,
+                                                    const Tensor& x,
+                                                    const Tensor& y,
+                                                    absl::string_view x_name,
+                                                    absl::string_view y_name) {
+  LS_RETURN_IF_ERROR(CheckNchw(op, x, x_name));
+  LS_RETURN_IF_ERROR(CheckNchw(op, y, y_name));
+  if (x.dim(0) != y.dim(0) || x.dim(1) != y.dim(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s %s and %s %s must agree on N and C", op, x_name,
+                        x.DebugString(), y_name, y.DebugString()));
+  }
+  sp::ResizeBilinearShape s;
+  s.n = x.dim(0);
+  s.c = x.dim(1);
+  s.in_h = x.dim(2);
+  s.in_w = x.dim(3);
+  s.out_h = y.dim(2);
+  s.out_w = y.dim(3);
+  LS_RETURN_IF_ERROR(sp::ValidateResizeBilinearShape(s));
+  return s;
+}
+
+absl::Status PlanResize(absl::string_view name, absl::Span<const Tensor> in,
+                        absl::Span<Tensor> out, DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
+  sp::ResizeBilinearShape s;
+  const bool forward = name == op::kResizeBilinearForward;
+  if (forward) {
+    LS_ASSIGN_OR_RETURN(s, ResizeShape(name, in[0], out[0], "x", "y"));
+  } else {
+    LS_ASSIGN_OR_RETURN(s, ResizeShape(name, out[0], in[0], "dx", "dy"));
+  }
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  const int i = AddIn(call, in[0]);
+  const int o = AddOut(call, out[0]);
+  AddLaunch(call, forward ? DeviceOp::kResizeForward : DeviceOp::kResizeGrad,
+            forward ? sp::ResizeBilinearOutputSize(s)
+                    : sp::ResizeBilinearInputSize(s),
+            {i}, {o})
+      .resize = s;
+  return absl::OkStatus();
+}
+
+absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
+                  absl::Span<Tensor> out, const OpAttrs& a, DeviceCall* call) {
+  if (name == op::kDenseForward || name == op::kDenseGradInput ||
+      name == op::kDenseGradWeight) {
+    return PlanDense(name, in, out, a, call);
+  }
+  if (name == op::kBiasAddForward) return PlanBiasAdd(in, out, call);
+  if (name == op::kBiasAddGrad) return PlanBiasAddGrad(in, out, call);
+  if (name == op::kReluForward) return PlanRelu(in, out, call);
+  if (name == op::kReluGrad) return PlanReluGrad(in, out, call);
+  if (name == op::kFlatten) return PlanFlatten(in, out, call);
+  if (name == op::kAddForward) return PlanAdd(in, out, call);
+  if (name == op::kAddGrad) return PlanAddGrad(in, out, call);
+  if (name == op::kSoftmaxXentForward) return PlanSoftmaxForward(in, out, call);
+  if (name == op::kSoftmaxXentGrad) return PlanSoftmaxGrad(in, out, call);
+  if (name == op::kSgdUpdate || name == op::kMomentumUpdate ||
+      name == op::kAdamUpdate) {
+    return PlanOptimizer(name, in, out, a, call);
+  }
+  if (name == op::kConv2dForward || name == op::kConv2dGradInput ||
+      name == op::kConv2dGradWeight) {
+    return PlanConv(name, in, out, a, call);
+  }
+  if (name == op::kMaxPool2dForward || name == op::kMaxPool2dGrad ||
+      name == op::kAvgPool2dForward || name == op::kAvgPool2dGrad) {
+    return PlanPool(name, in, out, a, call);
+  }
+  if (name == op::kGlobalAvgPoolForward || name == op::kGlobalAvgPoolGrad) {
+    return PlanGlobalPool(name, in, out, call);
+  }
+  if (name == op::kResizeBilinearForward || name == op::kResizeBilinearGrad) {
+    return PlanResize(name, in, out, call);
+  }
+  return absl::NotFoundError(
+      absl::StrFormat("cuda: no CANONICAL kernel for op \"%s\"", name));
+}
+
+}  // namespace
+
+int64_t BlocksFor(const LaunchConfig& config, int64_t work) {
+  if (config.blocks > 0) return config.blocks;
+  const int64_t tpb =
+      config.threads_per_block > 0 ? config.threads_per_block : 256;
+  int64_t blocks = (work + tpb - 1) / tpb;
+  if (blocks < 1) blocks = 1;
+  if (blocks > kMaxAutoBlocks) blocks = kMaxAutoBlocks;
+  return blocks;
+}
+
+std::vector<std::string> CudaCanonicalOpNames() {
+  std::vector<std::string> names = DenseFamilyOpNames();
+  for (std::string& s : SpatialOpNames()) names.push_back(std::move(s));
+  return names;
+}
+
+absl::StatusOr<DeviceCall> PlanCanonicalOp(absl::string_view op,
+                                           absl::Span<const Tensor> inputs,
+                                           absl::Span<Tensor> outputs,
+                                           const OpAttrs& attrs) {
+  DeviceCall call;
+  call.op = std::string(op);
+  LS_RETURN_IF_ERROR(Plan(op, inputs, outputs, attrs, &call));
+  return call;
+}
+
+absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config) {
+  if (config.blocks < 0 || config.threads_per_block < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: bad launch config (%d blocks of %d threads)",
+                        call.op, config.blocks, config.threads_per_block));
+  }
+  // "Device" memory: separate from the Tensors, as on a GPU. Filled with a
+  // pattern so that an output the kernel forgets to write shows up.
+  std::vector<std::vector<unsigned char>> mem(call.buffers.size());
+  for (size_t b = 0; b < call.buffers.size(); ++b) {
+    const CallBuffer& cb = call.buffers[b];
+    mem[b].assign(static_cast<size_t>(cb.bytes) + 16, 0xA5);
+    if (cb.copy_in && cb.bytes > 0) {
+      std::memcpy(mem[b].data(), cb.host, cb.bytes);
+    }
+  }
+  for (const Launch& l : call.launches) {
+    KernelParams p = l.params;
+    for (int k = 0; k < kMaxKernelBuffers; ++k) {
+      p.in[k] = l.in_buf[k] >= 0 ? mem[l.in_buf[k]].data() : nullptr;
+      p.out[k] = l.out_buf[k] >= 0 ? mem[l.out_buf[k]].data() : nullptr;
+    }
+    const int64_t threads =
+        BlocksFor(config, p.work) * config.threads_per_block;
+    for (int64_t t = 0; t < threads; ++t) RunThread(p, t, threads);
+  }
+  for (size_t b = 0; b < call.buffers.size(); ++b) {
+    const CallBuffer& cb = call.buffers[b];
+    if (cb.copy_out && cb.bytes > 0) {
+      std::memcpy(cb.host, mem[b].data(), cb.bytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint64_t> EmulateLeafHashes(const void* bytes, uint64_t size,
+                                        const LaunchConfig& config) {
+  std::vector<uint64_t> leaves(NumDeviceLeaves(size), 0);
+  const int64_t threads =
+      BlocksFor(config, static_cast<int64_t>(leaves.size())) *
+      config.threads_per_block;
+  for (int64_t t = 0; t < threads; ++t) {
+    LeafHashThread(static_cast<const unsigned char*>(bytes), size,
+                   leaves.data(), t, threads);
+  }
+  return leaves;
+}
+
+}  // namespace lockstep::kernels::cuda

@@ -1,0 +1,94 @@
+// Host side of the CANONICAL CUDA kernels: from a kernel call (Tensors and
+// OpAttrs, kernels/backend.h) to a DeviceCall, the list of buffers to move
+// and launches to run; and a host emulation of a CUDA grid that runs a
+// DeviceCall with the device kernels' own per-thread bodies.
+//
+//   LS_ASSIGN_OR_RETURN(DeviceCall call,
+//                       PlanCanonicalOp(op::kDenseForward, in, out, attrs));
+//   LS_RETURN_IF_ERROR(RunOnDevice(call, LaunchConfig{}));   // cuda_runtime.h
+//   LS_RETURN_IF_ERROR(RunEmulated(call, LaunchConfig{7, 128}));  // host
+//
+// PlanCanonicalOp validates exactly as the CPU backend does (same
+// validators, same messages) and returns INVALID_ARGUMENT before anything is
+// touched. A DeviceCall holds raw pointers into the call's Tensors: it is
+// valid only while they are alive and must be run at most once (in-place
+// optimizer state is read and written through it).
+//
+// Thread-safety: PlanCanonicalOp is thread-safe; running a DeviceCall writes
+// the output Tensors, so concurrent runs must not share outputs.
+#ifndef LOCKSTEP_KERNELS_CUDA_PLAN_H_
+#define LOCKSTEP_KERNELS_CUDA_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/thread_bodies.h"
+#include "kernels/tensor.h"
+
+namespace lockstep::kernels::cuda {
+
+// A 1-D launch: `blocks` blocks of `threads_per_block` threads. blocks == 0
+// picks ceil(work / threads_per_block), capped at kMaxAutoBlocks (the bodies
+// are grid-stride, so any grid covers all the work). Results never depend
+// on the configuration.
+struct LaunchConfig {
+  int64_t blocks = 0;
+  int64_t threads_per_block = 256;
+};
+inline constexpr int64_t kMaxAutoBlocks = 4096;
+
+// Blocks a launch of `work` items gets under `config` (>= 1).
+int64_t BlocksFor(const LaunchConfig& config, int64_t work);
+
+// One memory region of a call.
+struct CallBuffer {
+  void* host = nullptr;  // the Tensor's storage; null for device scratch
+  int64_t bytes = 0;
+  bool copy_in = false;   // host -> device before the first launch
+  bool copy_out = false;  // device -> host after the last launch
+};
+
+// One kernel launch; the runner fills params.in / params.out from the
+// buffer indices (-1: unused).
+struct Launch {
+  KernelParams params;
+  int in_buf[kMaxKernelBuffers] = {-1, -1, -1};
+  int out_buf[kMaxKernelBuffers] = {-1, -1, -1};
+};
+
+struct DeviceCall {
+  std::string op;  // e.g. "dense.forward", for error messages
+  std::vector<CallBuffer> buffers;
+  std::vector<Launch> launches;  // run in order on one stream
+};
+
+// The ops PlanCanonicalOp knows: DenseFamilyOpNames() and SpatialOpNames().
+std::vector<std::string> CudaCanonicalOpNames();
+
+// Validates a CANONICAL kernel call and plans it. INVALID_ARGUMENT for a bad
+// call (as the CPU kernel would report it), NOT_FOUND for an unknown op.
+absl::StatusOr<DeviceCall> PlanCanonicalOp(absl::string_view op,
+                                           absl::Span<const Tensor> inputs,
+                                           absl::Span<Tensor> outputs,
+                                           const OpAttrs& attrs);
+
+// Runs `call` on the host as a CUDA grid would: separate "device" copies of
+// every buffer, then for each launch every thread id t of
+// BlocksFor(config, work) * threads_per_block runs RunThread(params, t, n),
+// then the copies back. INVALID_ARGUMENT for a bad config.
+absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config);
+
+// The device fingerprint's leaf hashes computed by LeafHashThread on an
+// emulated grid: NumDeviceLeaves(size) values.
+std::vector<uint64_t> EmulateLeafHashes(const void* bytes, uint64_t size,
+                                        const LaunchConfig& config);
+
+}  // namespace lockstep::kernels::cuda
+
+#endif  // LOCKSTEP_KERNELS_CUDA_PLAN_H_

@@ -1,0 +1,444 @@
+// Per-thread bodies of the CANONICAL CUDA kernels.
+//
+// Every op is written as an LS_HD function
+//
+//   XxxThread(shape, <pointers>, int64_t thread, int64_t num_threads)
+//
+// that walks the op's outputs grid-stride (thread, thread + num_threads, ...)
+// and computes each one with the op's existing element function from
+// kernels/ops/ or kernels/spatial/. A CUDA kernel is a thin __global__
+// wrapper that passes thread = blockIdx.x * blockDim.x + threadIdx.x and
+// num_threads = gridDim.x * blockDim.x (canonical_kernels.cu); the host
+// emulation (emulation.h) calls the same bodies for every thread id of a
+// launch configuration. Because each output is a pure function of the
+// inputs, any partition of the outputs over threads gives the CPU backend's
+// bits: no atomics, no shared accumulators, no cross-thread reductions.
+//
+// KernelParams carries one launch: which body, how many work items, the
+// (device or host) buffers and the op's shape. RunThread dispatches on it.
+//
+// Thread-safety: pure functions; threads write disjoint outputs.
+#ifndef LOCKSTEP_KERNELS_CUDA_THREAD_BODIES_H_
+#define LOCKSTEP_KERNELS_CUDA_THREAD_BODIES_H_
+
+#include <cstdint>
+
+#include "kernels/canonical/hd.h"
+#include "kernels/canonical/reduce.h"
+#include "kernels/ops/dense.h"
+#include "kernels/ops/elementwise.h"
+#include "kernels/ops/optimizers.h"
+#include "kernels/ops/softmax_xent.h"
+#include "kernels/spatial/conv2d.h"
+#include "kernels/spatial/pool2d.h"
+#include "kernels/spatial/resize_bilinear.h"
+
+namespace lockstep::kernels::cuda {
+
+namespace c = ::lockstep::canonical;
+namespace sp = ::lockstep::spatial;
+
+// One kind of launch. Some ops take two launches (softmax_xent: per-row or
+// per-example work, then a second pass).
+enum class DeviceOp : int32_t {
+  kMatMul = 0,            // in {a, b}, out {c}; work rows * cols
+  kBiasAdd,               // in {x, b}, out {y}; work numel
+  kBiasAddGrad,           // in {dy}, out {db}; work C
+  kRelu,                  // in {x}, out {y}; work numel
+  kReluGrad,              // in {x, dy}, out {dx}; work numel
+  kAdd,                   // in {a, b}, out {y}; work numel
+  kCopyWords,             // in {x}, out {y}; work numel of 4-byte words
+  kCopyBytes,             // in {x}, out {y}; work bytes
+  kSoftmaxExampleLoss,    // in {logits, labels}, out {losses [N]}; work N
+  kSoftmaxMeanLoss,       // in {losses [N]}, out {loss [1]}; work 1
+  kSoftmaxRowStats,       // in {logits}, out {stats [N, 2]}; work N
+  kSoftmaxGrad,           // in {logits, labels, stats}, out {dlogits}
+  kSgd,                   // in {g}, out {w (in place)}; work numel
+  kMomentum,              // in {g}, out {w, v (in place)}
+  kAdam,                  // in {g}, out {w, m, v (in place)}
+  kConv2dForward,         // in {x, w}, out {y}
+  kConv2dGradInput,       // in {dy, w}, out {dx}
+  kConv2dGradWeight,      // in {x, dy}, out {dw}
+  kMaxPool2dForward,      // in {x}, out {y}
+  kMaxPool2dGrad,         // in {x, dy}, out {dx}
+  kAvgPool2dForward,      // in {x}, out {y}
+  kAvgPool2dGrad,         // in {dy}, out {dx}
+  kGlobalAvgPoolForward,  // in {x}, out {y}
+  kGlobalAvgPoolGrad,     // in {dy}, out {dx}
+  kResizeForward,         // in {x}, out {y}
+  kResizeGrad,            // in {dy}, out {dx}
+  kNumOps,
+};
+
+inline constexpr int kMaxKernelBuffers = 3;
+
+// Everything one launch needs, passed to the __global__ wrapper by value
+// (trivially copyable, well under the 4 KiB parameter limit). Only the shape
+// fields of `op` are read.
+struct KernelParams {
+  DeviceOp op = DeviceOp::kNumOps;
+  int64_t work = 0;  // number of work items (outputs, rows, leaves)
+  const void* in[kMaxKernelBuffers] = {nullptr, nullptr, nullptr};
+  void* out[kMaxKernelBuffers] = {nullptr, nullptr, nullptr};
+  c::MatMulShape matmul;
+  c::BiasShape bias;
+  c::SoftmaxShape softmax;
+  c::AdamScalars adam = {};
+  float learning_rate = 0.0f;  // sgd, momentum
+  float momentum = 0.0f;       // momentum
+  sp::Conv2dShape conv;
+  sp::Pool2dShape pool;
+  sp::GlobalPool2dShape global_pool;
+  sp::ResizeBilinearShape resize;
+};
+
+// ---- dense family ---------------------------------------------------------
+
+// c[i * c_row + j * c_col] = MatMulElement(i, j) for outputs (i, j) in
+// row-major order, partitioned grid-stride.
+LS_HD_INLINE void MatMulThread(const c::MatMulShape& s, const float* a,
+                               const float* b, float* out, int64_t thread,
+                               int64_t num_threads) {
+  const int64_t total = s.rows * s.cols;
+  for (int64_t idx = thread; idx < total; idx += num_threads) {
+    const int64_t i = idx / s.cols;
+    const int64_t j = idx % s.cols;
+    out[i * s.c_row + j * s.c_col] = c::MatMulElement(s, a, b, i, j);
+  }
+}
+
+LS_HD_INLINE void BiasAddThread(const c::BiasShape& s, const float* x,
+                                const float* b, float* y, int64_t thread,
+                                int64_t num_threads) {
+  const int64_t total = s.n * s.c * s.spatial;
+  for (int64_t i = thread; i < total; i += num_threads) {
+    y[i] = c::BiasAddElement(s, x, b, i);
+  }
+}
+
+LS_HD_INLINE void BiasAddGradThread(const c::BiasShape& s, const float* dy,
+                                    float* db, int64_t thread,
+                                    int64_t num_threads) {
+  for (int64_t ch = thread; ch < s.c; ch += num_threads) {
+    db[ch] = c::BiasAddGradElement(s, dy, ch);
+  }
+}
+
+LS_HD_INLINE void ReluThread(const float* x, float* y, int64_t count,
+                             int64_t thread, int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) {
+    y[i] = c::ReluElement(x[i]);
+  }
+}
+
+LS_HD_INLINE void ReluGradThread(const float* x, const float* dy, float* dx,
+                                 int64_t count, int64_t thread,
+                                 int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) {
+    dx[i] = c::ReluGradElement(x[i], dy[i]);
+  }
+}
+
+// y = a + b, one element per call of the body's AddForward.
+LS_HD_INLINE void AddThread(const float* a, const float* b, float* y,
+                            int64_t count, int64_t thread,
+                            int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) {
+    c::AddForward(a + i, b + i, y + i, 1);
+  }
+}
+
+// Bit copies (flatten, add.grad): integer moves, never float arithmetic.
+LS_HD_INLINE void CopyWordsThread(const uint32_t* x, uint32_t* y, int64_t count,
+                                  int64_t thread, int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) y[i] = x[i];
+}
+LS_HD_INLINE void CopyBytesThread(const unsigned char* x, unsigned char* y,
+                                  int64_t count, int64_t thread,
+                                  int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) y[i] = x[i];
+}
+
+// losses[i] = SoftmaxXentExampleLoss(i), one example per work item.
+LS_HD_INLINE void SoftmaxExampleLossThread(const c::SoftmaxShape& s,
+                                           const float* logits,
+                                           const int32_t* labels, float* losses,
+                                           int64_t thread,
+                                           int64_t num_threads) {
+  for (int64_t i = thread; i < s.n; i += num_threads) {
+    losses[i] = c::SoftmaxXentExampleLoss(s, logits, labels, i);
+  }
+}
+
+// loss = CanonicalSum(losses, N) / float(N), as SoftmaxXentForward ends.
+// One work item: thread 0 computes it (the sum has a fixed order anyway).
+LS_HD_INLINE void SoftmaxMeanLossThread(const c::SoftmaxShape& s,
+                                        const float* losses, float* loss,
+                                        int64_t thread, int64_t num_threads) {
+  if (thread != 0) return;
+  const float total = c::CanonicalSum(losses, s.n, 1);
+  loss[0] = total / static_cast<float>(s.n);
+}
+
+// stats[2 i] = max, stats[2 i + 1] = sum of exponentials of row i.
+LS_HD_INLINE void SoftmaxRowStatsThread(const c::SoftmaxShape& s,
+                                        const float* logits, float* stats,
+                                        int64_t thread, int64_t num_threads) {
+  for (int64_t i = thread; i < s.n; i += num_threads) {
+    const c::SoftmaxRowStats st = c::SoftmaxRowStatsOf(logits + i * s.c, s.c);
+    stats[2 * i] = st.max;
+    stats[2 * i + 1] = st.sum;
+  }
+}
+
+// dlogits[i, j] from the row's stats; one element per work item.
+LS_HD_INLINE void SoftmaxGradThread(const c::SoftmaxShape& s,
+                                    const float* logits, const int32_t* labels,
+                                    const float* stats, float* dlogits,
+                                    int64_t thread, int64_t num_threads) {
+  const int64_t total = s.n * s.c;
+  for (int64_t idx = thread; idx < total; idx += num_threads) {
+    const int64_t i = idx / s.c;
+    const int64_t j = idx % s.c;
+    c::SoftmaxRowStats st;
+    st.max = stats[2 * i];
+    st.sum = stats[2 * i + 1];
+    dlogits[idx] =
+        c::SoftmaxXentGradElement(s, logits + i * s.c, labels[i], st, j);
+  }
+}
+
+// The optimizers call the bodies' own loops on one element at a time, so
+// the per-element operation sequence is the CPU's source text.
+LS_HD_INLINE void SgdThread(float* w, const float* g, int64_t count, float lr,
+                            int64_t thread, int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) {
+    c::SgdUpdate(w + i, g + i, 1, lr);
+  }
+}
+
+LS_HD_INLINE void MomentumThread(float* w, float* v, const float* g,
+                                 int64_t count, float lr, float mu,
+                                 int64_t thread, int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) {
+    c::MomentumUpdate(w + i, v + i, g + i, 1, lr, mu);
+  }
+}
+
+// s: computed once on the host (AdamScalarsOf), as the CPU kernel does.
+LS_HD_INLINE void AdamThread(const c::AdamScalars& s, float* w, float* m,
+                             float* v, const float* g, int64_t count,
+                             int64_t thread, int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) {
+    c::AdamElement(s, &w[i], &m[i], &v[i], g[i]);
+  }
+}
+
+// ---- spatial --------------------------------------------------------------
+
+LS_HD_INLINE void Conv2dForwardThread(const sp::Conv2dShape& s, const float* x,
+                                      const float* w, float* y, int64_t thread,
+                                      int64_t num_threads) {
+  const int64_t total = sp::Conv2dOutputSize(s);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    y[i] = sp::Conv2dForwardElement(s, x, w, i);
+  }
+}
+
+LS_HD_INLINE void Conv2dGradInputThread(const sp::Conv2dShape& s,
+                                        const float* dy, const float* w,
+                                        float* dx, int64_t thread,
+                                        int64_t num_threads) {
+  const int64_t total = sp::Conv2dInputSize(s);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    dx[i] = sp::Conv2dGradInputElement(s, dy, w, i);
+  }
+}
+
+LS_HD_INLINE void Conv2dGradWeightThread(const sp::Conv2dShape& s,
+                                         const float* x, const float* dy,
+                                         float* dw, int64_t thread,
+                                         int64_t num_threads) {
+  const int64_t total = sp::Conv2dWeightSize(s);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    dw[i] = sp::Conv2dGradWeightElement(s, x, dy, i);
+  }
+}
+
+LS_HD_INLINE void MaxPool2dForwardThread(const sp::Pool2dShape& s,
+                                         const float* x, float* y,
+                                         int64_t thread, int64_t num_threads) {
+  const int64_t total = sp::Pool2dOutputSize(s);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    y[i] = sp::MaxPool2dForwardElement(s, x, i);
+  }
+}
+
+LS_HD_INLINE void MaxPool2dGradThread(const sp::Pool2dShape& s, const float* x,
+                                      const float* dy, float* dx,
+                                      int64_t thread, int64_t num_threads) {
+  const int64_t total = sp::Pool2dInputSize(s);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    dx[i] = sp::MaxPool2dGradElement(s, x, dy, i);
+  }
+}
+
+LS_HD_INLINE void AvgPool2dForwardThread(const sp::Pool2dShape& s,
+                                         const float* x, float* y,
+                                         int64_t thread, int64_t num_threads) {
+  const int64_t total = sp::Pool2dOutputSize(s);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    y[i] = sp::AvgPool2dForwardElement(s, x, i);
+  }
+}
+
+LS_HD_INLINE void AvgPool2dGradThread(const sp::Pool2dShape& s, const float* dy,
+                                      float* dx, int64_t thread,
+                                      int64_t num_threads) {
+  const int64_t total = sp::Pool2dInputSize(s);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    dx[i] = sp::AvgPool2dGradElement(s, dy, i);
+  }
+}
+
+LS_HD_INLINE void GlobalAvgPoolForwardThread(const sp::GlobalPool2dShape& s,
+                                             const float* x, float* y,
+                                             int64_t thread,
+                                             int64_t num_threads) {
+  const int64_t total = sp::GlobalPool2dOutputSize(s);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    y[i] = sp::GlobalAvgPool2dForwardElement(s, x, i);
+  }
+}
+
+LS_HD_INLINE void GlobalAvgPoolGradThread(const sp::GlobalPool2dShape& s,
+                                          const float* dy, float* dx,
+                                          int64_t thread, int64_t num_threads) {
+  const int64_t total = sp::GlobalPool2dInputSize(s);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    dx[i] = sp::GlobalAvgPool2dGradElement(s, dy, i);
+  }
+}
+
+LS_HD_INLINE void ResizeForwardThread(const sp::ResizeBilinearShape& s,
+                                      const float* x, float* y, int64_t thread,
+                                      int64_t num_threads) {
+  const int64_t total = sp::ResizeBilinearOutputSize(s);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    y[i] = sp::ResizeBilinearForwardElement(s, x, i);
+  }
+}
+
+LS_HD_INLINE void ResizeGradThread(const sp::ResizeBilinearShape& s,
+                                   const float* dy, float* dx, int64_t thread,
+                                   int64_t num_threads) {
+  const int64_t total = sp::ResizeBilinearInputSize(s);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    dx[i] = sp::ResizeBilinearGradElement(s, dy, i);
+  }
+}
+
+// ---- dispatch -------------------------------------------------------------
+
+// Runs thread `thread` of `num_threads` of the launch `p`.
+LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
+                            int64_t num_threads) {
+  const float* i0 = static_cast<const float*>(p.in[0]);
+  const float* i1 = static_cast<const float*>(p.in[1]);
+  const float* i2 = static_cast<const float*>(p.in[2]);
+  float* o0 = static_cast<float*>(p.out[0]);
+  float* o1 = static_cast<float*>(p.out[1]);
+  float* o2 = static_cast<float*>(p.out[2]);
+  const int64_t t = thread;
+  const int64_t nt = num_threads;
+  switch (p.op) {
+    case DeviceOp::kMatMul:
+      MatMulThread(p.matmul, i0, i1, o0, t, nt);
+      break;
+    case DeviceOp::kBiasAdd:
+      BiasAddThread(p.bias, i0, i1, o0, t, nt);
+      break;
+    case DeviceOp::kBiasAddGrad:
+      BiasAddGradThread(p.bias, i0, o0, t, nt);
+      break;
+    case DeviceOp::kRelu:
+      ReluThread(i0, o0, p.work, t, nt);
+      break;
+    case DeviceOp::kReluGrad:
+      ReluGradThread(i0, i1, o0, p.work, t, nt);
+      break;
+    case DeviceOp::kAdd:
+      AddThread(i0, i1, o0, p.work, t, nt);
+      break;
+    case DeviceOp::kCopyWords:
+      CopyWordsThread(static_cast<const uint32_t*>(p.in[0]),
+                      static_cast<uint32_t*>(p.out[0]), p.work, t, nt);
+      break;
+    case DeviceOp::kCopyBytes:
+      CopyBytesThread(static_cast<const unsigned char*>(p.in[0]),
+                      static_cast<unsigned char*>(p.out[0]), p.work, t, nt);
+      break;
+    case DeviceOp::kSoftmaxExampleLoss:
+      SoftmaxExampleLossThread(p.softmax, i0,
+                               static_cast<const int32_t*>(p.in[1]), o0, t, nt);
+      break;
+    case DeviceOp::kSoftmaxMeanLoss:
+      SoftmaxMeanLossThread(p.softmax, i0, o0, t, nt);
+      break;
+    case DeviceOp::kSoftmaxRowStats:
+      SoftmaxRowStatsThread(p.softmax, i0, o0, t, nt);
+      break;
+    case DeviceOp::kSoftmaxGrad:
+      SoftmaxGradThread(p.softmax, i0, static_cast<const int32_t*>(p.in[1]), i2,
+                        o0, t, nt);
+      break;
+    case DeviceOp::kSgd:
+      SgdThread(o0, i0, p.work, p.learning_rate, t, nt);
+      break;
+    case DeviceOp::kMomentum:
+      MomentumThread(o0, o1, i0, p.work, p.learning_rate, p.momentum, t, nt);
+      break;
+    case DeviceOp::kAdam:
+      AdamThread(p.adam, o0, o1, o2, i0, p.work, t, nt);
+      break;
+    case DeviceOp::kConv2dForward:
+      Conv2dForwardThread(p.conv, i0, i1, o0, t, nt);
+      break;
+    case DeviceOp::kConv2dGradInput:
+      Conv2dGradInputThread(p.conv, i0, i1, o0, t, nt);
+      break;
+    case DeviceOp::kConv2dGradWeight:
+      Conv2dGradWeightThread(p.conv, i0, i1, o0, t, nt);
+      break;
+    case DeviceOp::kMaxPool2dForward:
+      MaxPool2dForwardThread(p.pool, i0, o0, t, nt);
+      break;
+    case DeviceOp::kMaxPool2dGrad:
+      MaxPool2dGradThread(p.pool, i0, i1, o0, t, nt);
+      break;
+    case DeviceOp::kAvgPool2dForward:
+      AvgPool2dForwardThread(p.pool, i0, o0, t, nt);
+      break;
+    case DeviceOp::kAvgPool2dGrad:
+      AvgPool2dGradThread(p.pool, i0, o0, t, nt);
+      break;
+    case DeviceOp::kGlobalAvgPoolForward:
+      GlobalAvgPoolForwardThread(p.global_pool, i0, o0, t, nt);
+      break;
+    case DeviceOp::kGlobalAvgPoolGrad:
+      GlobalAvgPoolGradThread(p.global_pool, i0, o0, t, nt);
+      break;
+    case DeviceOp::kResizeForward:
+      ResizeForwardThread(p.resize, i0, o0, t, nt);
+      break;
+    case DeviceOp::kResizeGrad:
+      ResizeGradThread(p.resize, i0, o0, t, nt);
+      break;
+    case DeviceOp::kNumOps:
+      break;
+  }
+}
+
+}  // namespace lockstep::kernels::cuda
+
+#endif  // LOCKSTEP_KERNELS_CUDA_THREAD_BODIES_H_
