@@ -27,17 +27,19 @@ absl::Status CheckShape(int64_t features, int32_t classes) {
 
 void FillTeacher(uint64_t seed, int64_t features, int32_t classes, float* w) {
   for (int64_t c = 0; c < classes; ++c) {
-    SyntheticTeacherRow(seed, features, c, w + c * features);
+    for (int64_t f = 0; f < features; ++f) {
+      w[c * features + f] = SyntheticPrototype(seed, features, c, f);
+    }
   }
 }
 
 }  // namespace
 
-absl::Status SyntheticTeacherWeights(uint64_t seed, int64_t features,
+absl::Status SyntheticTeacherWeights(uint64_t teacher_seed, int64_t features,
                                      int32_t classes, float* w) {
   if (absl::Status s = CheckShape(features, classes); !s.ok()) return s;
   if (w == nullptr) return absl::InvalidArgumentError("w is null");
-  FillTeacher(seed, features, classes, w);
+  FillTeacher(teacher_seed, features, classes, w);
   return absl::OkStatus();
 }
 
@@ -65,11 +67,14 @@ absl::Status SyntheticBatch(uint64_t seed, int64_t step, int64_t batch,
   FillTeacher(seed, features, classes, w.data());
   const uint64_t first = static_cast<uint64_t>(step) * batch;
   for (int64_t b = 0; b < batch; ++b) {
+    const uint64_t sample = first + static_cast<uint64_t>(b);
+    const int32_t label = SyntheticLabel(seed, sample, classes);
+    const float* prototype = w.data() + label * features;
     float* row = x + b * features;
     for (int64_t f = 0; f < features; ++f) {
-      row[f] = SyntheticInput(seed, first + b, features, f);
+      row[f] = SyntheticInput(prototype[f], seed, sample, features, f);
     }
-    labels[b] = SyntheticLabel(w.data(), row, features, classes);
+    labels[b] = label;
   }
   return absl::OkStatus();
 }

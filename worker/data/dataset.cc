@@ -71,13 +71,13 @@ absl::Status AllocateBatch(int64_t batch,
 }
 
 // ---------------------------------------------------------------------------
-// Synthetic data: the generator is kernels/random/synthetic.h (inputs from
-// the job seed, teacher from the teacher seed); this class only maps rows to
-// example indices.
+// Synthetic data: the generator is kernels/random/synthetic.h (labels and
+// noise from the job seed, class prototypes -- the "teacher" -- from the
+// teacher seed); this class only maps rows to example indices.
 
 class SyntheticDataset final : public Dataset {
  public:
-  // teacher: the weights [num_classes, features] of
+  // teacher: the class prototypes [num_classes, features] of
   // canonical::SyntheticTeacherWeights(teacher_seed, ...).
   SyntheticDataset(std::vector<int64_t> example_shape, int32_t num_classes,
                    int64_t features, uint64_t seed, int64_t examples,
@@ -102,7 +102,7 @@ class SyntheticDataset final : public Dataset {
     uint64_t first;
     if (examples_ == 0) {
       // Endless stream: example index step * batch + i; every Philox index
-      // (example * features + j) must fit in 64 bits (SyntheticInput).
+      // (example * features + j) must fit in 64 bits (SyntheticNoise).
       const unsigned __int128 end = (static_cast<unsigned __int128>(step) + 1) *
                                     static_cast<uint64_t>(batch) *
                                     static_cast<uint64_t>(features_);
@@ -121,12 +121,14 @@ class SyntheticDataset final : public Dataset {
     int32_t* ld = lt.data<int32_t>();
     uint64_t e = first;
     for (int64_t i = 0; i < batch; ++i) {
+      const int32_t label = canonical::SyntheticLabel(seed_, e, num_classes_);
+      const float* prototype = teacher_.data() + label * features_;
       float* row = xd + i * features_;
       for (int64_t j = 0; j < features_; ++j) {
-        row[j] = canonical::SyntheticInput(seed_, e, features_, j);
+        row[j] =
+            canonical::SyntheticInput(prototype[j], seed_, e, features_, j);
       }
-      ld[i] = canonical::SyntheticLabel(teacher_.data(), row, features_,
-                                        num_classes_);
+      ld[i] = label;
       ++e;
       if (examples_ > 0 && e == static_cast<uint64_t>(examples_)) e = 0;
     }

@@ -7,8 +7,8 @@
 //
 // Sources (README.md in this directory has the full rules):
 //   synthetic  The canonical synthetic classification data of
-//              kernels/random/synthetic.h (Philox inputs in [-1, 1) labelled
-//              by a fixed, seeded random linear teacher with unit-norm rows):
+//              kernels/random/synthetic.h (Philox-drawn labels; each input
+//              is its class's fixed random prototype plus Philox noise):
 //              an endless stream (examples == 0) or a pool of `examples`
 //              examples visited in a fixed order.
 //   file IDX   MNIST files: uint8 images [n, rows, cols] + uint8 labels [n].
@@ -40,8 +40,9 @@ namespace lockstep::worker {
 // it (and the pinned values in dataset_test.cc) whenever a generated bit
 // changes. 1: worker/data's own generator (streams 0x4C534441544100xx,
 // unnormalised teacher); 2: kernels/random/synthetic.h (streams
-// 0x53594E54480000xx, unit-norm teacher rows).
-inline constexpr int kSyntheticGeneratorVersion = 2;
+// 0x53594E54480000xx, unit-norm teacher rows); 3: class prototypes plus
+// noise, Philox labels (kernels/random/synthetic.h, learnable by the zoo).
+inline constexpr int kSyntheticGeneratorVersion = 3;
 
 class Dataset {
  public:

@@ -149,8 +149,10 @@ TEST(SyntheticDatasetTest, EndlessStreamIndexesExamplesByStepTimesBatch) {
   EXPECT_EQ(Ints(half.labels),
             std::vector<int32_t>(big_labels.begin() + 4, big_labels.end()));
   // Row i of step s is example s * batch + i of kernels/random/synthetic.h.
+  EXPECT_EQ(big_labels[6], canonical::SyntheticLabel(7, 6, 3));
   for (int j = 0; j < 5; ++j) {
-    EXPECT_EQ(all[30 + j], Bits(canonical::SyntheticInput(7, 6, 5, j)));
+    const float p = canonical::SyntheticPrototype(7, 5, big_labels[6], j);
+    EXPECT_EQ(all[30 + j], Bits(canonical::SyntheticInput(p, 7, 6, 5, j)));
   }
 }
 
@@ -177,21 +179,33 @@ TEST(SyntheticDatasetTest, EndlessStreamIsTheCanonicalSyntheticBatch) {
           << ": 0x" << got[i] << " vs 0x" << Bits(x[i]);
     }
     EXPECT_EQ(Ints(b.labels), labels) << "step " << step;
-    // The inputs stream is the written one: -1 + 2u, u = (bits >> 8) * 2^-24.
+    // The streams are the written ones: label (bits * C) >> 32; prototype
+    // and noise -1 + (bits >> 8) * 2^-23; x = prototype + noise.
     const uint64_t e = static_cast<uint64_t>(step) * 16 + 3;
+    const int32_t label =
+        static_cast<int32_t>((uint64_t{canonical::PhiloxBits(
+                                  99, canonical::kStreamSyntheticLabels, e)} *
+                              kC) >>
+                             32);
+    ASSERT_EQ(Ints(b.labels)[3], label) << "step " << step;
     for (int64_t j = 0; j < kF; ++j) {
-      const uint32_t bits = canonical::PhiloxBits(
+      const uint32_t noise_bits = canonical::PhiloxBits(
           99, canonical::kStreamSyntheticInputs, e * kF + j);
-      ASSERT_EQ(got[3 * kF + j],
-                Bits(-1.0f + static_cast<float>(bits >> 8) * 0x1.0p-23f))
+      const uint32_t proto_bits = canonical::PhiloxBits(
+          99, canonical::kStreamSyntheticTeacher, label * kF + j);
+      const float noise =
+          -1.0f + static_cast<float>(noise_bits >> 8) * 0x1.0p-23f;
+      const float proto =
+          -1.0f + static_cast<float>(proto_bits >> 8) * 0x1.0p-23f;
+      ASSERT_EQ(got[3 * kF + j], Bits(proto + noise))
           << "step " << step << " j " << j;
     }
   }
 }
 
-// A separate teacher seed only changes the teacher:
-// canonical::SyntheticTeacherWeights(teacher_seed) labels the job seed's
-// inputs.
+// A separate teacher seed only changes the teacher: the prototypes of
+// canonical::SyntheticTeacherWeights(teacher_seed), under the job seed's
+// labels and noise.
 TEST(SyntheticDatasetTest, TeacherSeedPicksTheCanonicalTeacher) {
   constexpr int64_t kF = 16;
   constexpr int32_t kC = 5;
@@ -204,14 +218,13 @@ TEST(SyntheticDatasetTest, TeacherSeedPicksTheCanonicalTeacher) {
   const std::vector<uint32_t> got = FloatBits(b.x);
   const std::vector<int32_t> labels = Ints(b.labels);
   for (int64_t i = 0; i < 4; ++i) {
-    std::vector<float> row(kF);
+    const int32_t label = canonical::SyntheticLabel(11, 2 + i, kC);
+    EXPECT_EQ(labels[i], label) << i;
     for (int64_t j = 0; j < kF; ++j) {
-      row[j] = canonical::SyntheticInput(11, 2 + i, kF, j);
-      ASSERT_EQ(got[i * kF + j], Bits(row[j])) << i << " " << j;
+      const float x =
+          canonical::SyntheticInput(w[label * kF + j], 11, 2 + i, kF, j);
+      ASSERT_EQ(got[i * kF + j], Bits(x)) << i << " " << j;
     }
-    EXPECT_EQ(labels[i],
-              canonical::SyntheticLabel(w.data(), row.data(), kF, kC))
-        << i;
   }
 }
 
@@ -245,40 +258,51 @@ TEST(SyntheticDatasetTest, FixedPoolWrapsAround) {
             FloatBits(GetBatch(**pool, 0, 3).x));
 }
 
-TEST(SyntheticDatasetTest, ValuesInRangeLabelsFromTheTeacherAllClassesAppear) {
+TEST(SyntheticDatasetTest, ValuesInRangeInputsNearTheirPrototypeAllClasses) {
   absl::StatusOr<std::unique_ptr<Dataset>> d =
       OpenDataset(Synthetic(0), 2024, {1, 8, 8}, 10);
   ASSERT_THAT(d, IsOk());
   const Batch b = GetBatch(**d, 5, 4096);
   for (float v : b.x.span<float>()) {
-    ASSERT_GE(v, -1.0f);
-    ASSERT_LT(v, 1.0f);
+    ASSERT_GE(v, -2.0f);
+    ASSERT_LT(v, 2.0f);
   }
-  // The teacher: unit-norm rows W[c] of kernels/random/synthetic.h; the
-  // label is the argmax of CanonicalDot(W[c], x), the lowest c on ties.
+  // The teacher: the class prototypes P[c] of kernels/random/synthetic.h;
+  // every input lies within the noise amplitude 1 of its label's
+  // prototype, and the nearest prototype is (almost always) the label's.
   std::vector<float> w(10 * 64);
   ASSERT_THAT(canonical::SyntheticTeacherWeights(2024, 64, 10, w.data()),
               IsOk());
   std::vector<int> count(10, 0);
   const float* x = b.x.data<float>();
   const std::vector<int32_t> labels = Ints(b.labels);
+  int nearest_is_label = 0;
   for (int i = 0; i < 4096; ++i) {
+    ASSERT_GE(labels[i], 0);
+    ASSERT_LT(labels[i], 10);
+    ++count[labels[i]];
     int32_t best = 0;
-    float best_score = -INFINITY;
+    double best_d = HUGE_VAL;
     for (int32_t c = 0; c < 10; ++c) {
-      const float score =
-          canonical::CanonicalDot(w.data() + 64 * c, 1, x + 64 * i, 1, 64);
-      if (score > best_score) {
+      double dist = 0.0;
+      for (int j = 0; j < 64; ++j) {
+        const double diff = x[64 * i + j] - w[64 * c + j];
+        dist += diff * diff;
+        if (c == labels[i]) {
+          ASSERT_LE(std::fabs(diff), 1.0) << i << " " << j;
+        }
+      }
+      if (dist < best_d) {
         best = c;
-        best_score = score;
+        best_d = dist;
       }
     }
-    ASSERT_EQ(labels[i], best) << i;
-    ++count[best];
+    nearest_is_label += best == labels[i];
   }
+  EXPECT_GT(nearest_is_label, 4096 * 99 / 100);
   for (int c = 0; c < 10; ++c) {
-    // Unit-norm teacher rows keep the classes near 4096 / 10 each.
-    EXPECT_GT(count[c], 100) << "class " << c;
+    // Uniform labels: about 4096 / 10 = 410 each (sd ~19).
+    EXPECT_GT(count[c], 300) << "class " << c;
   }
 }
 
@@ -347,8 +371,8 @@ TEST(SyntheticDatasetTest, TeacherSeedZeroMeansTheJobSeed) {
   const Batch b = GetBatch(**explicit_seed, 0, 256);
   const Batch c = GetBatch(**other, 0, 256);
   EXPECT_EQ(BatchBytes(a.x, a.labels), BatchBytes(b.x, b.labels));
-  EXPECT_EQ(FloatBits(a.x), FloatBits(c.x));  // Inputs use the job seed.
-  EXPECT_NE(Ints(a.labels), Ints(c.labels));  // The teacher differs.
+  EXPECT_EQ(Ints(a.labels), Ints(c.labels));  // Labels use the job seed.
+  EXPECT_NE(FloatBits(a.x), FloatBits(c.x));  // The prototypes differ.
 }
 
 TEST(SyntheticDatasetTest, NoSourceMeansSyntheticDefaults) {
@@ -361,19 +385,19 @@ TEST(SyntheticDatasetTest, NoSourceMeansSyntheticDefaults) {
   EXPECT_EQ((*unset)->digest(), (*defaults)->digest());
 }
 
-// Golden values of generator version 2. They may change only together with
+// Golden values of generator version 3. They may change only together with
 // kSyntheticGeneratorVersion (or the canonical-arithmetic version), documented
 // in README.md.
 TEST(SyntheticDatasetTest, DigestAndDataArePinned) {
-  EXPECT_EQ(kSyntheticGeneratorVersion, 2);
+  EXPECT_EQ(kSyntheticGeneratorVersion, 3);
   absl::StatusOr<std::unique_ptr<Dataset>> d =
       OpenDataset(Synthetic(0), 42, {1, 8, 8}, 10);
   ASSERT_THAT(d, IsOk());
-  EXPECT_EQ((*d)->digest(), "fbabc5445c83659e13988d8326f8066e");
+  EXPECT_EQ((*d)->digest(), "16fdab0c39c15719967371bff98375a2");
   EXPECT_TRUE(IsDigest128Hex((*d)->digest()));
   // The digest is that of the canonical description in README.md.
   EXPECT_EQ((*d)->digest(), Digest128Hex("lockstep-synthetic-dataset\n"
-                                         "generator=2\n"
+                                         "generator=3\n"
                                          "canonical_arithmetic=1\n"
                                          "seed=42\n"
                                          "teacher_seed=42\n"
@@ -382,8 +406,8 @@ TEST(SyntheticDatasetTest, DigestAndDataArePinned) {
                                          "examples=0\n"));
   const Batch b = GetBatch(**d, 3, 4);
   EXPECT_EQ(Digest128Hex(BatchBytes(b.x, b.labels)),
-            "834846b9dfff288f6918dd8d04aa3a92");
-  EXPECT_THAT(Ints(b.labels), ElementsAre(8, 5, 6, 5));
+            "afbdf0b319be35e021f26e4b9c7ca8f4");
+  EXPECT_THAT(Ints(b.labels), ElementsAre(0, 3, 8, 6));
 }
 
 TEST(SyntheticDatasetTest, DigestCoversEveryField) {

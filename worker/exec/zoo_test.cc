@@ -2,6 +2,7 @@
 // PlanModel with the data set of its config (worker/data), shrunk to a
 // tiny batch and a few steps.
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -211,7 +212,12 @@ TEST(ZooTest, GradientsMatchFiniteDifferences) {
     ASSERT_THAT(plain, IsOk());
     ASSERT_THAT(ref, IsOk());
     EXPECT_EQ(plain->run_digest, ref->run_digest);
-    const float eps = 1e-3f;
+    // Small enough that no ReLU / max-pool kink lies within eps of a checked
+    // element (1e-3 crosses one in lenet5's conv2 bias), large enough that
+    // float32 loss rounding stays well below the tolerance (1e-4 fails on
+    // gauntlet's conv1). Worst |numeric - analytic| / tolerance over all
+    // checked elements: 0.22 at 5e-4, 0.54 at 2.5e-4.
+    const float eps = 5e-4f;
     for (size_t l = 0; l < z.plan.layers.size(); ++l) {
       const LayerPlan& lp = z.plan.layers[l];
       for (size_t p = 0; p < lp.params.size(); ++p) {
@@ -271,21 +277,29 @@ double Mean(const std::vector<float>& v, size_t from, size_t to) {
   return s / static_cast<double>(to - from);
 }
 
-TEST(ZooTest, MlpLearnsTheSyntheticTeacher) {
-  // examples/mlp/config.json (SGD 0.1, 50 steps) only gets from 2.33 to
-  // 2.31 on average; Adam 0.01 over 100 steps more than halves the loss.
-  Zoo z = Load("mlp", 0, 100);
-  ASSERT_NE(z.dataset, nullptr);
-  z.config.mutable_optimizer()->set_kind(v1::ADAM);
-  z.config.mutable_optimizer()->set_learning_rate(0.01f);
-  z.config.mutable_capture()->set_kind(v1::CapturePolicy::FORWARD_ONLY);
-  ExecutorOptions o;
-  o.keep_fingerprints = false;
-  auto r = RunZoo(z, o);
-  ASSERT_THAT(r, IsOk());
-  const double first = Mean(r->losses, 0, 5);
-  const double last = Mean(r->losses, 95, 100);
-  EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
+// The acceptance bar for the zoo: each model's example config, run as is
+// on its synthetic data, at least halves the loss (the mean of the last 5
+// steps is at most half the mean of the first 5).
+TEST(ZooTest, ExampleConfigsHalveTheLoss) {
+  for (const char* name : {"mlp", "lenet5", "resnet_small"}) {
+    SCOPED_TRACE(name);
+    Zoo z = Load(name, 0, 0);
+    ASSERT_NE(z.dataset, nullptr);
+    ExecutorOptions o;
+    o.keep_fingerprints = false;
+    auto r = RunZoo(z, o);
+    ASSERT_THAT(r, IsOk());
+    const size_t n = r->losses.size();
+    ASSERT_EQ(n, static_cast<size_t>(z.config.steps()));
+    ASSERT_GE(n, 10u);
+    const double first = Mean(r->losses, 0, 5);
+    const double last = Mean(r->losses, n - 5, n);
+    std::printf(
+        "%s: %zu steps, mean loss of the first 5 steps %.4f, of the "
+        "last 5 %.4f (ratio %.3f)\n",
+        name, n, first, last, last / first);
+    EXPECT_LE(last, 0.5 * first) << "first " << first << " last " << last;
+  }
 }
 
 }  // namespace
