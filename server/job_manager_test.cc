@@ -168,7 +168,9 @@ class JobManagerTest : public ::testing::Test {
       step_digests.push_back(d);
       auto ack = jobs_->OnBatch(w->id, b);
       EXPECT_THAT(ack, IsOk());
-      if (ack.ok()) EXPECT_EQ(ack->sequence(), b.sequence());
+      if (ack.ok()) {
+        EXPECT_EQ(ack->sequence(), b.sequence());
+      }
     }
     const std::string digest = hash::CombineDigests(step_digests).ToHex();
     if (finish) {
