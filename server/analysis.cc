@@ -266,10 +266,21 @@ absl::StatusOr<Report> BuildReport(const Job& job,
   return report;
 }
 
+bool RunsAreNanFree(const std::vector<RunData>& runs) {
+  for (const RunData& r : runs) {
+    for (const store::StepRecord& step : r.steps) {
+      for (const TensorFingerprint& f : step.fingerprints) {
+        if (f.stats().nan_count() > 0) return false;
+      }
+    }
+  }
+  return true;
+}
+
 std::vector<Certificate> CertificatesFor(
     const Job& job, const Report& report,
     const std::map<std::string, std::string>& classes, int canonical_version,
-    int64_t now_unix_ms) {
+    int64_t now_unix_ms, bool nan_free) {
   std::vector<Certificate> out;
   if (report.verdict() != v1::REPRODUCIBLE) return out;
   std::map<std::string, int> per_worker;
@@ -318,7 +329,7 @@ std::vector<Certificate> CertificatesFor(
   const bool canonical =
       job.spec().config().determinism() == v1::CANONICAL ||
       job.spec().config().determinism() == v1::DETERMINISM_MODE_UNSPECIFIED;
-  if (workers_per_class.size() >= 2 && canonical) {
+  if (workers_per_class.size() >= 2 && canonical && nan_free) {
     Certificate c = make(v1::CROSS_CLASS, "");
     for (const auto& [digest, ws] : workers_per_class) {
       c.add_hardware_classes(digest);

@@ -55,16 +55,22 @@ absl::StatusOr<lockstep::v1::Report> BuildReport(
     const lockstep::v1::Job& job, const lockstep::v1::TensorManifest& manifest,
     const std::vector<RunData>& runs);
 
+// True when no captured tensor of any succeeded run holds a NaN (NaN
+// payloads are not canonical across hardware classes; see
+// docs/canonical-arithmetic.md section 7).
+bool RunsAreNanFree(const std::vector<RunData>& runs);
+
 // Certificates a REPRODUCIBLE report supports:
 //  RUN_TO_RUN   per worker that ran >= 2 runs (its hardware class),
 //  CROSS_DEVICE per hardware class with >= 2 distinct workers,
-//  CROSS_CLASS  when >= 2 hardware classes took part (CANONICAL only).
+//  CROSS_CLASS  when >= 2 hardware classes took part, the job is CANONICAL
+//               and its runs are NaN-free (`nan_free`).
 // `classes` maps hardware-class digest to its string. Ids are derived from
 // (job id, level, class) so re-issuing is idempotent.
 std::vector<lockstep::v1::Certificate> CertificatesFor(
     const lockstep::v1::Job& job, const lockstep::v1::Report& report,
     const std::map<std::string, std::string>& classes, int canonical_version,
-    int64_t now_unix_ms);
+    int64_t now_unix_ms, bool nan_free);
 
 // Evaluates a fleet audit's job: one run per audited worker. Per hardware
 // class the digest most workers produced wins (a unique plurality; with a

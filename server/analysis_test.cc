@@ -151,7 +151,7 @@ TEST(Analysis, ReproducibleOverTwoWorkersCertifiesRunToRunAndCrossDevice) {
   EXPECT_EQ(report->verdict(), REPRODUCIBLE);
   EXPECT_EQ(report->level(), CROSS_DEVICE);
   EXPECT_EQ(report->run_digests_size(), 3);
-  auto certs = CertificatesFor(job, *report, {{"c1", "class one"}}, 1, 99);
+  auto certs = CertificatesFor(job, *report, {{"c1", "class one"}}, 1, 99, true);
   ASSERT_EQ(certs.size(), 2u);
   EXPECT_EQ(certs[0].level(), RUN_TO_RUN);
   EXPECT_EQ(certs[1].level(), CROSS_DEVICE);
@@ -160,7 +160,7 @@ TEST(Analysis, ReproducibleOverTwoWorkersCertifiesRunToRunAndCrossDevice) {
   EXPECT_EQ(certs[1].evidence_job_ids(0), "job-1");
   EXPECT_NE(certs[0].certificate_id(), certs[1].certificate_id());
   // Deterministic ids: issuing again gives the same ones.
-  auto again = CertificatesFor(job, *report, {}, 1, 100);
+  auto again = CertificatesFor(job, *report, {}, 1, 100, true);
   EXPECT_EQ(again[0].certificate_id(), certs[0].certificate_id());
 }
 
@@ -173,7 +173,7 @@ TEST(Analysis, CrossClassOnlyForCanonical) {
     auto report = BuildReport(job, MakeManifest(), runs);
     ASSERT_THAT(report, IsOk());
     EXPECT_EQ(report->level(), CROSS_CLASS);
-    auto certs = CertificatesFor(job, *report, {}, 1, 1);
+    auto certs = CertificatesFor(job, *report, {}, 1, 1, true);
     if (mode == CANONICAL) {
       ASSERT_EQ(certs.size(), 1u);
       EXPECT_EQ(certs[0].level(), CROSS_CLASS);
@@ -182,6 +182,22 @@ TEST(Analysis, CrossClassOnlyForCanonical) {
       EXPECT_TRUE(certs.empty());
     }
   }
+}
+
+TEST(Analysis, CrossClassNeedsNanFreeRuns) {
+  std::vector<RunData> runs = {MakeRun("r0", 0, "w1", "c1"),
+                               MakeRun("r1", 1, "w2", "c2")};
+  EXPECT_TRUE(RunsAreNanFree(runs));
+  runs[1].steps[2].fingerprints[1].mutable_stats()->set_nan_count(3);
+  EXPECT_FALSE(RunsAreNanFree(runs));
+  Job job = MakeJob(CANONICAL);
+  for (const RunData& r : runs) *job.add_runs() = r.run;
+  auto report = BuildReport(job, MakeManifest(), runs);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->verdict(), REPRODUCIBLE);
+  // NaN payloads are not canonical across classes: no CROSS_CLASS claim.
+  EXPECT_TRUE(
+      CertificatesFor(job, *report, {}, 1, 1, RunsAreNanFree(runs)).empty());
 }
 
 TEST(Analysis, NondeterministicReportsEarliestDivergence) {
@@ -197,7 +213,7 @@ TEST(Analysis, NondeterministicReportsEarliestDivergence) {
   EXPECT_EQ(report->divergence().step(), 1);
   EXPECT_THAT(report->summary(), HasSubstr("2 of 2 runs differ"));
   EXPECT_THAT(report->summary(), HasSubstr("ND-ATOMIC-BIAS-GRAD"));
-  EXPECT_TRUE(CertificatesFor(job, *report, {}, 1, 1).empty());
+  EXPECT_TRUE(CertificatesFor(job, *report, {}, 1, 1, true).empty());
 }
 
 TEST(Analysis, FailedAndInconclusive) {

@@ -292,8 +292,9 @@ absl::StatusOr<v1::Report> JobManager::GetReport(const std::string& job_id) {
     report.set_verdict(v1::INCONCLUSIVE);
     report.set_summary(absl::StrCat("job cancelled: ", job.failure_reason()));
   }
-  for (const v1::Certificate& c : CertificatesFor(
-           job, report, {}, canonical::kCanonicalArithmeticVersion, 0)) {
+  for (const v1::Certificate& c :
+       CertificatesFor(job, report, {}, canonical::kCanonicalArithmeticVersion,
+                       0, RunsAreNanFree(runs))) {
     report.add_certificate_ids(c.certificate_id());
   }
   return report;
@@ -916,7 +917,8 @@ void JobManager::MaybeFinishJobLocked(JobState* js, Events* events) {
       }
       for (const v1::Certificate& c :
            CertificatesFor(js->job, *report, classes,
-                           canonical::kCanonicalArithmeticVersion, clock_())) {
+                           canonical::kCanonicalArithmeticVersion, clock_(),
+                           RunsAreNanFree(*runs))) {
         absl::Status s = store_->InsertCertificate(c);
         if (!s.ok()) LS_LOG(ERROR) << "certificate not stored: " << s;
       }
