@@ -1,5 +1,7 @@
 #include "kernels/backend.h"
 
+#include "absl/strings/str_format.h"
+
 namespace lockstep::kernels {
 
 absl::string_view ModeName(Mode mode) {
@@ -32,6 +34,19 @@ std::vector<std::string> SpatialOpNames() {
           op::kAvgPool2dGrad,     op::kGlobalAvgPoolForward,
           op::kGlobalAvgPoolGrad, op::kResizeBilinearForward,
           op::kResizeBilinearGrad};
+}
+
+absl::Status CheckNoAlias(absl::string_view op, absl::Span<const Tensor> in,
+                          absl::Span<Tensor> out) {
+  for (size_t o = 0; o < out.size(); ++o) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (out[o].SharesStorageWith(in[i])) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: output %d shares storage with input %d", op, o, i));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep::kernels

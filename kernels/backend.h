@@ -135,6 +135,11 @@ struct OpAttrs {
   int64_t step = 1;  // adam.update: 1-based step number t
 };
 
+// INVALID_ARGUMENT "<op>: output O shares storage with input I" when an
+// output aliases an input, for the kernels whose bodies do not allow it.
+absl::Status CheckNoAlias(absl::string_view op, absl::Span<const Tensor> in,
+                          absl::Span<Tensor> out);
+
 using KernelFn = absl::Status (*)(absl::Span<const Tensor> inputs,
                                   absl::Span<Tensor> outputs,
                                   const OpAttrs& attrs);

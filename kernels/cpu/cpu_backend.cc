@@ -20,20 +20,6 @@ namespace {
 
 namespace c = ::lockstep::canonical;
 
-// INVALID_ARGUMENT when an output shares storage with an input.
-absl::Status CheckNoAlias(absl::string_view op, absl::Span<const Tensor> in,
-                          absl::Span<Tensor> out) {
-  for (size_t o = 0; o < out.size(); ++o) {
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (out[o].SharesStorageWith(in[i])) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: output %d shares storage with input %d", op, o, i));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 void FillZero(Tensor& t) {
   if (t.bytes() > 0) std::memset(t.raw_data(), 0, t.bytes());
 }

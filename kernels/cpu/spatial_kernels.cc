@@ -33,19 +33,6 @@ using ::lockstep::spatial::PoolOutShape;
 using ::lockstep::spatial::PoolShape;
 using ::lockstep::spatial::ResizeShape;
 
-absl::Status CheckDisjoint(absl::string_view op, absl::Span<const Tensor> in,
-                           absl::Span<Tensor> out) {
-  for (size_t o = 0; o < out.size(); ++o) {
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (out[o].SharesStorageWith(in[i])) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: output %d shares storage with input %d", op, o, i));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 template <bool kGemm>
 absl::Status Conv2dForwardKernel(absl::Span<const Tensor> in,
                                  absl::Span<Tensor> out, const OpAttrs& a) {
@@ -55,7 +42,7 @@ absl::Status Conv2dForwardKernel(absl::Span<const Tensor> in,
                       ConvShape(name, in[0], in[1], a, "x", "w"));
   LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
   LS_RETURN_IF_ERROR(ExpectShape(name, out[0], ConvOutShape(s), "y"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   if (kGemm && ActiveCpuIsa() != CpuIsa::kScalar) {
     Conv2dForwardGemm(s, in[0].data<float>(), in[1].data<float>(),
                       out[0].data<float>(), ActiveCpuIsa(), CpuThreadPool());
@@ -76,7 +63,7 @@ absl::Status Conv2dGradInputKernel(absl::Span<const Tensor> in,
                       ConvShape(name, out[0], in[1], a, "dx", "w"));
   LS_RETURN_IF_ERROR(CheckNchw(name, in[0], "dy"));
   LS_RETURN_IF_ERROR(ExpectShape(name, in[0], ConvOutShape(s), "dy"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   if (kGemm && ActiveCpuIsa() != CpuIsa::kScalar) {
     Conv2dGradInputGemm(s, in[0].data<float>(), in[1].data<float>(),
                         out[0].data<float>(), ActiveCpuIsa(), CpuThreadPool());
@@ -97,7 +84,7 @@ absl::Status Conv2dGradWeightKernel(absl::Span<const Tensor> in,
                       ConvShape(name, in[0], out[0], a, "x", "dw"));
   LS_RETURN_IF_ERROR(CheckNchw(name, in[1], "dy"));
   LS_RETURN_IF_ERROR(ExpectShape(name, in[1], ConvOutShape(s), "dy"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   if (kGemm && ActiveCpuIsa() != CpuIsa::kScalar) {
     Conv2dGradWeightGemm(s, in[0].data<float>(), in[1].data<float>(),
                          out[0].data<float>(), ActiveCpuIsa(), CpuThreadPool());
@@ -120,7 +107,7 @@ absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
                       ConvShape(name, in[0], out[0], a, "x", "dw"));
   LS_RETURN_IF_ERROR(CheckNchw(name, in[1], "dy"));
   LS_RETURN_IF_ERROR(ExpectShape(name, in[1], ConvOutShape(s), "dy"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   const int64_t dw_size = sp::Conv2dWeightSize(s);
   float* dw = out[0].data<float>();
   for (int64_t i = 0; i < dw_size; ++i) dw[i] = 0.0f;
@@ -146,7 +133,7 @@ absl::Status MaxPoolForwardKernel(absl::Span<const Tensor> in,
   LS_ASSIGN_OR_RETURN(sp::Pool2dShape s, PoolShape(name, in[0], a, "x"));
   LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
   LS_RETURN_IF_ERROR(ExpectShape(name, out[0], PoolOutShape(s), "y"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   sp::MaxPool2dForward(s, in[0].data<float>(), out[0].data<float>());
   return absl::OkStatus();
 }
@@ -160,7 +147,7 @@ absl::Status MaxPoolGradKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNchw(name, in[1], "dy"));
   LS_RETURN_IF_ERROR(ExpectShape(name, in[1], PoolOutShape(s), "dy"));
   LS_RETURN_IF_ERROR(ExpectShape(name, out[0], in[0].shape(), "dx"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   sp::MaxPool2dGrad(s, in[0].data<float>(), in[1].data<float>(),
                     out[0].data<float>());
   return absl::OkStatus();
@@ -173,7 +160,7 @@ absl::Status AvgPoolForwardKernel(absl::Span<const Tensor> in,
   LS_ASSIGN_OR_RETURN(sp::Pool2dShape s, PoolShape(name, in[0], a, "x"));
   LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
   LS_RETURN_IF_ERROR(ExpectShape(name, out[0], PoolOutShape(s), "y"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   sp::AvgPool2dForward(s, in[0].data<float>(), out[0].data<float>());
   return absl::OkStatus();
 }
@@ -186,7 +173,7 @@ absl::Status AvgPoolGradKernel(absl::Span<const Tensor> in,
   LS_ASSIGN_OR_RETURN(sp::Pool2dShape s, PoolShape(name, out[0], a, "dx"));
   LS_RETURN_IF_ERROR(CheckNchw(name, in[0], "dy"));
   LS_RETURN_IF_ERROR(ExpectShape(name, in[0], PoolOutShape(s), "dy"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   sp::AvgPool2dGrad(s, in[0].data<float>(), out[0].data<float>());
   return absl::OkStatus();
 }
@@ -198,7 +185,7 @@ absl::Status GlobalAvgPoolForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
   LS_ASSIGN_OR_RETURN(sp::GlobalPool2dShape s,
                       GlobalShape(name, in[0], out[0], "x", "y"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   sp::GlobalAvgPool2dForward(s, in[0].data<float>(), out[0].data<float>());
   return absl::OkStatus();
 }
@@ -209,7 +196,7 @@ absl::Status GlobalAvgPoolGradKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
   LS_ASSIGN_OR_RETURN(sp::GlobalPool2dShape s,
                       GlobalShape(name, out[0], in[0], "dx", "dy"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   sp::GlobalAvgPool2dGrad(s, in[0].data<float>(), out[0].data<float>());
   return absl::OkStatus();
 }
@@ -220,7 +207,7 @@ absl::Status ResizeForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
   LS_ASSIGN_OR_RETURN(sp::ResizeBilinearShape s,
                       ResizeShape(name, in[0], out[0], "x", "y"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   sp::ResizeBilinearForward(s, in[0].data<float>(), out[0].data<float>());
   return absl::OkStatus();
 }
@@ -231,7 +218,7 @@ absl::Status ResizeGradKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
   LS_ASSIGN_OR_RETURN(sp::ResizeBilinearShape s,
                       ResizeShape(name, out[0], in[0], "dx", "dy"));
-  LS_RETURN_IF_ERROR(CheckDisjoint(name, in, out));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   sp::ResizeBilinearGrad(s, in[0].data<float>(), out[0].data<float>());
   return absl::OkStatus();
 }

@@ -55,21 +55,6 @@ KernelParams& AddLaunch(DeviceCall* call, DeviceOp op, int64_t work,
   return call->launches.back().params;
 }
 
-// As the CPU backend: INVALID_ARGUMENT when an output shares storage with an
-// input (for the ops whose bodies do not allow it).
-absl::Status CheckNoAlias(absl::string_view op, absl::Span<const Tensor> in,
-                          absl::Span<Tensor> out) {
-  for (size_t o = 0; o < out.size(); ++o) {
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (out[o].SharesStorageWith(in[i])) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: output %d shares storage with input %d", op, o, i));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 // ---- dense family ---------------------------------------------------------
 
 absl::Status PlanDense(absl::string_view name, absl::Span<const Tensor> in,
