@@ -21,6 +21,7 @@ PACKAGES=(
   libbenchmark-dev         # Google Benchmark 1.7
   libxxhash-dev            # xxHash 0.8 (fingerprints)
   libcpp-httplib-dev       # HTTP dashboard and metrics
+  libopenblas-dev          # OpenBLAS sgemm: the CPU benchmark's baseline
 )
 
 names=()

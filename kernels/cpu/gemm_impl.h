@@ -49,8 +49,12 @@ class GemmDriver {
   using T = typename V::T;
   static constexpr int kW = V::kWidth;
   static constexpr int kNR = NV * kW;
-  // Row tiles per task: a task reuses its packed B panel over this many.
+  // Row tiles per task: a task reuses each packed B block over this many.
   static constexpr int64_t kRowTilesPerTask = 16;
+  // Column panels per task, at most (fewer when the pool needs more tasks).
+  static constexpr int64_t kMaxPanelsPerTask = 8;
+  // k block length of a single-chain product (chunk >= k).
+  static constexpr int64_t kBlockK = 256;
 
   static void Run(const canonical::MatMulShape& s, const float* a,
                   const float* b, float* c, int64_t chunk, ThreadPool* pool) {
@@ -101,47 +105,105 @@ class GemmDriver {
     };
     For(pool, n_panels, pack_b);
 
-    const int64_t num_chunks = chunk >= k ? 1 : (k + chunk - 1) / chunk;
+    // Blocking along k. In tree mode (chunk < k) a k block is one canonical
+    // chunk: its chain starts from +0.0f and its partial enters the
+    // canonical tree. Otherwise the whole of k is one chain, cut into
+    // blocks of kBlockK whose accumulators are stored and reloaded between
+    // blocks (exact), so the bits equal those of one unbroken chain.
+    const bool tree = chunk < k;
+    const int64_t kc = tree ? chunk : kBlockK;
+    const int64_t num_blocks = (k + kc - 1) / kc;
     int levels = 1;
-    while ((int64_t{1} << levels) <= num_chunks) ++levels;
-    const int64_t groups = (m_tiles + kRowTilesPerTask - 1) / kRowTilesPerTask;
+    if (tree) {
+      while ((int64_t{1} << levels) <= num_blocks) ++levels;
+    }
+    // Tasks: a block of row tiles x a block of column panels. Within a task
+    // the k blocks are the outer loop, then panels, then row tiles, so one
+    // panel's B block stays in L1 while the task's A blocks come from L2.
+    const int64_t row_blocks =
+        (m_tiles + kRowTilesPerTask - 1) / kRowTilesPerTask;
+    const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
+    int64_t panels_per_task = kMaxPanelsPerTask;
+    while (panels_per_task > 1 &&
+           row_blocks * ((n_panels + panels_per_task - 1) / panels_per_task) <
+               4 * threads) {
+      panels_per_task /= 2;
+    }
+    const int64_t panel_blocks =
+        (n_panels + panels_per_task - 1) / panels_per_task;
     auto run = [&](int64_t task) {
-      const int64_t panel = task / groups;
-      const int64_t group = task % groups;
-      AlignedFloats slots(levels * MR * kNR);
+      const int64_t t0 = (task % row_blocks) * kRowTilesPerTask;
+      const int64_t t1 = std::min<int64_t>(m_tiles, t0 + kRowTilesPerTask);
+      const int64_t p0 = (task / row_blocks) * panels_per_task;
+      const int64_t p1 = std::min<int64_t>(n_panels, p0 + panels_per_task);
+      const int64_t nt = t1 - t0;
+      const int64_t per_tile = (tree ? levels : 1) * kSlot;
+      // Per (panel, tile): the tree's slots, or the carried chain.
+      AlignedFloats state(num_blocks == 1 ? 0 : (p1 - p0) * nt * per_tile);
       alignas(64) float tile[MR * kNR];
-      const int64_t t_end =
-          std::min<int64_t>(m_tiles, (group + 1) * kRowTilesPerTask);
-      const int64_t j0 = panel * kNR;
-      const int64_t cols = std::min<int64_t>(kNR, n - j0);
-      for (int64_t t = group * kRowTilesPerTask; t < t_end; ++t) {
-        Tile(ap + t * k * MR, bp + panel * k * kNR, k, chunk, slots.get(),
-             tile);
-        const int64_t i0 = t * MR;
-        const int rows = static_cast<int>(std::min<int64_t>(MR, m - i0));
-        for (int r = 0; r < rows; ++r) {
-          float* dst = c + (i0 + r) * s.c_row + j0 * s.c_col;
-          const float* src = tile + r * kNR;
-          if (s.c_col == 1) {
-            for (int64_t v = 0; v < cols; ++v) dst[v] = src[v];
-          } else {
-            for (int64_t v = 0; v < cols; ++v) dst[v * s.c_col] = src[v];
+      T acc[MR][NV];
+      int64_t blk = 0;
+      for (int64_t begin = 0; begin < k; begin += kc, ++blk) {
+        const int64_t count = std::min(kc, k - begin);
+        const bool last = blk + 1 == num_blocks;
+        for (int64_t p = p0; p < p1; ++p) {
+          const float* b_blk = bp + p * k * kNR + begin * kNR;
+          for (int64_t t = t0; t < t1; ++t) {
+            float* st = state.get() + ((p - p0) * nt + (t - t0)) * per_tile;
+            if (tree || blk == 0) {
+              Zero(acc);
+            } else {
+              LoadAcc(st, acc);
+            }
+            Chain(ap + t * k * MR + begin * MR, b_blk, count, acc);
+            if (tree) {
+              PushPartial(st, blk, acc);
+            } else if (last) {
+              StoreAcc(tile, acc);
+              WriteTile(s, tile, t, p, c);
+            } else {
+              StoreAcc(st, acc);
+            }
+          }
+        }
+      }
+      if (tree) {
+        for (int64_t p = p0; p < p1; ++p) {
+          for (int64_t t = t0; t < t1; ++t) {
+            FoldTree(state.get() + ((p - p0) * nt + (t - t0)) * per_tile,
+                     num_blocks, acc);
+            StoreAcc(tile, acc);
+            WriteTile(s, tile, t, p, c);
           }
         }
       }
     };
-    For(pool, n_panels * groups, run);
+    For(pool, row_blocks * panel_blocks, run);
   }
 
  private:
-  // acc = sequential fma chain over count steps from +0.0f, per lane.
-  static inline void Chain(const float* ap, const float* bp, int64_t count,
-                           T (&acc)[MR][NV]) {
+  static constexpr int64_t kSlot = MR * kNR;
+
+  static inline void Zero(T (&acc)[MR][NV]) {
 #pragma GCC unroll 32
     for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 32
       for (int v = 0; v < NV; ++v) acc[r][v] = V::Zero();
     }
+  }
+
+  static inline void LoadAcc(const float* src, T (&acc)[MR][NV]) {
+#pragma GCC unroll 32
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 32
+      for (int v = 0; v < NV; ++v) acc[r][v] = V::Load(src + r * kNR + v * kW);
+    }
+  }
+
+  // acc = acc continued by a sequential fma chain over count steps, per
+  // lane.
+  static inline void Chain(const float* ap, const float* bp, int64_t count,
+                           T (&acc)[MR][NV]) {
     for (int64_t p = 0; p < count; ++p) {
       T bv[NV];
 #pragma GCC unroll 32
@@ -177,43 +239,47 @@ class GemmDriver {
     }
   }
 
-  // One MR x kNR tile of C into out: chunk chains, then the canonical tree.
-  // The tree is TreeAccumulator's binary counter, per lane: pushing the
-  // partial of chunk c merges it with the stored perfect subtrees at the
-  // trailing one-bits of c; slot b holds the subtree of 2^b chunks.
-  static void Tile(const float* ap, const float* bp, int64_t k, int64_t chunk,
-                   float* slots, float* out) {
-    T acc[MR][NV];
-    if (k <= chunk) {
-      Chain(ap, bp, k, acc);
-      StoreAcc(out, acc);
-      return;
-    }
-    constexpr int64_t kSlot = MR * kNR;
-    int64_t c = 0;
-    for (int64_t begin = 0; begin < k; begin += chunk, ++c) {
-      const int64_t count = std::min(chunk, k - begin);
-      Chain(ap + begin * MR, bp + begin * kNR, count, acc);
-      int level = 0;
-      for (int64_t bits = c; bits & 1; bits >>= 1, ++level) {
-        AddFrom(slots + level * kSlot, acc);
-      }
-      StoreAcc(slots + level * kSlot, acc);
-    }
-    // Fold the remaining subtrees from the smallest (rightmost) up.
+  // The canonical tree over one tile's chunk partials, kept as
+  // TreeAccumulator's binary counter, per lane: slot b holds a perfect
+  // subtree of 2^b chunks. Pushing the partial of chunk `index` merges it
+  // with the stored subtrees at the trailing one-bits of index.
+  static inline void PushPartial(float* slots, int64_t index,
+                                 T (&acc)[MR][NV]) {
     int level = 0;
-    while (((c >> level) & 1) == 0) ++level;
-#pragma GCC unroll 32
-    for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 32
-      for (int v = 0; v < NV; ++v) {
-        acc[r][v] = V::Load(slots + level * kSlot + r * kNR + v * kW);
+    for (int64_t bits = index; bits & 1; bits >>= 1, ++level) {
+      AddFrom(slots + level * kSlot, acc);
+    }
+    StoreAcc(slots + level * kSlot, acc);
+  }
+
+  // After `count` pushes: folds the remaining subtrees, from the smallest
+  // (rightmost) up, into acc.
+  static void FoldTree(const float* slots, int64_t count, T (&acc)[MR][NV]) {
+    int level = 0;
+    while (((count >> level) & 1) == 0) ++level;
+    LoadAcc(slots + level * kSlot, acc);
+    for (++level; (count >> level) != 0; ++level) {
+      if ((count >> level) & 1) AddFrom(slots + level * kSlot, acc);
+    }
+  }
+
+  // Copies the MR x kNR tile of row tile t, column panel p into C, clipped
+  // to the matrix.
+  static void WriteTile(const canonical::MatMulShape& s, const float* tile,
+                        int64_t t, int64_t p, float* c) {
+    const int64_t i0 = t * MR;
+    const int64_t j0 = p * kNR;
+    const int rows = static_cast<int>(std::min<int64_t>(MR, s.rows - i0));
+    const int64_t cols = std::min<int64_t>(kNR, s.cols - j0);
+    for (int r = 0; r < rows; ++r) {
+      float* dst = c + (i0 + r) * s.c_row + j0 * s.c_col;
+      const float* src = tile + r * kNR;
+      if (s.c_col == 1) {
+        for (int64_t v = 0; v < cols; ++v) dst[v] = src[v];
+      } else {
+        for (int64_t v = 0; v < cols; ++v) dst[v * s.c_col] = src[v];
       }
     }
-    for (++level; (c >> level) != 0; ++level) {
-      if ((c >> level) & 1) AddFrom(slots + level * kSlot, acc);
-    }
-    StoreAcc(out, acc);
   }
 };
 

@@ -48,9 +48,20 @@ struct Dims {
 // M, N not multiples of any vector width; K (and the other reduction
 // lengths M and N of the gradients) = 1, 255, 256, 257, 600, 1100.
 const Dims kShapes[] = {
-    {1, 1, 1},    {3, 255, 5},   {7, 256, 9},  {13, 257, 31}, {33, 600, 17},
-    {2, 1100, 3}, {257, 9, 35},  {6, 11, 600}, {600, 4, 13},  {255, 2, 40},
-    {1, 40, 256}, {70, 300, 45},  // the last one large enough for threads
+    {1, 1, 1},
+    {3, 255, 5},
+    {7, 256, 9},
+    {13, 257, 31},
+    {33, 600, 17},
+    {2, 1100, 3},
+    {257, 9, 35},
+    {6, 11, 600},
+    {600, 4, 13},
+    {255, 2, 40},
+    {1, 40, 256},
+    {70, 300, 45},  // the last one large enough for threads
+    // Several row blocks x several column panel blocks x several k blocks.
+    {200, 520, 150},
 };
 
 enum class Product { kForward, kGradInput, kGradWeight };
