@@ -151,7 +151,8 @@ TEST(Analysis, ReproducibleOverTwoWorkersCertifiesRunToRunAndCrossDevice) {
   EXPECT_EQ(report->verdict(), REPRODUCIBLE);
   EXPECT_EQ(report->level(), CROSS_DEVICE);
   EXPECT_EQ(report->run_digests_size(), 3);
-  auto certs = CertificatesFor(job, *report, {{"c1", "class one"}}, 1, 99, true);
+  auto certs =
+      CertificatesFor(job, *report, {{"c1", "class one"}}, 1, 99, true);
   ASSERT_EQ(certs.size(), 2u);
   EXPECT_EQ(certs[0].level(), RUN_TO_RUN);
   EXPECT_EQ(certs[1].level(), CROSS_DEVICE);

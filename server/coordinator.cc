@@ -27,6 +27,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
     return absl::InvalidArgumentError(absl::StrCat(
         "max_attempts: ", options.jobs.max_attempts, " is outside 1..100"));
   }
+  if (options.jobs.finished_jobs_in_memory < 0 ||
+      options.jobs.finished_jobs_in_memory > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "finished_jobs_in_memory: ", options.jobs.finished_jobs_in_memory,
+        " is outside 0..1000000"));
+  }
   if (options.heartbeat_timeout_ms <= options.heartbeat_interval_ms) {
     return absl::InvalidArgumentError(
         absl::StrCat("heartbeat_timeout_ms: ", options.heartbeat_timeout_ms,

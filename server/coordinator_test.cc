@@ -269,6 +269,12 @@ TEST(CoordinatorStart, RejectsBadOptions) {
   EXPECT_THAT(Coordinator::Start(o).status().message(),
               HasSubstr("heartbeat_timeout_ms"));
   o = CoordinatorOptions();
+  o.listen_address = "127.0.0.1:0";
+  o.store.path = ":memory:";
+  o.jobs.finished_jobs_in_memory = -1;
+  EXPECT_THAT(Coordinator::Start(o).status().message(),
+              HasSubstr("finished_jobs_in_memory: -1 is outside 0..1000000"));
+  o = CoordinatorOptions();
   o.store.path = ":memory:";
   o.listen_address = "not-an-address";
   EXPECT_FALSE(Coordinator::Start(o).ok());

@@ -182,6 +182,7 @@ absl::StatusOr<Job> JobManager::Submit(const v1::SubmitJobRequest& request) {
   Job snapshot;
   {
     absl::MutexLock lock(&mu_);
+    EvictFinishedLocked();
     JobState& js = jobs_[job.job_id()];
     js.job = job;
     js.manifest = *manifest;
@@ -537,6 +538,10 @@ void JobManager::AssignLocked(Events* events) {
       }
       if (load_[w.worker_id] >= w.slots) continue;
       if (!LabelsMatch(p.worker_labels(), w.labels)) continue;
+      // backend CUDA needs a worker with a GPU; CPU and ANY run anywhere.
+      if (js->job.spec().config().backend() == v1::CUDA && w.gpus == 0) {
+        continue;
+      }
       if (p.worker_ids_size() > 0 && !Contains(p.worker_ids(), w.worker_id)) {
         continue;
       }
@@ -1004,9 +1009,31 @@ int JobManager::Sweep() {
           &events);
     }
     AssignLocked(&events);
+    EvictFinishedLocked();
   }
   Dispatch(std::move(events));
   return expired;
+}
+
+size_t JobManager::JobsInMemory() const {
+  absl::MutexLock lock(&mu_);
+  return jobs_.size();
+}
+
+void JobManager::EvictFinishedLocked() {
+  std::vector<std::pair<int64_t, std::string>> finished;
+  for (const auto& [id, js] : jobs_) {
+    if (IsFinished(js.job.state())) {
+      finished.emplace_back(js.job.finished_unix_ms(), id);
+    }
+  }
+  const size_t keep =
+      static_cast<size_t>(std::max(0, options_.finished_jobs_in_memory));
+  if (finished.size() <= keep) return;
+  std::sort(finished.begin(), finished.end());
+  for (size_t i = 0; i + keep < finished.size(); ++i) {
+    jobs_.erase(finished[i].second);
+  }
 }
 
 absl::Status JobManager::Recover() {

@@ -45,6 +45,10 @@ struct JobManagerOptions {
   int max_attempts = 3;
   // Model and config limits, as the workers enforce them.
   worker::Limits limits;
+  // Finished jobs kept in memory (the most recently finished ones); older
+  // ones are dropped from memory at the next submission or sweep and served
+  // from the store, so memory stays bounded on a long-lived coordinator.
+  int finished_jobs_in_memory = 256;
 };
 
 class JobManager final : public WorkerRegistry::Listener {
@@ -106,8 +110,12 @@ class JobManager final : public WorkerRegistry::Listener {
   // worker resends results after reconnecting).
   absl::Status OnRunFinished(const std::string& worker_id,
                              const lockstep::v1::RunFinished& finished);
-  // Re-queues runs whose lease expired. Returns how many.
+  // Re-queues runs whose lease expired, and drops the oldest finished jobs
+  // from memory beyond options.finished_jobs_in_memory. Returns how many
+  // runs were re-queued.
   int Sweep();
+  // Jobs held in memory (unfinished ones plus recently finished ones).
+  size_t JobsInMemory() const;
 
  private:
   struct JobState {
@@ -132,6 +140,9 @@ class JobManager final : public WorkerRegistry::Listener {
                                    JobState** job_out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignLocked(Events* events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the oldest finished jobs beyond options_.finished_jobs_in_memory.
+  // Invalidates JobState pointers: call only where none is held.
+  void EvictFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends an attempt that did not succeed: a fresh attempt while attempts
   // remain, else the run fails (and with it the job).
   void RetryOrFailLocked(JobState* js, lockstep::v1::Run* run,
@@ -164,7 +175,7 @@ class JobManager final : public WorkerRegistry::Listener {
   const JobManagerOptions options_;
   const Clock clock_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   // Unfinished jobs (and finished ones until evicted; see MaybeFinishJob).
   std::map<std::string, JobState> jobs_ ABSL_GUARDED_BY(mu_);
   // Assigned or running runs.

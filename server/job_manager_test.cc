@@ -105,17 +105,18 @@ class JobManagerTest : public ::testing::Test {
     MakeManager();
   }
 
-  void MakeManager() {
+  void MakeManager(int finished_jobs_in_memory = 256) {
     JobManagerOptions jo;
     jo.lease_ms = kLeaseMs;
     jo.max_attempts = 2;
+    jo.finished_jobs_in_memory = finished_jobs_in_memory;
     jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), jo,
                                          [this] { return now_.load(); });
     registry_->SetListener(jobs_.get());
   }
 
   FakeWorker* Connect(const std::string& name, const std::string& cls,
-                      int slots = 1) {
+                      int slots = 1, int gpus = 0) {
     auto w = std::make_unique<FakeWorker>();
     w->name = name;
     w->cls = cls;
@@ -124,6 +125,9 @@ class JobManagerTest : public ::testing::Test {
     h.set_slots(slots);
     h.mutable_profile()->set_hardware_class(cls);
     h.mutable_profile()->set_hardware_class_digest(Digest128Hex(cls));
+    for (int g = 0; g < gpus; ++g) {
+      h.mutable_profile()->add_gpus()->set_name("NVIDIA H100");
+    }
     FakeWorker* raw = w.get();
     auto session = registry_->Connect(
         h, "fake", nullptr,
@@ -432,6 +436,69 @@ TEST_F(JobManagerTest, IdempotencyKeyReturnsTheSameJob) {
   ASSERT_THAT(second, IsOk());
   EXPECT_EQ(first->job_id(), second->job_id());
   EXPECT_EQ(jobs_->ListJobs(ListJobsRequest())->jobs_size(), 1);
+}
+
+TEST_F(JobManagerTest, FinishedJobsLeaveMemoryButNotTheStore) {
+  MakeManager(/*finished_jobs_in_memory=*/1);
+  FakeWorker* a = Connect("a", "class-x", /*slots=*/2);
+  std::vector<std::string> ids;
+  std::vector<RunAssignment> first_runs;
+  for (int i = 0; i < 3; ++i) {
+    SubmitJobRequest req;
+    *req.mutable_spec() = MlpSpec(2, SAME_WORKER, CANONICAL);
+    auto job = jobs_->Submit(req);
+    ASSERT_THAT(job, IsOk());
+    ids.push_back(job->job_id());
+    auto runs = a->TakeAssignments();
+    ASSERT_EQ(runs.size(), 2u);
+    Execute(a, runs[0]);
+    Execute(a, runs[1]);
+    first_runs.push_back(runs[0]);
+    now_ += 10;
+  }
+  jobs_->Sweep();
+  EXPECT_EQ(jobs_->JobsInMemory(), 1u);
+  for (const std::string& id : ids) {
+    auto job = jobs_->GetJob(id);
+    ASSERT_THAT(job, IsOk());
+    EXPECT_EQ(job->state(), JOB_SUCCEEDED);
+    auto report = jobs_->GetReport(id);
+    ASSERT_THAT(report, IsOk());
+    EXPECT_EQ(report->verdict(), REPRODUCIBLE);
+  }
+  // A late, resent result of an evicted job is refused cleanly.
+  RunFinished late;
+  late.set_run_id(first_runs[0].run_id());
+  late.set_attempt(first_runs[0].attempt());
+  late.set_success(true);
+  EXPECT_THAT(jobs_->OnRunFinished(a->id, late),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(jobs_->Cancel(ids[0], ""),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("already JOB_SUCCEEDED")));
+}
+
+TEST_F(JobManagerTest, CudaRunsGoOnlyToWorkersWithAGpu) {
+  FakeWorker* cpu = Connect("cpu-only", "class-cpu");
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_CLASS, CANONICAL);
+  req.mutable_spec()->mutable_config()->set_backend(CUDA);
+  auto job = jobs_->Submit(req);
+  ASSERT_THAT(job, IsOk());
+  EXPECT_TRUE(cpu->TakeAssignments().empty());
+  EXPECT_EQ(jobs_->GetJob(job->job_id())->state(), JOB_QUEUED);
+
+  FakeWorker* gpu = Connect("gpu-node", "class-gpu", /*slots=*/2, /*gpus=*/1);
+  const std::vector<RunAssignment> got = gpu->TakeAssignments();
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_TRUE(cpu->TakeAssignments().empty());
+
+  // A CPU job still runs on either.
+  SubmitJobRequest cpu_req;
+  *cpu_req.mutable_spec() = MlpSpec(1, SAME_CLASS, CANONICAL);
+  cpu_req.mutable_spec()->mutable_config()->set_backend(CPU);
+  ASSERT_THAT(jobs_->Submit(cpu_req), IsOk());
+  EXPECT_EQ(cpu->TakeAssignments().size(), 1u);
 }
 
 TEST_F(JobManagerTest, CancelStopsRuns) {

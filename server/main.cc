@@ -25,6 +25,9 @@ ABSL_FLAG(int64_t, lease_ms, 30000,
           "lease of an assigned run, renewed by heartbeats; a run whose "
           "lease expires is retried elsewhere, ms");
 ABSL_FLAG(int, max_attempts, 3, "attempts per run before its job fails");
+ABSL_FLAG(int, finished_jobs_in_memory, 256,
+          "recently finished jobs kept in memory; older ones are read from "
+          "the database when asked for");
 ABSL_FLAG(std::string, zoo_dir, "examples",
           "model zoo folder; its models are the fleet-audit workloads");
 ABSL_FLAG(std::string, synchronous, "FULL",
@@ -53,6 +56,8 @@ int main(int argc, char** argv) {
   options.heartbeat_timeout_ms = absl::GetFlag(FLAGS_heartbeat_timeout_ms);
   options.jobs.lease_ms = absl::GetFlag(FLAGS_lease_ms);
   options.jobs.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  options.jobs.finished_jobs_in_memory =
+      absl::GetFlag(FLAGS_finished_jobs_in_memory);
   options.zoo_dir = absl::GetFlag(FLAGS_zoo_dir);
 
   auto coordinator = lockstep::server::Coordinator::Start(options);

@@ -145,6 +145,7 @@ absl::StatusOr<int64_t> WorkerRegistry::Connect(const Hello& hello,
     s.info.hardware_class = hello.profile().hardware_class();
     s.info.hardware_class_digest = hello.profile().hardware_class_digest();
     s.info.slots = hello.slots() > 0 ? hello.slots() : 1;
+    s.info.gpus = hello.profile().gpus_size();
     s.info.admin_state =
         stored.has_value() &&
                 stored->admin_state() != v1::WORKER_ADMIN_STATE_UNSPECIFIED

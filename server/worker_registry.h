@@ -51,6 +51,8 @@ struct LiveWorker {
   std::string hardware_class;
   std::string hardware_class_digest;
   int slots = 1;
+  // GPUs the worker's hardware profile lists (usable CUDA devices).
+  int gpus = 0;
   lockstep::v1::WorkerAdminState admin_state = lockstep::v1::ACTIVE;
 };
 
