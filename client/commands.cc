@@ -235,7 +235,11 @@ std::string FormatAudit(const v1::Audit& a) {
         c.agrees_with_other_classes() ? "" : "  DISAGREES WITH OTHER CLASSES");
   }
   for (const auto& w : a.workers()) {
-    absl::StrAppendFormat(&s, "  %-20s %-9s %s%s\n", w.worker_id(),
+    const std::string who =
+        w.worker_name().empty()
+            ? w.worker_id()
+            : absl::StrCat(w.worker_name(), " (", w.worker_id(), ")");
+    absl::StrAppendFormat(&s, "  %-32s %-9s %s%s\n", who,
                           v1::WorkerHealth_Name(w.health()), w.run_digest(),
                           w.quarantined() ? "  quarantined" : "");
     if (w.has_divergence()) {

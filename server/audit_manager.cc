@@ -179,10 +179,12 @@ absl::Status AuditManager::Finish(Audit* audit, const Job& job) {
                       store_->GetManifest(job.job_id()));
   LS_ASSIGN_OR_RETURN(std::vector<RunData> runs, jobs_->LoadRuns(job));
   std::map<std::string, std::string> class_names;
+  std::map<std::string, std::string> worker_names;
   LS_ASSIGN_OR_RETURN(std::vector<v1::Worker> workers, store_->ListWorkers());
   for (const v1::Worker& w : workers) {
     class_names[w.profile().hardware_class_digest()] =
         w.profile().hardware_class();
+    worker_names[w.worker_id()] = w.name();
   }
   // A run that never started has no worker yet: report its pinned worker.
   const auto& pinned = job.spec().placement().worker_ids();
@@ -194,6 +196,8 @@ absl::Status AuditManager::Finish(Audit* audit, const Job& job) {
   LS_RETURN_IF_ERROR(EvaluateAudit(job, manifest, runs, class_names, audit));
   const int64_t now = clock_();
   for (v1::AuditWorkerResult& w : *audit->mutable_workers()) {
+    auto name = worker_names.find(w.worker_id());
+    if (name != worker_names.end()) w.set_worker_name(name->second);
     std::string detail = absl::StrCat("audit ", audit->audit_id(), ": ",
                                       v1::WorkerHealth_Name(w.health()));
     if (w.has_divergence()) {

@@ -306,6 +306,7 @@ TEST_F(JobsE2E, AuditNamesTheFaultyWorkerAndQuarantinesIt) {
   const v1::ListWorkersResponse workers = cluster_->Workers(true);
   for (const auto& w : workers.workers()) names[w.worker_id()] = w.name();
   for (const auto& w : audit.workers()) {
+    EXPECT_EQ(w.worker_name(), names[w.worker_id()]);
     if (names[w.worker_id()] == "node-3") {
       EXPECT_EQ(w.health(), v1::OUTLIER);
       EXPECT_TRUE(w.quarantined());
@@ -327,6 +328,7 @@ TEST_F(JobsE2E, AuditNamesTheFaultyWorkerAndQuarantinesIt) {
   auto show = cluster_->Cli({"audit", "show", audit.audit_id()});
   ASSERT_THAT(show, IsOk());
   EXPECT_THAT(show->out, HasSubstr("OUTLIER"));
+  EXPECT_THAT(show->out, HasSubstr("node-3 (w-"));
   EXPECT_THAT(show->out, HasSubstr("layer \"fc2\", PHASE_FORWARD ACTIVATION"));
   auto list = cluster_->Cli({"audit", "list"});
   ASSERT_THAT(list, IsOk());
