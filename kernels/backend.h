@@ -69,6 +69,10 @@ absl::string_view ModeName(Mode mode);
 // Algorithm name of the spec-defined kernels.
 inline constexpr char kCanonicalAlgorithm[] = "canonical";
 
+// Registry backend names (KernelKey::backend).
+inline constexpr char kCpuBackendName[] = "cpu";
+inline constexpr char kCudaBackendName[] = "cuda";
+
 // Op names (the registry's first key component).
 namespace op {
 inline constexpr char kDenseForward[] = "dense.forward";

@@ -24,8 +24,6 @@
 
 namespace lockstep::kernels {
 
-inline constexpr char kCudaBackendName[] = "cuda";
-
 // Registers the CANONICAL CUDA kernel of every op in DenseFamilyOpNames()
 // and SpatialOpNames(). Needs no device (kernels check for one when
 // called). In a build without CUDA registers nothing and returns

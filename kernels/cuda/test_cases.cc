@@ -1,334 +1,18 @@
 #include "kernels/cuda/test_cases.h"
 
-#include <cmath>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_format.h"
 
 namespace lockstep::kernels::cuda::testing {
-namespace {
-
-class Gen {
- public:
-  Gen(Family family, uint32_t seed) : family_(family), rng_(seed) {}
-
-  Tensor Floats(std::vector<int64_t> shape, bool nonnegative = false) {
-    Tensor t = Tensor::Zeros(DType::kFloat32, std::move(shape)).value();
-    float* p = t.data<float>();
-    std::uniform_real_distribution<float> real(-1.0f, 1.0f);
-    std::uniform_int_distribution<int> ints(-8, 8);
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      float v = family_ == Family::kRandom ? real(rng_)
-                                           : static_cast<float>(ints(rng_));
-      if (family_ == Family::kRandom) {
-        if (i % 97 == 3) v = (i % 2 ? -1.0f : 1.0f) * 1.5e-39f;  // subnormal
-        if (i % 101 == 5) v = (i % 2 ? -0.0f : 0.0f);
-      }
-      p[i] = nonnegative ? std::fabs(v) : v;
-    }
-    return t;
-  }
-
-  Tensor Labels(int64_t n, int64_t classes) {
-    Tensor t = Tensor::Zeros(DType::kInt32, {n}).value();
-    std::uniform_int_distribution<int32_t> dist(0, classes - 1);
-    for (int64_t i = 0; i < n; ++i) t.data<int32_t>()[i] = dist(rng_);
-    return t;
-  }
-
- private:
-  Family family_;
-  std::mt19937 rng_;
-};
-
-Tensor Zeros(std::vector<int64_t> shape) {
-  return Tensor::Zeros(DType::kFloat32, std::move(shape)).value();
-}
-
-void AddDense(Gen& g, std::vector<OpCase>* cases) {
-  struct D {
-    int64_t m, k, n;
-    bool tx, tw;
-  };
-  // Reductions over k (forward), n (grad_input), m (grad_weight) of 600,
-  // 300, 257, 300 terms cross the chunk boundary.
-  const D dims[] = {{3, 600, 300, false, false}, {300, 20, 7, true, true},
-                    {5, 257, 3, false, true},    {2, 3, 4, true, false},
-                    {2, 0, 3, false, false},  // empty reduction: +0.0f
-                    {0, 3, 2, false, true}};
-  for (const D& d : dims) {
-    OpAttrs a;
-    a.transpose_x = d.tx;
-    a.transpose_w = d.tw;
-    const std::vector<int64_t> xs =
-        d.tx ? std::vector<int64_t>{d.k, d.m} : std::vector<int64_t>{d.m, d.k};
-    const std::vector<int64_t> ws =
-        d.tw ? std::vector<int64_t>{d.n, d.k} : std::vector<int64_t>{d.k, d.n};
-    const std::string dims_label = absl::StrFormat("m=%d k=%d n=%d tx=%d tw=%d",
-                                                   d.m, d.k, d.n, d.tx, d.tw);
-    cases->push_back({"dense.forward " + dims_label,
-                      op::kDenseForward,
-                      {g.Floats(xs), g.Floats(ws)},
-                      {Zeros({d.m, d.n})},
-                      a});
-    cases->push_back({"dense.grad_input " + dims_label,
-                      op::kDenseGradInput,
-                      {g.Floats({d.m, d.n}), g.Floats(ws)},
-                      {Zeros(xs)},
-                      a});
-    cases->push_back({"dense.grad_weight " + dims_label,
-                      op::kDenseGradWeight,
-                      {g.Floats(xs), g.Floats({d.m, d.n})},
-                      {Zeros(ws)},
-                      a});
-  }
-}
-
-void AddElementwise(Gen& g, std::vector<OpCase>* cases) {
-  const std::vector<std::vector<int64_t>> bias_shapes = {
-      {300, 4}, {3, 4, 10, 10}, {0, 4}};  // {0, 4}: empty sums
-  for (const auto& s : bias_shapes) {
-    cases->push_back({"bias_add.forward",
-                      op::kBiasAddForward,
-                      {g.Floats(s), g.Floats({s[1]})},
-                      {Zeros(s)},
-                      {}});
-    cases->push_back({"bias_add.grad",
-                      op::kBiasAddGrad,
-                      {g.Floats(s)},
-                      {Zeros({s[1]})},
-                      {}});
-  }
-  cases->push_back({"relu.forward",
-                    op::kReluForward,
-                    {g.Floats({1000})},
-                    {Zeros({1000})},
-                    {}});
-  cases->push_back({"relu.grad",
-                    op::kReluGrad,
-                    {g.Floats({7, 150}), g.Floats({7, 150})},
-                    {Zeros({7, 150})},
-                    {}});
-  cases->push_back({"add.forward",
-                    op::kAddForward,
-                    {g.Floats({33, 31}), g.Floats({33, 31})},
-                    {Zeros({33, 31})},
-                    {}});
-  cases->push_back({"add.grad",
-                    op::kAddGrad,
-                    {g.Floats({33, 31})},
-                    {Zeros({33, 31}), Zeros({33, 31})},
-                    {}});
-  cases->push_back({"flatten",
-                    op::kFlatten,
-                    {g.Floats({3, 4, 5, 6})},
-                    {Zeros({3, 120})},
-                    {}});
-}
-
-void AddSoftmax(Gen& g, std::vector<OpCase>* cases) {
-  // N = 300 crosses the chunk boundary of the loss sum, C = 600 that of the
-  // row sums.
-  const int64_t shapes[][2] = {{300, 10}, {4, 600}, {1, 1}};
-  for (const auto& s : shapes) {
-    const std::string label = absl::StrFormat("n=%d c=%d", s[0], s[1]);
-    Tensor logits = g.Floats({s[0], s[1]});
-    Tensor labels = g.Labels(s[0], s[1]);
-    cases->push_back({"softmax_xent.forward " + label,
-                      op::kSoftmaxXentForward,
-                      {logits, labels},
-                      {Zeros({1})},
-                      {}});
-    cases->push_back({"softmax_xent.grad " + label,
-                      op::kSoftmaxXentGrad,
-                      {logits, labels},
-                      {Zeros({s[0], s[1]})},
-                      {}});
-  }
-}
-
-void AddOptimizers(Gen& g, std::vector<OpCase>* cases) {
-  const std::vector<int64_t> s = {1000};
-  OpAttrs a;
-  a.learning_rate = 0.01f;
-  a.momentum = 0.9f;
-  a.beta1 = 0.9f;
-  a.beta2 = 0.999f;
-  a.epsilon = 1e-8f;
-  a.step = 3;
-  cases->push_back(
-      {"sgd.update", op::kSgdUpdate, {g.Floats(s)}, {g.Floats(s)}, a});
-  cases->push_back({"momentum.update",
-                    op::kMomentumUpdate,
-                    {g.Floats(s)},
-                    {g.Floats(s), g.Floats(s)},
-                    a});
-  cases->push_back({"adam.update",
-                    op::kAdamUpdate,
-                    {g.Floats(s)},
-                    {g.Floats(s), g.Floats(s), g.Floats(s, true)},
-                    a});
-}
-
-void AddConv(Gen& g, std::vector<OpCase>* cases) {
-  struct C {
-    std::vector<int64_t> x, w;
-    OpAttrs a;
-  };
-  std::vector<C> convs;
-  {  // forward reduction 30 * 3 * 3 = 270 terms
-    C c{{2, 30, 6, 6}, {4, 30, 3, 3}, {}};
-    c.a.pad_top = c.a.pad_bottom = c.a.pad_left = c.a.pad_right = 1;
-    convs.push_back(c);
-  }
-  {  // grad_input 30 * 9 = 270 terms, grad_weight 2 * 13 * 13 = 338 terms
-    C c{{2, 3, 13, 13}, {30, 3, 3, 3}, {}};
-    c.a.pad_top = c.a.pad_bottom = c.a.pad_left = c.a.pad_right = 1;
-    convs.push_back(c);
-  }
-  {  // groups, stride, dilation, asymmetric padding
-    C c{{1, 4, 9, 8}, {6, 2, 3, 2}, {}};
-    c.a.groups = 2;
-    c.a.stride_h = 2;
-    c.a.dilation_h = 2;
-    c.a.pad_top = 1;
-    c.a.pad_right = 1;
-    convs.push_back(c);
-  }
-  for (const C& c : convs) {
-    const int64_t kh_eff = c.a.dilation_h * (c.w[2] - 1) + 1;
-    const int64_t kw_eff = c.a.dilation_w * (c.w[3] - 1) + 1;
-    const int64_t oh =
-        (c.x[2] + c.a.pad_top + c.a.pad_bottom - kh_eff) / c.a.stride_h + 1;
-    const int64_t ow =
-        (c.x[3] + c.a.pad_left + c.a.pad_right - kw_eff) / c.a.stride_w + 1;
-    const std::vector<int64_t> ys = {c.x[0], c.w[0], oh, ow};
-    const std::string label = absl::StrFormat(
-        "x=%s w=%s groups=%d", ShapeString(c.x), ShapeString(c.w), c.a.groups);
-    cases->push_back({"conv2d.forward " + label,
-                      op::kConv2dForward,
-                      {g.Floats(c.x), g.Floats(c.w)},
-                      {Zeros(ys)},
-                      c.a});
-    cases->push_back({"conv2d.grad_input " + label,
-                      op::kConv2dGradInput,
-                      {g.Floats(ys), g.Floats(c.w)},
-                      {Zeros(c.x)},
-                      c.a});
-    cases->push_back({"conv2d.grad_weight " + label,
-                      op::kConv2dGradWeight,
-                      {g.Floats(c.x), g.Floats(ys)},
-                      {Zeros(c.w)},
-                      c.a});
-  }
-}
-
-void AddPools(Gen& g, std::vector<OpCase>* cases) {
-  struct P {
-    int64_t k, s, pad;
-    bool include_pad;
-  };
-  const P pools[] = {{3, 2, 1, true}, {3, 2, 1, false}, {2, 1, 0, true}};
-  const std::vector<int64_t> xs = {2, 3, 9, 9};
-  for (const P& p : pools) {
-    OpAttrs a;
-    a.kernel_h = a.kernel_w = p.k;
-    a.stride_h = a.stride_w = p.s;
-    a.pad_top = a.pad_bottom = a.pad_left = a.pad_right = p.pad;
-    a.count_include_pad = p.include_pad;
-    const int64_t o = (9 + 2 * p.pad - p.k) / p.s + 1;
-    const std::vector<int64_t> ys = {2, 3, o, o};
-    const std::string label = absl::StrFormat("k=%d s=%d pad=%d incl=%d", p.k,
-                                              p.s, p.pad, p.include_pad);
-    Tensor x = g.Floats(xs);
-    cases->push_back({"max_pool2d.forward " + label,
-                      op::kMaxPool2dForward,
-                      {x},
-                      {Zeros(ys)},
-                      a});
-    cases->push_back({"max_pool2d.grad " + label,
-                      op::kMaxPool2dGrad,
-                      {x, g.Floats(ys)},
-                      {Zeros(xs)},
-                      a});
-    cases->push_back({"avg_pool2d.forward " + label,
-                      op::kAvgPool2dForward,
-                      {x},
-                      {Zeros(ys)},
-                      a});
-    cases->push_back({"avg_pool2d.grad " + label,
-                      op::kAvgPool2dGrad,
-                      {g.Floats(ys)},
-                      {Zeros(xs)},
-                      a});
-  }
-  // 17 * 17 = 289 terms per channel.
-  cases->push_back({"global_avg_pool.forward",
-                    op::kGlobalAvgPoolForward,
-                    {g.Floats({2, 3, 17, 17})},
-                    {Zeros({2, 3})},
-                    {}});
-  cases->push_back({"global_avg_pool.grad",
-                    op::kGlobalAvgPoolGrad,
-                    {g.Floats({2, 3, 1, 1})},
-                    {Zeros({2, 3, 17, 17})},
-                    {}});
-}
-
-void AddResize(Gen& g, std::vector<OpCase>* cases) {
-  const std::vector<int64_t> pairs[][2] = {{{2, 3, 3, 3}, {2, 3, 40, 40}},
-                                           {{1, 2, 9, 7}, {1, 2, 4, 5}}};
-  for (const auto& p : pairs) {
-    const std::string label = ShapeString(p[0]) + "->" + ShapeString(p[1]);
-    cases->push_back({"resize_bilinear.forward " + label,
-                      op::kResizeBilinearForward,
-                      {g.Floats(p[0])},
-                      {Zeros(p[1])},
-                      {}});
-    cases->push_back({"resize_bilinear.grad " + label,
-                      op::kResizeBilinearGrad,
-                      {g.Floats(p[1])},
-                      {Zeros(p[0])},
-                      {}});
-  }
-}
-
-}  // namespace
-
-const char* FamilyName(Family family) {
-  return family == Family::kRandom ? "random" : "small_ints";
-}
-
-std::vector<OpCase> CanonicalOpCases(Family family, uint32_t seed) {
-  Gen g(family, seed);
-  std::vector<OpCase> cases;
-  AddDense(g, &cases);
-  AddElementwise(g, &cases);
-  AddSoftmax(g, &cases);
-  AddOptimizers(g, &cases);
-  AddConv(g, &cases);
-  AddPools(g, &cases);
-  AddResize(g, &cases);
-  return cases;
-}
-
-std::vector<Tensor> CloneAll(const std::vector<Tensor>& tensors) {
-  std::vector<Tensor> out;
-  for (const Tensor& t : tensors) out.push_back(t.Clone().value());
-  return out;
-}
 
 absl::StatusOr<std::vector<Tensor>> RunRegistered(const Registry& registry,
                                                   absl::string_view backend,
                                                   const OpCase& c) {
-  absl::StatusOr<KernelFn> fn = registry.Lookup(KernelKey{
-      c.op, Mode::kCanonical, kCanonicalAlgorithm, std::string(backend)});
-  if (!fn.ok()) return fn.status();
-  std::vector<Tensor> out = CloneAll(c.outputs);
-  absl::Status s = (*fn)(c.inputs, absl::MakeSpan(out), c.attrs);
-  if (!s.ok()) return s;
-  return out;
+  return RunOpCase(registry,
+                   KernelKey{c.op, Mode::kCanonical, kCanonicalAlgorithm,
+                             std::string(backend)},
+                   c);
 }
 
 ::testing::AssertionResult SameBits(const Tensor& got, const Tensor& want) {
@@ -336,25 +20,22 @@ absl::StatusOr<std::vector<Tensor>> RunRegistered(const Registry& registry,
     return ::testing::AssertionFailure()
            << "got " << got.DebugString() << ", want " << want.DebugString();
   }
-  const int64_t words = got.bytes() / 4;
-  const uint32_t* a = static_cast<const uint32_t*>(got.raw_data());
-  const uint32_t* b = static_cast<const uint32_t*>(want.raw_data());
-  for (int64_t i = 0; i < words; ++i) {
-    if (a[i] != b[i]) {
-      float fa, fb;
-      std::memcpy(&fa, &a[i], 4);
-      std::memcpy(&fb, &b[i], 4);
-      return ::testing::AssertionFailure() << absl::StrFormat(
-                 "first differing element at index 0x%x: got 0x%08x (%.9g), "
-                 "want 0x%08x (%.9g)",
-                 i, a[i], fa, b[i], fb);
-    }
+  const int64_t i = FirstDifferingElement(got, want);
+  if (i < 0) return ::testing::AssertionSuccess();
+  if (DTypeSize(got.dtype()) != 4) {
+    return ::testing::AssertionFailure()
+           << absl::StrFormat("first differing element at index 0x%x", i);
   }
-  if (got.bytes() % 4 != 0 &&
-      std::memcmp(got.raw_data(), want.raw_data(), got.bytes()) != 0) {
-    return ::testing::AssertionFailure() << "bytes differ";
-  }
-  return ::testing::AssertionSuccess();
+  uint32_t a, b;
+  std::memcpy(&a, static_cast<const char*>(got.raw_data()) + 4 * i, 4);
+  std::memcpy(&b, static_cast<const char*>(want.raw_data()) + 4 * i, 4);
+  float fa, fb;
+  std::memcpy(&fa, &a, 4);
+  std::memcpy(&fb, &b, 4);
+  return ::testing::AssertionFailure() << absl::StrFormat(
+             "first differing element at index 0x%x: got 0x%08x (%.9g), "
+             "want 0x%08x (%.9g)",
+             i, a, fa, b, fb);
 }
 
 }  // namespace lockstep::kernels::cuda::testing

@@ -1,6 +1,6 @@
-// Test inputs for the CUDA backend's tests: one or more calls per CANONICAL
-// op, in two input families, with shapes whose reductions cross the
-// 256-term chunk boundary; and bit-exact comparison of results.
+// Test inputs for the CUDA backend's tests: the seeded calls of
+// kernels/op_cases.h under their test names, and bit-exact comparison of
+// results as a gtest assertion.
 #ifndef LOCKSTEP_KERNELS_CUDA_TEST_CASES_H_
 #define LOCKSTEP_KERNELS_CUDA_TEST_CASES_H_
 
@@ -11,30 +11,22 @@
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/op_cases.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"
 
 namespace lockstep::kernels::cuda::testing {
 
-enum class Family {
-  kRandom,     // uniform [-1, 1), with some subnormals, +-0 sprinkled in
-  kSmallInts,  // integers in [-8, 8]: sums are exact
-};
-const char* FamilyName(Family family);
+using Family = ::lockstep::kernels::InputFamily;
+using ::lockstep::kernels::CloneAll;
+using ::lockstep::kernels::OpCase;
 
-struct OpCase {
-  std::string label;  // "dense.forward m=3 k=600 n=300"
-  std::string op;
-  std::vector<Tensor> inputs;
-  std::vector<Tensor> outputs;  // initial contents (zeros, optimizer state)
-  OpAttrs attrs;
-};
+inline const char* FamilyName(Family family) { return InputFamilyName(family); }
 
 // Every op of DenseFamilyOpNames() and SpatialOpNames() at least once.
-std::vector<OpCase> CanonicalOpCases(Family family, uint32_t seed);
-
-// Deep copies (fresh storage) of `tensors`.
-std::vector<Tensor> CloneAll(const std::vector<Tensor>& tensors);
+inline std::vector<OpCase> CanonicalOpCases(Family family, uint32_t seed) {
+  return OpCases(family, seed);
+}
 
 // Runs the kernel registered for (c.op, CANONICAL, "canonical", backend) on
 // fresh copies of c's outputs; returns them.
