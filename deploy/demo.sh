@@ -92,9 +92,10 @@ echo "demo: 3 workers connected"
 run submit mlp --runs=3 --scope=same_class --worker_labels=demo=true --watch
 run certificates
 
-# 2. DEFAULT mode: what stock frameworks do. (On CPU workers the DEFAULT
-#    kernels fall back to the canonical ones until the fast CPU backend with
-#    its atomic variants lands, so this still certifies.)
+# 2. DEFAULT mode: what stock frameworks do. The CPU's DEFAULT kernels add
+#    partial sums in thread-arrival order (split-K dense, bias and conv
+#    weight gradients), so the two runs may or may not agree; either way the
+#    report says where they split and why.
 run submit gauntlet --mode=default --runs=2 --worker_labels=demo=true --watch
 
 # 3. A flagged divergence: the same job on a healthy and on the faulty

@@ -1,10 +1,13 @@
-// CANONICAL conv2d forward / grad_input / grad_weight on the GEMM (gemm.h).
+// conv2d forward / grad_input / grad_weight on the GEMM (gemm.h): CANONICAL
+// with chunk = canonical::kChunk, DETERMINISTIC with chunk = kSingleChain.
 //
 // Each op's canonical reduction (kernels/spatial/conv2d.h, SPEC.md) is a
 // fixed sequence of taps in which out-of-range taps contribute fma(0, w,
 // acc). Lowering it to a matrix product whose depth index walks exactly that
 // sequence, with explicit zeros in the lowered matrix, gives the same terms
-// in the same order, so CanonicalGemm reproduces the scalar bits:
+// in the same order, so with chunk = canonical::kChunk the GEMM reproduces
+// the scalar bits (with kSingleChain every output is instead one fma chain
+// over the same sequence: fixed, but not the canonical grouping):
 //   forward      per (n, group): y[co, pix] = W[co, (ci, kh, kw)] x
 //                im2col(x)[(ci, kh, kw), pix]
 //   grad_weight  per group:      dw[co, (ci, kh, kw)] = dy[co, (n, pix)] x
@@ -12,13 +15,17 @@
 //   grad_input   per (n, group): dx[ci, (ih, iw)] = W'[ci, (co, kh, kw)] x
 //                gather(dy)[(co, kh, kw), (ih, iw)]  (zero where the tap
 //                falls on padding or a stride hole)
-// Scratch memory: the lowered matrices (for grad_weight, the whole batch's
-// im2col of one group).
+// Small images are batched: the lowered matrices of several images side by
+// side as column blocks of one product (the outputs of each keep their own
+// reduction, so the bits do not change). Scratch memory: the lowered
+// matrices (for grad_weight, the whole batch's im2col of one group).
 //
 // Preconditions: as the scalar drivers of kernels/spatial/conv2d.h (shape
 // validated, sizes, no overlap). Thread-safety: reentrant.
 #ifndef LOCKSTEP_KERNELS_CPU_CONV_GEMM_H_
 #define LOCKSTEP_KERNELS_CPU_CONV_GEMM_H_
+
+#include <cstdint>
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
@@ -26,13 +33,16 @@
 
 namespace lockstep::kernels {
 
+// chunk: canonical::kChunk (CANONICAL) or kSingleChain (DETERMINISTIC), as
+// for Gemm (gemm.h).
 void Conv2dForwardGemm(const spatial::Conv2dShape& s, const float* x,
-                       const float* w, float* y, CpuIsa isa, ThreadPool* pool);
+                       const float* w, float* y, int64_t chunk, CpuIsa isa,
+                       ThreadPool* pool);
 void Conv2dGradInputGemm(const spatial::Conv2dShape& s, const float* dy,
-                         const float* w, float* dx, CpuIsa isa,
+                         const float* w, float* dx, int64_t chunk, CpuIsa isa,
                          ThreadPool* pool);
 void Conv2dGradWeightGemm(const spatial::Conv2dShape& s, const float* x,
-                          const float* dy, float* dw, CpuIsa isa,
+                          const float* dy, float* dw, int64_t chunk, CpuIsa isa,
                           ThreadPool* pool);
 
 }  // namespace lockstep::kernels

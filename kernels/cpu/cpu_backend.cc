@@ -1,6 +1,8 @@
 // CANONICAL CPU kernels of the dense family, the loss and the optimizers.
 // The dense kernels here are the scalar ones (registered as "scalar"); the
 // "canonical" dense kernels are the GEMM ones of fast_kernels.cc.
+// bias_add.grad runs on the lane kernels (lane_kernels.h) as "canonical" and
+// on the scalar body as "scalar".
 #include "kernels/cpu/cpu_backend.h"
 
 #include <algorithm>
@@ -9,6 +11,9 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/lane_kernels.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
 #include "kernels/ops/optimizers.h"
@@ -83,6 +88,9 @@ absl::Status BiasAddForwardKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// kLanes: the lane kernels (lane_kernels.h); else the scalar spec body.
+// Same bits either way.
+template <bool kLanes>
 absl::Status BiasAddGradKernel(absl::Span<const Tensor> in,
                                absl::Span<Tensor> out, const OpAttrs&) {
   LS_RETURN_IF_ERROR(CheckArity(op::kBiasAddGrad, in, 1, out, 1));
@@ -92,7 +100,12 @@ absl::Status BiasAddGradKernel(absl::Span<const Tensor> in,
     FillZero(out[0]);
     return absl::OkStatus();
   }
-  c::BiasAddGrad(s, in[0].data<float>(), out[0].data<float>());
+  if (kLanes) {
+    BiasAddGradLanes(s, in[0].data<float>(), out[0].data<float>(),
+                     ActiveCpuIsa(), CpuThreadPool());
+  } else {
+    c::BiasAddGrad(s, in[0].data<float>(), out[0].data<float>());
+  }
   return absl::OkStatus();
 }
 
@@ -228,12 +241,13 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry) {
     const char* op;
     KernelFn fn;
   };
-  const Entry scalar_dense[] = {
+  const Entry scalar[] = {
       {op::kDenseForward, &DenseForwardKernel},
       {op::kDenseGradInput, &DenseGradInputKernel},
       {op::kDenseGradWeight, &DenseGradWeightKernel},
+      {op::kBiasAddGrad, &BiasAddGradKernel<false>},
   };
-  for (const Entry& e : scalar_dense) {
+  for (const Entry& e : scalar) {
     LS_RETURN_IF_ERROR(registry->Register(
         KernelKey{e.op, Mode::kCanonical, kScalarAlgorithm, kCpuBackendName},
         e.fn));
@@ -241,7 +255,7 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry) {
   LS_RETURN_IF_ERROR(cpu_internal::RegisterFastCanonicalKernels(registry));
   const Entry entries[] = {
       {op::kBiasAddForward, &BiasAddForwardKernel},
-      {op::kBiasAddGrad, &BiasAddGradKernel},
+      {op::kBiasAddGrad, &BiasAddGradKernel<true>},
       {op::kReluForward, &ReluForwardKernel},
       {op::kReluGrad, &ReluGradKernel},
       {op::kFlatten, &FlattenKernel},

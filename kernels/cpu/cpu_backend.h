@@ -5,11 +5,13 @@
 // registered under (op, Mode::kCanonical, "canonical", "cpu"): dense.* and
 // conv2d.* run the register-blocked, multi-threaded GEMM of gemm.h (conv2d
 // through im2col, conv_gemm.h) on the ISA isa.h picks, bit-identical to the
-// scalar spec code (on the scalar ISA they run that code directly); every
-// other op runs the canonical op body from kernels/ops/ or kernels/spatial/
-// with its host loop driver, single threaded. The scalar dense.* and
-// conv2d.* kernels stay registered under (op, kCanonical, "scalar", "cpu")
-// for comparison.
+// scalar spec code (on the scalar ISA they run that code directly);
+// bias_add.grad and max_pool2d.* run the multi-threaded kernels of
+// lane_kernels.h, vectorised across outputs and bit-identical to the spec
+// code as well; every other op runs the canonical op body from kernels/ops/
+// or kernels/spatial/ with its host loop driver, single threaded. The scalar
+// spec-code kernels of dense.*, conv2d.*, bias_add.grad and max_pool2d.*
+// stay registered under (op, kCanonical, "scalar", "cpu") for comparison.
 //
 // RegisterCpuDeterministicAndDefaultKernels adds the other modes' kernels
 // (see its comment); the canonical registration does not include them.
@@ -28,8 +30,6 @@
 
 namespace lockstep::kernels {
 
-inline constexpr char kCpuBackendName[] = "cpu";
-
 // Algorithm names used by the CPU backend besides "canonical".
 inline constexpr char kScalarAlgorithm[] = "scalar";
 inline constexpr char kDeterministicAlgorithm[] = "deterministic";
@@ -39,21 +39,33 @@ inline constexpr char kSplitKAtomicAlgorithm[] = "split_k_atomic";
 
 // Registers every CANONICAL CPU kernel: DenseFamilyOpNames() and
 // SpatialOpNames() (kernels/backend.h) under "canonical", plus the scalar
-// dense.* and conv2d.* kernels under "scalar".
+// dense.*, conv2d.*, bias_add.grad and max_pool2d.* kernels under "scalar".
 // ALREADY_EXISTS if one is there.
 absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 
 // Registers the CPU kernels of the other modes:
-//   DETERMINISTIC "deterministic": dense.forward, dense.grad_input,
-//       dense.grad_weight: the GEMM with one fma chain per output over the
-//       whole reduction (no chunks, no tree); fixed order, any thread count.
+//   DETERMINISTIC "deterministic", for every op of DenseFamilyOpNames() and
+//       SpatialOpNames() (so a DETERMINISTIC job never falls back):
+//     dense.forward, dense.grad_input, dense.grad_weight, conv2d.forward,
+//       conv2d.grad_input, conv2d.grad_weight: the GEMM (conv2d through the
+//       lowering of conv_gemm.h) with one fma chain per output over the
+//       whole reduction (no chunks, no tree). Fixed order for any thread
+//       count, so repeatable on one machine; the bits may differ between
+//       ISAs (vector blocking) and from CANONICAL.
+//     every other op: its CANONICAL kernel (already the fastest repeatable
+//       path this backend has for it; bias_add.grad and max_pool2d.* are
+//       the vectorised, multi-threaded lane kernels).
 //   DEFAULT "default" and "split_k_atomic": dense.forward split over K,
 //       partials added into y with atomic CAS in arrival order
 //       (NONDETERMINISTIC with more than one thread).
-//   DEFAULT "default": dense.grad_input, dense.grad_weight: as DETERMINISTIC.
+//   DEFAULT "default": dense.grad_input, dense.grad_weight, conv2d.forward,
+//       conv2d.grad_input: as DETERMINISTIC.
 //   DEFAULT "default" and "atomic": bias_add.grad and conv2d.grad_weight,
 //       split over the batch with atomic accumulation (NONDETERMINISTIC).
-// Results of the DEFAULT kernels are within float rounding of CANONICAL's.
+//   DEFAULT "default", every other op: its DETERMINISTIC kernel (so a
+//       DEFAULT job never falls back either).
+// Results of the DEFAULT and DETERMINISTIC kernels are
+// within float rounding of CANONICAL's. ALREADY_EXISTS if one is there.
 absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry);
 
 class CpuBackend final : public Backend {
@@ -67,8 +79,8 @@ class CpuBackend final : public Backend {
 namespace cpu_internal {
 // Registration of the spatial kernels (spatial_kernels.cc).
 absl::Status RegisterSpatialKernels(Registry* registry);
-// The DEFAULT spatial kernels (spatial_kernels.cc).
-absl::Status RegisterSpatialDefaultKernels(Registry* registry);
+// The DETERMINISTIC and DEFAULT conv2d kernels (spatial_kernels.cc).
+absl::Status RegisterSpatialDeterministicAndDefaultKernels(Registry* registry);
 // The GEMM-based CANONICAL dense kernels (fast_kernels.cc).
 absl::Status RegisterFastCanonicalKernels(Registry* registry);
 }  // namespace cpu_internal

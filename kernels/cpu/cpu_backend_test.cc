@@ -4,6 +4,7 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -70,15 +71,17 @@ TEST_F(CpuBackendTest, RegistersEveryOp) {
         KernelKey{op, Mode::kCanonical, kCanonicalAlgorithm, "cpu"}))
         << op;
   }
-  // Plus the scalar dense and conv2d kernels under "scalar".
-  for (const char* op :
-       {op::kDenseForward, op::kDenseGradInput, op::kDenseGradWeight,
-        op::kConv2dForward, op::kConv2dGradInput, op::kConv2dGradWeight}) {
+  // Plus the scalar spec-code kernels of the ops with fast ones.
+  const char* const scalar[] = {
+      op::kDenseForward,  op::kDenseGradInput,   op::kDenseGradWeight,
+      op::kConv2dForward, op::kConv2dGradInput,  op::kConv2dGradWeight,
+      op::kBiasAddGrad,   op::kMaxPool2dForward, op::kMaxPool2dGrad};
+  for (const char* op : scalar) {
     EXPECT_TRUE(registry_.Contains(
         KernelKey{op, Mode::kCanonical, kScalarAlgorithm, "cpu"}))
         << op;
   }
-  EXPECT_EQ(registry_.size(), all.size() + 6);
+  EXPECT_EQ(registry_.size(), all.size() + std::size(scalar));
   EXPECT_EQ(CpuBackend().name(), "cpu");
   // Registering twice is refused.
   EXPECT_THAT(RegisterCpuCanonicalKernels(&registry_),

@@ -1,8 +1,12 @@
-// The fast CPU kernels of the dense family (gemm.h) and the DEFAULT-mode
-// atomic kernels (atomic_float.h). Registration: cpu_backend.h.
+// The fast CPU kernels of the dense family (gemm.h), the DEFAULT-mode
+// atomic kernels (atomic_float.h) and the registration of the DETERMINISTIC
+// and DEFAULT kernels (cpu_backend.h).
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -199,7 +203,50 @@ absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry) {
     LS_RETURN_IF_ERROR(registry->Register(
         KernelKey{e.op, e.mode, e.algorithm, kCpuBackendName}, e.fn));
   }
-  return cpu_internal::RegisterSpatialDefaultKernels(registry);
+  LS_RETURN_IF_ERROR(
+      cpu_internal::RegisterSpatialDeterministicAndDefaultKernels(registry));
+  // Every other op: its CANONICAL kernel is the DETERMINISTIC one.
+  const absl::string_view own[] = {op::kDenseForward,    op::kDenseGradInput,
+                                   op::kDenseGradWeight, op::kConv2dForward,
+                                   op::kConv2dGradInput, op::kConv2dGradWeight};
+  Registry canonical;
+  LS_RETURN_IF_ERROR(RegisterCpuCanonicalKernels(&canonical));
+  std::vector<std::string> ops = DenseFamilyOpNames();
+  for (const std::string& op : SpatialOpNames()) ops.push_back(op);
+  for (const std::string& op : ops) {
+    if (std::find(std::begin(own), std::end(own), op) != std::end(own)) {
+      continue;
+    }
+    LS_ASSIGN_OR_RETURN(
+        KernelFn fn,
+        canonical.Lookup(KernelKey{op, Mode::kCanonical, kCanonicalAlgorithm,
+                                   kCpuBackendName}));
+    LS_RETURN_IF_ERROR(
+        registry->Register(KernelKey{op, Mode::kDeterministic,
+                                     kDeterministicAlgorithm, kCpuBackendName},
+                           fn));
+  }
+  // DEFAULT for every op that has no DEFAULT kernel of its own: the
+  // DETERMINISTIC one (what stock frameworks run for these ops by default
+  // is already deterministic), so a DEFAULT job never falls back either.
+  for (const std::string& op : ops) {
+    bool has_default = false;
+    for (const KernelKey& k : registry->Keys()) {
+      if (k.op == op && k.mode == Mode::kDefault &&
+          k.backend == kCpuBackendName) {
+        has_default = true;
+        break;
+      }
+    }
+    if (has_default) continue;
+    LS_ASSIGN_OR_RETURN(
+        KernelFn fn,
+        registry->Lookup(KernelKey{op, Mode::kDeterministic,
+                                   kDeterministicAlgorithm, kCpuBackendName}));
+    LS_RETURN_IF_ERROR(registry->Register(
+        KernelKey{op, Mode::kDefault, kDefaultAlgorithm, kCpuBackendName}, fn));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep::kernels

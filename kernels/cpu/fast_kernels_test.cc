@@ -1,8 +1,11 @@
-// The registered fast CPU kernels: CANONICAL dense kernels (GEMM) against
-// the "scalar" ones through the registry for every ISA and thread count;
-// DETERMINISTIC repeatable; DEFAULT (atomic) within rounding of CANONICAL.
+// The registered fast CPU kernels: CANONICAL dense and conv2d kernels (GEMM)
+// and bias_add.grad / max_pool2d.* (lane kernels) against the "scalar" ones
+// through the registry for every ISA and thread count; DETERMINISTIC
+// repeatable; DEFAULT (atomic) within rounding of CANONICAL.
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,7 @@ namespace lockstep::kernels {
 namespace {
 
 using ::lockstep::testing::FloatBits;
+using ::lockstep::testing::FromBits;
 using ::lockstep::testing::HexFloat;
 using ::lockstep::testing::IsOk;
 using ::lockstep::testing::RandomFloats;
@@ -173,6 +177,8 @@ TEST_F(FastKernelsTest, CanonicalConvEqualsScalarForEveryIsaAndThreads) {
       {1, 3, 6, 7, 3, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 3},      // depthwise
       {2, 40, 12, 12, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},  // chunks > 256
       {3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},
+      {45, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},  // image batches
+      {30, 4, 6, 7, 6, 3, 2, 2, 3, 1, 0, 2, 1, 1, 2, 2},  // batches, groups
   };
   uint32_t seed = 900;
   for (const ConvCase& cc : cases) {
@@ -232,6 +238,257 @@ TEST_F(FastKernelsTest, CanonicalConvEqualsScalarForEveryIsaAndThreads) {
                   "%s case c_in=%d groups=%d ints=%d isa=%s threads=%d rep=%d",
                   call.op, cc.c_in, cc.groups, ints, CpuIsaName(isa), threads,
                   rep);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The three conv2d calls of one geometry, inputs from gen.
+struct ConvCall {
+  const char* op;
+  std::vector<Tensor> in;
+  std::vector<int64_t> out;
+  int64_t depth;  // reduction length
+};
+std::vector<ConvCall> ConvCalls(
+    const ConvCase& cc, OpAttrs* a,
+    const std::function<std::vector<float>(int64_t)>& gen) {
+  a->stride_h = cc.stride_h;
+  a->stride_w = cc.stride_w;
+  a->pad_top = cc.pad_t;
+  a->pad_bottom = cc.pad_b;
+  a->pad_left = cc.pad_l;
+  a->pad_right = cc.pad_r;
+  a->dilation_h = cc.dil_h;
+  a->dilation_w = cc.dil_w;
+  a->groups = cc.groups;
+  const int64_t oh =
+      (cc.h + cc.pad_t + cc.pad_b - (cc.dil_h * (cc.k_h - 1) + 1)) /
+          cc.stride_h +
+      1;
+  const int64_t ow =
+      (cc.w + cc.pad_l + cc.pad_r - (cc.dil_w * (cc.k_w - 1) + 1)) /
+          cc.stride_w +
+      1;
+  const std::vector<int64_t> xs = {cc.n, cc.c_in, cc.h, cc.w};
+  const std::vector<int64_t> ws = {cc.c_out, cc.c_in / cc.groups, cc.k_h,
+                                   cc.k_w};
+  const std::vector<int64_t> ys = {cc.n, cc.c_out, oh, ow};
+  auto count = [](const std::vector<int64_t>& s) {
+    return s[0] * s[1] * s[2] * s[3];
+  };
+  const Tensor x = T(xs, gen(count(xs)));
+  const Tensor w = T(ws, gen(count(ws)));
+  const Tensor dy = T(ys, gen(count(ys)));
+  const int64_t taps = cc.k_h * cc.k_w;
+  return {{op::kConv2dForward, {x, w}, ys, cc.c_in / cc.groups * taps},
+          {op::kConv2dGradInput, {dy, w}, xs, cc.c_out / cc.groups * taps},
+          {op::kConv2dGradWeight, {x, dy}, ws, cc.n * oh * ow}};
+}
+
+// DETERMINISTIC conv2d: one fma chain per output. Per ISA the bits never
+// change with the thread count or between calls; exact on small integers
+// (every order is); within rounding of CANONICAL. DEFAULT forward and
+// grad_input are the same kernels.
+TEST_F(FastKernelsTest, DeterministicConvIsRepeatableAndClose) {
+  const ConvCase cases[] = {
+      {2, 40, 12, 12, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},  // chains > 256
+      {1, 2, 9, 8, 3, 3, 2, 2, 3, 0, 1, 1, 0, 2, 1, 1},      // stride, dilation
+      {2, 4, 5, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2},      // groups
+      {9, 3, 11, 10, 4, 5, 5, 2, 2, 2, 2, 2, 2, 1, 1, 1},    // dw chain 270
+      {45, 3, 5, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},     // image batches
+  };
+  uint32_t seed = 4000;
+  for (const ConvCase& cc : cases) {
+    for (bool ints : {false, true}) {
+      OpAttrs a;
+      const std::vector<ConvCall> calls = ConvCalls(cc, &a, [&](int64_t n) {
+        ++seed;
+        return ints ? SmallInts(n, seed) : RandomFloats(n, seed);
+      });
+      for (const ConvCall& call : calls) {
+        SetCpuIsaForTesting(std::nullopt);
+        SetCpuThreadsForTesting(0);
+        const std::vector<float> canonical =
+            Run(call.op, Mode::kCanonical, kCanonicalAlgorithm, call.in,
+                call.out, a);
+        for (CpuIsa isa : SupportedCpuIsas()) {
+          SetCpuIsaForTesting(isa);
+          std::vector<float> first;
+          for (int threads : {1, 2, 3, 8}) {
+            SetCpuThreadsForTesting(threads);
+            for (int rep = 0; rep < 2; ++rep) {
+              const std::vector<float> got =
+                  Run(call.op, Mode::kDeterministic, kDeterministicAlgorithm,
+                      call.in, call.out, a);
+              if (first.empty()) first = got;
+              ASSERT_TRUE(SameBits(got, first)) << absl::StrFormat(
+                  "%s c_in=%d ints=%d isa=%s threads=%d rep=%d", call.op,
+                  cc.c_in, ints, CpuIsaName(isa), threads, rep);
+            }
+          }
+          if (ints) {
+            ASSERT_TRUE(SameBits(first, canonical)) << call.op;
+          }
+          ASSERT_TRUE(Close(first, canonical, 1e-5 * call.depth)) << call.op;
+          if (call.op != op::kConv2dGradWeight) {  // DEFAULT: atomic there
+            ASSERT_TRUE(SameBits(Run(call.op, Mode::kDefault, kDefaultAlgorithm,
+                                     call.in, call.out, a),
+                                 first))
+                << call.op << " DEFAULT";
+          }
+        }
+      }
+    }
+  }
+}
+
+// Inputs for the reductions: random, small integers (ties everywhere), and
+// a mix of special values (signed zeros, infinities, a few NaNs with
+// distinct payloads, repeated maxima).
+std::vector<float> LaneInputs(int kind, int64_t n, uint32_t seed) {
+  if (kind == 0) return RandomFloats(n, seed);
+  if (kind == 1) return SmallInts(n, seed, -3, 3);
+  std::vector<float> v = SmallInts(n, seed, -2, 2);
+  for (int64_t i = 0; i < n; ++i) {
+    switch ((i * 7 + seed) % 23) {
+      case 0:
+        v[i] = -0.0f;
+        break;
+      case 1:
+        v[i] = 0.0f;
+        break;
+      case 2:
+        v[i] = std::numeric_limits<float>::infinity();
+        break;
+      case 3:
+        v[i] = -std::numeric_limits<float>::infinity();
+        break;
+      default:
+        break;
+    }
+    if ((i * 13 + seed) % 97 == 5) {
+      v[i] = FromBits(0x7fc00000u | static_cast<uint32_t>(i & 0xffff));
+    }
+  }
+  return v;
+}
+
+TEST_F(FastKernelsTest, CanonicalBiasGradEqualsScalarForEveryIsaAndThreads) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {1, 1},        {300, 37},       {600, 40},       {2, 100},
+      {257, 16},     {3, 5, 7, 9},    {5, 21, 16, 16}, {2, 33, 1, 300},
+      {4, 17, 3, 3}, {1, 64, 32, 32}, {70, 3, 2, 2},   {3, 1, 513},
+  };
+  uint32_t seed = 7000;
+  for (const std::vector<int64_t>& shape : shapes) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    for (int kind = 0; kind < 3; ++kind) {
+      // Finite inputs only for the sums with NaNs: NaN + NaN picks an
+      // operand's payload by instruction order, which the spec leaves open.
+      std::vector<float> values = LaneInputs(kind, count, ++seed);
+      if (kind == 2) {
+        for (float& v : values) {
+          if (v != v) v = 1.0f;
+        }
+      }
+      const std::vector<Tensor> in = {T(shape, values)};
+      const std::vector<int64_t> out = {shape[1]};
+      const std::vector<float> want =
+          Run(op::kBiasAddGrad, Mode::kCanonical, kScalarAlgorithm, in, out);
+      for (CpuIsa isa : SupportedCpuIsas()) {
+        SetCpuIsaForTesting(isa);
+        for (int threads : {1, 2, 3, 8}) {
+          SetCpuThreadsForTesting(threads);
+          for (int rep = 0; rep < 2; ++rep) {
+            for (Mode mode : {Mode::kCanonical, Mode::kDeterministic}) {
+              const std::vector<float> got =
+                  Run(op::kBiasAddGrad, mode,
+                      mode == Mode::kCanonical ? kCanonicalAlgorithm
+                                               : kDeterministicAlgorithm,
+                      in, out);
+              ASSERT_TRUE(SameBits(got, want)) << absl::StrFormat(
+                  "shape %s kind=%d isa=%s threads=%d rep=%d mode=%s",
+                  ShapeString(shape), kind, CpuIsaName(isa), threads, rep,
+                  ModeName(mode));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+struct PoolCase {
+  int64_t n, c, h, w, k_h, k_w, stride_h, stride_w;
+  int64_t pad_t, pad_b, pad_l, pad_r;
+};
+
+TEST_F(FastKernelsTest, CanonicalMaxPoolEqualsScalarForEveryIsaAndThreads) {
+  const PoolCase cases[] = {
+      {2, 3, 8, 8, 2, 2, 2, 2, 0, 0, 0, 0},      // LeNet
+      {1, 2, 9, 75, 2, 2, 2, 2, 0, 0, 0, 0},     // odd sizes, many lanes
+      {2, 2, 17, 70, 3, 3, 2, 2, 1, 1, 1, 1},    // ResNet stem
+      {1, 3, 20, 40, 3, 3, 1, 1, 1, 1, 1, 1},    // stride 1, overlap
+      {1, 2, 13, 100, 3, 3, 3, 3, 1, 0, 2, 1},   // stride 3, asymmetric pad
+      {2, 2, 11, 50, 2, 3, 1, 2, 0, 1, 0, 2},    // mixed
+      {1, 1, 20, 20, 17, 17, 1, 1, 0, 0, 0, 0},  // > 256 windows per element
+      {3, 4, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
+      {64, 16, 12, 12, 2, 2, 2, 2, 0, 0, 0, 0},  // many planes: tasks
+  };
+  uint32_t seed = 8000;
+  for (const PoolCase& pc : cases) {
+    OpAttrs a;
+    a.kernel_h = pc.k_h;
+    a.kernel_w = pc.k_w;
+    a.stride_h = pc.stride_h;
+    a.stride_w = pc.stride_w;
+    a.pad_top = pc.pad_t;
+    a.pad_bottom = pc.pad_b;
+    a.pad_left = pc.pad_l;
+    a.pad_right = pc.pad_r;
+    const int64_t oh = (pc.h + pc.pad_t + pc.pad_b - pc.k_h) / pc.stride_h + 1;
+    const int64_t ow = (pc.w + pc.pad_l + pc.pad_r - pc.k_w) / pc.stride_w + 1;
+    const std::vector<int64_t> xs = {pc.n, pc.c, pc.h, pc.w};
+    const std::vector<int64_t> ys = {pc.n, pc.c, oh, ow};
+    for (int kind = 0; kind < 3; ++kind) {
+      const Tensor x =
+          T(xs, LaneInputs(kind, pc.n * pc.c * pc.h * pc.w, ++seed));
+      // dy finite: dx adds dy terms (see the bias test).
+      const Tensor dy = T(
+          ys, LaneInputs(kind == 2 ? 1 : kind, pc.n * pc.c * oh * ow, ++seed));
+      struct Call {
+        const char* op;
+        std::vector<Tensor> in;
+        std::vector<int64_t> out;
+      };
+      const Call calls[] = {{op::kMaxPool2dForward, {x}, ys},
+                            {op::kMaxPool2dGrad, {x, dy}, xs}};
+      for (const Call& call : calls) {
+        const std::vector<float> want = Run(
+            call.op, Mode::kCanonical, kScalarAlgorithm, call.in, call.out, a);
+        for (CpuIsa isa : SupportedCpuIsas()) {
+          SetCpuIsaForTesting(isa);
+          for (int threads : {1, 2, 3, 8}) {
+            SetCpuThreadsForTesting(threads);
+            for (int rep = 0; rep < 2; ++rep) {
+              for (Mode mode : {Mode::kCanonical, Mode::kDeterministic}) {
+                const std::vector<float> got =
+                    Run(call.op, mode,
+                        mode == Mode::kCanonical ? kCanonicalAlgorithm
+                                                 : kDeterministicAlgorithm,
+                        call.in, call.out, a);
+                ASSERT_TRUE(SameBits(got, want)) << absl::StrFormat(
+                    "%s %dx%d k=%dx%d s=%dx%d kind=%d isa=%s threads=%d "
+                    "rep=%d mode=%s",
+                    call.op, pc.h, pc.w, pc.k_h, pc.k_w, pc.stride_h,
+                    pc.stride_w, kind, CpuIsaName(isa), threads, rep,
+                    ModeName(mode));
+              }
             }
           }
         }
@@ -344,9 +601,33 @@ TEST_F(FastKernelsTest, RegistersTheDocumentedKeysOnce) {
       {op::kBiasAddGrad, Mode::kDefault, "atomic", "cpu"},
       {op::kConv2dGradWeight, Mode::kDefault, "default", "cpu"},
       {op::kConv2dGradWeight, Mode::kDefault, "atomic", "cpu"},
+      {op::kConv2dForward, Mode::kDefault, "default", "cpu"},
+      {op::kConv2dGradInput, Mode::kDefault, "default", "cpu"},
+      {op::kBiasAddGrad, Mode::kCanonical, "scalar", "cpu"},
+      {op::kMaxPool2dForward, Mode::kCanonical, "scalar", "cpu"},
+      {op::kMaxPool2dGrad, Mode::kCanonical, "scalar", "cpu"},
   };
   for (const KernelKey& k : keys) {
     EXPECT_TRUE(registry_.Contains(k)) << k.DebugString();
+  }
+  // Every op has a DETERMINISTIC kernel; outside dense.* and conv2d.* it is
+  // the CANONICAL one.
+  std::vector<std::string> ops = DenseFamilyOpNames();
+  for (const std::string& op : SpatialOpNames()) ops.push_back(op);
+  for (const std::string& op : ops) {
+    const KernelKey det{op, Mode::kDeterministic, "deterministic", "cpu"};
+    ASSERT_TRUE(registry_.Contains(det)) << op;
+    const bool own = op.rfind("dense.", 0) == 0 || op.rfind("conv2d.", 0) == 0;
+    const KernelFn canonical =
+        *registry_.Lookup({op, Mode::kCanonical, "canonical", "cpu"});
+    EXPECT_EQ(*registry_.Lookup(det) == canonical, !own) << op;
+    // And a DEFAULT "default" one: its own (atomic / as DETERMINISTIC) for
+    // dense.*, conv2d.* and bias_add.grad, else the DETERMINISTIC kernel.
+    const KernelKey def{op, Mode::kDefault, "default", "cpu"};
+    ASSERT_TRUE(registry_.Contains(def)) << op;
+    if (!own && op != op::kBiasAddGrad) {
+      EXPECT_TRUE(*registry_.Lookup(def) == *registry_.Lookup(det)) << op;
+    }
   }
   EXPECT_THAT(RegisterCpuDeterministicAndDefaultKernels(&registry_),
               StatusIs(absl::StatusCode::kAlreadyExists));

@@ -1,8 +1,10 @@
-// CANONICAL CPU kernels of the spatial ops: Tensor/OpAttrs adapters around
-// the bodies and validation of kernels/spatial/ (see its SPEC.md). The
-// convolutions run on the GEMM (conv_gemm.h) as "canonical" and on the
-// scalar bodies as "scalar"; the DEFAULT atomic conv2d.grad_weight is here
-// too.
+// CPU kernels of the spatial ops: Tensor/OpAttrs adapters around the bodies
+// and validation of kernels/spatial/ (see its SPEC.md). The convolutions run
+// on the GEMM (conv_gemm.h) as "canonical" (canonical chunks) and
+// "deterministic" (one chain per output), and on the scalar bodies as
+// "scalar"; max pooling runs on the lane kernels (lane_kernels.h) as
+// "canonical" and on the scalar bodies as "scalar". The DEFAULT atomic
+// conv2d.grad_weight is here too.
 #include <cstdint>
 #include <vector>
 
@@ -11,7 +13,9 @@
 #include "kernels/cpu/atomic_float.h"
 #include "kernels/cpu/conv_gemm.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/lane_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/validate.h"
 #include "kernels/spatial/conv2d.h"
@@ -33,7 +37,26 @@ using ::lockstep::spatial::PoolOutShape;
 using ::lockstep::spatial::PoolShape;
 using ::lockstep::spatial::ResizeShape;
 
-template <bool kGemm>
+// How a convolution kernel computes: the scalar spec body, the GEMM with
+// canonical chunks (the spec body on the scalar ISA: same bits, no slower),
+// or the GEMM with one fma chain per output.
+enum class ConvPath { kScalar, kCanonical, kDeterministic };
+
+// The GEMM's chunk length for path, or 0 when the scalar body runs.
+template <ConvPath kPath>
+int64_t GemmChunk() {
+  switch (kPath) {
+    case ConvPath::kScalar:
+      return 0;
+    case ConvPath::kCanonical:
+      return ActiveCpuIsa() == CpuIsa::kScalar ? 0 : canonical::kChunk;
+    case ConvPath::kDeterministic:
+      return kSingleChain;
+  }
+  return 0;
+}
+
+template <ConvPath kPath>
 absl::Status Conv2dForwardKernel(absl::Span<const Tensor> in,
                                  absl::Span<Tensor> out, const OpAttrs& a) {
   const absl::string_view name = op::kConv2dForward;
@@ -43,9 +66,10 @@ absl::Status Conv2dForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
   LS_RETURN_IF_ERROR(ExpectShape(name, out[0], ConvOutShape(s), "y"));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  if (kGemm && ActiveCpuIsa() != CpuIsa::kScalar) {
+  if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
     Conv2dForwardGemm(s, in[0].data<float>(), in[1].data<float>(),
-                      out[0].data<float>(), ActiveCpuIsa(), CpuThreadPool());
+                      out[0].data<float>(), chunk, ActiveCpuIsa(),
+                      CpuThreadPool());
   } else {
     sp::Conv2dForward(s, in[0].data<float>(), in[1].data<float>(),
                       out[0].data<float>());
@@ -54,7 +78,7 @@ absl::Status Conv2dForwardKernel(absl::Span<const Tensor> in,
 }
 
 // in {dy, w}, out {dx}: the geometry comes from dx (the forward input).
-template <bool kGemm>
+template <ConvPath kPath>
 absl::Status Conv2dGradInputKernel(absl::Span<const Tensor> in,
                                    absl::Span<Tensor> out, const OpAttrs& a) {
   const absl::string_view name = op::kConv2dGradInput;
@@ -64,9 +88,10 @@ absl::Status Conv2dGradInputKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNchw(name, in[0], "dy"));
   LS_RETURN_IF_ERROR(ExpectShape(name, in[0], ConvOutShape(s), "dy"));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  if (kGemm && ActiveCpuIsa() != CpuIsa::kScalar) {
+  if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
     Conv2dGradInputGemm(s, in[0].data<float>(), in[1].data<float>(),
-                        out[0].data<float>(), ActiveCpuIsa(), CpuThreadPool());
+                        out[0].data<float>(), chunk, ActiveCpuIsa(),
+                        CpuThreadPool());
   } else {
     sp::Conv2dGradInput(s, in[0].data<float>(), in[1].data<float>(),
                         out[0].data<float>());
@@ -75,7 +100,7 @@ absl::Status Conv2dGradInputKernel(absl::Span<const Tensor> in,
 }
 
 // in {x, dy}, out {dw}.
-template <bool kGemm>
+template <ConvPath kPath>
 absl::Status Conv2dGradWeightKernel(absl::Span<const Tensor> in,
                                     absl::Span<Tensor> out, const OpAttrs& a) {
   const absl::string_view name = op::kConv2dGradWeight;
@@ -85,9 +110,10 @@ absl::Status Conv2dGradWeightKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNchw(name, in[1], "dy"));
   LS_RETURN_IF_ERROR(ExpectShape(name, in[1], ConvOutShape(s), "dy"));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  if (kGemm && ActiveCpuIsa() != CpuIsa::kScalar) {
+  if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
     Conv2dGradWeightGemm(s, in[0].data<float>(), in[1].data<float>(),
-                         out[0].data<float>(), ActiveCpuIsa(), CpuThreadPool());
+                         out[0].data<float>(), chunk, ActiveCpuIsa(),
+                         CpuThreadPool());
   } else {
     sp::Conv2dGradWeight(s, in[0].data<float>(), in[1].data<float>(),
                          out[0].data<float>());
@@ -96,8 +122,9 @@ absl::Status Conv2dGradWeightKernel(absl::Span<const Tensor> in,
 }
 
 // DEFAULT conv2d.grad_weight, "atomic": one task per batch element computes
-// that element's dw contribution and adds it into dw with atomic CAS in
-// arrival order (nondeterministic with more than one thread).
+// that element's dw contribution (the GEMM lowering, one fma chain per
+// output) and adds it into dw with atomic CAS in arrival order
+// (nondeterministic with more than one thread).
 absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
                                           absl::Span<Tensor> out,
                                           const OpAttrs& a) {
@@ -119,13 +146,17 @@ absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
   const int64_t dy_stride = sp::Conv2dOutputSize(one);
   CpuThreadPool()->ParallelFor(s.n, [&](int64_t n) {
     std::vector<float> part(dw_size);
-    sp::Conv2dGradWeight(one, x + n * x_stride, dy + n * dy_stride,
-                         part.data());
+    Conv2dGradWeightGemm(one, x + n * x_stride, dy + n * dy_stride, part.data(),
+                         kSingleChain, ActiveCpuIsa(),
+                         /*pool=*/nullptr);
     for (int64_t i = 0; i < dw_size; ++i) AtomicAddFloat(dw + i, part[i]);
   });
   return absl::OkStatus();
 }
 
+// kLanes: the lane kernels (lane_kernels.h); else the scalar spec body.
+// Same bits either way.
+template <bool kLanes>
 absl::Status MaxPoolForwardKernel(absl::Span<const Tensor> in,
                                   absl::Span<Tensor> out, const OpAttrs& a) {
   const absl::string_view name = op::kMaxPool2dForward;
@@ -134,11 +165,17 @@ absl::Status MaxPoolForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
   LS_RETURN_IF_ERROR(ExpectShape(name, out[0], PoolOutShape(s), "y"));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  sp::MaxPool2dForward(s, in[0].data<float>(), out[0].data<float>());
+  if (kLanes) {
+    MaxPool2dForwardLanes(s, in[0].data<float>(), out[0].data<float>(),
+                          ActiveCpuIsa(), CpuThreadPool());
+  } else {
+    sp::MaxPool2dForward(s, in[0].data<float>(), out[0].data<float>());
+  }
   return absl::OkStatus();
 }
 
 // in {x, dy}, out {dx}.
+template <bool kLanes>
 absl::Status MaxPoolGradKernel(absl::Span<const Tensor> in,
                                absl::Span<Tensor> out, const OpAttrs& a) {
   const absl::string_view name = op::kMaxPool2dGrad;
@@ -148,8 +185,13 @@ absl::Status MaxPoolGradKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(ExpectShape(name, in[1], PoolOutShape(s), "dy"));
   LS_RETURN_IF_ERROR(ExpectShape(name, out[0], in[0].shape(), "dx"));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  sp::MaxPool2dGrad(s, in[0].data<float>(), in[1].data<float>(),
-                    out[0].data<float>());
+  if (kLanes) {
+    MaxPool2dGradLanes(s, in[0].data<float>(), in[1].data<float>(),
+                       out[0].data<float>(), ActiveCpuIsa(), CpuThreadPool());
+  } else {
+    sp::MaxPool2dGrad(s, in[0].data<float>(), in[1].data<float>(),
+                      out[0].data<float>());
+  }
   return absl::OkStatus();
 }
 
@@ -232,11 +274,13 @@ absl::Status RegisterSpatialKernels(Registry* registry) {
     const char* op;
     KernelFn fn;
   };
-  // The scalar convolutions, for comparison with the GEMM ones.
+  // The scalar spec bodies, for comparison with the fast ones.
   const Entry scalar[] = {
-      {op::kConv2dForward, &Conv2dForwardKernel<false>},
-      {op::kConv2dGradInput, &Conv2dGradInputKernel<false>},
-      {op::kConv2dGradWeight, &Conv2dGradWeightKernel<false>},
+      {op::kConv2dForward, &Conv2dForwardKernel<ConvPath::kScalar>},
+      {op::kConv2dGradInput, &Conv2dGradInputKernel<ConvPath::kScalar>},
+      {op::kConv2dGradWeight, &Conv2dGradWeightKernel<ConvPath::kScalar>},
+      {op::kMaxPool2dForward, &MaxPoolForwardKernel<false>},
+      {op::kMaxPool2dGrad, &MaxPoolGradKernel<false>},
   };
   for (const Entry& e : scalar) {
     LS_RETURN_IF_ERROR(registry->Register(
@@ -244,11 +288,11 @@ absl::Status RegisterSpatialKernels(Registry* registry) {
         e.fn));
   }
   const Entry entries[] = {
-      {op::kConv2dForward, &Conv2dForwardKernel<true>},
-      {op::kConv2dGradInput, &Conv2dGradInputKernel<true>},
-      {op::kConv2dGradWeight, &Conv2dGradWeightKernel<true>},
-      {op::kMaxPool2dForward, &MaxPoolForwardKernel},
-      {op::kMaxPool2dGrad, &MaxPoolGradKernel},
+      {op::kConv2dForward, &Conv2dForwardKernel<ConvPath::kCanonical>},
+      {op::kConv2dGradInput, &Conv2dGradInputKernel<ConvPath::kCanonical>},
+      {op::kConv2dGradWeight, &Conv2dGradWeightKernel<ConvPath::kCanonical>},
+      {op::kMaxPool2dForward, &MaxPoolForwardKernel<true>},
+      {op::kMaxPool2dGrad, &MaxPoolGradKernel<true>},
       {op::kAvgPool2dForward, &AvgPoolForwardKernel},
       {op::kAvgPool2dGrad, &AvgPoolGradKernel},
       {op::kGlobalAvgPoolForward, &GlobalAvgPoolForwardKernel},
@@ -264,7 +308,29 @@ absl::Status RegisterSpatialKernels(Registry* registry) {
   return absl::OkStatus();
 }
 
-absl::Status RegisterSpatialDefaultKernels(Registry* registry) {
+absl::Status RegisterSpatialDeterministicAndDefaultKernels(Registry* registry) {
+  struct Entry {
+    const char* op;
+    Mode mode;
+    const char* algorithm;
+    KernelFn fn;
+  };
+  const KernelFn fwd = &Conv2dForwardKernel<ConvPath::kDeterministic>;
+  const KernelFn gin = &Conv2dGradInputKernel<ConvPath::kDeterministic>;
+  const KernelFn gw = &Conv2dGradWeightKernel<ConvPath::kDeterministic>;
+  const Entry entries[] = {
+      {op::kConv2dForward, Mode::kDeterministic, kDeterministicAlgorithm, fwd},
+      {op::kConv2dGradInput, Mode::kDeterministic, kDeterministicAlgorithm,
+       gin},
+      {op::kConv2dGradWeight, Mode::kDeterministic, kDeterministicAlgorithm,
+       gw},
+      {op::kConv2dForward, Mode::kDefault, kDefaultAlgorithm, fwd},
+      {op::kConv2dGradInput, Mode::kDefault, kDefaultAlgorithm, gin},
+  };
+  for (const Entry& e : entries) {
+    LS_RETURN_IF_ERROR(registry->Register(
+        KernelKey{e.op, e.mode, e.algorithm, kCpuBackendName}, e.fn));
+  }
   for (const char* algorithm : {kDefaultAlgorithm, kAtomicAlgorithm}) {
     LS_RETURN_IF_ERROR(
         registry->Register(KernelKey{op::kConv2dGradWeight, Mode::kDefault,

@@ -1,0 +1,664 @@
+// Benchmarks of the CPU backend, one Google Benchmark binary:
+//
+//   bazel run -c opt //kernels/cpu:cpu_bench [-- --quick] [-- --reps=N]
+//       [-- --benchmark_filter=REGEX ...]
+//
+// Registers, on the ISA isa.h picks (LOCKSTEP_CPU_ISA overrides it):
+//   gemm/<size>/t<threads>/{canonical,openblas}
+//       C = A B, square, row-major: the canonical GEMM (gemm.h) and
+//       OpenBLAS cblas_sgemm with the same thread count, when Debian's
+//       OpenBLAS can be loaded (dlopen: nothing links against it).
+//   conv/<layer>/<op>/t<threads>/{canonical,deterministic,default}
+//       conv2d.forward / grad_input / grad_weight of a LeNet-like and a
+//       ResNet-like layer, each run through the kernel the registry holds
+//       for that mode (what a job of that mode runs).
+//   step/<layer>/t<threads>/<mode>
+//       the three ops in sequence: one conv2d training step.
+//   hash/<layer>/<output>
+//       FingerprintAndStats (kernels/hash/fingerprint.h, what the worker
+//       computes per captured tensor) of each op's output.
+//   lanes/<op>/<shape>/t<threads>/{scalar,canonical}
+//       bias_add.grad and max_pool2d.*: the scalar spec kernels against the
+//       canonical lane kernels (lane_kernels.h).
+// After Google Benchmark's own report it prints four summary tables, each
+// figure the best of --reps repetitions (default 5; the repetitions of all
+// benchmarks run interleaved in random order, 0.2 s each, unless
+// --benchmark_enable_random_interleaving / --benchmark_min_time say
+// otherwise), and the ratios between figures measured side by side in this
+// run. --quick runs small shapes, briefly, once (a smoke test: seconds, not
+// meaningful figures). Figures are only printed, never asserted.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "benchmark/benchmark.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/hash/fingerprint.h"
+#include "kernels/ops/dense.h"
+#include "kernels/registry.h"
+#include "kernels/spatial/conv2d.h"
+#include "kernels/tensor.h"
+
+namespace lockstep::kernels {
+namespace {
+
+namespace c = ::lockstep::canonical;
+
+// ---------------------------------------------------------------------------
+// Options, results.
+
+struct Options {
+  bool quick = false;
+  int reps = 5;
+};
+
+Options& Opts() {
+  static Options options;
+  return options;
+}
+
+// Benchmark name -> best seconds per iteration.
+std::map<std::string, double>& Best() {
+  static auto* best = new std::map<std::string, double>();
+  return *best;
+}
+
+// The best time of `name`, or NaN when it did not run (filtered out).
+double Seconds(const std::string& name) {
+  auto it = Best().find(name);
+  return it == Best().end() ? std::numeric_limits<double>::quiet_NaN()
+                            : it->second;
+}
+
+double MinOf(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
+}
+
+// The console report, plus each benchmark's best time into Best(): the
+// "min" aggregate over repetitions, or the single run.
+class CollectingReporter : public benchmark::ConsoleReporter {
+ public:
+  CollectingReporter()
+      : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      if (r.error_occurred) continue;
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "min") {
+        continue;
+      }
+      const double s = r.GetAdjustedRealTime() /
+                       benchmark::GetTimeUnitMultiplier(r.time_unit);
+      const std::string& name = r.run_name.function_name;
+      auto it = Best().find(name);
+      if (it == Best().end() || s < it->second) Best()[name] = s;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
+
+// Registers `body` (timed) with `setup` (untimed, before each batch).
+void Add(const std::string& name, std::function<void()> setup,
+         std::function<void()> body) {
+  benchmark::internal::Benchmark* b = benchmark::RegisterBenchmark(
+      name.c_str(), [setup, body](benchmark::State& state) {
+        setup();
+        for (auto _ : state) body();
+      });
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+  if (Opts().quick) b->MinTime(0.01);
+  if (Opts().reps > 1) {
+    b->Repetitions(Opts().reps)
+        ->DisplayAggregatesOnly(true)
+        ->ComputeStatistics("min", &MinOf);
+  }
+}
+
+std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+Tensor RandomTensor(std::vector<int64_t> shape, uint32_t seed) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return *Tensor::FromValues<float>(std::move(shape), Random(n, seed));
+}
+
+Tensor ZeroTensor(std::vector<int64_t> shape) {
+  return *Tensor::Zeros(DType::kFloat32, std::move(shape));
+}
+
+// Makes the process pool (what registered kernels use) `threads` wide.
+void UseThreads(int threads) {
+  if (CpuThreadPool()->num_threads() != threads) {
+    SetCpuThreadsForTesting(threads);
+  }
+}
+
+const Registry& Kernels() {
+  static const Registry* registry = [] {
+    auto* r = new Registry();
+    if (!RegisterCpuCanonicalKernels(r).ok() ||
+        !RegisterCpuDeterministicAndDefaultKernels(r).ok()) {
+      std::fprintf(stderr, "kernel registration failed\n");
+      std::exit(1);
+    }
+    return r;
+  }();
+  return *registry;
+}
+
+KernelFn Kernel(const std::string& op, Mode mode, const std::string& alg) {
+  absl::StatusOr<KernelFn> fn =
+      Kernels().Lookup(KernelKey{op, mode, alg, kCpuBackendName});
+  if (!fn.ok()) {
+    std::fprintf(stderr, "%s\n", fn.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *fn;
+}
+
+// Calls a kernel, exiting on error (a benchmark of a failing call would
+// measure nothing).
+void Call(KernelFn fn, const std::vector<Tensor>& in, std::vector<Tensor>& out,
+          const OpAttrs& attrs) {
+  const absl::Status st = fn(in, absl::MakeSpan(out), attrs);
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+std::vector<int> ThreadCounts() { return {1, 2}; }
+
+std::string Fmt(double v, const char* format) {
+  return v == v ? absl::StrFormat(format, v) : std::string("-");
+}
+
+// ---------------------------------------------------------------------------
+// (a) GEMM against OpenBLAS.
+
+using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int,
+                         const float*, int, float, float*, int);
+using SetThreadsFn = void (*)(int);
+
+struct OpenBlas {
+  SgemmFn sgemm = nullptr;
+  SetThreadsFn set_threads = nullptr;
+};
+
+const OpenBlas& Blas() {
+  static const OpenBlas blas = [] {
+    OpenBlas b;
+    for (const char* lib : {"libopenblas.so.0", "libopenblas.so"}) {
+      if (void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL)) {
+        b.sgemm = reinterpret_cast<SgemmFn>(dlsym(h, "cblas_sgemm"));
+        b.set_threads = reinterpret_cast<SetThreadsFn>(
+            dlsym(h, "openblas_set_num_threads"));
+        if (b.sgemm != nullptr) break;
+      }
+    }
+    return b;
+  }();
+  return blas;
+}
+
+std::vector<int64_t> GemmSizes() {
+  if (Opts().quick) return {256};
+  return {256, 512, 1024, 2048};
+}
+
+std::string GemmName(int64_t n, int threads, const char* impl) {
+  return absl::StrFormat("gemm/%d/t%d/%s", n, threads, impl);
+}
+
+ThreadPool* PoolOf(int threads) {
+  static auto* pools = new std::map<int, std::unique_ptr<ThreadPool>>();
+  std::unique_ptr<ThreadPool>& p = (*pools)[threads];
+  if (p == nullptr) p = std::make_unique<ThreadPool>(threads);
+  return p.get();
+}
+
+void RegisterGemm() {
+  for (int64_t n : GemmSizes()) {
+    struct Data {
+      std::vector<float> a, b, c;
+    };
+    auto d = std::make_shared<Data>();
+    d->a = Random(n * n, 1);
+    d->b = Random(n * n, 2);
+    d->c.assign(n * n, 0.0f);
+    c::DenseShape shape{n, n, n, false, false};
+    const c::MatMulShape s = c::DenseForwardShape(shape);
+    for (int threads : ThreadCounts()) {
+      ThreadPool* pool = PoolOf(threads);
+      Add(
+          GemmName(n, threads, "canonical"), [] {},
+          [d, s, pool] {
+            CanonicalGemm(s, d->a.data(), d->b.data(), d->c.data(),
+                          ActiveCpuIsa(), pool);
+            benchmark::DoNotOptimize(d->c.data());
+          });
+      if (Blas().sgemm == nullptr) continue;
+      const int ni = static_cast<int>(n);
+      Add(
+          GemmName(n, threads, "openblas"),
+          [threads] {
+            if (Blas().set_threads != nullptr) Blas().set_threads(threads);
+          },
+          [d, ni] {
+            // CblasRowMajor, CblasNoTrans, CblasNoTrans.
+            Blas().sgemm(101, 111, 111, ni, ni, ni, 1.0f, d->a.data(), ni,
+                         d->b.data(), ni, 0.0f, d->c.data(), ni);
+            benchmark::DoNotOptimize(d->c.data());
+          });
+    }
+  }
+}
+
+void PrintGemm() {
+  std::printf(
+      "\n== (a) canonical GEMM vs OpenBLAS sgemm: C = A B, square, row-major, "
+      "GFLOP/s (2 n^3 flops), ISA %s ==\n",
+      std::string(CpuIsaName(ActiveCpuIsa())).c_str());
+  if (Blas().sgemm == nullptr) {
+    std::printf("OpenBLAS: not installed (apt-get install libopenblas-dev)\n");
+  }
+  std::printf("%-7s %7s %12s %12s %16s\n", "size", "threads", "canonical",
+              "openblas", "canonical/blas");
+  for (int64_t n : GemmSizes()) {
+    for (int threads : ThreadCounts()) {
+      const double flops = 2.0 * n * n * n;
+      const double gc =
+          flops / Seconds(GemmName(n, threads, "canonical")) * 1e-9;
+      const double gb =
+          flops / Seconds(GemmName(n, threads, "openblas")) * 1e-9;
+      std::printf("%-7s %7d %12s %12s %16s\n",
+                  absl::StrFormat("%d^3", n).c_str(), threads,
+                  Fmt(gc, "%.1f").c_str(), Fmt(gb, "%.1f").c_str(),
+                  Fmt(gc / gb, "%.2f").c_str());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// (b) conv2d per mode, (c) fingerprints of the outputs.
+
+struct ConvLayer {
+  std::string name;
+  std::vector<int64_t> x, w;  // NCHW, OIHW
+  int64_t pad = 0;
+  // Filled by Setup:
+  std::vector<int64_t> y;
+  OpAttrs attrs;
+  double flops = 0;  // per op call
+};
+
+std::vector<ConvLayer>& Layers() {
+  static auto* layers = [] {
+    auto* v = new std::vector<ConvLayer>();
+    const bool q = Opts().quick;
+    // LeNet-5's second convolution; a ResNet basic-block convolution.
+    v->push_back({"lenet", {q ? 8 : 64, 6, 14, 14}, {16, 6, 5, 5}, 0});
+    v->push_back({"resnet", {q ? 1 : 8, 64, 32, 32}, {64, 64, 3, 3}, 1});
+    for (ConvLayer& l : *v) {
+      l.attrs.pad_top = l.attrs.pad_bottom = l.pad;
+      l.attrs.pad_left = l.attrs.pad_right = l.pad;
+      const int64_t oh = l.x[2] + 2 * l.pad - l.w[2] + 1;
+      const int64_t ow = l.x[3] + 2 * l.pad - l.w[3] + 1;
+      l.y = {l.x[0], l.w[0], oh, ow};
+      l.flops = 2.0 * l.x[0] * l.w[0] * oh * ow * l.w[1] * l.w[2] * l.w[3];
+    }
+    return v;
+  }();
+  return *layers;
+}
+
+struct ModeKey {
+  const char* label;
+  Mode mode;
+  const char* algorithm;
+};
+const ModeKey kModes[] = {
+    {"canonical", Mode::kCanonical, kCanonicalAlgorithm},
+    {"deterministic", Mode::kDeterministic, kDeterministicAlgorithm},
+    {"default", Mode::kDefault, kDefaultAlgorithm},
+};
+
+struct ConvOp {
+  const char* label;  // also the output's name
+  const char* op;
+  const char* output;
+};
+const ConvOp kConvOps[] = {
+    {"forward", op::kConv2dForward, "y"},
+    {"grad_input", op::kConv2dGradInput, "dx"},
+    {"grad_weight", op::kConv2dGradWeight, "dw"},
+};
+
+// Inputs and outputs of the three ops of one layer.
+struct ConvData {
+  Tensor x, w, dy;
+  std::vector<Tensor> y, dx, dw;
+  std::vector<Tensor> Inputs(int op) const {
+    if (op == 0) return {x, w};
+    if (op == 1) return {dy, w};
+    return {x, dy};
+  }
+  std::vector<Tensor>& Output(int op) {
+    return op == 0 ? y : op == 1 ? dx : dw;
+  }
+};
+
+std::string ConvName(const ConvLayer& l, int op, int threads,
+                     const char* mode) {
+  return absl::StrFormat("conv/%s/%s/t%d/%s", l.name, kConvOps[op].label,
+                         threads, mode);
+}
+std::string StepName(const ConvLayer& l, int threads, const char* mode) {
+  return absl::StrFormat("step/%s/t%d/%s", l.name, threads, mode);
+}
+std::string HashName(const ConvLayer& l, int op) {
+  return absl::StrFormat("hash/%s/%s", l.name, kConvOps[op].output);
+}
+
+void RegisterConv() {
+  uint32_t seed = 10;
+  for (ConvLayer& layer : Layers()) {
+    auto d = std::make_shared<ConvData>();
+    d->x = RandomTensor(layer.x, ++seed);
+    d->w = RandomTensor(layer.w, ++seed);
+    d->dy = RandomTensor(layer.y, ++seed);
+    d->y = {ZeroTensor(layer.y)};
+    d->dx = {ZeroTensor(layer.x)};
+    d->dw = {ZeroTensor(layer.w)};
+    const OpAttrs attrs = layer.attrs;
+    for (int threads : ThreadCounts()) {
+      for (const ModeKey& m : kModes) {
+        KernelFn fns[3];
+        for (int op = 0; op < 3; ++op) {
+          fns[op] = Kernel(kConvOps[op].op, m.mode, m.algorithm);
+          const KernelFn fn = fns[op];
+          Add(
+              ConvName(layer, op, threads, m.label),
+              [threads] { UseThreads(threads); },
+              [d, op, fn, attrs] {
+                Call(fn, d->Inputs(op), d->Output(op), attrs);
+              });
+        }
+        Add(
+            StepName(layer, threads, m.label),
+            [threads] { UseThreads(threads); },
+            [d, fns, attrs] {
+              for (int op = 0; op < 3; ++op) {
+                Call(fns[op], d->Inputs(op), d->Output(op), attrs);
+              }
+            });
+      }
+    }
+    for (int op = 0; op < 3; ++op) {
+      Add(
+          HashName(layer, op),
+          [d, op, attrs] {
+            // The canonical output, as a job would fingerprint it.
+            Call(Kernel(kConvOps[op].op, Mode::kCanonical, kCanonicalAlgorithm),
+                 d->Inputs(op), d->Output(op), attrs);
+          },
+          [d, op] {
+            const Tensor& t = d->Output(op)[0];
+            absl::StatusOr<hash::FingerprintAndStatsResult> r =
+                hash::FingerprintAndStats(hash::DtypeCode::kFloat32, t.shape(),
+                                          t.raw_data(),
+                                          static_cast<size_t>(t.bytes()));
+            benchmark::DoNotOptimize(r);
+          });
+    }
+  }
+}
+
+void PrintConv() {
+  std::printf(
+      "\n== (b) cost of determinism: conv2d GFLOP/s per mode (the kernel "
+      "each mode's jobs run), ISA %s ==\n",
+      std::string(CpuIsaName(ActiveCpuIsa())).c_str());
+  std::printf("%-40s %-12s %7s %10s %14s %9s %14s\n", "layer", "op", "threads",
+              "canonical", "deterministic", "default", "canonical/det");
+  for (const ConvLayer& l : Layers()) {
+    const std::string desc =
+        absl::StrFormat("%s x[%d,%d,%d,%d] w[%d,%d,%d,%d]", l.name, l.x[0],
+                        l.x[1], l.x[2], l.x[3], l.w[0], l.w[1], l.w[2], l.w[3]);
+    for (int op = 0; op < 3; ++op) {
+      for (int threads : ThreadCounts()) {
+        double g[3];
+        for (int m = 0; m < 3; ++m) {
+          g[m] = l.flops / Seconds(ConvName(l, op, threads, kModes[m].label)) *
+                 1e-9;
+        }
+        std::printf("%-40s %-12s %7d %10s %14s %9s %14s\n", desc.c_str(),
+                    kConvOps[op].label, threads, Fmt(g[0], "%.1f").c_str(),
+                    Fmt(g[1], "%.1f").c_str(), Fmt(g[2], "%.1f").c_str(),
+                    Fmt(g[1] / g[0], "%.2f").c_str());
+      }
+    }
+  }
+  std::printf(
+      "\nconv2d training step (forward + grad_input + grad_weight), ms per "
+      "step; canonical/deterministic target <= 1.15\n");
+  std::printf("%-8s %7s %10s %14s %9s %14s\n", "layer", "threads", "canonical",
+              "deterministic", "default", "canonical/det");
+  for (const ConvLayer& l : Layers()) {
+    for (int threads : ThreadCounts()) {
+      double ms[3];
+      for (int m = 0; m < 3; ++m) {
+        ms[m] = Seconds(StepName(l, threads, kModes[m].label)) * 1e3;
+      }
+      std::printf("%-8s %7d %10s %14s %9s %14s\n", l.name.c_str(), threads,
+                  Fmt(ms[0], "%.3f").c_str(), Fmt(ms[1], "%.3f").c_str(),
+                  Fmt(ms[2], "%.3f").c_str(),
+                  Fmt(ms[0] / ms[1], "%.2f").c_str());
+    }
+  }
+}
+
+void PrintHash() {
+  std::printf(
+      "\n== (c) fingerprinting each op's output (FingerprintAndStats, one "
+      "thread) against the canonical op ==\n");
+  std::printf("%-8s %-12s %-6s %9s %14s %10s %12s %10s %12s\n", "layer", "op",
+              "output", "KiB", "fingerprint us", "op us, t1", "overhead t1",
+              "op us, t2", "overhead t2");
+  for (const ConvLayer& l : Layers()) {
+    for (int op = 0; op < 3; ++op) {
+      const std::vector<int64_t>& shape = op == 0 ? l.y : op == 1 ? l.x : l.w;
+      int64_t n = 1;
+      for (int64_t v : shape) n *= v;
+      const double h = Seconds(HashName(l, op)) * 1e6;
+      const double t1 = Seconds(ConvName(l, op, 1, "canonical")) * 1e6;
+      const double t2 = Seconds(ConvName(l, op, 2, "canonical")) * 1e6;
+      std::printf("%-8s %-12s %-6s %9.1f %14s %10s %11s%% %10s %11s%%\n",
+                  l.name.c_str(), kConvOps[op].label, kConvOps[op].output,
+                  n * 4.0 / 1024, Fmt(h, "%.1f").c_str(),
+                  Fmt(t1, "%.1f").c_str(), Fmt(100 * h / t1, "%.2f").c_str(),
+                  Fmt(t2, "%.1f").c_str(), Fmt(100 * h / t2, "%.2f").c_str());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// (d) lane kernels against the scalar spec kernels.
+
+struct LaneCase {
+  std::string label;
+  const char* op;
+  std::vector<int64_t> in;  // bias_add.grad: dy; max_pool2d: x
+  int64_t k = 0, stride = 0, pad = 0;
+};
+
+std::vector<LaneCase>& LaneCases() {
+  static auto* cases = [] {
+    const bool q = Opts().quick;
+    auto* v = new std::vector<LaneCase>();
+    v->push_back({"dense", op::kBiasAddGrad, {q ? 16 : 256, 1024}});
+    v->push_back({"lenet", op::kBiasAddGrad, {q ? 8 : 64, 16, 10, 10}});
+    v->push_back({"resnet", op::kBiasAddGrad, {q ? 1 : 8, 64, 32, 32}});
+    v->push_back(
+        {"lenet 2x2/2", op::kMaxPool2dForward, {q ? 8 : 64, 6, 28, 28}, 2, 2});
+    v->push_back(
+        {"lenet 2x2/2", op::kMaxPool2dGrad, {q ? 8 : 64, 6, 28, 28}, 2, 2});
+    v->push_back({"resnet 3x3/2 pad 1",
+                  op::kMaxPool2dForward,
+                  {q ? 1 : 8, 64, 32, 32},
+                  3,
+                  2,
+                  1});
+    v->push_back({"resnet 3x3/2 pad 1",
+                  op::kMaxPool2dGrad,
+                  {q ? 1 : 8, 64, 32, 32},
+                  3,
+                  2,
+                  1});
+    return v;
+  }();
+  return *cases;
+}
+
+std::string LaneName(size_t i, int threads, const char* impl) {
+  const LaneCase& lc = LaneCases()[i];
+  return absl::StrFormat("lanes/%s/%s/t%d/%s", lc.op, lc.label, threads, impl);
+}
+
+void RegisterLanes() {
+  for (size_t i = 0; i < LaneCases().size(); ++i) {
+    const LaneCase& lc = LaneCases()[i];
+    OpAttrs a;
+    std::vector<Tensor> in = {RandomTensor(lc.in, 100 + i)};
+    std::vector<int64_t> out_shape;
+    if (std::string(lc.op) == op::kBiasAddGrad) {
+      out_shape = {lc.in[1]};
+    } else {
+      a.kernel_h = a.kernel_w = lc.k;
+      a.stride_h = a.stride_w = lc.stride;
+      a.pad_top = a.pad_bottom = a.pad_left = a.pad_right = lc.pad;
+      const int64_t oh = (lc.in[2] + 2 * lc.pad - lc.k) / lc.stride + 1;
+      const int64_t ow = (lc.in[3] + 2 * lc.pad - lc.k) / lc.stride + 1;
+      const std::vector<int64_t> y = {lc.in[0], lc.in[1], oh, ow};
+      out_shape = y;
+      if (std::string(lc.op) == op::kMaxPool2dGrad) {
+        in.push_back(RandomTensor(y, 200 + i));
+        out_shape = lc.in;
+      }
+    }
+    auto out = std::make_shared<std::vector<Tensor>>(
+        std::vector<Tensor>{ZeroTensor(out_shape)});
+    for (int threads : ThreadCounts()) {
+      for (const char* impl : {kScalarAlgorithm, kCanonicalAlgorithm}) {
+        const KernelFn fn = Kernel(lc.op, Mode::kCanonical, impl);
+        Add(
+            LaneName(i, threads, impl), [threads] { UseThreads(threads); },
+            [fn, in, out, a] { Call(fn, in, *out, a); });
+      }
+    }
+  }
+}
+
+void PrintLanes() {
+  std::printf(
+      "\n== (d) bias_add.grad and max_pool2d: scalar spec kernels vs the "
+      "canonical lane kernels (same bits), us per call, ISA %s ==\n",
+      std::string(CpuIsaName(ActiveCpuIsa())).c_str());
+  std::printf("%-20s %-20s %-18s %7s %10s %10s %8s\n", "op", "case", "input",
+              "threads", "scalar", "canonical", "speedup");
+  for (size_t i = 0; i < LaneCases().size(); ++i) {
+    const LaneCase& lc = LaneCases()[i];
+    std::string shape;
+    for (int64_t d : lc.in) {
+      shape += (shape.empty() ? "[" : ",") + std::to_string(d);
+    }
+    shape += "]";
+    for (int threads : ThreadCounts()) {
+      const double s = Seconds(LaneName(i, threads, kScalarAlgorithm)) * 1e6;
+      const double f = Seconds(LaneName(i, threads, kCanonicalAlgorithm)) * 1e6;
+      std::printf("%-20s %-20s %-18s %7d %10s %10s %8s\n", lc.op,
+                  lc.label.c_str(), shape.c_str(), threads,
+                  Fmt(s, "%.1f").c_str(), Fmt(f, "%.1f").c_str(),
+                  Fmt(s / f, "%.1f").c_str());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+int Main(int argc, char** argv) {
+  // Our flags first; the rest goes to Google Benchmark, with defaults of
+  // ours unless given: repetitions of all benchmarks interleaved in random
+  // order (load from other processes spreads over every figure), 0.2 s each.
+  std::vector<std::string> defaults = {
+      "--benchmark_enable_random_interleaving=true",
+      "--benchmark_min_time=0.2"};
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      Opts().quick = true;
+    } else if (std::strncmp(argv[i], "--reps=", 7) == 0) {
+      Opts().reps = std::max(1, std::atoi(argv[i] + 7));
+    } else {
+      for (std::string& d : defaults) {
+        if (!d.empty() && std::strncmp(argv[i], d.c_str(), d.find('=')) == 0) {
+          d.clear();  // given
+        }
+      }
+      rest.push_back(argv[i]);
+    }
+  }
+  for (std::string& d : defaults) {
+    if (!d.empty()) rest.push_back(d.data());
+  }
+  if (Opts().quick) Opts().reps = 1;
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
+
+  RegisterGemm();
+  RegisterConv();
+  RegisterLanes();
+  CollectingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+
+  std::printf(
+      "\nSummary (best of %d repetition%s per figure; ratios from figures of "
+      "this run)\n",
+      Opts().reps, Opts().reps == 1 ? "" : "s");
+  PrintGemm();
+  PrintConv();
+  PrintHash();
+  PrintLanes();
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep::kernels
+
+int main(int argc, char** argv) { return lockstep::kernels::Main(argc, argv); }

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Smoke test of //kernels/cpu:cpu_bench: --quick exits 0 and prints every
+# summary table. Usage: cpu_bench_smoke_test.sh <cpu_bench binary>
+set -euo pipefail
+
+bench="$1"
+out="${TEST_TMPDIR:-/tmp}/cpu_bench_quick.out"
+if ! "$bench" --quick >"$out" 2>&1; then
+  echo "cpu_bench --quick failed; its output:"
+  cat "$out"
+  exit 1
+fi
+for header in \
+    "== (a) canonical GEMM vs OpenBLAS sgemm" \
+    "== (b) cost of determinism: conv2d GFLOP/s per mode" \
+    "conv2d training step (forward + grad_input + grad_weight)" \
+    "== (c) fingerprinting each op's output" \
+    "== (d) bias_add.grad and max_pool2d"; do
+  if ! grep -qF -- "$header" "$out"; then
+    echo "cpu_bench --quick did not print \"$header\"; its output:"
+    cat "$out"
+    exit 1
+  fi
+done
+echo "cpu_bench --quick: OK"

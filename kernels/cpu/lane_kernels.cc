@@ -1,0 +1,89 @@
+#include "kernels/cpu/lane_kernels.h"
+
+#include <cstdint>
+
+#include "kernels/canonical/reduce.h"
+
+namespace lockstep::kernels {
+namespace {
+
+namespace sp = ::lockstep::spatial;
+
+static_assert(canonical::kChunk == 256,
+              "lane_kernels_impl.h's kLaneChunk must equal canonical::kChunk");
+
+const cpu_internal::LaneKernelSet& KernelsFor(CpuIsa isa) {
+  while (isa != CpuIsa::kScalar && !CpuIsaSupported(isa)) {
+    isa = static_cast<CpuIsa>(static_cast<int>(isa) - 1);
+  }
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return cpu_internal::LaneKernelsAvx512();
+    case CpuIsa::kAvx2:
+      return cpu_internal::LaneKernelsAvx2();
+    case CpuIsa::kScalar:
+      break;
+  }
+  return cpu_internal::LaneKernelsScalar();
+}
+
+cpu_internal::LanePoolGeometry Geometry(const sp::Pool2dShape& s) {
+  cpu_internal::LanePoolGeometry g;
+  g.planes = s.n * s.c;
+  g.h = s.h;
+  g.w = s.w;
+  g.k_h = s.k_h;
+  g.k_w = s.k_w;
+  g.stride_h = s.stride_h;
+  g.stride_w = s.stride_w;
+  g.pad_top = s.pad_top;
+  g.pad_left = s.pad_left;
+  g.out_h = sp::Pool2dOutH(s);
+  g.out_w = sp::Pool2dOutW(s);
+  return g;
+}
+
+// Windows along one axis that can cover one input coordinate.
+int64_t Covering(int64_t k, int64_t stride, int64_t out) {
+  const int64_t c = (k + stride - 1) / stride;
+  return c < out ? c : out;
+}
+
+}  // namespace
+
+void BiasAddGradLanes(const canonical::BiasShape& s, const float* dy, float* db,
+                      CpuIsa isa, ThreadPool* pool) {
+  if (s.c <= 0) return;
+  const cpu_internal::LaneBiasGeometry g{s.n, s.c, s.spatial};
+  KernelsFor(isa).bias_grad(g, dy, db, pool);
+}
+
+void MaxPool2dForwardLanes(const sp::Pool2dShape& s, const float* x, float* y,
+                           CpuIsa isa, ThreadPool* pool) {
+  const cpu_internal::LanePoolGeometry g = Geometry(s);
+  if (g.planes <= 0 || g.out_h <= 0 || g.out_w <= 0) return;
+  if (g.h * g.w >= (int64_t{1} << 31)) {  // offsets are int32
+    sp::MaxPool2dForward(s, x, y);
+    return;
+  }
+  KernelsFor(isa).max_pool_forward(g, x, y, pool);
+}
+
+void MaxPool2dGradLanes(const sp::Pool2dShape& s, const float* x,
+                        const float* dy, float* dx, CpuIsa isa,
+                        ThreadPool* pool) {
+  const cpu_internal::LanePoolGeometry g = Geometry(s);
+  if (g.planes <= 0 || g.h * g.w <= 0) return;
+  // The winner offsets are int32, and the scatter is one chain per element:
+  // other geometries run the spec loop.
+  if (g.h * g.w >= (int64_t{1} << 31) ||
+      Covering(g.k_h, g.stride_h, g.out_h) *
+              Covering(g.k_w, g.stride_w, g.out_w) >
+          canonical::kChunk) {
+    sp::MaxPool2dGrad(s, x, dy, dx);
+    return;
+  }
+  KernelsFor(isa).max_pool_grad(g, x, dy, dx, pool);
+}
+
+}  // namespace lockstep::kernels

@@ -1,0 +1,94 @@
+// CANONICAL bias_add.grad and max_pool2d forward / backward, vectorised
+// ACROSS outputs, the way the GEMM is (gemm.h): each vector lane computes a
+// different output element and runs that element's canonical sequence of
+// operations unchanged, so the bits equal the scalar spec code
+// (canonical::BiasAddGrad, spatial::MaxPool2dForward / MaxPool2dGrad) for
+// every ISA and thread count.
+//
+//   bias_add.grad   lanes = channels. Each lane adds its channel's terms in
+//                   the canonical (n, spatial) order: chunks of 256 from
+//                   +0.0f, then the pairwise tree (kernels/canonical/
+//                   reduce.h), elementwise over the lanes (the chunking
+//                   depends on the term count alone). With spatial == 1 a
+//                   batch row holds one term of every channel; with
+//                   spatial > 1 a channel's terms are contiguous, and blocks
+//                   of lanes x lanes terms are transposed in registers.
+//   max_pool2d      lanes = image planes (n, c): a block of planes is
+//                   interleaved (transposed in registers), so every lane has
+//                   the same window geometry and each tap is one vector
+//                   load. Each lane visits its window's real taps in
+//                   (kh, kw) order with the spec's rule (a later tap wins
+//                   only if strictly greater; the first NaN wins).
+//   max_pool2d.grad each window's winner is found once (as above), then the
+//                   windows are walked in (oh, ow) order adding dy into
+//                   dx[winner]: every dx element receives its terms in the
+//                   canonical order as one chain from +0.0f, which is the
+//                   canonical sum while no element can be covered by more
+//                   than 256 windows (otherwise the spec loop runs).
+//
+// Each ISA (isa.h) has its own translation unit built with its own -m flags
+// (lane_kernels_{scalar,avx2,avx512}.cc, sharing lane_kernels_impl.h); the
+// functions below pick one at run time. The pool splits outputs (channel
+// ranges, blocks of planes), never a reduction.
+//
+// Preconditions: shapes validated (kernels/ops/validate.h,
+// kernels/spatial/validate.h), pointers hold the sizes the shapes imply,
+// outputs do not overlap inputs. Thread-safety: reentrant; concurrent calls
+// must not share outputs.
+#ifndef LOCKSTEP_KERNELS_CPU_LANE_KERNELS_H_
+#define LOCKSTEP_KERNELS_CPU_LANE_KERNELS_H_
+
+#include <cstdint>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/ops/elementwise.h"
+#include "kernels/spatial/pool2d.h"
+
+namespace lockstep::kernels {
+
+// db[c] = canonical sum over (n, i) of dy[(n * C + c) * S + i].
+void BiasAddGradLanes(const canonical::BiasShape& s, const float* dy, float* db,
+                      CpuIsa isa, ThreadPool* pool);
+
+// y = max_pool2d(x).
+void MaxPool2dForwardLanes(const spatial::Pool2dShape& s, const float* x,
+                           float* y, CpuIsa isa, ThreadPool* pool);
+
+// dx = max_pool2d.grad(x, dy); x is the forward input.
+void MaxPool2dGradLanes(const spatial::Pool2dShape& s, const float* x,
+                        const float* dy, float* dx, CpuIsa isa,
+                        ThreadPool* pool);
+
+namespace cpu_internal {
+
+// Plain geometry handed to the ISA translation units (computed outside
+// them, so that they call no inline function of a shared header).
+struct LaneBiasGeometry {
+  int64_t n, c, spatial;
+};
+struct LanePoolGeometry {
+  int64_t planes;  // N * C
+  int64_t h, w, k_h, k_w, stride_h, stride_w, pad_top, pad_left;
+  int64_t out_h, out_w;
+};
+
+// One set per ISA translation unit; call only when the ISA is supported.
+struct LaneKernelSet {
+  void (*bias_grad)(const LaneBiasGeometry& g, const float* dy, float* db,
+                    ThreadPool* pool);
+  void (*max_pool_forward)(const LanePoolGeometry& g, const float* x, float* y,
+                           ThreadPool* pool);
+  // Require h * w < 2^31; max_pool_grad also at most 256 windows covering
+  // any element.
+  void (*max_pool_grad)(const LanePoolGeometry& g, const float* x,
+                        const float* dy, float* dx, ThreadPool* pool);
+};
+const LaneKernelSet& LaneKernelsScalar();
+const LaneKernelSet& LaneKernelsAvx2();
+const LaneKernelSet& LaneKernelsAvx512();
+
+}  // namespace cpu_internal
+}  // namespace lockstep::kernels
+
+#endif  // LOCKSTEP_KERNELS_CPU_LANE_KERNELS_H_

@@ -1,0 +1,480 @@
+// The lane kernels of lane_kernels.h, shared by the per-ISA translation
+// units (lane_kernels_scalar.cc, lane_kernels_avx2.cc,
+// lane_kernels_avx512.cc). Not a public header.
+//
+// Each includer defines LS_LANE_ISA_NS to a name of its own before including
+// this file, so every function here (compiled with that unit's -m flags)
+// lives in a distinct namespace and the linker can never pick a copy built
+// for another ISA; for the same reason nothing here calls an inline function
+// or template of a shared header on floats. The vector type V supplies:
+//   T (floats), M (lane mask), I (int32 lanes), kWidth,
+//   Zero(), Load(p), Store(p, v), Add(a, b),
+//   Replaces(best, v)    v > best, or v is NaN and best is not,
+//   Select(m, a, b)      b where m, else a (bit copies); SelectI likewise,
+//   Set1I(k), StoreI(p, v),
+//   Transpose(rows)      rows[kWidth] as a kWidth x kWidth matrix, in place.
+#ifndef LS_LANE_ISA_NS
+#error "define LS_LANE_ISA_NS before including lane_kernels_impl.h"
+#endif
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/lane_kernels.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace lockstep::kernels::cpu_internal::LS_LANE_ISA_NS {
+
+// Length of one canonical chain (canonical::kChunk; part of the canonical
+// arithmetic, checked against it in lane_kernels.cc).
+inline constexpr int64_t kLaneChunk = 256;
+// Tasks smaller than this many elements run on the calling thread.
+inline constexpr int64_t kMinParallelElements = int64_t{1} << 15;
+
+inline int64_t MinI(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t MaxI(int64_t a, int64_t b) { return a > b ? a : b; }
+
+template <class F>
+void For(ThreadPool* pool, int64_t n, F& f) {
+  ParallelForRaw(
+      pool, n, [](void* ctx, int64_t i) { (*static_cast<F*>(ctx))(i); }, &f);
+}
+
+// Owned scratch memory (no std::vector: see the file comment).
+template <class E>
+class Scratch {
+ public:
+  explicit Scratch(int64_t count)
+      : p_(static_cast<E*>(std::malloc(
+            static_cast<size_t>(count > 0 ? count : 1) * sizeof(E)))) {}
+  ~Scratch() { std::free(p_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  E* get() const { return p_; }
+
+ private:
+  E* p_;
+};
+
+// The width-1 vector: the scalar ISA's, and every ISA's tails.
+struct ScalarLanes {
+  using T = float;
+  using M = bool;
+  using I = int32_t;
+  static constexpr int kWidth = 1;
+  static T Zero() { return 0.0f; }
+  static T Load(const float* p) { return *p; }
+  static void Store(float* p, T v) { *p = v; }
+  static T Add(T a, T b) { return a + b; }
+  static M Replaces(T best, T v) {
+    return v > best || (v != v && best == best);
+  }
+  static T Select(M m, T a, T b) { return m ? b : a; }
+  static I SelectI(M m, I a, I b) { return m ? b : a; }
+  static I Set1I(int32_t k) { return k; }
+  static void StoreI(int32_t* p, I v) { *p = v; }
+  static void Transpose(T*) {}
+};
+
+// The canonical pairwise tree (canonical::TreeAccumulator) on whole
+// vectors: every lane's reduction has the same number of chunks, hence the
+// same tree.
+template <class V>
+class VecTree {
+ public:
+  using T = typename V::T;
+  void Push(T v) {
+    int64_t size = 1;
+    while (depth_ > 0 && size_[depth_ - 1] == size) {
+      v = V::Add(value_[depth_ - 1], v);
+      size *= 2;
+      --depth_;
+    }
+    value_[depth_] = v;
+    size_[depth_] = size;
+    ++depth_;
+  }
+  T Result() const {
+    if (depth_ == 0) return V::Zero();
+    T acc = value_[depth_ - 1];
+    for (int d = depth_ - 2; d >= 0; --d) acc = V::Add(value_[d], acc);
+    return acc;
+  }
+
+ private:
+  T value_[64];
+  int64_t size_[64];
+  int depth_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Layout changes between W planes and one interleaved array.
+
+// dst[q * W + l] = src[l * stride + q] for q < count, l < W: W x W blocks
+// transposed in registers, the rest one float at a time.
+template <class V>
+void Interleave(const float* src, int64_t stride, int64_t count, float* dst) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  int64_t q = 0;
+  for (; q + W <= count; q += W) {
+    T r[W];
+    for (int l = 0; l < W; ++l) r[l] = V::Load(src + l * stride + q);
+    V::Transpose(r);
+    for (int j = 0; j < W; ++j) V::Store(dst + (q + j) * W, r[j]);
+  }
+  for (; q < count; ++q) {
+    for (int l = 0; l < W; ++l) dst[q * W + l] = src[l * stride + q];
+  }
+}
+
+// The inverse: dst[l * stride + q] = src[q * W + l].
+template <class V>
+void Deinterleave(const float* src, int64_t count, float* dst, int64_t stride) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  int64_t q = 0;
+  for (; q + W <= count; q += W) {
+    T r[W];
+    for (int j = 0; j < W; ++j) r[j] = V::Load(src + (q + j) * W);
+    V::Transpose(r);
+    for (int l = 0; l < W; ++l) V::Store(dst + l * stride + q, r[l]);
+  }
+  for (; q < count; ++q) {
+    for (int l = 0; l < W; ++l) dst[l * stride + q] = src[q * W + l];
+  }
+}
+
+// ---------------------------------------------------------------------------
+// bias_add.grad
+
+// a[i] = a[i] + b[i] for i < width (in lanes of V, then one at a time).
+template <class V>
+void AddInto(float* a, const float* b, int64_t width) {
+  constexpr int W = V::kWidth;
+  int64_t i = 0;
+  for (; i + W <= width; i += W) {
+    V::Store(a + i, V::Add(V::Load(a + i), V::Load(b + i)));
+  }
+  for (; i < width; ++i) a[i] = a[i] + b[i];
+}
+
+// The canonical pairwise tree over whole rows of `width` chunk partials
+// (one per output): canonical::TreeAccumulator, elementwise.
+class RowTree {
+ public:
+  RowTree(int64_t width, int64_t chunks) : width_(width), levels_(1) {
+    while ((int64_t{1} << (levels_ - 1)) < chunks) ++levels_;
+    storage_ = static_cast<float*>(std::malloc(
+        static_cast<size_t>(MaxI(1, levels_ * width)) * sizeof(float)));
+  }
+  ~RowTree() { std::free(storage_); }
+  RowTree(const RowTree&) = delete;
+  RowTree& operator=(const RowTree&) = delete;
+
+  // Pushes the chunk partials v[0 .. width) (clobbers v).
+  void Push(float* v) {
+    int64_t size = 1;
+    while (depth_ > 0 && size_[depth_ - 1] == size) {
+      float* left = Level(depth_ - 1);  // v = left + v
+      for (int64_t i = 0; i < width_; ++i) left[i] = left[i] + v[i];
+      std::memcpy(v, left, static_cast<size_t>(width_) * sizeof(float));
+      size *= 2;
+      --depth_;
+    }
+    std::memcpy(Level(depth_), v, static_cast<size_t>(width_) * sizeof(float));
+    size_[depth_] = size;
+    ++depth_;
+  }
+  // The trees' values into out[0 .. width); +0.0f when nothing was pushed.
+  void Result(float* out) const {
+    if (depth_ == 0) {
+      for (int64_t i = 0; i < width_; ++i) out[i] = 0.0f;
+      return;
+    }
+    std::memcpy(out, Level(depth_ - 1),
+                static_cast<size_t>(width_) * sizeof(float));
+    for (int d = depth_ - 2; d >= 0; --d) {
+      const float* left = Level(d);  // acc = left + acc
+      for (int64_t i = 0; i < width_; ++i) out[i] = left[i] + out[i];
+    }
+  }
+
+ private:
+  float* Level(int d) const { return storage_ + d * width_; }
+  int64_t width_;
+  int levels_;
+  float* storage_;
+  int64_t size_[64];
+  int depth_ = 0;
+};
+
+// Channels [c0, c1) with spatial == 1: row n holds every channel's term n,
+// contiguous, so whole rows are added into the chunk's partials (lanes =
+// channels), four rows per pass over the partials.
+template <class V>
+void BiasGradRows(const LaneBiasGeometry& g, const float* dy, float* db,
+                  int64_t c0, int64_t c1) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  const int64_t width = c1 - c0;
+  const int64_t chunks = (g.n + kLaneChunk - 1) / kLaneChunk;
+  Scratch<float> partial(width);
+  float* acc = partial.get();
+  RowTree tree(width, chunks);
+  for (int64_t n0 = 0; n0 < g.n; n0 += kLaneChunk) {
+    const int64_t n1 = MinI(g.n, n0 + kLaneChunk);
+    for (int64_t i = 0; i < width; ++i) acc[i] = 0.0f;
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) {
+      const float* r0 = dy + n * g.c + c0;
+      const float* r1 = r0 + g.c;
+      const float* r2 = r1 + g.c;
+      const float* r3 = r2 + g.c;
+      int64_t i = 0;
+      for (; i + W <= width; i += W) {
+        T a = V::Load(acc + i);
+        a = V::Add(a, V::Load(r0 + i));
+        a = V::Add(a, V::Load(r1 + i));
+        a = V::Add(a, V::Load(r2 + i));
+        a = V::Add(a, V::Load(r3 + i));
+        V::Store(acc + i, a);
+      }
+      for (; i < width; ++i) {
+        acc[i] = (((acc[i] + r0[i]) + r1[i]) + r2[i]) + r3[i];
+      }
+    }
+    for (; n < n1; ++n) AddInto<V>(acc, dy + n * g.c + c0, width);
+    if (chunks == 1) break;  // the tree of one chunk is the chunk
+    tree.Push(acc);
+  }
+  if (chunks == 1) {
+    std::memcpy(db + c0, acc, static_cast<size_t>(width) * sizeof(float));
+  } else {
+    tree.Result(db + c0);
+  }
+}
+
+// Channels c0 .. c0 + V::kWidth - 1 with spatial > 1: lane l reads the
+// contiguous run dy[(n * C + c0 + l) * S + i], i = 0 .. S - 1, per n; W x W
+// blocks are transposed so that each vector holds one term of every lane.
+template <class V>
+void BiasGradPlanes(const LaneBiasGeometry& g, const float* dy, float* db,
+                    int64_t c0) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  const int64_t s = g.spatial;
+  VecTree<V> tree;
+  T acc = V::Zero();
+  int64_t left = kLaneChunk;  // terms left in the current chunk
+  for (int64_t n = 0; n < g.n; ++n) {
+    const float* base = dy + (n * g.c + c0) * s;
+    int64_t i = 0;
+    for (; i + W <= s; i += W) {
+      T r[W];
+      for (int l = 0; l < W; ++l) r[l] = V::Load(base + l * s + i);
+      V::Transpose(r);
+      if (left > W) {
+        for (int l = 0; l < W; ++l) acc = V::Add(acc, r[l]);
+        left -= W;
+        continue;
+      }
+      for (int l = 0; l < W; ++l) {
+        acc = V::Add(acc, r[l]);
+        if (--left == 0) {
+          tree.Push(acc);
+          acc = V::Zero();
+          left = kLaneChunk;
+        }
+      }
+    }
+    for (; i < s; ++i) {
+      alignas(64) float lanes[W];
+      for (int l = 0; l < W; ++l) lanes[l] = base[l * s + i];
+      acc = V::Add(acc, V::Load(lanes));
+      if (--left == 0) {
+        tree.Push(acc);
+        acc = V::Zero();
+        left = kLaneChunk;
+      }
+    }
+  }
+  if (left != kLaneChunk) tree.Push(acc);
+  V::Store(db + c0, tree.Result());
+}
+
+template <class V>
+void BiasGrad(const LaneBiasGeometry& g, const float* dy, float* db,
+              ThreadPool* pool) {
+  constexpr int W = V::kWidth;
+  if (g.n * g.c * g.spatial < kMinParallelElements) pool = nullptr;
+  if (g.spatial == 1) {
+    // Tasks: ranges of channels, each a few KiB of every row.
+    constexpr int64_t kRange = 512;
+    const int64_t tasks = (g.c + kRange - 1) / kRange;
+    auto task = [&](int64_t t) {
+      BiasGradRows<V>(g, dy, db, t * kRange, MinI(g.c, (t + 1) * kRange));
+    };
+    For(pool, tasks, task);
+    return;
+  }
+  // Tasks: blocks of W channels; one more takes the channels left over.
+  const int64_t blocks = g.c / W;
+  const int64_t rest = blocks * W;
+  auto task = [&](int64_t t) {
+    if (t < blocks) {
+      BiasGradPlanes<V>(g, dy, db, t * W);
+      return;
+    }
+    for (int64_t c = rest; c < g.c; ++c) {
+      BiasGradPlanes<ScalarLanes>(g, dy, db, c);
+    }
+  };
+  For(pool, blocks + (rest < g.c ? 1 : 0), task);
+}
+
+// ---------------------------------------------------------------------------
+// max_pool2d: lanes = W planes, interleaved, so that every lane has the same
+// window geometry (the same padding) and each tap is one vector load.
+
+// Every output of the W interleaved planes in buf (element q of lane l at
+// buf[q * W + l]): the winners' values into out (interleaved likewise), or
+// with kIndex their in-plane offsets into at.
+template <class V, bool kIndex>
+void PoolInterleaved(const LanePoolGeometry& g, const float* buf, float* out,
+                     int32_t* at) {
+  using T = typename V::T;
+  using I = typename V::I;
+  constexpr int W = V::kWidth;
+  for (int64_t oh = 0; oh < g.out_h; ++oh) {
+    const int64_t h0 = oh * g.stride_h - g.pad_top;
+    const int64_t ih_begin = h0 + MaxI(0, -h0);
+    const int64_t ih_end = h0 + MinI(g.k_h, g.h - h0);
+    for (int64_t ow = 0; ow < g.out_w; ++ow) {
+      const int64_t w0 = ow * g.stride_w - g.pad_left;
+      const int64_t iw_begin = w0 + MaxI(0, -w0);
+      const int64_t iw_end = w0 + MinI(g.k_w, g.w - w0);
+      // The first real tap starts as the winner; the rest in (kh, kw)
+      // order: a later tap wins if strictly greater, or if it is the first
+      // NaN.
+      int64_t q = ih_begin * g.w + iw_begin;
+      T best = V::Load(buf + q * W);
+      I best_at = V::Set1I(static_cast<int32_t>(q));
+      for (int64_t ih = ih_begin; ih < ih_end; ++ih) {
+        for (int64_t iw = ih == ih_begin ? iw_begin + 1 : iw_begin; iw < iw_end;
+             ++iw) {
+          q = ih * g.w + iw;
+          const T v = V::Load(buf + q * W);
+          const typename V::M m = V::Replaces(best, v);
+          best = V::Select(m, best, v);
+          if constexpr (kIndex) {
+            best_at = V::SelectI(m, best_at, V::Set1I(static_cast<int32_t>(q)));
+          }
+        }
+      }
+      const int64_t o = oh * g.out_w + ow;
+      if constexpr (kIndex) {
+        V::StoreI(at + o * W, best_at);
+      } else {
+        V::Store(out + o * W, best);
+      }
+    }
+  }
+}
+
+// Work units: blocks of W planes, then the planes left over one by one;
+// unit_fn(first plane, whether it is a block) for each, spread over the pool
+// in tasks of about kMinParallelElements elements.
+template <class V, class F>
+void ForPlaneUnits(const LanePoolGeometry& g, int64_t per_plane,
+                   ThreadPool* pool, F& unit_fn) {
+  constexpr int W = V::kWidth;
+  const int64_t blocks = g.planes / W;
+  const int64_t units = blocks + (g.planes - blocks * W);
+  const int64_t per_unit = MaxI(1, per_plane * W);
+  const int64_t per_task = MaxI(1, kMinParallelElements / per_unit);
+  const int64_t tasks = (units + per_task - 1) / per_task;
+  if (tasks < 2) pool = nullptr;
+  auto task = [&](int64_t t) {
+    const int64_t u1 = MinI(units, (t + 1) * per_task);
+    for (int64_t u = t * per_task; u < u1; ++u) {
+      if (u < blocks) {
+        unit_fn(u * W, true);
+      } else {
+        unit_fn(blocks * W + (u - blocks), false);
+      }
+    }
+  };
+  For(pool, tasks, task);
+}
+
+template <class V>
+void MaxPoolForward(const LanePoolGeometry& g, const float* x, float* y,
+                    ThreadPool* pool) {
+  constexpr int W = V::kWidth;
+  const int64_t in_plane = g.h * g.w;
+  const int64_t out_plane = g.out_h * g.out_w;
+  auto unit_fn = [&](int64_t p, bool block) {
+    if (!block || W == 1) {
+      PoolInterleaved<ScalarLanes, false>(g, x + p * in_plane,
+                                          y + p * out_plane, nullptr);
+      return;
+    }
+    Scratch<float> in(in_plane * W);
+    Scratch<float> out(out_plane * W);
+    Interleave<V>(x + p * in_plane, in_plane, in_plane, in.get());
+    PoolInterleaved<V, false>(g, in.get(), out.get(), nullptr);
+    Deinterleave<V>(out.get(), out_plane, y + p * out_plane, out_plane);
+  };
+  ForPlaneUnits<V>(g, in_plane + out_plane * g.k_h * g.k_w, pool, unit_fn);
+}
+
+// dx plane p = 0, then dy added into dx[winner] window by window in (oh, ow)
+// order: each dx element gets its terms in the canonical order, as one
+// chain from +0.0f. at[o * stride] is window o's winner.
+inline void ScatterPlane(const LanePoolGeometry& g, const int32_t* at,
+                         int64_t stride, const float* dy_plane,
+                         float* dx_plane) {
+  const int64_t out_plane = g.out_h * g.out_w;
+  std::memset(dx_plane, 0, static_cast<size_t>(g.h * g.w) * sizeof(float));
+  for (int64_t o = 0; o < out_plane; ++o) {
+    float& d = dx_plane[at[o * stride]];
+    d = d + dy_plane[o];
+  }
+}
+
+template <class V>
+void MaxPoolGrad(const LanePoolGeometry& g, const float* x, const float* dy,
+                 float* dx, ThreadPool* pool) {
+  constexpr int W = V::kWidth;
+  const int64_t in_plane = g.h * g.w;
+  const int64_t out_plane = g.out_h * g.out_w;
+  auto unit_fn = [&](int64_t p, bool block) {
+    if (!block || W == 1) {
+      Scratch<int32_t> at(out_plane);
+      PoolInterleaved<ScalarLanes, true>(g, x + p * in_plane, nullptr,
+                                         at.get());
+      ScatterPlane(g, at.get(), 1, dy + p * out_plane, dx + p * in_plane);
+      return;
+    }
+    Scratch<float> in(in_plane * W);
+    Scratch<int32_t> at(out_plane * W);
+    Interleave<V>(x + p * in_plane, in_plane, in_plane, in.get());
+    PoolInterleaved<V, true>(g, in.get(), nullptr, at.get());
+    for (int l = 0; l < W; ++l) {
+      ScatterPlane(g, at.get() + l, W, dy + (p + l) * out_plane,
+                   dx + (p + l) * in_plane);
+    }
+  };
+  ForPlaneUnits<V>(g, 2 * in_plane + out_plane * g.k_h * g.k_w, pool, unit_fn);
+}
+
+template <class V>
+const LaneKernelSet& KernelSet() {
+  static const LaneKernelSet set = {&BiasGrad<V>, &MaxPoolForward<V>,
+                                    &MaxPoolGrad<V>};
+  return set;
+}
+
+}  // namespace lockstep::kernels::cpu_internal::LS_LANE_ISA_NS
