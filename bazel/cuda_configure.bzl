@@ -83,7 +83,14 @@ def _cuda_configure_impl(ctx):
 
 cc_library(
     name = "cuda_headers",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.inl"]),
+    # include/nv/ holds extensionless headers (nv/target) that cuBLAS's
+    # headers include.
+    hdrs = glob([
+        "include/**/*.h",
+        "include/**/*.hpp",
+        "include/**/*.inl",
+        "include/nv/**",
+    ]),
     includes = ["include"],
 )
 

@@ -2,6 +2,8 @@
 // --test_tag_filters=gpu`): every op through the CUDA registry against the
 // CPU backend's bits, under two launch configurations and twice in a row;
 // device fingerprints against host fingerprints. Skips without a device.
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -111,6 +113,41 @@ TEST(CudaGpuFingerprintTest, DeviceFingerprintEqualsHost) {
           hash::DtypeCode::kFloat32, shape, data.data(), size, config);
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_EQ(got->ToHex(), want.ToHex()) << n << " floats";
+    }
+  }
+}
+
+TEST(CudaGpuFingerprintTest, DeviceStatisticsEqualHost) {
+  const absl::Status device = CudaDeviceStatus();
+  if (!device.ok()) {
+    GTEST_SKIP() << "no usable CUDA device, skipping: " << device;
+  }
+  const int64_t leaf_floats = static_cast<int64_t>(hash::kLeafBytes / 4);
+  std::mt19937 rng(9);
+  for (int64_t n : {int64_t{0}, int64_t{5}, leaf_floats, 3 * leaf_floats + 7}) {
+    std::vector<float> data(n);
+    std::uniform_real_distribution<float> dist(-50.0f, 50.0f);
+    for (float& x : data) x = dist(rng);
+    if (n > 2) data[1] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<int64_t> shape = {n};
+    const size_t size = static_cast<size_t>(n) * 4;
+    const hash::FingerprintAndStatsResult want =
+        hash::FingerprintAndStats(hash::DtypeCode::kFloat32, shape, data.data(),
+                                  size)
+            .value();
+    for (const LaunchConfig& config :
+         {LaunchConfig{1, 32}, LaunchConfig{7, 128}}) {
+      absl::StatusOr<hash::FingerprintAndStatsResult> got =
+          DeviceFingerprintAndStats(hash::DtypeCode::kFloat32, shape,
+                                    data.data(), size, config);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->fingerprint, want.fingerprint) << n;
+      EXPECT_EQ(std::memcmp(&got->stats.sum, &want.stats.sum, 8), 0) << n;
+      EXPECT_EQ(std::memcmp(&got->stats.l2, &want.stats.l2, 8), 0) << n;
+      EXPECT_EQ(std::memcmp(&got->stats.max_abs, &want.stats.max_abs, 4), 0)
+          << n;
+      EXPECT_EQ(got->stats.nan_count, want.stats.nan_count) << n;
+      EXPECT_EQ(got->stats.inf_count, want.stats.inf_count) << n;
     }
   }
 }

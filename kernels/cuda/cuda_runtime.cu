@@ -39,6 +39,13 @@ __global__ void LeafHashKernel(const unsigned char* bytes, uint64_t size,
   LeafHashThread(bytes, size, leaf_hashes, GlobalThread(), GridThreads());
 }
 
+__global__ void LeafHashAndStatsKernel(const unsigned char* bytes,
+                                       uint64_t size, uint64_t* leaf_hashes,
+                                       hash::portable::StatsPartial* stats) {
+  LeafHashAndStatsThread(bytes, size, leaf_hashes, stats, GlobalThread(),
+                         GridThreads());
+}
+
 static_assert(sizeof(KernelParams) <= 4096,
               "kernel parameters must fit the 4 KiB launch limit");
 
@@ -131,23 +138,32 @@ absl::Status CudaDeviceStatus() {
   return absl::OkStatus();
 }
 
-absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config) {
+absl::Status LaunchOnDevice(const DeviceCall& call,
+                            absl::Span<void* const> device_buffers,
+                            const LaunchConfig& config) {
   if (absl::Status s = CheckConfig(config, call.op); !s.ok()) return s;
-  if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
-  std::vector<DeviceBuffer> mem(call.buffers.size());
-  for (size_t b = 0; b < call.buffers.size(); ++b) {
-    const CallBuffer& cb = call.buffers[b];
-    if (absl::Status s = mem[b].Allocate(cb.bytes); !s.ok()) return s;
-    if (cb.copy_in && cb.bytes > 0) {
-      LS_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(mem[b].get(), cb.host, cb.bytes, cudaMemcpyHostToDevice));
+  if (device_buffers.size() != call.buffers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %d device buffers for a call of %d buffers",
+                        call.op, device_buffers.size(), call.buffers.size()));
+  }
+  for (size_t b = 0; b < device_buffers.size(); ++b) {
+    if (device_buffers[b] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: device buffer %d is null", call.op, b));
     }
   }
+  const int num_buffers = static_cast<int>(device_buffers.size());
   for (const Launch& l : call.launches) {
     KernelParams p = l.params;
     for (int k = 0; k < kMaxKernelBuffers; ++k) {
-      p.in[k] = l.in_buf[k] >= 0 ? mem[l.in_buf[k]].get() : nullptr;
-      p.out[k] = l.out_buf[k] >= 0 ? mem[l.out_buf[k]].get() : nullptr;
+      if (l.in_buf[k] >= num_buffers || l.out_buf[k] >= num_buffers) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: a launch names a buffer beyond the call's %d",
+                            call.op, num_buffers));
+      }
+      p.in[k] = l.in_buf[k] >= 0 ? device_buffers[l.in_buf[k]] : nullptr;
+      p.out[k] = l.out_buf[k] >= 0 ? device_buffers[l.out_buf[k]] : nullptr;
     }
     KernelPtr kernel = KernelFor(p.op);
     if (kernel == nullptr) {
@@ -162,6 +178,26 @@ absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config) {
     LS_CUDA_RETURN_IF_ERROR(cudaLaunchKernel(
         reinterpret_cast<const void*>(kernel), grid, block, args, 0, 0));
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config) {
+  if (absl::Status s = CheckConfig(config, call.op); !s.ok()) return s;
+  if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
+  std::vector<DeviceBuffer> mem(call.buffers.size());
+  std::vector<void*> device(call.buffers.size());
+  for (size_t b = 0; b < call.buffers.size(); ++b) {
+    const CallBuffer& cb = call.buffers[b];
+    if (absl::Status s = mem[b].Allocate(cb.bytes); !s.ok()) return s;
+    device[b] = mem[b].get();
+    if (cb.copy_in && cb.bytes > 0) {
+      LS_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(mem[b].get(), cb.host, cb.bytes, cudaMemcpyHostToDevice));
+    }
+  }
+  if (absl::Status s = LaunchOnDevice(call, device, config); !s.ok()) {
+    return s;
   }
   LS_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   for (size_t b = 0; b < call.buffers.size(); ++b) {
@@ -236,11 +272,74 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
   return hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
 }
 
-namespace {
+absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    size_t size, const LaunchConfig& config) {
+  if (absl::Status s = CheckConfig(config, "DeviceFingerprintAndStats");
+      !s.ok()) {
+    return s;
+  }
+  if (dtype != hash::DtypeCode::kFloat32) {
+    return absl::InvalidArgumentError(
+        "dtype: statistics are defined for float32 only");
+  }
+  if (bytes == nullptr && size > 0) {
+    return absl::InvalidArgumentError(
+        "DeviceFingerprintAndStats: bytes is null but size > 0");
+  }
+  const uint64_t leaves = NumDeviceLeaves(size);
+  std::vector<uint64_t> leaf_hashes(leaves);
+  std::vector<hash::portable::StatsPartial> stats(leaves);
+  // Validates shape and size before any device work.
+  if (absl::StatusOr<hash::Fingerprint> check =
+          hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
+      !check.ok()) {
+    return check.status();
+  }
+  if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
+  if (leaves > 0) {
+    DeviceBuffer data, hashes, partials;
+    if (absl::Status s = data.Allocate(size); !s.ok()) return s;
+    if (absl::Status s = hashes.Allocate(leaves * 8); !s.ok()) return s;
+    if (absl::Status s =
+            partials.Allocate(leaves * sizeof(hash::portable::StatsPartial));
+        !s.ok()) {
+      return s;
+    }
+    LS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(data.get(), bytes, size, cudaMemcpyHostToDevice));
+    const dim3 grid(static_cast<unsigned>(BlocksFor(config, leaves)));
+    const dim3 block(static_cast<unsigned>(config.threads_per_block));
+    LeafHashAndStatsKernel<<<grid, block>>>(
+        static_cast<const unsigned char*>(data.get()), size,
+        static_cast<uint64_t*>(hashes.get()),
+        static_cast<hash::portable::StatsPartial*>(partials.get()));
+    LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(leaf_hashes.data(), hashes.get(),
+                                       leaves * 8, cudaMemcpyDeviceToHost));
+    LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(
+        stats.data(), partials.get(),
+        leaves * sizeof(hash::portable::StatsPartial), cudaMemcpyDeviceToHost));
+  }
+  absl::StatusOr<hash::Fingerprint> fingerprint =
+      hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
+  if (!fingerprint.ok()) return fingerprint.status();
+  hash::FingerprintAndStatsResult r;
+  r.fingerprint = *fingerprint;
+  r.stats = hash::CombineBlockStats(stats);
+  return r;
+}
 
-// Milliseconds of the best of `reps` runs of fn (which launches work).
-template <typename Fn>
-absl::StatusOr<float> TimeBestMs(int reps, Fn fn) {
+absl::StatusOr<float> TimeDeviceWorkMs(
+    int reps, absl::FunctionRef<absl::Status()> enqueue) {
+  if (reps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("TimeDeviceWorkMs: reps must be >= 1, got %d", reps));
+  }
+  // Warm-up: lazy module loading and library heuristics stay out of the
+  // timed runs.
+  if (absl::Status s = enqueue(); !s.ok()) return s;
+  LS_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   cudaEvent_t start, stop;
   LS_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   if (const cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
@@ -248,101 +347,95 @@ absl::StatusOr<float> TimeBestMs(int reps, Fn fn) {
     return CudaErrorToStatus(e, "cudaEventCreate(&stop)", __FILE__, __LINE__);
   }
   float best = -1.0f;
-  cudaError_t err = cudaSuccess;
-  for (int r = 0; r < reps && err == cudaSuccess; ++r) {
-    err = cudaEventRecord(start);
-    if (err == cudaSuccess) err = fn();
-    if (err == cudaSuccess) err = cudaEventRecord(stop);
+  absl::Status status;
+  for (int r = 0; r < reps && status.ok(); ++r) {
+    cudaError_t err = cudaEventRecord(start);
+    if (err == cudaSuccess) {
+      status = enqueue();
+      if (!status.ok()) break;
+      err = cudaEventRecord(stop);
+    }
     if (err == cudaSuccess) err = cudaEventSynchronize(stop);
     float ms = 0.0f;
     if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
-    if (err == cudaSuccess && (best < 0.0f || ms < best)) best = ms;
+    if (err != cudaSuccess) {
+      status =
+          CudaErrorToStatus(err, "timed benchmark run", __FILE__, __LINE__);
+    } else if (best < 0.0f || ms < best) {
+      best = ms;
+    }
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  if (err != cudaSuccess) {
-    return CudaErrorToStatus(err, "benchmark iteration", __FILE__, __LINE__);
-  }
+  if (!status.ok()) return status;
   return best;
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> RunGpuBenchmarks() {
+absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
   if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
   std::string report;
+  int device = 0;
+  LS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   cudaDeviceProp prop;
-  LS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
-  report += absl::StrFormat("device: %s (sm_%d%d)\n", prop.name, prop.major,
-                            prop.minor);
+  LS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  report += absl::StrFormat("device: %s (sm_%d%d, %d SMs)\n", prop.name,
+                            prop.major, prop.minor, prop.multiProcessorCount);
 
-  // Canonical GEMM: y[M, N] = x[M, K] w[K, N], one thread per output.
-  {
-    constexpr int64_t kM = 1024, kN = 1024, kK = 1024;
-    DeviceBuffer x, w, y;
-    if (absl::Status s = x.Allocate(kM * kK * 4); !s.ok()) return s;
-    if (absl::Status s = w.Allocate(kK * kN * 4); !s.ok()) return s;
-    if (absl::Status s = y.Allocate(kM * kN * 4); !s.ok()) return s;
-    LS_CUDA_RETURN_IF_ERROR(cudaMemset(x.get(), 0x3c, kM * kK * 4));
-    LS_CUDA_RETURN_IF_ERROR(cudaMemset(w.get(), 0x3c, kK * kN * 4));
-    c::DenseShape d;
-    d.m = kM;
-    d.k = kK;
-    d.n = kN;
-    KernelParams p;
-    p.op = DeviceOp::kMatMul;
-    p.matmul = c::DenseForwardShape(d);
-    p.work = kM * kN;
-    p.in[0] = x.get();
-    p.in[1] = w.get();
-    p.out[0] = y.get();
-    const LaunchConfig config;
-    const dim3 grid(static_cast<unsigned>(BlocksFor(config, p.work)));
-    const dim3 block(static_cast<unsigned>(config.threads_per_block));
-    absl::StatusOr<float> ms = TimeBestMs(5, [&]() {
-      CanonicalKernel<DeviceOp::kMatMul><<<grid, block>>>(p);
-      return cudaGetLastError();
-    });
-    if (!ms.ok()) return ms.status();
-    const double gflops = 2.0 * kM * kN * kK / (*ms * 1e-3) / 1e9;
-    report +=
-        absl::StrFormat("canonical_gemm %dx%dx%d: %.3f ms, %.1f GFLOP/s\n", kM,
-                        kN, kK, *ms, gflops);
+  // Device hashing, with and without statistics, vs a device-to-device copy
+  // of the same bytes (float32 0x3c3c3c3c, about 0.0115: finite, so the
+  // statistics take their common path).
+  constexpr size_t kBytes = size_t{256} << 20;
+  const uint64_t leaves = NumDeviceLeaves(kBytes);
+  DeviceBuffer src, dst, hashes, partials;
+  if (absl::Status s = src.Allocate(kBytes); !s.ok()) return s;
+  if (absl::Status s = dst.Allocate(kBytes); !s.ok()) return s;
+  if (absl::Status s = hashes.Allocate(leaves * 8); !s.ok()) return s;
+  if (absl::Status s =
+          partials.Allocate(leaves * sizeof(hash::portable::StatsPartial));
+      !s.ok()) {
+    return s;
   }
-
-  // Device hashing vs a device-to-device copy of the same bytes.
-  {
-    constexpr size_t kBytes = size_t{256} << 20;
-    const uint64_t leaves = NumDeviceLeaves(kBytes);
-    DeviceBuffer src, dst, hashes;
-    if (absl::Status s = src.Allocate(kBytes); !s.ok()) return s;
-    if (absl::Status s = dst.Allocate(kBytes); !s.ok()) return s;
-    if (absl::Status s = hashes.Allocate(leaves * 8); !s.ok()) return s;
-    LS_CUDA_RETURN_IF_ERROR(cudaMemset(src.get(), 0x5a, kBytes));
-    const LaunchConfig config{0, 128};
-    const dim3 grid(static_cast<unsigned>(BlocksFor(config, leaves)));
-    const dim3 block(static_cast<unsigned>(config.threads_per_block));
-    absl::StatusOr<float> hash_ms = TimeBestMs(5, [&]() {
-      LeafHashKernel<<<grid, block>>>(
-          static_cast<const unsigned char*>(src.get()), kBytes,
-          static_cast<uint64_t*>(hashes.get()));
-      return cudaGetLastError();
-    });
-    if (!hash_ms.ok()) return hash_ms.status();
-    absl::StatusOr<float> copy_ms = TimeBestMs(5, [&]() {
-      return cudaMemcpy(dst.get(), src.get(), kBytes, cudaMemcpyDeviceToDevice);
-    });
-    if (!copy_ms.ok()) return copy_ms.status();
-    const double gb = static_cast<double>(kBytes) / 1e9;
-    report += absl::StrFormat(
-        "device_hash %d MiB (%d leaves, one thread each): %.3f ms, %.1f GB/s "
-        "read\n",
-        kBytes >> 20, leaves, *hash_ms, gb / (*hash_ms * 1e-3));
-    report += absl::StrFormat(
-        "d2d_copy %d MiB: %.3f ms, %.1f GB/s copied (%.1f GB/s read+write)\n",
-        kBytes >> 20, *copy_ms, gb / (*copy_ms * 1e-3),
-        2 * gb / (*copy_ms * 1e-3));
-  }
+  LS_CUDA_RETURN_IF_ERROR(cudaMemset(src.get(), 0x3c, kBytes));
+  const LaunchConfig config{0, 128};
+  const dim3 grid(static_cast<unsigned>(BlocksFor(config, leaves)));
+  const dim3 block(static_cast<unsigned>(config.threads_per_block));
+  absl::StatusOr<float> hash_ms = TimeDeviceWorkMs(reps, [&]() {
+    LeafHashKernel<<<grid, block>>>(
+        static_cast<const unsigned char*>(src.get()), kBytes,
+        static_cast<uint64_t*>(hashes.get()));
+    LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
+  if (!hash_ms.ok()) return hash_ms.status();
+  absl::StatusOr<float> stats_ms = TimeDeviceWorkMs(reps, [&]() {
+    LeafHashAndStatsKernel<<<grid, block>>>(
+        static_cast<const unsigned char*>(src.get()), kBytes,
+        static_cast<uint64_t*>(hashes.get()),
+        static_cast<hash::portable::StatsPartial*>(partials.get()));
+    LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  });
+  if (!stats_ms.ok()) return stats_ms.status();
+  absl::StatusOr<float> copy_ms = TimeDeviceWorkMs(reps, [&]() {
+    LS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.get(), src.get(), kBytes,
+                                            cudaMemcpyDeviceToDevice, 0));
+    return absl::OkStatus();
+  });
+  if (!copy_ms.ok()) return copy_ms.status();
+  const double gb = static_cast<double>(kBytes) / 1e9;
+  report += absl::StrFormat(
+      "device_hash %d MiB (%d leaves, one thread each): %.3f ms, %.1f GB/s "
+      "read\n",
+      kBytes >> 20, leaves, *hash_ms, gb / (*hash_ms * 1e-3));
+  report += absl::StrFormat(
+      "device_hash_stats %d MiB float32 (%d leaves, one thread each, hash + "
+      "statistics block): %.3f ms, %.1f GB/s read (%.2f of device_hash)\n",
+      kBytes >> 20, leaves, *stats_ms, gb / (*stats_ms * 1e-3),
+      *hash_ms / *stats_ms);
+  report += absl::StrFormat(
+      "d2d_copy %d MiB: %.3f ms, %.1f GB/s copied (%.1f GB/s read+write)\n",
+      kBytes >> 20, *copy_ms, gb / (*copy_ms * 1e-3),
+      2 * gb / (*copy_ms * 1e-3));
   return report;
 }
 

@@ -14,10 +14,12 @@
 //     every later call fails; the worker must restart the process)
 //   anything else              INTERNAL "cuda: <call> failed at file:line: ..."
 //
-// This is the correctness path: host Tensors are copied to the device for
-// each call and the outputs copied back (device-resident tensors are future
-// work, docs/gpu.md). Calls use device 0 (cudaSetDevice is left to the
-// caller) and the legacy default stream, and synchronize before returning.
+// RunOnDevice and DeviceFingerprint* are the correctness path: host Tensors
+// are copied to the device for each call and the outputs copied back
+// (device-resident tensors are future work, docs/gpu.md). LaunchOnDevice
+// and DeviceLeafHashes work on memory already on the device. Calls use the
+// current device (device 0 unless the caller set another) and the legacy
+// default stream; all but LaunchOnDevice synchronize before returning.
 //
 // Thread-safety: functions may be called from several threads as long as
 // concurrent calls do not share output Tensors.
@@ -28,6 +30,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -46,6 +49,28 @@ absl::Status CudaDeviceStatus();
 // Copies the call's inputs to the device, runs its launches with `config`,
 // copies the outputs back. Outputs are untouched on error.
 absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config);
+
+// Queues the launches of a planned call (PlanCanonicalOp) on the legacy
+// default stream, on device memory the caller owns: device_buffers[b] is
+// the device region of call.buffers[b] (at least call.buffers[b].bytes
+// bytes; the call's host pointers are not used). Nothing is copied, nothing
+// is synchronized and the device is not checked (call CudaDeviceStatus
+// first): this runs a CANONICAL op on device-resident data, exactly the
+// launches RunOnDevice runs. INVALID_ARGUMENT for a bad config, a
+// device_buffers of the wrong size or a null entry; launch errors as above
+// (a fault while the kernels run surfaces at the next synchronization).
+absl::Status LaunchOnDevice(const DeviceCall& call,
+                            absl::Span<void* const> device_buffers,
+                            const LaunchConfig& config = LaunchConfig{});
+
+// Benchmark timing on the device: runs `enqueue` once untimed (module
+// loading, library warm-up), then `reps` times, each between two CUDA
+// events recorded on the legacy default stream, and returns the fastest
+// run in milliseconds. `enqueue` must only queue device work on that
+// stream (no host<->device copies, no synchronization). INVALID_ARGUMENT
+// for reps < 1; the first error `enqueue` returns; CUDA errors as above.
+absl::StatusOr<float> TimeDeviceWorkMs(
+    int reps, absl::FunctionRef<absl::Status()> enqueue);
 
 // The device fingerprint's leaf hashes of `size` bytes already on the
 // device: each 64 KiB leaf is hashed by one thread (leaf_hash.h) and the
@@ -67,9 +92,25 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
     size_t size, const LaunchConfig& config = LaunchConfig{});
 
-// Runs the GPU benchmark (canonical GEMM GFLOP/s, device hashing GB/s vs a
-// device-to-device copy) and returns its report, one result per line.
-absl::StatusOr<std::string> RunGpuBenchmarks();
+// DeviceFingerprint plus the tensor's statistics (hash::ComputeStats)
+// computed on the device: per 64 KiB leaf one thread hashes the leaf and
+// computes its statistics block (leaf_hash.h), and only the leaf hashes (8
+// bytes) and the block partials (40 bytes) per leaf cross the bus; the host
+// combines both in leaf order. Equal, bit for bit, to
+// hash::FingerprintAndStats. Errors as hash::FingerprintAndStats (float32
+// only), reported before any device work, plus the CUDA errors above.
+absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    size_t size, const LaunchConfig& config = LaunchConfig{});
+
+// Runs the device hashing benchmark on 256 MiB already on the device and
+// returns its report, one result per line: the device's name, the
+// fingerprint's leaf hashing (LeafHashKernel) and leaf hashing with
+// statistics (LeafHashAndStatsKernel) in GB/s read, and a device-to-device
+// copy of the same bytes for scale. Each figure is the best of `reps` timed
+// runs (TimeDeviceWorkMs). The canonical kernels' GFLOP/s next to cuBLAS
+// and cuDNN are in kernels/cudnn/vendor_runtime.h, RunVendorBenchmarks.
+absl::StatusOr<std::string> RunGpuBenchmarks(int reps = 5);
 
 }  // namespace lockstep::kernels::cuda
 

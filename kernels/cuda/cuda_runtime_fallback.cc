@@ -19,6 +19,15 @@ absl::Status RunOnDevice(const DeviceCall&, const LaunchConfig&) {
   return NoCuda();
 }
 
+absl::Status LaunchOnDevice(const DeviceCall&, absl::Span<void* const>,
+                            const LaunchConfig&) {
+  return NoCuda();
+}
+
+absl::StatusOr<float> TimeDeviceWorkMs(int, absl::FunctionRef<absl::Status()>) {
+  return NoCuda();
+}
+
 absl::Status DeviceLeafHashes(const void*, size_t, absl::Span<uint64_t>,
                               const LaunchConfig&) {
   return NoCuda();
@@ -31,6 +40,12 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(hash::DtypeCode,
   return NoCuda();
 }
 
-absl::StatusOr<std::string> RunGpuBenchmarks() { return NoCuda(); }
+absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
+    hash::DtypeCode, absl::Span<const int64_t>, const void*, size_t,
+    const LaunchConfig&) {
+  return NoCuda();
+}
+
+absl::StatusOr<std::string> RunGpuBenchmarks(int) { return NoCuda(); }
 
 }  // namespace lockstep::kernels::cuda

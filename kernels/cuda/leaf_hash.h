@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "kernels/canonical/hd.h"
+#include "kernels/hash/stats_portable.h"
 #include "kernels/hash/xxh3_portable.h"
 
 namespace lockstep::kernels::cuda {
@@ -38,6 +39,27 @@ LS_HD_INLINE void LeafHashThread(const unsigned char* bytes, uint64_t size,
     const uint64_t rest = size - begin;
     const uint64_t len = rest < kDeviceLeafBytes ? rest : kDeviceLeafBytes;
     leaf_hashes[l] = hash::portable::Xxh3Hash64(bytes + begin, len);
+  }
+}
+
+// LeafHashThread plus, per leaf, the statistics block of a float32 tensor:
+// stats[l] = portable::StatsOfBlock of the leaf's floats (a 64 KiB leaf is
+// exactly one statistics block), so the host adds the NumDeviceLeaves(size)
+// partials in block order (hash::CombineBlockStats) and gets ComputeStats'
+// bits. REQUIRES: size a multiple of 4; bytes 4-byte aligned.
+LS_HD_INLINE void LeafHashAndStatsThread(const unsigned char* bytes,
+                                         uint64_t size, uint64_t* leaf_hashes,
+                                         hash::portable::StatsPartial* stats,
+                                         int64_t thread, int64_t num_threads) {
+  const int64_t leaves = static_cast<int64_t>(NumDeviceLeaves(size));
+  for (int64_t l = thread; l < leaves; l += num_threads) {
+    const uint64_t begin = static_cast<uint64_t>(l) * kDeviceLeafBytes;
+    const uint64_t rest = size - begin;
+    const uint64_t len = rest < kDeviceLeafBytes ? rest : kDeviceLeafBytes;
+    leaf_hashes[l] = hash::portable::Xxh3Hash64(bytes + begin, len);
+    stats[l] = hash::portable::StatsOfBlock(
+        reinterpret_cast<const float*>(bytes + begin),
+        static_cast<int64_t>(len / 4));
   }
 }
 

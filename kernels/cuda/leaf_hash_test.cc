@@ -3,6 +3,8 @@
 #include "kernels/cuda/leaf_hash.h"
 
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -47,6 +49,50 @@ TEST(LeafHashTest, EmulatedDeviceFingerprintEqualsHost) {
               .value();
       EXPECT_EQ(got.ToHex(), want.ToHex()) << n << " floats, " << config.blocks
                                            << " x " << config.threads_per_block;
+    }
+  }
+}
+
+uint64_t Bits(double x) {
+  uint64_t u;
+  std::memcpy(&u, &x, 8);
+  return u;
+}
+
+TEST(LeafHashTest, EmulatedDeviceStatisticsEqualHost) {
+  const int64_t leaf_floats = static_cast<int64_t>(hash::kLeafBytes / 4);
+  std::mt19937 rng(5);
+  for (int64_t n : {int64_t{0}, int64_t{1}, leaf_floats - 3, leaf_floats,
+                    2 * leaf_floats + 17, 5 * leaf_floats}) {
+    std::vector<float> data(n);
+    std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
+    for (float& x : data) x = dist(rng);
+    if (n > 100) {  // non-finite values and subnormals are counted/kept
+      data[7] = std::numeric_limits<float>::quiet_NaN();
+      data[n - 1] = -std::numeric_limits<float>::infinity();
+      data[50] = std::numeric_limits<float>::denorm_min();
+    }
+    const std::vector<int64_t> shape = {n};
+    const size_t size = static_cast<size_t>(n) * 4;
+    const hash::FingerprintAndStatsResult want =
+        hash::FingerprintAndStats(hash::DtypeCode::kFloat32, shape, data.data(),
+                                  size)
+            .value();
+    for (const LaunchConfig& config :
+         {LaunchConfig{1, 32}, LaunchConfig{3, 64}}) {
+      const LeafHashesAndStats got =
+          EmulateLeafHashesAndStats(data.data(), size, config);
+      const hash::Fingerprint fp =
+          hash::CombineLeafHashes(hash::DtypeCode::kFloat32, shape, size,
+                                  got.leaf_hashes)
+              .value();
+      EXPECT_EQ(fp, want.fingerprint) << n;
+      const hash::TensorStats st = hash::CombineBlockStats(got.stats);
+      EXPECT_EQ(Bits(st.sum), Bits(want.stats.sum)) << n;
+      EXPECT_EQ(Bits(st.l2), Bits(want.stats.l2)) << n;
+      EXPECT_EQ(Bits(st.max_abs), Bits(want.stats.max_abs)) << n;
+      EXPECT_EQ(st.nan_count, want.stats.nan_count) << n;
+      EXPECT_EQ(st.inf_count, want.stats.inf_count) << n;
     }
   }
 }

@@ -513,4 +513,20 @@ std::vector<uint64_t> EmulateLeafHashes(const void* bytes, uint64_t size,
   return leaves;
 }
 
+LeafHashesAndStats EmulateLeafHashesAndStats(const void* bytes, uint64_t size,
+                                             const LaunchConfig& config) {
+  LeafHashesAndStats out;
+  const uint64_t leaves = NumDeviceLeaves(size);
+  out.leaf_hashes.assign(leaves, 0);
+  out.stats.assign(leaves, hash::portable::EmptyStatsPartial());
+  const int64_t threads = BlocksFor(config, static_cast<int64_t>(leaves)) *
+                          config.threads_per_block;
+  for (int64_t t = 0; t < threads; ++t) {
+    LeafHashAndStatsThread(static_cast<const unsigned char*>(bytes), size,
+                           out.leaf_hashes.data(), out.stats.data(), t,
+                           threads);
+  }
+  return out;
+}
+
 }  // namespace lockstep::kernels::cuda

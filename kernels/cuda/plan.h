@@ -29,6 +29,7 @@
 #include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/thread_bodies.h"
+#include "kernels/hash/stats_portable.h"
 #include "kernels/tensor.h"
 
 namespace lockstep::kernels::cuda {
@@ -88,6 +89,15 @@ absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config);
 // emulated grid: NumDeviceLeaves(size) values.
 std::vector<uint64_t> EmulateLeafHashes(const void* bytes, uint64_t size,
                                         const LaunchConfig& config);
+
+// LeafHashAndStatsThread on an emulated grid: the leaf hashes and the
+// per-leaf statistics partials of a float32 tensor of `size` bytes.
+struct LeafHashesAndStats {
+  std::vector<uint64_t> leaf_hashes;
+  std::vector<hash::portable::StatsPartial> stats;
+};
+LeafHashesAndStats EmulateLeafHashesAndStats(const void* bytes, uint64_t size,
+                                             const LaunchConfig& config);
 
 }  // namespace lockstep::kernels::cuda
 

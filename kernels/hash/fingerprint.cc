@@ -338,6 +338,15 @@ absl::StatusOr<Fingerprint> HashTensorBytes(DtypeCode dtype,
   return Hash128(in);
 }
 
+TensorStats CombineBlockStats(absl::Span<const portable::StatsPartial> blocks) {
+  StatsTotals totals;
+  for (const portable::StatsPartial& b : blocks) {
+    totals.Add(
+        LeafStats{b.sum, b.sum_sq, b.max_abs_bits, b.nan_count, b.inf_count});
+  }
+  return totals.Finish();
+}
+
 TensorStats ComputeStats(const float* data, size_t n) {
   return StatsWith(**KernelsFor(HashIsa::kAuto), data, n);
 }

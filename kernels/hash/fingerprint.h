@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/hash/stats_portable.h"
 
 namespace lockstep::hash {
 
@@ -159,6 +160,12 @@ struct FingerprintAndStatsResult {
 absl::StatusOr<FingerprintAndStatsResult> FingerprintAndStats(
     DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
     size_t size, HashIsa isa = HashIsa::kAuto);
+
+// The statistics of a float32 tensor from its per-block partials
+// (portable::StatsOfBlock of each 64 KiB leaf, e.g. computed on a device),
+// added in block order exactly as ComputeStats does: equal to ComputeStats
+// of the same data, bit for bit.
+TensorStats CombineBlockStats(absl::Span<const portable::StatsPartial> blocks);
 
 // Combines already computed leaf hashes (e.g. from a device) into the
 // fingerprint: XXH3-128 over header || leaf hashes (little-endian u64).
