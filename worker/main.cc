@@ -3,6 +3,7 @@
 //   lockstep-worker daemon --coordinator=host:7070 --name=gpu-node-3
 //   lockstep-worker probe [--json]
 //   lockstep-worker run --model=m.json --config=c.json [--runs=N] ...
+//   lockstep-worker selftest [--ops=a,b] [--seed=N] [--json]
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "worker/exec/run_command.h"
 #include "worker/hardware_probe.h"
 #include "worker/run_child.h"
+#include "worker/selftest.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
           "daemon: coordinator address, host:port");
@@ -34,7 +36,9 @@ ABSL_FLAG(int, slots, 1, "daemon: runs executed at the same time");
 ABSL_FLAG(int64_t, initial_backoff_ms, 200,
           "daemon: first reconnect delay, ms (doubles up to the max)");
 ABSL_FLAG(int64_t, max_backoff_ms, 5000, "daemon: longest reconnect delay, ms");
-ABSL_FLAG(bool, json, false, "probe: print the profile as JSON");
+ABSL_FLAG(bool, json, false,
+          "probe: print the profile as JSON; selftest: print the report as "
+          "JSON");
 ABSL_FLAG(std::string, model, "", "run: model file (JSON or text proto)");
 ABSL_FLAG(std::string, config, "", "run: job config file (JSON or text proto)");
 ABSL_FLAG(int, runs, 1, "run: number of runs to train and compare");
@@ -53,6 +57,11 @@ ABSL_FLAG(std::string, dump, "",
           "<layer>:<role>[:step]");
 ABSL_FLAG(std::string, dump_dir, "lockstep-dump",
           "run: directory for --dump files");
+ABSL_FLAG(std::string, ops, "",
+          "selftest: comma-separated ops to test, e.g. "
+          "dense.forward,conv2d.grad_weight (default: all)");
+ABSL_FLAG(std::string, seed, "1",
+          "selftest: seed of the test inputs (unsigned 32-bit)");
 
 namespace {
 
@@ -68,7 +77,13 @@ constexpr char kUsage[] =
     "[--dump=first_divergent|"
     "all|<layer>:<role>[:step]] [--dump_dir=DIR]\n"
     "      train locally and compare runs (exit 0 agree, 1 differ, 2 bad "
-    "spec)";
+    "spec)\n"
+    "  lockstep-worker selftest [--ops=op,...] [--seed=N] [--json]\n"
+    "      validate this node: every op in every mode on every backend here "
+    "vs the\n"
+    "      CPU CANONICAL scalar reference (exit 0 pass, 1 a CANONICAL row "
+    "differs or a\n"
+    "      DETERMINISTIC row does not repeat, 2 usage error)";
 
 int Probe() {
   auto profile = lockstep::worker::NewSystemProbe()->Probe();
@@ -262,6 +277,17 @@ int Daemon() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() >= 2 && std::string(args[1]) == "selftest") {
+    if (args.size() != 2) {
+      std::fprintf(stderr,
+                   "lockstep-worker selftest: unexpected argument \"%s\"\n%s\n",
+                   args[2], kUsage);
+      return 2;
+    }
+    return lockstep::worker::SelftestCommand(
+        absl::GetFlag(FLAGS_ops), absl::GetFlag(FLAGS_seed),
+        absl::GetFlag(FLAGS_json), stdout, stderr);
+  }
   if (args.size() != 2) {
     std::fprintf(stderr, "%s\n", kUsage);
     return 64;

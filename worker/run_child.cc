@@ -12,11 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "kernels/registry.h"
 #include "worker/data/dataset.h"
 #include "worker/exec/dataset_batches.h"
 #include "worker/exec/executor.h"
+#include "worker/exec/worker_kernels.h"
 #include "worker/frames.h"
 #include "worker/model/plan.h"
 
@@ -32,9 +32,7 @@ absl::Status Train(const v1::RunAssignment& a, const ChildOptions& child,
   LS_ASSIGN_OR_RETURN(ModelPlan plan,
                       PlanModel(a.model(), a.config(), Limits()));
   kernels::Registry registry;
-  LS_RETURN_IF_ERROR(kernels::RegisterCpuCanonicalKernels(&registry));
-  LS_RETURN_IF_ERROR(
-      kernels::RegisterCpuDeterministicAndDefaultKernels(&registry));
+  LS_RETURN_IF_ERROR(RegisterWorkerKernels(&registry).status());
   std::vector<int64_t> example(plan.input_shape.begin() + 1,
                                plan.input_shape.end());
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset,

@@ -80,10 +80,6 @@ absl::StatusOr<Tensor> Zeros(const std::vector<int64_t>& shape,
 
 // Validates the parts of the config the executor itself interprets.
 absl::Status CheckConfig(const ModelPlan& plan, const v1::JobConfig& config) {
-  if (config.backend() == v1::CUDA) {
-    return absl::FailedPreconditionError(
-        "backend CUDA: this worker has no CUDA backend yet");
-  }
   if (config.dtype() != v1::DTYPE_UNSPECIFIED &&
       config.dtype() != v1::FLOAT32) {
     return absl::InvalidArgumentError(
@@ -175,14 +171,35 @@ absl::StatusOr<v1::TensorFingerprint> FingerprintTensor(const Tensor& t,
   return fp;
 }
 
+absl::StatusOr<std::string> BackendFor(const kernels::Registry& registry,
+                                       const v1::JobConfig& config) {
+  bool has_cuda = false;
+  for (const kernels::KernelKey& k : registry.Keys()) {
+    if (k.backend == kernels::kCudaBackendName) {
+      has_cuda = true;
+      break;
+    }
+  }
+  switch (config.backend()) {
+    case v1::CPU:
+      return std::string(kernels::kCpuBackendName);
+    case v1::CUDA:
+      if (!has_cuda) {
+        return absl::FailedPreconditionError(
+            "config.backend: CUDA needs a usable CUDA device, and this worker "
+            "has none (`lockstep-worker probe` says why)");
+      }
+      return std::string(kernels::kCudaBackendName);
+    default:  // ANY, unspecified: the best backend this worker has
+      return std::string(has_cuda ? kernels::kCudaBackendName
+                                  : kernels::kCpuBackendName);
+  }
+}
+
 absl::StatusOr<KernelChoice> ChooseKernel(const kernels::Registry& registry,
                                           const v1::JobConfig& config,
                                           const std::string& op) {
-  if (config.backend() == v1::CUDA) {
-    return absl::FailedPreconditionError(
-        "backend CUDA: this worker has no CUDA backend yet");
-  }
-  const std::string backend = kernels::kCpuBackendName;
+  LS_ASSIGN_OR_RETURN(const std::string backend, BackendFor(registry, config));
   KernelChoice c;
   c.op = op;
   c.requested_mode = ModeOf(config.determinism());

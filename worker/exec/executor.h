@@ -133,9 +133,16 @@ inline hash::Fingerprint HashOf(const lockstep::v1::TensorFingerprint& f) {
   return hash::Fingerprint{f.hash_hi(), f.hash_lo()};
 }
 
+// The registry backend a job runs on: "cpu" for backend CPU; "cuda" for
+// backend CUDA (FAILED_PRECONDITION when the registry holds no CUDA
+// kernels, i.e. this worker has no usable device); for ANY / unspecified
+// "cuda" when CUDA kernels are registered, else "cpu".
+absl::StatusOr<std::string> BackendFor(const kernels::Registry& registry,
+                                       const lockstep::v1::JobConfig& config);
+
 // Resolves the kernel of `op` for `config` (mode, op_algorithms, backend)
-// in `registry`; see README "Kernel selection". FAILED_PRECONDITION for
-// backend CUDA; INVALID_ARGUMENT naming op, algorithm and the registered
+// in `registry`; see README "Kernel selection". FAILED_PRECONDITION as
+// BackendFor; INVALID_ARGUMENT naming op, algorithm and the registered
 // alternatives for an unknown override; NOT_FOUND when not even a
 // CANONICAL kernel exists.
 absl::StatusOr<KernelChoice> ChooseKernel(const kernels::Registry& registry,

@@ -24,6 +24,7 @@ namespace {
 
 namespace v1 = ::lockstep::v1;
 using ::lockstep::testing::IsOk;
+using ::lockstep::testing::IsOkAndHolds;
 using ::lockstep::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -491,13 +492,73 @@ TEST(ExecutorTest, BadLabelsAreReportedWithTheLayer) {
                              HasSubstr("softmax_xent.forward"))));
 }
 
+// The CPU's CANONICAL kernels registered a second time under backend "cuda",
+// standing in for a worker with a usable GPU.
+const kernels::Registry& CpuAndStandInCudaRegistry() {
+  static const kernels::Registry* registry = [] {
+    auto* r = new kernels::Registry();
+    (void)kernels::RegisterCpuCanonicalKernels(r);
+    for (const kernels::KernelKey& k : testing::CpuRegistry().Keys()) {
+      kernels::KernelKey cuda = k;
+      cuda.backend = kernels::kCudaBackendName;
+      (void)r->Register(cuda, testing::CpuRegistry().Lookup(k).value());
+    }
+    return r;
+  }();
+  return *registry;
+}
+
+TEST(ExecutorTest, BackendFollowsTheConfigAndTheWorker) {
+  v1::JobConfig config = testing::BaseConfig(kBatch, 1);
+  const kernels::Registry& cpu_only = testing::CpuRegistry();
+  const kernels::Registry& with_cuda = CpuAndStandInCudaRegistry();
+  for (v1::Backend b : {v1::BACKEND_UNSPECIFIED, v1::ANY, v1::CPU}) {
+    config.set_backend(b);
+    EXPECT_THAT(BackendFor(cpu_only, config), IsOkAndHolds("cpu"));
+  }
+  config.set_backend(v1::CPU);
+  EXPECT_THAT(BackendFor(with_cuda, config), IsOkAndHolds("cpu"));
+  for (v1::Backend b : {v1::BACKEND_UNSPECIFIED, v1::ANY, v1::CUDA}) {
+    config.set_backend(b);
+    EXPECT_THAT(BackendFor(with_cuda, config), IsOkAndHolds("cuda"));
+  }
+  config.set_backend(v1::CUDA);
+  EXPECT_THAT(BackendFor(cpu_only, config),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(ExecutorTest, CudaJobsRunTheCudaKernels) {
+  const ModelPlan plan = testing::MlpPlan(kBatch);
+  v1::JobConfig cpu = testing::BaseConfig(kBatch, 2);
+  cpu.set_backend(v1::CPU);
+  v1::JobConfig cuda = cpu;
+  cuda.set_backend(v1::CUDA);
+  const kernels::Registry& registry = CpuAndStandInCudaRegistry();
+  auto a = RunJob(plan, cpu, &registry,
+                  testing::TeacherBatches(plan, cpu.seed()), {});
+  auto b = RunJob(plan, cuda, &registry,
+                  testing::TeacherBatches(plan, cuda.seed()), {});
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  ASSERT_FALSE(b->kernels.empty());
+  for (const KernelChoice& k : b->kernels) {
+    EXPECT_EQ(k.ran.backend, "cuda") << k.op;
+  }
+  for (const KernelChoice& k : a->kernels) {
+    EXPECT_EQ(k.ran.backend, "cpu") << k.op;
+  }
+  // The same CANONICAL arithmetic on both: the same run digest.
+  EXPECT_EQ(a->run_digest, b->run_digest);
+}
+
 TEST(ExecutorTest, KernelSelectionErrors) {
   const ModelPlan plan = testing::MlpPlan(kBatch);
   v1::JobConfig cuda = testing::BaseConfig(kBatch, 1);
   cuda.set_backend(v1::CUDA);
   EXPECT_THAT(RunModel(plan, cuda),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       "backend CUDA: this worker has no CUDA backend yet"));
+                       HasSubstr("config.backend: CUDA needs a usable CUDA "
+                                 "device, and this worker has none")));
 
   v1::JobConfig unknown_alg = testing::BaseConfig(kBatch, 1);
   (*unknown_alg.mutable_op_algorithms())["bias_add.grad"] = "atomic";

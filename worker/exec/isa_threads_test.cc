@@ -51,9 +51,8 @@ std::string RunDigest(const std::string& model, int steps) {
   std::shared_ptr<Dataset> shared(std::move(*dataset));
   ExecutorOptions options;
   options.initializer = m->initializer();
-  auto exec = Executor::Create(*plan, *c, &registry,
-                               DatasetBatches(shared, c->batch_size()),
-                               options);
+  auto exec = Executor::Create(
+      *plan, *c, &registry, DatasetBatches(shared, c->batch_size()), options);
   EXPECT_THAT(exec, IsOk());
   for (int s = 0; s < steps; ++s) {
     auto step = (*exec)->RunStep(s);
@@ -65,19 +64,21 @@ std::string RunDigest(const std::string& model, int steps) {
 }
 
 TEST(IsaThreads, CanonicalRunDigestsDoNotDependOnIsaOrThreads) {
-  const std::vector<kernels::CpuIsa> isas = {
-      kernels::CpuIsa::kScalar, kernels::CpuIsa::kAvx2,
-      kernels::CpuIsa::kAvx512};
-  for (const std::string model : {"mlp", "lenet5", "resnet_small", "gauntlet"}) {
+  const std::vector<kernels::CpuIsa> isas = {kernels::CpuIsa::kScalar,
+                                             kernels::CpuIsa::kAvx2,
+                                             kernels::CpuIsa::kAvx512};
+  for (const std::string model :
+       {"mlp", "lenet5", "resnet_small", "gauntlet"}) {
     std::string reference;
     for (kernels::CpuIsa isa : isas) {
       for (int threads : {1, 2, 3}) {
         kernels::SetCpuIsaForTesting(isa);
         kernels::SetCpuThreadsForTesting(threads);
         const std::string digest = RunDigest(model, 4);
-        std::printf("%-13s isa %-7s threads %d  %s\n", model.c_str(),
-                    std::string(kernels::CpuIsaName(kernels::ActiveCpuIsa())).c_str(), threads,
-                    digest.c_str());
+        std::printf(
+            "%-13s isa %-7s threads %d  %s\n", model.c_str(),
+            std::string(kernels::CpuIsaName(kernels::ActiveCpuIsa())).c_str(),
+            threads, digest.c_str());
         if (reference.empty()) reference = digest;
         EXPECT_EQ(digest, reference)
             << model << " with isa " << static_cast<int>(isa) << " and "

@@ -10,7 +10,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "kernels/registry.h"
 #include "worker/data/dataset.h"
 #include "worker/exec/compare.h"
@@ -19,6 +18,7 @@
 #include "worker/exec/executor.h"
 #include "worker/exec/fault.h"
 #include "worker/exec/manifest.h"
+#include "worker/exec/worker_kernels.h"
 #include "worker/model/plan.h"
 #include "worker/model/spec_io.h"
 
@@ -191,12 +191,7 @@ int RunCommand(const RunCommandOptions& options, std::FILE* out,
     job.dump = *d;
     job.dump_dir = options.dump_dir;
   }
-  if (absl::Status st = kernels::RegisterCpuCanonicalKernels(&job.registry);
-      !st.ok()) {
-    return Fail(err, absl::InternalError(st.message()));
-  }
-  if (absl::Status st =
-          kernels::RegisterCpuDeterministicAndDefaultKernels(&job.registry);
+  if (absl::Status st = RegisterWorkerKernels(&job.registry).status();
       !st.ok()) {
     return Fail(err, absl::InternalError(st.message()));
   }

@@ -200,8 +200,8 @@ TEST_F(RunCommandTest, SpecErrorsExitTwoAndNameTheField) {
   "optimizer": {"kind": "SGD", "learning_rate": 0.1}, "backend": "CUDA"})");
   r = RunWorker({"--model=" + model_, "--config=" + cuda});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output,
-              HasSubstr("backend CUDA: this worker has no CUDA backend yet"));
+  EXPECT_THAT(r.output, HasSubstr("config.backend: CUDA needs a usable CUDA "
+                                  "device, and this worker has none"));
 }
 
 }  // namespace

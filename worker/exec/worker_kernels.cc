@@ -1,0 +1,28 @@
+#include "worker/exec/worker_kernels.h"
+
+#include "common/status_macros.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_runtime.h"
+#include "kernels/cudnn/vendor_backend.h"
+
+namespace lockstep::worker {
+
+absl::StatusOr<WorkerKernels> RegisterWorkerKernels(
+    kernels::Registry* registry) {
+  LS_RETURN_IF_ERROR(kernels::RegisterCpuCanonicalKernels(registry));
+  LS_RETURN_IF_ERROR(
+      kernels::RegisterCpuDeterministicAndDefaultKernels(registry));
+  WorkerKernels out;
+  const absl::Status device = kernels::cuda::CudaDeviceStatus();
+  if (!device.ok()) {
+    out.cuda_note = std::string(device.message());
+    return out;
+  }
+  LS_RETURN_IF_ERROR(kernels::RegisterCudaCanonicalKernels(registry));
+  LS_RETURN_IF_ERROR(kernels::RegisterCudaVendorKernels(registry));
+  out.cuda = true;
+  return out;
+}
+
+}  // namespace lockstep::worker
