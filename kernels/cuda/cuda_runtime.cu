@@ -46,6 +46,18 @@ __global__ void LeafHashAndStatsKernel(const unsigned char* bytes,
                          GridThreads());
 }
 
+__global__ void CombineLeavesKernel(unsigned char* scratch, uint64_t header_len,
+                                    const uint64_t* leaf_hashes,
+                                    uint64_t leaves,
+                                    const hash::portable::StatsPartial* stats,
+                                    hash::portable::Hash128* fingerprint,
+                                    hash::portable::StatsPartial* total) {
+  if (GlobalThread() == 0) {
+    CombineLeavesThread(scratch, header_len, leaf_hashes, leaves, stats,
+                        fingerprint, total);
+  }
+}
+
 static_assert(sizeof(KernelParams) <= 4096,
               "kernel parameters must fit the 4 KiB launch limit");
 
@@ -288,45 +300,68 @@ absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
         "DeviceFingerprintAndStats: bytes is null but size > 0");
   }
   const uint64_t leaves = NumDeviceLeaves(size);
-  std::vector<uint64_t> leaf_hashes(leaves);
-  std::vector<hash::portable::StatsPartial> stats(leaves);
   // Validates shape and size before any device work.
-  if (absl::StatusOr<hash::Fingerprint> check =
-          hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
+  if (absl::StatusOr<hash::Fingerprint> check = hash::CombineLeafHashes(
+          dtype, shape, size, std::vector<uint64_t>(leaves));
       !check.ok()) {
     return check.status();
   }
+  absl::StatusOr<std::vector<uint8_t>> header =
+      hash::EncodeTensorHeader(dtype, shape);
+  if (!header.ok()) return header.status();
   if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
-  if (leaves > 0) {
-    DeviceBuffer data, hashes, partials;
-    if (absl::Status s = data.Allocate(size); !s.ok()) return s;
-    if (absl::Status s = hashes.Allocate(leaves * 8); !s.ok()) return s;
-    if (absl::Status s =
-            partials.Allocate(leaves * sizeof(hash::portable::StatsPartial));
-        !s.ok()) {
-      return s;
-    }
+  using hash::portable::Hash128;
+  using hash::portable::StatsPartial;
+  // Device memory: the tensor, the leaf hashes and statistics partials,
+  // the combination's input (header || leaf hashes), and its results.
+  DeviceBuffer data, hashes, partials, scratch, result;
+  if (absl::Status s = data.Allocate(size); !s.ok()) return s;
+  if (absl::Status s = hashes.Allocate(leaves * 8); !s.ok()) return s;
+  if (absl::Status s = partials.Allocate(leaves * sizeof(StatsPartial));
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = scratch.Allocate(header->size() + 8 * leaves); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = result.Allocate(sizeof(Hash128) + sizeof(StatsPartial));
+      !s.ok()) {
+    return s;
+  }
+  if (size > 0) {
     LS_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(data.get(), bytes, size, cudaMemcpyHostToDevice));
+  }
+  LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(scratch.get(), header->data(),
+                                     header->size(), cudaMemcpyHostToDevice));
+  if (leaves > 0) {
     const dim3 grid(static_cast<unsigned>(BlocksFor(config, leaves)));
     const dim3 block(static_cast<unsigned>(config.threads_per_block));
     LeafHashAndStatsKernel<<<grid, block>>>(
         static_cast<const unsigned char*>(data.get()), size,
         static_cast<uint64_t*>(hashes.get()),
-        static_cast<hash::portable::StatsPartial*>(partials.get()));
+        static_cast<StatsPartial*>(partials.get()));
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(leaf_hashes.data(), hashes.get(),
-                                       leaves * 8, cudaMemcpyDeviceToHost));
-    LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(
-        stats.data(), partials.get(),
-        leaves * sizeof(hash::portable::StatsPartial), cudaMemcpyDeviceToHost));
   }
-  absl::StatusOr<hash::Fingerprint> fingerprint =
-      hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
-  if (!fingerprint.ok()) return fingerprint.status();
+  auto* out_hash = static_cast<Hash128*>(result.get());
+  auto* out_total = reinterpret_cast<StatsPartial*>(
+      static_cast<unsigned char*>(result.get()) + sizeof(Hash128));
+  CombineLeavesKernel<<<1, 1>>>(
+      static_cast<unsigned char*>(scratch.get()), header->size(),
+      static_cast<const uint64_t*>(hashes.get()), leaves,
+      static_cast<const StatsPartial*>(partials.get()), out_hash, out_total);
+  LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  // Only these 56 bytes come back.
+  Hash128 h;
+  StatsPartial total;
+  LS_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(&h, out_hash, sizeof(h), cudaMemcpyDeviceToHost));
+  LS_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(&total, out_total, sizeof(total), cudaMemcpyDeviceToHost));
   hash::FingerprintAndStatsResult r;
-  r.fingerprint = *fingerprint;
-  r.stats = hash::CombineBlockStats(stats);
+  r.fingerprint.hi = h.hi;
+  r.fingerprint.lo = h.lo;
+  r.stats = hash::CombineBlockStats({total});
   return r;
 }
 

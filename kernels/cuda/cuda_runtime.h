@@ -92,11 +92,12 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
     size_t size, const LaunchConfig& config = LaunchConfig{});
 
-// DeviceFingerprint plus the tensor's statistics (hash::ComputeStats)
-// computed on the device: per 64 KiB leaf one thread hashes the leaf and
-// computes its statistics block (leaf_hash.h), and only the leaf hashes (8
-// bytes) and the block partials (40 bytes) per leaf cross the bus; the host
-// combines both in leaf order. Equal, bit for bit, to
+// DeviceFingerprint plus the tensor's statistics (hash::ComputeStats),
+// computed entirely on the device: per 64 KiB leaf one thread hashes the
+// leaf and computes its statistics block (LeafHashAndStatsThread), then one
+// thread combines the leaf hashes (XXH3-128 over header || leaf hashes) and
+// adds the partials in leaf order (CombineLeavesThread). Only the 16-byte
+// hash and the 40-byte totals cross the bus. Equal, bit for bit, to
 // hash::FingerprintAndStats. Errors as hash::FingerprintAndStats (float32
 // only), reported before any device work, plus the CUDA errors above.
 absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(

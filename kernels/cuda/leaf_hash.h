@@ -63,6 +63,34 @@ LS_HD_INLINE void LeafHashAndStatsThread(const unsigned char* bytes,
   }
 }
 
+// The combination step of the device fingerprint, run by a single thread
+// after the leaf kernel: *fingerprint = XXH3-128 of header || the leaf
+// hashes as little-endian u64 (exactly hash::CombineLeafHashes' input),
+// and, when stats is not null, *total = the statistics partials added in
+// leaf order (hash::CombineBlockStats' sum). `scratch` holds the encoded
+// header (hash::EncodeTensorHeader) in [0, header_len) and has room for
+// 8 * leaves more bytes, which this overwrites.
+LS_HD_INLINE void CombineLeavesThread(
+    unsigned char* scratch, uint64_t header_len, const uint64_t* leaf_hashes,
+    uint64_t leaves, const hash::portable::StatsPartial* stats,
+    hash::portable::Hash128* fingerprint, hash::portable::StatsPartial* total) {
+  unsigned char* p = scratch + header_len;
+  for (uint64_t l = 0; l < leaves; ++l) {
+    const uint64_t h = leaf_hashes[l];
+    for (int b = 0; b < 8; ++b) {
+      p[8 * l + b] = static_cast<unsigned char>((h >> (8 * b)) & 0xffU);
+    }
+  }
+  *fingerprint = hash::portable::Xxh3Hash128(scratch, header_len + 8 * leaves);
+  if (stats != nullptr) {
+    hash::portable::StatsPartial t = hash::portable::EmptyStatsPartial();
+    for (uint64_t l = 0; l < leaves; ++l) {
+      hash::portable::AddBlockStats(&t, stats[l]);
+    }
+    *total = t;
+  }
+}
+
 }  // namespace lockstep::kernels::cuda
 
 #endif  // LOCKSTEP_KERNELS_CUDA_LEAF_HASH_H_

@@ -97,6 +97,62 @@ TEST(LeafHashTest, EmulatedDeviceStatisticsEqualHost) {
   }
 }
 
+TEST(LeafHashTest, EmulatedDeviceCombinationEqualsHost) {
+  const int64_t leaf_floats = static_cast<int64_t>(hash::kLeafBytes / 4);
+  std::mt19937 rng(13);
+  for (int64_t n : {int64_t{0}, int64_t{3}, leaf_floats, 4 * leaf_floats + 9}) {
+    std::vector<float> data(n);
+    std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
+    for (float& x : data) x = dist(rng);
+    if (n > 4) data[2] = std::numeric_limits<float>::infinity();
+    const std::vector<int64_t> shape = {1, n};
+    const size_t size = static_cast<size_t>(n) * 4;
+    const hash::FingerprintAndStatsResult want =
+        hash::FingerprintAndStats(hash::DtypeCode::kFloat32, shape, data.data(),
+                                  size)
+            .value();
+    for (const LaunchConfig& config :
+         {LaunchConfig{1, 32}, LaunchConfig{5, 64}}) {
+      const hash::FingerprintAndStatsResult got =
+          EmulateDeviceFingerprint(hash::DtypeCode::kFloat32, shape,
+                                   data.data(), size, true, config)
+              .value();
+      EXPECT_EQ(got.fingerprint, want.fingerprint) << n;
+      EXPECT_EQ(Bits(got.stats.sum), Bits(want.stats.sum)) << n;
+      EXPECT_EQ(Bits(got.stats.l2), Bits(want.stats.l2)) << n;
+      EXPECT_EQ(Bits(got.stats.max_abs), Bits(want.stats.max_abs)) << n;
+      EXPECT_EQ(got.stats.inf_count, want.stats.inf_count) << n;
+      EXPECT_EQ(got.stats.nan_count, want.stats.nan_count) << n;
+      const hash::FingerprintAndStatsResult hash_only =
+          EmulateDeviceFingerprint(hash::DtypeCode::kFloat32, shape,
+                                   data.data(), size, false, config)
+              .value();
+      EXPECT_EQ(hash_only.fingerprint, want.fingerprint) << n;
+    }
+  }
+  // Not float32: the hash only; statistics are refused; bad sizes too.
+  std::vector<uint8_t> bytes(hash::kLeafBytes + 5, 7);
+  const std::vector<int64_t> shape = {static_cast<int64_t>(bytes.size())};
+  EXPECT_EQ(EmulateDeviceFingerprint(hash::DtypeCode::kUInt8, shape,
+                                     bytes.data(), bytes.size(), false, {3, 32})
+                .value()
+                .fingerprint,
+            hash::HashTensorBytes(hash::DtypeCode::kUInt8, shape, bytes.data(),
+                                  bytes.size())
+                .value());
+  EXPECT_EQ(EmulateDeviceFingerprint(hash::DtypeCode::kUInt8, shape,
+                                     bytes.data(), bytes.size(), true, {3, 32})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      EmulateDeviceFingerprint(hash::DtypeCode::kUInt8, shape, bytes.data(),
+                               bytes.size() - 1, false, {3, 32})
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
 TEST(LeafHashTest, OddByteSizes) {
   // uint8 tensors of sizes around the leaf boundary.
   const size_t sizes[] = {1, 3, hash::kLeafBytes - 1, hash::kLeafBytes + 1,

@@ -1,5 +1,6 @@
 #include "kernels/cuda/plan.h"
 
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <vector>
@@ -527,6 +528,40 @@ LeafHashesAndStats EmulateLeafHashesAndStats(const void* bytes, uint64_t size,
                            threads);
   }
   return out;
+}
+
+absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    size_t size, bool with_stats, const LaunchConfig& config) {
+  if (with_stats && dtype != hash::DtypeCode::kFloat32) {
+    return absl::InvalidArgumentError(
+        "dtype: statistics are defined for float32 only");
+  }
+  const uint64_t leaves = NumDeviceLeaves(size);
+  // Validates dtype, shape and size.
+  LS_RETURN_IF_ERROR(
+      hash::CombineLeafHashes(dtype, shape, size, std::vector<uint64_t>(leaves))
+          .status());
+  LS_ASSIGN_OR_RETURN(std::vector<uint8_t> header,
+                      hash::EncodeTensorHeader(dtype, shape));
+  LeafHashesAndStats leaf;
+  if (with_stats) {
+    leaf = EmulateLeafHashesAndStats(bytes, size, config);
+  } else {
+    leaf.leaf_hashes = EmulateLeafHashes(bytes, size, config);
+  }
+  std::vector<unsigned char> scratch(header.size() + 8 * leaves);
+  std::copy(header.begin(), header.end(), scratch.begin());
+  hash::portable::Hash128 h;
+  hash::portable::StatsPartial total = hash::portable::EmptyStatsPartial();
+  CombineLeavesThread(scratch.data(), header.size(), leaf.leaf_hashes.data(),
+                      leaves, with_stats ? leaf.stats.data() : nullptr, &h,
+                      &total);
+  hash::FingerprintAndStatsResult r;
+  r.fingerprint.hi = h.hi;
+  r.fingerprint.lo = h.lo;
+  if (with_stats) r.stats = hash::CombineBlockStats({total});
+  return r;
 }
 
 }  // namespace lockstep::kernels::cuda

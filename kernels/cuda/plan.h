@@ -29,6 +29,7 @@
 #include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/thread_bodies.h"
+#include "kernels/hash/fingerprint.h"
 #include "kernels/hash/stats_portable.h"
 #include "kernels/tensor.h"
 
@@ -98,6 +99,17 @@ struct LeafHashesAndStats {
 };
 LeafHashesAndStats EmulateLeafHashesAndStats(const void* bytes, uint64_t size,
                                              const LaunchConfig& config);
+
+// The whole device fingerprint on an emulated grid, as
+// DeviceFingerprintAndStats (cuda_runtime.h) runs it: the leaf kernel
+// (LeafHashAndStatsThread, or LeafHashThread when with_stats is false) at
+// `config`, then CombineLeavesThread in one thread over the encoded header
+// and the leaf results; the host only converts the 16-byte hash and the
+// totals. Statistics need float32 (INVALID_ARGUMENT otherwise); other
+// errors as hash::HashTensorBytes.
+absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    size_t size, bool with_stats, const LaunchConfig& config);
 
 }  // namespace lockstep::kernels::cuda
 
