@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/digest.h"
+#include "common/json.h"
 #include "worker/model/spec_io.h"
 
 namespace lockstep::client {
@@ -87,33 +88,6 @@ std::string XmlEscape(const std::string& s) {
       default:
         if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') {
           out += ' ';
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", static_cast<int>(c));
         } else {
           out += c;
         }
@@ -535,16 +509,16 @@ int Commands::Check(const std::vector<std::string>& args) {
     }
     if (options_.json) {
       std::fprintf(out_,
-                   "{\"job_id\": \"%s\", \"exit_code\": %d, \"outcome\": "
-                   "\"%s\", \"reproducible_failure\": \"%s\", "
-                   "\"golden_failure\": \"%s\"}\n",
-                   JsonEscape(job_id).c_str(), exit_code,
+                   "{\"job_id\": %s, \"exit_code\": %d, \"outcome\": "
+                   "\"%s\", \"reproducible_failure\": %s, "
+                   "\"golden_failure\": %s}\n",
+                   JsonQuote(job_id).c_str(), exit_code,
                    exit_code == kExitOk                 ? "reproducible"
                    : exit_code == kExitNondeterministic ? "nondeterministic"
                    : exit_code == kExitNumericsChanged  ? "numerics_changed"
                                                         : "could_not_run",
-                   JsonEscape(reproducible_failure).c_str(),
-                   JsonEscape(golden_failure).c_str());
+                   JsonQuote(reproducible_failure).c_str(),
+                   JsonQuote(golden_failure).c_str());
     }
     return exit_code;
   };

@@ -90,7 +90,6 @@ std::string CheckJUnit(const std::string& job_id, int exit_code,
                        const std::string& reproducible_failure,
                        const std::string& golden_failure, double seconds);
 std::string XmlEscape(const std::string& s);
-std::string JsonEscape(const std::string& s);
 
 }  // namespace lockstep::client
 

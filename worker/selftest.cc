@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/json.h"
 #include "common/status_macros.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -210,36 +211,6 @@ std::string FormatMillis(double ms) {
   const double us = ms * 1000.0;
   return us >= 10.0 ? absl::StrFormat("%.0f us", us)
                     : absl::StrFormat("%.1f us", us);
-}
-
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
 }
 
 std::string JsonNumber(double v) {
@@ -455,8 +426,8 @@ absl::StatusOr<std::vector<SelftestBackend>> RegisterSelftestKernels(
     }
   } else {
     cuda.available = false;
-    cuda.detail = std::string(absl::StripPrefix(registered.cuda_note,
-                                                absl::StrCat(cuda.name, ": ")));
+    cuda.detail = std::string(
+        absl::StripPrefix(registered.cuda_note, absl::StrCat(cuda.name, ": ")));
   }
   return std::vector<SelftestBackend>{cuda};
 }
@@ -571,7 +542,7 @@ std::string FormatSelftestJson(const SelftestReport& report) {
   absl::StrAppend(&out, "  \"ops\": [",
                   absl::StrJoin(report.ops, ", ",
                                 [](std::string* s, const std::string& op) {
-                                  absl::StrAppend(s, JsonString(op));
+                                  absl::StrAppend(s, JsonQuote(op));
                                 }),
                   "],\n");
   absl::StrAppend(&out,
@@ -583,8 +554,8 @@ std::string FormatSelftestJson(const SelftestReport& report) {
     const SelftestBackend& b = report.backends[i];
     absl::StrAppendFormat(
         &out, "    {\"name\": %s, \"available\": %s, \"detail\": %s}%s\n",
-        JsonString(b.name), b.available ? "true" : "false",
-        JsonString(b.detail), i + 1 < report.backends.size() ? "," : "");
+        JsonQuote(b.name), b.available ? "true" : "false", JsonQuote(b.detail),
+        i + 1 < report.backends.size() ? "," : "");
   }
   out += "  ],\n  \"rows\": [\n";
   for (size_t i = 0; i < report.rows.size(); ++i) {
@@ -593,7 +564,7 @@ std::string FormatSelftestJson(const SelftestReport& report) {
     if (r.diff_index >= 0) {
       diff = absl::StrFormat(
           "{\"call\": %d, \"call_label\": %s, \"output\": %d, \"index\": %d}",
-          r.diff_case, JsonString(r.diff_case_label), r.diff_output,
+          r.diff_case, JsonQuote(r.diff_case_label), r.diff_output,
           r.diff_index);
     }
     absl::StrAppendFormat(
@@ -603,20 +574,20 @@ std::string FormatSelftestJson(const SelftestReport& report) {
         "\"first_difference\": %s, \"repeatable\": %s, \"median_ms\": %s, "
         "\"max_abs_diff\": %s, \"calls\": %d, \"unsupported_calls\": %d, "
         "\"unsupported_reason\": %s, \"error\": %s, \"verdict\": %s}%s\n",
-        JsonString(r.key.op), JsonString(kernels::ModeName(r.key.mode)),
-        JsonString(r.key.algorithm), JsonString(r.key.backend),
-        r.isa.empty() ? "null" : JsonString(r.isa), r.threads,
+        JsonQuote(r.key.op), JsonQuote(kernels::ModeName(r.key.mode)),
+        JsonQuote(r.key.algorithm), JsonQuote(r.key.backend),
+        r.isa.empty() ? "null" : JsonQuote(r.isa), r.threads,
         r.bits_equal ? "true" : "false", diff, r.repeatable ? "true" : "false",
         JsonNumber(r.median_ms), JsonNumber(r.max_abs_diff), r.calls,
-        r.unsupported_calls, JsonString(r.unsupported_reason),
-        JsonString(r.error), JsonString(VerdictName(r.verdict)),
+        r.unsupported_calls, JsonQuote(r.unsupported_reason),
+        JsonQuote(r.error), JsonQuote(VerdictName(r.verdict)),
         i + 1 < report.rows.size() ? "," : "");
   }
   out += "  ],\n";
   absl::StrAppend(&out, "  \"failing_rows\": [",
                   absl::StrJoin(report.FailingRows(), ", ",
                                 [](std::string* s, const SelftestRow* row) {
-                                  absl::StrAppend(s, JsonString(row->Name()));
+                                  absl::StrAppend(s, JsonQuote(row->Name()));
                                 }),
                   "],\n");
   absl::StrAppend(&out, "  \"ok\": ", report.ok() ? "true" : "false", "\n}\n");

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/leaf_hash.h"
 #include "kernels/cuda/thread_bodies.h"
 
@@ -100,28 +101,6 @@ KernelPtr KernelFor(DeviceOp op) {
   }
   return nullptr;
 }
-
-// Owns one cudaMalloc'd region (at least 16 bytes, so that no kernel
-// pointer is null). Free errors are ignored: a failed free has nothing to
-// undo, and a sticky error is reported by the next checked call.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  absl::Status Allocate(int64_t bytes) {
-    const size_t n = bytes < 16 ? 16 : static_cast<size_t>(bytes);
-    LS_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, n));
-    return absl::OkStatus();
-  }
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
-};
 
 absl::Status CheckConfig(const LaunchConfig& config, absl::string_view what) {
   if (config.blocks < 0 || config.blocks > 0x7fffffff ||

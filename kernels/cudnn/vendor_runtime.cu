@@ -23,6 +23,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/plan.h"
 #include "kernels/cudnn/vendor_plan.h"
 #include "kernels/cudnn/vendor_runtime.h"
@@ -34,6 +35,7 @@ namespace {
 
 namespace c = ::lockstep::canonical;
 namespace sp = ::lockstep::spatial;
+using ::lockstep::kernels::cuda::DeviceBuffer;
 
 // ---- launches -------------------------------------------------------------
 
@@ -111,44 +113,6 @@ __global__ void MaxPool2dGradAtomicKernel(sp::Pool2dShape s, const float* x,
 }
 
 // ---- memory ---------------------------------------------------------------
-
-// Owns one cudaMalloc'd region (at least 16 bytes, so that no pointer
-// handed to a library is null). Free errors are ignored: a failed free has
-// nothing to undo, and a sticky error is reported by the next checked call.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  absl::Status Allocate(size_t bytes) {
-    LS_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, bytes < 16 ? 16 : bytes));
-    return absl::OkStatus();
-  }
-  // Allocates room for `host` and copies it in.
-  absl::Status CopyIn(absl::Span<const float> host) {
-    LS_RETURN_IF_ERROR(Allocate(host.size() * sizeof(float)));
-    if (!host.empty()) {
-      LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(ptr_, host.data(),
-                                         host.size() * sizeof(float),
-                                         cudaMemcpyHostToDevice));
-    }
-    return absl::OkStatus();
-  }
-  // Allocates room for `n` floats, all +0.0f.
-  absl::Status Zeros(size_t n) {
-    LS_RETURN_IF_ERROR(Allocate(n * sizeof(float)));
-    if (n > 0) LS_CUDA_RETURN_IF_ERROR(cudaMemset(ptr_, 0, n * sizeof(float)));
-    return absl::OkStatus();
-  }
-  float* f() const { return static_cast<float*>(ptr_); }
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
-};
 
 // Waits for the device, then copies `device` into `host`: the only write to
 // a caller's output, after everything else succeeded.
