@@ -59,11 +59,6 @@ const char* RunStateWord(v1::RunState s) {
   }
 }
 
-bool Finished(v1::JobState s) {
-  return s == v1::JOB_SUCCEEDED || s == v1::JOB_FAILED ||
-         s == v1::JOB_CANCELLED;
-}
-
 }  // namespace
 
 std::string XmlEscape(const std::string& s) {

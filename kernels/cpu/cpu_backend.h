@@ -6,12 +6,13 @@
 // conv2d.* run the register-blocked, multi-threaded GEMM of gemm.h (conv2d
 // through im2col, conv_gemm.h) on the ISA isa.h picks, bit-identical to the
 // scalar spec code (on the scalar ISA they run that code directly);
-// bias_add.grad and max_pool2d.* run the multi-threaded kernels of
-// lane_kernels.h, vectorised across outputs and bit-identical to the spec
-// code as well; every other op runs the canonical op body from kernels/ops/
-// or kernels/spatial/ with its host loop driver, single threaded. The scalar
-// spec-code kernels of dense.*, conv2d.*, bias_add.grad and max_pool2d.*
-// stay registered under (op, kCanonical, "scalar", "cpu") for comparison.
+// bias_add.grad, max_pool2d.*, avg_pool2d.* and global_avg_pool.* run the
+// multi-threaded kernels of lane_kernels.h, vectorised across outputs and
+// bit-identical to the spec code as well; every other op runs the canonical
+// op body from kernels/ops/ or kernels/spatial/ with its host loop driver,
+// single threaded. The scalar spec-code kernels of dense.*, conv2d.*,
+// bias_add.grad, max_pool2d.*, avg_pool2d.* and global_avg_pool.* stay
+// registered under (op, kCanonical, "scalar", "cpu") for comparison.
 //
 // RegisterCpuDeterministicAndDefaultKernels adds the other modes' kernels
 // (see its comment); the canonical registration does not include them.
@@ -39,7 +40,8 @@ inline constexpr char kSplitKAtomicAlgorithm[] = "split_k_atomic";
 
 // Registers every CANONICAL CPU kernel: DenseFamilyOpNames() and
 // SpatialOpNames() (kernels/backend.h) under "canonical", plus the scalar
-// dense.*, conv2d.*, bias_add.grad and max_pool2d.* kernels under "scalar".
+// dense.*, conv2d.*, bias_add.grad, max_pool2d.*, avg_pool2d.* and
+// global_avg_pool.* kernels under "scalar".
 // ALREADY_EXISTS if one is there.
 absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 
@@ -53,8 +55,9 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 //       count, so repeatable on one machine; the bits may differ between
 //       ISAs (vector blocking) and from CANONICAL.
 //     every other op: its CANONICAL kernel (already the fastest repeatable
-//       path this backend has for it; bias_add.grad and max_pool2d.* are
-//       the vectorised, multi-threaded lane kernels).
+//       path this backend has for it; bias_add.grad, max_pool2d.*,
+//       avg_pool2d.* and global_avg_pool.* are the vectorised,
+//       multi-threaded lane kernels).
 //   DEFAULT "default" and "split_k_atomic": dense.forward split over K,
 //       partials added into y with atomic CAS in arrival order
 //       (NONDETERMINISTIC with more than one thread).

@@ -18,8 +18,9 @@
 //       FingerprintAndStats (kernels/hash/fingerprint.h, what the worker
 //       computes per captured tensor) of each op's output.
 //   lanes/<op>/<shape>/t<threads>/{scalar,canonical}
-//       bias_add.grad and max_pool2d.*: the scalar spec kernels against the
-//       canonical lane kernels (lane_kernels.h).
+//       bias_add.grad, max_pool2d.*, avg_pool2d.* and global_avg_pool.*: the
+//       scalar spec kernels against the canonical lane kernels
+//       (lane_kernels.h).
 // After Google Benchmark's own report it prints four summary tables, each
 // figure the best of --reps repetitions (default 5; the repetitions of all
 // benchmarks run interleaved in random order, 0.2 s each, unless
@@ -511,8 +512,9 @@ void PrintHash() {
 struct LaneCase {
   std::string label;
   const char* op;
-  std::vector<int64_t> in;  // bias_add.grad: dy; max_pool2d: x
+  std::vector<int64_t> in;  // bias_add.grad: dy; pooling: x
   int64_t k = 0, stride = 0, pad = 0;
+  bool include_pad = true;  // avg_pool2d's count_include_pad
 };
 
 std::vector<LaneCase>& LaneCases() {
@@ -538,6 +540,17 @@ std::vector<LaneCase>& LaneCases() {
                   3,
                   2,
                   1});
+    for (const char* op : {op::kAvgPool2dForward, op::kAvgPool2dGrad}) {
+      v->push_back({"lenet 2x2/2", op, {q ? 8 : 64, 6, 28, 28}, 2, 2});
+    }
+    for (const char* op : {op::kAvgPool2dForward, op::kAvgPool2dGrad}) {
+      v->push_back(
+          {"3x3/1 pad 1 excl", op, {q ? 1 : 8, 64, 32, 32}, 3, 1, 1, false});
+    }
+    for (const char* op : {op::kGlobalAvgPoolForward, op::kGlobalAvgPoolGrad}) {
+      v->push_back({"resnet head", op, {q ? 4 : 64, 512, 7, 7}});
+      v->push_back({"32x32", op, {q ? 1 : 16, 64, 32, 32}});
+    }
     return v;
   }();
   return *cases;
@@ -554,18 +567,28 @@ void RegisterLanes() {
     OpAttrs a;
     std::vector<Tensor> in = {RandomTensor(lc.in, 100 + i)};
     std::vector<int64_t> out_shape;
-    if (std::string(lc.op) == op::kBiasAddGrad) {
+    const std::string name = lc.op;
+    if (name == op::kBiasAddGrad) {
       out_shape = {lc.in[1]};
+    } else if (name == op::kGlobalAvgPoolForward) {
+      out_shape = {lc.in[0], lc.in[1]};
+    } else if (name == op::kGlobalAvgPoolGrad) {
+      in = {RandomTensor({lc.in[0], lc.in[1]}, 100 + i)};
+      out_shape = lc.in;
     } else {
       a.kernel_h = a.kernel_w = lc.k;
       a.stride_h = a.stride_w = lc.stride;
       a.pad_top = a.pad_bottom = a.pad_left = a.pad_right = lc.pad;
+      a.count_include_pad = lc.include_pad;
       const int64_t oh = (lc.in[2] + 2 * lc.pad - lc.k) / lc.stride + 1;
       const int64_t ow = (lc.in[3] + 2 * lc.pad - lc.k) / lc.stride + 1;
       const std::vector<int64_t> y = {lc.in[0], lc.in[1], oh, ow};
       out_shape = y;
-      if (std::string(lc.op) == op::kMaxPool2dGrad) {
+      if (name == op::kMaxPool2dGrad) {
         in.push_back(RandomTensor(y, 200 + i));
+        out_shape = lc.in;
+      } else if (name == op::kAvgPool2dGrad) {
+        in = {RandomTensor(y, 200 + i)};
         out_shape = lc.in;
       }
     }
@@ -584,10 +607,10 @@ void RegisterLanes() {
 
 void PrintLanes() {
   std::printf(
-      "\n== (d) bias_add.grad and max_pool2d: scalar spec kernels vs the "
+      "\n== (d) bias_add.grad and pooling: scalar spec kernels vs the "
       "canonical lane kernels (same bits), us per call, ISA %s ==\n",
       std::string(CpuIsaName(ActiveCpuIsa())).c_str());
-  std::printf("%-20s %-20s %-18s %7s %10s %10s %8s\n", "op", "case", "input",
+  std::printf("%-24s %-20s %-18s %7s %10s %10s %8s\n", "op", "case", "input",
               "threads", "scalar", "canonical", "speedup");
   for (size_t i = 0; i < LaneCases().size(); ++i) {
     const LaneCase& lc = LaneCases()[i];
@@ -599,7 +622,7 @@ void PrintLanes() {
     for (int threads : ThreadCounts()) {
       const double s = Seconds(LaneName(i, threads, kScalarAlgorithm)) * 1e6;
       const double f = Seconds(LaneName(i, threads, kCanonicalAlgorithm)) * 1e6;
-      std::printf("%-20s %-20s %-18s %7d %10s %10s %8s\n", lc.op,
+      std::printf("%-24s %-20s %-18s %7d %10s %10s %8s\n", lc.op,
                   lc.label.c_str(), shape.c_str(), threads,
                   Fmt(s, "%.1f").c_str(), Fmt(f, "%.1f").c_str(),
                   Fmt(s / f, "%.1f").c_str());

@@ -1,6 +1,6 @@
 // The registered fast CPU kernels: CANONICAL dense and conv2d kernels (GEMM)
-// and bias_add.grad / max_pool2d.* (lane kernels) against the "scalar" ones
-// through the registry for every ISA and thread count; DETERMINISTIC
+// and bias_add.grad and the pooling ops (lane kernels) against the "scalar"
+// ones through the registry for every ISA and thread count; DETERMINISTIC
 // repeatable; DEFAULT (atomic) within rounding of CANONICAL.
 #include <cmath>
 #include <cstdint>
@@ -94,6 +94,34 @@ class FastKernelsTest : public ::testing::Test {
     std::vector<Tensor> out = {Z(std::move(out_shape))};
     EXPECT_THAT((*fn)(in, absl::MakeSpan(out), attrs), IsOk());
     return V(out[0]);
+  }
+  // The output of `op` through its CANONICAL and DETERMINISTIC kernels
+  // equals the scalar kernel's bits for every ISA, thread count
+  // {1, 2, 3, 8}, twice.
+  void ExpectLanesEqualScalar(const std::string& op,
+                              const std::vector<Tensor>& in,
+                              const std::vector<int64_t>& out, const OpAttrs& a,
+                              const std::string& what) {
+    const std::vector<float> want =
+        Run(op, Mode::kCanonical, kScalarAlgorithm, in, out, a);
+    for (CpuIsa isa : SupportedCpuIsas()) {
+      SetCpuIsaForTesting(isa);
+      for (int threads : {1, 2, 3, 8}) {
+        SetCpuThreadsForTesting(threads);
+        for (int rep = 0; rep < 2; ++rep) {
+          for (Mode mode : {Mode::kCanonical, Mode::kDeterministic}) {
+            const std::vector<float> got =
+                Run(op, mode,
+                    mode == Mode::kCanonical ? kCanonicalAlgorithm
+                                             : kDeterministicAlgorithm,
+                    in, out, a);
+            ASSERT_TRUE(SameBits(got, want)) << absl::StrFormat(
+                "%s %s isa=%s threads=%d rep=%d mode=%s", op, what,
+                CpuIsaName(isa), threads, rep, ModeName(mode));
+          }
+        }
+      }
+    }
   }
   Registry registry_;
 };
@@ -497,6 +525,89 @@ TEST_F(FastKernelsTest, CanonicalMaxPoolEqualsScalarForEveryIsaAndThreads) {
   }
 }
 
+// NaNs replaced by 1.0f: for inputs that are added (NaN + NaN picks an
+// operand's payload by instruction order, which the spec leaves open).
+std::vector<float> SumInputs(int kind, int64_t n, uint32_t seed) {
+  std::vector<float> v = LaneInputs(kind, n, seed);
+  for (float& f : v) {
+    if (f != f) f = 1.0f;
+  }
+  return v;
+}
+
+TEST_F(FastKernelsTest, CanonicalAvgPoolEqualsScalarForEveryIsaAndThreads) {
+  const PoolCase cases[] = {
+      {2, 3, 8, 8, 2, 2, 2, 2, 0, 0, 0, 0},       // LeNet
+      {1, 2, 9, 75, 2, 2, 2, 2, 0, 0, 0, 0},      // odd sizes, many lanes
+      {2, 2, 17, 70, 3, 3, 2, 2, 1, 1, 1, 1},     // ResNet stem
+      {1, 3, 20, 40, 3, 3, 1, 1, 1, 1, 1, 1},     // stride 1, overlap
+      {1, 2, 13, 100, 3, 3, 3, 3, 1, 0, 2, 1},    // stride 3, asymmetric pad
+      {2, 2, 11, 50, 2, 3, 1, 2, 0, 1, 0, 2},     // mixed
+      {1, 3, 12, 12, 5, 4, 3, 2, 2, 4, 3, 1},     // pads up to k - 1
+      {1, 1, 20, 20, 17, 17, 1, 1, 0, 0, 0, 0},   // 289 taps, > 256 windows
+      {1, 17, 18, 18, 17, 16, 1, 1, 8, 8, 7, 8},  // chunked, padded
+      {3, 4, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
+      {64, 16, 12, 12, 2, 2, 2, 2, 0, 0, 0, 0},  // many planes: tasks
+  };
+  uint32_t seed = 9000;
+  for (const PoolCase& pc : cases) {
+    for (bool include_pad : {true, false}) {
+      OpAttrs a;
+      a.kernel_h = pc.k_h;
+      a.kernel_w = pc.k_w;
+      a.stride_h = pc.stride_h;
+      a.stride_w = pc.stride_w;
+      a.pad_top = pc.pad_t;
+      a.pad_bottom = pc.pad_b;
+      a.pad_left = pc.pad_l;
+      a.pad_right = pc.pad_r;
+      a.count_include_pad = include_pad;
+      const int64_t oh =
+          (pc.h + pc.pad_t + pc.pad_b - pc.k_h) / pc.stride_h + 1;
+      const int64_t ow =
+          (pc.w + pc.pad_l + pc.pad_r - pc.k_w) / pc.stride_w + 1;
+      const std::vector<int64_t> xs = {pc.n, pc.c, pc.h, pc.w};
+      const std::vector<int64_t> ys = {pc.n, pc.c, oh, ow};
+      for (int kind = 0; kind < 3; ++kind) {
+        const Tensor x =
+            T(xs, SumInputs(kind, pc.n * pc.c * pc.h * pc.w, ++seed));
+        const Tensor dy = T(ys, SumInputs(kind, pc.n * pc.c * oh * ow, ++seed));
+        const std::string what = absl::StrFormat(
+            "%dx%d k=%dx%d s=%dx%d pad=%d,%d,%d,%d include_pad=%d kind=%d",
+            pc.h, pc.w, pc.k_h, pc.k_w, pc.stride_h, pc.stride_w, pc.pad_t,
+            pc.pad_b, pc.pad_l, pc.pad_r, include_pad, kind);
+        ExpectLanesEqualScalar(op::kAvgPool2dForward, {x}, ys, a, what);
+        ExpectLanesEqualScalar(op::kAvgPool2dGrad, {dy}, xs, a, what);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST_F(FastKernelsTest,
+       CanonicalGlobalAvgPoolEqualsScalarForEveryIsaAndThreads) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {1, 1, 1, 1},   {1, 20, 1, 1},  {2, 3, 5, 7},
+      {3, 5, 16, 16}, {4, 8, 20, 20}, {2, 37, 23, 23},
+      {2, 3, 45, 60}, {64, 16, 7, 7}, {1, 17, 1, 300},
+  };
+  uint32_t seed = 9500;
+  for (const std::vector<int64_t>& xs : shapes) {
+    const std::vector<int64_t> ys = {xs[0], xs[1]};
+    const int64_t count = xs[0] * xs[1] * xs[2] * xs[3];
+    for (int kind = 0; kind < 3; ++kind) {
+      const Tensor x = T(xs, SumInputs(kind, count, ++seed));
+      // The grad only divides: NaNs with payloads stay in.
+      const Tensor dy = T(ys, LaneInputs(kind, xs[0] * xs[1], ++seed));
+      const std::string what =
+          absl::StrFormat("shape %s kind=%d", ShapeString(xs), kind);
+      ExpectLanesEqualScalar(op::kGlobalAvgPoolForward, {x}, ys, {}, what);
+      ExpectLanesEqualScalar(op::kGlobalAvgPoolGrad, {dy}, xs, {}, what);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 TEST_F(FastKernelsTest, DeterministicDenseIsRepeatableAndClose) {
   for (bool ints : {false, true}) {
     for (const DenseCase& c : DenseCases(9, 700, 21, ints, 7)) {
@@ -606,6 +717,10 @@ TEST_F(FastKernelsTest, RegistersTheDocumentedKeysOnce) {
       {op::kBiasAddGrad, Mode::kCanonical, "scalar", "cpu"},
       {op::kMaxPool2dForward, Mode::kCanonical, "scalar", "cpu"},
       {op::kMaxPool2dGrad, Mode::kCanonical, "scalar", "cpu"},
+      {op::kAvgPool2dForward, Mode::kCanonical, "scalar", "cpu"},
+      {op::kAvgPool2dGrad, Mode::kCanonical, "scalar", "cpu"},
+      {op::kGlobalAvgPoolForward, Mode::kCanonical, "scalar", "cpu"},
+      {op::kGlobalAvgPoolGrad, Mode::kCanonical, "scalar", "cpu"},
   };
   for (const KernelKey& k : keys) {
     EXPECT_TRUE(registry_.Contains(k)) << k.DebugString();

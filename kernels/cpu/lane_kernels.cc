@@ -40,6 +40,7 @@ cpu_internal::LanePoolGeometry Geometry(const sp::Pool2dShape& s) {
   g.pad_left = s.pad_left;
   g.out_h = sp::Pool2dOutH(s);
   g.out_w = sp::Pool2dOutW(s);
+  g.count_include_pad = s.count_include_pad;
   return g;
 }
 
@@ -84,6 +85,46 @@ void MaxPool2dGradLanes(const sp::Pool2dShape& s, const float* x,
     return;
   }
   KernelsFor(isa).max_pool_grad(g, x, dy, dx, pool);
+}
+
+void AvgPool2dForwardLanes(const sp::Pool2dShape& s, const float* x, float* y,
+                           CpuIsa isa, ThreadPool* pool) {
+  const cpu_internal::LanePoolGeometry g = Geometry(s);
+  if (g.planes <= 0 || g.out_h <= 0 || g.out_w <= 0) return;
+  KernelsFor(isa).avg_pool_forward(g, x, y, pool);
+}
+
+void AvgPool2dGradLanes(const sp::Pool2dShape& s, const float* dy, float* dx,
+                        CpuIsa isa, ThreadPool* pool) {
+  const cpu_internal::LanePoolGeometry g = Geometry(s);
+  if (g.planes <= 0 || g.h * g.w <= 0) return;
+  // The scatter is one chain per element: other geometries run the spec
+  // loop.
+  if (Covering(g.k_h, g.stride_h, g.out_h) *
+          Covering(g.k_w, g.stride_w, g.out_w) >
+      canonical::kChunk) {
+    sp::AvgPool2dGrad(s, dy, dx);
+    return;
+  }
+  KernelsFor(isa).avg_pool_grad(g, dy, dx, pool);
+}
+
+void GlobalAvgPool2dForwardLanes(const sp::GlobalPool2dShape& s, const float* x,
+                                 float* y, CpuIsa isa, ThreadPool* pool) {
+  const cpu_internal::LaneGlobalGeometry g{s.n * s.c, s.h * s.w};
+  if (g.planes <= 0) return;
+  if (g.area <= 0) {
+    sp::GlobalAvgPool2dForward(s, x, y);
+    return;
+  }
+  KernelsFor(isa).global_pool_forward(g, x, y, pool);
+}
+
+void GlobalAvgPool2dGradLanes(const sp::GlobalPool2dShape& s, const float* dy,
+                              float* dx, CpuIsa isa, ThreadPool* pool) {
+  const cpu_internal::LaneGlobalGeometry g{s.n * s.c, s.h * s.w};
+  if (g.planes <= 0 || g.area <= 0) return;
+  KernelsFor(isa).global_pool_grad(g, dy, dx, pool);
 }
 
 }  // namespace lockstep::kernels

@@ -1,9 +1,9 @@
-// CANONICAL bias_add.grad and max_pool2d forward / backward, vectorised
-// ACROSS outputs, the way the GEMM is (gemm.h): each vector lane computes a
-// different output element and runs that element's canonical sequence of
-// operations unchanged, so the bits equal the scalar spec code
-// (canonical::BiasAddGrad, spatial::MaxPool2dForward / MaxPool2dGrad) for
-// every ISA and thread count.
+// CANONICAL bias_add.grad and the pooling ops (max_pool2d, avg_pool2d,
+// global_avg_pool; forward and backward), vectorised ACROSS outputs, the way
+// the GEMM is (gemm.h): each vector lane computes a different output element
+// and runs that element's canonical sequence of operations unchanged, so the
+// bits equal the scalar spec code (canonical::BiasAddGrad, the spatial::
+// *Pool2d* loops of kernels/spatial/pool2d.h) for every ISA and thread count.
 //
 //   bias_add.grad   lanes = channels. Each lane adds its channel's terms in
 //                   the canonical (n, spatial) order: chunks of 256 from
@@ -25,6 +25,23 @@
 //                   canonical order as one chain from +0.0f, which is the
 //                   canonical sum while no element can be covered by more
 //                   than 256 windows (otherwise the spec loop runs).
+//   avg_pool2d      lanes = image planes, interleaved as for max_pool2d.
+//                   Each lane adds its window's real taps in (kh, kw) order
+//                   from +0.0f (chunks of 256 and the tree for windows of
+//                   more than 256 taps), then divides once by the window's
+//                   divisor (KH * KW, or the real-tap count without
+//                   count_include_pad).
+//   avg_pool2d.grad each window's term dy / divisor is computed once and the
+//                   windows are walked in (oh, ow) order adding it into every
+//                   real tap's dx: one chain from +0.0f per dx element in the
+//                   canonical order, under the same 256-window condition as
+//                   max_pool2d.grad.
+//   global_avg_pool lanes = image planes: bias_add.grad's sum with one batch
+//                   row (a plane's H * W terms in (h, w) order, chunks of 256
+//                   and the tree; W x W blocks transposed in registers), then
+//                   one division by float(H * W).
+//   global_avg_pool.grad  dx plane p is the one quotient dy[p] / float(H * W)
+//                   stored H * W times.
 //
 // Each ISA (isa.h) has its own translation unit built with its own -m flags
 // (lane_kernels_{scalar,avx2,avx512}.cc, sharing lane_kernels_impl.h); the
@@ -60,6 +77,24 @@ void MaxPool2dGradLanes(const spatial::Pool2dShape& s, const float* x,
                         const float* dy, float* dx, CpuIsa isa,
                         ThreadPool* pool);
 
+// y = avg_pool2d(x).
+void AvgPool2dForwardLanes(const spatial::Pool2dShape& s, const float* x,
+                           float* y, CpuIsa isa, ThreadPool* pool);
+
+// dx = avg_pool2d.grad(dy).
+void AvgPool2dGradLanes(const spatial::Pool2dShape& s, const float* dy,
+                        float* dx, CpuIsa isa, ThreadPool* pool);
+
+// y = global_avg_pool(x).
+void GlobalAvgPool2dForwardLanes(const spatial::GlobalPool2dShape& s,
+                                 const float* x, float* y, CpuIsa isa,
+                                 ThreadPool* pool);
+
+// dx = global_avg_pool.grad(dy).
+void GlobalAvgPool2dGradLanes(const spatial::GlobalPool2dShape& s,
+                              const float* dy, float* dx, CpuIsa isa,
+                              ThreadPool* pool);
+
 namespace cpu_internal {
 
 // Plain geometry handed to the ISA translation units (computed outside
@@ -71,6 +106,11 @@ struct LanePoolGeometry {
   int64_t planes;  // N * C
   int64_t h, w, k_h, k_w, stride_h, stride_w, pad_top, pad_left;
   int64_t out_h, out_w;
+  bool count_include_pad;  // avg_pool2d's divisor rule
+};
+struct LaneGlobalGeometry {
+  int64_t planes;  // N * C
+  int64_t area;    // H * W
 };
 
 // One set per ISA translation unit; call only when the ISA is supported.
@@ -83,6 +123,15 @@ struct LaneKernelSet {
   // any element.
   void (*max_pool_grad)(const LanePoolGeometry& g, const float* x,
                         const float* dy, float* dx, ThreadPool* pool);
+  void (*avg_pool_forward)(const LanePoolGeometry& g, const float* x, float* y,
+                           ThreadPool* pool);
+  // Requires at most 256 windows covering any element.
+  void (*avg_pool_grad)(const LanePoolGeometry& g, const float* dy, float* dx,
+                        ThreadPool* pool);
+  void (*global_pool_forward)(const LaneGlobalGeometry& g, const float* x,
+                              float* y, ThreadPool* pool);
+  void (*global_pool_grad)(const LaneGlobalGeometry& g, const float* dy,
+                           float* dx, ThreadPool* pool);
 };
 const LaneKernelSet& LaneKernelsScalar();
 const LaneKernelSet& LaneKernelsAvx2();

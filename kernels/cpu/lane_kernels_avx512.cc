@@ -24,6 +24,8 @@ struct Avx512Lanes {
   static T Load(const float* p) { return _mm512_loadu_ps(p); }
   static void Store(float* p, T v) { _mm512_storeu_ps(p, v); }
   static T Add(T a, T b) { return _mm512_add_ps(a, b); }
+  static T Div(T a, T b) { return _mm512_div_ps(a, b); }
+  static T Set1(float v) { return _mm512_set1_ps(v); }
   static M Replaces(T best, T v) {
     const __mmask16 greater = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
     const __mmask16 v_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);

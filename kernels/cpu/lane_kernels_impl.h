@@ -8,7 +8,7 @@
 // for another ISA; for the same reason nothing here calls an inline function
 // or template of a shared header on floats. The vector type V supplies:
 //   T (floats), M (lane mask), I (int32 lanes), kWidth,
-//   Zero(), Load(p), Store(p, v), Add(a, b),
+//   Zero(), Set1(f), Load(p), Store(p, v), Add(a, b), Div(a, b),
 //   Replaces(best, v)    v > best, or v is NaN and best is not,
 //   Select(m, a, b)      b where m, else a (bit copies); SelectI likewise,
 //   Set1I(k), StoreI(p, v),
@@ -67,6 +67,8 @@ struct ScalarLanes {
   static T Load(const float* p) { return *p; }
   static void Store(float* p, T v) { *p = v; }
   static T Add(T a, T b) { return a + b; }
+  static T Div(T a, T b) { return a / b; }
+  static T Set1(float v) { return v; }
   static M Replaces(T best, T v) {
     return v > best || (v != v && best == best);
   }
@@ -470,10 +472,191 @@ void MaxPoolGrad(const LanePoolGeometry& g, const float* x, const float* dy,
   ForPlaneUnits<V>(g, 2 * in_plane + out_plane * g.k_h * g.k_w, pool, unit_fn);
 }
 
+// ---------------------------------------------------------------------------
+// avg_pool2d: lanes = W planes, interleaved as for max_pool2d.
+
+// The real taps of output window (oh, ow): rows [*ih0, *ih1), columns
+// [*iw0, *iw1); returns the window's divisor (KH * KW with
+// count_include_pad, else the number of real taps).
+inline int64_t AvgWindow(const LanePoolGeometry& g, int64_t oh, int64_t ow,
+                         int64_t* ih0, int64_t* ih1, int64_t* iw0,
+                         int64_t* iw1) {
+  const int64_t h0 = oh * g.stride_h - g.pad_top;
+  const int64_t w0 = ow * g.stride_w - g.pad_left;
+  *ih0 = MaxI(h0, 0);
+  *ih1 = MinI(h0 + g.k_h, g.h);
+  *iw0 = MaxI(w0, 0);
+  *iw1 = MinI(w0 + g.k_w, g.w);
+  return g.count_include_pad ? g.k_h * g.k_w : (*ih1 - *ih0) * (*iw1 - *iw0);
+}
+
+// Every output of the W interleaved planes in buf: each lane adds its
+// window's real taps in (kh, kw) order from +0.0f (kChunked: in chunks of
+// 256 combined by the canonical tree, for windows of more than 256 taps),
+// then divides once by the divisor.
+template <class V, bool kChunked>
+void AvgInterleaved(const LanePoolGeometry& g, const float* buf, float* out) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  for (int64_t oh = 0; oh < g.out_h; ++oh) {
+    for (int64_t ow = 0; ow < g.out_w; ++ow) {
+      int64_t ih0, ih1, iw0, iw1;
+      const int64_t divisor = AvgWindow(g, oh, ow, &ih0, &ih1, &iw0, &iw1);
+      T acc = V::Zero();
+      if constexpr (!kChunked) {
+        for (int64_t ih = ih0; ih < ih1; ++ih) {
+          const float* row = buf + ih * g.w * W;
+          for (int64_t iw = iw0; iw < iw1; ++iw) {
+            acc = V::Add(acc, V::Load(row + iw * W));
+          }
+        }
+      } else {
+        VecTree<V> tree;
+        int64_t left = kLaneChunk;
+        for (int64_t ih = ih0; ih < ih1; ++ih) {
+          const float* row = buf + ih * g.w * W;
+          for (int64_t iw = iw0; iw < iw1; ++iw) {
+            acc = V::Add(acc, V::Load(row + iw * W));
+            if (--left == 0) {
+              tree.Push(acc);
+              acc = V::Zero();
+              left = kLaneChunk;
+            }
+          }
+        }
+        if (left != kLaneChunk) tree.Push(acc);
+        acc = tree.Result();
+      }
+      V::Store(out + (oh * g.out_w + ow) * W,
+               V::Div(acc, V::Set1(static_cast<float>(divisor))));
+    }
+  }
+}
+
+template <class V>
+void AvgPoolForward(const LanePoolGeometry& g, const float* x, float* y,
+                    ThreadPool* pool) {
+  constexpr int W = V::kWidth;
+  const int64_t in_plane = g.h * g.w;
+  const int64_t out_plane = g.out_h * g.out_w;
+  const bool chunked = g.k_h * g.k_w > kLaneChunk;
+  auto unit_fn = [&](int64_t p, bool block) {
+    if (!block || W == 1) {
+      if (chunked) {
+        AvgInterleaved<ScalarLanes, true>(g, x + p * in_plane,
+                                          y + p * out_plane);
+      } else {
+        AvgInterleaved<ScalarLanes, false>(g, x + p * in_plane,
+                                           y + p * out_plane);
+      }
+      return;
+    }
+    Scratch<float> in(in_plane * W);
+    Scratch<float> out(out_plane * W);
+    Interleave<V>(x + p * in_plane, in_plane, in_plane, in.get());
+    if (chunked) {
+      AvgInterleaved<V, true>(g, in.get(), out.get());
+    } else {
+      AvgInterleaved<V, false>(g, in.get(), out.get());
+    }
+    Deinterleave<V>(out.get(), out_plane, y + p * out_plane, out_plane);
+  };
+  ForPlaneUnits<V>(g, in_plane + out_plane * g.k_h * g.k_w, pool, unit_fn);
+}
+
+// dx of the W interleaved planes: zero, then window by window in (oh, ow)
+// order dy / divisor added into every real tap of the window, so each dx
+// element gets its terms in the canonical order as one chain from +0.0f.
+template <class V>
+void AvgGradInterleaved(const LanePoolGeometry& g, const float* dy_buf,
+                        float* dx_buf) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  std::memset(dx_buf, 0, static_cast<size_t>(g.h * g.w * W) * sizeof(float));
+  for (int64_t oh = 0; oh < g.out_h; ++oh) {
+    for (int64_t ow = 0; ow < g.out_w; ++ow) {
+      int64_t ih0, ih1, iw0, iw1;
+      const int64_t divisor = AvgWindow(g, oh, ow, &ih0, &ih1, &iw0, &iw1);
+      const T term = V::Div(V::Load(dy_buf + (oh * g.out_w + ow) * W),
+                            V::Set1(static_cast<float>(divisor)));
+      for (int64_t ih = ih0; ih < ih1; ++ih) {
+        float* row = dx_buf + ih * g.w * W;
+        for (int64_t iw = iw0; iw < iw1; ++iw) {
+          V::Store(row + iw * W, V::Add(V::Load(row + iw * W), term));
+        }
+      }
+    }
+  }
+}
+
+template <class V>
+void AvgPoolGrad(const LanePoolGeometry& g, const float* dy, float* dx,
+                 ThreadPool* pool) {
+  constexpr int W = V::kWidth;
+  const int64_t in_plane = g.h * g.w;
+  const int64_t out_plane = g.out_h * g.out_w;
+  auto unit_fn = [&](int64_t p, bool block) {
+    if (!block || W == 1) {
+      AvgGradInterleaved<ScalarLanes>(g, dy + p * out_plane, dx + p * in_plane);
+      return;
+    }
+    Scratch<float> dy_buf(out_plane * W);
+    Scratch<float> dx_buf(in_plane * W);
+    Interleave<V>(dy + p * out_plane, out_plane, out_plane, dy_buf.get());
+    AvgGradInterleaved<V>(g, dy_buf.get(), dx_buf.get());
+    Deinterleave<V>(dx_buf.get(), in_plane, dx + p * in_plane, in_plane);
+  };
+  ForPlaneUnits<V>(g, 2 * in_plane + out_plane * (1 + g.k_h * g.k_w), pool,
+                   unit_fn);
+}
+
+// ---------------------------------------------------------------------------
+// global_avg_pool
+
+// y[p] = canonical sum of plane p / area: the sums are bias_add.grad's with
+// one batch row (lanes = planes, the plane's terms in (h, w) order), then
+// one division per output.
+template <class V>
+void GlobalPoolForward(const LaneGlobalGeometry& g, const float* x, float* y,
+                       ThreadPool* pool) {
+  constexpr int W = V::kWidth;
+  BiasGrad<V>(LaneBiasGeometry{1, g.planes, g.area}, x, y, pool);
+  const float area = static_cast<float>(g.area);
+  const typename V::T d = V::Set1(area);
+  int64_t i = 0;
+  for (; i + W <= g.planes; i += W) V::Store(y + i, V::Div(V::Load(y + i), d));
+  for (; i < g.planes; ++i) y[i] = y[i] / area;
+}
+
+// dx plane p = dy[p] / area, the one quotient stored area times.
+template <class V>
+void GlobalPoolGrad(const LaneGlobalGeometry& g, const float* dy, float* dx,
+                    ThreadPool* pool) {
+  constexpr int W = V::kWidth;
+  const float area = static_cast<float>(g.area);
+  const int64_t per_task = MaxI(1, kMinParallelElements / MaxI(1, g.area));
+  const int64_t tasks = (g.planes + per_task - 1) / per_task;
+  if (tasks < 2) pool = nullptr;
+  auto task = [&](int64_t t) {
+    const int64_t p1 = MinI(g.planes, (t + 1) * per_task);
+    for (int64_t p = t * per_task; p < p1; ++p) {
+      const float q = dy[p] / area;
+      const typename V::T v = V::Set1(q);
+      float* plane = dx + p * g.area;
+      int64_t i = 0;
+      for (; i + W <= g.area; i += W) V::Store(plane + i, v);
+      for (; i < g.area; ++i) plane[i] = q;
+    }
+  };
+  For(pool, tasks, task);
+}
+
 template <class V>
 const LaneKernelSet& KernelSet() {
-  static const LaneKernelSet set = {&BiasGrad<V>, &MaxPoolForward<V>,
-                                    &MaxPoolGrad<V>};
+  static const LaneKernelSet set = {&BiasGrad<V>,      &MaxPoolForward<V>,
+                                    &MaxPoolGrad<V>,   &AvgPoolForward<V>,
+                                    &AvgPoolGrad<V>,   &GlobalPoolForward<V>,
+                                    &GlobalPoolGrad<V>};
   return set;
 }
 

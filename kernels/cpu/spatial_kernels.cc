@@ -2,9 +2,9 @@
 // and validation of kernels/spatial/ (see its SPEC.md). The convolutions run
 // on the GEMM (conv_gemm.h) as "canonical" (canonical chunks) and
 // "deterministic" (one chain per output), and on the scalar bodies as
-// "scalar"; max pooling runs on the lane kernels (lane_kernels.h) as
-// "canonical" and on the scalar bodies as "scalar". The DEFAULT atomic
-// conv2d.grad_weight is here too.
+// "scalar"; max, average and global average pooling run on the lane kernels
+// (lane_kernels.h) as "canonical" and on the scalar bodies as "scalar". The
+// DEFAULT atomic conv2d.grad_weight is here too.
 #include <cstdint>
 #include <vector>
 
@@ -195,6 +195,9 @@ absl::Status MaxPoolGradKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// kLanes: the lane kernels (lane_kernels.h); else the scalar spec body.
+// Same bits either way.
+template <bool kLanes>
 absl::Status AvgPoolForwardKernel(absl::Span<const Tensor> in,
                                   absl::Span<Tensor> out, const OpAttrs& a) {
   const absl::string_view name = op::kAvgPool2dForward;
@@ -203,11 +206,17 @@ absl::Status AvgPoolForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
   LS_RETURN_IF_ERROR(ExpectShape(name, out[0], PoolOutShape(s), "y"));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  sp::AvgPool2dForward(s, in[0].data<float>(), out[0].data<float>());
+  if (kLanes) {
+    AvgPool2dForwardLanes(s, in[0].data<float>(), out[0].data<float>(),
+                          ActiveCpuIsa(), CpuThreadPool());
+  } else {
+    sp::AvgPool2dForward(s, in[0].data<float>(), out[0].data<float>());
+  }
   return absl::OkStatus();
 }
 
 // in {dy}, out {dx}: the geometry comes from dx.
+template <bool kLanes>
 absl::Status AvgPoolGradKernel(absl::Span<const Tensor> in,
                                absl::Span<Tensor> out, const OpAttrs& a) {
   const absl::string_view name = op::kAvgPool2dGrad;
@@ -216,10 +225,16 @@ absl::Status AvgPoolGradKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNchw(name, in[0], "dy"));
   LS_RETURN_IF_ERROR(ExpectShape(name, in[0], PoolOutShape(s), "dy"));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  sp::AvgPool2dGrad(s, in[0].data<float>(), out[0].data<float>());
+  if (kLanes) {
+    AvgPool2dGradLanes(s, in[0].data<float>(), out[0].data<float>(),
+                       ActiveCpuIsa(), CpuThreadPool());
+  } else {
+    sp::AvgPool2dGrad(s, in[0].data<float>(), out[0].data<float>());
+  }
   return absl::OkStatus();
 }
 
+template <bool kLanes>
 absl::Status GlobalAvgPoolForwardKernel(absl::Span<const Tensor> in,
                                         absl::Span<Tensor> out,
                                         const OpAttrs&) {
@@ -228,10 +243,16 @@ absl::Status GlobalAvgPoolForwardKernel(absl::Span<const Tensor> in,
   LS_ASSIGN_OR_RETURN(sp::GlobalPool2dShape s,
                       GlobalShape(name, in[0], out[0], "x", "y"));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  sp::GlobalAvgPool2dForward(s, in[0].data<float>(), out[0].data<float>());
+  if (kLanes) {
+    GlobalAvgPool2dForwardLanes(s, in[0].data<float>(), out[0].data<float>(),
+                                ActiveCpuIsa(), CpuThreadPool());
+  } else {
+    sp::GlobalAvgPool2dForward(s, in[0].data<float>(), out[0].data<float>());
+  }
   return absl::OkStatus();
 }
 
+template <bool kLanes>
 absl::Status GlobalAvgPoolGradKernel(absl::Span<const Tensor> in,
                                      absl::Span<Tensor> out, const OpAttrs&) {
   const absl::string_view name = op::kGlobalAvgPoolGrad;
@@ -239,7 +260,12 @@ absl::Status GlobalAvgPoolGradKernel(absl::Span<const Tensor> in,
   LS_ASSIGN_OR_RETURN(sp::GlobalPool2dShape s,
                       GlobalShape(name, out[0], in[0], "dx", "dy"));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  sp::GlobalAvgPool2dGrad(s, in[0].data<float>(), out[0].data<float>());
+  if (kLanes) {
+    GlobalAvgPool2dGradLanes(s, in[0].data<float>(), out[0].data<float>(),
+                             ActiveCpuIsa(), CpuThreadPool());
+  } else {
+    sp::GlobalAvgPool2dGrad(s, in[0].data<float>(), out[0].data<float>());
+  }
   return absl::OkStatus();
 }
 
@@ -281,6 +307,10 @@ absl::Status RegisterSpatialKernels(Registry* registry) {
       {op::kConv2dGradWeight, &Conv2dGradWeightKernel<ConvPath::kScalar>},
       {op::kMaxPool2dForward, &MaxPoolForwardKernel<false>},
       {op::kMaxPool2dGrad, &MaxPoolGradKernel<false>},
+      {op::kAvgPool2dForward, &AvgPoolForwardKernel<false>},
+      {op::kAvgPool2dGrad, &AvgPoolGradKernel<false>},
+      {op::kGlobalAvgPoolForward, &GlobalAvgPoolForwardKernel<false>},
+      {op::kGlobalAvgPoolGrad, &GlobalAvgPoolGradKernel<false>},
   };
   for (const Entry& e : scalar) {
     LS_RETURN_IF_ERROR(registry->Register(
@@ -293,10 +323,10 @@ absl::Status RegisterSpatialKernels(Registry* registry) {
       {op::kConv2dGradWeight, &Conv2dGradWeightKernel<ConvPath::kCanonical>},
       {op::kMaxPool2dForward, &MaxPoolForwardKernel<true>},
       {op::kMaxPool2dGrad, &MaxPoolGradKernel<true>},
-      {op::kAvgPool2dForward, &AvgPoolForwardKernel},
-      {op::kAvgPool2dGrad, &AvgPoolGradKernel},
-      {op::kGlobalAvgPoolForward, &GlobalAvgPoolForwardKernel},
-      {op::kGlobalAvgPoolGrad, &GlobalAvgPoolGradKernel},
+      {op::kAvgPool2dForward, &AvgPoolForwardKernel<true>},
+      {op::kAvgPool2dGrad, &AvgPoolGradKernel<true>},
+      {op::kGlobalAvgPoolForward, &GlobalAvgPoolForwardKernel<true>},
+      {op::kGlobalAvgPoolGrad, &GlobalAvgPoolGradKernel<true>},
       {op::kResizeBilinearForward, &ResizeForwardKernel},
       {op::kResizeBilinearGrad, &ResizeGradKernel},
   };
