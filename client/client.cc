@@ -230,8 +230,9 @@ std::string AdminName(const Worker& w) {
 
 std::string FormatWorkersTable(const ListWorkersResponse& r) {
   if (r.workers().empty()) return "no workers connected\n";
-  std::vector<std::vector<std::string>> rows = {
-      {"NAME", "ID", "STATE", "ADMIN", "CLASS", "GPU", "HEARTBEAT"}};
+  std::vector<std::vector<std::string>> rows = {{"NAME", "ID", "STATE", "ADMIN",
+                                                 "CLASS", "GPU", "SELFTEST",
+                                                 "HEARTBEAT"}};
   std::map<std::string, std::string> classes;
   for (const Worker& w : r.workers()) {
     const std::string digest = w.profile().hardware_class_digest();
@@ -241,8 +242,16 @@ std::string FormatWorkersTable(const ListWorkersResponse& r) {
       gpu = absl::StrCat(w.profile().gpus_size(), "x ",
                          w.profile().gpus(0).name());
     }
+    std::string selftest = "-";
+    if (w.profile().has_selftest()) {
+      selftest =
+          w.profile().selftest().passed()
+              ? absl::StrCat("pass (", w.profile().selftest().rows(), " rows)")
+              : absl::StrCat("FAIL (", w.profile().selftest().failed_rows(),
+                             " rows)");
+    }
     rows.push_back({w.name(), w.worker_id(), StateName(w), AdminName(w),
-                    digest.substr(0, 12), gpu,
+                    digest.substr(0, 12), gpu, selftest,
                     Ago(r.server_unix_ms(), w.last_heartbeat_unix_ms())});
   }
   std::vector<size_t> width(rows[0].size(), 0);

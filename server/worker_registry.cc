@@ -50,6 +50,12 @@ absl::Status ValidateHello(const Hello& hello) {
         "hello.profile.hardware_class_digest: must be the 32-hex-digit digest "
         "of hardware_class");
   }
+  constexpr size_t kMaxSelftestSummary = 4096;
+  if (hello.profile().selftest().summary().size() > kMaxSelftestSummary) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "hello.profile.selftest.summary: %d bytes exceed the limit of %d",
+        hello.profile().selftest().summary().size(), kMaxSelftestSummary));
+  }
   constexpr int kMaxSlots = 64;
   if (hello.slots() < 0 || hello.slots() > kMaxSlots) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -115,6 +121,7 @@ absl::StatusOr<int64_t> WorkerRegistry::Connect(const Hello& hello,
 
   Closer stale_closer;
   int64_t session_id = 0;
+  std::string selftest_reason;
   {
     absl::MutexLock lock(&mu_);
     auto it = live_.find(id);
@@ -151,6 +158,18 @@ absl::StatusOr<int64_t> WorkerRegistry::Connect(const Hello& hello,
                 stored->admin_state() != v1::WORKER_ADMIN_STATE_UNSPECIFIED
             ? stored->admin_state()
             : v1::ACTIVE;
+    if (hello.profile().has_selftest() &&
+        !hello.profile().selftest().passed()) {
+      // A node whose kernels do not give the bits they must takes no runs.
+      selftest_reason = absl::StrCat("selftest failed: ",
+                                     hello.profile().selftest().summary())
+                            .substr(0, 1024);
+      if (s.info.admin_state != v1::QUARANTINED) {
+        LS_RETURN_IF_ERROR(store_->SetWorkerAdminState(id, v1::QUARANTINED,
+                                                       selftest_reason, now));
+        s.info.admin_state = v1::QUARANTINED;
+      }
+    }
     live_[id] = std::move(s);
     ended_.erase(id);
     ++session_counts_[id];
@@ -161,6 +180,13 @@ absl::StatusOr<int64_t> WorkerRegistry::Connect(const Hello& hello,
       absl::StrCat("from ", peer, "; class ",
                    hello.profile().hardware_class_digest()));
   if (!ev.ok()) LS_LOG(WARNING) << "worker event not stored: " << ev;
+  if (!selftest_reason.empty()) {
+    absl::Status q =
+        store_->AppendWorkerEvent(id, now, "selftest", selftest_reason);
+    if (!q.ok()) LS_LOG(WARNING) << "worker event not stored: " << q;
+    LS_LOG(WARNING) << "worker " << hello.name() << " (" << id
+                    << ") quarantined: " << selftest_reason;
+  }
   LS_LOG(INFO) << "worker " << hello.name() << " (" << id << ") connected from "
                << peer;
   return session_id;

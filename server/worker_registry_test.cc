@@ -170,5 +170,52 @@ TEST_F(RegistryTest, SetAdminState) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("w-nope")));
 }
 
+TEST_F(RegistryTest, FailedSelftestQuarantinesAndPassedOneDoesNot) {
+  Hello good = MakeHello("good");
+  good.mutable_profile()->mutable_selftest()->set_passed(true);
+  good.mutable_profile()->mutable_selftest()->set_summary("PASS: 282 rows");
+  ASSERT_THAT(registry_->Connect(good, "p1", nullptr), IsOk());
+
+  Hello bad = MakeHello("bad");
+  v1::SelftestResult* st = bad.mutable_profile()->mutable_selftest();
+  st->set_passed(false);
+  st->set_failed_rows(1);
+  st->set_summary("FAIL: 1 of 282 rows failed: dense.forward/CANONICAL/...");
+  ASSERT_THAT(registry_->Connect(bad, "p2", nullptr), IsOk());
+
+  auto workers = registry_->List(/*include_gone=*/false);
+  ASSERT_THAT(workers, IsOk());
+  ASSERT_EQ(workers->size(), 2u);
+  for (const v1::Worker& w : *workers) {
+    if (w.name() == "bad") {
+      EXPECT_EQ(w.admin_state(), v1::QUARANTINED);
+      EXPECT_THAT(w.admin_reason(),
+                  HasSubstr("selftest failed: FAIL: 1 of 282 rows failed"));
+      EXPECT_FALSE(w.profile().selftest().passed());
+    } else {
+      EXPECT_EQ(w.admin_state(), v1::ACTIVE) << w.name();
+      EXPECT_TRUE(w.profile().selftest().passed());
+    }
+  }
+  for (const LiveWorker& w : registry_->LiveWorkers()) {
+    EXPECT_EQ(w.admin_state == v1::QUARANTINED, w.name == "bad") << w.name;
+  }
+  auto events = store_->ListWorkerEvents(WorkerIdForName("bad"), 10);
+  ASSERT_THAT(events, IsOk());
+  bool logged = false;
+  for (const auto& e : *events) logged |= e.kind == "selftest";
+  EXPECT_TRUE(logged);
+
+  // An oversized summary is refused before anything is stored.
+  Hello huge = MakeHello("huge");
+  huge.mutable_profile()->mutable_selftest()->set_summary(
+      std::string(5000, 'x'));
+  EXPECT_THAT(registry_->Connect(huge, "p3", nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("hello.profile.selftest.summary: 5000 bytes "
+                                 "exceed the limit of 4096")));
+  EXPECT_EQ(registry_->List(true)->size(), 2u);
+}
+
 }  // namespace
 }  // namespace lockstep::server

@@ -50,6 +50,10 @@ ABSL_FLAG(std::string, inject_fault, "",
 ABSL_FLAG(std::string, inject_stall, "",
           "daemon: a drill for hung runs, step=S,seconds=N[,model=NAME]: the "
           "run process sleeps N s before step S");
+ABSL_FLAG(bool, selftest, true,
+          "daemon: run the selftest (as `lockstep-worker selftest`) at start "
+          "and report it in the hardware profile; the coordinator "
+          "quarantines a worker whose selftest fails");
 ABSL_FLAG(int64_t, run_timeout_s, 3600,
           "daemon: wall-clock limit of one run, s");
 ABSL_FLAG(std::string, dump, "",
@@ -253,6 +257,18 @@ int Daemon() {
                        ? ", no GPU: " + profile->gpu_error()
                        : "");
 
+  if (absl::GetFlag(FLAGS_selftest)) {
+    *profile->mutable_selftest() = lockstep::worker::RunStartupSelftest();
+    const lockstep::v1::SelftestResult& st = profile->selftest();
+    if (st.passed()) {
+      LS_LOG(INFO) << "selftest (" << st.duration_ms()
+                   << " ms): " << st.summary();
+    } else {
+      LS_LOG(ERROR) << "selftest (" << st.duration_ms()
+                    << " ms): " << st.summary()
+                    << "; the coordinator will quarantine this worker";
+    }
+  }
   lockstep::worker::WorkerDaemon daemon(options, *profile);
   std::thread signal_thread([&] {
     int sig = 0;

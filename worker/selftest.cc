@@ -24,6 +24,8 @@
 #include "worker/gpu_probe.h"
 
 namespace lockstep::worker {
+
+namespace v1 = ::lockstep::v1;
 namespace {
 
 using kernels::CpuIsa;
@@ -432,6 +434,86 @@ absl::StatusOr<std::vector<SelftestBackend>> RegisterSelftestKernels(
   return std::vector<SelftestBackend>{cuda};
 }
 
+std::string SelftestSummaryLine(const SelftestReport& report) {
+  int canonical = 0, deterministic = 0, defaults = 0, default_varied = 0;
+  for (const SelftestRow& row : report.rows) {
+    switch (row.key.mode) {
+      case Mode::kCanonical:
+        ++canonical;
+        break;
+      case Mode::kDeterministic:
+        ++deterministic;
+        break;
+      case Mode::kDefault:
+        ++defaults;
+        if (!row.bits_equal || !row.repeatable) ++default_varied;
+        break;
+    }
+  }
+  const std::vector<const SelftestRow*> failing = report.FailingRows();
+  if (failing.empty()) {
+    return absl::StrFormat(
+        "PASS: %d rows: %d CANONICAL bit-equal to the reference, "
+        "%d DETERMINISTIC repeatable, %d DEFAULT informational (%d differ "
+        "from the reference or between runs)",
+        report.rows.size(), canonical, deterministic, defaults, default_varied);
+  }
+  return absl::StrFormat(
+      "FAIL: %d of %d rows failed: %s", failing.size(), report.rows.size(),
+      absl::StrJoin(failing, "; ", [](std::string* s, const SelftestRow* row) {
+        absl::StrAppend(s, row->Name(), " (", FailureReason(*row), ")");
+      }));
+}
+
+v1::SelftestResult SummarizeSelftest(const SelftestReport& report,
+                                     int64_t duration_ms) {
+  v1::SelftestResult r;
+  r.set_passed(report.ok());
+  r.set_rows(static_cast<int32_t>(report.rows.size()));
+  r.set_failed_rows(static_cast<int32_t>(report.FailingRows().size()));
+  std::string summary = SelftestSummaryLine(report);
+  constexpr size_t kMaxSummary = 1000;
+  if (summary.size() > kMaxSummary) {
+    summary = absl::StrCat(summary.substr(0, kMaxSummary - 3), "...");
+  }
+  r.set_summary(summary);
+  r.set_duration_ms(duration_ms);
+  r.add_backends(kernels::kCpuBackendName);
+  for (const SelftestBackend& b : report.backends) {
+    if (b.available && b.name != kernels::kCpuBackendName) {
+      r.add_backends(b.name);
+    }
+  }
+  return r;
+}
+
+v1::SelftestResult RunStartupSelftest() {
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed_ms = [&] {
+    return static_cast<int64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - start)
+            .count());
+  };
+  kernels::Registry registry;
+  absl::StatusOr<SelftestReport> report =
+      [&]() -> absl::StatusOr<SelftestReport> {
+    LS_ASSIGN_OR_RETURN(std::vector<SelftestBackend> backends,
+                        RegisterSelftestKernels(&registry));
+    SelftestOptions options;
+    options.backends = std::move(backends);
+    return RunSelftest(registry, options);
+  }();
+  if (!report.ok()) {
+    v1::SelftestResult r;
+    r.set_passed(false);
+    r.set_summary(absl::StrCat("error: ", report.status().ToString()));
+    r.set_duration_ms(elapsed_ms());
+    return r;
+  }
+  return SummarizeSelftest(*report, elapsed_ms());
+}
+
 std::string FormatSelftestTable(const SelftestReport& report) {
   std::string out = absl::StrFormat(
       "lockstep-worker selftest: seed %d, %d runs per row, %d op%s\n"
@@ -500,38 +582,7 @@ std::string FormatSelftestTable(const SelftestReport& report) {
   }
   out += "\n";
 
-  int canonical = 0, deterministic = 0, defaults = 0, default_varied = 0;
-  for (const SelftestRow& row : report.rows) {
-    switch (row.key.mode) {
-      case Mode::kCanonical:
-        ++canonical;
-        break;
-      case Mode::kDeterministic:
-        ++deterministic;
-        break;
-      case Mode::kDefault:
-        ++defaults;
-        if (!row.bits_equal || !row.repeatable) ++default_varied;
-        break;
-    }
-  }
-  const std::vector<const SelftestRow*> failing = report.FailingRows();
-  if (failing.empty()) {
-    absl::StrAppendFormat(
-        &out,
-        "selftest: PASS: %d rows: %d CANONICAL bit-equal to the reference, "
-        "%d DETERMINISTIC repeatable, %d DEFAULT informational (%d differ "
-        "from the reference or between runs)\n",
-        report.rows.size(), canonical, deterministic, defaults, default_varied);
-  } else {
-    absl::StrAppendFormat(
-        &out, "selftest: FAIL: %d of %d rows failed: %s\n", failing.size(),
-        report.rows.size(),
-        absl::StrJoin(
-            failing, "; ", [](std::string* s, const SelftestRow* row) {
-              absl::StrAppend(s, row->Name(), " (", FailureReason(*row), ")");
-            }));
-  }
+  absl::StrAppend(&out, "selftest: ", SelftestSummaryLine(report), "\n");
   return out;
 }
 

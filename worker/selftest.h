@@ -47,6 +47,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/registry.h"
+#include "proto/lockstep/v1/worker.pb.h"
 
 namespace lockstep::worker {
 
@@ -139,8 +140,8 @@ absl::StatusOr<SelftestReport> RunSelftest(const kernels::Registry& registry,
 // Fills `registry` with the kernels a run process of this binary registers
 // (worker/exec/worker_kernels.h): the CPU's CANONICAL, DETERMINISTIC and
 // DEFAULT kernels, and the CUDA backend's (CANONICAL plus the cuBLAS /
-// cuDNN / atomic kernels) when a CUDA device is usable. Returns the non-CPU backends with
-// their availability, for SelftestOptions::backends.
+// cuDNN / atomic kernels) when a CUDA device is usable. Returns the non-CPU
+// backends with their availability, for SelftestOptions::backends.
 absl::StatusOr<std::vector<SelftestBackend>> RegisterSelftestKernels(
     kernels::Registry* registry);
 
@@ -153,6 +154,21 @@ std::string FormatSelftestJson(const SelftestReport& report);
 
 // 0 when report.ok(), else 1.
 int SelftestExitCode(const SelftestReport& report);
+
+// "PASS: 282 rows: ..." or "FAIL: 2 of 282 rows failed: <row> (<why>); ..."
+// (the last line of the table, without its "selftest: " prefix).
+std::string SelftestSummaryLine(const SelftestReport& report);
+
+// The report as the hardware profile carries it (summary cut to 1000
+// bytes).
+lockstep::v1::SelftestResult SummarizeSelftest(const SelftestReport& report,
+                                               int64_t duration_ms);
+
+// The daemon's start-up check: registers this binary's kernels
+// (RegisterSelftestKernels) and runs the default selftest. Never fails: an
+// error that stops the selftest comes back as passed = false with
+// "error: ..." as its summary.
+lockstep::v1::SelftestResult RunStartupSelftest();
 
 // The `lockstep-worker selftest` command: parses --ops (comma list, may be
 // empty) and --seed (decimal uint32), registers this binary's kernels, runs

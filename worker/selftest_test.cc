@@ -266,6 +266,26 @@ TEST(SelftestTest, WrongCanonicalKernelIsReportedWithItsFirstDifference) {
   EXPECT_THAT(json, HasSubstr("\"first_difference\": {\"call\": 0"));
   EXPECT_THAT(json, HasSubstr("\"index\": 37}"));
   EXPECT_THAT(json, HasSubstr("\"ok\": false"));
+
+  // What the daemon sends in its hardware profile.
+  const lockstep::v1::SelftestResult summary = SummarizeSelftest(*report, 12);
+  EXPECT_FALSE(summary.passed());
+  EXPECT_EQ(summary.rows(), static_cast<int>(report->rows.size()));
+  EXPECT_EQ(summary.failed_rows(), static_cast<int>(rows.size()));
+  EXPECT_EQ(summary.duration_ms(), 12);
+  EXPECT_THAT(summary.summary(), HasSubstr("FAIL: "));
+  EXPECT_THAT(summary.summary(), HasSubstr("flatten CANONICAL bitflip"));
+  EXPECT_LE(summary.summary().size(), 1000u);
+}
+
+TEST(SelftestTest, StartupSelftestPassesHere) {
+  const lockstep::v1::SelftestResult r = RunStartupSelftest();
+  EXPECT_TRUE(r.passed()) << r.summary();
+  EXPECT_GT(r.rows(), 26);
+  EXPECT_EQ(r.failed_rows(), 0);
+  EXPECT_THAT(r.summary(), HasSubstr("PASS: "));
+  ASSERT_GE(r.backends_size(), 1);
+  EXPECT_EQ(r.backends(0), "cpu");
 }
 
 TEST(SelftestTest, DeterministicModeMustRepeatDefaultModeIsInformational) {

@@ -174,6 +174,13 @@ TEST_F(WorkersE2E, ConnectTimeoutKillRestart) {
                 expected.hardware_class_digest());
       EXPECT_EQ(w.labels().at("suite"), "e2e");
       EXPECT_GT(w.last_heartbeat_unix_ms(), 0);
+      // The daemon's start-up selftest is reported, and it passed.
+      ASSERT_TRUE(w.profile().has_selftest()) << w.name();
+      EXPECT_TRUE(w.profile().selftest().passed())
+          << w.profile().selftest().summary();
+      EXPECT_GT(w.profile().selftest().rows(), 26);
+      EXPECT_THAT(w.profile().selftest().summary(), HasSubstr("PASS"));
+      EXPECT_EQ(w.admin_state(), v1::ACTIVE);
     }
   }
 
@@ -199,6 +206,8 @@ TEST_F(WorkersE2E, ConnectTimeoutKillRestart) {
     ASSERT_THAT(table, IsOk());
     ASSERT_EQ(table->exit_code, 0);
     EXPECT_THAT(table->out, HasSubstr("worker-a"));
+    EXPECT_THAT(table->out, HasSubstr("SELFTEST"));
+    EXPECT_THAT(table->out, HasSubstr("pass ("));
     EXPECT_THAT(table->out, HasSubstr("worker-b"));
     EXPECT_THAT(table->out, HasSubstr(expected.hardware_class()));
     EXPECT_THAT(table->out,
