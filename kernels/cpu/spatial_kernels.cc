@@ -28,14 +28,10 @@ namespace lockstep::kernels {
 namespace {
 
 namespace sp = ::lockstep::spatial;
-using ::lockstep::spatial::CheckNchw;
-using ::lockstep::spatial::ConvOutShape;
-using ::lockstep::spatial::ConvShape;
-using ::lockstep::spatial::ExpectShape;
 using ::lockstep::spatial::GlobalShape;
-using ::lockstep::spatial::PoolOutShape;
-using ::lockstep::spatial::PoolShape;
 using ::lockstep::spatial::ResizeShape;
+using ::lockstep::spatial::ValidateConv2dCall;
+using ::lockstep::spatial::ValidatePool2dCall;
 
 // How a convolution kernel computes: the scalar spec body, the GEMM with
 // canonical chunks (the spec body on the scalar ISA: same bits, no slower),
@@ -59,13 +55,8 @@ int64_t GemmChunk() {
 template <ConvPath kPath>
 absl::Status Conv2dForwardKernel(absl::Span<const Tensor> in,
                                  absl::Span<Tensor> out, const OpAttrs& a) {
-  const absl::string_view name = op::kConv2dForward;
-  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
   LS_ASSIGN_OR_RETURN(sp::Conv2dShape s,
-                      ConvShape(name, in[0], in[1], a, "x", "w"));
-  LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
-  LS_RETURN_IF_ERROR(ExpectShape(name, out[0], ConvOutShape(s), "y"));
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+                      ValidateConv2dCall(op::kConv2dForward, in, out, a));
   if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
     Conv2dForwardGemm(s, in[0].data<float>(), in[1].data<float>(),
                       out[0].data<float>(), chunk, ActiveCpuIsa(),
@@ -81,13 +72,8 @@ absl::Status Conv2dForwardKernel(absl::Span<const Tensor> in,
 template <ConvPath kPath>
 absl::Status Conv2dGradInputKernel(absl::Span<const Tensor> in,
                                    absl::Span<Tensor> out, const OpAttrs& a) {
-  const absl::string_view name = op::kConv2dGradInput;
-  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
   LS_ASSIGN_OR_RETURN(sp::Conv2dShape s,
-                      ConvShape(name, out[0], in[1], a, "dx", "w"));
-  LS_RETURN_IF_ERROR(CheckNchw(name, in[0], "dy"));
-  LS_RETURN_IF_ERROR(ExpectShape(name, in[0], ConvOutShape(s), "dy"));
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+                      ValidateConv2dCall(op::kConv2dGradInput, in, out, a));
   if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
     Conv2dGradInputGemm(s, in[0].data<float>(), in[1].data<float>(),
                         out[0].data<float>(), chunk, ActiveCpuIsa(),
@@ -103,13 +89,8 @@ absl::Status Conv2dGradInputKernel(absl::Span<const Tensor> in,
 template <ConvPath kPath>
 absl::Status Conv2dGradWeightKernel(absl::Span<const Tensor> in,
                                     absl::Span<Tensor> out, const OpAttrs& a) {
-  const absl::string_view name = op::kConv2dGradWeight;
-  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
   LS_ASSIGN_OR_RETURN(sp::Conv2dShape s,
-                      ConvShape(name, in[0], out[0], a, "x", "dw"));
-  LS_RETURN_IF_ERROR(CheckNchw(name, in[1], "dy"));
-  LS_RETURN_IF_ERROR(ExpectShape(name, in[1], ConvOutShape(s), "dy"));
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+                      ValidateConv2dCall(op::kConv2dGradWeight, in, out, a));
   if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
     Conv2dGradWeightGemm(s, in[0].data<float>(), in[1].data<float>(),
                          out[0].data<float>(), chunk, ActiveCpuIsa(),
@@ -128,13 +109,8 @@ absl::Status Conv2dGradWeightKernel(absl::Span<const Tensor> in,
 absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
                                           absl::Span<Tensor> out,
                                           const OpAttrs& a) {
-  const absl::string_view name = op::kConv2dGradWeight;
-  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
   LS_ASSIGN_OR_RETURN(sp::Conv2dShape s,
-                      ConvShape(name, in[0], out[0], a, "x", "dw"));
-  LS_RETURN_IF_ERROR(CheckNchw(name, in[1], "dy"));
-  LS_RETURN_IF_ERROR(ExpectShape(name, in[1], ConvOutShape(s), "dy"));
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+                      ValidateConv2dCall(op::kConv2dGradWeight, in, out, a));
   const int64_t dw_size = sp::Conv2dWeightSize(s);
   float* dw = out[0].data<float>();
   for (int64_t i = 0; i < dw_size; ++i) dw[i] = 0.0f;
@@ -159,12 +135,8 @@ absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
 template <bool kLanes>
 absl::Status MaxPoolForwardKernel(absl::Span<const Tensor> in,
                                   absl::Span<Tensor> out, const OpAttrs& a) {
-  const absl::string_view name = op::kMaxPool2dForward;
-  LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
-  LS_ASSIGN_OR_RETURN(sp::Pool2dShape s, PoolShape(name, in[0], a, "x"));
-  LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
-  LS_RETURN_IF_ERROR(ExpectShape(name, out[0], PoolOutShape(s), "y"));
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  LS_ASSIGN_OR_RETURN(sp::Pool2dShape s,
+                      ValidatePool2dCall(op::kMaxPool2dForward, in, out, a));
   if (kLanes) {
     MaxPool2dForwardLanes(s, in[0].data<float>(), out[0].data<float>(),
                           ActiveCpuIsa(), CpuThreadPool());
@@ -178,13 +150,8 @@ absl::Status MaxPoolForwardKernel(absl::Span<const Tensor> in,
 template <bool kLanes>
 absl::Status MaxPoolGradKernel(absl::Span<const Tensor> in,
                                absl::Span<Tensor> out, const OpAttrs& a) {
-  const absl::string_view name = op::kMaxPool2dGrad;
-  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
-  LS_ASSIGN_OR_RETURN(sp::Pool2dShape s, PoolShape(name, in[0], a, "x"));
-  LS_RETURN_IF_ERROR(CheckNchw(name, in[1], "dy"));
-  LS_RETURN_IF_ERROR(ExpectShape(name, in[1], PoolOutShape(s), "dy"));
-  LS_RETURN_IF_ERROR(ExpectShape(name, out[0], in[0].shape(), "dx"));
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  LS_ASSIGN_OR_RETURN(sp::Pool2dShape s,
+                      ValidatePool2dCall(op::kMaxPool2dGrad, in, out, a));
   if (kLanes) {
     MaxPool2dGradLanes(s, in[0].data<float>(), in[1].data<float>(),
                        out[0].data<float>(), ActiveCpuIsa(), CpuThreadPool());
@@ -200,12 +167,8 @@ absl::Status MaxPoolGradKernel(absl::Span<const Tensor> in,
 template <bool kLanes>
 absl::Status AvgPoolForwardKernel(absl::Span<const Tensor> in,
                                   absl::Span<Tensor> out, const OpAttrs& a) {
-  const absl::string_view name = op::kAvgPool2dForward;
-  LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
-  LS_ASSIGN_OR_RETURN(sp::Pool2dShape s, PoolShape(name, in[0], a, "x"));
-  LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
-  LS_RETURN_IF_ERROR(ExpectShape(name, out[0], PoolOutShape(s), "y"));
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  LS_ASSIGN_OR_RETURN(sp::Pool2dShape s,
+                      ValidatePool2dCall(op::kAvgPool2dForward, in, out, a));
   if (kLanes) {
     AvgPool2dForwardLanes(s, in[0].data<float>(), out[0].data<float>(),
                           ActiveCpuIsa(), CpuThreadPool());
@@ -219,12 +182,8 @@ absl::Status AvgPoolForwardKernel(absl::Span<const Tensor> in,
 template <bool kLanes>
 absl::Status AvgPoolGradKernel(absl::Span<const Tensor> in,
                                absl::Span<Tensor> out, const OpAttrs& a) {
-  const absl::string_view name = op::kAvgPool2dGrad;
-  LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
-  LS_ASSIGN_OR_RETURN(sp::Pool2dShape s, PoolShape(name, out[0], a, "dx"));
-  LS_RETURN_IF_ERROR(CheckNchw(name, in[0], "dy"));
-  LS_RETURN_IF_ERROR(ExpectShape(name, in[0], PoolOutShape(s), "dy"));
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  LS_ASSIGN_OR_RETURN(sp::Pool2dShape s,
+                      ValidatePool2dCall(op::kAvgPool2dGrad, in, out, a));
   if (kLanes) {
     AvgPool2dGradLanes(s, in[0].data<float>(), out[0].data<float>(),
                        ActiveCpuIsa(), CpuThreadPool());

@@ -270,42 +270,26 @@ absl::Status PlanOptimizer(absl::string_view name, absl::Span<const Tensor> in,
 
 // ---- spatial (Tensor checks shared with the CPU backend) ------------------
 
-using ::lockstep::spatial::CheckNchw;
-using ::lockstep::spatial::ConvOutShape;
-using ::lockstep::spatial::ConvShape;
-using ::lockstep::spatial::ExpectShape;
 using ::lockstep::spatial::GlobalShape;
-using ::lockstep::spatial::PoolOutShape;
-using ::lockstep::spatial::PoolShape;
 using ::lockstep::spatial::ResizeShape;
 
 absl::Status PlanConv(absl::string_view name, absl::Span<const Tensor> in,
                       absl::Span<Tensor> out, const OpAttrs& a,
                       DeviceCall* call) {
-  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
-  sp::Conv2dShape s;
+  LS_ASSIGN_OR_RETURN(const sp::Conv2dShape s,
+                      sp::ValidateConv2dCall(name, in, out, a));
   DeviceOp dop;
   int64_t work;
   if (name == op::kConv2dForward) {
-    LS_ASSIGN_OR_RETURN(s, ConvShape(name, in[0], in[1], a, "x", "w"));
-    LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
-    LS_RETURN_IF_ERROR(ExpectShape(name, out[0], ConvOutShape(s), "y"));
     dop = DeviceOp::kConv2dForward;
     work = sp::Conv2dOutputSize(s);
   } else if (name == op::kConv2dGradInput) {
-    LS_ASSIGN_OR_RETURN(s, ConvShape(name, out[0], in[1], a, "dx", "w"));
-    LS_RETURN_IF_ERROR(CheckNchw(name, in[0], "dy"));
-    LS_RETURN_IF_ERROR(ExpectShape(name, in[0], ConvOutShape(s), "dy"));
     dop = DeviceOp::kConv2dGradInput;
     work = sp::Conv2dInputSize(s);
   } else {
-    LS_ASSIGN_OR_RETURN(s, ConvShape(name, in[0], out[0], a, "x", "dw"));
-    LS_RETURN_IF_ERROR(CheckNchw(name, in[1], "dy"));
-    LS_RETURN_IF_ERROR(ExpectShape(name, in[1], ConvOutShape(s), "dy"));
     dop = DeviceOp::kConv2dGradWeight;
     work = sp::Conv2dWeightSize(s);
   }
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
   const int i0 = AddIn(call, in[0]);
   const int i1 = AddIn(call, in[1]);
   const int o = AddOut(call, out[0]);
@@ -316,13 +300,9 @@ absl::Status PlanConv(absl::string_view name, absl::Span<const Tensor> in,
 absl::Status PlanPool(absl::string_view name, absl::Span<const Tensor> in,
                       absl::Span<Tensor> out, const OpAttrs& a,
                       DeviceCall* call) {
-  sp::Pool2dShape s;
+  LS_ASSIGN_OR_RETURN(const sp::Pool2dShape s,
+                      sp::ValidatePool2dCall(name, in, out, a));
   if (name == op::kMaxPool2dForward || name == op::kAvgPool2dForward) {
-    LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
-    LS_ASSIGN_OR_RETURN(s, PoolShape(name, in[0], a, "x"));
-    LS_RETURN_IF_ERROR(CheckNchw(name, out[0], "y"));
-    LS_RETURN_IF_ERROR(ExpectShape(name, out[0], PoolOutShape(s), "y"));
-    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
     const int x = AddIn(call, in[0]);
     const int y = AddOut(call, out[0]);
     AddLaunch(call,
@@ -331,12 +311,6 @@ absl::Status PlanPool(absl::string_view name, absl::Span<const Tensor> in,
               sp::Pool2dOutputSize(s), {x}, {y})
         .pool = s;
   } else if (name == op::kMaxPool2dGrad) {  // in {x, dy}, out {dx}
-    LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
-    LS_ASSIGN_OR_RETURN(s, PoolShape(name, in[0], a, "x"));
-    LS_RETURN_IF_ERROR(CheckNchw(name, in[1], "dy"));
-    LS_RETURN_IF_ERROR(ExpectShape(name, in[1], PoolOutShape(s), "dy"));
-    LS_RETURN_IF_ERROR(ExpectShape(name, out[0], in[0].shape(), "dx"));
-    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
     const int x = AddIn(call, in[0]);
     const int dy = AddIn(call, in[1]);
     const int dx = AddOut(call, out[0]);
@@ -344,11 +318,6 @@ absl::Status PlanPool(absl::string_view name, absl::Span<const Tensor> in,
               {dx})
         .pool = s;
   } else {  // avg_pool2d.grad: in {dy}, out {dx}
-    LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
-    LS_ASSIGN_OR_RETURN(s, PoolShape(name, out[0], a, "dx"));
-    LS_RETURN_IF_ERROR(CheckNchw(name, in[0], "dy"));
-    LS_RETURN_IF_ERROR(ExpectShape(name, in[0], PoolOutShape(s), "dy"));
-    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
     const int dy = AddIn(call, in[0]);
     const int dx = AddOut(call, out[0]);
     AddLaunch(call, DeviceOp::kAvgPool2dGrad, sp::Pool2dInputSize(s), {dy},

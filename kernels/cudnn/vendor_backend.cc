@@ -74,32 +74,8 @@ absl::StatusOr<sp::Conv2dShape> ValidateConv(ConvDirection dir,
                                              absl::Span<Tensor> out,
                                              const OpAttrs& a) {
   const absl::string_view name = ConvOpName(dir);
-  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
-  sp::Conv2dShape s;
-  switch (dir) {
-    case ConvDirection::kForward: {  // in {x, w}, out {y}
-      LS_ASSIGN_OR_RETURN(s, sp::ConvShape(name, in[0], in[1], a, "x", "w"));
-      LS_RETURN_IF_ERROR(sp::CheckNchw(name, out[0], "y"));
-      LS_RETURN_IF_ERROR(
-          sp::ExpectShape(name, out[0], sp::ConvOutShape(s), "y"));
-      break;
-    }
-    case ConvDirection::kGradInput: {  // in {dy, w}, out {dx}
-      LS_ASSIGN_OR_RETURN(s, sp::ConvShape(name, out[0], in[1], a, "dx", "w"));
-      LS_RETURN_IF_ERROR(sp::CheckNchw(name, in[0], "dy"));
-      LS_RETURN_IF_ERROR(
-          sp::ExpectShape(name, in[0], sp::ConvOutShape(s), "dy"));
-      break;
-    }
-    case ConvDirection::kGradWeight: {  // in {x, dy}, out {dw}
-      LS_ASSIGN_OR_RETURN(s, sp::ConvShape(name, in[0], out[0], a, "x", "dw"));
-      LS_RETURN_IF_ERROR(sp::CheckNchw(name, in[1], "dy"));
-      LS_RETURN_IF_ERROR(
-          sp::ExpectShape(name, in[1], sp::ConvOutShape(s), "dy"));
-      break;
-    }
-  }
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  LS_ASSIGN_OR_RETURN(const sp::Conv2dShape s,
+                      sp::ValidateConv2dCall(name, in, out, a));
   LS_RETURN_IF_ERROR(vendor::CheckCudnnConv2d(name, s));
   return s;
 }
@@ -144,13 +120,8 @@ absl::Status AtomicBiasAddGradKernel(absl::Span<const Tensor> in,
 absl::Status AtomicMaxPool2dGradKernel(absl::Span<const Tensor> in,
                                        absl::Span<Tensor> out,
                                        const OpAttrs& a) {
-  const absl::string_view name = op::kMaxPool2dGrad;
-  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
-  LS_ASSIGN_OR_RETURN(sp::Pool2dShape s, sp::PoolShape(name, in[0], a, "x"));
-  LS_RETURN_IF_ERROR(sp::CheckNchw(name, in[1], "dy"));
-  LS_RETURN_IF_ERROR(sp::ExpectShape(name, in[1], sp::PoolOutShape(s), "dy"));
-  LS_RETURN_IF_ERROR(sp::ExpectShape(name, out[0], in[0].shape(), "dx"));
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  LS_ASSIGN_OR_RETURN(const sp::Pool2dShape s,
+                      sp::ValidatePool2dCall(op::kMaxPool2dGrad, in, out, a));
   return vendor::AtomicMaxPool2dGrad(s, in[0].span<float>(),
                                      in[1].span<float>(), out[0].span<float>());
 }

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "kernels/ops/validate.h"
 #include "kernels/spatial/validate.h"
 
 namespace lockstep::spatial {
@@ -139,6 +140,63 @@ absl::StatusOr<ResizeBilinearShape> ResizeShape(absl::string_view op,
   s.out_h = y.dim(2);
   s.out_w = y.dim(3);
   LS_RETURN_IF_ERROR(ValidateResizeBilinearShape(s));
+  return s;
+}
+
+absl::StatusOr<Conv2dShape> ValidateConv2dCall(absl::string_view op,
+                                               absl::Span<const Tensor> in,
+                                               absl::Span<Tensor> out,
+                                               const OpAttrs& a) {
+  namespace kop = ::lockstep::kernels::op;
+  LS_RETURN_IF_ERROR(kernels::CheckArity(op, in, 2, out, 1));
+  Conv2dShape s;
+  if (op == kop::kConv2dForward) {
+    LS_ASSIGN_OR_RETURN(s, ConvShape(op, in[0], in[1], a, "x", "w"));
+    LS_RETURN_IF_ERROR(CheckNchw(op, out[0], "y"));
+    LS_RETURN_IF_ERROR(ExpectShape(op, out[0], ConvOutShape(s), "y"));
+  } else if (op == kop::kConv2dGradInput) {
+    LS_ASSIGN_OR_RETURN(s, ConvShape(op, out[0], in[1], a, "dx", "w"));
+    LS_RETURN_IF_ERROR(CheckNchw(op, in[0], "dy"));
+    LS_RETURN_IF_ERROR(ExpectShape(op, in[0], ConvOutShape(s), "dy"));
+  } else if (op == kop::kConv2dGradWeight) {
+    LS_ASSIGN_OR_RETURN(s, ConvShape(op, in[0], out[0], a, "x", "dw"));
+    LS_RETURN_IF_ERROR(CheckNchw(op, in[1], "dy"));
+    LS_RETURN_IF_ERROR(ExpectShape(op, in[1], ConvOutShape(s), "dy"));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: not a conv2d op", op));
+  }
+  LS_RETURN_IF_ERROR(kernels::CheckNoAlias(op, in, out));
+  return s;
+}
+
+absl::StatusOr<Pool2dShape> ValidatePool2dCall(absl::string_view op,
+                                               absl::Span<const Tensor> in,
+                                               absl::Span<Tensor> out,
+                                               const OpAttrs& a) {
+  namespace kop = ::lockstep::kernels::op;
+  Pool2dShape s;
+  if (op == kop::kMaxPool2dForward || op == kop::kAvgPool2dForward) {
+    LS_RETURN_IF_ERROR(kernels::CheckArity(op, in, 1, out, 1));
+    LS_ASSIGN_OR_RETURN(s, PoolShape(op, in[0], a, "x"));
+    LS_RETURN_IF_ERROR(CheckNchw(op, out[0], "y"));
+    LS_RETURN_IF_ERROR(ExpectShape(op, out[0], PoolOutShape(s), "y"));
+  } else if (op == kop::kMaxPool2dGrad) {
+    LS_RETURN_IF_ERROR(kernels::CheckArity(op, in, 2, out, 1));
+    LS_ASSIGN_OR_RETURN(s, PoolShape(op, in[0], a, "x"));
+    LS_RETURN_IF_ERROR(CheckNchw(op, in[1], "dy"));
+    LS_RETURN_IF_ERROR(ExpectShape(op, in[1], PoolOutShape(s), "dy"));
+    LS_RETURN_IF_ERROR(ExpectShape(op, out[0], in[0].shape(), "dx"));
+  } else if (op == kop::kAvgPool2dGrad) {
+    LS_RETURN_IF_ERROR(kernels::CheckArity(op, in, 1, out, 1));
+    LS_ASSIGN_OR_RETURN(s, PoolShape(op, out[0], a, "dx"));
+    LS_RETURN_IF_ERROR(CheckNchw(op, in[0], "dy"));
+    LS_RETURN_IF_ERROR(ExpectShape(op, in[0], PoolOutShape(s), "dy"));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: not a max_pool2d / avg_pool2d op", op));
+  }
+  LS_RETURN_IF_ERROR(kernels::CheckNoAlias(op, in, out));
   return s;
 }
 

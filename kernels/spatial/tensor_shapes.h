@@ -45,6 +45,24 @@ absl::StatusOr<Pool2dShape> PoolShape(absl::string_view op, const Tensor& x,
 
 std::vector<int64_t> PoolOutShape(const Pool2dShape& s);
 
+// A whole conv2d.* call, as every backend checks it before computing:
+// arity, ranks, dtypes, shapes and aliasing, in that order. op is
+// conv2d.forward (in {x, w}, out {y}), conv2d.grad_input (in {dy, w},
+// out {dx}) or conv2d.grad_weight (in {x, dy}, out {dw}); anything else is
+// INVALID_ARGUMENT.
+absl::StatusOr<Conv2dShape> ValidateConv2dCall(absl::string_view op,
+                                               absl::Span<const Tensor> in,
+                                               absl::Span<Tensor> out,
+                                               const OpAttrs& a);
+
+// The same for max_pool2d.forward / avg_pool2d.forward (in {x}, out {y}),
+// max_pool2d.grad (in {x, dy}, out {dx}) and avg_pool2d.grad (in {dy},
+// out {dx}).
+absl::StatusOr<Pool2dShape> ValidatePool2dCall(absl::string_view op,
+                                               absl::Span<const Tensor> in,
+                                               absl::Span<Tensor> out,
+                                               const OpAttrs& a);
+
 // Global pooling: x [N, C, H, W]; y [N, C] or [N, C, 1, 1].
 absl::StatusOr<GlobalPool2dShape> GlobalShape(absl::string_view op,
                                               const Tensor& x, const Tensor& y,
