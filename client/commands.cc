@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "common/digest.h"
 #include "common/json.h"
-#include "worker/model/spec_io.h"
+#include "model/spec_io.h"
 
 namespace lockstep::client {
 
@@ -245,9 +245,9 @@ absl::StatusOr<v1::SubmitJobRequest> Commands::BuildRequest(
     return absl::InvalidArgumentError(
         "expected MODEL CONFIG (files) or a zoo name");
   }
-  absl::StatusOr<v1::Model> model = worker::ReadModelFile(model_path);
+  absl::StatusOr<v1::Model> model = model::ReadModelFile(model_path);
   if (!model.ok()) return model.status();
-  absl::StatusOr<v1::JobConfig> config = worker::ReadJobConfigFile(config_path);
+  absl::StatusOr<v1::JobConfig> config = model::ReadJobConfigFile(config_path);
   if (!config.ok()) return config.status();
   v1::SubmitJobRequest req;
   *req.mutable_spec()->mutable_model() = *model;

@@ -79,7 +79,7 @@ rm -rf "$demo_dir"
 # the sanitizer build replaces the normal objects of what it rebuilds.
 echo
 echo "test: bad-input suites under AddressSanitizer/UBSan"
-if bazel test --config=asan //worker/model:bad_spec_test //worker/model:spec_io_test \
+if bazel test --config=asan //model:bad_spec_test //model:spec_io_test \
      //worker/data:npy_test //worker/data:idx_test --test_output=errors; then
   echo "test: sanitizer suites PASSED"
   passed=$((passed + 1))

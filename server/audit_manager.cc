@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "worker/model/spec_io.h"
+#include "model/spec_io.h"
 
 namespace lockstep::server {
 
@@ -43,8 +43,8 @@ absl::StatusOr<Audit> AuditManager::Start(
     }
   }
   absl::StatusOr<v1::Model> model =
-      worker::ReadModelFile(absl::StrCat(zoo_dir_, "/", name, "/model.json"));
-  absl::StatusOr<v1::JobConfig> config = worker::ReadJobConfigFile(
+      model::ReadModelFile(absl::StrCat(zoo_dir_, "/", name, "/model.json"));
+  absl::StatusOr<v1::JobConfig> config = model::ReadJobConfigFile(
       absl::StrCat(zoo_dir_, "/", name, "/config.json"));
   if (!model.ok() || !config.ok()) {
     return absl::NotFoundError(absl::StrCat(
@@ -82,10 +82,10 @@ absl::StatusOr<Audit> AuditManager::Start(
     return absl::FailedPreconditionError(
         "spec: no connected, active worker matches the selection");
   }
-  if (static_cast<int64_t>(selected.size()) > worker::Limits().max_runs) {
+  if (static_cast<int64_t>(selected.size()) > model::Limits().max_runs) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "spec: %d workers selected, an audit runs on at most %d",
-        selected.size(), worker::Limits().max_runs));
+        selected.size(), model::Limits().max_runs));
   }
 
   Audit audit;

@@ -18,7 +18,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "kernels/canonical/version.h"
 #include "kernels/hash/fingerprint.h"
-#include "worker/exec/manifest.h"
+#include "model/manifest.h"
 
 namespace lockstep::server {
 
@@ -120,8 +120,8 @@ absl::StatusOr<Job> JobManager::Submit(const v1::SubmitJobRequest& request) {
   }
   // The same validators as the workers': every message names the field
   // and the limit ("spec.config.steps: ...", "spec.layers[3] ...").
-  absl::StatusOr<worker::ModelPlan> plan =
-      worker::PlanModel(spec.model(), spec.config(), options_.limits);
+  absl::StatusOr<model::ModelPlan> plan =
+      model::PlanModel(spec.model(), spec.config(), options_.limits);
   if (!plan.ok()) {
     const absl::string_view m = plan.status().message();
     return absl::Status(
@@ -129,7 +129,7 @@ absl::StatusOr<Job> JobManager::Submit(const v1::SubmitJobRequest& request) {
         absl::StrCat(absl::StartsWith(m, "layers[") ? "spec.model." : "spec.",
                      m));
   }
-  absl::Status placed = worker::ValidatePlacement(
+  absl::Status placed = model::ValidatePlacement(
       spec.placement(), spec.config(), options_.limits);
   if (!placed.ok()) {
     return absl::Status(placed.code(), absl::StrCat("spec.", placed.message()));
@@ -145,7 +145,7 @@ absl::StatusOr<Job> JobManager::Submit(const v1::SubmitJobRequest& request) {
           ? v1::CANONICAL
           : spec.config().determinism();
   absl::StatusOr<v1::TensorManifest> manifest =
-      worker::BuildManifest(*plan, spec.config());
+      model::BuildManifest(*plan, spec.config());
   if (!manifest.ok()) {
     return absl::Status(manifest.status().code(),
                         absl::StrCat("spec: ", manifest.status().message()));
@@ -685,7 +685,7 @@ absl::StatusOr<v1::BatchAck> JobManager::OnBatch(
           absl::StrCat("batch.run_id: run ", batch.run_id(),
                        " is not assigned to this worker (it was re-queued)"));
     }
-    const std::vector<int> captured = worker::ExpandCapturedSteps(js->manifest);
+    const std::vector<int> captured = model::ExpandCapturedSteps(js->manifest);
     if (!std::binary_search(captured.begin(), captured.end(), batch.step())) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "batch.step: %d is not a captured step of this job (steps 0..%d)",
@@ -730,7 +730,7 @@ absl::Status JobManager::VerifyRunLocked(const JobState& js, const Run& run,
                                          const std::string& reported_digest) {
   LS_ASSIGN_OR_RETURN(std::vector<store::StepRecord> steps,
                       store_->LoadRunSteps(run.run_id(), run.attempt()));
-  const std::vector<int> captured = worker::ExpandCapturedSteps(js.manifest);
+  const std::vector<int> captured = model::ExpandCapturedSteps(js.manifest);
   if (steps.size() != captured.size()) {
     return absl::DataLossError(
         absl::StrFormat("run %s finished with %d of %d captured steps stored",

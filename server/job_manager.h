@@ -30,10 +30,10 @@
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/lockstep_service.pb.h"
 #include "lockstep/v1/worker_gateway.pb.h"
+#include "model/plan.h"
 #include "server/analysis.h"
 #include "server/store/store.h"
 #include "server/worker_registry.h"
-#include "worker/model/plan.h"
 
 namespace lockstep::server {
 
@@ -44,7 +44,7 @@ struct JobManagerOptions {
   // Attempts per run before the run (and its job) fails. Default 3.
   int max_attempts = 3;
   // Model and config limits, as the workers enforce them.
-  worker::Limits limits;
+  model::Limits limits;
   // Finished jobs kept in memory (the most recently finished ones); older
   // ones are dropped from memory at the next submission or sweep and served
   // from the store, so memory stays bounded on a long-lived coordinator.

@@ -13,12 +13,12 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "kernels/registry.h"
+#include "model/plan.h"
 #include "worker/data/dataset.h"
 #include "worker/exec/dataset_batches.h"
 #include "worker/exec/executor.h"
 #include "worker/exec/worker_kernels.h"
 #include "worker/frames.h"
-#include "worker/model/plan.h"
 
 namespace lockstep::worker {
 
@@ -29,8 +29,8 @@ namespace {
 absl::Status Train(const v1::RunAssignment& a, const ChildOptions& child,
                    int out_fd, v1::RunFinished* finished) {
   const std::optional<FaultSpec>& fault = child.fault;
-  LS_ASSIGN_OR_RETURN(ModelPlan plan,
-                      PlanModel(a.model(), a.config(), Limits()));
+  LS_ASSIGN_OR_RETURN(model::ModelPlan plan,
+                      model::PlanModel(a.model(), a.config(), model::Limits()));
   kernels::Registry registry;
   LS_RETURN_IF_ERROR(RegisterWorkerKernels(&registry).status());
   std::vector<int64_t> example(plan.input_shape.begin() + 1,

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "worker/exec/manifest.h"
+#include "model/manifest.h"
 
 namespace lockstep::worker {
 
@@ -41,8 +41,8 @@ RunComparison CompareRuns(const RunResult& a, const RunResult& b) {
     const int n =
         std::min(a.manifest.entries_size(), b.manifest.entries_size());
     for (int i = 0; i < n; ++i) {
-      const std::string da = DescribeEntry(a.manifest.entries(i));
-      const std::string db = DescribeEntry(b.manifest.entries(i));
+      const std::string da = model::DescribeEntry(a.manifest.entries(i));
+      const std::string db = model::DescribeEntry(b.manifest.entries(i));
       if (da != db) {
         detail = absl::StrFormat("; first difference at entry %d: %s vs %s", i,
                                  da, db);
@@ -134,8 +134,8 @@ std::string DescribeComparison(const RunComparison& c) {
       "  sum     %.9g vs %.9g (relative difference %.3g)\n"
       "  l2      %.9g vs %.9g (relative difference %.3g)\n"
       "  max_abs %.9g vs %.9g (relative difference %.3g)\n",
-      d.step, DescribeEntry(d.entry), sa.sum(), sb.sum(), d.rel_sum, sa.l2(),
-      sb.l2(), d.rel_l2, sa.max_abs(), sb.max_abs(), d.rel_max_abs);
+      d.step, model::DescribeEntry(d.entry), sa.sum(), sb.sum(), d.rel_sum,
+      sa.l2(), sb.l2(), d.rel_l2, sa.max_abs(), sb.max_abs(), d.rel_max_abs);
   if (sa.nan_count() != sb.nan_count() || sa.inf_count() != sb.inf_count()) {
     absl::StrAppendFormat(&s, "  nan/inf %d/%d vs %d/%d\n", sa.nan_count(),
                           sa.inf_count(), sb.nan_count(), sb.inf_count());

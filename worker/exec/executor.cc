@@ -14,8 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "model/manifest.h"
 #include "worker/exec/init.h"
-#include "worker/exec/manifest.h"
 
 namespace lockstep::worker {
 
@@ -79,7 +79,8 @@ absl::StatusOr<Tensor> Zeros(const std::vector<int64_t>& shape,
 }
 
 // Validates the parts of the config the executor itself interprets.
-absl::Status CheckConfig(const ModelPlan& plan, const v1::JobConfig& config) {
+absl::Status CheckConfig(const model::ModelPlan& plan,
+                         const v1::JobConfig& config) {
   if (config.dtype() != v1::DTYPE_UNSPECIFIED &&
       config.dtype() != v1::FLOAT32) {
     return absl::InvalidArgumentError(
@@ -264,8 +265,8 @@ absl::StatusOr<KernelChoice> ChooseKernel(const kernels::Registry& registry,
 namespace {
 
 struct LayerState {
-  const LayerPlan* plan = nullptr;
-  LayerOps ops;
+  const model::LayerPlan* plan = nullptr;
+  model::LayerOps ops;
   KernelFn forward = nullptr;
   KernelFn grad_input = nullptr;
   KernelFn grad_weight = nullptr;
@@ -292,7 +293,7 @@ struct LayerState {
 }  // namespace
 
 struct Executor::State {
-  ModelPlan plan;
+  model::ModelPlan plan;
   v1::JobConfig config;
   const kernels::Registry* registry = nullptr;
   BatchSource batches;
@@ -308,7 +309,7 @@ struct Executor::State {
   std::vector<KernelChoice> kernels;
   KernelFn add_forward = nullptr;
   KernelFn optimizer = nullptr;
-  OptimizerOps optimizer_ops;
+  model::OptimizerOps optimizer_ops;
   OpAttrs optimizer_attrs;
 
   Tensor x;
@@ -381,7 +382,7 @@ absl::Status Executor::State::Emit(const std::string& layer,
     return absl::InternalError(absl::StrFormat(
         "execution order diverged from the manifest at step %d: expected "
         "entry %s, the executor produced %s",
-        step, DescribeEntry(e), produced()));
+        step, model::DescribeEntry(e), produced()));
   }
   const int index = static_cast<int>(cursor);
   ++cursor;
@@ -403,16 +404,16 @@ absl::Status Executor::State::Emit(const std::string& layer,
 
 absl::Status Executor::State::Setup() {
   LS_RETURN_IF_ERROR(CheckConfig(plan, config));
-  LS_ASSIGN_OR_RETURN(manifest, BuildManifest(plan, config));
-  LS_ASSIGN_OR_RETURN(step_tensors, StepTensors(plan, config));
-  captured_steps = ExpandCapturedSteps(manifest);
+  LS_ASSIGN_OR_RETURN(manifest, model::BuildManifest(plan, config));
+  LS_ASSIGN_OR_RETURN(step_tensors, model::StepTensors(plan, config));
+  captured_steps = model::ExpandCapturedSteps(manifest);
   step_captured.assign(config.steps(), 0);
   for (int s : captured_steps) step_captured[s] = 1;
   manifest_index.assign(step_tensors.size(), -1);
   {
     int mi = 0;
     for (size_t i = 0; i < step_tensors.size(); ++i) {
-      if (PolicyCapturesEntry(config.capture(), step_tensors[i])) {
+      if (model::PolicyCapturesEntry(config.capture(), step_tensors[i])) {
         manifest_index[i] = mi++;
       }
     }
@@ -444,11 +445,13 @@ absl::Status Executor::State::Setup() {
   }
 
   std::map<std::string, KernelChoice> used;
-  LS_ASSIGN_OR_RETURN(optimizer_ops, OpsOfOptimizer(config.optimizer().kind()));
+  LS_ASSIGN_OR_RETURN(optimizer_ops,
+                      model::OpsOfOptimizer(config.optimizer().kind()));
   LS_ASSIGN_OR_RETURN(optimizer, Resolve(optimizer_ops.op, &used));
   optimizer_attrs = OptimizerAttrs(config.optimizer());
 
-  const std::vector<std::vector<Consumer>> consumers = ComputeConsumers(plan);
+  const std::vector<std::vector<model::Consumer>> consumers =
+      model::ComputeConsumers(plan);
   LS_ASSIGN_OR_RETURN(x, Zeros(plan.input_shape, "batch input"));
   LS_ASSIGN_OR_RETURN(labels, Zeros({plan.input_shape[0]}, "batch labels",
                                     kernels::DType::kInt32));
@@ -457,9 +460,9 @@ absl::Status Executor::State::Setup() {
   for (int i = 0; i < n_layers; ++i) {
     LayerState& l = layers[i];
     l.plan = &plan.layers[i];
-    const LayerPlan& lp = *l.plan;
+    const model::LayerPlan& lp = *l.plan;
     const std::string what = absl::StrFormat("layer \"%s\"", lp.name);
-    LS_ASSIGN_OR_RETURN(l.ops, OpsOfLayer(lp.op));
+    LS_ASSIGN_OR_RETURN(l.ops, model::OpsOfLayer(lp.op));
     LS_ASSIGN_OR_RETURN(l.forward, Resolve(l.ops.forward, &used));
     if (lp.op != v1::BIAS_ADD) {
       LS_ASSIGN_OR_RETURN(l.grad_input, Resolve(l.ops.grad_input, &used));
@@ -470,7 +473,7 @@ absl::Status Executor::State::Setup() {
     LS_ASSIGN_OR_RETURN(l.out, Zeros(lp.output_shape, what + " output"));
     for (size_t k = 0; k < lp.inputs.size(); ++k) {
       const int src = lp.inputs[k];
-      Tensor t = src == kModelInput ? x : layers[src].out;
+      Tensor t = src == model::kModelInput ? x : layers[src].out;
       if (lp.op == v1::DENSE) {
         const int64_t n = t.dim(0);
         LS_ASSIGN_OR_RETURN(t, t.Reshape({n, n == 0 ? 0 : t.numel() / n}));
@@ -478,7 +481,7 @@ absl::Status Executor::State::Setup() {
       l.in.push_back(t);
     }
     for (size_t p = 0; p < lp.params.size(); ++p) {
-      const ParamPlan& pp = lp.params[p];
+      const model::ParamPlan& pp = lp.params[p];
       if (pp.role == v1::WEIGHT) l.weight = static_cast<int>(p);
       if (pp.role == v1::BIAS) l.bias = static_cast<int>(p);
       LS_ASSIGN_OR_RETURN(Tensor w, Zeros(pp.shape, what + " " + pp.name));
@@ -509,10 +512,10 @@ absl::Status Executor::State::Setup() {
   // Gradients, consumers before producers.
   for (int i = n_layers - 1; i >= 0; --i) {
     LayerState& l = layers[i];
-    const LayerPlan& lp = *l.plan;
+    const model::LayerPlan& lp = *l.plan;
     const std::string what = absl::StrFormat("layer \"%s\"", lp.name);
     if (lp.op != v1::SOFTMAX_XENT) {
-      for (const Consumer& c : consumers[i]) {
+      for (const model::Consumer& c : consumers[i]) {
         l.dy_parts.push_back(layers[c.layer].grad_in[c.input]);
       }
       if (l.dy_parts.size() == 1) {
@@ -529,7 +532,7 @@ absl::Status Executor::State::Setup() {
     l.grad_in.resize(lp.inputs.size());
     l.grad_in_kernel.resize(lp.inputs.size());
     for (size_t k = 0; k < lp.inputs.size(); ++k) {
-      if (lp.inputs[k] == kModelInput) continue;
+      if (lp.inputs[k] == model::kModelInput) continue;
       if (lp.op == v1::BIAS_ADD) {
         l.grad_in[k] = l.dy;  // d(x + b)/dx = identity: no kernel
       } else {
@@ -563,10 +566,10 @@ absl::Status Executor::State::Forward() {
     return absl::InternalError(
         "batch source replaced the preallocated batch tensors");
   }
-  LS_RETURN_IF_ERROR(Emit("", v1::INPUT, kInputOp, "", x));
-  LS_RETURN_IF_ERROR(Emit("", v1::LABEL, kLabelsOp, "", labels));
+  LS_RETURN_IF_ERROR(Emit("", v1::INPUT, model::kInputOp, "", x));
+  LS_RETURN_IF_ERROR(Emit("", v1::LABEL, model::kLabelsOp, "", labels));
   for (LayerState& l : layers) {
-    const LayerPlan& lp = *l.plan;
+    const model::LayerPlan& lp = *l.plan;
     v1::TensorRole role = v1::ACTIVATION;
     switch (lp.op) {
       case v1::DENSE:
@@ -614,7 +617,7 @@ absl::Status Executor::State::Forward() {
 absl::Status Executor::State::Backward() {
   for (int i = static_cast<int>(layers.size()) - 1; i >= 0; --i) {
     LayerState& l = layers[i];
-    const LayerPlan& lp = *l.plan;
+    const model::LayerPlan& lp = *l.plan;
     if (l.dy_parts.size() > 1) {
       // Sum of the contributions, in increasing (consumer layer, input)
       // order, left to right: ((c0 + c1) + c2) + ...
@@ -623,16 +626,16 @@ absl::Status Executor::State::Backward() {
         const Tensor in[] = {l.dy_parts[0], l.dy_parts[1]};
         Tensor out[] = {l.dy};
         LS_RETURN_IF_ERROR(
-            Call(add_forward, l, kGradAccumulateOp, in, out, none));
+            Call(add_forward, l, model::kGradAccumulateOp, in, out, none));
       }
       for (size_t k = 2; k < l.dy_parts.size(); ++k) {
         const Tensor in[] = {l.dy, l.dy_parts[k]};
         Tensor out[] = {l.dy};
         LS_RETURN_IF_ERROR(
-            Call(add_forward, l, kGradAccumulateOp, in, out, none));
+            Call(add_forward, l, model::kGradAccumulateOp, in, out, none));
       }
-      LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_ACTIVATION, kGradAccumulateOp,
-                              kSlotSum, l.dy));
+      LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_ACTIVATION,
+                              model::kGradAccumulateOp, model::kSlotSum, l.dy));
     }
     if (l.bias >= 0) {
       const Tensor in[] = {l.dy};
@@ -652,7 +655,7 @@ absl::Status Executor::State::Backward() {
     }
     // Gradients w.r.t. the inputs (none w.r.t. the model input).
     bool any = false;
-    for (int src : lp.inputs) any = any || src != kModelInput;
+    for (int src : lp.inputs) any = any || src != model::kModelInput;
     if (!any) continue;
     switch (lp.op) {
       case v1::DENSE:
@@ -681,8 +684,10 @@ absl::Status Executor::State::Backward() {
       case v1::ADD: {
         const Tensor in[] = {l.dy};
         Tensor out[] = {
-            lp.inputs[0] == kModelInput ? l.add_scratch : l.grad_in_kernel[0],
-            lp.inputs[1] == kModelInput ? l.add_scratch : l.grad_in_kernel[1]};
+            lp.inputs[0] == model::kModelInput ? l.add_scratch
+                                               : l.grad_in_kernel[0],
+            lp.inputs[1] == model::kModelInput ? l.add_scratch
+                                               : l.grad_in_kernel[1]};
         LS_RETURN_IF_ERROR(
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
         break;
@@ -698,9 +703,10 @@ absl::Status Executor::State::Backward() {
       }
     }
     for (size_t k = 0; k < lp.inputs.size(); ++k) {
-      if (lp.inputs[k] == kModelInput) continue;
+      if (lp.inputs[k] == model::kModelInput) continue;
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_ACTIVATION, l.ops.grad_input,
-                              InputSlot(static_cast<int>(k)), l.grad_in[k]));
+                              model::InputSlot(static_cast<int>(k)),
+                              l.grad_in[k]));
     }
   }
   return absl::OkStatus();
@@ -718,7 +724,7 @@ absl::Status Executor::State::Optimize() {
       LS_RETURN_IF_ERROR(Call(optimizer, l, optimizer_ops.op, in,
                               absl::MakeSpan(out, 1 + l.state[p].size()),
                               attrs));
-      const ParamPlan& pp = l.plan->params[p];
+      const model::ParamPlan& pp = l.plan->params[p];
       LS_RETURN_IF_ERROR(
           Emit(l.plan->name, pp.role, optimizer_ops.op, "", l.params[p]));
       for (size_t k = 0; k < l.state[p].size(); ++k) {
@@ -748,7 +754,8 @@ absl::Status Executor::State::Step(int s) {
     return absl::InternalError(absl::StrFormat(
         "execution order left the manifest: step %d produced %d tensors, the "
         "manifest expects %d (next: %s)",
-        s, cursor, step_tensors.size(), DescribeEntry(step_tensors[cursor])));
+        s, cursor, step_tensors.size(),
+        model::DescribeEntry(step_tensors[cursor])));
   }
   return absl::OkStatus();
 }
@@ -757,7 +764,7 @@ Executor::Executor(std::unique_ptr<State> state) : s_(std::move(state)) {}
 Executor::~Executor() = default;
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
-    const ModelPlan& plan, const v1::JobConfig& config,
+    const model::ModelPlan& plan, const v1::JobConfig& config,
     const kernels::Registry* registry, BatchSource batches,
     ExecutorOptions options) {
   if (registry == nullptr) {
@@ -831,7 +838,7 @@ const std::vector<v1::ManifestEntry>& Executor::step_tensors() const {
 }
 int Executor::steps_done() const { return s_->steps_done; }
 
-absl::StatusOr<RunResult> RunJob(const ModelPlan& plan,
+absl::StatusOr<RunResult> RunJob(const model::ModelPlan& plan,
                                  const v1::JobConfig& config,
                                  const kernels::Registry* registry,
                                  BatchSource batches, ExecutorOptions options) {

@@ -1,6 +1,6 @@
-// The training executor: runs a ModelPlan for JobConfig.steps seeded steps
-// (forward, loss, backward, optimizer) with kernels from the registry, and
-// fingerprints every captured tensor in manifest order.
+// The training executor: runs a model::ModelPlan for JobConfig.steps seeded
+// steps (forward, loss, backward, optimizer) with kernels from the registry,
+// and fingerprints every captured tensor in manifest order.
 //
 //   kernels::Registry registry;
 //   LS_RETURN_IF_ERROR(kernels::RegisterCpuCanonicalKernels(&registry));
@@ -35,8 +35,8 @@
 #include "kernels/tensor.h"
 #include "lockstep/v1/fingerprint.pb.h"
 #include "lockstep/v1/job.pb.h"
+#include "model/plan.h"
 #include "worker/exec/fault.h"
-#include "worker/model/plan.h"
 
 namespace lockstep::worker {
 
@@ -104,7 +104,7 @@ struct StepSummary {
 
 struct RunResult {
   lockstep::v1::TensorManifest manifest;
-  // The captured steps, in order (ExpandCapturedSteps(manifest)).
+  // The captured steps, in order (model::ExpandCapturedSteps(manifest)).
   std::vector<int> captured_steps;
   // Per captured step, the fingerprints aligned to manifest.entries
   // (fingerprints[i][j].index() == j). Empty unless keep_fingerprints.
@@ -154,7 +154,7 @@ class Executor {
   // Validates the plan against the config, resolves every kernel, allocates
   // all tensors, initialises the parameters and resolves the fault.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(
-      const ModelPlan& plan, const lockstep::v1::JobConfig& config,
+      const model::ModelPlan& plan, const lockstep::v1::JobConfig& config,
       const kernels::Registry* registry, BatchSource batches,
       ExecutorOptions options);
 
@@ -170,7 +170,7 @@ class Executor {
   absl::StatusOr<RunResult> Finish();
 
   const lockstep::v1::TensorManifest& manifest() const;
-  // Every tensor of a step in execution order (StepTensors).
+  // Every tensor of a step in execution order (model::StepTensors).
   const std::vector<lockstep::v1::ManifestEntry>& step_tensors() const;
   int steps_done() const;
 
@@ -181,7 +181,7 @@ class Executor {
 };
 
 // Create + every step + Finish.
-absl::StatusOr<RunResult> RunJob(const ModelPlan& plan,
+absl::StatusOr<RunResult> RunJob(const model::ModelPlan& plan,
                                  const lockstep::v1::JobConfig& config,
                                  const kernels::Registry* registry,
                                  BatchSource batches, ExecutorOptions options);

@@ -14,9 +14,9 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/hash/fingerprint.h"
 #include "kernels/registry.h"
+#include "model/manifest.h"
 #include "worker/exec/compare.h"
 #include "worker/exec/init.h"
-#include "worker/exec/manifest.h"
 #include "worker/exec/test_util.h"
 
 namespace lockstep::worker {
@@ -31,7 +31,7 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kBatch = 4;
 
-absl::StatusOr<RunResult> RunModel(const ModelPlan& plan,
+absl::StatusOr<RunResult> RunModel(const model::ModelPlan& plan,
                                    const v1::JobConfig& config,
                                    ExecutorOptions options = {}) {
   return RunJob(plan, config, &testing::CpuRegistry(),
@@ -41,7 +41,7 @@ absl::StatusOr<RunResult> RunModel(const ModelPlan& plan,
 
 struct Case {
   const char* name;
-  ModelPlan plan;
+  model::ModelPlan plan;
 };
 
 std::vector<Case> Models() {
@@ -156,9 +156,9 @@ TEST(ExecutorTest, InjectedFaultIsTheFirstDivergence) {
   };
   for (const FaultCase& fc : cases) {
     SCOPED_TRACE(std::string(fc.model) + " " + fc.spec);
-    const ModelPlan plan = std::string(fc.model) == "mlp"
-                               ? testing::MlpPlan(kBatch)
-                               : testing::ConvResPlan(kBatch);
+    const model::ModelPlan plan = std::string(fc.model) == "mlp"
+                                      ? testing::MlpPlan(kBatch)
+                                      : testing::ConvResPlan(kBatch);
     const v1::JobConfig config = testing::BaseConfig(kBatch, 4);
     auto fault = ParseFaultSpec(fc.spec);
     ASSERT_THAT(fault, IsOk());
@@ -204,7 +204,7 @@ TEST(ExecutorTest, FaultInAnAccumulatedGradient) {
   // relu1 feeds conv2 and add; its gradient is their sum. Flip the sum at an
   // element where relu1 is active (elsewhere relu.grad masks the fault and
   // nothing downstream changes).
-  const ModelPlan plan = testing::ConvResPlan(kBatch);
+  const model::ModelPlan plan = testing::ConvResPlan(kBatch);
   const v1::JobConfig config = testing::BaseConfig(kBatch, 3);
   int64_t active = -1;
   ExecutorOptions find;
@@ -239,7 +239,7 @@ TEST(ExecutorTest, FaultInAnAccumulatedGradient) {
 TEST(ExecutorTest, FaultInAnUncapturedTensorShowsUpDownstream) {
   // FORWARD_ONLY: a weight gradient is not captured, but the corrupted update
   // changes the next step's forward pass.
-  const ModelPlan plan = testing::MlpPlan(kBatch);
+  const model::ModelPlan plan = testing::MlpPlan(kBatch);
   v1::JobConfig config = testing::BaseConfig(kBatch, 3);
   config.mutable_capture()->set_kind(v1::CapturePolicy::FORWARD_ONLY);
   ExecutorOptions options;
@@ -257,7 +257,7 @@ TEST(ExecutorTest, FaultInAnUncapturedTensorShowsUpDownstream) {
 }
 
 TEST(ExecutorTest, ObserverSeesManifestOrderAndIndependentFingerprints) {
-  const ModelPlan plan = testing::ConvResPlan(kBatch);
+  const model::ModelPlan plan = testing::ConvResPlan(kBatch);
   v1::JobConfig config = testing::BaseConfig(kBatch, 5);
   config.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_KTH_STEP);
   config.mutable_capture()->set_every_k(3);
@@ -282,7 +282,7 @@ TEST(ExecutorTest, ObserverSeesManifestOrderAndIndependentFingerprints) {
       auto h = hash::HashTensorBytes(hash::DtypeCode::kFloat32, t.shape(),
                                      bytes.data(), bytes.size());
       EXPECT_THAT(h, IsOk());
-      EXPECT_EQ(h->hi, fp.hash_hi()) << DescribeEntry(e);
+      EXPECT_EQ(h->hi, fp.hash_hi()) << model::DescribeEntry(e);
       EXPECT_EQ(h->lo, fp.hash_lo());
       const hash::TensorStats s = hash::ComputeStats(
           reinterpret_cast<const float*>(bytes.data()), t.numel());
@@ -323,7 +323,7 @@ TEST(ExecutorTest, ObserverSeesManifestOrderAndIndependentFingerprints) {
 }
 
 TEST(ExecutorTest, LossIsTheRecordedLossTensor) {
-  const ModelPlan plan = testing::MlpPlan(kBatch);
+  const model::ModelPlan plan = testing::MlpPlan(kBatch);
   const v1::JobConfig config = testing::BaseConfig(kBatch, 2);
   std::vector<float> observed;
   ExecutorOptions options;
@@ -342,7 +342,7 @@ TEST(ExecutorTest, LossIsTheRecordedLossTensor) {
 
 // Central finite differences of the step-0 loss against the recorded weight
 // and bias gradients: checks the wiring of every layer's backward pass.
-void CheckGradients(const ModelPlan& plan) {
+void CheckGradients(const model::ModelPlan& plan) {
   const v1::JobConfig config = testing::BaseConfig(plan.input_shape[0], 1);
   auto init = [&](int layer, int param, int64_t element, float delta) {
     return [&plan, &config, layer, param, element, delta](
@@ -401,7 +401,7 @@ TEST(ExecutorTest, GradientsMatchFiniteDifferences) {
 }
 
 TEST(ExecutorTest, TrainingLearnsTheTeacherTask) {
-  const ModelPlan plan = testing::MlpPlan(16);
+  const model::ModelPlan plan = testing::MlpPlan(16);
   v1::JobConfig config = testing::BaseConfig(16, 60);
   config.mutable_optimizer()->set_learning_rate(0.5f);
   ExecutorOptions options;
@@ -419,7 +419,7 @@ TEST(ExecutorTest, TrainingLearnsTheTeacherTask) {
 }
 
 TEST(ExecutorTest, FingerprintingOffStillTrainsTheSameWay) {
-  const ModelPlan plan = testing::ConvResPlan(kBatch);
+  const model::ModelPlan plan = testing::ConvResPlan(kBatch);
   const v1::JobConfig config = testing::BaseConfig(kBatch, 2);
   ExecutorOptions off;
   off.fingerprint = false;
@@ -432,7 +432,7 @@ TEST(ExecutorTest, FingerprintingOffStillTrainsTheSameWay) {
 }
 
 TEST(ExecutorTest, StepsRunInOrderOnly) {
-  const ModelPlan plan = testing::MlpPlan(kBatch);
+  const model::ModelPlan plan = testing::MlpPlan(kBatch);
   const v1::JobConfig config = testing::BaseConfig(kBatch, 2);
   auto exec = Executor::Create(plan, config, &testing::CpuRegistry(),
                                testing::TeacherBatches(plan, 7), {});
@@ -455,7 +455,7 @@ TEST(ExecutorTest, StepsRunInOrderOnly) {
 }
 
 TEST(ExecutorTest, BatchSourceAndObserverErrorsStopTheRun) {
-  const ModelPlan plan = testing::MlpPlan(kBatch);
+  const model::ModelPlan plan = testing::MlpPlan(kBatch);
   const v1::JobConfig config = testing::BaseConfig(kBatch, 3);
   BatchSource failing = testing::TeacherBatches(plan, 7);
   BatchFn inner = failing.fill;
@@ -479,7 +479,7 @@ TEST(ExecutorTest, BatchSourceAndObserverErrorsStopTheRun) {
 }
 
 TEST(ExecutorTest, BadLabelsAreReportedWithTheLayer) {
-  const ModelPlan plan = testing::MlpPlan(kBatch);
+  const model::ModelPlan plan = testing::MlpPlan(kBatch);
   const v1::JobConfig config = testing::BaseConfig(kBatch, 1);
   BatchSource src;
   src.fill = [](int, kernels::Tensor&, kernels::Tensor& y) -> absl::Status {
@@ -528,7 +528,7 @@ TEST(ExecutorTest, BackendFollowsTheConfigAndTheWorker) {
 }
 
 TEST(ExecutorTest, CudaJobsRunTheCudaKernels) {
-  const ModelPlan plan = testing::MlpPlan(kBatch);
+  const model::ModelPlan plan = testing::MlpPlan(kBatch);
   v1::JobConfig cpu = testing::BaseConfig(kBatch, 2);
   cpu.set_backend(v1::CPU);
   v1::JobConfig cuda = cpu;
@@ -552,7 +552,7 @@ TEST(ExecutorTest, CudaJobsRunTheCudaKernels) {
 }
 
 TEST(ExecutorTest, KernelSelectionErrors) {
-  const ModelPlan plan = testing::MlpPlan(kBatch);
+  const model::ModelPlan plan = testing::MlpPlan(kBatch);
   v1::JobConfig cuda = testing::BaseConfig(kBatch, 1);
   cuda.set_backend(v1::CUDA);
   EXPECT_THAT(RunModel(plan, cuda),
@@ -635,7 +635,7 @@ TEST(ExecutorTest, ModeKernelsAndOverridesAreChosenAndRecorded) {
 
   // The run records which kernel ran per op.
   config.clear_op_algorithms();
-  const ModelPlan plan = testing::MlpPlan(kBatch);
+  const model::ModelPlan plan = testing::MlpPlan(kBatch);
   auto r =
       RunJob(plan, config, &registry, testing::TeacherBatches(plan, 7), {});
   ASSERT_THAT(r, IsOk());
@@ -656,7 +656,7 @@ TEST(ExecutorTest, ModeKernelsAndOverridesAreChosenAndRecorded) {
 // same change), of the execution order, of the initialisation, of the
 // fingerprint format, or of this test's teacher data.
 TEST(ExecutorTest, GoldenRunDigest) {
-  const ModelPlan plan = testing::MlpPlan(4);
+  const model::ModelPlan plan = testing::MlpPlan(4);
   auto r = RunModel(plan, testing::BaseConfig(4, 3));
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->manifest.manifest_digest(), "7e3d622c64b2d556621cda8796bf7289");

@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "worker/exec/manifest.h"
+#include "model/manifest.h"
 
 namespace lockstep::worker {
 namespace {
@@ -130,7 +130,7 @@ absl::StatusOr<int> ResolveFault(
   std::vector<std::string> layer_entries;
   for (const v1::ManifestEntry& e : step_tensors) {
     if (e.layer() != fault.layer) continue;
-    layer_entries.push_back(DescribeEntry(e));
+    layer_entries.push_back(model::DescribeEntry(e));
     if (found >= 0) continue;
     if (e.role() != fault.role) continue;
     if (fault.slot.has_value() && e.slot() != *fault.slot) continue;
@@ -157,12 +157,13 @@ absl::StatusOr<int> ResolveFault(
   const int64_t n = NumElements(e);
   if (fault.element >= n) {
     return Invalid(absl::StrFormat("element: %d is outside [0, %d] of %s",
-                                   fault.element, n - 1, DescribeEntry(e)));
+                                   fault.element, n - 1,
+                                   model::DescribeEntry(e)));
   }
   if (fault.bit >= BitsOf(e.dtype())) {
     return Invalid(absl::StrFormat("bit: %d is outside [0, %d] of %s",
                                    fault.bit, BitsOf(e.dtype()) - 1,
-                                   DescribeEntry(e)));
+                                   model::DescribeEntry(e)));
   }
   return found;
 }

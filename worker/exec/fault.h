@@ -29,7 +29,7 @@ struct FaultSpec {
   lockstep::v1::TensorRole role = lockstep::v1::TENSOR_ROLE_UNSPECIFIED;
   // Entry slot ("input1", "sum", "m", ...). Unset: any slot.
   std::optional<std::string> slot;
-  // Step-tensor index (worker/exec/manifest.h StepTensors) to pick one of
+  // Step-tensor index (model/manifest.h model::StepTensors) to pick one of
   // several matching entries, e.g. the bias's Adam "m" rather than the
   // weight's. Unset: the first matching entry in execution order.
   std::optional<int> index;

@@ -8,7 +8,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/exec/manifest.h"
+#include "model/manifest.h"
 #include "worker/exec/test_util.h"
 
 namespace lockstep::worker {
@@ -70,7 +70,7 @@ TEST(FaultSpecTest, ErrorsNameTheKeyAndLimit) {
 TEST(FaultSpecTest, ResolvesAgainstTheStepTensors) {
   v1::JobConfig config = testing::BaseConfig(4, 5);
   config.mutable_optimizer()->set_kind(v1::ADAM);
-  auto tensors = StepTensors(testing::MlpPlan(4), config);
+  auto tensors = model::StepTensors(testing::MlpPlan(4), config);
   ASSERT_THAT(tensors, IsOk());
   auto at = [&](const char* spec) {
     auto f = ParseFaultSpec(spec);

@@ -11,7 +11,7 @@ namespace lockstep::worker {
 namespace v1 = ::lockstep::v1;
 
 absl::Status InitializeParam(uint64_t seed, int layer_index, int param_index,
-                             const ParamPlan& param,
+                             const model::ParamPlan& param,
                              v1::Initializer initializer,
                              kernels::Tensor& out) {
   if (out.dtype() != kernels::DType::kFloat32 || out.shape() != param.shape) {

@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "kernels/tensor.h"
 #include "lockstep/v1/model.pb.h"
-#include "worker/model/plan.h"
+#include "model/plan.h"
 
 namespace lockstep::worker {
 
@@ -35,7 +35,7 @@ inline uint64_t ParamStream(int layer_index, int param_index) {
 // `param`. INVALID_ARGUMENT when fan-in/fan-out make the limit undefined
 // (fan_in < 1 for a weight) or `out` does not fit.
 absl::Status InitializeParam(uint64_t seed, int layer_index, int param_index,
-                             const ParamPlan& param,
+                             const model::ParamPlan& param,
                              lockstep::v1::Initializer initializer,
                              kernels::Tensor& out);
 

@@ -1,6 +1,6 @@
 // CANONICAL runs are identical whatever the CPU's vector ISA and thread
 // count: every zoo model, trained through the real path (spec files ->
-// PlanModel -> dataset -> Executor), gives the same run digest with the
+// model::PlanModel -> dataset -> Executor), gives the same run digest with the
 // scalar, AVX2 and AVX-512 kernels and on 1, 2 and 3 threads.
 #include <cstdio>
 #include <string>
@@ -12,11 +12,11 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/registry.h"
+#include "model/plan.h"
+#include "model/spec_io.h"
 #include "worker/data/dataset.h"
 #include "worker/exec/dataset_batches.h"
 #include "worker/exec/executor.h"
-#include "worker/model/plan.h"
-#include "worker/model/spec_io.h"
 
 namespace lockstep::worker {
 namespace {
@@ -33,13 +33,13 @@ std::string Zoo(const std::string& path) {
 // The run digest of `model` trained for `steps` steps with its example
 // config.
 std::string RunDigest(const std::string& model, int steps) {
-  auto m = ReadModelFile(Zoo(model + "/model.json"));
-  auto c = ReadJobConfigFile(Zoo(model + "/config.json"));
+  auto m = model::ReadModelFile(Zoo(model + "/model.json"));
+  auto c = model::ReadJobConfigFile(Zoo(model + "/config.json"));
   EXPECT_THAT(m, IsOk());
   EXPECT_THAT(c, IsOk());
   c->set_steps(steps);
   c->clear_capture();
-  auto plan = PlanModel(*m, *c, Limits());
+  auto plan = model::PlanModel(*m, *c, model::Limits());
   EXPECT_THAT(plan, IsOk());
   kernels::Registry registry;
   EXPECT_THAT(kernels::RegisterCpuCanonicalKernels(&registry), IsOk());

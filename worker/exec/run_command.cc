@@ -11,16 +11,16 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "kernels/registry.h"
+#include "model/manifest.h"
+#include "model/plan.h"
+#include "model/spec_io.h"
 #include "worker/data/dataset.h"
 #include "worker/exec/compare.h"
 #include "worker/exec/dataset_batches.h"
 #include "worker/exec/dump.h"
 #include "worker/exec/executor.h"
 #include "worker/exec/fault.h"
-#include "worker/exec/manifest.h"
 #include "worker/exec/worker_kernels.h"
-#include "worker/model/plan.h"
-#include "worker/model/spec_io.h"
 
 namespace lockstep::worker {
 namespace {
@@ -54,7 +54,7 @@ std::string Short(const hash::Fingerprint& f) {
 struct Job {
   v1::Model model;
   v1::JobConfig config;
-  ModelPlan plan;
+  model::ModelPlan plan;
   std::shared_ptr<Dataset> dataset;
   kernels::Registry registry;
   std::optional<FaultSpec> fault;
@@ -101,7 +101,7 @@ absl::StatusOr<RunResult> RunOnce(Job& job, int run, int runs, std::FILE* out) {
   if (r.fault_injected) {
     std::fprintf(out, "run %d: injected fault %s into %s\n", run,
                  r.fault->ToString().c_str(),
-                 DescribeEntry(*r.fault_entry).c_str());
+                 model::DescribeEntry(*r.fault_entry).c_str());
   }
   std::vector<std::string> fallbacks;
   for (const KernelChoice& k : r.kernels) {
@@ -169,15 +169,16 @@ int RunCommand(const RunCommandOptions& options, std::FILE* out,
   }
   Job job;
   {
-    absl::StatusOr<v1::Model> model = ReadModelFile(options.model_path);
+    absl::StatusOr<v1::Model> model = model::ReadModelFile(options.model_path);
     if (!model.ok()) return Fail(err, model.status());
     job.model = *std::move(model);
     absl::StatusOr<v1::JobConfig> config =
-        ReadJobConfigFile(options.config_path);
+        model::ReadJobConfigFile(options.config_path);
     if (!config.ok()) return Fail(err, config.status());
     job.config = *std::move(config);
   }
-  absl::StatusOr<ModelPlan> plan = PlanModel(job.model, job.config, Limits{});
+  absl::StatusOr<model::ModelPlan> plan =
+      model::PlanModel(job.model, job.config, model::Limits{});
   if (!plan.ok()) return Fail(err, plan.status());
   job.plan = *std::move(plan);
   if (!options.inject_fault.empty()) {

@@ -21,11 +21,11 @@
 #include "absl/strings/str_split.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/registry.h"
+#include "model/plan.h"
+#include "model/spec_io.h"
 #include "worker/data/dataset.h"
 #include "worker/exec/dataset_batches.h"
 #include "worker/exec/executor.h"
-#include "worker/model/plan.h"
-#include "worker/model/spec_io.h"
 
 ABSL_FLAG(int, steps, 20, "timed steps per measurement");
 ABSL_FLAG(int, repeats, 3, "measurements per setting (the fastest counts)");
@@ -56,7 +56,7 @@ struct Timing {
   int64_t bytes = 0;
 };
 
-absl::StatusOr<Timing> TimeSteps(const ModelPlan& plan,
+absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
                                  const v1::JobConfig& config,
                                  const v1::Model& model,
                                  const kernels::Registry& registry,
@@ -152,8 +152,8 @@ int Main() {
   for (absl::string_view name :
        absl::StrSplit(absl::GetFlag(FLAGS_models), ',')) {
     const std::string dir = absl::StrCat(zoo, "/", name);
-    auto model = ReadModelFile(dir + "/model.json");
-    auto config = ReadJobConfigFile(dir + "/config.json");
+    auto model = model::ReadModelFile(dir + "/model.json");
+    auto config = model::ReadJobConfigFile(dir + "/config.json");
     if (!model.ok() || !config.ok()) {
       std::printf(
           "%-13s %s\n", std::string(name).c_str(),
@@ -161,7 +161,7 @@ int Main() {
               .c_str());
       continue;
     }
-    auto plan = PlanModel(*model, *config, Limits{});
+    auto plan = model::PlanModel(*model, *config, model::Limits{});
     if (!plan.ok()) {
       std::printf("%-13s %s\n", std::string(name).c_str(),
                   std::string(plan.status().message()).c_str());

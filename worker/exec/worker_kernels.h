@@ -4,9 +4,10 @@
 // (kernels/cpu/cpu_backend.h). Also, when this binary was built with CUDA
 // and a CUDA device is usable: the CUDA backend's kernels under backend
 // "cuda": CANONICAL (kernels/cuda/cuda_backend.h) and the cuBLAS / cuDNN /
-// atomic DETERMINISTIC and DEFAULT kernels (kernels/cudnn/vendor_backend.h). The executor (executor.h) then
-// runs a job on "cuda" when its config asks for backend CUDA, or for ANY /
-// unspecified and CUDA kernels are registered; otherwise on "cpu".
+// atomic DETERMINISTIC and DEFAULT kernels (kernels/cudnn/vendor_backend.h).
+// The executor (executor.h) then runs a job on "cuda" when its config asks for
+// backend CUDA, or for ANY / unspecified and CUDA kernels are registered;
+// otherwise on "cpu".
 #ifndef LOCKSTEP_WORKER_EXEC_WORKER_KERNELS_H_
 #define LOCKSTEP_WORKER_EXEC_WORKER_KERNELS_H_
 

@@ -1,5 +1,5 @@
 // The executor over every model of the zoo (examples/), planned by
-// PlanModel with the data set of its config (worker/data), shrunk to a
+// model::PlanModel with the data set of its config (worker/data), shrunk to a
 // tiny batch and a few steps.
 #include <cmath>
 #include <cstdio>
@@ -14,15 +14,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/registry.h"
+#include "model/manifest.h"
+#include "model/plan.h"
+#include "model/spec_io.h"
 #include "worker/data/dataset.h"
 #include "worker/exec/compare.h"
 #include "worker/exec/dataset_batches.h"
 #include "worker/exec/executor.h"
 #include "worker/exec/init.h"
-#include "worker/exec/manifest.h"
 #include "worker/exec/test_util.h"
-#include "worker/model/plan.h"
-#include "worker/model/spec_io.h"
 
 namespace lockstep::worker {
 namespace {
@@ -43,7 +43,7 @@ std::string ZooPath(const std::string& rel) {
 struct Zoo {
   v1::Model model;
   v1::JobConfig config;
-  ModelPlan plan;
+  model::ModelPlan plan;
   std::shared_ptr<Dataset> dataset;
 };
 
@@ -52,16 +52,16 @@ struct Zoo {
 Zoo Load(const std::string& name, int batch, int steps,
          const std::string& config_file = "config.json") {
   Zoo z;
-  auto model = ReadModelFile(ZooPath(name + "/model.json"));
+  auto model = model::ReadModelFile(ZooPath(name + "/model.json"));
   EXPECT_THAT(model, IsOk());
-  auto config = ReadJobConfigFile(ZooPath(name + "/" + config_file));
+  auto config = model::ReadJobConfigFile(ZooPath(name + "/" + config_file));
   EXPECT_THAT(config, IsOk());
   if (!model.ok() || !config.ok()) return z;
   z.model = *model;
   z.config = *config;
   if (batch > 0) z.config.set_batch_size(batch);
   if (steps > 0) z.config.set_steps(steps);
-  auto plan = PlanModel(z.model, z.config, Limits{});
+  auto plan = model::PlanModel(z.model, z.config, model::Limits{});
   EXPECT_THAT(plan, IsOk());
   if (!plan.ok()) return z;
   z.plan = *plan;
@@ -119,7 +119,7 @@ TEST(ZooTest, InjectedFaultIsLocalisedInEveryModel) {
     ASSERT_NE(z.dataset, nullptr);
     z.config.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_STEP);
     std::string last_weighted;
-    for (const LayerPlan& l : z.plan.layers) {
+    for (const model::LayerPlan& l : z.plan.layers) {
       if (!l.params.empty() && l.params[0].role == v1::WEIGHT) {
         last_weighted = l.name;
       }
@@ -219,7 +219,7 @@ TEST(ZooTest, GradientsMatchFiniteDifferences) {
     // checked elements: 0.22 at 5e-4, 0.54 at 2.5e-4.
     const float eps = 5e-4f;
     for (size_t l = 0; l < z.plan.layers.size(); ++l) {
-      const LayerPlan& lp = z.plan.layers[l];
+      const model::LayerPlan& lp = z.plan.layers[l];
       for (size_t p = 0; p < lp.params.size(); ++p) {
         const int slot = lp.params[p].role == v1::WEIGHT ? 0 : 1;
         const std::vector<float>& g = grads[{lp.name, slot}];

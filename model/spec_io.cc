@@ -1,4 +1,4 @@
-#include "worker/model/spec_io.h"
+#include "model/spec_io.h"
 
 #include <sys/stat.h>
 
@@ -27,7 +27,7 @@
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 
-namespace lockstep::worker {
+namespace lockstep::model {
 namespace {
 
 namespace v1 = ::lockstep::v1;
@@ -712,4 +712,4 @@ absl::StatusOr<v1::JobConfig> ReadJobConfigFile(const std::string& path) {
   return ParseJobConfig(text, path);
 }
 
-}  // namespace lockstep::worker
+}  // namespace lockstep::model

@@ -5,9 +5,10 @@
 // the limit, e.g.
 //   layers[3] "conv2": conv2d.kernel_h: 7 exceeds the padded input height 6
 //   config.batch_size: 100000 exceeds the limit of 4096
-// Parsing of model/config files lives in spec_io.h.
-#ifndef LOCKSTEP_WORKER_MODEL_PLAN_H_
-#define LOCKSTEP_WORKER_MODEL_PLAN_H_
+// Parsing of model/config files lives in spec_io.h; the job config and
+// placement checks in job_config.h.
+#ifndef LOCKSTEP_MODEL_PLAN_H_
+#define LOCKSTEP_MODEL_PLAN_H_
 
 #include <cstdint>
 #include <string>
@@ -18,23 +19,9 @@
 #include "lockstep/v1/fingerprint.pb.h"
 #include "lockstep/v1/job.pb.h"
 #include "lockstep/v1/model.pb.h"
+#include "model/job_config.h"
 
-namespace lockstep::worker {
-
-// Resource limits a worker (and the coordinator's validator) enforces.
-// Defaults suit a single-machine CPU worker; operators raise them by flag.
-struct Limits {
-  int64_t max_batch = 4096;               // config.batch_size
-  int64_t max_steps = 100000;             // config.steps
-  int64_t max_layers = 256;               // model.layers
-  int64_t max_classes = 100000;           // model.num_classes
-  int64_t max_tensor_elements = 1 << 28;  // any activation, incl. batch dim
-  int64_t max_parameters = 1 << 28;       // sum over all parameter tensors
-  int64_t max_dim = 1 << 20;              // any single dimension
-  // Added beside the original fields:
-  int64_t max_runs = 64;       // placement.runs (ValidatePlacement)
-  int64_t max_threads = 1024;  // config.threads
-};
+namespace lockstep::model {
 
 // The batch input is layer index -1.
 inline constexpr int kModelInput = -1;
@@ -77,23 +64,10 @@ struct ModelPlan {
 // Validates `model` and `config` against `limits` and infers every shape.
 // Calls ValidateJobConfig first. Errors are INVALID_ARGUMENT; the first
 // problem found (config first, then the model in layer order) is reported.
-// worker/model/README.md documents every rule. Thread-safe (pure).
+// model/README.md documents every rule. Thread-safe (pure).
 absl::StatusOr<ModelPlan> PlanModel(const lockstep::v1::Model& model,
                                     const lockstep::v1::JobConfig& config,
                                     const Limits& limits);
-
-// The config checks of PlanModel alone: batch size, steps, optimizer, dtype,
-// enums, threads, op_algorithms, capture policy and dataset. Messages start
-// with "config.<field>: ".
-absl::Status ValidateJobConfig(const lockstep::v1::JobConfig& config,
-                               const Limits& limits);
-
-// A job's placement: runs in 0..limits.max_runs (0 means 2), a known scope,
-// ACROSS_CLASSES only with CANONICAL determinism, well-formed worker ids,
-// labels and hardware-class digests. Messages start with "placement.".
-absl::Status ValidatePlacement(const lockstep::v1::Placement& placement,
-                               const lockstep::v1::JobConfig& config,
-                               const Limits& limits);
 
 // Approximate floating-point operations of one forward pass of `layer`
 // (batch included), a multiply-add counting as 2:
@@ -117,6 +91,6 @@ std::string ShapeToString(const std::vector<int64_t>& shape);
 // inputs, output shape, parameter shapes and forward FLOPs, then totals.
 std::string DescribePlan(const ModelPlan& plan);
 
-}  // namespace lockstep::worker
+}  // namespace lockstep::model
 
-#endif  // LOCKSTEP_WORKER_MODEL_PLAN_H_
+#endif  // LOCKSTEP_MODEL_PLAN_H_

@@ -18,10 +18,10 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/model/plan.h"
-#include "worker/model/spec_io.h"
+#include "model/plan.h"
+#include "model/spec_io.h"
 
-namespace lockstep::worker {
+namespace lockstep::model {
 namespace {
 
 using ::lockstep::testing::IsOk;
@@ -196,8 +196,8 @@ std::string TestData(const std::string& relative) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");
   return absl::StrCat(srcdir == nullptr ? "." : srcdir, "/",
-                      workspace == nullptr ? "" : workspace,
-                      "/worker/model/testdata/", relative);
+                      workspace == nullptr ? "" : workspace, "/model/testdata/",
+                      relative);
 }
 
 // ReadModelFile/ReadJobConfigFile of both files, then PlanModel.
@@ -272,4 +272,4 @@ TEST(BadSpecTest, TableCoversTheDirectory) {
 }
 
 }  // namespace
-}  // namespace lockstep::worker
+}  // namespace lockstep::model

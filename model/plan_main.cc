@@ -8,11 +8,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "worker/model/plan.h"
-#include "worker/model/spec_io.h"
+#include "model/plan.h"
+#include "model/spec_io.h"
 
 int main(int argc, char** argv) {
-  using namespace lockstep::worker;  // NOLINT(build/namespaces)
+  using namespace lockstep::model;  // NOLINT(build/namespaces)
   if (argc != 3) {
     std::fprintf(stderr, "usage: %s MODEL_FILE CONFIG_FILE\n", argv[0]);
     return 2;

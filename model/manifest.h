@@ -9,8 +9,8 @@
 // and which steps, are fingerprinted.
 //
 // Thread-safety: every function here is pure and thread-safe.
-#ifndef LOCKSTEP_WORKER_EXEC_MANIFEST_H_
-#define LOCKSTEP_WORKER_EXEC_MANIFEST_H_
+#ifndef LOCKSTEP_MODEL_MANIFEST_H_
+#define LOCKSTEP_MODEL_MANIFEST_H_
 
 #include <cstdint>
 #include <string>
@@ -19,9 +19,9 @@
 #include "absl/status/statusor.h"
 #include "lockstep/v1/fingerprint.pb.h"
 #include "lockstep/v1/job.pb.h"
-#include "worker/model/plan.h"
+#include "model/plan.h"
 
-namespace lockstep::worker {
+namespace lockstep::model {
 
 // Slot names of manifest entries.
 inline constexpr char kSlotSum[] = "sum";  // accumulated output gradient
@@ -105,6 +105,6 @@ std::vector<int> ExpandCapturedSteps(
 // with " slot m" appended when the slot is set.
 std::string DescribeEntry(const lockstep::v1::ManifestEntry& entry);
 
-}  // namespace lockstep::worker
+}  // namespace lockstep::model
 
-#endif  // LOCKSTEP_WORKER_EXEC_MANIFEST_H_
+#endif  // LOCKSTEP_MODEL_MANIFEST_H_

@@ -1,4 +1,4 @@
-#include "worker/model/spec_io.h"
+#include "model/spec_io.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -19,7 +19,7 @@
 #include "lockstep/v1/job.pb.h"
 #include "lockstep/v1/model.pb.h"
 
-namespace lockstep::worker {
+namespace lockstep::model {
 namespace {
 
 using ::google::protobuf::util::MessageDifferencer;
@@ -329,4 +329,4 @@ TEST(SpecIoTest, FilesOverTheLimitAreRefused) {
 }
 
 }  // namespace
-}  // namespace lockstep::worker
+}  // namespace lockstep::model

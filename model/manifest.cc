@@ -1,4 +1,4 @@
-#include "worker/exec/manifest.h"
+#include "model/manifest.h"
 
 #include <algorithm>
 #include <string>
@@ -15,7 +15,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "kernels/backend.h"
 
-namespace lockstep::worker {
+namespace lockstep::model {
 namespace {
 
 namespace v1 = ::lockstep::v1;
@@ -383,4 +383,4 @@ std::string DescribeEntry(const v1::ManifestEntry& entry) {
   return s;
 }
 
-}  // namespace lockstep::worker
+}  // namespace lockstep::model

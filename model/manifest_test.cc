@@ -1,4 +1,4 @@
-#include "worker/exec/manifest.h"
+#include "model/manifest.h"
 
 #include <string>
 #include <vector>
@@ -8,9 +8,9 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/exec/test_util.h"
+#include "model/test_plans.h"
 
-namespace lockstep::worker {
+namespace lockstep::model {
 namespace {
 
 namespace v1 = ::lockstep::v1;
@@ -266,4 +266,4 @@ TEST(ManifestTest, ConsumersAreSortedByLayerThenInput) {
 }
 
 }  // namespace
-}  // namespace lockstep::worker
+}  // namespace lockstep::model

@@ -15,8 +15,8 @@
 //   model.txtpb:3:7: Message type "lockstep.v1.Layer" has no field named "nme".
 // Parsing does not validate the content: PlanModel (plan.h) does that.
 // All functions are thread-safe.
-#ifndef LOCKSTEP_WORKER_MODEL_SPEC_IO_H_
-#define LOCKSTEP_WORKER_MODEL_SPEC_IO_H_
+#ifndef LOCKSTEP_MODEL_SPEC_IO_H_
+#define LOCKSTEP_MODEL_SPEC_IO_H_
 
 #include <cstdint>
 #include <string>
@@ -28,7 +28,7 @@
 #include "lockstep/v1/job.pb.h"
 #include "lockstep/v1/model.pb.h"
 
-namespace lockstep::worker {
+namespace lockstep::model {
 
 // Largest spec file the Read* functions accept.
 inline constexpr int64_t kMaxSpecFileBytes = int64_t{16} << 20;  // 16 MiB
@@ -63,6 +63,6 @@ absl::StatusOr<lockstep::v1::Model> ReadModelFile(const std::string& path);
 absl::StatusOr<lockstep::v1::JobConfig> ReadJobConfigFile(
     const std::string& path);
 
-}  // namespace lockstep::worker
+}  // namespace lockstep::model
 
-#endif  // LOCKSTEP_WORKER_MODEL_SPEC_IO_H_
+#endif  // LOCKSTEP_MODEL_SPEC_IO_H_

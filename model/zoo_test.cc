@@ -22,10 +22,10 @@
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "worker/model/plan.h"
-#include "worker/model/spec_io.h"
+#include "model/plan.h"
+#include "model/spec_io.h"
 
-namespace lockstep::worker {
+namespace lockstep::model {
 namespace {
 
 using ::google::protobuf::util::MessageDifferencer;
@@ -195,4 +195,4 @@ TEST(ZooTest, ModelsRoundTripThroughBothFormats) {
 }
 
 }  // namespace
-}  // namespace lockstep::worker
+}  // namespace lockstep::model

@@ -1,4 +1,4 @@
-#include "worker/model/plan.h"
+#include "model/plan.h"
 
 #include <cstdint>
 #include <limits>
@@ -14,9 +14,9 @@
 #include "gtest/gtest.h"
 #include "lockstep/v1/job.pb.h"
 #include "lockstep/v1/model.pb.h"
-#include "worker/model/spec_io.h"
+#include "model/spec_io.h"
 
-namespace lockstep::worker {
+namespace lockstep::model {
 namespace {
 
 using ::lockstep::testing::IsOk;
@@ -859,4 +859,4 @@ TEST(ValidatePlacementTest, RunsScopeAndIds) {
 }
 
 }  // namespace
-}  // namespace lockstep::worker
+}  // namespace lockstep::model
