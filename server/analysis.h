@@ -19,71 +19,89 @@
 #include "lockstep/v1/fingerprint.pb.h"
 #include "lockstep/v1/job.pb.h"
 #include "lockstep/v1/report.pb.h"
-#include "server/store/store.h"
+#include "server/run_data.h"
 
 namespace lockstep::server {
-
-// A finished run and its stored steps.
-struct RunData {
-  lockstep::v1::Run run;
-  std::vector<store::StepRecord> steps;  // ordered by step
-};
 
 // |a - b| / max(|a|, |b|) for sum, L2 and max |x|; 0 where both are 0.
 lockstep::v1::Magnitude MagnitudeOf(const lockstep::v1::TensorStats& a,
                                     const lockstep::v1::TensorStats& b);
 
-// Likely cause of a divergence at `entry`, from docs/nondeterminism.md:
-// the op, the job's mode and algorithm overrides, and whether the runs were
-// on the same hardware class.
+// Likely cause of a divergence at `entry` between runs `a` and `b`, from
+// docs/nondeterminism.md. Names what actually ran: the kernel variants the
+// two runs recorded for entry.op (Run.kernels), the job's mode, and whether
+// the runs were on the same hardware class. Never blames a kernel that did
+// not run (a deterministic kernel is not "split-K", a CPU run is not
+// "cuDNN"), and NaN-payload differences are not "faulty hardware".
 lockstep::v1::CauseHint CauseFor(const lockstep::v1::ManifestEntry& entry,
                                  const lockstep::v1::JobConfig& config,
-                                 bool same_hardware_class);
+                                 const lockstep::v1::Run& a,
+                                 const lockstep::v1::Run& b);
 
-// Compares two runs recorded against the same manifest. nullopt when every
-// captured tensor is identical. INVALID_ARGUMENT when a run lacks a step the
-// other has or a step is not aligned to the manifest.
+// Checks a succeeded run's stored steps (read one at a time) against the
+// manifest's captured steps, the step digests and the reported run digest.
+// DATA_LOSS naming the run and the step on any mismatch.
+absl::Status VerifyRunSteps(const lockstep::v1::TensorManifest& manifest,
+                            const lockstep::v1::Run& run,
+                            const std::string& reported_run_digest,
+                            StepReader* steps);
+
+// Compares two runs recorded against the same manifest, streaming: memory
+// for one step of each. nullopt when every captured tensor is identical.
+// INVALID_ARGUMENT when a run lacks a step the other has or a step is not
+// aligned to the manifest.
+absl::StatusOr<std::optional<lockstep::v1::Divergence>> CompareRunSteps(
+    const lockstep::v1::TensorManifest& manifest,
+    const lockstep::v1::JobConfig& config, const lockstep::v1::Run& a,
+    StepReader* a_steps, const lockstep::v1::Run& b, StepReader* b_steps);
+
+// In-memory form of CompareRunSteps (tests).
 absl::StatusOr<std::optional<lockstep::v1::Divergence>> CompareRunData(
     const lockstep::v1::TensorManifest& manifest,
     const lockstep::v1::JobConfig& config, const RunData& a, const RunData& b);
 
-// The verdict over a finished job's runs. `runs` holds every run of the job
-// (succeeded ones with their steps). The reference run is the first
-// succeeded one by index; the reported divergence is the earliest among
-// the other runs' divergences from it.
-absl::StatusOr<lockstep::v1::Report> BuildReport(
+// A finished job's verdict: computed once when the job ends, stored, and
+// served from the store afterwards.
+struct JobVerdict {
+  // verdict; level = the highest level among `certificates`
+  // (LEVEL_UNSPECIFIED when none); certificate_ids = their ids; run
+  // digests; the first divergence; a one-line summary. A FAILED job's
+  // report says FAILED with the reason, a CANCELLED one INCONCLUSIVE.
+  lockstep::v1::Report report;
+  // What the evidence supports (only for REPRODUCIBLE):
+  //  RUN_TO_RUN   per worker that ran >= 2 runs (its hardware class),
+  //  CROSS_DEVICE per hardware class with >= 2 distinct devices
+  //               (Run.device_id; two workers on one device count once),
+  //  CROSS_CLASS  when >= 2 hardware classes took part, the job is
+  //               CANONICAL and every run is NaN-free.
+  // Ids are derived from (job id, level, class), so issuing is idempotent.
+  std::vector<lockstep::v1::Certificate> certificates;
+};
+
+// Judges a finished job (SUCCEEDED, FAILED or CANCELLED) over all its runs,
+// streaming every succeeded run's steps side by side: memory for one step
+// of each run, whatever the job's length. `class_names` maps hardware-class
+// digests to their strings.
+absl::StatusOr<JobVerdict> JudgeJob(
     const lockstep::v1::Job& job, const lockstep::v1::TensorManifest& manifest,
-    const std::vector<RunData>& runs);
+    std::vector<RunSteps> runs,
+    const std::map<std::string, std::string>& class_names,
+    int canonical_version, int64_t now_unix_ms);
 
-// True when no captured tensor of any succeeded run holds a NaN (NaN
-// payloads are not canonical across hardware classes; see
-// docs/canonical-arithmetic.md section 7).
-bool RunsAreNanFree(const std::vector<RunData>& runs);
-
-// Certificates a REPRODUCIBLE report supports:
-//  RUN_TO_RUN   per worker that ran >= 2 runs (its hardware class),
-//  CROSS_DEVICE per hardware class with >= 2 distinct workers,
-//  CROSS_CLASS  when >= 2 hardware classes took part, the job is CANONICAL
-//               and its runs are NaN-free (`nan_free`).
-// `classes` maps hardware-class digest to its string. Ids are derived from
-// (job id, level, class) so re-issuing is idempotent.
-std::vector<lockstep::v1::Certificate> CertificatesFor(
-    const lockstep::v1::Job& job, const lockstep::v1::Report& report,
-    const std::map<std::string, std::string>& classes, int canonical_version,
-    int64_t now_unix_ms, bool nan_free);
-
-// Evaluates a fleet audit's job: one run per audited worker. Per hardware
-// class the digest most workers produced wins (a unique plurality; with a
-// tie every member is an outlier); every other worker is an OUTLIER with its
-// first divergence from a majority run; a worker whose run failed has
-// NO_RESULT. In CANONICAL mode the classes' majority digests must agree
-// too: the digest of most workers overall is the reference and a class that
-// differs is marked agrees_with_other_classes = false. Fills
-// audit->workers, audit->classes and audit->summary. `class_names` maps
-// class digests to their strings.
+// Evaluates a fleet audit's job: one run per audited worker (Run.worker_id,
+// Run.device_id), streamed. In CANONICAL mode every class must agree bit for
+// bit, so the vote is per tensor across the whole fleet: at the first
+// tensor where the runs disagree, the fingerprint held by a strict majority
+// of distinct devices, at least 3 of them, wins; each run that differs from
+// the majority there (or later, checked the same way) is an OUTLIER with
+// the first tensor where it leaves the majority. Without such a majority
+// the audit reports no_majority, the undecided runs get UNDECIDED, nobody
+// is named an outlier. A worker whose run failed or never ran has
+// NO_RESULT. Fills audit->workers, audit->classes, audit->no_majority and
+// audit->summary. `class_names` maps class digests to their strings.
 absl::Status EvaluateAudit(
     const lockstep::v1::Job& job, const lockstep::v1::TensorManifest& manifest,
-    const std::vector<RunData>& runs,
+    std::vector<RunSteps> runs,
     const std::map<std::string, std::string>& class_names,
     lockstep::v1::Audit* audit);
 

@@ -136,6 +136,7 @@ enum Slot {
   kDeleteStepPartials,
   kSetNextSequence,
   kLoadRunSteps,
+  kReadStepAfter,
   kInsertCertificate,
   kGetCertificate,
   kListCertificates,
@@ -218,6 +219,9 @@ constexpr struct {
     {kLoadRunSteps,
      "SELECT step, fingerprints, step_digest FROM run_steps WHERE run_id = ? "
      "AND attempt = ? ORDER BY step"},
+    {kReadStepAfter,
+     "SELECT step, fingerprints, step_digest FROM run_steps WHERE run_id = ? "
+     "AND attempt = ? AND step > ? ORDER BY step LIMIT 1"},
     {kInsertCertificate,
      "INSERT INTO certificates (certificate_id, record, model_digest, "
      "config_digest, hardware_class_digest, level, issued_ms) VALUES (?, ?, "
@@ -903,6 +907,53 @@ absl::StatusOr<std::vector<StepRecord>> Store::LoadRunSteps(
     out.push_back(std::move(r));
   }
   return out;
+}
+
+class Store::RunStepCursor final : public StepReader {
+ public:
+  RunStepCursor(Store* store, std::string run_id, int32_t attempt)
+      : store_(store), run_id_(std::move(run_id)), attempt_(attempt) {}
+  absl::StatusOr<std::optional<StepRecord>> Next() override {
+    LS_ASSIGN_OR_RETURN(std::optional<StepRecord> step,
+                        store_->ReadStepAfter(run_id_, attempt_, last_));
+    if (step.has_value()) last_ = step->step;
+    return step;
+  }
+
+ private:
+  Store* const store_;
+  const std::string run_id_;
+  const int32_t attempt_;
+  int32_t last_ = -1;
+};
+
+std::unique_ptr<StepReader> Store::OpenRunSteps(const std::string& run_id,
+                                                int32_t attempt) {
+  return std::make_unique<RunStepCursor>(this, run_id, attempt);
+}
+
+absl::StatusOr<std::optional<StepRecord>> Store::ReadStepAfter(
+    const std::string& run_id, int32_t attempt, int32_t after_step) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kReadStepAfter].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, run_id));
+  LS_RETURN_IF_ERROR(st->BindInt64(2, attempt));
+  LS_RETURN_IF_ERROR(st->BindInt64(3, after_step));
+  LS_ASSIGN_OR_RETURN(bool row, st->Step());
+  if (!row) return std::optional<StepRecord>();
+  v1::FingerprintBatch stored;
+  if (!stored.ParseFromString(st->ColumnBlob(1))) {
+    return absl::DataLossError(
+        absl::StrCat("run_steps.fingerprints of ", run_id, " do not parse"));
+  }
+  StepRecord r;
+  r.step = static_cast<int32_t>(st->ColumnInt64(0));
+  r.fingerprints.assign(stored.fingerprints().begin(),
+                        stored.fingerprints().end());
+  r.step_digest = st->ColumnText(2);
+  return std::optional<StepRecord>(std::move(r));
 }
 
 absl::StatusOr<int64_t> Store::NextSequence(const std::string& run_id) {

@@ -26,6 +26,7 @@
 #include "lockstep/v1/job.pb.h"
 #include "lockstep/v1/report.pb.h"
 #include "lockstep/v1/worker.pb.h"
+#include "server/run_data.h"
 #include "server/store/sqlite.h"
 
 namespace lockstep::store {
@@ -52,13 +53,8 @@ struct StoreOptions {
   int migrate_to_version = 0;
 };
 
-// The stored fingerprints of one completed step of one run attempt.
-struct StepRecord {
-  int32_t step = 0;
-  // Fingerprints in manifest order (index i = manifest entry i).
-  std::vector<lockstep::v1::TensorFingerprint> fingerprints;
-  std::string step_digest;
-};
+using StepRecord = ::lockstep::server::StepRecord;
+using StepReader = ::lockstep::server::StepReader;
 
 // Outcome of IngestBatch.
 struct IngestResult {
@@ -158,9 +154,17 @@ class Store {
   // `entries` (INVALID_ARGUMENT naming the field and the limit).
   absl::StatusOr<IngestResult> IngestBatch(
       const lockstep::v1::FingerprintBatch& batch, int entries);
-  // Completed steps of a run attempt, ordered by step.
+  // Completed steps of a run attempt, ordered by step. Holds every step in
+  // memory: for tests and small runs; the verdict streams with
+  // OpenRunSteps.
   absl::StatusOr<std::vector<StepRecord>> LoadRunSteps(
       const std::string& run_id, int32_t attempt);
+  // A reader over the completed steps of a run attempt, one step per
+  // Next() (each a short read under the store's lock; nothing is held in
+  // between, so ingest and other readers go on). The store must outlive
+  // the reader.
+  std::unique_ptr<StepReader> OpenRunSteps(const std::string& run_id,
+                                           int32_t attempt);
   // Next sequence number the run's current attempt expects.
   absl::StatusOr<int64_t> NextSequence(const std::string& run_id);
 
@@ -194,6 +198,10 @@ class Store {
  private:
   Store(StoreOptions options, std::unique_ptr<Database> db, int version);
   absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  class RunStepCursor;
+  // The first completed step of the attempt after `after_step`, or nullopt.
+  absl::StatusOr<std::optional<StepRecord>> ReadStepAfter(
+      const std::string& run_id, int32_t attempt, int32_t after_step);
   absl::StatusOr<std::vector<lockstep::v1::Audit>> ReadAuditsLocked(
       Statement* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::optional<lockstep::v1::Job>> GetJobLocked(
