@@ -2,10 +2,17 @@
 // GEMMs, cuDNN convolutions and the DEFAULT mode's atomic kernels, on host
 // buffers; and the GPU cost-of-determinism benchmark (RunVendorBenchmarks).
 //
-// Built by nvcc from vendor_runtime.cu where the CUDA toolkit (with cuDNN)
-// was found and --define=cuda=off is not given; elsewhere from
-// vendor_runtime_fallback.cc, whose functions return FAILED_PRECONDITION
-// "cudnn backend: built without CUDA".
+// Built by nvcc where the CUDA toolkit (with cuDNN) was found and
+// --define=cuda=off is not given, one file per concern:
+//   vendor_context.{h,cu}  per-device handles, argument checks, copy-out
+//   vendor_status.cu       cuBLAS / cuDNN errors as Status (vendor_status.h)
+//   cublas_gemm.{h,cu}     CublasMatMul
+//   cudnn_conv.{h,cu}      CudnnConv2d and its per-shape plan cache
+//   atomic_kernels.cu      SplitKAtomicMatMul, AtomicBiasAddGrad,
+//                          AtomicMaxPool2dGrad
+//   vendor_bench.cu        RunVendorBenchmarks
+// Elsewhere from vendor_runtime_fallback.cc, whose functions return
+// FAILED_PRECONDITION "cudnn backend: built without CUDA".
 //
 // Every kernel function takes shapes that the caller has validated
 // (kernels/ops/ validate.h, kernels/spatial/validate.h) and host spans holding
