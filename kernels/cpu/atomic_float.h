@@ -5,8 +5,22 @@
 // and the result can change from run to run. That is the point of these
 // kernels (they reproduce classic GPU atomicAdd nondeterminism); CANONICAL
 // and DETERMINISTIC kernels never use this.
+//
+// The atomic kernels run their tasks through AtomicParallelFor. Tests can
+// pin the arrival order with ScopedAtomicArrivalOrderForTesting: the tasks
+// then run one after another in a permutation drawn from a seed, so a test
+// can show that the kernels' bits follow the order (same order, same bits;
+// another order, other bits) without waiting for a race.
 #ifndef LOCKSTEP_KERNELS_CPU_ATOMIC_FLOAT_H_
 #define LOCKSTEP_KERNELS_CPU_ATOMIC_FLOAT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.h"
 
 namespace lockstep::kernels {
 
@@ -19,6 +33,64 @@ inline void AtomicAddFloat(float* target, float value) {
                                     __ATOMIC_RELAXED)) {
     desired = expected + value;
   }
+}
+
+// The permutation of [0, n) that `seed` draws (Fisher-Yates over
+// SplitMix64): the task order of AtomicParallelFor under
+// ScopedAtomicArrivalOrderForTesting(seed). The same on every platform.
+inline std::vector<int64_t> AtomicArrivalOrder(uint64_t seed, int64_t n) {
+  std::vector<int64_t> order(n > 0 ? n : 0);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  uint64_t state = seed;
+  for (int64_t i = n - 1; i > 0; --i) {
+    state += 0x9e3779b97f4a7c15ull;
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    std::swap(order[i], order[z % static_cast<uint64_t>(i + 1)]);
+  }
+  return order;
+}
+
+namespace atomic_internal {
+// The seed of the pinned arrival order; meaningful while g_pinned is set.
+inline std::atomic<bool> g_pinned{false};
+inline std::atomic<uint64_t> g_seed{0};
+}  // namespace atomic_internal
+
+// While alive, every AtomicParallelFor runs its tasks sequentially on the
+// calling thread in the order AtomicArrivalOrder(seed, num_tasks). Test
+// only; not thread-safe: create and destroy it while no kernel runs, and do
+// not nest.
+class ScopedAtomicArrivalOrderForTesting {
+ public:
+  explicit ScopedAtomicArrivalOrderForTesting(uint64_t seed) {
+    atomic_internal::g_seed.store(seed);
+    atomic_internal::g_pinned.store(true);
+  }
+  ~ScopedAtomicArrivalOrderForTesting() {
+    atomic_internal::g_pinned.store(false);
+  }
+  ScopedAtomicArrivalOrderForTesting(
+      const ScopedAtomicArrivalOrderForTesting&) = delete;
+  ScopedAtomicArrivalOrderForTesting& operator=(
+      const ScopedAtomicArrivalOrderForTesting&) = delete;
+};
+
+// Runs fn(0) .. fn(num_tasks - 1) of an atomic kernel, each exactly once:
+// on `pool` (the atomic adds arrive in whatever order the threads reach
+// them), or in the pinned order under ScopedAtomicArrivalOrderForTesting.
+inline void AtomicParallelFor(ThreadPool* pool, int64_t num_tasks,
+                              const std::function<void(int64_t)>& fn) {
+  if (atomic_internal::g_pinned.load()) {
+    for (const int64_t t :
+         AtomicArrivalOrder(atomic_internal::g_seed.load(), num_tasks)) {
+      fn(t);
+    }
+    return;
+  }
+  pool->ParallelFor(num_tasks, fn);
 }
 
 }  // namespace lockstep::kernels

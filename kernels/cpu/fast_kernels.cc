@@ -101,7 +101,7 @@ absl::Status DenseForwardSplitKAtomicKernel(absl::Span<const Tensor> in,
   const float* w = in[1].data<float>();
   float* y = out[0].data<float>();
   const CpuIsa isa = ActiveCpuIsa();
-  pool->ParallelFor(slices, [&](int64_t t) {
+  AtomicParallelFor(pool, slices, [&](int64_t t) {
     const int64_t k0 = t * slice_len;
     if (k0 >= s.depth) return;
     c::MatMulShape part = s;
@@ -135,7 +135,7 @@ absl::Status BiasAddGradAtomicKernel(absl::Span<const Tensor> in,
   const int64_t tasks =
       std::min<int64_t>(s.n, std::max(2, 4 * pool->num_threads()));
   const int64_t rows = (s.n + tasks - 1) / tasks;
-  pool->ParallelFor(tasks, [&](int64_t t) {
+  AtomicParallelFor(pool, tasks, [&](int64_t t) {
     const int64_t n0 = t * rows;
     const int64_t n1 = std::min(s.n, n0 + rows);
     for (int64_t ch = 0; ch < s.c; ++ch) {

@@ -120,7 +120,7 @@ absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
   one.n = 1;
   const int64_t x_stride = sp::Conv2dInputSize(one);
   const int64_t dy_stride = sp::Conv2dOutputSize(one);
-  CpuThreadPool()->ParallelFor(s.n, [&](int64_t n) {
+  AtomicParallelFor(CpuThreadPool(), s.n, [&](int64_t n) {
     std::vector<float> part(dw_size);
     Conv2dGradWeightGemm(one, x + n * x_stride, dy + n * dy_stride, part.data(),
                          kSingleChain, ActiveCpuIsa(),

@@ -7,13 +7,16 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/registry.h"
+#include "kernels/testing/float_test_util.h"
 #include "model/manifest.h"
 #include "model/plan.h"
 #include "model/spec_io.h"
@@ -28,6 +31,7 @@ namespace lockstep::worker {
 namespace {
 
 namespace v1 = ::lockstep::v1;
+using ::lockstep::testing::BitsEqual;
 using ::lockstep::testing::IsOk;
 using ::lockstep::testing::StatusIs;
 using ::testing::AllOf;
@@ -244,31 +248,121 @@ TEST(ZooTest, GradientsMatchFiniteDifferences) {
   }
 }
 
-TEST(ZooTest, GauntletConfigsWithoutTheirKernels) {
-  // DEFAULT mode: no DEFAULT CPU kernels yet, so CANONICAL runs and the
-  // fallback is recorded.
+// A worker with every CPU kernel: CANONICAL, DETERMINISTIC and DEFAULT.
+const kernels::Registry& FullCpuRegistry() {
+  static const kernels::Registry* registry = [] {
+    auto* r = new kernels::Registry();
+    EXPECT_THAT(kernels::RegisterCpuCanonicalKernels(r), IsOk());
+    EXPECT_THAT(kernels::RegisterCpuDeterministicAndDefaultKernels(r), IsOk());
+    return r;
+  }();
+  return *registry;
+}
+
+absl::StatusOr<RunResult> RunZooOn(const kernels::Registry& registry,
+                                   const Zoo& z) {
+  if (!z.dataset) return absl::InternalError("zoo model not loaded");
+  ExecutorOptions options;
+  options.initializer = z.model.initializer();
+  return RunJob(z.plan, z.config, &registry,
+                DatasetBatches(z.dataset, z.config.batch_size()),
+                std::move(options));
+}
+
+// The CPU kernels of the gauntlet's atomic overrides; the others it names
+// (conv2d.grad_input, max_pool2d.grad, resize_bilinear.grad) are CUDA's.
+const std::map<std::string, std::string> kCpuAtomicOverrides = {
+    {"bias_add.grad", "atomic"},
+    {"conv2d.grad_weight", "atomic"},
+    {"dense.forward", "split_k_atomic"},
+};
+
+TEST(ZooTest, GauntletDefaultConfigFallsBackToCanonicalWithoutDefaultKernels) {
+  // Only CANONICAL kernels registered: every op of the DEFAULT config runs
+  // its CANONICAL kernel, recorded as a fallback, with CANONICAL's bits.
   Zoo def = Load("gauntlet", 2, 1, "config_default.json");
   ASSERT_NE(def.dataset, nullptr);
+  ASSERT_EQ(def.config.determinism(), v1::DEFAULT);
   auto r = RunZoo(def);
   ASSERT_THAT(r, IsOk());
+  ASSERT_FALSE(r->kernels.empty());
   for (const KernelChoice& k : r->kernels) {
-    if (!testing::CpuRegistry().Contains(
-            {k.op, kernels::Mode::kDefault, k.ran.algorithm, "cpu"})) {
-      EXPECT_TRUE(k.fallback) << k.op;
-    }
+    SCOPED_TRACE(k.op);
+    EXPECT_EQ(k.requested_mode, kernels::Mode::kDefault);
+    EXPECT_EQ(k.ran.mode, kernels::Mode::kCanonical);
+    EXPECT_EQ(k.ran.algorithm, kernels::kCanonicalAlgorithm);
+    EXPECT_TRUE(k.fallback);
   }
-  // The atomic overrides name algorithms that must exist.
+  Zoo canonical = def;
+  canonical.config.set_determinism(v1::CANONICAL);
+  auto c = RunZoo(canonical);
+  ASSERT_THAT(c, IsOk());
+  EXPECT_TRUE(BitsEqual(r->losses, c->losses));
+}
+
+TEST(ZooTest, GauntletDefaultConfigRunsDefaultKernelsWhereRegistered) {
+  Zoo def = Load("gauntlet", 2, 1, "config_default.json");
+  ASSERT_NE(def.dataset, nullptr);
+  auto r = RunZooOn(FullCpuRegistry(), def);
+  ASSERT_THAT(r, IsOk());
+  ASSERT_FALSE(r->kernels.empty());
+  for (const KernelChoice& k : r->kernels) {
+    SCOPED_TRACE(k.op);
+    EXPECT_FALSE(k.fallback);
+    EXPECT_EQ(k.ran.mode, kernels::Mode::kDefault);
+    EXPECT_EQ(k.ran.algorithm, kernels::kDefaultAlgorithm);
+  }
+}
+
+TEST(ZooTest, GauntletAtomicOverridesNeedTheirKernels) {
   Zoo atomic = Load("gauntlet", 2, 1, "config_atomic.json");
   ASSERT_NE(atomic.dataset, nullptr);
-  const bool registered = testing::CpuRegistry().Contains(
-      {"bias_add.grad", kernels::Mode::kDefault, "atomic", "cpu"});
-  if (!registered) {
-    EXPECT_THAT(RunZoo(atomic),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         AllOf(HasSubstr("config.op_algorithms"),
-                               HasSubstr("\"atomic\""),
-                               HasSubstr("available: CANONICAL/canonical"))));
+  // No DEFAULT kernels at all: the first override is refused, naming the
+  // only kernel there is.
+  EXPECT_THAT(
+      RunZoo(atomic),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("config.op_algorithms"), HasSubstr("\"atomic\""),
+                     HasSubstr("available: CANONICAL/canonical"))));
+  // Every CPU kernel: the CUDA-only atomic overrides are still refused.
+  EXPECT_THAT(RunZooOn(FullCpuRegistry(), atomic),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("config.op_algorithms"),
+                             HasSubstr("is not registered for mode DEFAULT "
+                                       "on backend cpu"),
+                             HasSubstr("DEFAULT/default"))));
+}
+
+TEST(ZooTest, GauntletAtomicOverridesRunTheNamedKernels) {
+  Zoo atomic = Load("gauntlet", 2, 1, "config_atomic.json");
+  ASSERT_NE(atomic.dataset, nullptr);
+  auto* overrides = atomic.config.mutable_op_algorithms();
+  ASSERT_EQ(overrides->size(), 6u);
+  for (const auto& [op, algorithm] : kCpuAtomicOverrides) {
+    ASSERT_EQ(overrides->count(op), 1u) << op;
+    EXPECT_EQ(overrides->at(op), algorithm) << op;
   }
+  overrides->clear();
+  for (const auto& [op, algorithm] : kCpuAtomicOverrides) {
+    (*overrides)[op] = algorithm;
+  }
+  auto r = RunZooOn(FullCpuRegistry(), atomic);
+  ASSERT_THAT(r, IsOk());
+  std::map<std::string, std::string> ran_overridden;
+  for (const KernelChoice& k : r->kernels) {
+    SCOPED_TRACE(k.op);
+    EXPECT_FALSE(k.fallback);
+    EXPECT_EQ(k.ran.mode, kernels::Mode::kDefault);
+    auto it = kCpuAtomicOverrides.find(k.op);
+    if (it == kCpuAtomicOverrides.end()) {
+      EXPECT_EQ(k.requested_algorithm, "");
+      EXPECT_EQ(k.ran.algorithm, kernels::kDefaultAlgorithm);
+      continue;
+    }
+    EXPECT_EQ(k.requested_algorithm, it->second);
+    ran_overridden[k.op] = k.ran.algorithm;
+  }
+  EXPECT_EQ(ran_overridden, kCpuAtomicOverrides);
 }
 
 double Mean(const std::vector<float>& v, size_t from, size_t to) {
