@@ -23,6 +23,11 @@ struct Limits {
   // Added beside the original fields:
   int64_t max_runs = 64;       // placement.runs (ValidatePlacement)
   int64_t max_threads = 1024;  // config.threads
+  // Bytes of every tensor the executor keeps alive during a run
+  // (EstimateLiveTensorBytes in plan.h: the batch, every layer's output and
+  // gradient buffers, parameters, their gradients and optimizer state).
+  // Default 16 GiB: what a single CPU worker can hold.
+  int64_t max_total_tensor_bytes = int64_t{16} << 30;
 };
 
 // The config checks of PlanModel alone: batch size, steps, optimizer, dtype,

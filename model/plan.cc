@@ -712,6 +712,14 @@ absl::StatusOr<ModelPlan> Planner::Run() {
         "model.layers: the model has no trainable parameters (add a DENSE, "
         "CONV2D or BIAS_ADD layer)");
   }
+  const int64_t bytes = EstimateLiveTensorBytes(plan_, config_);
+  if (bytes > limits_.max_total_tensor_bytes) {
+    return Invalid(absl::StrFormat(
+        "model: the run's live tensors (activations, gradients, parameters "
+        "and optimizer state) need %d bytes, exceeding "
+        "limits.max_total_tensor_bytes of %d",
+        bytes, limits_.max_total_tensor_bytes));
+  }
   return std::move(plan_);
 }
 
@@ -726,6 +734,54 @@ absl::StatusOr<ModelPlan> PlanModel(const v1::Model& model,
                                     const Limits& limits) {
   Planner planner(model, config, limits);
   return planner.Run();
+}
+
+int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
+                                const v1::JobConfig& config) {
+  constexpr int64_t kElementBytes = 4;  // float32 and int32 alike
+  int64_t state_slots = 0;
+  switch (config.optimizer().kind()) {
+    case v1::MOMENTUM:
+      state_slots = 1;
+      break;
+    case v1::ADAM:
+      state_slots = 2;
+      break;
+    default:
+      break;
+  }
+  const int n_layers = static_cast<int>(plan.layers.size());
+  std::vector<int64_t> consumers(n_layers, 0);
+  for (const LayerPlan& layer : plan.layers) {
+    for (const int producer : layer.inputs) {
+      if (producer >= 0 && producer < n_layers) ++consumers[producer];
+    }
+  }
+  int64_t elements = SatProduct(plan.input_shape);
+  if (!plan.input_shape.empty()) {
+    elements = SatAdd(elements, plan.input_shape[0]);  // labels
+  }
+  for (int i = 0; i < n_layers; ++i) {
+    const LayerPlan& layer = plan.layers[i];
+    const int64_t out = SatProduct(layer.output_shape);
+    elements = SatAdd(elements, out);
+    if (layer.op != v1::BIAS_ADD) {
+      for (size_t k = 0; k < layer.inputs.size(); ++k) {
+        if (layer.inputs[k] == kModelInput || k >= layer.input_shapes.size()) {
+          continue;
+        }
+        elements = SatAdd(elements, SatProduct(layer.input_shapes[k]));
+      }
+    }
+    if (layer.op != v1::SOFTMAX_XENT && consumers[i] != 1) {
+      elements = SatAdd(elements, out);
+    }
+    if (layer.op == v1::ADD) elements = SatAdd(elements, out);
+    for (const ParamPlan& p : layer.params) {
+      elements = SatAdd(elements, SatMul(SatProduct(p.shape), 2 + state_slots));
+    }
+  }
+  return SatMul(elements, kElementBytes);
 }
 
 int64_t LayerForwardFlops(const LayerPlan& layer) {

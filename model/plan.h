@@ -69,6 +69,23 @@ absl::StatusOr<ModelPlan> PlanModel(const lockstep::v1::Model& model,
                                     const lockstep::v1::JobConfig& config,
                                     const Limits& limits);
 
+// Bytes of the tensors the executor (worker/exec/executor.cc) allocates for
+// a run of `plan` with `config` and keeps alive throughout, all 4-byte
+// elements:
+//   the batch input and its labels (N int32);
+//   per layer: its output; a gradient buffer for each input that is another
+//     layer's output (BIAS_ADD reuses its output gradient, no buffer); a
+//     separate output-gradient sum buffer when the output has zero or more
+//     than one consumer (not for the loss); for ADD one more output-sized
+//     scratch buffer;
+//   per parameter: the parameter, its gradient and the optimizer state
+//     (SGD none, MOMENTUM 1, ADAM 2 tensors of the parameter's shape).
+// Kernel-internal scratch (im2col, thread partials) and fingerprinting are
+// not counted. Saturates at INT64_MAX. PlanModel refuses a model whose
+// figure exceeds Limits::max_total_tensor_bytes.
+int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
+                                const lockstep::v1::JobConfig& config);
+
 // Approximate floating-point operations of one forward pass of `layer`
 // (batch included), a multiply-add counting as 2:
 //   DENSE            2*N*K*U (+ N*U with bias)

@@ -506,6 +506,74 @@ TEST(PlanModelErrorsTest, LimitsAreHonoured) {
   EXPECT_THAT(Plan(model, kConfig, limits), IsOk());
 }
 
+TEST(PlanModelErrorsTest, LiveTensorBytesAreEstimatedAndLimited) {
+  const std::string model = WithHead("[ 3, 8, 8 ]", R"pb(
+    layers {
+      name: "conv"
+      op: CONV2D
+      conv2d { filters: 8 kernel_h: 3 kernel_w: 3 }
+    }
+  )pb");
+  // Elements, batch 4, SGD: input 768 + labels 4; conv output 1152 and
+  // weight 216 twice (value, gradient); head output 12, gradient buffer of
+  // its input 1152, weight 864 twice; loss output 1 and the gradient of its
+  // input 12. 5261 elements of 4 bytes.
+  const ModelPlan plan = MustPlan(model);
+  EXPECT_EQ(EstimateLiveTensorBytes(plan, Config()), 21044);
+  // ADAM keeps two more tensors per parameter: + 2 * 1080 elements.
+  const std::string adam = R"pb(
+    seed: 1
+    batch_size: 4
+    steps: 3
+    optimizer { kind: ADAM learning_rate: 0.1 }
+  )pb";
+  EXPECT_EQ(EstimateLiveTensorBytes(plan, Config(adam)), 29684);
+
+  Limits limits;
+  limits.max_total_tensor_bytes = 21043;
+  EXPECT_THAT(Plan(model, kConfig, limits),
+              StatusIs(kInvalid,
+                       "model: the run's live tensors (activations, "
+                       "gradients, parameters and optimizer state) need "
+                       "21044 bytes, exceeding limits.max_total_tensor_bytes "
+                       "of 21043"));
+  limits.max_total_tensor_bytes = 21044;
+  EXPECT_THAT(Plan(model, kConfig, limits), IsOk());
+  EXPECT_THAT(Plan(model, adam, limits),
+              StatusIs(kInvalid, HasSubstr("need 29684 bytes")));
+}
+
+TEST(PlanModelErrorsTest, LargestLegalShapesExceedTheMemoryLimit) {
+  // 256 layers of 2^28-element activations: each shape, the layer count
+  // and the parameter count are within the default limits, but the run
+  // would need hundreds of GiB.
+  std::string body;
+  for (int i = 0; i < 254; ++i) {
+    absl::StrAppend(&body, "layers { name: \"relu", i, "\" op: RELU } ");
+  }
+  const std::string model = WithHead("[ 1048576 ]", body);
+  const std::string config = R"pb(
+    seed: 1
+    batch_size: 256
+    steps: 1
+    optimizer { learning_rate: 0.1 }
+  )pb";
+  Limits unlimited;
+  unlimited.max_total_tensor_bytes = std::numeric_limits<int64_t>::max();
+  absl::StatusOr<ModelPlan> plan = Plan(model, config, unlimited);
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->layers.size(), 256u);
+  const int64_t bytes = EstimateLiveTensorBytes(*plan, Config(config));
+  EXPECT_GT(bytes, int64_t{500} << 30);
+  EXPECT_EQ(Limits().max_total_tensor_bytes, int64_t{16} << 30);
+  EXPECT_THAT(Plan(model, config),
+              StatusIs(kInvalid, HasSubstr(absl::StrCat(
+                                     "need ", bytes,
+                                     " bytes, exceeding "
+                                     "limits.max_total_tensor_bytes of "
+                                     "17179869184"))));
+}
+
 TEST(PlanModelErrorsTest, ShapeProductsDoNotOverflow) {
   // Everything raised to the int64 maximum: products must still be checked
   // without overflow (UBSan would flag signed overflow).

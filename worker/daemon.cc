@@ -79,29 +79,85 @@ v1::Heartbeat WorkerDaemon::MakeHeartbeat() {
   return hb;
 }
 
-void WorkerDaemon::Resend() {
-  std::vector<WorkerMessage> pending;
+void WorkerDaemon::Publish() {
+  absl::MutexLock w(&write_mu_);
+  Stream* stream;
+  std::vector<WorkerMessage> out;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, run] : runs_) {
-      for (const auto& b : run.unacked) {
+    stream = stream_;
+    if (stream == nullptr) return;
+    const absl::Time now = absl::Now();
+    for (auto& [id, run] : runs_) {
+      if (now < run.hold_until) continue;  // resend backoff
+      for (const v1::FingerprintBatch& b : run.unacked) {
+        if (b.sequence() < run.send_cursor) continue;
         WorkerMessage m;
         *m.mutable_batch() = b;
-        pending.push_back(std::move(m));
+        out.push_back(std::move(m));
+        run.send_cursor = b.sequence() + 1;
+        ++run.stream_sent;
       }
-      if (run.finished.has_value()) {
+      if (run.finished.has_value() && !run.finished_sent) {
         WorkerMessage m;
         *m.mutable_finished() = *run.finished;
-        pending.push_back(std::move(m));
+        out.push_back(std::move(m));
+        run.finished_sent = true;
+        ++run.stream_sent;
       }
     }
   }
-  if (!pending.empty()) {
-    LS_LOG(INFO) << "resending " << pending.size()
-                 << " unacknowledged message(s)";
+  // write_mu_ is held throughout: nothing else is written in between, so
+  // the stream carries each run's messages in the order chosen above. A
+  // failed write ends the session; the next one publishes from the oldest
+  // unacknowledged batch again.
+  for (const WorkerMessage& m : out) {
+    if (!stream->Write(m)) return;
   }
-  for (const WorkerMessage& m : pending) {
-    if (!Send(m)) return;
+}
+
+void WorkerDaemon::OnRetryableRejection(ActiveRun* run) {
+  if (run->stream_answers <= run->stale_answers) {
+    // An answer to a message written before the latest resend (e.g. the
+    // later batches of the same gap): that resend covers it already.
+    return;
+  }
+  run->send_cursor = run->unacked.empty() ? run->next_sequence
+                                          : run->unacked.front().sequence();
+  run->finished_sent = false;
+  run->stale_answers = run->stream_sent;
+  const int64_t delay = run->resend_backoff_ms;
+  run->resend_backoff_ms =
+      std::min(options_.resend_max_backoff_ms,
+               delay == 0 ? options_.resend_initial_backoff_ms : delay * 2);
+  run->hold_until = absl::Now() + absl::Milliseconds(delay);
+  LS_LOG(INFO) << "run " << run->assignment.run_id() << ": resending "
+               << run->unacked.size() << " unacknowledged batch(es)"
+               << (run->finished.has_value() ? " and the result" : "")
+               << " from sequence " << run->send_cursor
+               << (delay > 0 ? absl::StrCat(" in ", delay, " ms") : "");
+  publish_kick_ = true;
+}
+
+void WorkerDaemon::ResendLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      absl::Time deadline = now + absl::Seconds(1);
+      for (const auto& [id, run] : runs_) {
+        if (run.hold_until > now && run.hold_until < deadline) {
+          deadline = run.hold_until;
+        }
+      }
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return publish_kick_ || resender_stop_;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&woken), deadline);
+      if (resender_stop_) return;
+      publish_kick_ = false;
+    }
+    Publish();
   }
 }
 
@@ -136,26 +192,30 @@ void WorkerDaemon::StartRun(const v1::RunAssignment& a) {
   so.argv = options_.run_argv;
   so.timeout_ms = options_.run_timeout_ms;
   const std::string run_id = a.run_id();
-  absl::MutexLock lock(&mu_);
-  ActiveRun& run = runs_[run_id];
-  run.assignment = a;
-  run.next_sequence = a.next_sequence();
-  auto supervisor = RunSupervisor::Start(
-      so, a,
-      [this, run_id](WorkerMessage m) { OnRunMessage(run_id, std::move(m)); });
-  if (!supervisor.ok()) {
+  {
+    absl::MutexLock lock(&mu_);
+    ActiveRun& run = runs_[run_id];
+    run.assignment = a;
+    run.next_sequence = a.next_sequence();
+    run.send_cursor = a.next_sequence();
+    auto supervisor =
+        RunSupervisor::Start(so, a, [this, run_id](WorkerMessage m) {
+          OnRunMessage(run_id, std::move(m));
+        });
+    if (supervisor.ok()) {
+      run.supervisor = std::move(*supervisor);
+      return;
+    }
     v1::RunFinished f;
     f.set_run_id(a.run_id());
     f.set_attempt(a.attempt());
     f.set_failure_reason(supervisor.status().ToString());
     run.finished = f;
-    return;  // sent by the next Resend or heartbeat round
   }
-  run.supervisor = std::move(*supervisor);
+  Publish();
 }
 
 void WorkerDaemon::OnRunMessage(const std::string& run_id, WorkerMessage m) {
-  WorkerMessage out;
   {
     absl::MutexLock lock(&mu_);
     auto it = runs_.find(run_id);
@@ -164,14 +224,12 @@ void WorkerDaemon::OnRunMessage(const std::string& run_id, WorkerMessage m) {
     if (m.has_progress()) {
       run.steps_done = m.progress().steps_done();
       run.last_loss = m.progress().last_loss();
-      out = m;
     } else if (m.has_batch()) {
-      v1::FingerprintBatch b = m.batch();
+      v1::FingerprintBatch b = std::move(*m.mutable_batch());
       b.set_run_id(run_id);
       b.set_attempt(run.assignment.attempt());
       b.set_sequence(run.next_sequence++);
-      run.unacked.push_back(b);
-      *out.mutable_batch() = std::move(b);
+      run.unacked.push_back(std::move(b));
     } else if (m.has_finished()) {
       run.finished = m.finished();
       run.finished->set_batches(run.next_sequence);
@@ -180,12 +238,17 @@ void WorkerDaemon::OnRunMessage(const std::string& run_id, WorkerMessage m) {
                    << (run.finished->success()
                            ? "succeeded, digest " + run.finished->run_digest()
                            : "failed: " + run.finished->failure_reason());
-      *out.mutable_finished() = *run.finished;
     } else {
       return;
     }
   }
-  Send(out);  // kept until acknowledged; resent after a reconnect
+  if (m.has_progress()) {
+    Send(m);  // unanswered; may go any time
+    return;
+  }
+  // Batches and results stay queued until acknowledged and go out in order,
+  // behind any resend of the run.
+  Publish();
 }
 
 void WorkerDaemon::OnCoordinatorMessage(const CoordinatorMessage& m) {
@@ -219,10 +282,15 @@ void WorkerDaemon::OnCoordinatorMessage(const CoordinatorMessage& m) {
         runs_.erase(it);  // the coordinator has the result: forget the run
         break;
       }
-      auto& q = it->second.unacked;
+      ActiveRun& run = it->second;
+      ++run.stream_answers;
+      auto& q = run.unacked;
+      bool progress = false;
       while (!q.empty() && q.front().sequence() <= m.ack().sequence()) {
         q.pop_front();
+        progress = true;
       }
+      if (progress) run.resend_backoff_ms = 0;
       break;
     }
     case CoordinatorMessage::kRejected: {
@@ -232,8 +300,18 @@ void WorkerDaemon::OnCoordinatorMessage(const CoordinatorMessage& m) {
                               : " of run " + m.rejected().run_id())
                       << ": " << m.rejected().message();
       const auto code = static_cast<absl::StatusCode>(m.rejected().code());
-      if (code == absl::StatusCode::kAborted ||
-          code == absl::StatusCode::kNotFound) {
+      if (code == absl::StatusCode::kOutOfRange ||
+          code == absl::StatusCode::kUnavailable ||
+          code == absl::StatusCode::kResourceExhausted) {
+        absl::MutexLock lock(&mu_);
+        auto it = runs_.find(m.rejected().run_id());
+        if (it != runs_.end() &&
+            it->second.assignment.attempt() == m.rejected().attempt()) {
+          ++it->second.stream_answers;
+          OnRetryableRejection(&it->second);
+        }
+      } else if (code == absl::StatusCode::kAborted ||
+                 code == absl::StatusCode::kNotFound) {
         // The coordinator no longer wants this run: stop it.
         absl::MutexLock lock(&mu_);
         auto it = runs_.find(m.rejected().run_id());
@@ -244,6 +322,13 @@ void WorkerDaemon::OnCoordinatorMessage(const CoordinatorMessage& m) {
             reap_.push_back(std::move(it->second.supervisor));
           }
           runs_.erase(it);
+        }
+      } else {
+        absl::MutexLock lock(&mu_);
+        auto it = runs_.find(m.rejected().run_id());
+        if (it != runs_.end() &&
+            it->second.assignment.attempt() == m.rejected().attempt()) {
+          ++it->second.stream_answers;  // refused for good: not resent
         }
       }
       break;
@@ -374,6 +459,20 @@ grpc::Status WorkerDaemon::Session(lockstep::v1::WorkerGateway::Stub* stub) {
     absl::MutexLock lock(&mu_);
     ++sessions_;
     stream_ = stream.get();
+    // A new stream: every run publishes again from its oldest
+    // unacknowledged batch, before anything newer.
+    for (auto& [id, run] : runs_) {
+      run.send_cursor = run.unacked.empty() ? run.next_sequence
+                                            : run.unacked.front().sequence();
+      run.finished_sent = false;
+      run.hold_until = absl::InfinitePast();
+      run.resend_backoff_ms = 0;
+      run.stream_sent = 0;
+      run.stream_answers = 0;
+      run.stale_answers = 0;
+    }
+    resender_stop_ = false;
+    publish_kick_ = false;
   }
   LS_LOG(INFO) << "connected to " << options_.coordinator << " as "
                << msg.welcome().worker_id() << " ("
@@ -385,7 +484,8 @@ grpc::Status WorkerDaemon::Session(lockstep::v1::WorkerGateway::Stub* stub) {
     *hb.mutable_heartbeat() = MakeHeartbeat();
     Send(hb);
   }
-  Resend();
+  Publish();
+  std::thread resender([this] { ResendLoop(); });
 
   absl::Notification session_over;
   std::thread heartbeats([&] {
@@ -403,6 +503,11 @@ grpc::Status WorkerDaemon::Session(lockstep::v1::WorkerGateway::Stub* stub) {
 
   while (stream->Read(&msg)) OnCoordinatorMessage(msg);
   session_over.Notify();
+  {
+    absl::MutexLock lock(&mu_);
+    resender_stop_ = true;
+  }
+  resender.join();
   heartbeats.join();
   end_session();
   return stream->Finish();

@@ -4,9 +4,20 @@
 // coordinator assigns, each executed in its own process.
 //
 // Fingerprint batches are numbered per run attempt and kept until the
-// coordinator acknowledges them; after a reconnect (a coordinator restart,
-// a broken connection) every unacknowledged batch, then the run's result,
-// is sent again, and the coordinator's idempotent ingest drops duplicates.
+// coordinator acknowledges them. Each run's batches, then its result, are
+// published on the stream strictly in sequence order: the coordinator
+// answers every batch and result with an ack or a rejection, in the order
+// it received them. When it rejects one with OUT_OF_RANGE (a gap),
+// UNAVAILABLE or RESOURCE_EXHAUSTED, the daemon resends that run's
+// unacknowledged batches from the oldest, then its result: the first time
+// at once, after further rejections with exponential backoff
+// (resend_initial_backoff_ms doubling up to resend_max_backoff_ms; an ack
+// that makes progress resets it). Until the resend is on the stream no newer
+// batch of that run is written, and rejections of messages written before
+// the resend (the later batches of the same gap) do not trigger another
+// one. After a reconnect (a coordinator restart, a broken connection) every
+// run publishes again from its oldest unacknowledged batch before anything
+// newer; the coordinator's idempotent ingest drops duplicates.
 //
 // Thread-safe: Run() blocks in the calling thread; Stop() may be called from
 // any thread (e.g. a signal-handling thread).
@@ -24,6 +35,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "lockstep/v1/worker.pb.h"
 #include "lockstep/v1/worker_gateway.grpc.pb.h"
@@ -50,6 +62,11 @@ struct DaemonOptions {
   std::vector<std::string> run_argv;
   // Wall-clock limit of one run. Default 1 h.
   int64_t run_timeout_ms = 3600 * 1000;
+  // Delay before the second resend of a run's unacknowledged batches after
+  // consecutive rejections (the first is immediate); doubles up to max.
+  // Defaults 100 ms and 5 s.
+  int64_t resend_initial_backoff_ms = 100;
+  int64_t resend_max_backoff_ms = 5000;
 };
 
 class WorkerDaemon {
@@ -75,11 +92,26 @@ class WorkerDaemon {
   struct ActiveRun {
     lockstep::v1::RunAssignment assignment;
     std::unique_ptr<RunSupervisor> supervisor;
-    int64_t next_sequence = 0;
-    std::deque<lockstep::v1::FingerprintBatch> unacked;
+    int64_t next_sequence = 0;  // of the next batch from the run process
+    std::deque<lockstep::v1::FingerprintBatch> unacked;  // sequence order
     int32_t steps_done = 0;
     float last_loss = 0.0f;
     std::optional<lockstep::v1::RunFinished> finished;
+
+    // Publishing on the current stream. Batches with a sequence below
+    // send_cursor have been written on it.
+    int64_t send_cursor = 0;
+    bool finished_sent = false;
+    // Nothing of this run is written before this time (resend backoff).
+    absl::Time hold_until = absl::InfinitePast();
+    // Delay of the next resend: 0 (at once), then doubling.
+    int64_t resend_backoff_ms = 0;
+    // Batch and result messages written on this stream, answers (acks and
+    // rejections) received for them, and how many of the first answers
+    // belong to messages written before the latest resend.
+    int64_t stream_sent = 0;
+    int64_t stream_answers = 0;
+    int64_t stale_answers = 0;
   };
 
   // One session; returns the status the stream ended with.
@@ -89,8 +121,14 @@ class WorkerDaemon {
   void StartRun(const lockstep::v1::RunAssignment& a);
   // Writes to the current stream; false when there is none or it broke.
   bool Send(const lockstep::v1::WorkerMessage& m);
-  // Everything the coordinator has not acknowledged, after a (re)connect.
-  void Resend();
+  // Writes every run's batches (and then result) not yet written on the
+  // current stream, in sequence order, skipping runs in resend backoff.
+  void Publish();
+  // A rejected batch or result of `run`: schedules the resend.
+  void OnRetryableRejection(ActiveRun* run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Background publisher of one session: runs Publish() when kicked or when
+  // a run's backoff ends, until resender_stop_.
+  void ResendLoop();
   lockstep::v1::Heartbeat MakeHeartbeat();
   // Destroys supervisors whose runs ended (joins their threads).
   void Reap();
@@ -105,6 +143,8 @@ class WorkerDaemon {
   int64_t sessions_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, ActiveRun> runs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<RunSupervisor>> reap_ ABSL_GUARDED_BY(mu_);
+  bool publish_kick_ ABSL_GUARDED_BY(mu_) = false;
+  bool resender_stop_ ABSL_GUARDED_BY(mu_) = false;
   // Serialises writes to the stream (acquired before mu_).
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 };

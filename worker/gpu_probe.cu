@@ -1,7 +1,10 @@
+#include <cublas_api.h>
 #include <cuda_runtime.h>
-#include <cudnn_version.h>
+#include <cudnn.h>
+#include <dlfcn.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -27,6 +30,68 @@ std::string FormatUuid(const cudaUUID_t& uuid) {
   return out;
 }
 
+// cuBLAS as loaded at run time ("13.0.2"), not the header's version.
+std::string LoadedCublasVersion() {
+  int major = 0, minor = 0, patch = 0;
+  if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+      cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+      cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS) {
+    return "";
+  }
+  return std::to_string(major) + "." + std::to_string(minor) + "." +
+         std::to_string(patch);
+}
+
+// cuDNN as loaded at run time: cudnnGetVersion() is
+// major * 10000 + minor * 100 + patch for cuDNN 9.
+std::string LoadedCudnnVersion() {
+  const size_t v = cudnnGetVersion();
+  if (v == 0) return "";
+  return std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) +
+         "." + std::to_string(v % 100);
+}
+
+// Whether CUDA device `ordinal` is a MIG slice: CUDA_VISIBLE_DEVICES names
+// MIG instances, or NVML (loaded only if the driver ships it) reports MIG
+// mode enabled on the physical GPU at the device's PCI address (CUDA then
+// only sees MIG instances of that GPU).
+bool IsMigDevice(int ordinal) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr && std::strstr(visible, "MIG-") != nullptr) {
+    return true;
+  }
+  char bus[64] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), ordinal) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml == nullptr) return false;
+  using InitFn = int (*)();
+  using ByBusFn = int (*)(const char*, void**);
+  using MigModeFn = int (*)(void*, unsigned int*, unsigned int*);
+  auto init = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlShutdown"));
+  auto by_bus = reinterpret_cast<ByBusFn>(
+      dlsym(nvml, "nvmlDeviceGetHandleByPciBusId_v2"));
+  auto mig_mode =
+      reinterpret_cast<MigModeFn>(dlsym(nvml, "nvmlDeviceGetMigMode"));
+  bool mig = false;
+  if (init != nullptr && shutdown != nullptr && by_bus != nullptr &&
+      mig_mode != nullptr && init() == 0) {
+    void* device = nullptr;
+    unsigned int current = 0, pending = 0;
+    // NVML_SUCCESS is 0; NVML_DEVICE_MIG_ENABLE is 1.
+    if (by_bus(bus, &device) == 0 &&
+        mig_mode(device, &current, &pending) == 0) {
+      mig = current == 1;
+    }
+    shutdown();
+  }
+  dlclose(nvml);
+  return mig;
+}
+
 __global__ void CanonicalSumKernel(const float* x, int64_t n, float* out) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     *out = lockstep::canonical::CanonicalSum(x, n, 1);
@@ -39,9 +104,6 @@ GpuProbeResult ProbeGpus() {
   GpuProbeResult r;
   r.built_with_cuda = true;
   r.runtime_version = CUDART_VERSION;
-  r.cudnn_version = std::to_string(CUDNN_MAJOR) + "." +
-                    std::to_string(CUDNN_MINOR) + "." +
-                    std::to_string(CUDNN_PATCHLEVEL);
   int driver = 0;
   if (cudaDriverGetVersion(&driver) == cudaSuccess) r.driver_version = driver;
   int count = 0;
@@ -70,7 +132,12 @@ GpuProbeResult ProbeGpus() {
     d.sm_count = prop.multiProcessorCount;
     d.uuid = FormatUuid(prop.uuid);
     d.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    d.mig = IsMigDevice(i);
     r.devices.push_back(d);
+  }
+  if (!r.devices.empty()) {
+    r.cublas_version = LoadedCublasVersion();
+    r.cudnn_version = LoadedCudnnVersion();
   }
   return r;
 }

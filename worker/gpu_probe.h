@@ -18,6 +18,8 @@ struct GpuDevice {
   int sm_count = 0;
   std::string uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
   int64_t memory_bytes = 0;
+  // A MIG slice: the driver reports its parent's name with fewer SMs.
+  bool mig = false;
 };
 
 struct GpuProbeResult {
@@ -27,9 +29,12 @@ struct GpuProbeResult {
   // no CUDA-capable device is detected (cudaErrorNoDevice)") or "built
   // without CUDA".
   std::string error;
-  int driver_version = 0;     // cudaDriverGetVersion; 0 without a driver.
-  int runtime_version = 0;    // CUDA runtime the worker was built with.
-  std::string cudnn_version;  // cuDNN headers the worker was built with.
+  int driver_version = 0;   // cudaDriverGetVersion; 0 without a driver.
+  int runtime_version = 0;  // CUDA runtime the worker was built with.
+  // Versions of the libraries loaded at run time, "major.minor.patch"
+  // (cublasGetProperty, cudnnGetVersion); empty without a device.
+  std::string cublas_version;
+  std::string cudnn_version;
 };
 
 GpuProbeResult ProbeGpus();

@@ -92,6 +92,9 @@ absl::Status Train(const v1::RunAssignment& a, const ChildOptions& child,
   finished->set_success(true);
   finished->set_run_digest(result.run_digest.ToHex());
   finished->set_dataset_digest(result.dataset_digest);
+  for (const KernelChoice& k : result.kernels) {
+    (*finished->mutable_kernels())[k.op] = k.variant;
+  }
   return absl::OkStatus();
 }
 

@@ -7,6 +7,8 @@
 // coordinator and reconnects once thawed; the CLI fails clearly while the
 // coordinator is down; after a coordinator restart on the same database the
 // surviving worker reconnects by itself and the dead one is listed as gone.
+// And, with the worker binary alone: workers forced onto the scalar, AVX2
+// and AVX-512 kernel paths report three hardware classes but one device.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -15,10 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/device_identity.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -173,6 +178,9 @@ TEST_F(WorkersE2E, ConnectTimeoutKillRestart) {
       EXPECT_EQ(w.profile().hardware_class_digest(),
                 expected.hardware_class_digest());
       EXPECT_EQ(w.labels().at("suite"), "e2e");
+      // Two daemons on one host and CPU are one device.
+      EXPECT_EQ(w.profile().device().device_id(),
+                expected.device().device_id());
       EXPECT_GT(w.last_heartbeat_unix_ms(), 0);
       // The daemon's start-up selftest is reported, and it passed.
       ASSERT_TRUE(w.profile().has_selftest()) << w.name();
@@ -284,6 +292,53 @@ TEST_F(WorkersE2E, ConnectTimeoutKillRestart) {
   auto c_status = coordinator_->Wait(absl::Seconds(20));
   ASSERT_TRUE(c_status.has_value());
   EXPECT_TRUE(WIFEXITED(*c_status) && WEXITSTATUS(*c_status) == 0);
+}
+
+TEST_F(WorkersE2E, ForcedKernelPathsAreClassesOfOneDevice) {
+  std::vector<v1::HardwareProfile> profiles;
+  for (const char* isa : {"scalar", "avx2", "avx512"}) {
+    auto probe =
+        RunCommand({"/usr/bin/env", absl::StrCat("LOCKSTEP_CPU_ISA=", isa),
+                    worker_bin_, "probe", "--json"},
+                   absl::Seconds(30));
+    ASSERT_THAT(probe, IsOk());
+    ASSERT_EQ(probe->exit_code, 0) << probe->err;
+    v1::HardwareProfile p;
+    ASSERT_TRUE(
+        google::protobuf::util::JsonStringToMessage(probe->out, &p).ok())
+        << probe->out;
+    EXPECT_THAT(p.hardware_class(),
+                ::testing::StartsWith("lockstep-class/v2|"));
+    profiles.push_back(p);
+  }
+  // scalar always runs; avx2 / avx512 where the CPU has them (a request the
+  // CPU lacks is lowered to the best path it has).
+  const v1::HardwareProfile& scalar = profiles[0];
+  EXPECT_EQ(scalar.cpu().kernel_path(), "scalar");
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    const v1::HardwareProfile& p = profiles[i];
+    EXPECT_THAT(
+        p.hardware_class(),
+        HasSubstr(absl::StrCat("|kernel_path=", p.cpu().kernel_path(), "|")));
+    // One machine, one CPU: one device whatever the kernel path.
+    EXPECT_EQ(p.device().device_id(), scalar.device().device_id());
+    EXPECT_EQ(p.device().device_id(),
+              DeviceIdOf(p.device().machine_id(), p.device().device()));
+    if (p.gpus_size() == 0) {
+      EXPECT_THAT(p.device().device(), ::testing::StartsWith("cpu:packages="));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (profiles[j].cpu().kernel_path() == p.cpu().kernel_path()) continue;
+      EXPECT_NE(profiles[j].hardware_class_digest(), p.hardware_class_digest())
+          << profiles[j].cpu().kernel_path() << " vs " << p.cpu().kernel_path();
+    }
+  }
+  const bool has_avx512 =
+      absl::StrContains(absl::StrJoin(scalar.cpu().features(), ","), "avx512f");
+  if (has_avx512) {
+    EXPECT_EQ(profiles[1].cpu().kernel_path(), "avx2");
+    EXPECT_EQ(profiles[2].cpu().kernel_path(), "avx512");
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/isa.h"
 #include "model/manifest.h"
 #include "worker/exec/init.h"
 
@@ -197,9 +198,84 @@ absl::StatusOr<std::string> BackendFor(const kernels::Registry& registry,
   }
 }
 
+namespace {
+
+bool IsGenericAlgorithm(absl::string_view algorithm) {
+  return algorithm == kernels::kDefaultAlgorithm ||
+         algorithm == kernels::kDeterministicAlgorithm;
+}
+
+// The specific name of the kernel registered under `key` (see
+// KernelVariant).
+std::string ResolvedAlgorithm(const kernels::Registry& registry,
+                              const kernels::KernelKey& key) {
+  if (!IsGenericAlgorithm(key.algorithm)) return key.algorithm;
+  const absl::StatusOr<KernelFn> fn = registry.Lookup(key);
+  if (!fn.ok()) return key.algorithm;
+  auto same_fn = [&](const kernels::KernelKey& k) {
+    if (k.op != key.op || k.backend != key.backend || k == key) return false;
+    const absl::StatusOr<KernelFn> other = registry.Lookup(k);
+    return other.ok() && *other == *fn;
+  };
+  const std::vector<kernels::KernelKey> keys = registry.Keys();
+  // 1. Another, specific name of the same mode; 2. a specific
+  // DETERMINISTIC name.
+  for (const kernels::Mode mode : {key.mode, kernels::Mode::kDeterministic}) {
+    for (const kernels::KernelKey& k : keys) {
+      if (k.mode == mode && !IsGenericAlgorithm(k.algorithm) &&
+          k.algorithm != kernels::kCanonicalAlgorithm && same_fn(k)) {
+        return k.algorithm;
+      }
+    }
+  }
+  // 3. The CANONICAL kernel; 4. the generic DETERMINISTIC one.
+  if (same_fn({key.op, kernels::Mode::kCanonical, kernels::kCanonicalAlgorithm,
+               key.backend})) {
+    return kernels::kCanonicalAlgorithm;
+  }
+  if (key.mode != kernels::Mode::kDeterministic &&
+      same_fn({key.op, kernels::Mode::kDeterministic,
+               kernels::kDeterministicAlgorithm, key.backend})) {
+    return kernels::kDeterministicAlgorithm;
+  }
+  return key.algorithm;
+}
+
+// ChooseKernel without the variant name.
+absl::StatusOr<KernelChoice> ChooseKernelKey(const kernels::Registry& registry,
+                                             const v1::JobConfig& config,
+                                             const std::string& op);
+
+}  // namespace
+
+std::string KernelVariant(const kernels::Registry& registry,
+                          const kernels::KernelKey& ran,
+                          absl::string_view cpu_isa) {
+  const std::string mode = absl::AsciiStrToLower(kernels::ModeName(ran.mode));
+  std::string out = ran.backend;
+  if (ran.backend == kernels::kCpuBackendName) {
+    absl::StrAppend(&out, "/", cpu_isa);
+  }
+  absl::StrAppend(&out, "/", mode);
+  const std::string algorithm = ResolvedAlgorithm(registry, ran);
+  if (algorithm != mode) absl::StrAppend(&out, "/", algorithm);
+  return out;
+}
+
 absl::StatusOr<KernelChoice> ChooseKernel(const kernels::Registry& registry,
                                           const v1::JobConfig& config,
                                           const std::string& op) {
+  LS_ASSIGN_OR_RETURN(KernelChoice c, ChooseKernelKey(registry, config, op));
+  c.variant = KernelVariant(registry, c.ran,
+                            kernels::CpuIsaName(kernels::ActiveCpuIsa()));
+  return c;
+}
+
+namespace {
+
+absl::StatusOr<KernelChoice> ChooseKernelKey(const kernels::Registry& registry,
+                                             const v1::JobConfig& config,
+                                             const std::string& op) {
   LS_ASSIGN_OR_RETURN(const std::string backend, BackendFor(registry, config));
   KernelChoice c;
   c.op = op;
@@ -259,6 +335,8 @@ absl::StatusOr<KernelChoice> ChooseKernel(const kernels::Registry& registry,
   c.ran = canonical;
   return c;
 }
+
+}  // namespace
 
 // ---------------------------------------------------------------------------
 

@@ -92,6 +92,10 @@ struct KernelChoice {
   // True when no kernel of the requested mode exists for this op on this
   // backend yet and the CANONICAL kernel ran instead.
   bool fallback = false;
+  // What actually ran, as KernelVariant() names it ("cpu/avx512/canonical",
+  // "cpu/avx2/default/atomic", "cuda/deterministic/cublas"); reported to
+  // the coordinator per op (RunFinished.kernels).
+  std::string variant;
 };
 
 // One step's outcome.
@@ -148,6 +152,34 @@ absl::StatusOr<std::string> BackendFor(const kernels::Registry& registry,
 absl::StatusOr<KernelChoice> ChooseKernel(const kernels::Registry& registry,
                                           const lockstep::v1::JobConfig& config,
                                           const std::string& op);
+
+// The name of the kernel variant `ran` resolves to, for reports and cause
+// hints:
+//   <backend>[/<cpu ISA path>]/<mode>[/<kernel>]
+// backend is the registry's ("cpu", "cuda"); the CPU ISA path ("scalar",
+// "avx2", "avx512") is `cpu_isa`, the path the CPU kernels dispatch to; mode
+// is the mode of the kernel that ran, lower case ("canonical",
+// "deterministic", "default"; a fallback to CANONICAL says "canonical").
+// kernel names the concrete kernel and is left out when it is named like
+// the mode. A generic algorithm name ("default", "deterministic") is
+// resolved to the kernel registered under it: the other algorithm of the
+// same op, backend and mode registered with the same function ("atomic",
+// "split_k_atomic", "cudnn_find", "cublas"), else a DETERMINISTIC kernel
+// with a specific name ("cublas", "gather"), else the CANONICAL kernel
+// ("canonical"), else the DETERMINISTIC one ("deterministic"). Examples:
+//   cpu/avx512/canonical          CANONICAL
+//   cpu/avx2/deterministic        the single-chain GEMM
+//   cpu/avx512/deterministic/canonical   DETERMINISTIC relu: the CANONICAL
+//                                        kernel
+//   cpu/avx512/default/atomic     DEFAULT bias_add.grad, atomic accumulation
+//   cpu/avx512/default/split_k_atomic    DEFAULT dense.forward
+//   cpu/avx512/default/deterministic     DEFAULT dense.grad_input
+//   cuda/canonical, cuda/deterministic/cudnn, cuda/default/cudnn_find
+// The word "atomic" in a variant marks a kernel whose result depends on
+// the order of atomic updates (nondeterministic with more than one thread).
+std::string KernelVariant(const kernels::Registry& registry,
+                          const kernels::KernelKey& ran,
+                          absl::string_view cpu_isa);
 
 class Executor {
  public:

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/hash/fingerprint.h"
 #include "kernels/registry.h"
 #include "model/manifest.h"
@@ -647,6 +648,119 @@ TEST(ExecutorTest, ModeKernelsAndOverridesAreChosenAndRecorded) {
     }
   }
   EXPECT_TRUE(found);
+}
+
+// CANONICAL, DETERMINISTIC and DEFAULT CPU kernels, as a worker registers
+// them.
+const kernels::Registry& AllModesCpuRegistry() {
+  static const kernels::Registry* registry = [] {
+    auto* r = new kernels::Registry();
+    (void)kernels::RegisterCpuCanonicalKernels(r);
+    (void)kernels::RegisterCpuDeterministicAndDefaultKernels(r);
+    return r;
+  }();
+  return *registry;
+}
+
+std::map<std::string, std::string> VariantsOf(const RunResult& r) {
+  std::map<std::string, std::string> out;
+  for (const KernelChoice& k : r.kernels) out[k.op] = k.variant;
+  return out;
+}
+
+TEST(KernelVariantTest, DefaultRunReportsTheAtomicKernels) {
+  const std::string isa(kernels::CpuIsaName(kernels::ActiveCpuIsa()));
+  v1::JobConfig config = testing::BaseConfig(kBatch, 1);
+  config.set_determinism(v1::DEFAULT);
+  const model::ModelPlan plan = testing::MlpPlan(kBatch);
+  auto r = RunJob(plan, config, &AllModesCpuRegistry(),
+                  testing::TeacherBatches(plan, 7), {});
+  ASSERT_THAT(r, IsOk());
+  const std::map<std::string, std::string> v = VariantsOf(*r);
+  const std::string cpu = "cpu/" + isa;
+  EXPECT_EQ(v.at(kernels::op::kBiasAddGrad), cpu + "/default/atomic");
+  EXPECT_EQ(v.at(kernels::op::kDenseForward), cpu + "/default/split_k_atomic");
+  EXPECT_EQ(v.at(kernels::op::kDenseGradInput), cpu + "/default/deterministic");
+  EXPECT_EQ(v.at(kernels::op::kReluForward), cpu + "/default/canonical");
+  // Every op that ran has a variant.
+  for (const KernelChoice& k : r->kernels) EXPECT_FALSE(k.variant.empty());
+
+  // DETERMINISTIC: the single-chain GEMM, and the CANONICAL kernel where
+  // that is the deterministic one.
+  config.set_determinism(v1::DETERMINISTIC);
+  r = RunJob(plan, config, &AllModesCpuRegistry(),
+             testing::TeacherBatches(plan, 7), {});
+  ASSERT_THAT(r, IsOk());
+  const std::map<std::string, std::string> d = VariantsOf(*r);
+  EXPECT_EQ(d.at(kernels::op::kDenseForward), cpu + "/deterministic");
+  EXPECT_EQ(d.at(kernels::op::kBiasAddGrad), cpu + "/deterministic/canonical");
+
+  // A named override is reported as named.
+  config.set_determinism(v1::DEFAULT);
+  (*config.mutable_op_algorithms())[kernels::op::kBiasAddGrad] = "atomic";
+  auto choice =
+      ChooseKernel(AllModesCpuRegistry(), config, kernels::op::kBiasAddGrad);
+  ASSERT_THAT(choice, IsOk());
+  EXPECT_EQ(choice->variant, cpu + "/default/atomic");
+}
+
+TEST(KernelVariantTest, CanonicalRunReportsCanonicalForEveryManifestOp) {
+  for (const Case& c : Models()) {
+    SCOPED_TRACE(c.name);
+    auto r =
+        RunJob(c.plan, testing::BaseConfig(kBatch, 1), &AllModesCpuRegistry(),
+               testing::TeacherBatches(c.plan, 7), {});
+    ASSERT_THAT(r, IsOk());
+    const std::map<std::string, std::string> v = VariantsOf(*r);
+    const std::vector<std::string> ops = AllModesCpuRegistry().Ops();
+    const std::string expected = absl::StrCat(
+        "cpu/", kernels::CpuIsaName(kernels::ActiveCpuIsa()), "/canonical");
+    int kernel_ops = 0;
+    for (const v1::ManifestEntry& e : r->manifest.entries()) {
+      if (!std::binary_search(ops.begin(), ops.end(), e.op())) continue;
+      ++kernel_ops;
+      ASSERT_EQ(v.count(e.op()), 1u) << e.op();
+      EXPECT_EQ(v.at(e.op()), expected) << e.op();
+    }
+    EXPECT_GT(kernel_ops, 0);
+    for (const auto& [op, variant] : v) EXPECT_EQ(variant, expected) << op;
+  }
+}
+
+TEST(KernelVariantTest, NamesTheCpuPathAndOtherBackends) {
+  const kernels::Registry& cpu = AllModesCpuRegistry();
+  const kernels::KernelKey canonical{kernels::op::kDenseForward,
+                                     kernels::Mode::kCanonical, "canonical",
+                                     "cpu"};
+  EXPECT_EQ(KernelVariant(cpu, canonical, "scalar"), "cpu/scalar/canonical");
+  EXPECT_EQ(KernelVariant(cpu, canonical, "avx512"), "cpu/avx512/canonical");
+  EXPECT_EQ(KernelVariant(cpu,
+                          {kernels::op::kDenseForward,
+                           kernels::Mode::kCanonical, "scalar", "cpu"},
+                          "avx2"),
+            "cpu/avx2/canonical/scalar");
+  EXPECT_EQ(KernelVariant(cpu,
+                          {kernels::op::kConv2dGradWeight,
+                           kernels::Mode::kDefault, "default", "cpu"},
+                          "avx2"),
+            "cpu/avx2/default/atomic");
+  // The chosen variant follows the ISA the CPU kernels dispatch to.
+  for (const kernels::CpuIsa isa : kernels::SupportedCpuIsas()) {
+    kernels::SetCpuIsaForTesting(isa);
+    auto choice = ChooseKernel(cpu, testing::BaseConfig(kBatch, 1),
+                               kernels::op::kDenseForward);
+    ASSERT_THAT(choice, IsOk());
+    EXPECT_EQ(choice->variant,
+              absl::StrCat("cpu/", kernels::CpuIsaName(isa), "/canonical"));
+  }
+  kernels::SetCpuIsaForTesting(std::nullopt);
+  // Other backends carry no CPU path.
+  const kernels::Registry& cuda = CpuAndStandInCudaRegistry();
+  EXPECT_EQ(KernelVariant(cuda,
+                          {kernels::op::kReluForward, kernels::Mode::kCanonical,
+                           "canonical", "cuda"},
+                          "avx2"),
+            "cuda/canonical");
 }
 
 // Golden run digest. CANONICAL results are defined bit for bit by

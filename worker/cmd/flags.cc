@@ -1,0 +1,98 @@
+#include "worker/cmd/flags.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
+          "daemon: coordinator address, host:port");
+ABSL_FLAG(std::string, name, "",
+          "daemon: worker name, unique in the fleet (default: the host name)");
+ABSL_FLAG(std::string, labels, "",
+          "daemon: comma-separated key=value labels, e.g. rack=a1,pool=ci");
+ABSL_FLAG(int, slots, 1, "daemon: runs executed at the same time");
+ABSL_FLAG(int64_t, initial_backoff_ms, 200,
+          "daemon: first reconnect delay, ms (doubles up to the max)");
+ABSL_FLAG(int64_t, max_backoff_ms, 5000, "daemon: longest reconnect delay, ms");
+ABSL_FLAG(bool, json, false,
+          "probe: print the profile as JSON; selftest: print the report as "
+          "JSON");
+ABSL_FLAG(std::string, model, "", "run: model file (JSON or text proto)");
+ABSL_FLAG(std::string, config, "", "run: job config file (JSON or text proto)");
+ABSL_FLAG(int, runs, 1, "run: number of runs to train and compare");
+ABSL_FLAG(std::string, inject_fault, "",
+          "run, daemon: flip one bit, step=S,layer=L,role=R,bit=B[,element=E]"
+          "[,slot=X]; run: into run 1 when --runs >= 2; daemon: into every "
+          "run this worker executes (a drill: the worker reports it in its "
+          "hardware profile)");
+ABSL_FLAG(std::string, inject_stall, "",
+          "daemon: a drill for hung runs, step=S,seconds=N[,model=NAME]: the "
+          "run process sleeps N s before step S");
+ABSL_FLAG(bool, selftest, true,
+          "daemon: run the selftest (as `lockstep-worker selftest`) at start "
+          "and report it in the hardware profile; the coordinator "
+          "quarantines a worker whose selftest fails");
+ABSL_FLAG(int64_t, run_timeout_s, 3600,
+          "daemon: wall-clock limit of one run, s");
+ABSL_FLAG(std::string, dump, "",
+          "run: write tensors as .npy: first_divergent, all or "
+          "<layer>:<role>[:step]");
+ABSL_FLAG(std::string, dump_dir, "lockstep-dump",
+          "run: directory for --dump files");
+ABSL_FLAG(std::string, ops, "",
+          "selftest: comma-separated ops to test, e.g. "
+          "dense.forward,conv2d.grad_weight (default: all)");
+ABSL_FLAG(std::string, seed, "1",
+          "selftest: seed of the test inputs (unsigned 32-bit)");
+
+namespace lockstep::worker::cmd {
+
+ProbeCommandOptions ProbeOptionsFromFlags() {
+  ProbeCommandOptions options;
+  options.json = absl::GetFlag(FLAGS_json);
+  return options;
+}
+
+RunCommandOptions RunOptionsFromFlags() {
+  RunCommandOptions options;
+  options.model_path = absl::GetFlag(FLAGS_model);
+  options.config_path = absl::GetFlag(FLAGS_config);
+  options.runs = absl::GetFlag(FLAGS_runs);
+  options.inject_fault = absl::GetFlag(FLAGS_inject_fault);
+  options.dump = absl::GetFlag(FLAGS_dump);
+  options.dump_dir = absl::GetFlag(FLAGS_dump_dir);
+  return options;
+}
+
+ExecuteCommandOptions ExecuteOptionsFromFlags() {
+  ExecuteCommandOptions options;
+  options.inject_fault = absl::GetFlag(FLAGS_inject_fault);
+  options.inject_stall = absl::GetFlag(FLAGS_inject_stall);
+  return options;
+}
+
+DaemonCommandOptions DaemonOptionsFromFlags() {
+  DaemonCommandOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.name = absl::GetFlag(FLAGS_name);
+  options.labels = absl::GetFlag(FLAGS_labels);
+  options.slots = absl::GetFlag(FLAGS_slots);
+  options.initial_backoff_ms = absl::GetFlag(FLAGS_initial_backoff_ms);
+  options.max_backoff_ms = absl::GetFlag(FLAGS_max_backoff_ms);
+  options.inject_fault = absl::GetFlag(FLAGS_inject_fault);
+  options.inject_stall = absl::GetFlag(FLAGS_inject_stall);
+  options.selftest = absl::GetFlag(FLAGS_selftest);
+  options.run_timeout_s = absl::GetFlag(FLAGS_run_timeout_s);
+  return options;
+}
+
+SelftestCommandOptions SelftestOptionsFromFlags() {
+  SelftestCommandOptions options;
+  options.ops = absl::GetFlag(FLAGS_ops);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.json = absl::GetFlag(FLAGS_json);
+  return options;
+}
+
+}  // namespace lockstep::worker::cmd
