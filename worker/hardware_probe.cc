@@ -150,7 +150,19 @@ class SystemProbe final : public HardwareProbe {
     if (gpu.devices.empty()) {
       p.set_gpu_error(gpu.error.empty() ? "no GPU" : gpu.error);
     }
-    *p.mutable_device() = MakeDeviceIdentity(p, ReadMachineId(root));
+    std::string machine_id;
+    if (options_.machine_id_file.empty()) {
+      machine_id = ReadMachineId(root);
+    } else {
+      machine_id = std::string(
+          absl::StripAsciiWhitespace(ReadFile("", options_.machine_id_file)));
+      if (machine_id.empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("machine_id_file: \"", options_.machine_id_file,
+                         "\" is missing, unreadable or empty"));
+      }
+    }
+    *p.mutable_device() = MakeDeviceIdentity(p, machine_id);
     AssignHardwareClass(&p);
     return p;
   }

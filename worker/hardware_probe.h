@@ -96,6 +96,12 @@ struct SystemProbeOptions {
   std::function<std::string()> kernel_path;
   // CUDA devices and library versions. Default (null): ProbeGpus().
   std::function<GpuProbeResult()> gpus;
+  // File holding this machine's id, for hosts whose id is not in the
+  // standard places (containers that share one image, several simulated
+  // machines on one host). Default "": /etc/machine-id, then
+  // /var/lib/dbus/machine-id, then the boot id. A named file that is
+  // missing or empty fails the probe.
+  std::string machine_id_file;
 };
 
 // Reads the machine: /proc/cpuinfo, CPUID feature bits, the active CPU

@@ -324,6 +324,29 @@ TEST(SystemProbe, CpuDeviceIdentityFromAFakeMachine) {
   EXPECT_THAT(a.hardware_class(), HasSubstr("|kernel_path=avx2|"));
 }
 
+TEST(SystemProbe, MachineIdFileNamesTheMachine) {
+  const std::string dir = ::testing::TempDir();
+  const std::string a = dir + "/machine-a", b = dir + "/machine-b";
+  std::ofstream(a) << "0123456789abcdef0123456789abcdef\n";
+  std::ofstream(b) << "fedcba9876543210fedcba9876543210\n";
+  SystemProbeOptions options;
+  options.machine_id_file = a;
+  auto pa = NewSystemProbe(options)->Probe();
+  ASSERT_TRUE(pa.ok()) << pa.status();
+  EXPECT_EQ(pa->device().machine_id(), "0123456789abcdef0123456789abcdef");
+  options.machine_id_file = b;
+  auto pb = NewSystemProbe(options)->Probe();
+  ASSERT_TRUE(pb.ok()) << pb.status();
+  // Same CPU, other machine: another device, the same hardware class.
+  EXPECT_NE(pa->device().device_id(), pb->device().device_id());
+  EXPECT_EQ(pa->hardware_class_digest(), pb->hardware_class_digest());
+  options.machine_id_file = dir + "/no-such-machine-id";
+  auto missing = NewSystemProbe(options)->Probe();
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()),
+              ::testing::HasSubstr("machine_id_file"));
+}
+
 TEST(SystemProbe, GpuWorkerIsIdentifiedByTheGpuUuid) {
   FakeRoot r;
   r.Write("/var/lib/dbus/machine-id", "0000000000000000000000000000beef\n");

@@ -65,12 +65,15 @@ int main(int argc, char** argv) {
     return cmd::kUsageExitCode;
   }
   if (command == "probe") {
-    return cmd::ProbeMain(cmd::ProbeOptionsFromFlags(),
-                          *lockstep::worker::NewSystemProbe(), stdout, stderr);
+    return cmd::ProbeMain(
+        cmd::ProbeOptionsFromFlags(),
+        *lockstep::worker::NewSystemProbe(cmd::SystemProbeOptionsFromFlags()),
+        stdout, stderr);
   }
   if (command == "daemon") {
-    return cmd::DaemonMain(cmd::DaemonOptionsFromFlags(),
-                           *lockstep::worker::NewSystemProbe());
+    return cmd::DaemonMain(
+        cmd::DaemonOptionsFromFlags(),
+        *lockstep::worker::NewSystemProbe(cmd::SystemProbeOptionsFromFlags()));
   }
   if (command == "run") return cmd::RunMain(cmd::RunOptionsFromFlags());
   if (command == "execute") {

@@ -11,6 +11,11 @@ ABSL_FLAG(std::string, name, "",
           "daemon: worker name, unique in the fleet (default: the host name)");
 ABSL_FLAG(std::string, labels, "",
           "daemon: comma-separated key=value labels, e.g. rack=a1,pool=ci");
+ABSL_FLAG(std::string, machine_id_file, "",
+          "probe, daemon: file holding this machine's id (default: "
+          "/etc/machine-id, then /var/lib/dbus/machine-id, then the boot id); "
+          "for containers that share one id, or several simulated machines "
+          "on one host");
 ABSL_FLAG(int, slots, 1, "daemon: runs executed at the same time");
 ABSL_FLAG(int64_t, initial_backoff_ms, 200,
           "daemon: first reconnect delay, ms (doubles up to the max)");
@@ -92,6 +97,12 @@ SelftestCommandOptions SelftestOptionsFromFlags() {
   options.ops = absl::GetFlag(FLAGS_ops);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.json = absl::GetFlag(FLAGS_json);
+  return options;
+}
+
+SystemProbeOptions SystemProbeOptionsFromFlags() {
+  SystemProbeOptions options;
+  options.machine_id_file = absl::GetFlag(FLAGS_machine_id_file);
   return options;
 }
 

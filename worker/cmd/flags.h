@@ -9,6 +9,7 @@
 #include "worker/cmd/probe.h"
 #include "worker/cmd/selftest.h"
 #include "worker/exec/run_command.h"
+#include "worker/hardware_probe.h"
 
 namespace lockstep::worker::cmd {
 
@@ -18,6 +19,8 @@ RunCommandOptions RunOptionsFromFlags();
 ExecuteCommandOptions ExecuteOptionsFromFlags();
 DaemonCommandOptions DaemonOptionsFromFlags();
 SelftestCommandOptions SelftestOptionsFromFlags();
+// The hardware probe's options (probe and daemon).
+SystemProbeOptions SystemProbeOptionsFromFlags();
 
 }  // namespace lockstep::worker::cmd
 
