@@ -14,10 +14,20 @@ namespace lockstep::client {
 using ::lockstep::v1::ListWorkersResponse;
 using ::lockstep::v1::Worker;
 
-Client::Client(const ClientOptions& options)
-    : Client(options, grpc::CreateChannel(options.coordinator,
-                                          grpc::InsecureChannelCredentials())) {
+namespace {
+
+std::shared_ptr<grpc::Channel> NewChannel(const ClientOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  return grpc::CreateCustomChannel(options.coordinator,
+                                   grpc::InsecureChannelCredentials(), args);
 }
+
+}  // namespace
+
+Client::Client(const ClientOptions& options)
+    : Client(options, NewChannel(options)) {}
 
 Client::Client(const ClientOptions& options,
                std::shared_ptr<grpc::Channel> channel)
@@ -126,6 +136,46 @@ absl::StatusOr<lockstep::v1::Report> Client::GetReport(
   req.set_job_id(job_id);
   return Call<lockstep::v1::GetReportRequest, lockstep::v1::Report>(
       &lockstep::v1::Lockstep::Stub::GetReport, req);
+}
+
+absl::StatusOr<lockstep::v1::Job> Client::FindGoldenJob(
+    const std::string& key, const std::string& value,
+    const std::string& model_digest, const std::string& config_digest,
+    const std::string& exclude_job_id) {
+  // Bounds the search at 1,000 pages of 500 jobs.
+  constexpr int kMaxPages = 1000;
+  lockstep::v1::ListJobsRequest req;
+  req.set_page_size(500);
+  req.set_state(lockstep::v1::JOB_SUCCEEDED);
+  req.set_model_digest(model_digest);
+  (*req.mutable_labels())[key] = value;
+  int64_t searched = 0;
+  for (int page = 0; page < kMaxPages; ++page) {
+    absl::StatusOr<lockstep::v1::ListJobsResponse> jobs = ListJobs(req);
+    if (!jobs.ok()) return jobs.status();
+    for (const lockstep::v1::Job& job : jobs->jobs()) {
+      ++searched;
+      // The coordinator filters; a job outside the filter is skipped all
+      // the same, since a wrong reference would make a false verdict.
+      auto label = job.spec().labels().find(key);
+      if (job.job_id() == exclude_job_id ||
+          job.model_digest() != model_digest ||
+          job.config_digest() != config_digest ||
+          label == job.spec().labels().end() || label->second != value ||
+          job.state() != lockstep::v1::JOB_SUCCEEDED) {
+        continue;
+      }
+      absl::StatusOr<lockstep::v1::Report> report = GetReport(job.job_id());
+      if (!report.ok()) return report.status();
+      if (report->verdict() == lockstep::v1::REPRODUCIBLE) return job;
+    }
+    if (jobs->next_page_token().empty()) break;
+    req.set_page_token(jobs->next_page_token());
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "--golden: no REPRODUCIBLE job carries the label ", key, "=", value,
+      " with model digest ", model_digest, " and config digest ", config_digest,
+      " (", searched, " succeeded jobs of the label searched)"));
 }
 
 absl::StatusOr<lockstep::v1::CompareRunsResponse> Client::CompareRuns(

@@ -22,6 +22,10 @@ struct ClientOptions {
   std::string coordinator = "127.0.0.1:7070";
   // Deadline of every unary call. Default 5 s.
   int64_t timeout_ms = 5000;
+  // Largest message sent or received on the channel; a larger one fails
+  // with RESOURCE_EXHAUSTED naming both sizes. Default 16 MiB, the
+  // coordinator's default limit.
+  int max_message_bytes = 16 << 20;
 };
 
 class Client {
@@ -43,6 +47,16 @@ class Client {
   absl::StatusOr<lockstep::v1::Job> Cancel(const std::string& job_id,
                                            const std::string& reason);
   absl::StatusOr<lockstep::v1::Report> GetReport(const std::string& job_id);
+  // The golden reference of a check: the newest succeeded job carrying the
+  // label `key`=`value` with exactly these model and config digests whose
+  // report's verdict is REPRODUCIBLE, other than `exclude_job_id`. Searches
+  // every page of ListJobs (label, model and state filtered by the
+  // coordinator), newest first. NOT_FOUND naming the label, model and
+  // config when no job qualifies.
+  absl::StatusOr<lockstep::v1::Job> FindGoldenJob(
+      const std::string& key, const std::string& value,
+      const std::string& model_digest, const std::string& config_digest,
+      const std::string& exclude_job_id);
   absl::StatusOr<lockstep::v1::CompareRunsResponse> CompareRuns(
       const std::string& run_a, const std::string& run_b);
   absl::StatusOr<lockstep::v1::ListCertificatesResponse> ListCertificates(

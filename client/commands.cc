@@ -525,31 +525,17 @@ int Commands::Check(const std::vector<std::string>& args) {
   };
   auto req = BuildRequest(args);
   if (!req.ok()) return could_not_run(req.status());
-  // The golden reference: a run digest, or the newest succeeded job carrying
-  // a label.
+  // The golden reference: a run digest, or a key=value label naming the
+  // newest REPRODUCIBLE job of the same model and config (found once the
+  // job is submitted and its digests are known).
   std::string golden_digest, golden_run;
+  std::pair<std::string, std::string> golden_label;
   if (!options_.golden.empty()) {
     if (IsDigest128Hex(options_.golden)) {
       golden_digest = options_.golden;
-    } else if (options_.golden.find('=') != std::string::npos) {
-      v1::ListJobsRequest lj;
-      lj.set_state(v1::JOB_SUCCEEDED);
-      std::pair<std::string, std::string> kv =
-          absl::StrSplit(options_.golden, absl::MaxSplits('=', 1));
-      (*lj.mutable_labels())[kv.first] = kv.second;
-      auto jobs = client_->ListJobs(lj);
-      if (!jobs.ok()) return could_not_run(jobs.status());
-      if (jobs->jobs().empty()) {
-        return could_not_run(absl::NotFoundError(absl::StrCat(
-            "--golden: no succeeded job carries the label ", options_.golden)));
-      }
-      for (const auto& r : jobs->jobs(0).runs()) {
-        if (r.state() == v1::RUN_SUCCEEDED) {
-          golden_digest = r.run_digest();
-          golden_run = r.run_id();
-          break;
-        }
-      }
+    } else if (options_.golden.find('=') != std::string::npos &&
+               options_.golden.front() != '=') {
+      golden_label = absl::StrSplit(options_.golden, absl::MaxSplits('=', 1));
     } else {
       return could_not_run(absl::InvalidArgumentError(
           "--golden: expected a 32-hex-digit run digest or key=value label"));
@@ -561,6 +547,27 @@ int Commands::Check(const std::vector<std::string>& args) {
   if (!options_.json) {
     std::fprintf(out_, "check: submitted %s (%d runs)\n", job_id.c_str(),
                  job->runs_size());
+  }
+  if (!golden_label.first.empty()) {
+    auto golden = client_->FindGoldenJob(
+        golden_label.first, golden_label.second, job->model_digest(),
+        job->config_digest(), job_id);
+    if (!golden.ok()) return could_not_run(golden.status());
+    for (const auto& r : golden->runs()) {
+      if (r.state() == v1::RUN_SUCCEEDED) {
+        golden_digest = r.run_digest();
+        golden_run = r.run_id();
+        break;
+      }
+    }
+    if (golden_digest.empty()) {
+      return could_not_run(absl::NotFoundError(absl::StrCat(
+          "--golden: job ", golden->job_id(), " has no succeeded run")));
+    }
+    if (!options_.json) {
+      std::fprintf(out_, "check: golden job %s (run %s)\n",
+                   golden->job_id().c_str(), golden_run.c_str());
+    }
   }
   auto done = WatchUntilDone(job_id);
   if (!done.ok()) return could_not_run(done.status());

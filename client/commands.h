@@ -35,8 +35,11 @@ struct CommandOptions {
   bool watch = false;           // submit: watch until done
   int64_t wait_timeout_ms = 0;  // check / watch: 0 = no limit
   // check.
-  std::string golden;  // 32-hex run digest, or key=value job label
-  std::string junit;   // write JUnit XML here
+  // 32-hex run digest, or a key=value job label: the reference is then the
+  // newest REPRODUCIBLE job carrying the label with the checked job's model
+  // and config digests (Client::FindGoldenJob).
+  std::string golden;
+  std::string junit;  // write JUnit XML here
   // workers / cancel.
   bool all = false;
   std::string reason;

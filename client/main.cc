@@ -12,6 +12,9 @@
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
           "coordinator address, host:port");
 ABSL_FLAG(int64_t, timeout_ms, 5000, "deadline of each unary call, ms");
+ABSL_FLAG(int, max_message_bytes, 16 << 20,
+          "largest message sent to or accepted from the coordinator, bytes "
+          "(1024..268435456)");
 ABSL_FLAG(bool, json, false, "print results as JSON (for scripts)");
 ABSL_FLAG(bool, all, false, "workers: include workers that are gone");
 ABSL_FLAG(std::string, reason, "",
@@ -33,8 +36,8 @@ ABSL_FLAG(bool, watch, false, "submit: watch the job until it finishes");
 ABSL_FLAG(int64_t, wait_timeout_ms, 0,
           "watch/check: give up after this long (0: no limit)");
 ABSL_FLAG(std::string, golden, "",
-          "check: the golden run digest, or a key=value label of the golden "
-          "job");
+          "check: the golden run digest, or key=value: the newest "
+          "REPRODUCIBLE job with that label and the same model and config");
 ABSL_FLAG(std::string, junit, "", "check: write JUnit XML to this file");
 ABSL_FLAG(std::string, model_digest, "", "certificates: only this model");
 ABSL_FLAG(std::string, workers, "",
@@ -80,9 +83,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lockstep: --timeout_ms must be > 0\n");
     return lockstep::client::kExitUsage;
   }
+  const int max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (max_message_bytes < 1024 || max_message_bytes > (256 << 20)) {
+    std::fprintf(stderr,
+                 "lockstep: --max_message_bytes: %d is outside "
+                 "1024..268435456\n",
+                 max_message_bytes);
+    return lockstep::client::kExitUsage;
+  }
   lockstep::client::ClientOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
+  options.max_message_bytes = max_message_bytes;
   lockstep::client::Client client(options);
 
   lockstep::client::CommandOptions c;

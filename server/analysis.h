@@ -33,10 +33,28 @@ lockstep::v1::Magnitude MagnitudeOf(const lockstep::v1::TensorStats& a,
 // the runs were on the same hardware class. Never blames a kernel that did
 // not run (a deterministic kernel is not "split-K", a CPU run is not
 // "cuDNN"), and NaN-payload differences are not "faulty hardware".
+//
+// Run.kernels values read "<backend>/<mode or ISA>/<algorithm>", e.g.
+// "cpu/avx512/canonical", "cpu/default/atomic", "cudnn/deterministic/algo1":
+// a variant with an "atomic", "autotune" or "threaded" part is
+// nondeterministic, one with a "canonical" or "deterministic" part is not.
+// Where neither run recorded a variant for entry.op the hint falls back on
+// the job's mode and backend and says "kernel variant not recorded".
 lockstep::v1::CauseHint CauseFor(const lockstep::v1::ManifestEntry& entry,
                                  const lockstep::v1::JobConfig& config,
                                  const lockstep::v1::Run& a,
                                  const lockstep::v1::Run& b);
+
+// As above, with both sides' statistics of the diverging tensor: when both
+// hold NaNs (same NaN and Inf counts) and their finite statistics are
+// identical, the bits differ in NaN payloads or signs only
+// ("ND-NAN-PAYLOAD"). The comparisons below use this form.
+lockstep::v1::CauseHint CauseFor(const lockstep::v1::ManifestEntry& entry,
+                                 const lockstep::v1::JobConfig& config,
+                                 const lockstep::v1::Run& a,
+                                 const lockstep::v1::Run& b,
+                                 const lockstep::v1::TensorStats& stats_a,
+                                 const lockstep::v1::TensorStats& stats_b);
 
 // Checks a succeeded run's stored steps (read one at a time) against the
 // manifest's captured steps, the step digests and the reported run digest.
@@ -71,7 +89,8 @@ struct JobVerdict {
   // What the evidence supports (only for REPRODUCIBLE):
   //  RUN_TO_RUN   per worker that ran >= 2 runs (its hardware class),
   //  CROSS_DEVICE per hardware class with >= 2 distinct devices
-  //               (Run.device_id; two workers on one device count once),
+  //               (Run.device_id; two workers on one device count once;
+  //               runs without a device id never add a second device),
   //  CROSS_CLASS  when >= 2 hardware classes took part, the job is
   //               CANONICAL and every run is NaN-free.
   // Ids are derived from (job id, level, class), so issuing is idempotent.
@@ -81,7 +100,8 @@ struct JobVerdict {
 // Judges a finished job (SUCCEEDED, FAILED or CANCELLED) over all its runs,
 // streaming every succeeded run's steps side by side: memory for one step
 // of each run, whatever the job's length. `class_names` maps hardware-class
-// digests to their strings.
+// digests to their strings. FAILED_PRECONDITION for a job that has not
+// finished; INVALID_ARGUMENT when succeeded runs do not align.
 absl::StatusOr<JobVerdict> JudgeJob(
     const lockstep::v1::Job& job, const lockstep::v1::TensorManifest& manifest,
     std::vector<RunSteps> runs,

@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "model/spec_io.h"
+#include "server/verdicts.h"
 
 namespace lockstep::server {
 
@@ -111,7 +112,8 @@ absl::StatusOr<Audit> AuditManager::Start(
   (*job->mutable_labels())[JobManager::kAuditLabel] = audit.audit_id();
   // The record first, so the job's end always finds its audit.
   LS_RETURN_IF_ERROR(store_->PutAudit(audit));
-  absl::StatusOr<Job> submitted = jobs_->Submit(submit);
+  // The reserved audit label: only this internal path may set it.
+  absl::StatusOr<Job> submitted = jobs_->SubmitInternal(submit);
   if (!submitted.ok()) {
     audit.set_state(v1::AUDIT_FAILED);
     audit.set_summary(absl::StrCat("could not start the workload: ",
@@ -177,7 +179,8 @@ absl::Status AuditManager::Finish(Audit* audit, const Job& job) {
   }
   LS_ASSIGN_OR_RETURN(v1::TensorManifest manifest,
                       store_->GetManifest(job.job_id()));
-  LS_ASSIGN_OR_RETURN(std::vector<RunData> runs, jobs_->LoadRuns(job));
+  // Streamed: memory for one step of each run, whatever the workload.
+  std::vector<RunSteps> runs = OpenRuns(store_, job);
   std::map<std::string, std::string> class_names;
   std::map<std::string, std::string> worker_names;
   LS_ASSIGN_OR_RETURN(std::vector<v1::Worker> workers, store_->ListWorkers());
@@ -188,12 +191,13 @@ absl::Status AuditManager::Finish(Audit* audit, const Job& job) {
   }
   // A run that never started has no worker yet: report its pinned worker.
   const auto& pinned = job.spec().placement().worker_ids();
-  for (RunData& r : runs) {
+  for (RunSteps& r : runs) {
     if (r.run.worker_id().empty() && r.run.index() < pinned.size()) {
       r.run.set_worker_id(pinned[r.run.index()]);
     }
   }
-  LS_RETURN_IF_ERROR(EvaluateAudit(job, manifest, runs, class_names, audit));
+  LS_RETURN_IF_ERROR(
+      EvaluateAudit(job, manifest, std::move(runs), class_names, audit));
   const int64_t now = clock_();
   for (v1::AuditWorkerResult& w : *audit->mutable_workers()) {
     auto name = worker_names.find(w.worker_id());

@@ -1,7 +1,9 @@
 // Fleet audits: the same standard CANONICAL workload once on every selected
-// worker; per hardware class the majority digest wins and every outlier is
-// named with its first divergent tensor (silent data corruption, a faulty
-// device); in CANONICAL mode the classes must agree with each other too.
+// worker, voted tensor by tensor across the fleet (EvaluateAudit in
+// analysis.h); every outlier is named with the first tensor where it leaves
+// the majority (silent data corruption, a faulty device). A worker that
+// vanishes before its run ends gets NO_RESULT once the scheduler's pinned
+// wait ends its run.
 // Outliers can be quarantined automatically; every result goes into the
 // worker's health history.
 //
@@ -26,7 +28,7 @@ namespace lockstep::server {
 class AuditManager {
  public:
   // Everything must outlive the manager. Registers itself as `jobs`'s
-  // job-finished hook.
+  // job-finished hook (called once the audit job's verdict is stored).
   AuditManager(store::Store* store, WorkerRegistry* registry, JobManager* jobs,
                std::string zoo_dir, Clock clock);
 

@@ -33,6 +33,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
         "finished_jobs_in_memory: ", options.jobs.finished_jobs_in_memory,
         " is outside 0..1000000"));
   }
+  if (options.jobs.pinned_wait_ms <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pinned_wait_ms: ", options.jobs.pinned_wait_ms, " must be > 0"));
+  }
+  if (options.jobs.max_fingerprints_per_job <= 0 ||
+      options.jobs.max_fingerprint_bytes_per_job <= 0) {
+    return absl::InvalidArgumentError(
+        "max_fingerprints_per_job, max_fingerprint_bytes_per_job: must be > 0");
+  }
   if (options.heartbeat_timeout_ms <= options.heartbeat_interval_ms) {
     return absl::InvalidArgumentError(
         absl::StrCat("heartbeat_timeout_ms: ", options.heartbeat_timeout_ms,
@@ -49,10 +58,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   c->jobs_ = std::make_unique<JobManager>(c->store_.get(), c->registry_.get(),
                                           options.jobs, SystemClockMs);
   c->registry_->SetListener(c->jobs_.get());
-  LS_RETURN_IF_ERROR(c->jobs_->Recover());
+  // The audit manager hooks into job endings before recovery, so an audit
+  // whose job is judged during recovery is finished too.
   c->audits_ = std::make_unique<AuditManager>(
       c->store_.get(), c->registry_.get(), c->jobs_.get(), options.zoo_dir,
       SystemClockMs);
+  LS_RETURN_IF_ERROR(c->jobs_->Recover());
   LS_RETURN_IF_ERROR(c->audits_->Recover());
   c->lockstep_service_ = std::make_unique<LockstepService>(
       c->registry_.get(), c->jobs_.get(), c->audits_.get(), SystemClockMs);
@@ -109,9 +120,16 @@ void Coordinator::Shutdown() {
   // Streams get up to 2 s to end; then they are cancelled.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();
+  // Verdicts already queued are stored before the store closes.
+  jobs_->Shutdown();
   LS_LOG(INFO) << "coordinator stopped";
 }
 
-Coordinator::~Coordinator() { Shutdown(); }
+Coordinator::~Coordinator() {
+  Shutdown();
+  // Also when Start failed half-way: no verdict may reach a destroyed
+  // audit manager.
+  if (jobs_ != nullptr) jobs_->Shutdown();
+}
 
 }  // namespace lockstep::server

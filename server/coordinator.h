@@ -34,7 +34,7 @@ struct CoordinatorOptions {
   int64_t heartbeat_timeout_ms = 10000;
   // Largest message accepted. Default 64 MiB.
   int max_message_bytes = 64 << 20;
-  // Scheduling: run leases, retries, limits.
+  // Scheduling: run leases, retries, pinned waits, limits.
   JobManagerOptions jobs;
   // Folder of the model zoo, whose models are the audit workloads.
   std::string zoo_dir = "examples";

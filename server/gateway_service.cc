@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
+#include "server/message_checks.h"
 
 namespace lockstep::server {
 namespace {
@@ -114,6 +115,20 @@ class Session final
       worker_id = worker_id_;
       session_id = session_id_;
     }
+    absl::Status unknown = RefuseUnknownFields(msg, "");
+    if (!unknown.ok() && session_id != 0 &&
+        (msg.kind_case() == WorkerMessage::kBatch ||
+         msg.kind_case() == WorkerMessage::kFinished)) {
+      // A refused result: the stream stays open, the worker is told why.
+      const bool batch = msg.kind_case() == WorkerMessage::kBatch;
+      CoordinatorMessage out;
+      Reject(batch ? msg.batch().run_id() : msg.finished().run_id(),
+             batch ? msg.batch().attempt() : msg.finished().attempt(), unknown,
+             &out);
+      Send(std::move(out));
+      return grpc::Status::OK;
+    }
+    if (!unknown.ok()) return ToGrpc(unknown);
     if (session_id == 0) {
       if (msg.kind_case() != WorkerMessage::kHello) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -127,6 +142,8 @@ class Session final
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             "hello: already received on this stream");
       case WorkerMessage::kHeartbeat: {
+        absl::Status valid = ValidateHeartbeatShape(msg.heartbeat());
+        if (!valid.ok()) return ToGrpc(valid);
         absl::Status s = registry_->Heartbeat(worker_id, session_id);
         if (!s.ok()) {
           return grpc::Status(grpc::StatusCode::ABORTED,
@@ -136,14 +153,18 @@ class Session final
         return grpc::Status::OK;
       }
       case WorkerMessage::kProgress: {
+        absl::Status valid = ValidateProgressShape(msg.progress(), "progress");
+        if (!valid.ok()) return ToGrpc(valid);
         lockstep::v1::Heartbeat hb;
         *hb.add_runs() = msg.progress();
         jobs_->OnHeartbeat(worker_id, hb);
         return grpc::Status::OK;
       }
       case WorkerMessage::kBatch: {
+        absl::Status valid = ValidateBatchShape(msg.batch());
         absl::StatusOr<lockstep::v1::BatchAck> ack =
-            jobs_->OnBatch(worker_id, msg.batch());
+            valid.ok() ? jobs_->OnBatch(worker_id, msg.batch())
+                       : absl::StatusOr<lockstep::v1::BatchAck>(valid);
         CoordinatorMessage out;
         if (ack.ok()) {
           *out.mutable_ack() = *ack;
@@ -155,7 +176,8 @@ class Session final
         return grpc::Status::OK;
       }
       case WorkerMessage::kFinished: {
-        absl::Status s = jobs_->OnRunFinished(worker_id, msg.finished());
+        absl::Status s = ValidateRunFinishedShape(msg.finished());
+        if (s.ok()) s = jobs_->OnRunFinished(worker_id, msg.finished());
         CoordinatorMessage out;
         if (s.ok()) {
           out.mutable_ack()->set_run_id(msg.finished().run_id());
@@ -174,11 +196,17 @@ class Session final
     return grpc::Status::OK;
   }
 
-  // A refused message: the stream stays open, the worker is told why.
+  static grpc::Status ToGrpc(const absl::Status& s) {
+    return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+                        std::string(s.message()));
+  }
+
+  // A refused message: the stream stays open, the worker is told why. An
+  // over-long run id is echoed only up to its limit.
   static void Reject(const std::string& run_id, int32_t attempt,
                      const absl::Status& s, CoordinatorMessage* out) {
     auto* r = out->mutable_rejected();
-    r->set_run_id(run_id);
+    r->set_run_id(run_id.substr(0, kMaxRunIdBytes));
     r->set_attempt(attempt);
     r->set_code(static_cast<int32_t>(s.code()));
     r->set_message(std::string(s.message()));
@@ -204,11 +232,7 @@ class Session final
     const std::string worker_id = WorkerIdForName(hello.name());
     absl::StatusOr<int64_t> session =
         registry_->Connect(hello, peer_, closer, sender);
-    if (!session.ok()) {
-      return grpc::Status(
-          static_cast<grpc::StatusCode>(session.status().code()),
-          std::string(session.status().message()));
-    }
+    if (!session.ok()) return ToGrpc(session.status());
     {
       absl::MutexLock lock(&mu_);
       worker_id_ = worker_id;

@@ -1,4 +1,11 @@
 // lockstep.v1.WorkerGateway: one bidirectional stream per worker session.
+//
+// Every message is checked before anything else sees it (message_checks.h):
+// one carrying a field this coordinator does not know is refused with
+// INVALID_ARGUMENT naming the field; a batch or run result over its limits
+// (or with unknown fields) is answered with `rejected` and the stream stays
+// open; a bad hello, heartbeat or progress ends the stream with
+// INVALID_ARGUMENT naming the field and the limit.
 #ifndef LOCKSTEP_SERVER_GATEWAY_SERVICE_H_
 #define LOCKSTEP_SERVER_GATEWAY_SERVICE_H_
 
@@ -15,8 +22,10 @@ struct GatewayOptions {
   int64_t heartbeat_interval_ms = 2000;
   // Reported to workers; enforced by the registry's sweep. Default 10 s.
   int64_t heartbeat_timeout_ms = 10000;
-  // Worker messages larger than this are refused by gRPC. Default 64 MiB.
-  int max_message_bytes = 64 << 20;
+  // Worker messages larger than this are refused by gRPC
+  // (RESOURCE_EXHAUSTED naming both sizes). Default 16 MiB: a batch at
+  // kMaxFingerprintsPerBatch is about 4 MiB.
+  int max_message_bytes = 16 << 20;
 };
 
 class WorkerGatewayService final

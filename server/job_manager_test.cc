@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "common/device_identity.h"
 #include "common/digest.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "kernels/hash/fingerprint.h"
 
@@ -23,6 +25,7 @@ using ::testing::HasSubstr;
 using namespace ::lockstep::v1;  // NOLINT
 
 constexpr int64_t kLeaseMs = 1000;
+constexpr int64_t kPinnedWaitMs = 5000;
 
 JobSpec MlpSpec(int runs, PlacementScope scope, DeterminismMode mode) {
   JobSpec spec;
@@ -105,11 +108,15 @@ class JobManagerTest : public ::testing::Test {
     MakeManager();
   }
 
-  void MakeManager(int finished_jobs_in_memory = 256) {
+  void MakeManager(int finished_jobs_in_memory = 256,
+                   std::function<void(JobManagerOptions*)> tweak = nullptr) {
     JobManagerOptions jo;
     jo.lease_ms = kLeaseMs;
     jo.max_attempts = 2;
     jo.finished_jobs_in_memory = finished_jobs_in_memory;
+    jo.pinned_wait_ms = kPinnedWaitMs;
+    if (tweak) tweak(&jo);
+    if (jobs_ != nullptr) jobs_->Shutdown();
     jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), jo,
                                          [this] { return now_.load(); });
     registry_->SetListener(jobs_.get());
@@ -123,8 +130,15 @@ class JobManagerTest : public ::testing::Test {
     Hello h;
     h.set_name(name);
     h.set_slots(slots);
-    h.mutable_profile()->set_hardware_class(cls);
-    h.mutable_profile()->set_hardware_class_digest(Digest128Hex(cls));
+    const std::string full_class =
+        "lockstep-class/v1|cpu=" + cls + (gpus > 0 ? "|gpu=NVIDIA H100" : "");
+    h.mutable_profile()->set_hardware_class(full_class);
+    h.mutable_profile()->set_hardware_class_digest(Digest128Hex(full_class));
+    // Each fake worker is a device of its own.
+    DeviceIdentity* d = h.mutable_profile()->mutable_device();
+    d->set_machine_id("machine-" + name);
+    d->set_device("cpu:packages=0");
+    d->set_device_id(DeviceIdOf(d->machine_id(), d->device()));
     for (int g = 0; g < gpus; ++g) {
       h.mutable_profile()->add_gpus()->set_name("NVIDIA H100");
     }
@@ -184,6 +198,7 @@ class JobManagerTest : public ::testing::Test {
       f.set_success(true);
       f.set_run_digest(digest);
       EXPECT_THAT(jobs_->OnRunFinished(w->id, f), IsOk());
+      jobs_->WaitForVerdicts();
     }
     return digest;
   }
@@ -237,7 +252,7 @@ TEST_F(JobManagerTest, ThreeRunsOverTwoWorkersAreCertified) {
   for (const auto& c : certs->certificates()) {
     levels.insert(c.level());
     EXPECT_EQ(c.golden_run_digest(), d0);
-    EXPECT_EQ(c.hardware_class(), "class-x");
+    EXPECT_EQ(c.hardware_class(), "lockstep-class/v1|cpu=class-x");
     EXPECT_EQ(c.model_digest(), job->model_digest());
   }
   EXPECT_EQ(levels, (std::set<Level>{RUN_TO_RUN, CROSS_DEVICE}));
@@ -340,6 +355,7 @@ TEST_F(JobManagerTest, RetriesAreBounded) {
     f.set_failure_reason("killed by signal 9");
     ASSERT_THAT(jobs_->OnRunFinished(a->id, f), IsOk());
   }
+  jobs_->WaitForVerdicts();
   auto done = jobs_->GetJob(job->job_id());
   EXPECT_EQ(done->state(), JOB_FAILED);
   EXPECT_THAT(done->failure_reason(), HasSubstr("failed after 2 attempts"));
@@ -516,7 +532,12 @@ TEST_F(JobManagerTest, CancelStopsRuns) {
                        HasSubstr("already JOB_CANCELLED")));
   EXPECT_THAT(jobs_->Cancel("job-nope", ""),
               StatusIs(absl::StatusCode::kNotFound));
+  jobs_->WaitForVerdicts();
   EXPECT_EQ(store_->GetJob(job->job_id())->value().state(), JOB_CANCELLED);
+  auto report = jobs_->GetReport(job->job_id());
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->verdict(), INCONCLUSIVE);
+  EXPECT_EQ(report->certificate_ids_size(), 0);
 }
 
 TEST_F(JobManagerTest, HostileBatchesAreRefused) {
@@ -569,8 +590,387 @@ TEST_F(JobManagerTest, RecoversAfterRestart) {
   f.set_success(true);
   f.set_run_digest(d);
   ASSERT_THAT(jobs_->OnRunFinished(a->id, f), IsOk());
+  jobs_->WaitForVerdicts();
   EXPECT_EQ(jobs_->GetJob(job->job_id())->state(), JOB_SUCCEEDED);
   EXPECT_EQ(jobs_->GetReport(job->job_id())->verdict(), REPRODUCIBLE);
+}
+
+// --- Finding 1 and 4: verdicts computed once, stored, served -------------
+
+TEST_F(JobManagerTest, VerdictIsStoredWithTheJobAndServedFromTheStore) {
+  FakeWorker* a = Connect("a", "class-x", /*slots=*/2);
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  ASSERT_THAT(job, IsOk());
+  auto runs = a->TakeAssignments();
+  ASSERT_EQ(runs.size(), 2u);
+  Execute(a, runs[0]);
+  Execute(a, runs[1]);
+  auto stored = store_->GetJobReport(job->job_id());
+  ASSERT_THAT(stored, IsOk());
+  ASSERT_TRUE(stored->has_value());
+  EXPECT_EQ((*stored)->verdict(), REPRODUCIBLE);
+  EXPECT_EQ((*stored)->level(), RUN_TO_RUN);
+  ASSERT_EQ((*stored)->certificate_ids_size(), 1);
+  // Every certificate id the report names was stored with it.
+  EXPECT_TRUE(
+      store_->GetCertificate((*stored)->certificate_ids(0))->has_value());
+  auto report = jobs_->GetReport(job->job_id());
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(
+      google::protobuf::util::MessageDifferencer::Equals(*report, **stored));
+
+  // After a restart the stored verdict stands: it is not recomputed, even
+  // when the fingerprints it was computed from would now say otherwise.
+  v1::Job finished = *store_->GetJob(job->job_id()).value();
+  v1::Report marked = **stored;
+  marked.set_summary("the verdict stored when the job finished");
+  ASSERT_THAT(store_->FinishJob(finished, marked, {}), IsOk());
+  MakeManager();
+  ASSERT_THAT(jobs_->Recover(), IsOk());
+  jobs_->WaitForVerdicts();
+  EXPECT_EQ(jobs_->GetReport(job->job_id())->summary(), (*stored)->summary());
+}
+
+TEST_F(JobManagerTest, RecoverJudgesOnlyFinishedJobsWithoutAVerdict) {
+  FakeWorker* a = Connect("a", "class-x", /*slots=*/2);
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  auto runs = a->TakeAssignments();
+  ASSERT_EQ(runs.size(), 2u);
+  Execute(a, runs[0]);
+  Execute(a, runs[1], -1, -1, /*finish=*/false);
+  // The job failed and the coordinator stopped before its verdict was
+  // stored.
+  v1::Job failed = *store_->GetJob(job->job_id()).value();
+  failed.set_state(JOB_FAILED);
+  failed.set_failure_reason("run 1 failed after 2 attempts: out of memory");
+  failed.set_finished_unix_ms(now_);
+  ASSERT_THAT(store_->UpdateJob(failed), IsOk());
+  ASSERT_FALSE(store_->GetJobReport(job->job_id())->has_value());
+  MakeManager();
+  ASSERT_THAT(jobs_->Recover(), IsOk());
+  jobs_->WaitForVerdicts();
+  auto stored = store_->GetJobReport(job->job_id());
+  ASSERT_TRUE(stored->has_value());
+  EXPECT_EQ((*stored)->verdict(), FAILED);
+  EXPECT_THAT((*stored)->summary(), HasSubstr("out of memory"));
+  EXPECT_EQ((*stored)->certificate_ids_size(), 0);
+  EXPECT_EQ((*stored)->level(), LEVEL_UNSPECIFIED);
+}
+
+TEST_F(JobManagerTest, FailedJobReportSaysFailedAndListsNoCertificates) {
+  FakeWorker* a = Connect("a", "class-x");
+  FakeWorker* b = Connect("b", "class-x");
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_CLASS, CANONICAL);
+  auto job = jobs_->Submit(req);
+  ASSERT_THAT(job, IsOk());
+  auto on_a = a->TakeAssignments();
+  auto on_b = b->TakeAssignments();
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  Execute(a, on_a[0]);  // one run succeeds
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    std::vector<RunAssignment> got = b->TakeAssignments();
+    if (got.empty()) got = a->TakeAssignments();
+    if (attempt == 1) got = on_b;
+    ASSERT_EQ(got.size(), 1u);
+    RunFinished f;
+    f.set_run_id(got[0].run_id());
+    f.set_attempt(got[0].attempt());
+    f.set_success(false);
+    f.set_failure_reason("segfault in the data loader");
+    FakeWorker* w =
+        store_->GetJob(job->job_id())
+                    ->value()
+                    .runs(got[0].run_id() == on_a[0].run_id() ? 0 : 1)
+                    .worker_id() == a->id
+            ? a
+            : b;
+    ASSERT_THAT(jobs_->OnRunFinished(w->id, f), IsOk());
+  }
+  jobs_->WaitForVerdicts();
+  auto report = jobs_->GetReport(job->job_id());
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->verdict(), FAILED);
+  EXPECT_THAT(report->summary(), HasSubstr("segfault in the data loader"));
+  EXPECT_EQ(report->certificate_ids_size(), 0);
+  EXPECT_EQ(report->level(), LEVEL_UNSPECIFIED);
+  EXPECT_EQ(
+      jobs_->ListCertificates(ListCertificatesRequest())->certificates_size(),
+      0);
+}
+
+TEST_F(JobManagerTest, FingerprintLimitNamesTheLimitAndTheJobsFigure) {
+  MakeManager(256,
+              [](JobManagerOptions* o) { o->max_fingerprints_per_job = 100; });
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_CLASS, CANONICAL);
+  auto refused = jobs_->Submit(req);
+  EXPECT_THAT(
+      refused,
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("over the limit of 100 fingerprints per job")));
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("x 3 captured steps x 2 runs")));
+  MakeManager(256, [](JobManagerOptions* o) {
+    o->max_fingerprint_bytes_per_job = 1000;
+  });
+  EXPECT_THAT(jobs_->Submit(req),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("over the limit of 1000 bytes")));
+  EXPECT_EQ(jobs_->ListJobs(ListJobsRequest())->jobs_size(), 0);
+}
+
+TEST_F(JobManagerTest, TheLargestAllowedJobIsWithinTheDefaultFingerprintLimit) {
+  // 100,000 steps x every tensor x 64 runs of the small MLP fits; the same
+  // with a much wider capture does not.
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(64, SAME_CLASS, CANONICAL);
+  req.mutable_spec()->mutable_config()->set_steps(100000);
+  EXPECT_THAT(jobs_->Submit(req), IsOk());
+  JobSpec* spec = req.mutable_spec();
+  Model* m = spec->mutable_model();
+  for (int i = 0; i < 40; ++i) {
+    Layer* l = m->add_layers();
+    *l = m->layers(1);  // relu
+    l->set_name("extra" + std::to_string(i));
+  }
+  // Keep the loss last.
+  std::swap(*m->mutable_layers(3), *m->mutable_layers(m->layers_size() - 1));
+  EXPECT_THAT(jobs_->Submit(req),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("limit of 200000000 fingerprints per job")));
+}
+
+// --- Finding 2: reserved labels -------------------------------------------
+
+TEST_F(JobManagerTest, ReservedLabelsAreRefusedOnPublicSubmission) {
+  for (const char* key : {"lockstep.audit", "lockstep.anything"}) {
+    SubmitJobRequest req;
+    *req.mutable_spec() = MlpSpec(2, SAME_CLASS, CANONICAL);
+    (*req.mutable_spec()->mutable_labels())["team"] = "ml";
+    (*req.mutable_spec()->mutable_labels())[key] = "audit-forged";
+    EXPECT_THAT(jobs_->Submit(req),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(std::string("spec.labels: \"") + key)));
+  }
+  EXPECT_EQ(jobs_->ListJobs(ListJobsRequest())->jobs_size(), 0);
+  // The coordinator's own path may set them.
+  SubmitJobRequest internal;
+  *internal.mutable_spec() = MlpSpec(1, ACROSS_CLASSES, CANONICAL);
+  (*internal.mutable_spec()->mutable_labels())[kAuditLabel] = "audit-1";
+  EXPECT_THAT(jobs_->SubmitInternal(internal), IsOk());
+}
+
+// --- Finding 3: pinned runs get a deadline --------------------------------
+
+TEST_F(JobManagerTest, AuditRunOfAVanishedWorkerFailsAndTheJobFinishes) {
+  FakeWorker* a = Connect("a", "class-x");
+  FakeWorker* b = Connect("b", "class-y");
+  std::vector<v1::Job> finished;
+  jobs_->SetJobFinishedHook([&](const v1::Job& j) { finished.push_back(j); });
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, ACROSS_CLASSES, CANONICAL);
+  req.mutable_spec()->mutable_placement()->add_worker_ids(a->id);
+  req.mutable_spec()->mutable_placement()->add_worker_ids(b->id);
+  (*req.mutable_spec()->mutable_labels())[kAuditLabel] = "audit-1";
+  auto job = jobs_->SubmitInternal(req);
+  ASSERT_THAT(job, IsOk());
+  auto on_a = a->TakeAssignments();
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(b->TakeAssignments().size(), 1u);
+  // b dies: its lease expires and its run waits for it, pinned.
+  registry_->Disconnect(b->id, b->session, "killed");
+  Execute(a, on_a[0]);
+  now_ += kLeaseMs + 1;
+  jobs_->Sweep();
+  EXPECT_EQ(jobs_->GetJob(job->job_id())->runs(1).state(), RUN_QUEUED);
+  now_ += kPinnedWaitMs - 1;
+  jobs_->Sweep();
+  jobs_->WaitForVerdicts();
+  EXPECT_EQ(jobs_->GetJob(job->job_id())->state(), JOB_RUNNING);
+  EXPECT_TRUE(finished.empty());
+  now_ += 2;
+  jobs_->Sweep();
+  jobs_->WaitForVerdicts();
+  auto done = jobs_->GetJob(job->job_id());
+  ASSERT_THAT(done, IsOk());
+  EXPECT_EQ(done->state(), JOB_SUCCEEDED);
+  EXPECT_EQ(done->runs(1).state(), RUN_FAILED);
+  EXPECT_THAT(done->runs(1).failure_reason(),
+              HasSubstr("worker " + b->id + " vanished"));
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].job_id(), job->job_id());
+}
+
+TEST_F(JobManagerTest, SameWorkerJobMovesToAnotherWorkerOfItsClass) {
+  FakeWorker* a = Connect("a", "class-x", /*slots=*/2);
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  ASSERT_THAT(job, IsOk());
+  auto on_a = a->TakeAssignments();
+  ASSERT_EQ(on_a.size(), 2u);
+  Execute(a, on_a[0]);  // one run done on a, then a vanishes
+  registry_->Disconnect(a->id, a->session, "killed");
+  FakeWorker* other_class = Connect("c", "class-y", /*slots=*/2);
+  FakeWorker* b = Connect("b", "class-x", /*slots=*/2);
+  now_ += kLeaseMs + 1;
+  jobs_->Sweep();
+  EXPECT_TRUE(b->TakeAssignments().empty());  // still pinned to a
+  now_ += kPinnedWaitMs;
+  jobs_->Sweep();
+  now_ += 1;
+  jobs_->Sweep();
+  EXPECT_TRUE(other_class->TakeAssignments().empty());
+  auto on_b = b->TakeAssignments();
+  ASSERT_EQ(on_b.size(), 2u);  // both runs start afresh on b
+  auto moved = jobs_->GetJob(job->job_id());
+  for (const v1::Run& r : moved->runs()) {
+    EXPECT_EQ(r.worker_id(), b->id);
+    EXPECT_THAT(r.failure_reason(), HasSubstr("worker " + a->id + " vanished"));
+  }
+  EXPECT_EQ(store_->LoadRunSteps(on_a[0].run_id(), on_a[0].attempt())->size(),
+            0u);
+  Execute(b, on_b[0]);
+  Execute(b, on_b[1]);
+  auto report = jobs_->GetReport(job->job_id());
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->verdict(), REPRODUCIBLE);
+  EXPECT_EQ(report->level(), RUN_TO_RUN);
+}
+
+TEST_F(JobManagerTest, SameWorkerJobFailsNamingTheVanishedWorker) {
+  FakeWorker* a = Connect("a", "class-x", /*slots=*/2);
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  ASSERT_EQ(a->TakeAssignments().size(), 2u);
+  registry_->Disconnect(a->id, a->session, "killed");
+  Connect("c", "class-y");  // another class does not count
+  now_ += kLeaseMs + 1;
+  jobs_->Sweep();
+  now_ += kPinnedWaitMs;
+  jobs_->Sweep();
+  now_ += 1;
+  jobs_->Sweep();
+  jobs_->WaitForVerdicts();
+  auto done = jobs_->GetJob(job->job_id());
+  EXPECT_EQ(done->state(), JOB_FAILED);
+  EXPECT_THAT(done->failure_reason(),
+              HasSubstr("worker " + a->id + " (SAME_WORKER) vanished"));
+  EXPECT_EQ(jobs_->GetReport(job->job_id())->verdict(), FAILED);
+}
+
+// --- Finding 10: no acknowledgement without a committed write -------------
+
+TEST_F(JobManagerTest, ResultIsNotAcknowledgedWhenTheStoreRefusesIt) {
+  FakeWorker* a = Connect("a", "class-x", /*slots=*/2);
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(1, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  auto runs = a->TakeAssignments();
+  ASSERT_EQ(runs.size(), 1u);
+  const std::string digest = Execute(a, runs[0], -1, -1, /*finish=*/false);
+  RunFinished f;
+  f.set_run_id(runs[0].run_id());
+  f.set_attempt(1);
+  f.set_success(true);
+  f.set_run_digest(digest);
+  ASSERT_THAT(store_->SetReadOnlyForTesting(true), IsOk());
+  EXPECT_THAT(jobs_->OnRunFinished(a->id, f),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("could not be stored")));
+  ASSERT_THAT(store_->SetReadOnlyForTesting(false), IsOk());
+  EXPECT_EQ(store_->GetJob(job->job_id())->value().runs(0).state(),
+            RUN_RUNNING);
+  EXPECT_EQ(jobs_->GetJob(job->job_id())->runs(0).state(), RUN_RUNNING);
+  // The worker resends; now it is recorded and acknowledged.
+  ASSERT_THAT(jobs_->OnRunFinished(a->id, f), IsOk());
+  jobs_->WaitForVerdicts();
+  EXPECT_EQ(store_->GetJob(job->job_id())->value().runs(0).state(),
+            RUN_SUCCEEDED);
+  EXPECT_EQ(jobs_->GetJob(job->job_id())->state(), JOB_SUCCEEDED);
+}
+
+TEST_F(JobManagerTest, VerdictThatCannotBeStoredIsRetried) {
+  FakeWorker* a = Connect("a", "class-x", /*slots=*/2);
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  auto runs = a->TakeAssignments();
+  ASSERT_EQ(runs.size(), 2u);
+  Execute(a, runs[0]);
+  const std::string digest = Execute(a, runs[1], -1, -1, /*finish=*/false);
+  RunFinished f;
+  f.set_run_id(runs[1].run_id());
+  f.set_attempt(1);
+  f.set_success(true);
+  f.set_run_digest(digest);
+  ASSERT_THAT(jobs_->OnRunFinished(a->id, f), IsOk());
+  // The store refuses writes before the verdict is judged... or after: in
+  // either case the job is not finished until its verdict is stored.
+  ASSERT_THAT(store_->SetReadOnlyForTesting(true), IsOk());
+  jobs_->WaitForVerdicts();
+  const bool stored_before = store_->GetJobReport(job->job_id())->has_value();
+  jobs_->Sweep();
+  jobs_->WaitForVerdicts();
+  ASSERT_THAT(store_->SetReadOnlyForTesting(false), IsOk());
+  if (!stored_before) {
+    EXPECT_EQ(jobs_->GetJob(job->job_id())->state(), JOB_RUNNING);
+  }
+  jobs_->Sweep();
+  jobs_->WaitForVerdicts();
+  EXPECT_EQ(jobs_->GetJob(job->job_id())->state(), JOB_SUCCEEDED);
+  EXPECT_TRUE(store_->GetJobReport(job->job_id())->has_value());
+  EXPECT_EQ(store_->GetJob(job->job_id())->value().state(), JOB_SUCCEEDED);
+}
+
+// --- Finding 12: comparisons only between comparable runs ------------------
+
+TEST_F(JobManagerTest, RunsOfDifferentConfigsAreIncomparable) {
+  FakeWorker* a = Connect("a", "class-x", /*slots=*/2);
+  std::vector<std::string> run_ids;
+  for (int seed : {7, 8}) {
+    SubmitJobRequest req;
+    *req.mutable_spec() = MlpSpec(1, SAME_WORKER, CANONICAL);
+    req.mutable_spec()->mutable_config()->set_seed(seed);
+    auto job = jobs_->Submit(req);
+    ASSERT_THAT(job, IsOk());
+    auto runs = a->TakeAssignments();
+    ASSERT_EQ(runs.size(), 1u);
+    Execute(a, runs[0], seed == 8 ? 1 : -1, 2);
+    run_ids.push_back(runs[0].run_id());
+  }
+  auto cmp = jobs_->CompareRuns(run_ids[0], run_ids[1]);
+  ASSERT_THAT(cmp, IsOk());
+  EXPECT_THAT(cmp->incomparable_reason(),
+              HasSubstr("config differs: seed: 7 vs 8"));
+  EXPECT_FALSE(cmp->identical());
+  EXPECT_FALSE(cmp->has_divergence());
+}
+
+TEST_F(JobManagerTest, CancelIsNotAcknowledgedUntilTheStoreHasIt) {
+  FakeWorker* a = Connect("a", "class-x");
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(1, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  ASSERT_THAT(job, IsOk());
+  ASSERT_EQ(a->TakeAssignments().size(), 1u);
+  ASSERT_THAT(store_->SetReadOnlyForTesting(true), IsOk());
+  EXPECT_THAT(jobs_->Cancel(job->job_id(), "stop"),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("has not stored it yet")));
+  ASSERT_THAT(store_->SetReadOnlyForTesting(false), IsOk());
+  // The queued writes land at the next sweep, in order.
+  jobs_->Sweep();
+  jobs_->WaitForVerdicts();
+  EXPECT_EQ(store_->GetJob(job->job_id())->value().state(), JOB_CANCELLED);
+  EXPECT_EQ(jobs_->GetReport(job->job_id())->verdict(), INCONCLUSIVE);
 }
 
 }  // namespace

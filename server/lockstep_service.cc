@@ -1,17 +1,20 @@
 #include "server/lockstep_service.h"
 
-#include <deque>
 #include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/job_events.h"
 
 namespace lockstep::server {
 namespace {
 
 using namespace ::lockstep::v1;  // NOLINT: request/response types
+
+// Events a WatchJob stream keeps waiting behind the one being written.
+constexpr size_t kWatchPendingEvents = 16;
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
                                const grpc::Status& status) {
@@ -28,10 +31,12 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
   return Done(context, grpc::Status::OK);
 }
 
-// WatchJob: writes every JobEvent of one job, one write in flight at a time,
-// and finishes after the final one. The watcher callback may run on any
-// thread, also after OnDone: it reaches the reactor only through `link`,
-// which OnDone clears.
+// WatchJob: writes the JobEvents of one job, one write in flight at a time,
+// and finishes after the final one. At most kWatchPendingEvents wait behind
+// the write in flight: a slow client gets the latest state instead of every
+// intermediate one (WatchQueue), so it cannot grow the coordinator's memory.
+// The watcher callback may run on any thread, also after OnDone: it reaches
+// the reactor only through `link`, which OnDone clears.
 class JobWatcher final : public grpc::ServerWriteReactor<JobEvent> {
  public:
   struct Link {
@@ -40,7 +45,9 @@ class JobWatcher final : public grpc::ServerWriteReactor<JobEvent> {
   };
 
   JobWatcher(JobManager* jobs, const std::string& job_id)
-      : jobs_(jobs), link_(std::make_shared<Link>()) {
+      : jobs_(jobs),
+        link_(std::make_shared<Link>()),
+        queue_(kWatchPendingEvents) {
     {
       absl::MutexLock lock(&link_->mu);
       link_->reactor = this;
@@ -65,16 +72,14 @@ class JobWatcher final : public grpc::ServerWriteReactor<JobEvent> {
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
-    const bool was_final = queue_.front().final();
-    queue_.pop_front();
+    bool was_final = false;
+    const bool more = queue_.Pop(&was_final);
     if (!ok) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client gone"));
     } else if (was_final) {
       FinishLocked(grpc::Status::OK);
-    } else if (!queue_.empty()) {
-      StartWrite(&queue_.front());
-    } else {
-      writing_ = false;
+    } else if (more && !finished_) {
+      StartWrite(&queue_.Front());
     }
   }
 
@@ -100,13 +105,8 @@ class JobWatcher final : public grpc::ServerWriteReactor<JobEvent> {
  private:
   void Push(const JobEvent& e) {
     absl::MutexLock lock(&mu_);
-    if (finished_ || saw_final_) return;
-    saw_final_ = e.final();
-    queue_.push_back(e);
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(&queue_.front());
-    }
+    if (finished_) return;
+    if (queue_.Push(e)) StartWrite(&queue_.Front());
   }
 
   void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -118,10 +118,8 @@ class JobWatcher final : public grpc::ServerWriteReactor<JobEvent> {
   JobManager* const jobs_;
   const std::shared_ptr<Link> link_;
   absl::Mutex mu_;
-  std::deque<JobEvent> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  WatchQueue queue_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool saw_final_ ABSL_GUARDED_BY(mu_) = false;
   int64_t token_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

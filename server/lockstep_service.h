@@ -1,6 +1,7 @@
 // lockstep.v1.Lockstep, the public API. This class only validates and
-// translates; the work is done by WorkerRegistry (and, as they land, the
-// scheduler, store and analyzer). Status converts to grpc::Status here.
+// translates; the work is done by WorkerRegistry, JobManager (submission,
+// scheduler, verdicts, queries) and AuditManager. Status converts to
+// grpc::Status here.
 #ifndef LOCKSTEP_SERVER_LOCKSTEP_SERVICE_H_
 #define LOCKSTEP_SERVER_LOCKSTEP_SERVICE_H_
 

@@ -28,8 +28,21 @@ ABSL_FLAG(int, max_attempts, 3, "attempts per run before its job fails");
 ABSL_FLAG(int, finished_jobs_in_memory, 256,
           "recently finished jobs kept in memory; older ones are read from "
           "the database when asked for");
+ABSL_FLAG(int64_t, pinned_wait_ms, 60000,
+          "how long a queued run pinned to one worker (audit runs, "
+          "SAME_WORKER jobs) waits for that worker while it is gone; then "
+          "an audit reports NO_RESULT for it and a SAME_WORKER job moves to "
+          "another worker of its class or fails, ms");
+ABSL_FLAG(int64_t, max_fingerprints_per_job, 200000000,
+          "fingerprints a job may store (tensors x captured steps x runs)");
+ABSL_FLAG(int64_t, max_fingerprint_bytes_per_job, int64_t{16} << 30,
+          "bytes a job's fingerprints may take in the database");
 ABSL_FLAG(std::string, zoo_dir, "examples",
           "model zoo folder; its models are the fleet-audit workloads");
+ABSL_FLAG(int, max_message_bytes, 16 << 20,
+          "largest message the coordinator accepts from workers and clients, "
+          "bytes (1024..268435456); a larger one is refused with "
+          "RESOURCE_EXHAUSTED naming the limit");
 ABSL_FLAG(std::string, synchronous, "FULL",
           "SQLite synchronous mode: FULL (durable across power loss) or "
           "NORMAL (across process crashes)");
@@ -58,7 +71,21 @@ int main(int argc, char** argv) {
   options.jobs.max_attempts = absl::GetFlag(FLAGS_max_attempts);
   options.jobs.finished_jobs_in_memory =
       absl::GetFlag(FLAGS_finished_jobs_in_memory);
+  options.jobs.pinned_wait_ms = absl::GetFlag(FLAGS_pinned_wait_ms);
+  options.jobs.max_fingerprints_per_job =
+      absl::GetFlag(FLAGS_max_fingerprints_per_job);
+  options.jobs.max_fingerprint_bytes_per_job =
+      absl::GetFlag(FLAGS_max_fingerprint_bytes_per_job);
   options.zoo_dir = absl::GetFlag(FLAGS_zoo_dir);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (options.max_message_bytes < 1024 ||
+      options.max_message_bytes > (256 << 20)) {
+    std::fprintf(stderr,
+                 "lockstep-coordinator: --max_message_bytes: %d is outside "
+                 "1024..268435456\n",
+                 options.max_message_bytes);
+    return 1;
+  }
 
   auto coordinator = lockstep::server::Coordinator::Start(options);
   if (!coordinator.ok()) {

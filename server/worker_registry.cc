@@ -3,13 +3,20 @@
 #include <algorithm>
 #include <optional>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/device_identity.h"
 #include "common/digest.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "server/message_checks.h"
 
 namespace lockstep::server {
 
@@ -22,13 +29,169 @@ std::string WorkerIdForName(const std::string& name) {
   return absl::StrCat("w-", Digest128Hex(name).substr(0, 16));
 }
 
-absl::Status ValidateHello(const Hello& hello) {
-  constexpr size_t kMaxName = 128;
-  if (hello.name().empty() || hello.name().size() > kMaxName) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("hello.name: length %d is outside 1..%d",
-                        hello.name().size(), kMaxName));
+namespace {
+
+// A profile field as the worker writes it into the class string: trimmed,
+// with the class's separators and line breaks turned into spaces.
+std::string ClassComponent(absl::string_view s) {
+  std::string out(absl::StripAsciiWhitespace(s));
+  for (char& ch : out) {
+    if (ch == '|' || ch == '\n' || ch == '\r' || ch == '\t') ch = ' ';
   }
+  return out;
+}
+
+// True when `value` occurs in `cls` as a whole component: preceded by '='
+// or '/', followed by '/', '|' or the end.
+bool NamesComponent(absl::string_view cls, absl::string_view value) {
+  if (value.empty()) return true;
+  for (size_t pos = cls.find(value); pos != absl::string_view::npos;
+       pos = cls.find(value, pos + 1)) {
+    const bool starts = pos > 0 && (cls[pos - 1] == '=' || cls[pos - 1] == '/');
+    const size_t end = pos + value.size();
+    const bool ends = end == cls.size() || cls[end] == '/' || cls[end] == '|';
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
+// True when `cls` has the field "key=value" whole: preceded by '|',
+// followed by '|' or the end.
+bool HasField(absl::string_view cls, absl::string_view key,
+              absl::string_view value) {
+  const std::string field = absl::StrCat("|", key, "=", value);
+  for (size_t pos = cls.find(field); pos != absl::string_view::npos;
+       pos = cls.find(field, pos + 1)) {
+    const size_t end = pos + field.size();
+    if (end == cls.size() || cls[end] == '|') return true;
+  }
+  return false;
+}
+
+absl::Status CheckLength(absl::string_view field, size_t size, size_t min,
+                         size_t max) {
+  if (size < min || size > max) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: length %d is outside %d..%d", field, size, min, max));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckHardwareClass(const v1::HardwareProfile& profile) {
+  const std::string& cls = profile.hardware_class();
+  LS_RETURN_IF_ERROR(CheckLength("hello.profile.hardware_class", cls.size(), 1,
+                                 kMaxHardwareClassBytes));
+  if (!absl::StartsWith(cls, kHardwareClassPrefix)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.profile.hardware_class: must start with \"",
+                     kHardwareClassPrefix, "\""));
+  }
+  if (!IsDigest128Hex(profile.hardware_class_digest())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "hello.profile.hardware_class_digest: must be 32 lowercase hex "
+        "digits (got %d bytes)",
+        profile.hardware_class_digest().size()));
+  }
+  if (profile.hardware_class_digest() != Digest128Hex(cls)) {
+    return absl::InvalidArgumentError(
+        "hello.profile.hardware_class_digest: is not the digest of "
+        "hardware_class");
+  }
+  // Fields written as components ("cpu=<vendor>/<model>/<arch>",
+  // "gpu=<name>/sm_<major><minor>").
+  struct Claim {
+    const char* field;
+    std::string value;
+  };
+  std::vector<Claim> components = {
+      {"cpu.vendor", ClassComponent(profile.cpu().vendor())},
+      {"cpu.model", ClassComponent(profile.cpu().model())},
+      {"cpu.arch", ClassComponent(profile.cpu().arch())},
+  };
+  // Fields written as "|key=value".
+  struct FieldClaim {
+    const char* field;
+    const char* key;
+    std::string value;
+  };
+  std::vector<FieldClaim> fields;
+  if (!profile.cpu().kernel_path().empty()) {
+    fields.push_back({"cpu.kernel_path", "kernel_path",
+                      ClassComponent(profile.cpu().kernel_path())});
+  }
+  if (profile.gpus_size() > 0) {
+    const v1::GpuInfo& g = profile.gpus(0);
+    const v1::SoftwareInfo& sw = profile.software();
+    components.push_back({"gpus[0].name", ClassComponent(g.name())});
+    if (g.compute_capability_major() > 0) {
+      components.push_back({"gpus[0].compute_capability",
+                            absl::StrCat("sm_", g.compute_capability_major(),
+                                         g.compute_capability_minor())});
+    }
+    if (g.sm_count() > 0) {
+      fields.push_back({"gpus[0].sm_count", "sms", absl::StrCat(g.sm_count())});
+    }
+    if (g.mig()) fields.push_back({"gpus[0].mig", "mig", "1"});
+    if (sw.cuda_driver_version() > 0) {
+      fields.push_back({"software.cuda_driver_version", "driver",
+                        absl::StrCat(sw.cuda_driver_version())});
+    }
+    if (!sw.cublas_version().empty()) {
+      fields.push_back({"software.cublas_version", "cublas",
+                        ClassComponent(sw.cublas_version())});
+    }
+    if (!sw.cudnn_version().empty()) {
+      fields.push_back({"software.cudnn_version", "cudnn",
+                        ClassComponent(sw.cudnn_version())});
+    }
+  }
+  auto mismatch = [](absl::string_view field, absl::string_view value) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "hello.profile.hardware_class: does not match the profile's %s "
+        "\"%s\" (the class must be derived from the profile it comes with)",
+        field, value.substr(0, 128)));
+  };
+  // Nor may the class claim what the profile does not list.
+  if (profile.cpu().kernel_path().empty() &&
+      absl::StrContains(cls, "|kernel_path=")) {
+    return mismatch("cpu.kernel_path", "");
+  }
+  if (profile.gpus_size() == 0 && absl::StrContains(cls, "|gpu=")) {
+    return absl::InvalidArgumentError(
+        "hello.profile.hardware_class: names a GPU, but the profile's gpus "
+        "list none");
+  }
+  for (const Claim& c : components) {
+    if (!NamesComponent(cls, c.value)) return mismatch(c.field, c.value);
+  }
+  for (const FieldClaim& f : fields) {
+    if (!HasField(cls, f.key, f.value)) return mismatch(f.field, f.value);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDeviceIdentity(const v1::DeviceIdentity& d) {
+  if (d.machine_id().empty() && d.device().empty() && d.device_id().empty()) {
+    return absl::OkStatus();  // an unknown device
+  }
+  LS_RETURN_IF_ERROR(CheckLength("hello.profile.device.machine_id",
+                                 d.machine_id().size(), 1, kMaxMachineIdBytes));
+  LS_RETURN_IF_ERROR(CheckLength("hello.profile.device.device",
+                                 d.device().size(), 1, kMaxDeviceBytes));
+  if (d.device_id() != DeviceIdOf(d.machine_id(), d.device())) {
+    return absl::InvalidArgumentError(
+        "hello.profile.device.device_id: must be the 32-hex-digit digest of "
+        "\"machine_id|device\"");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateHello(const Hello& hello) {
+  LS_RETURN_IF_ERROR(RefuseUnknownFields(hello, "hello"));
+  LS_RETURN_IF_ERROR(
+      CheckLength("hello.name", hello.name().size(), 1, kMaxWorkerNameBytes));
   for (char c : hello.name()) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                     (c >= '0' && c <= '9') || c == '_' || c == '.' ||
@@ -39,16 +202,31 @@ absl::Status ValidateHello(const Hello& hello) {
           c));
     }
   }
-  if (!hello.has_profile() || hello.profile().hardware_class().empty()) {
-    return absl::InvalidArgumentError(
-        "hello.profile.hardware_class: must be set");
+  LS_RETURN_IF_ERROR(CheckLength("hello.version", hello.version().size(), 0,
+                                 kMaxWorkerVersionBytes));
+  if (hello.slots() < 0 || hello.slots() > kMaxWorkerSlots) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "hello.slots: %d is outside 0..%d", hello.slots(), kMaxWorkerSlots));
   }
-  if (!IsDigest128Hex(hello.profile().hardware_class_digest()) ||
-      hello.profile().hardware_class_digest() !=
-          Digest128Hex(hello.profile().hardware_class())) {
+  if (hello.labels_size() > kMaxWorkerLabels) {
     return absl::InvalidArgumentError(
-        "hello.profile.hardware_class_digest: must be the 32-hex-digit digest "
-        "of hardware_class");
+        absl::StrFormat("hello.labels: %d labels exceed the limit of %d",
+                        hello.labels_size(), kMaxWorkerLabels));
+  }
+  for (const auto& [key, value] : hello.labels()) {
+    LS_RETURN_IF_ERROR(CheckLength("hello.labels key", key.size(), 1,
+                                   kMaxWorkerLabelKeyBytes));
+    LS_RETURN_IF_ERROR(CheckLength(absl::StrCat("hello.labels[\"", key, "\"]"),
+                                   value.size(), 0, kMaxWorkerLabelValueBytes));
+  }
+  if (!hello.has_profile()) {
+    return absl::InvalidArgumentError("hello.profile: must be set");
+  }
+  const size_t profile_bytes = hello.profile().ByteSizeLong();
+  if (profile_bytes > kMaxProfileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("hello.profile: %d bytes exceed the limit of %d",
+                        profile_bytes, kMaxProfileBytes));
   }
   constexpr size_t kMaxSelftestSummary = 4096;
   if (hello.profile().selftest().summary().size() > kMaxSelftestSummary) {
@@ -56,17 +234,8 @@ absl::Status ValidateHello(const Hello& hello) {
         "hello.profile.selftest.summary: %d bytes exceed the limit of %d",
         hello.profile().selftest().summary().size(), kMaxSelftestSummary));
   }
-  constexpr int kMaxSlots = 64;
-  if (hello.slots() < 0 || hello.slots() > kMaxSlots) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "hello.slots: %d is outside 0..%d", hello.slots(), kMaxSlots));
-  }
-  constexpr int kMaxLabels = 64;
-  if (hello.labels_size() > kMaxLabels) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("hello.labels: %d labels exceed the limit of %d",
-                        hello.labels_size(), kMaxLabels));
-  }
+  LS_RETURN_IF_ERROR(CheckHardwareClass(hello.profile()));
+  LS_RETURN_IF_ERROR(CheckDeviceIdentity(hello.profile().device()));
   return absl::OkStatus();
 }
 
@@ -153,6 +322,7 @@ absl::StatusOr<int64_t> WorkerRegistry::Connect(const Hello& hello,
     s.info.hardware_class_digest = hello.profile().hardware_class_digest();
     s.info.slots = hello.slots() > 0 ? hello.slots() : 1;
     s.info.gpus = hello.profile().gpus_size();
+    s.info.device_id = hello.profile().device().device_id();
     s.info.admin_state =
         stored.has_value() &&
                 stored->admin_state() != v1::WORKER_ADMIN_STATE_UNSPECIFIED

@@ -34,8 +34,48 @@ int64_t SystemClockMs();
 // name's digest.
 std::string WorkerIdForName(const std::string& name);
 
-// Validates a Hello: name charset and length, profile present, slots.
-// INVALID_ARGUMENT names the field and the limit.
+// Limits of a Hello. Each refusal is INVALID_ARGUMENT naming the field and
+// the limit.
+inline constexpr size_t kMaxWorkerNameBytes = 128;
+inline constexpr size_t kMaxWorkerVersionBytes = 128;
+inline constexpr int kMaxWorkerLabels = 64;
+inline constexpr size_t kMaxWorkerLabelKeyBytes = 128;
+inline constexpr size_t kMaxWorkerLabelValueBytes = 256;
+inline constexpr size_t kMaxHardwareClassBytes = 4096;
+inline constexpr size_t kMaxMachineIdBytes = 128;
+inline constexpr size_t kMaxDeviceBytes = 256;
+// The whole profile, serialized (host name, GPU list, error texts, ...).
+inline constexpr size_t kMaxProfileBytes = 64 * 1024;
+inline constexpr int kMaxWorkerSlots = 64;
+
+// Prefix every hardware-class string starts with.
+inline constexpr char kHardwareClassPrefix[] = "lockstep-class/";
+
+// Checks that profile.hardware_class describes the profile it came with:
+// its digest is Digest128Hex(hardware_class), the string starts with
+// kHardwareClassPrefix and is at most kMaxHardwareClassBytes, and every
+// class-relevant field the profile claims appears in it, cleaned as the
+// worker writes it (worker/hardware_probe.h): cpu.vendor, cpu.model,
+// cpu.arch and, for GPU 0, its name and "sm_<major><minor>" as whole
+// components (after '=' or '/', before '/', '|' or the end); cpu.kernel_path
+// and, with a GPU, sm_count, mig, the driver, cuBLAS and cuDNN versions as
+// whole "|key=value" fields (kernel_path, sms, mig, driver, cublas, cudnn).
+// An empty (or zero) field claims nothing and is not checked, but the class
+// may not name a kernel path or a GPU the profile does not list.
+// INVALID_ARGUMENT names the profile field that does not match.
+absl::Status CheckHardwareClass(const lockstep::v1::HardwareProfile& profile);
+
+// Checks profile.device. All three fields empty is an unknown device: the
+// worker connects, but its runs count as no device for CROSS_DEVICE (empty
+// ids never count as distinct devices). Otherwise machine_id and device
+// must be set, within their limits, and device_id must equal
+// DeviceIdOf(machine_id, device) (common/device_identity.h).
+absl::Status CheckDeviceIdentity(const lockstep::v1::DeviceIdentity& device);
+
+// Validates a Hello: no unknown fields; name charset and length; version,
+// labels (count, key and value lengths), slots and the profile's size
+// within their limits; the hardware class (CheckHardwareClass) and the
+// device identity (CheckDeviceIdentity).
 absl::Status ValidateHello(const lockstep::v1::Hello& hello);
 
 struct RegistryOptions {
@@ -53,6 +93,10 @@ struct LiveWorker {
   int slots = 1;
   // GPUs the worker's hardware profile lists (usable CUDA devices).
   int gpus = 0;
+  // profile.device.device_id: the physical device the worker's runs execute
+  // on. Empty for an unknown device, which never counts as a device of its
+  // own (two unknown devices are not two devices).
+  std::string device_id;
   lockstep::v1::WorkerAdminState admin_state = lockstep::v1::ACTIVE;
 };
 
@@ -75,9 +119,12 @@ class WorkerRegistry {
   WorkerRegistry(const WorkerRegistry&) = delete;
   WorkerRegistry& operator=(const WorkerRegistry&) = delete;
 
-  // Starts a session for a validated hello. Returns its session id (> 0).
-  // ALREADY_EXISTS when a live session of the same name has heartbeated
-  // within the timeout; a stale one is ended and replaced.
+  // Starts a session for a hello (ValidateHello first: INVALID_ARGUMENT).
+  // Returns its session id (> 0). ALREADY_EXISTS when a live session of the
+  // same name has heartbeated less than the heartbeat timeout ago; a session
+  // silent for the timeout or longer (the same bound Sweep applies) is
+  // ended and replaced. After a coordinator restart no session is live: the
+  // first hello of a name starts it, a second one is refused.
   absl::StatusOr<int64_t> Connect(const lockstep::v1::Hello& hello,
                                   const std::string& peer, Closer closer,
                                   Sender sender = nullptr);

@@ -104,6 +104,30 @@ CREATE TABLE audits (
 ) STRICT;
 CREATE INDEX audits_by_started ON audits(started_ms);
 )sql",
+    // 4: the verdict of each finished job, computed once when it finished.
+    R"sql(
+CREATE TABLE job_reports (
+  job_id TEXT PRIMARY KEY REFERENCES jobs(job_id),
+  report BLOB NOT NULL              -- lockstep.v1.Report
+) STRICT, WITHOUT ROWID;
+)sql",
+    // 5: golden lookups: each label of a finished job with the job's
+    // stored verdict, keyed so that the newest REPRODUCIBLE job of a label,
+    // model and config is one index seek.
+    R"sql(
+CREATE TABLE job_verdict_labels (
+  label_key TEXT NOT NULL,
+  label_value TEXT NOT NULL,
+  model_digest TEXT NOT NULL,
+  config_digest TEXT NOT NULL,
+  verdict INTEGER NOT NULL,         -- lockstep.v1.Verdict
+  created_ms INTEGER NOT NULL,
+  job_id TEXT NOT NULL REFERENCES jobs(job_id),
+  PRIMARY KEY (label_key, label_value, model_digest, config_digest, verdict,
+               created_ms, job_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX job_verdict_labels_by_job ON job_verdict_labels(job_id);
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion,
               "one migration per schema version");
@@ -144,6 +168,12 @@ enum Slot {
   kGetAudit,
   kListAudits,
   kListRunningAudits,
+  kInsertJobReport,
+  kGetJobReport,
+  kListJobsAwaitingVerdict,
+  kDeleteVerdictLabels,
+  kInsertVerdictLabel,
+  kFindGoldenJob,
   kNumSlots,
 };
 
@@ -225,7 +255,14 @@ constexpr struct {
     {kInsertCertificate,
      "INSERT INTO certificates (certificate_id, record, model_digest, "
      "config_digest, hardware_class_digest, level, issued_ms) VALUES (?, ?, "
-     "?, ?, ?, ?, ?)"},
+     "?, ?, ?, ?, ?) ON CONFLICT(certificate_id) DO NOTHING"},
+    {kInsertJobReport,
+     "INSERT INTO job_reports (job_id, report) VALUES (?, ?) "
+     "ON CONFLICT(job_id) DO NOTHING"},
+    {kGetJobReport, "SELECT report FROM job_reports WHERE job_id = ?"},
+    {kListJobsAwaitingVerdict,
+     "SELECT job_id FROM jobs WHERE state IN (3, 4, 5) AND job_id NOT IN "
+     "(SELECT job_id FROM job_reports) ORDER BY created_ms"},
     {kPutAudit,
      "INSERT INTO audits (audit_id, record, state, started_ms) VALUES (?, ?, "
      "?, ?) ON CONFLICT(audit_id) DO UPDATE SET record = excluded.record, "
@@ -236,6 +273,15 @@ constexpr struct {
      "?"},
     {kListRunningAudits,
      "SELECT record FROM audits WHERE state = 1 ORDER BY started_ms"},
+    {kDeleteVerdictLabels, "DELETE FROM job_verdict_labels WHERE job_id = ?"},
+    {kInsertVerdictLabel,
+     "INSERT INTO job_verdict_labels (label_key, label_value, model_digest, "
+     "config_digest, verdict, created_ms, job_id) VALUES (?, ?, ?, ?, ?, ?, "
+     "?)"},
+    {kFindGoldenJob,
+     "SELECT job_id FROM job_verdict_labels WHERE label_key = ? AND "
+     "label_value = ? AND model_digest = ? AND config_digest = ? AND verdict "
+     "= ? AND job_id <> ? ORDER BY created_ms DESC, job_id DESC LIMIT 1"},
     {kGetCertificate,
      "SELECT record FROM certificates WHERE certificate_id = ?"},
     {kListCertificates,
@@ -678,10 +724,14 @@ absl::StatusOr<std::vector<std::string>> Store::ListUnfinishedJobIds() {
 }
 
 absl::Status Store::UpdateJob(const v1::Job& job) {
-  v1::Job record = job;
-  record.clear_runs();
   absl::MutexLock lock(&mu_);
   LS_REQUIRE_CURRENT_SCHEMA();
+  return UpdateJobLocked(job);
+}
+
+absl::Status Store::UpdateJobLocked(const v1::Job& job) {
+  v1::Job record = job;
+  record.clear_runs();
   Statement* st = stmts_[kUpdateJob].get();
   ScopedReset reset(st);
   LS_RETURN_IF_ERROR(st->BindBlob(1, Serialize(record)));
@@ -695,6 +745,69 @@ absl::Status Store::UpdateJob(const v1::Job& job) {
         absl::StrCat("job_id: no job \"", job.job_id(), "\""));
   }
   return absl::OkStatus();
+}
+
+absl::Status Store::FinishJob(
+    const v1::Job& job, const v1::Report& report,
+    const std::vector<v1::Certificate>& certificates) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Transaction tx(db_.get());
+  LS_RETURN_IF_ERROR(tx.begin_status());
+  LS_RETURN_IF_ERROR(UpdateJobLocked(job));
+  {
+    Statement* st = stmts_[kInsertJobReport].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindText(1, job.job_id()));
+    LS_RETURN_IF_ERROR(st->BindBlob(2, Serialize(report)));
+    LS_RETURN_IF_ERROR(st->Run());
+  }
+  // A first verdict is indexed for golden lookups in the same transaction;
+  // a later one changed nothing.
+  if (sqlite3_changes(db_->handle()) == 1) {
+    LS_RETURN_IF_ERROR(IndexJobVerdictLocked(job, report.verdict()));
+  }
+  for (const v1::Certificate& c : certificates) {
+    LS_RETURN_IF_ERROR(InsertCertificateLocked(c));
+  }
+  return tx.Commit();
+}
+
+absl::StatusOr<std::optional<v1::Report>> Store::GetJobReport(
+    const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kGetJobReport].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, job_id));
+  LS_ASSIGN_OR_RETURN(bool row, st->Step());
+  if (!row) return std::optional<v1::Report>();
+  v1::Report r;
+  if (!r.ParseFromString(st->ColumnBlob(0))) {
+    return absl::DataLossError(
+        absl::StrCat("job_reports.report of ", job_id, " does not parse"));
+  }
+  return std::optional<v1::Report>(std::move(r));
+}
+
+absl::StatusOr<std::vector<std::string>> Store::ListJobsAwaitingVerdict() {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kListJobsAwaitingVerdict].get();
+  ScopedReset reset(st);
+  std::vector<std::string> out;
+  while (true) {
+    LS_ASSIGN_OR_RETURN(bool row, st->Step());
+    if (!row) break;
+    out.push_back(st->ColumnText(0));
+  }
+  return out;
+}
+
+absl::Status Store::SetReadOnlyForTesting(bool read_only) {
+  absl::MutexLock lock(&mu_);
+  return db_->Exec(
+      absl::StrCat("PRAGMA query_only = ", read_only ? "ON" : "OFF"));
 }
 
 absl::Status Store::UpdateRun(const v1::Run& run) {
@@ -968,9 +1081,64 @@ absl::StatusOr<int64_t> Store::NextSequence(const std::string& run_id) {
   return st->ColumnInt64(2);
 }
 
+absl::Status Store::IndexJobVerdict(const v1::Job& job, v1::Verdict verdict) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Transaction tx(db_.get());
+  LS_RETURN_IF_ERROR(tx.begin_status());
+  LS_RETURN_IF_ERROR(IndexJobVerdictLocked(job, verdict));
+  return tx.Commit();
+}
+
+absl::Status Store::IndexJobVerdictLocked(const v1::Job& job,
+                                          v1::Verdict verdict) {
+  {
+    Statement* st = stmts_[kDeleteVerdictLabels].get();
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindText(1, job.job_id()));
+    LS_RETURN_IF_ERROR(st->Run());
+  }
+  Statement* st = stmts_[kInsertVerdictLabel].get();
+  for (const auto& [key, value] : job.spec().labels()) {
+    ScopedReset reset(st);
+    LS_RETURN_IF_ERROR(st->BindText(1, key));
+    LS_RETURN_IF_ERROR(st->BindText(2, value));
+    LS_RETURN_IF_ERROR(st->BindText(3, job.model_digest()));
+    LS_RETURN_IF_ERROR(st->BindText(4, job.config_digest()));
+    LS_RETURN_IF_ERROR(st->BindInt64(5, static_cast<int64_t>(verdict)));
+    LS_RETURN_IF_ERROR(st->BindInt64(6, job.created_unix_ms()));
+    LS_RETURN_IF_ERROR(st->BindText(7, job.job_id()));
+    LS_RETURN_IF_ERROR(st->Run());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::string>> Store::FindGoldenJob(
+    const std::string& key, const std::string& value,
+    const std::string& model_digest, const std::string& config_digest,
+    const std::string& exclude_job_id) {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  Statement* st = stmts_[kFindGoldenJob].get();
+  ScopedReset reset(st);
+  LS_RETURN_IF_ERROR(st->BindText(1, key));
+  LS_RETURN_IF_ERROR(st->BindText(2, value));
+  LS_RETURN_IF_ERROR(st->BindText(3, model_digest));
+  LS_RETURN_IF_ERROR(st->BindText(4, config_digest));
+  LS_RETURN_IF_ERROR(st->BindInt64(5, static_cast<int64_t>(v1::REPRODUCIBLE)));
+  LS_RETURN_IF_ERROR(st->BindText(6, exclude_job_id));
+  LS_ASSIGN_OR_RETURN(bool row, st->Step());
+  if (!row) return std::optional<std::string>();
+  return std::optional<std::string>(st->ColumnText(0));
+}
+
 absl::Status Store::InsertCertificate(const v1::Certificate& c) {
   absl::MutexLock lock(&mu_);
   LS_REQUIRE_CURRENT_SCHEMA();
+  return InsertCertificateLocked(c);
+}
+
+absl::Status Store::InsertCertificateLocked(const v1::Certificate& c) {
   Statement* st = stmts_[kInsertCertificate].get();
   ScopedReset reset(st);
   LS_RETURN_IF_ERROR(st->BindText(1, c.certificate_id()));

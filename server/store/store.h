@@ -36,7 +36,7 @@ inline constexpr int32_t kApplicationId = 0x4c4b5350;
 
 // The schema version this build writes. Migrations 1..kSchemaVersion are
 // listed in store.cc, in order.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 5;
 
 struct StoreOptions {
   // Database file; ":memory:" for tests. Default: ./lockstep.db.
@@ -165,11 +165,53 @@ class Store {
   // the reader.
   std::unique_ptr<StepReader> OpenRunSteps(const std::string& run_id,
                                            int32_t attempt);
+  // --- Verdicts --------------------------------------------------------------
+
+  // Records a finished job's final state, its report and its certificates
+  // in one transaction. A job whose report is already stored keeps that
+  // report (the first verdict stands); certificates already stored are
+  // kept as they are.
+  absl::Status FinishJob(const lockstep::v1::Job& job,
+                         const lockstep::v1::Report& report,
+                         const std::vector<lockstep::v1::Certificate>& certs);
+  // The stored report of a finished job, or nullopt (unfinished, or its
+  // verdict is not stored yet).
+  absl::StatusOr<std::optional<lockstep::v1::Report>> GetJobReport(
+      const std::string& job_id);
+  // Ids of finished jobs without a stored report, oldest first (for
+  // recovery at start-up).
+  absl::StatusOr<std::vector<std::string>> ListJobsAwaitingVerdict();
+
+  // Makes every later write fail (PRAGMA query_only) or work again; for
+  // tests of the paths where the database refuses a write.
+  absl::Status SetReadOnlyForTesting(bool read_only);
+
   // Next sequence number the run's current attempt expects.
   absl::StatusOr<int64_t> NextSequence(const std::string& run_id);
 
+  // --- Golden lookups --------------------------------------------------------
+
+  // Indexes a finished job's labels with its stored verdict for
+  // FindGoldenJob. FinishJob indexes each job's first stored verdict in its
+  // own transaction (IndexJobVerdictLocked), so no verdict is stored
+  // unindexed; this is for a verdict stored by other means. Replaces the
+  // job's earlier rows (idempotent). Uses job.spec().labels(),
+  // model_digest, config_digest and created_unix_ms; a job without labels
+  // has no rows.
+  absl::Status IndexJobVerdict(const lockstep::v1::Job& job,
+                               lockstep::v1::Verdict verdict);
+  // The newest job (by created time, then id) whose stored verdict is
+  // REPRODUCIBLE and that carries the label `key`=`value` and has exactly
+  // these model and config digests, other than `exclude_job_id`; nullopt
+  // when none does. One index seek, whatever the number of jobs.
+  absl::StatusOr<std::optional<std::string>> FindGoldenJob(
+      const std::string& key, const std::string& value,
+      const std::string& model_digest, const std::string& config_digest,
+      const std::string& exclude_job_id);
+
   // --- Certificates ---------------------------------------------------------
 
+  // Idempotent: a certificate id already stored is OK and changes nothing.
   absl::Status InsertCertificate(const lockstep::v1::Certificate& c);
   absl::StatusOr<std::optional<lockstep::v1::Certificate>> GetCertificate(
       const std::string& certificate_id);
@@ -202,6 +244,13 @@ class Store {
   // The first completed step of the attempt after `after_step`, or nullopt.
   absl::StatusOr<std::optional<StepRecord>> ReadStepAfter(
       const std::string& run_id, int32_t attempt, int32_t after_step);
+  absl::Status UpdateJobLocked(const lockstep::v1::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status IndexJobVerdictLocked(const lockstep::v1::Job& job,
+                                     lockstep::v1::Verdict verdict)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status InsertCertificateLocked(const lockstep::v1::Certificate& c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<lockstep::v1::Audit>> ReadAuditsLocked(
       Statement* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::optional<lockstep::v1::Job>> GetJobLocked(

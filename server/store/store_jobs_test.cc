@@ -262,5 +262,91 @@ TEST_F(StoreJobsTest, Certificates) {
   EXPECT_EQ(store_->ListCertificates("m1", "h", RUN_TO_RUN, 50)->size(), 1u);
 }
 
+TEST_F(StoreJobsTest, CertificateInsertionIsIdempotent) {
+  Certificate c;
+  c.set_certificate_id("cert-1");
+  c.set_model_digest("m1");
+  c.set_level(RUN_TO_RUN);
+  ASSERT_THAT(store_->InsertCertificate(c), IsOk());
+  EXPECT_THAT(store_->InsertCertificate(c), IsOk());
+  EXPECT_EQ(store_->ListCertificates("", "", LEVEL_UNSPECIFIED, 50)->size(),
+            1u);
+}
+
+TEST_F(StoreJobsTest, FinishJobStoresStateReportAndCertificatesTogether) {
+  Job job = MakeJob("job-a", 100);
+  ASSERT_THAT(store_->InsertJob(job, TensorManifest(), ""), IsOk());
+  EXPECT_FALSE(store_->GetJobReport("job-a")->has_value());
+  EXPECT_TRUE(store_->ListJobsAwaitingVerdict()->empty());
+
+  // A finished state stored without its verdict awaits one.
+  job.set_state(JOB_FAILED);
+  job.set_failure_reason("run 0 failed");
+  ASSERT_THAT(store_->UpdateJob(job), IsOk());
+  EXPECT_THAT(*store_->ListJobsAwaitingVerdict(),
+              ::testing::ElementsAre("job-a"));
+
+  Report report;
+  report.set_job_id("job-a");
+  report.set_verdict(FAILED);
+  report.set_summary("job failed: run 0 failed");
+  Certificate c;
+  c.set_certificate_id("cert-a");
+  c.set_model_digest("mjob-a");
+  ASSERT_THAT(store_->FinishJob(job, report, {c}), IsOk());
+  auto stored = store_->GetJobReport("job-a");
+  ASSERT_THAT(stored, IsOk());
+  ASSERT_TRUE(stored->has_value());
+  EXPECT_EQ((*stored)->verdict(), FAILED);
+  EXPECT_TRUE((*store_->GetCertificate("cert-a")).has_value());
+  EXPECT_TRUE(store_->ListJobsAwaitingVerdict()->empty());
+
+  // The first verdict stands.
+  Report other = report;
+  other.set_verdict(REPRODUCIBLE);
+  ASSERT_THAT(store_->FinishJob(job, other, {c}), IsOk());
+  EXPECT_EQ((*store_->GetJobReport("job-a"))->verdict(), FAILED);
+}
+
+TEST_F(StoreJobsTest, RefusedWritesStoreNothing) {
+  Job job = MakeJob("job-b", 100);
+  ASSERT_THAT(store_->InsertJob(job, TensorManifest(), ""), IsOk());
+  ASSERT_THAT(store_->SetReadOnlyForTesting(true), IsOk());
+  v1::Run run = job.runs(0);
+  run.set_state(RUN_RUNNING);
+  EXPECT_FALSE(store_->UpdateRun(run).ok());
+  Report report;
+  report.set_verdict(REPRODUCIBLE);
+  Certificate c;
+  c.set_certificate_id("cert-b");
+  job.set_state(JOB_SUCCEEDED);
+  EXPECT_FALSE(store_->FinishJob(job, report, {c}).ok());
+  EXPECT_FALSE(store_->InsertCertificate(c).ok());
+  ASSERT_THAT(store_->SetReadOnlyForTesting(false), IsOk());
+  EXPECT_EQ((*store_->GetJob("job-b"))->runs(0).state(), RUN_QUEUED);
+  EXPECT_EQ((*store_->GetJob("job-b"))->state(), JOB_QUEUED);
+  EXPECT_FALSE(store_->GetJobReport("job-b")->has_value());
+  EXPECT_FALSE(store_->GetCertificate("cert-b")->has_value());
+}
+
+TEST_F(StoreJobsTest, FinishJobIndexesTheFirstVerdictForGoldenLookups) {
+  Job job = MakeJob("job-g", 100);
+  (*job.mutable_spec()->mutable_labels())["golden"] = "main";
+  ASSERT_THAT(store_->InsertJob(job, TensorManifest(), ""), IsOk());
+  job.set_state(JOB_SUCCEEDED);
+  Report report;
+  report.set_verdict(REPRODUCIBLE);
+  ASSERT_THAT(store_->FinishJob(job, report, {}), IsOk());
+  auto found = store_->FindGoldenJob("golden", "main", "mjob-g", "cjob-g", "");
+  ASSERT_THAT(found, IsOk());
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ(**found, "job-g");
+  // A later verdict neither replaces the report nor the index.
+  report.set_verdict(NONDETERMINISTIC);
+  ASSERT_THAT(store_->FinishJob(job, report, {}), IsOk());
+  EXPECT_TRUE(store_->FindGoldenJob("golden", "main", "mjob-g", "cjob-g", "")
+                  ->has_value());
+}
+
 }  // namespace
 }  // namespace lockstep::store
