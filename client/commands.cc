@@ -201,7 +201,9 @@ std::string FormatAudit(const v1::Audit& a) {
         &s, "class %s: %d/%d agree on %s%s\n",
         c.hardware_class_digest().substr(0, 12), c.agreeing(), c.workers(),
         c.majority_digest().empty() ? "(no majority)" : c.majority_digest(),
-        c.agrees_with_other_classes() ? "" : "  DISAGREES WITH OTHER CLASSES");
+        c.agrees_with_other_classes() || c.majority_digest().empty()
+            ? ""
+            : "  DISAGREES WITH OTHER CLASSES");
   }
   for (const auto& w : a.workers()) {
     const std::string who =

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The Lockstep demo: builds the binaries, starts a coordinator on its
-# embedded SQLite default (lockstep.db in the demo folder) and two local
-# workers on loopback, and shows what the coordinator sees.
+# embedded SQLite default (lockstep.db in the demo folder) and local workers
+# on loopback — one per CPU kernel path this machine can run, a fault-drill
+# worker, and a simulated fleet of five machines — and shows what the
+# coordinator concludes: RUN_TO_RUN and CROSS_CLASS certificates (no
+# CROSS_DEVICE: there is one device), a DEFAULT-mode report, a flagged
+# divergence, and fleet audits with and without a majority.
 #
 # Environment:
 #   LOCKSTEP_BIN_DIR   use binaries from this bazel-bin tree instead of building
@@ -54,28 +58,57 @@ for _ in $(seq 1 100); do [ -s port ] && break; sleep 0.1; done
 address="127.0.0.1:$(cat port)"
 echo "demo: coordinator listening on $address"
 
-for n in 1 2; do
-  "$worker" daemon --coordinator="$address" --name="demo-worker-$n" \
-    --labels=demo=true >"worker-$n.log" 2>&1 &
-  pids+=($!)
+# Kernel paths this CPU can run: each forced path is its own hardware class
+# (LOCKSTEP_CPU_ISA), so one machine can show CROSS_CLASS honestly. They
+# are all one device, so nothing here earns CROSS_DEVICE.
+paths=()
+for isa in avx512 avx2 scalar; do
+  if LOCKSTEP_CPU_ISA=$isa "$worker" probe --json 2>/dev/null \
+      | grep -q "\"kernel_path\": \"$isa\""; then
+    paths+=("$isa")
+  fi
 done
-# A third worker runs a drill: it flips one bit of one tensor in every run
-# (and says so in its hardware profile), as a faulty device would.
+names=()
+for isa in "${paths[@]}"; do
+  LOCKSTEP_CPU_ISA=$isa "$worker" daemon --coordinator="$address" \
+    --name="demo-$isa" --labels="demo=true,isa=$isa,pair=$isa" \
+    >"worker-$isa.log" 2>&1 &
+  pids+=($!)
+  names+=("demo-$isa")
+done
+# A drill worker beside the first path's worker: it flips one bit of one
+# tensor in every run (and says so in its hardware profile), as a faulty
+# device would.
 "$worker" daemon --coordinator="$address" --name="demo-faulty" \
-  --labels=demo=drill --inject_fault=step=3,layer=fc1,role=WEIGHT,bit=22 \
+  --labels="demo=drill,pair=${paths[0]}" \
+  --inject_fault=step=3,layer=fc1,role=WEIGHT,bit=22 \
   >worker-faulty.log 2>&1 &
 pids+=($!)
-echo "demo: started workers demo-worker-1, demo-worker-2 and demo-faulty (fault drill)"
+names+=("demo-faulty")
+# A simulated fleet of five machines (each its own machine-id file), one of
+# them faulty, for the audit.
+for n in 1 2 3 4 5; do
+  printf 'f1ee7%027d\n' "$n" >"fleet-$n.machine-id"
+  extra=()
+  [ "$n" = 5 ] && extra=(--inject_fault=step=1,layer=fc2,role=ACTIVATION,bit=22)
+  "$worker" daemon --coordinator="$address" --name="fleet-$n" \
+    --labels=fleet=simulated --machine_id_file="fleet-$n.machine-id" \
+    "${extra[@]}" >"fleet-$n.log" 2>&1 &
+  pids+=($!)
+  names+=("fleet-$n")
+done
+want=${#names[@]}
+echo "demo: started ${names[*]}"
 
 connected=0
-for _ in $(seq 1 150); do
+for _ in $(seq 1 300); do
   connected=$("$cli" --coordinator="$address" workers --json 2>/dev/null \
     | grep -c '"state": "WORKER_CONNECTED"' || true)
-  [ "$connected" -ge 3 ] && break
+  [ "$connected" -ge "$want" ] && break
   sleep 0.2
 done
-if [ "$connected" -lt 3 ]; then
-  echo "demo: only $connected of 3 workers connected; logs are in $demo" >&2
+if [ "$connected" -lt "$want" ]; then
+  echo "demo: only $connected of $want workers connected; logs are in $demo" >&2
   exit 1
 fi
 
@@ -86,27 +119,35 @@ run() {
 }
 
 run workers
-echo "demo: 3 workers connected"
+echo "demo: $want workers connected (kernel paths: ${paths[*]})"
 
-# 1. CANONICAL: three runs over the two healthy workers -> certificates.
-run submit mlp --runs=3 --scope=same_class --worker_labels=demo=true --watch
+# 1. RUN_TO_RUN: two CANONICAL runs on one worker.
+run submit mlp --runs=2 --scope=same_worker --worker_labels=isa="${paths[0]}" --watch
+
+# 2. CROSS_CLASS: one CANONICAL run on every kernel path. The classes differ
+#    (vector width, FMA use), the bits do not.
+run submit mlp --runs="${#paths[@]}" --scope=across_classes --worker_labels=demo=true --watch
 run certificates
 
-# 2. DEFAULT mode: what stock frameworks do. The CPU's DEFAULT kernels add
+# 3. DEFAULT mode: what stock frameworks do. The CPU's DEFAULT kernels add
 #    partial sums in thread-arrival order (split-K dense, bias and conv
 #    weight gradients), so the two runs may or may not agree; either way the
-#    report says where they split and why.
-run submit gauntlet --mode=default --runs=2 --worker_labels=demo=true --watch
+#    report says where they split and which kernel variant ran there.
+run submit gauntlet --mode=default --runs=2 --scope=same_worker --worker_labels=isa="${paths[0]}" --watch
 
-# 3. A flagged divergence: the same job on a healthy and on the faulty
+# 4. A flagged divergence: the same job on a healthy and on the faulty
 #    worker, as a CI check would run it (exit code 1: nondeterministic).
 set +e
-run check mlp --runs=2 --scope=same_class
+run check mlp --runs=2 --scope=same_class --worker_labels=pair="${paths[0]}"
 echo "demo: lockstep check exited with $?"
 set -e
 
-# 4. A fleet audit names the faulty device and quarantines it.
-run audit start mlp --quarantine
+# 5. A fleet audit votes per tensor across devices: the faulty machine is
+#    named with the first tensor where it leaves the majority, and
+#    quarantined.
+run audit start mlp --worker_labels=fleet=simulated --quarantine
+# Two workers are no majority: the audit says so and quarantines nobody.
+run audit start mlp --workers=fleet-1,demo-faulty --quarantine
 run workers
 echo
 echo "demo: done (database $demo/lockstep.db, logs in $demo)"
