@@ -6,6 +6,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -119,11 +120,24 @@ absl::StatusOr<Submission> ExpandSubmission(const v1::SubmitJobRequest& request,
     return absl::InvalidArgumentError(absl::StrFormat(
         "spec.labels: %d labels exceed the limit of 64", spec.labels_size()));
   }
+  // Sorted, so the error names the same label every time.
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : spec.labels()) keys.push_back(k);
+  std::sort(keys.begin(), keys.end());
+  for (const std::string& k : keys) {
+    if (k.empty() || k.size() > kMaxLabelKeyBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "spec.labels: key \"%s\" has %d bytes; keys need 1 to %d",
+          absl::CHexEscape(k.substr(0, 64)), k.size(), kMaxLabelKeyBytes));
+    }
+    const std::string& v = spec.labels().at(k);
+    if (v.size() > kMaxLabelValueBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "spec.labels[%s]: the value has %d bytes, over the limit of %d",
+          absl::CHexEscape(k), v.size(), kMaxLabelValueBytes));
+    }
+  }
   if (source == SubmissionSource::kPublic) {
-    // Sorted, so the error names the same label every time.
-    std::vector<std::string> keys;
-    for (const auto& [k, v] : spec.labels()) keys.push_back(k);
-    std::sort(keys.begin(), keys.end());
     for (const std::string& k : keys) {
       if (absl::StartsWith(k, kReservedLabelPrefix)) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -5,6 +5,7 @@
 #ifndef LOCKSTEP_SERVER_SUBMISSION_H_
 #define LOCKSTEP_SERVER_SUBMISSION_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -17,6 +18,9 @@ namespace lockstep::server {
 // Label keys starting with this are the coordinator's own; a public
 // submission may not set them.
 inline constexpr char kReservedLabelPrefix[] = "lockstep.";
+// Job labels (spec.labels): keys of 1 to 128 bytes, values up to 256.
+inline constexpr size_t kMaxLabelKeyBytes = 128;
+inline constexpr size_t kMaxLabelValueBytes = 256;
 // Label marking an audit's job; its value is the audit id. Run i of such a
 // job runs on placement.worker_ids[i], and a run that fails does not end
 // the others. Only the AuditManager sets it (SubmissionSource::kInternal).

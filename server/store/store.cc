@@ -218,8 +218,8 @@ constexpr struct {
     {kListJobs,
      "SELECT job_id FROM jobs WHERE (? = 0 OR created_ms < ? OR "
      "(created_ms = ? AND job_id < ?)) AND (? = 0 OR state = ?) AND "
-     "(? = '' OR model_digest = ?) ORDER BY created_ms DESC, job_id DESC "
-     "LIMIT ?"},
+     "(? = '' OR model_digest = ?) AND (? = '' OR config_digest = ?) ORDER "
+     "BY created_ms DESC, job_id DESC LIMIT ?"},
     {kListUnfinishedJobs,
      "SELECT job_id FROM jobs WHERE state IN (1, 2) ORDER BY created_ms"},
     {kUpdateJob,
@@ -694,7 +694,9 @@ absl::StatusOr<std::vector<v1::Job>> Store::ListJobs(const JobQuery& q) {
     LS_RETURN_IF_ERROR(st->BindInt64(6, q.state));
     LS_RETURN_IF_ERROR(st->BindText(7, q.model_digest));
     LS_RETURN_IF_ERROR(st->BindText(8, q.model_digest));
-    LS_RETURN_IF_ERROR(st->BindInt64(9, q.page_size));
+    LS_RETURN_IF_ERROR(st->BindText(9, q.config_digest));
+    LS_RETURN_IF_ERROR(st->BindText(10, q.config_digest));
+    LS_RETURN_IF_ERROR(st->BindInt64(11, q.page_size));
     while (true) {
       LS_ASSIGN_OR_RETURN(bool row, st->Step());
       if (!row) break;
@@ -709,18 +711,42 @@ absl::StatusOr<std::vector<v1::Job>> Store::ListJobs(const JobQuery& q) {
   return out;
 }
 
-absl::StatusOr<std::vector<std::string>> Store::ListUnfinishedJobIds() {
-  absl::MutexLock lock(&mu_);
-  LS_REQUIRE_CURRENT_SCHEMA();
-  Statement* st = stmts_[kListUnfinishedJobs].get();
+namespace {
+
+// A run_steps row (step, fingerprints, step_digest) as a StepRecord.
+absl::StatusOr<StepRecord> StepFromRow(Statement* st,
+                                       const std::string& run_id) {
+  v1::FingerprintBatch stored;
+  if (!stored.ParseFromString(st->ColumnBlob(1))) {
+    return absl::DataLossError(
+        absl::StrCat("run_steps.fingerprints of ", run_id, " do not parse"));
+  }
+  StepRecord r;
+  r.step = static_cast<int32_t>(st->ColumnInt64(0));
+  r.fingerprints.assign(stored.fingerprints().begin(),
+                        stored.fingerprints().end());
+  r.step_digest = st->ColumnText(2);
+  return r;
+}
+
+// The first column of every row of a parameterless statement.
+absl::StatusOr<std::vector<std::string>> FirstColumnTexts(Statement* st) {
   ScopedReset reset(st);
-  std::vector<std::string> ids;
+  std::vector<std::string> out;
   while (true) {
     LS_ASSIGN_OR_RETURN(bool row, st->Step());
     if (!row) break;
-    ids.push_back(st->ColumnText(0));
+    out.push_back(st->ColumnText(0));
   }
-  return ids;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> Store::ListUnfinishedJobIds() {
+  absl::MutexLock lock(&mu_);
+  LS_REQUIRE_CURRENT_SCHEMA();
+  return FirstColumnTexts(stmts_[kListUnfinishedJobs].get());
 }
 
 absl::Status Store::UpdateJob(const v1::Job& job) {
@@ -793,15 +819,7 @@ absl::StatusOr<std::optional<v1::Report>> Store::GetJobReport(
 absl::StatusOr<std::vector<std::string>> Store::ListJobsAwaitingVerdict() {
   absl::MutexLock lock(&mu_);
   LS_REQUIRE_CURRENT_SCHEMA();
-  Statement* st = stmts_[kListJobsAwaitingVerdict].get();
-  ScopedReset reset(st);
-  std::vector<std::string> out;
-  while (true) {
-    LS_ASSIGN_OR_RETURN(bool row, st->Step());
-    if (!row) break;
-    out.push_back(st->ColumnText(0));
-  }
-  return out;
+  return FirstColumnTexts(stmts_[kListJobsAwaitingVerdict].get());
 }
 
 absl::Status Store::SetReadOnlyForTesting(bool read_only) {
@@ -1007,16 +1025,7 @@ absl::StatusOr<std::vector<StepRecord>> Store::LoadRunSteps(
   while (true) {
     LS_ASSIGN_OR_RETURN(bool row, st->Step());
     if (!row) break;
-    v1::FingerprintBatch stored;
-    if (!stored.ParseFromString(st->ColumnBlob(1))) {
-      return absl::DataLossError(
-          absl::StrCat("run_steps.fingerprints of ", run_id, " do not parse"));
-    }
-    StepRecord r;
-    r.step = static_cast<int32_t>(st->ColumnInt64(0));
-    r.fingerprints.assign(stored.fingerprints().begin(),
-                          stored.fingerprints().end());
-    r.step_digest = st->ColumnText(2);
+    LS_ASSIGN_OR_RETURN(StepRecord r, StepFromRow(st, run_id));
     out.push_back(std::move(r));
   }
   return out;
@@ -1056,16 +1065,7 @@ absl::StatusOr<std::optional<StepRecord>> Store::ReadStepAfter(
   LS_RETURN_IF_ERROR(st->BindInt64(3, after_step));
   LS_ASSIGN_OR_RETURN(bool row, st->Step());
   if (!row) return std::optional<StepRecord>();
-  v1::FingerprintBatch stored;
-  if (!stored.ParseFromString(st->ColumnBlob(1))) {
-    return absl::DataLossError(
-        absl::StrCat("run_steps.fingerprints of ", run_id, " do not parse"));
-  }
-  StepRecord r;
-  r.step = static_cast<int32_t>(st->ColumnInt64(0));
-  r.fingerprints.assign(stored.fingerprints().begin(),
-                        stored.fingerprints().end());
-  r.step_digest = st->ColumnText(2);
+  LS_ASSIGN_OR_RETURN(StepRecord r, StepFromRow(st, run_id));
   return std::optional<StepRecord>(std::move(r));
 }
 
