@@ -142,40 +142,35 @@ absl::StatusOr<lockstep::v1::Job> Client::FindGoldenJob(
     const std::string& key, const std::string& value,
     const std::string& model_digest, const std::string& config_digest,
     const std::string& exclude_job_id) {
-  // Bounds the search at 1,000 pages of 500 jobs.
-  constexpr int kMaxPages = 1000;
+  // A golden lookup: the coordinator answers it from its verdict index.
   lockstep::v1::ListJobsRequest req;
-  req.set_page_size(500);
-  req.set_state(lockstep::v1::JOB_SUCCEEDED);
+  req.set_page_size(1);
   req.set_model_digest(model_digest);
+  req.set_config_digest(config_digest);
+  req.set_verdict(lockstep::v1::REPRODUCIBLE);
+  req.set_exclude_job_id(exclude_job_id);
   (*req.mutable_labels())[key] = value;
-  int64_t searched = 0;
-  for (int page = 0; page < kMaxPages; ++page) {
-    absl::StatusOr<lockstep::v1::ListJobsResponse> jobs = ListJobs(req);
-    if (!jobs.ok()) return jobs.status();
-    for (const lockstep::v1::Job& job : jobs->jobs()) {
-      ++searched;
-      // The coordinator filters; a job outside the filter is skipped all
-      // the same, since a wrong reference would make a false verdict.
-      auto label = job.spec().labels().find(key);
-      if (job.job_id() == exclude_job_id ||
-          job.model_digest() != model_digest ||
-          job.config_digest() != config_digest ||
-          label == job.spec().labels().end() || label->second != value ||
-          job.state() != lockstep::v1::JOB_SUCCEEDED) {
-        continue;
-      }
-      absl::StatusOr<lockstep::v1::Report> report = GetReport(job.job_id());
-      if (!report.ok()) return report.status();
-      if (report->verdict() == lockstep::v1::REPRODUCIBLE) return job;
-    }
-    if (jobs->next_page_token().empty()) break;
-    req.set_page_token(jobs->next_page_token());
+  absl::StatusOr<lockstep::v1::ListJobsResponse> jobs = ListJobs(req);
+  if (!jobs.ok()) return jobs.status();
+  if (jobs->jobs_size() == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("--golden: no REPRODUCIBLE job carries the label ", key,
+                     "=", value, " with model digest ", model_digest,
+                     " and config digest ", config_digest));
   }
-  return absl::NotFoundError(absl::StrCat(
-      "--golden: no REPRODUCIBLE job carries the label ", key, "=", value,
-      " with model digest ", model_digest, " and config digest ", config_digest,
-      " (", searched, " succeeded jobs of the label searched)"));
+  // A coordinator that ignored a filter would hand back a wrong reference,
+  // and with it a false verdict.
+  const lockstep::v1::Job& job = jobs->jobs(0);
+  auto label = job.spec().labels().find(key);
+  if (job.job_id() == exclude_job_id || job.model_digest() != model_digest ||
+      job.config_digest() != config_digest ||
+      label == job.spec().labels().end() || label->second != value) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--golden: the coordinator answered the lookup with job ", job.job_id(),
+        ", which does not match the label, model and config; "
+        "it does not support golden lookups"));
+  }
+  return job;
 }
 
 absl::StatusOr<lockstep::v1::CompareRunsResponse> Client::CompareRuns(

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/grpc_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "lockstep/v1/lockstep_service.grpc.pb.h"
 
@@ -25,7 +26,7 @@ struct ClientOptions {
   // Largest message sent or received on the channel; a larger one fails
   // with RESOURCE_EXHAUSTED naming both sizes. Default 16 MiB, the
   // coordinator's default limit.
-  int max_message_bytes = 16 << 20;
+  int max_message_bytes = kDefaultMaxMessageBytes;
 };
 
 class Client {
@@ -47,12 +48,12 @@ class Client {
   absl::StatusOr<lockstep::v1::Job> Cancel(const std::string& job_id,
                                            const std::string& reason);
   absl::StatusOr<lockstep::v1::Report> GetReport(const std::string& job_id);
-  // The golden reference of a check: the newest succeeded job carrying the
-  // label `key`=`value` with exactly these model and config digests whose
-  // report's verdict is REPRODUCIBLE, other than `exclude_job_id`. Searches
-  // every page of ListJobs (label, model and state filtered by the
-  // coordinator), newest first. NOT_FOUND naming the label, model and
-  // config when no job qualifies.
+  // The golden reference of a check: the newest job carrying the label
+  // `key`=`value` with exactly these model and config digests whose stored
+  // verdict is REPRODUCIBLE, other than `exclude_job_id`. One ListJobs call
+  // (page_size 1, label, model, config and verdict filters), which the
+  // coordinator answers from its verdict index. NOT_FOUND naming the
+  // label, model and config when no job qualifies.
   absl::StatusOr<lockstep::v1::Job> FindGoldenJob(
       const std::string& key, const std::string& value,
       const std::string& model_digest, const std::string& config_digest,

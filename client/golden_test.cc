@@ -21,8 +21,8 @@ namespace {
 using ::lockstep::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// ListJobs (newest first, paged, filtered by state, model and labels like
-// the coordinator) and GetReport over a fixed job list.
+// ListJobs (newest first, paged, filtered by state, model, config, labels,
+// verdict and excluded job like the coordinator) over a fixed job list.
 class FakeLockstep final : public v1::Lockstep::Service {
  public:
   void Add(const std::string& id, const std::string& model,
@@ -45,6 +45,7 @@ class FakeLockstep final : public v1::Lockstep::Service {
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* resp) override {
     ++list_calls;
+    last_request = *req;
     size_t start = 0;
     if (!req->page_token().empty() &&
         !absl::SimpleAtoi(req->page_token(), &start)) {
@@ -58,7 +59,13 @@ class FakeLockstep final : public v1::Lockstep::Service {
       bool match = (req->state() == v1::JOB_STATE_UNSPECIFIED ||
                     j.state() == req->state()) &&
                    (req->model_digest().empty() ||
-                    j.model_digest() == req->model_digest());
+                    j.model_digest() == req->model_digest()) &&
+                   (req->config_digest().empty() ||
+                    j.config_digest() == req->config_digest()) &&
+                   (req->verdict() == v1::VERDICT_UNSPECIFIED ||
+                    verdicts_[j.job_id()] == req->verdict()) &&
+                   j.job_id() != req->exclude_job_id();
+      match = match || ignore_filters;
       for (const auto& [k, v] : req->labels()) {
         auto it = j.spec().labels().find(k);
         match = match && it != j.spec().labels().end() && it->second == v;
@@ -69,18 +76,9 @@ class FakeLockstep final : public v1::Lockstep::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetReport(grpc::ServerContext*, const v1::GetReportRequest* req,
-                         v1::Report* resp) override {
-    auto it = verdicts_.find(req->job_id());
-    if (it == verdicts_.end()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, req->job_id());
-    }
-    resp->set_job_id(req->job_id());
-    resp->set_verdict(it->second);
-    return grpc::Status::OK;
-  }
-
   int list_calls = 0;
+  bool ignore_filters = false;  // as a coordinator without the filters
+  v1::ListJobsRequest last_request;
 
  private:
   std::vector<v1::Job> jobs_;
@@ -130,7 +128,15 @@ TEST_F(GoldenTest, NewestReproducibleJobOfTheSameModelAndConfig) {
   ASSERT_TRUE(golden.ok()) << golden.status();
   EXPECT_EQ(golden->job_id(), "j-ref");
   EXPECT_EQ(golden->runs(0).run_id(), "j-ref-r0");
-  EXPECT_GE(fake_.list_calls, 2);  // beyond the first page
+  // One call, with every filter of a golden lookup.
+  EXPECT_EQ(fake_.list_calls, 1);
+  EXPECT_EQ(fake_.last_request.page_size(), 1);
+  EXPECT_EQ(fake_.last_request.model_digest(), "m1");
+  EXPECT_EQ(fake_.last_request.config_digest(), "c1");
+  EXPECT_EQ(fake_.last_request.verdict(), v1::REPRODUCIBLE);
+  EXPECT_EQ(fake_.last_request.exclude_job_id(), "j-self");
+  ASSERT_EQ(fake_.last_request.labels_size(), 1);
+  EXPECT_EQ(fake_.last_request.labels().at("golden"), "main");
 
   // With another reproducible job of the same model and config newer than
   // the first, that one is the reference.
@@ -149,6 +155,16 @@ TEST_F(GoldenTest, NoQualifyingJobIsNotFound) {
       StatusIs(absl::StatusCode::kNotFound,
                HasSubstr("no REPRODUCIBLE job carries the label golden=main "
                          "with model digest m1 and config digest c1")));
+}
+
+TEST_F(GoldenTest, AnAnswerOutsideTheFiltersIsRefused) {
+  fake_.Add("j-ref", "m1", "c1", "main", v1::REPRODUCIBLE);
+  fake_.Add("j-other", "m1", "c2", "main", v1::REPRODUCIBLE);
+  fake_.Add("j-self", "m1", "c1", "main", v1::REPRODUCIBLE);
+  fake_.ignore_filters = true;
+  EXPECT_THAT(client_->FindGoldenJob("golden", "main", "m1", "c1", "j-self"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("does not support golden lookups")));
 }
 
 }  // namespace

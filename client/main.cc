@@ -8,11 +8,12 @@
 #include "absl/flags/usage.h"
 #include "client/client.h"
 #include "client/commands.h"
+#include "common/grpc_limits.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
           "coordinator address, host:port");
 ABSL_FLAG(int64_t, timeout_ms, 5000, "deadline of each unary call, ms");
-ABSL_FLAG(int, max_message_bytes, 16 << 20,
+ABSL_FLAG(int, max_message_bytes, lockstep::kDefaultMaxMessageBytes,
           "largest message sent to or accepted from the coordinator, bytes "
           "(1024..268435456)");
 ABSL_FLAG(bool, json, false, "print results as JSON (for scripts)");
@@ -84,7 +85,8 @@ int main(int argc, char** argv) {
     return lockstep::client::kExitUsage;
   }
   const int max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  if (max_message_bytes < 1024 || max_message_bytes > (256 << 20)) {
+  if (max_message_bytes < lockstep::kMinMaxMessageBytes ||
+      max_message_bytes > lockstep::kMaxMaxMessageBytes) {
     std::fprintf(stderr,
                  "lockstep: --max_message_bytes: %d is outside "
                  "1024..268435456\n",

@@ -9,6 +9,7 @@ set -euo pipefail
 PACKAGES=(
   bazel-bootstrap          # Bazel 4.2.3
   g++                      # C++17 compiler
+  clang                    # thread-safety analysis (bazel build --config=tsa)
   python3                  # test summaries
   libgrpc++-dev            # gRPC 1.51 (+ reflection)
   protobuf-compiler-grpc   # grpc_cpp_plugin

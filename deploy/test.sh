@@ -83,13 +83,30 @@ rm -rf "$demo_dir"
 echo
 echo "test: bad-input suites under AddressSanitizer/UBSan"
 if bazel test --config=asan //model:bad_spec_test //model:spec_io_test \
-     //worker/data:npy_test //worker/data:idx_test --test_output=errors; then
+     //worker/data:npy_test //worker/data:idx_test \
+     //server:message_checks_test --test_output=errors; then
   echo "test: sanitizer suites PASSED"
   passed=$((passed + 1))
 else
   echo "test: sanitizer suites FAILED"
   failed=$((failed + 1))
 fi
+
+# Clang's thread-safety analysis over every ABSL_GUARDED_BY in the
+# coordinator, worker and client (warnings are errors). In an output base of
+# its own, so the clang objects do not replace the gcc ones.
+echo
+echo "test: clang thread-safety analysis (bazel build --config=tsa)"
+tsa_base="${XDG_CACHE_HOME:-$HOME/.cache}/lockstep-tsa"
+if bazel --output_base="$tsa_base" build --config=tsa --define=cuda=off \
+     //common/... //model/... //server/... //worker/... //client/...; then
+  echo "test: thread-safety analysis PASSED"
+  passed=$((passed + 1))
+else
+  echo "test: thread-safety analysis FAILED"
+  failed=$((failed + 1))
+fi
+bazel --output_base="$tsa_base" shutdown >/dev/null 2>&1 || true
 
 echo
 echo "$passed passed, $failed failed, $skipped skipped"

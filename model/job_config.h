@@ -20,9 +20,8 @@ struct Limits {
   int64_t max_tensor_elements = 1 << 28;  // any activation, incl. batch dim
   int64_t max_parameters = 1 << 28;       // sum over all parameter tensors
   int64_t max_dim = 1 << 20;              // any single dimension
-  // Added beside the original fields:
-  int64_t max_runs = 64;       // placement.runs (ValidatePlacement)
-  int64_t max_threads = 1024;  // config.threads
+  int64_t max_runs = 64;                  // placement.runs (ValidatePlacement)
+  int64_t max_threads = 1024;             // config.threads
   // Bytes of every tensor the executor keeps alive during a run
   // (EstimateLiveTensorBytes in plan.h: the batch, every layer's output and
   // gradient buffers, parameters, their gradients and optimizer state).

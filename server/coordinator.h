@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "common/grpc_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "server/audit_manager.h"
 #include "server/gateway_service.h"
@@ -32,8 +33,10 @@ struct CoordinatorOptions {
   int64_t heartbeat_interval_ms = 2000;
   // A worker silent this long is marked gone. Default 10 s.
   int64_t heartbeat_timeout_ms = 10000;
-  // Largest message accepted. Default 64 MiB.
-  int max_message_bytes = 64 << 20;
+  // Largest message accepted from workers and clients, bytes; a larger one
+  // is refused with RESOURCE_EXHAUSTED. Default kDefaultMaxMessageBytes
+  // (16 MiB).
+  int max_message_bytes = kDefaultMaxMessageBytes;
   // Scheduling: run leases, retries, pinned waits, limits.
   JobManagerOptions jobs;
   // Folder of the model zoo, whose models are the audit workloads.

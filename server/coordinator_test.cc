@@ -5,8 +5,10 @@
 #include <string>
 
 #include "common/digest.h"
+#include "common/grpc_limits.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -139,6 +141,102 @@ TEST_F(CoordinatorTest, AuditRpcsValidate) {
   get.set_audit_id("audit-nope");
   s = stub_->GetAudit(&ctx3, get, &audit);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Adds field 99, which no Lockstep message has, to `m`'s unknown fields.
+void AddUnknownField(google::protobuf::Message* m) {
+  m->GetReflection()->MutableUnknownFields(m)->AddVarint(99, 1);
+}
+
+TEST_F(CoordinatorTest, PublicRequestsWithUnknownFieldsAreRefused) {
+  {
+    grpc::ClientContext ctx;
+    GetJobRequest req;
+    req.set_job_id("job-unknown");
+    AddUnknownField(&req);
+    Job job;
+    grpc::Status s = stub_->GetJob(&ctx, req, &job);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("request: unknown field 99"));
+  }
+  {
+    // Nested: the path names the message that carries it.
+    grpc::ClientContext ctx;
+    SubmitJobRequest req;
+    req.mutable_spec()->mutable_model()->set_name("m");
+    AddUnknownField(req.mutable_spec()->mutable_model());
+    Job job;
+    grpc::Status s = stub_->SubmitJob(&ctx, req, &job);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(),
+                HasSubstr("request.spec.model: unknown field 99"));
+  }
+  {
+    grpc::ClientContext ctx;
+    ListJobsRequest req;
+    AddUnknownField(&req);
+    ListJobsResponse resp;
+    grpc::Status s = stub_->ListJobs(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("request: unknown field 99"));
+  }
+  {
+    grpc::ClientContext ctx;
+    ListWorkersRequest req;
+    AddUnknownField(&req);
+    ListWorkersResponse resp;
+    grpc::Status s = stub_->ListWorkers(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("request: unknown field 99"));
+  }
+  {
+    grpc::ClientContext ctx;
+    WatchJobRequest req;
+    req.set_job_id("job-unknown");
+    AddUnknownField(&req);
+    auto reader = stub_->WatchJob(&ctx, req);
+    JobEvent ev;
+    EXPECT_FALSE(reader->Read(&ev));
+    grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("request: unknown field 99"));
+  }
+  {
+    // The same request without the unknown field gets past the check.
+    grpc::ClientContext ctx;
+    GetJobRequest req;
+    req.set_job_id("job-unknown");
+    Job job;
+    EXPECT_EQ(stub_->GetJob(&ctx, req, &job).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+}
+
+TEST_F(CoordinatorTest, ListJobsValidatesItsFilters) {
+  {
+    grpc::ClientContext ctx;
+    ListJobsRequest req;
+    req.set_config_digest("not-a-digest");
+    ListJobsResponse resp;
+    grpc::Status s = stub_->ListJobs(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("config_digest"));
+  }
+  {
+    grpc::ClientContext ctx;
+    ListJobsRequest req;
+    req.set_verdict(static_cast<Verdict>(17));
+    ListJobsResponse resp;
+    grpc::Status s = stub_->ListJobs(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("verdict: 17"));
+  }
+}
+
+TEST(CoordinatorOptionsTest, MessageLimitDefaultsTo16MiBEverywhere) {
+  EXPECT_EQ(kDefaultMaxMessageBytes, 16 << 20);
+  EXPECT_EQ(CoordinatorOptions().max_message_bytes, kDefaultMaxMessageBytes);
+  EXPECT_EQ(GatewayOptions().max_message_bytes, kDefaultMaxMessageBytes);
 }
 
 TEST_F(CoordinatorTest, JobRpcsValidate) {

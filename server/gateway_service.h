@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "common/grpc_limits.h"
 #include "lockstep/v1/worker_gateway.grpc.pb.h"
 #include "server/job_manager.h"
 #include "server/worker_registry.h"
@@ -25,7 +26,7 @@ struct GatewayOptions {
   // Worker messages larger than this are refused by gRPC
   // (RESOURCE_EXHAUSTED naming both sizes). Default 16 MiB: a batch at
   // kMaxFingerprintsPerBatch is about 4 MiB.
-  int max_message_bytes = 16 << 20;
+  int max_message_bytes = kDefaultMaxMessageBytes;
 };
 
 class WorkerGatewayService final

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/digest.h"
 #include "common/status_macros.h"
 #include "server/analysis.h"
 #include "server/submission.h"
@@ -64,6 +65,24 @@ std::string ConfigDifference(const v1::JobConfig& a, const v1::JobConfig& b) {
   return absl::StrJoin(diffs, "; ");
 }
 
+namespace {
+
+// "created_ms:job_id" of the last job of a page; the next page starts
+// after it.
+std::string PageTokenAfter(const Job& job) {
+  return absl::StrCat(job.created_unix_ms(), ":", job.job_id());
+}
+
+// A golden lookup: exactly one label, a model and a config, verdict
+// REPRODUCIBLE, first page. The verdict index answers it in one seek.
+bool IsGoldenLookup(const v1::ListJobsRequest& r) {
+  return r.labels_size() == 1 && !r.model_digest().empty() &&
+         !r.config_digest().empty() && r.verdict() == v1::REPRODUCIBLE &&
+         r.page_token().empty();
+}
+
+}  // namespace
+
 absl::StatusOr<v1::ListJobsResponse> JobQueries::ListJobs(
     const v1::ListJobsRequest& request) {
   if (request.page_size() < 0 || request.page_size() > 500) {
@@ -74,10 +93,41 @@ absl::StatusOr<v1::ListJobsResponse> JobQueries::ListJobs(
     return absl::InvalidArgumentError(absl::StrFormat(
         "state: %d is not a JobState", static_cast<int>(request.state())));
   }
+  if (!request.config_digest().empty() &&
+      !IsDigest128Hex(request.config_digest())) {
+    return absl::InvalidArgumentError(
+        "config_digest: must be empty or 32 lowercase hex characters");
+  }
+  if (!v1::Verdict_IsValid(request.verdict())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "verdict: %d is not a Verdict", static_cast<int>(request.verdict())));
+  }
+  if (IsGoldenLookup(request)) {
+    const auto& [key, value] = *request.labels().begin();
+    LS_ASSIGN_OR_RETURN(std::optional<std::string> id,
+                        store_->FindGoldenJob(
+                            key, value, request.model_digest(),
+                            request.config_digest(), request.exclude_job_id()));
+    // FinishJob indexes each verdict it stores, so no entry means no job
+    // qualifies.
+    if (!id.has_value()) return v1::ListJobsResponse();
+    LS_ASSIGN_OR_RETURN(std::optional<Job> job, store_->GetJob(*id));
+    // The newest qualifying job is the whole first page of one (with a
+    // state filter, when in that state); other pages take the general path.
+    if (job.has_value() && request.page_size() == 1 &&
+        (request.state() == v1::JOB_STATE_UNSPECIFIED ||
+         job->state() == request.state())) {
+      v1::ListJobsResponse response;
+      response.set_next_page_token(PageTokenAfter(*job));
+      *response.add_jobs() = std::move(*job);
+      return response;
+    }
+  }
   store::JobQuery q;
   q.page_size = request.page_size() == 0 ? 50 : request.page_size();
   q.state = request.state();
   q.model_digest = request.model_digest();
+  q.config_digest = request.config_digest();
   if (!request.page_token().empty()) {
     std::pair<std::string, std::string> parts =
         absl::StrSplit(request.page_token(), absl::MaxSplits(':', 1));
@@ -88,24 +138,37 @@ absl::StatusOr<v1::ListJobsResponse> JobQueries::ListJobs(
     }
     q.before_job_id = parts.second;
   }
-  // Label filters are applied after the page is read, so read generously.
-  const bool filter_labels = request.labels_size() > 0;
-  if (filter_labels) q.page_size = std::min(500, q.page_size * 4);
+  // Label, verdict and exclusion filters are applied after the page is
+  // read, so read generously.
+  const bool filter_after = request.labels_size() > 0 ||
+                            request.verdict() != v1::VERDICT_UNSPECIFIED ||
+                            !request.exclude_job_id().empty();
+  if (filter_after) q.page_size = std::min(500, q.page_size * 4);
   LS_ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->ListJobs(q));
+  const int page_size = request.page_size() == 0 ? 50 : request.page_size();
   v1::ListJobsResponse response;
   for (Job& job : jobs) {
-    bool match = true;
+    bool match = job.job_id() != request.exclude_job_id();
     for (const auto& [k, v] : request.labels()) {
       auto it = job.spec().labels().find(k);
       if (it == job.spec().labels().end() || it->second != v) match = false;
     }
+    if (match && request.verdict() != v1::VERDICT_UNSPECIFIED) {
+      LS_ASSIGN_OR_RETURN(std::optional<v1::Report> report,
+                          store_->GetJobReport(job.job_id()));
+      match = report.has_value() && report->verdict() == request.verdict();
+    }
     if (!match) continue;
+    if (response.jobs_size() == page_size) {
+      // A full page; the next one starts after its last job.
+      response.set_next_page_token(
+          PageTokenAfter(response.jobs(response.jobs_size() - 1)));
+      return response;
+    }
     *response.add_jobs() = std::move(job);
   }
   if (static_cast<int>(jobs.size()) == q.page_size && !jobs.empty()) {
-    const Job& last = jobs.back();
-    response.set_next_page_token(
-        absl::StrCat(last.created_unix_ms(), ":", last.job_id()));
+    response.set_next_page_token(PageTokenAfter(jobs.back()));
   }
   return response;
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/job_events.h"
+#include "server/message_checks.h"
 
 namespace lockstep::server {
 namespace {
@@ -22,6 +23,19 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
   reactor->Finish(status);
   return reactor;
 }
+
+// INVALID_ARGUMENT naming the path of the first field of `request` this
+// build does not know ("request.spec: unknown field 99 ..."); OK otherwise.
+grpc::Status Unknown(const google::protobuf::Message& request) {
+  return ToGrpcStatus(RefuseUnknownFields(request, "request"));
+}
+
+// A WatchJob stream refused before it starts.
+class RefusedWatch final : public grpc::ServerWriteReactor<JobEvent> {
+ public:
+  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
 
 template <typename T>
 grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context,
@@ -134,6 +148,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 grpc::ServerUnaryReactor* LockstepService::ListWorkers(
     grpc::CallbackServerContext* context, const ListWorkersRequest* request,
     ListWorkersResponse* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   absl::StatusOr<std::vector<Worker>> workers =
       registry_->List(request->include_gone());
   if (!workers.ok()) return Done(context, ToGrpcStatus(workers.status()));
@@ -145,6 +160,7 @@ grpc::ServerUnaryReactor* LockstepService::ListWorkers(
 grpc::ServerUnaryReactor* LockstepService::SetWorkerState(
     grpc::CallbackServerContext* context, const SetWorkerStateRequest* request,
     Worker* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   absl::StatusOr<Worker> w = registry_->SetAdminState(*request);
   if (!w.ok()) return Done(context, ToGrpcStatus(w.status()));
   *response = std::move(*w);
@@ -154,11 +170,13 @@ grpc::ServerUnaryReactor* LockstepService::SetWorkerState(
 grpc::ServerUnaryReactor* LockstepService::SubmitJob(
     grpc::CallbackServerContext* context, const SubmitJobRequest* request,
     Job* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->Submit(*request), response);
 }
 grpc::ServerUnaryReactor* LockstepService::GetJob(
     grpc::CallbackServerContext* context, const GetJobRequest* request,
     Job* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   if (request->job_id().empty()) {
     return Done(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                       "job_id: must be set"));
@@ -167,33 +185,41 @@ grpc::ServerUnaryReactor* LockstepService::GetJob(
 }
 grpc::ServerWriteReactor<JobEvent>* LockstepService::WatchJob(
     grpc::CallbackServerContext* context, const WatchJobRequest* request) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) {
+    return new RefusedWatch(s);
+  }
   return new JobWatcher(jobs_, request->job_id());
 }
 grpc::ServerUnaryReactor* LockstepService::ListJobs(
     grpc::CallbackServerContext* context, const ListJobsRequest* request,
     ListJobsResponse* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->ListJobs(*request), response);
 }
 grpc::ServerUnaryReactor* LockstepService::CancelJob(
     grpc::CallbackServerContext* context, const CancelJobRequest* request,
     Job* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->Cancel(request->job_id(), request->reason()),
                response);
 }
 grpc::ServerUnaryReactor* LockstepService::GetReport(
     grpc::CallbackServerContext* context, const GetReportRequest* request,
     Report* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->GetReport(request->job_id()), response);
 }
 grpc::ServerUnaryReactor* LockstepService::CompareRuns(
     grpc::CallbackServerContext* context, const CompareRunsRequest* request,
     CompareRunsResponse* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->CompareRuns(request->run_a(), request->run_b()),
                response);
 }
 grpc::ServerUnaryReactor* LockstepService::GetCertificate(
     grpc::CallbackServerContext* context, const GetCertificateRequest* request,
     Certificate* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->GetCertificate(request->certificate_id()),
                response);
 }
@@ -201,21 +227,25 @@ grpc::ServerUnaryReactor* LockstepService::ListCertificates(
     grpc::CallbackServerContext* context,
     const ListCertificatesRequest* request,
     ListCertificatesResponse* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->ListCertificates(*request), response);
 }
 grpc::ServerUnaryReactor* LockstepService::StartAudit(
     grpc::CallbackServerContext* context, const StartAuditRequest* request,
     Audit* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, audits_->Start(*request), response);
 }
 grpc::ServerUnaryReactor* LockstepService::GetAudit(
     grpc::CallbackServerContext* context, const GetAuditRequest* request,
     Audit* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, audits_->Get(request->audit_id()), response);
 }
 grpc::ServerUnaryReactor* LockstepService::ListAudits(
     grpc::CallbackServerContext* context, const ListAuditsRequest* request,
     ListAuditsResponse* response) {
+  if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, audits_->List(*request), response);
 }
 

@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/grpc_limits.h"
 #include "common/logging.h"
 #include "server/coordinator.h"
 
@@ -39,7 +40,7 @@ ABSL_FLAG(int64_t, max_fingerprint_bytes_per_job, int64_t{16} << 30,
           "bytes a job's fingerprints may take in the database");
 ABSL_FLAG(std::string, zoo_dir, "examples",
           "model zoo folder; its models are the fleet-audit workloads");
-ABSL_FLAG(int, max_message_bytes, 16 << 20,
+ABSL_FLAG(int, max_message_bytes, lockstep::kDefaultMaxMessageBytes,
           "largest message the coordinator accepts from workers and clients, "
           "bytes (1024..268435456); a larger one is refused with "
           "RESOURCE_EXHAUSTED naming the limit");
@@ -78,8 +79,8 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_fingerprint_bytes_per_job);
   options.zoo_dir = absl::GetFlag(FLAGS_zoo_dir);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  if (options.max_message_bytes < 1024 ||
-      options.max_message_bytes > (256 << 20)) {
+  if (options.max_message_bytes < lockstep::kMinMaxMessageBytes ||
+      options.max_message_bytes > lockstep::kMaxMaxMessageBytes) {
     std::fprintf(stderr,
                  "lockstep-coordinator: --max_message_bytes: %d is outside "
                  "1024..268435456\n",

@@ -59,6 +59,34 @@ TEST(SubmissionTest, ReservedLabelPrefixIsOnlyForTheCoordinator) {
               IsOk());
 }
 
+TEST(SubmissionTest, LabelKeysAndValuesHaveLengthLimits) {
+  v1::SubmitJobRequest req = MlpRequest();
+  (*req.mutable_spec()->mutable_labels())[std::string(129, 'k')] = "v";
+  EXPECT_THAT(ExpandSubmission(req, SubmissionLimits(),
+                               SubmissionSource::kPublic, "job-1", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("has 129 bytes; keys need 1 to 128")));
+  req = MlpRequest();
+  (*req.mutable_spec()->mutable_labels())[""] = "v";
+  EXPECT_THAT(ExpandSubmission(req, SubmissionLimits(),
+                               SubmissionSource::kPublic, "job-1", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("spec.labels: key \"\" has 0 bytes")));
+  req = MlpRequest();
+  (*req.mutable_spec()->mutable_labels())["branch"] = std::string(257, 'v');
+  EXPECT_THAT(ExpandSubmission(req, SubmissionLimits(),
+                               SubmissionSource::kPublic, "job-1", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("spec.labels[branch]: the value has 257 "
+                                 "bytes, over the limit of 256")));
+  req = MlpRequest();
+  (*req.mutable_spec()->mutable_labels())[std::string(128, 'k')] =
+      std::string(256, 'v');
+  EXPECT_THAT(ExpandSubmission(req, SubmissionLimits(),
+                               SubmissionSource::kPublic, "job-1", 0),
+              IsOk());
+}
+
 TEST(SubmissionTest, FingerprintLimitsCountEntriesStepsAndRuns) {
   auto s = ExpandSubmission(MlpRequest(), SubmissionLimits(),
                             SubmissionSource::kPublic, "job-1", 0);

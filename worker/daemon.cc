@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/grpc_limits.h"
 #include "common/logging.h"
 
 namespace lockstep::worker {
@@ -356,8 +357,9 @@ absl::Status WorkerDaemon::Run() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  args.SetMaxSendMessageSize(64 << 20);
-  args.SetMaxReceiveMessageSize(64 << 20);
+  // The coordinator's default limit: a batch at its largest is far below.
+  args.SetMaxSendMessageSize(kDefaultMaxMessageBytes);
+  args.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
   auto channel = grpc::CreateCustomChannel(
       options_.coordinator, grpc::InsecureChannelCredentials(), args);
   auto stub = lockstep::v1::WorkerGateway::NewStub(channel);

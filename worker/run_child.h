@@ -39,8 +39,10 @@ struct ChildOptions {
 absl::Status ExecuteAssignment(const lockstep::v1::RunAssignment& assignment,
                                const ChildOptions& options, int out_fd);
 
-// main() of `lockstep-worker execute`: stdin -> ExecuteAssignment -> stdout.
-// Exit code 0 when the run succeeded, 1 otherwise.
+// The body of the run process: reads one assignment frame from stdin,
+// runs ExecuteAssignment with stdout as `out_fd`. Returns the exit code: 0
+// when the run succeeded, 1 otherwise. `lockstep-worker execute`
+// (worker/cmd/execute.h) calls it after parsing its drill specs.
 int RunChildMain(const ChildOptions& options);
 
 }  // namespace lockstep::worker

@@ -72,7 +72,8 @@ struct JobQuery {
   int64_t before_created_ms = 0;
   std::string before_job_id;
   lockstep::v1::JobState state = lockstep::v1::JOB_STATE_UNSPECIFIED;
-  std::string model_digest;
+  std::string model_digest;   // Empty: any model.
+  std::string config_digest;  // Empty: any config.
 };
 
 // A worker event in the per-worker health history.
