@@ -17,28 +17,32 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (options.heartbeat_interval_ms <= 0) {
     return absl::InvalidArgumentError("heartbeat_interval_ms: must be > 0");
   }
-  if (options.jobs.lease_ms <= options.heartbeat_interval_ms) {
+  if (options.jobs.scheduler.lease_ms <= options.heartbeat_interval_ms) {
     return absl::InvalidArgumentError(
-        absl::StrCat("lease_ms: ", options.jobs.lease_ms,
+        absl::StrCat("lease_ms: ", options.jobs.scheduler.lease_ms,
                      " must exceed heartbeat_interval_ms (",
                      options.heartbeat_interval_ms, ")"));
   }
-  if (options.jobs.max_attempts < 1 || options.jobs.max_attempts > 100) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_attempts: ", options.jobs.max_attempts, " is outside 1..100"));
+  if (options.jobs.scheduler.max_attempts < 1 ||
+      options.jobs.scheduler.max_attempts > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_attempts: ", options.jobs.scheduler.max_attempts,
+                     " is outside 1..100"));
   }
-  if (options.jobs.finished_jobs_in_memory < 0 ||
-      options.jobs.finished_jobs_in_memory > 1000000) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "finished_jobs_in_memory: ", options.jobs.finished_jobs_in_memory,
-        " is outside 0..1000000"));
+  if (options.jobs.scheduler.finished_jobs_in_memory < 0 ||
+      options.jobs.scheduler.finished_jobs_in_memory > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("finished_jobs_in_memory: ",
+                     options.jobs.scheduler.finished_jobs_in_memory,
+                     " is outside 0..1000000"));
   }
-  if (options.jobs.pinned_wait_ms <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pinned_wait_ms: ", options.jobs.pinned_wait_ms, " must be > 0"));
+  if (options.jobs.scheduler.pinned_wait_ms <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pinned_wait_ms: ", options.jobs.scheduler.pinned_wait_ms,
+                     " must be > 0"));
   }
-  if (options.jobs.max_fingerprints_per_job <= 0 ||
-      options.jobs.max_fingerprint_bytes_per_job <= 0) {
+  if (options.jobs.submission.max_fingerprints_per_job <= 0 ||
+      options.jobs.submission.max_fingerprint_bytes_per_job <= 0) {
     return absl::InvalidArgumentError(
         "max_fingerprints_per_job, max_fingerprint_bytes_per_job: must be > 0");
   }
@@ -100,8 +104,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
 }
 
 void Coordinator::SweepLoop() {
-  const int64_t period = std::max<int64_t>(
-      50, std::min(options_.heartbeat_timeout_ms, options_.jobs.lease_ms) / 4);
+  const int64_t period =
+      std::max<int64_t>(50, std::min(options_.heartbeat_timeout_ms,
+                                     options_.jobs.scheduler.lease_ms) /
+                                4);
   while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(period))) {
     registry_->Sweep();
     jobs_->Sweep();

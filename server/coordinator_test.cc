@@ -369,7 +369,7 @@ TEST(CoordinatorStart, RejectsBadOptions) {
   o = CoordinatorOptions();
   o.listen_address = "127.0.0.1:0";
   o.store.path = ":memory:";
-  o.jobs.finished_jobs_in_memory = -1;
+  o.jobs.scheduler.finished_jobs_in_memory = -1;
   EXPECT_THAT(Coordinator::Start(o).status().message(),
               HasSubstr("finished_jobs_in_memory: -1 is outside 0..1000000"));
   o = CoordinatorOptions();

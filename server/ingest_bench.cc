@@ -116,7 +116,7 @@ Result RunIngest(const std::string& synchronous) {
   o.listen_address = "127.0.0.1:0";
   o.store.path = db;
   o.store.synchronous = synchronous;
-  o.jobs.lease_ms = 600000;
+  o.jobs.scheduler.lease_ms = 600000;
   auto coordinator = lockstep::server::Coordinator::Start(o).value();
   const std::string address = absl::StrCat("127.0.0.1:", coordinator->port());
   const int workers = absl::GetFlag(FLAGS_workers);

@@ -18,15 +18,6 @@ JobManager::JobManager(store::Store* store, WorkerRegistry* registry,
       options_(std::move(options)),
       clock_(std::move(clock)),
       queries_(store, clock_) {
-  limits_.model = options_.limits;
-  limits_.max_fingerprints_per_job = options_.max_fingerprints_per_job;
-  limits_.max_fingerprint_bytes_per_job =
-      options_.max_fingerprint_bytes_per_job;
-  SchedulerOptions so;
-  so.lease_ms = options_.lease_ms;
-  so.max_attempts = options_.max_attempts;
-  so.finished_jobs_in_memory = options_.finished_jobs_in_memory;
-  so.pinned_wait_ms = options_.pinned_wait_ms;
   // The verdict worker reports to the scheduler only about jobs the
   // scheduler handed it, so neither runs before both exist.
   verdicts_ = std::make_unique<VerdictWorker>(
@@ -35,7 +26,7 @@ JobManager::JobManager(store::Store* store, WorkerRegistry* registry,
         scheduler_->OnVerdict(job, report);
       });
   scheduler_ = std::make_unique<Scheduler>(
-      store, registry, &events_, so, clock_,
+      store, registry, &events_, options_.scheduler, clock_,
       [this](const Job& job, const v1::TensorManifest& manifest) {
         verdicts_->Enqueue(job, manifest);
       });
@@ -71,8 +62,9 @@ absl::StatusOr<Job> JobManager::SubmitFrom(const v1::SubmitJobRequest& request,
                         store_->FindJobByIdempotencyKey(key));
     if (existing.has_value()) return GetJob(*existing);
   }
-  LS_ASSIGN_OR_RETURN(Submission s, ExpandSubmission(request, limits_, source,
-                                                     NewJobId(), clock_()));
+  LS_ASSIGN_OR_RETURN(Submission s,
+                      ExpandSubmission(request, options_.submission, source,
+                                       NewJobId(), clock_()));
   absl::Status inserted = store_->InsertJob(s.job, s.manifest, key);
   if (inserted.code() == absl::StatusCode::kAlreadyExists && !key.empty()) {
     LS_ASSIGN_OR_RETURN(std::optional<std::string> existing,

@@ -34,25 +34,10 @@
 namespace lockstep::server {
 
 struct JobManagerOptions {
-  // Lease of an assigned run; renewed by each heartbeat listing it.
-  // Default 30 s.
-  int64_t lease_ms = 30000;
-  // Attempts per run before the run (and its job) fails. Default 3.
-  int max_attempts = 3;
-  // Model and config limits, as the workers enforce them.
-  model::Limits limits;
-  // Fingerprints a job may store (entries x captured steps x runs).
-  // Default 200 million.
-  int64_t max_fingerprints_per_job = 200'000'000;
-  // Bytes those fingerprints may take in the store. Default 16 GiB.
-  int64_t max_fingerprint_bytes_per_job = int64_t{16} << 30;
-  // Finished jobs kept in memory (the most recently finished ones); older
-  // ones are served from the store. Default 256.
-  int finished_jobs_in_memory = 256;
-  // How long a queued run pinned to a vanished worker waits before it
-  // fails (audit runs) or moves to another worker of its class
-  // (SAME_WORKER). Default 60 s.
-  int64_t pinned_wait_ms = 60000;
+  // Leases, attempts, finished jobs in memory, pinned-run deadlines.
+  SchedulerOptions scheduler;
+  // Model and config limits and the fingerprint limits per job.
+  SubmissionLimits submission;
 };
 
 class JobManager final : public WorkerRegistry::Listener {
@@ -131,7 +116,6 @@ class JobManager final : public WorkerRegistry::Listener {
   store::Store* const store_;
   const JobManagerOptions options_;
   const Clock clock_;
-  SubmissionLimits limits_;
   JobEvents events_;
   JobQueries queries_;
   std::unique_ptr<Scheduler> scheduler_;

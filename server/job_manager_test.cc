@@ -111,10 +111,10 @@ class JobManagerTest : public ::testing::Test {
   void MakeManager(int finished_jobs_in_memory = 256,
                    std::function<void(JobManagerOptions*)> tweak = nullptr) {
     JobManagerOptions jo;
-    jo.lease_ms = kLeaseMs;
-    jo.max_attempts = 2;
-    jo.finished_jobs_in_memory = finished_jobs_in_memory;
-    jo.pinned_wait_ms = kPinnedWaitMs;
+    jo.scheduler.lease_ms = kLeaseMs;
+    jo.scheduler.max_attempts = 2;
+    jo.scheduler.finished_jobs_in_memory = finished_jobs_in_memory;
+    jo.scheduler.pinned_wait_ms = kPinnedWaitMs;
     if (tweak) tweak(&jo);
     if (jobs_ != nullptr) jobs_->Shutdown();
     jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), jo,
@@ -705,8 +705,9 @@ TEST_F(JobManagerTest, FailedJobReportSaysFailedAndListsNoCertificates) {
 }
 
 TEST_F(JobManagerTest, FingerprintLimitNamesTheLimitAndTheJobsFigure) {
-  MakeManager(256,
-              [](JobManagerOptions* o) { o->max_fingerprints_per_job = 100; });
+  MakeManager(256, [](JobManagerOptions* o) {
+    o->submission.max_fingerprints_per_job = 100;
+  });
   SubmitJobRequest req;
   *req.mutable_spec() = MlpSpec(2, SAME_CLASS, CANONICAL);
   auto refused = jobs_->Submit(req);
@@ -717,7 +718,7 @@ TEST_F(JobManagerTest, FingerprintLimitNamesTheLimitAndTheJobsFigure) {
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument,
                                 HasSubstr("x 3 captured steps x 2 runs")));
   MakeManager(256, [](JobManagerOptions* o) {
-    o->max_fingerprint_bytes_per_job = 1000;
+    o->submission.max_fingerprint_bytes_per_job = 1000;
   });
   EXPECT_THAT(jobs_->Submit(req),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -68,14 +68,14 @@ int main(int argc, char** argv) {
   options.store.synchronous = absl::GetFlag(FLAGS_synchronous);
   options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
   options.heartbeat_timeout_ms = absl::GetFlag(FLAGS_heartbeat_timeout_ms);
-  options.jobs.lease_ms = absl::GetFlag(FLAGS_lease_ms);
-  options.jobs.max_attempts = absl::GetFlag(FLAGS_max_attempts);
-  options.jobs.finished_jobs_in_memory =
+  options.jobs.scheduler.lease_ms = absl::GetFlag(FLAGS_lease_ms);
+  options.jobs.scheduler.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  options.jobs.scheduler.finished_jobs_in_memory =
       absl::GetFlag(FLAGS_finished_jobs_in_memory);
-  options.jobs.pinned_wait_ms = absl::GetFlag(FLAGS_pinned_wait_ms);
-  options.jobs.max_fingerprints_per_job =
+  options.jobs.scheduler.pinned_wait_ms = absl::GetFlag(FLAGS_pinned_wait_ms);
+  options.jobs.submission.max_fingerprints_per_job =
       absl::GetFlag(FLAGS_max_fingerprints_per_job);
-  options.jobs.max_fingerprint_bytes_per_job =
+  options.jobs.submission.max_fingerprint_bytes_per_job =
       absl::GetFlag(FLAGS_max_fingerprint_bytes_per_job);
   options.zoo_dir = absl::GetFlag(FLAGS_zoo_dir);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
