@@ -1,5 +1,7 @@
 #include "kernels/backend.h"
 
+#include <utility>
+
 #include "absl/strings/str_format.h"
 
 namespace lockstep::kernels {
@@ -34,6 +36,22 @@ std::vector<std::string> SpatialOpNames() {
           op::kAvgPool2dGrad,     op::kGlobalAvgPoolForward,
           op::kGlobalAvgPoolGrad, op::kResizeBilinearForward,
           op::kResizeBilinearGrad};
+}
+
+std::vector<std::string> NnOpNames() {
+  return {
+      op::kSigmoidForward,   op::kSigmoidGrad,        op::kTanhForward,
+      op::kTanhGrad,         op::kSiluForward,        op::kSiluGrad,
+      op::kGeluForward,      op::kGeluGrad,           op::kGeluTanhForward,
+      op::kGeluTanhGrad,     op::kSoftmaxForward,     op::kSoftmaxGrad,
+      op::kLayerNormForward, op::kLayerNormGradInput, op::kLayerNormGradParams};
+}
+
+std::vector<std::string> AllOpNames() {
+  std::vector<std::string> all = DenseFamilyOpNames();
+  for (std::string& s : SpatialOpNames()) all.push_back(std::move(s));
+  for (std::string& s : NnOpNames()) all.push_back(std::move(s));
+  return all;
 }
 
 absl::Status CheckNoAlias(absl::string_view op, absl::Span<const Tensor> in,

@@ -43,6 +43,14 @@
 //   global_avg_pool.grad    in {dy}    out {dx}
 //   resize_bilinear.forward in {x}     out {y}       output size = y's shape
 //   resize_bilinear.grad    in {dy}    out {dx}
+//   sigmoid|tanh|silu|gelu|gelu_tanh.forward  in {x}      out {y}
+//   sigmoid|tanh|silu|gelu|gelu_tanh.grad     in {x, dy}  out {dx}
+//   softmax.forward     in {x}         out {y}       over the last axis
+//   softmax.grad        in {x, dy}     out {dx}
+//   layer_norm.forward  in {x, gamma, beta} out {y}  over the last axis,
+//   layer_norm.grad_input  in {x, gamma, dy} out {dx}      gamma, beta [D]
+//   layer_norm.grad_params in {x, dy}   out {dgamma, dbeta}
+//       (kernels/ops/activations.h and kernels/ops/norm.h: the arithmetic)
 #ifndef LOCKSTEP_KERNELS_BACKEND_H_
 #define LOCKSTEP_KERNELS_BACKEND_H_
 
@@ -101,12 +109,32 @@ inline constexpr char kGlobalAvgPoolForward[] = "global_avg_pool.forward";
 inline constexpr char kGlobalAvgPoolGrad[] = "global_avg_pool.grad";
 inline constexpr char kResizeBilinearForward[] = "resize_bilinear.forward";
 inline constexpr char kResizeBilinearGrad[] = "resize_bilinear.grad";
+inline constexpr char kSigmoidForward[] = "sigmoid.forward";
+inline constexpr char kSigmoidGrad[] = "sigmoid.grad";
+inline constexpr char kTanhForward[] = "tanh.forward";
+inline constexpr char kTanhGrad[] = "tanh.grad";
+inline constexpr char kSiluForward[] = "silu.forward";
+inline constexpr char kSiluGrad[] = "silu.grad";
+inline constexpr char kGeluForward[] = "gelu.forward";
+inline constexpr char kGeluGrad[] = "gelu.grad";
+inline constexpr char kGeluTanhForward[] = "gelu_tanh.forward";
+inline constexpr char kGeluTanhGrad[] = "gelu_tanh.grad";
+inline constexpr char kSoftmaxForward[] = "softmax.forward";
+inline constexpr char kSoftmaxGrad[] = "softmax.grad";
+inline constexpr char kLayerNormForward[] = "layer_norm.forward";
+inline constexpr char kLayerNormGradInput[] = "layer_norm.grad_input";
+inline constexpr char kLayerNormGradParams[] = "layer_norm.grad_params";
 }  // namespace op
 
 // The dense-family, loss and optimizer ops (kernels/ops/).
 std::vector<std::string> DenseFamilyOpNames();
 // The spatial ops (kernels/spatial/).
 std::vector<std::string> SpatialOpNames();
+// Op set v2: activations, softmax and normalisation (kernels/ops/
+// activations.h, kernels/ops/norm.h).
+std::vector<std::string> NnOpNames();
+// DenseFamilyOpNames() + SpatialOpNames() + NnOpNames(), in that order.
+std::vector<std::string> AllOpNames();
 
 // Attributes of one op call. Each op reads only its own fields (listed per
 // field); the others are ignored. Defaults are the usual neutral values.
@@ -137,6 +165,9 @@ struct OpAttrs {
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
   int64_t step = 1;  // adam.update: 1-based step number t
+
+  // layer_norm.*: added to the variance before the square root.
+  float norm_epsilon = 1e-5f;
 };
 
 // INVALID_ARGUMENT "<op>: output O shares storage with input I" when an

@@ -295,6 +295,64 @@ void AddResize(Gen& g, std::vector<OpCase>* cases) {
   }
 }
 
+// Op set v2. 40,000 elements span several of the CPU kernels' 16 K-element
+// blocks; a softmax/layer-norm row of 300 and a layer-norm column of 700 rows
+// cross the 256-term chunk boundary.
+void AddNn(Gen& g, std::vector<OpCase>* cases) {
+  const struct {
+    const char* forward;
+    const char* grad;
+  } activations[] = {{op::kSigmoidForward, op::kSigmoidGrad},
+                     {op::kTanhForward, op::kTanhGrad},
+                     {op::kSiluForward, op::kSiluGrad},
+                     {op::kGeluForward, op::kGeluGrad},
+                     {op::kGeluTanhForward, op::kGeluTanhGrad}};
+  for (const auto& a : activations) {
+    for (const std::vector<int64_t>& s :
+         {std::vector<int64_t>{40000}, std::vector<int64_t>{3, 5, 7}}) {
+      cases->push_back({a.forward, a.forward, {g.Floats(s)}, {Zeros(s)}, {}});
+      cases->push_back(
+          {a.grad, a.grad, {g.Floats(s), g.Floats(s)}, {Zeros(s)}, {}});
+    }
+  }
+  const std::vector<std::vector<int64_t>> row_shapes = {
+      {37, 300}, {3, 4, 5}, {1, 1}, {700, 8}};
+  for (const auto& s : row_shapes) {
+    const int64_t d = s.back();
+    std::string label = "shape=[";
+    for (size_t i = 0; i < s.size(); ++i) {
+      label += absl::StrFormat(i ? ",%d" : "%d", s[i]);
+    }
+    label += "]";
+    cases->push_back({std::string("softmax.forward ") + label,
+                      op::kSoftmaxForward,
+                      {g.Floats(s)},
+                      {Zeros(s)},
+                      {}});
+    cases->push_back({std::string("softmax.grad ") + label,
+                      op::kSoftmaxGrad,
+                      {g.Floats(s), g.Floats(s)},
+                      {Zeros(s)},
+                      {}});
+    Tensor x = g.Floats(s);
+    cases->push_back({std::string("layer_norm.forward ") + label,
+                      op::kLayerNormForward,
+                      {x, g.Floats({d}), g.Floats({d})},
+                      {Zeros(s)},
+                      {}});
+    cases->push_back({std::string("layer_norm.grad_input ") + label,
+                      op::kLayerNormGradInput,
+                      {x, g.Floats({d}), g.Floats(s)},
+                      {Zeros(s)},
+                      {}});
+    cases->push_back({std::string("layer_norm.grad_params ") + label,
+                      op::kLayerNormGradParams,
+                      {x, g.Floats(s)},
+                      {Zeros({d}), Zeros({d})},
+                      {}});
+  }
+}
+
 }  // namespace
 
 const char* InputFamilyName(InputFamily family) {
@@ -311,6 +369,7 @@ std::vector<OpCase> OpCases(InputFamily family, uint32_t seed) {
   AddConv(g, &cases);
   AddPools(g, &cases);
   AddResize(g, &cases);
+  AddNn(g, &cases);
   return cases;
 }
 

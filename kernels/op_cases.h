@@ -1,5 +1,5 @@
 // Seeded kernel calls for every op: one or more calls per op of
-// DenseFamilyOpNames() and SpatialOpNames(), in two input families, with
+// AllOpNames(), in two input families, with
 // shapes whose reductions cross the 256-term chunk boundary, empty
 // reductions, transposes, grouped / strided / dilated / asymmetrically
 // padded convolutions, and pools with and without padding in the divisor.
@@ -36,7 +36,7 @@ struct OpCase {
   OpAttrs attrs;
 };
 
-// Every op of DenseFamilyOpNames() and SpatialOpNames() at least once, in a
+// Every op of AllOpNames() at least once, in a
 // fixed order (ops grouped together).
 std::vector<OpCase> OpCases(InputFamily family, uint32_t seed);
 

@@ -120,10 +120,7 @@ absl::Status ValidateOpAlgorithms(const v1::JobConfig& config) {
         algos.size(), kMaxOpAlgorithms));
   }
   absl::flat_hash_set<std::string> known;
-  for (std::string& name : kernels::DenseFamilyOpNames()) {
-    known.insert(std::move(name));
-  }
-  for (std::string& name : kernels::SpatialOpNames()) {
+  for (std::string& name : kernels::AllOpNames()) {
     known.insert(std::move(name));
   }
   // Map order is unspecified; sort so the reported error is stable.

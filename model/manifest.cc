@@ -89,9 +89,10 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: output_shape is empty", label));
     }
-    // Parameters: weight then optional bias for DENSE/CONV2D, exactly one
-    // bias for BIAS_ADD, none for the rest.
-    const bool has_weight = layer.op == v1::DENSE || layer.op == v1::CONV2D;
+    // Parameters: weight then optional bias for DENSE/CONV2D, weight and
+    // bias for LAYER_NORM, exactly one bias for BIAS_ADD, none for the rest.
+    const bool has_weight = layer.op == v1::DENSE || layer.op == v1::CONV2D ||
+                            layer.op == v1::LAYER_NORM;
     size_t expected = 0;
     if (has_weight) {
       if (layer.params.empty() || layer.params[0].role != v1::WEIGHT) {
@@ -112,6 +113,10 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
             absl::StrFormat("%s: BIAS_ADD needs params[0] = the bias", label));
       }
       expected = 1;
+    }
+    if (layer.op == v1::LAYER_NORM && expected != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: LAYER_NORM needs a weight and a bias", label));
     }
     if (layer.params.size() != expected) {
       return absl::InvalidArgumentError(
@@ -192,6 +197,22 @@ absl::StatusOr<LayerOps> OpsOfLayer(v1::LayerOp layer_op) {
     case v1::BIAS_ADD:
       // The input gradient of a bias layer is its output gradient itself.
       return LayerOps{op::kBiasAddForward, op::kBiasAddGrad, ""};
+    case v1::SIGMOID:
+      return LayerOps{op::kSigmoidForward, op::kSigmoidGrad, ""};
+    case v1::TANH:
+      return LayerOps{op::kTanhForward, op::kTanhGrad, ""};
+    case v1::SILU:
+      return LayerOps{op::kSiluForward, op::kSiluGrad, ""};
+    case v1::GELU:
+      return LayerOps{op::kGeluForward, op::kGeluGrad, ""};
+    case v1::GELU_TANH:
+      return LayerOps{op::kGeluTanhForward, op::kGeluTanhGrad, ""};
+    case v1::SOFTMAX:
+      return LayerOps{op::kSoftmaxForward, op::kSoftmaxGrad, ""};
+    case v1::LAYER_NORM:
+      // grad_weight computes both parameter gradients (scale and shift).
+      return LayerOps{op::kLayerNormForward, op::kLayerNormGradInput,
+                      op::kLayerNormGradParams};
     default:
       return absl::InvalidArgumentError(absl::StrFormat(
           "layer op %s (%d) cannot be executed",
@@ -250,7 +271,10 @@ absl::StatusOr<std::vector<v1::ManifestEntry>> StepTensors(
                               kSlotSum));
     }
     if (const ParamPlan* b = FindParam(layer, v1::BIAS)) {
-      out.push_back(MakeEntry(v1::PHASE_BACKWARD, layer.name, op::kBiasAddGrad,
+      // LAYER_NORM's shift gradient comes from layer_norm.grad_params.
+      const char* bias_grad =
+          layer.op == v1::LAYER_NORM ? ops.grad_weight : op::kBiasAddGrad;
+      out.push_back(MakeEntry(v1::PHASE_BACKWARD, layer.name, bias_grad,
                               v1::GRAD_BIAS, b->shape));
     }
     if (const ParamPlan* w = FindParam(layer, v1::WEIGHT)) {

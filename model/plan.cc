@@ -148,6 +148,7 @@ class Planner {
   absl::Status ResolveInputs(int i, LayerPlan* lp);
   absl::Status CheckOutputSize(int i, const std::vector<int64_t>& shape) const;
   absl::Status AddParam(int i, ParamPlan param, LayerPlan* lp);
+  absl::Status PlanLayerNorm(int i, LayerPlan* lp);
   // Requires a 4-D input; returns its shape.
   absl::Status Need4d(int i, const LayerPlan& lp) const;
 
@@ -363,6 +364,7 @@ absl::Status Planner::PlanConv2d(int i, LayerPlan* lp) {
       Wrap(i, CheckRange("conv2d.dilation_h", p.dilation_h(), 0, kMax)));
   LS_RETURN_IF_ERROR(
       Wrap(i, CheckRange("conv2d.dilation_w", p.dilation_w(), 0, kMax)));
+  LS_RETURN_IF_ERROR(Wrap(i, CheckRange("conv2d.groups", p.groups(), 0, kMax)));
   LS_RETURN_IF_ERROR(Need4d(i, *lp));
   const std::vector<int64_t>& in = lp->input_shapes[0];
 
@@ -380,7 +382,14 @@ absl::Status Planner::PlanConv2d(int i, LayerPlan* lp) {
   s.pad_left = s.pad_right = p.pad_w();
   s.dilation_h = p.dilation_h() == 0 ? 1 : p.dilation_h();
   s.dilation_w = p.dilation_w() == 0 ? 1 : p.dilation_w();
-  s.groups = 1;
+  s.groups = p.groups() == 0 ? 1 : p.groups();
+  if (s.groups < 0 || s.groups > s.c_in || s.c_in % s.groups != 0 ||
+      s.c_out % s.groups != 0) {
+    return LayerError(
+        i, absl::StrFormat("conv2d.groups: %d must divide both the input "
+                           "channels (%d) and conv2d.filters (%d)",
+                           p.groups(), s.c_in, s.c_out));
+  }
 
   // All fields are <= 2^20 here, so nothing below overflows.
   for (const auto& [axis, k, dilation, size, pad, dil_field] :
@@ -413,8 +422,8 @@ absl::Status Planner::PlanConv2d(int i, LayerPlan* lp) {
   ParamPlan w;
   w.name = "weight";
   w.role = v1::WEIGHT;
-  w.shape = {s.c_out, s.c_in, s.k_h, s.k_w};
-  w.fan_in = SatProduct({s.c_in, s.k_h, s.k_w});
+  w.shape = {s.c_out, s.c_in / s.groups, s.k_h, s.k_w};
+  w.fan_in = SatProduct({s.c_in / s.groups, s.k_h, s.k_w});
   w.fan_out = SatProduct({s.c_out, s.k_h, s.k_w});
   const int64_t fan_in = w.fan_in;
   const int64_t fan_out = w.fan_out;
@@ -439,7 +448,7 @@ absl::Status Planner::PlanConv2d(int i, LayerPlan* lp) {
   a.pad_right = s.pad_right;
   a.dilation_h = s.dilation_h;
   a.dilation_w = s.dilation_w;
-  a.groups = 1;
+  a.groups = s.groups;
   return absl::OkStatus();
 }
 
@@ -570,6 +579,33 @@ absl::Status Planner::PlanBiasAdd(int i, LayerPlan* lp) {
   return AddParam(i, std::move(b), lp);
 }
 
+absl::Status Planner::PlanLayerNorm(int i, LayerPlan* lp) {
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+  if (in.size() < 2) {
+    return LayerError(
+        i, absl::StrFormat("LAYER_NORM needs an input of rank >= 2 ([N, ..., "
+                           "D]), got %s from %s",
+                           ShapeToString(in), ProducerName(lp->inputs[0])));
+  }
+  lp->output_shape = in;
+  const int64_t d = in.back();
+  ParamPlan w;
+  w.name = "weight";
+  w.role = v1::WEIGHT;
+  w.shape = {d};
+  w.fan_in = d;
+  w.fan_out = d;
+  w.init_ones = true;
+  LS_RETURN_IF_ERROR(AddParam(i, std::move(w), lp));
+  ParamPlan b;
+  b.name = "bias";
+  b.role = v1::BIAS;
+  b.shape = {d};
+  b.fan_in = d;
+  b.fan_out = d;
+  return AddParam(i, std::move(b), lp);
+}
+
 absl::Status Planner::PlanLoss(int i, LayerPlan* lp) {
   const std::vector<int64_t>& in = lp->input_shapes[0];
   const int64_t n = plan_.input_shape[0];
@@ -684,7 +720,16 @@ absl::StatusOr<ModelPlan> Planner::Run() {
         LS_RETURN_IF_ERROR(PlanBiasAdd(i, &lp));
         break;
       case v1::RELU:
+      case v1::SIGMOID:
+      case v1::TANH:
+      case v1::SILU:
+      case v1::GELU:
+      case v1::GELU_TANH:
+      case v1::SOFTMAX:
         lp.output_shape = lp.input_shapes[0];
+        break;
+      case v1::LAYER_NORM:
+        LS_RETURN_IF_ERROR(PlanLayerNorm(i, &lp));
         break;
       case v1::SOFTMAX_XENT:
         LS_RETURN_IF_ERROR(PlanLoss(i, &lp));
@@ -710,7 +755,7 @@ absl::StatusOr<ModelPlan> Planner::Run() {
   if (plan_.parameter_count == 0) {
     return Invalid(
         "model.layers: the model has no trainable parameters (add a DENSE, "
-        "CONV2D or BIAS_ADD layer)");
+        "CONV2D, BIAS_ADD or LAYER_NORM layer)");
   }
   const int64_t bytes = EstimateLiveTensorBytes(plan_, config_);
   if (bytes > limits_.max_total_tensor_bytes) {
@@ -812,6 +857,15 @@ int64_t LayerForwardFlops(const LayerPlan& layer) {
     case v1::ADD:
     case v1::BIAS_ADD:
       return out;
+    case v1::SIGMOID:
+    case v1::TANH:
+    case v1::SILU:
+    case v1::GELU:
+    case v1::GELU_TANH:
+    case v1::LAYER_NORM:
+      return SatMul(out, 8);
+    case v1::SOFTMAX:
+      return SatMul(out, 4);
     case v1::SOFTMAX_XENT:
       return layer.input_shapes.empty()
                  ? 0

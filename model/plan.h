@@ -34,6 +34,7 @@ struct ParamPlan {
                                   // conv weight [out, in/groups, kh, kw]
   int64_t fan_in = 0;             // for the initialisers
   int64_t fan_out = 0;
+  bool init_ones = false;         // LAYER_NORM's scale: initialised to 1
 };
 
 // One layer, with everything resolved.
@@ -94,6 +95,9 @@ int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
 //   GLOBAL_AVG_POOL  input elements
 //   RESIZE_BILINEAR  8 per output element (4 taps)
 //   RELU, ADD, BIAS_ADD  output elements
+//   SIGMOID, TANH, SILU, GELU, GELU_TANH  8 per element
+//   SOFTMAX          4 per element
+//   LAYER_NORM       8 per element
 //   SOFTMAX_XENT     4 per logit
 //   FLATTEN          0
 // A training step costs roughly 3x the forward pass. Saturates at INT64_MAX.

@@ -243,6 +243,68 @@ TEST(PlanModelTest, FlattenReluAndBiasAdd) {
   EXPECT_EQ(plan.parameter_count, 2 + 24 + 24 * 3);
 }
 
+TEST(PlanModelTest, OpSetV2LayersKeepTheirShapeAndLayerNormHasScaleAndShift) {
+  const ModelPlan plan = MustPlan(WithHead("[ 5, 6 ]", R"pb(
+    layers { name: "s" op: SIGMOID }
+    layers { name: "t" op: TANH }
+    layers { name: "si" op: SILU }
+    layers { name: "g" op: GELU }
+    layers { name: "gt" op: GELU_TANH }
+    layers { name: "sm" op: SOFTMAX }
+    layers { name: "ln" op: LAYER_NORM }
+  )pb"));
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_THAT(plan.layers[i].output_shape, ElementsAre(4, 5, 6));
+  }
+  const LayerPlan& ln = plan.layers[6];
+  ASSERT_EQ(ln.params.size(), 2u);
+  EXPECT_EQ(ln.params[0].role, v1::WEIGHT);
+  EXPECT_TRUE(ln.params[0].init_ones);
+  EXPECT_THAT(ln.params[0].shape, ElementsAre(6));
+  EXPECT_EQ(ln.params[1].role, v1::BIAS);
+  EXPECT_FALSE(ln.params[1].init_ones);
+  EXPECT_THAT(ln.params[1].shape, ElementsAre(6));
+  EXPECT_EQ(LayerForwardFlops(ln), 8 * 4 * 5 * 6);
+  EXPECT_EQ(LayerForwardFlops(plan.layers[5]), 4 * 4 * 5 * 6);
+}
+
+TEST(PlanModelTest, GroupedAndDepthwiseConvolution) {
+  const ModelPlan plan = MustPlan(WithHead("[ 8, 6, 6 ]", R"pb(
+    layers {
+      name: "dw"
+      op: CONV2D
+      conv2d { filters: 8 kernel_h: 3 kernel_w: 3 pad_h: 1 pad_w: 1 groups: 8 }
+    }
+    layers {
+      name: "grouped"
+      op: CONV2D
+      conv2d { filters: 4 kernel_h: 1 kernel_w: 1 groups: 2 }
+    }
+  )pb"));
+  EXPECT_THAT(plan.layers[0].params[0].shape, ElementsAre(8, 1, 3, 3));
+  EXPECT_EQ(plan.layers[0].params[0].fan_in, 9);
+  EXPECT_EQ(plan.layers[0].attrs.groups, 8);
+  EXPECT_THAT(plan.layers[1].params[0].shape, ElementsAre(4, 4, 1, 1));
+  EXPECT_EQ(plan.layers[1].attrs.groups, 2);
+  // 2 * N * F * OH * OW * (C / groups) * kh * kw.
+  EXPECT_EQ(LayerForwardFlops(plan.layers[0]), 2 * 4 * 8 * 6 * 6 * 1 * 9);
+  EXPECT_THAT(Plan(WithHead("[ 8, 6, 6 ]", R"pb(
+                layers {
+                  name: "bad"
+                  op: CONV2D
+                  conv2d { filters: 8 kernel_h: 1 kernel_w: 1 groups: 3 }
+                }
+              )pb")),
+              StatusIs(kInvalid,
+                       "layers[0] \"bad\": conv2d.groups: 3 must divide both "
+                       "the input channels (8) and conv2d.filters (8)"));
+  EXPECT_THAT(Plan(WithHead("[ 6 ]", R"pb(
+                layers { name: "ln" op: LAYER_NORM }
+                layers { name: "ln2" op: LAYER_NORM }
+              )pb")),
+              IsOk());
+}
+
 TEST(PlanModelTest, ResizeBilinear) {
   const ModelPlan plan = MustPlan(WithHead("[ 2, 3, 5 ]", R"pb(
     layers {

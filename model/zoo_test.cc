@@ -36,7 +36,8 @@ using ::lockstep::testing::IsOk;
 constexpr int64_t kMaxForwardFlops = 5'000'000;
 constexpr int64_t kMaxParameters = 100'000;
 
-const char* const kZoo[] = {"mlp", "lenet5", "resnet_small", "gauntlet"};
+const char* const kZoo[] = {"mlp",      "lenet5",   "resnet_small",
+                            "gauntlet", "norm_mlp", "mobilenet_tiny"};
 
 std::string Examples(const std::string& relative) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
@@ -160,12 +161,15 @@ TEST(ZooTest, ModelsHaveTheirPromisedStructure) {
     EXPECT_EQ(plan.layers[0].op, v1::CONV2D);
   }
   {
-    // The gauntlet holds every op, and a DENSE with a long K (split-K).
+    // The gauntlet holds every op of the first op set (up to BIAS_ADD), and
+    // a DENSE with a long K (split-K); norm_mlp every op of op set v2.
     const ModelPlan plan = Load("gauntlet", "config.json").plan;
     const auto ops = Ops(plan);
+    const auto v2 = Ops(Load("norm_mlp", "config.json").plan);
     for (int op = v1::LayerOp_MIN + 1; op <= v1::LayerOp_MAX; ++op) {
-      EXPECT_GE(ops.count(static_cast<v1::LayerOp>(op)), 1u)
-          << v1::LayerOp_Name(static_cast<v1::LayerOp>(op));
+      const v1::LayerOp o = static_cast<v1::LayerOp>(op);
+      EXPECT_GE(o <= v1::BIAS_ADD ? ops.count(o) : v2.count(o), 1u)
+          << v1::LayerOp_Name(o);
     }
     int64_t longest_k = 0;
     for (const LayerPlan& l : plan.layers) {

@@ -37,11 +37,7 @@ using kernels::Tensor;
 
 constexpr char kCpu[] = "cpu";
 
-std::vector<std::string> AllOps() {
-  std::vector<std::string> ops = kernels::DenseFamilyOpNames();
-  for (std::string& op : kernels::SpatialOpNames()) ops.push_back(op);
-  return ops;
-}
+std::vector<std::string> AllOps() { return kernels::AllOpNames(); }
 
 // Sets the CPU ISA override and the pool size for as long as it lives, and
 // restores the default ISA and the pool size found at construction.

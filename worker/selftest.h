@@ -1,6 +1,6 @@
 // `lockstep-worker selftest`: validates this node's kernels in one command.
 //
-// Every op (DenseFamilyOpNames() + SpatialOpNames(), or the --ops subset)
+// Every op (AllOpNames(), or the --ops subset)
 // runs on the seeded calls of kernels/op_cases.h through every kernel a
 // Registry holds for it, and each result is compared with the reference:
 // the CPU CANONICAL kernel (op, CANONICAL, "canonical", "cpu") run with the
@@ -62,7 +62,7 @@ struct SelftestBackend {
 
 struct SelftestOptions {
   uint32_t seed = 1;
-  // Ops to test; empty: all of DenseFamilyOpNames() + SpatialOpNames().
+  // Ops to test; empty: all of AllOpNames().
   std::vector<std::string> ops;
   // Runs per row (>= 2 for repeatability to mean anything).
   int runs = 3;

@@ -39,8 +39,7 @@ using kernels::Registry;
 using kernels::Tensor;
 
 std::vector<std::string> AllOps() {
-  std::vector<std::string> ops = kernels::DenseFamilyOpNames();
-  for (std::string& op : kernels::SpatialOpNames()) ops.push_back(op);
+  std::vector<std::string> ops = kernels::AllOpNames();
   return ops;
 }
 
@@ -545,7 +544,7 @@ TEST(SelftestBinaryTest, RealBinaryPassesAndPrintsTheTable) {
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 0) << r->out << r->err;
   EXPECT_THAT(r->out, HasSubstr("lockstep-worker selftest: seed 1, 3 runs per "
-                                "row, 26 ops\n"));
+                                "row, 41 ops\n"));
   EXPECT_THAT(r->out, HasSubstr("\ncpu: isas scalar"));
   EXPECT_THAT(r->out, HasSubstr("\ncuda: "));
   const std::vector<std::string> lines = absl::StrSplit(r->out, '\n');

@@ -80,8 +80,7 @@ TEST_P(AllOpsTest, EveryIsaAndThreadCountGivesTheScalarBits) {
   }
   SetCpuIsaForTesting(std::nullopt);
   SetCpuThreadsForTesting(0);
-  std::vector<std::string> all = DenseFamilyOpNames();
-  for (const std::string& op : SpatialOpNames()) all.push_back(op);
+  std::vector<std::string> all = AllOpNames();
   for (const std::string& op : all) {
     EXPECT_EQ(ops.count(op), 1u) << op << " has no case";
   }
@@ -149,8 +148,15 @@ const std::map<std::string, std::string>& OpGolden() {
       {"dense.grad_input", "6fe3a7b0fcdfb56c741da09c5098317d"},
       {"dense.grad_weight", "ef422bdfa1ca1a1e2fff0b961c57c85e"},
       {"flatten", "41acecd7cf53372ad0e22d923ce7db76"},
+      {"gelu.forward", "e1efeb6fcb1041d9c19b82289e8aeb09"},
+      {"gelu.grad", "2dc979170bbb6bbad28b1161c76866b9"},
+      {"gelu_tanh.forward", "20cb6ffd195cf1ef7c57b49fecf2dd51"},
+      {"gelu_tanh.grad", "20ae7f5e79714b61b596314614163f7e"},
       {"global_avg_pool.forward", "968921706974697985f3f4d767851398"},
       {"global_avg_pool.grad", "69b87dd6f8eb3be766913598877c4b89"},
+      {"layer_norm.forward", "507aabf9d60b0b773a60248edfc84f90"},
+      {"layer_norm.grad_input", "08db5c7e4a3803ca4f7f5414463db5bc"},
+      {"layer_norm.grad_params", "a1fbd0d3fe62b67e949e95b1bd94bf64"},
       {"max_pool2d.forward", "212f1e14b45df5815d9b1f567fa7161a"},
       {"max_pool2d.grad", "5fb66fa867223dc1a4aca4d15d6da8c1"},
       {"momentum.update", "7806e3cf410dc7f4fc7884b6f1c95576"},
@@ -159,8 +165,16 @@ const std::map<std::string, std::string>& OpGolden() {
       {"resize_bilinear.forward", "bb72ebc8c5684b05b39a6f9d23d6ac09"},
       {"resize_bilinear.grad", "e434da25ae50d3a10703c5625fdddab8"},
       {"sgd.update", "5fa36a932e9ba76f60b7f81754b50d7f"},
+      {"sigmoid.forward", "27f2af0d51e4149ffc773b0bd5aeb033"},
+      {"sigmoid.grad", "f1eb9fd762ec3161c00e93aab0257410"},
+      {"silu.forward", "2d007d1939c1ddf9012c72847c9c0ef4"},
+      {"silu.grad", "52557deedf2f77618609f6cabc857895"},
+      {"softmax.forward", "5e5b925abead6ac650c4247166bb8899"},
+      {"softmax.grad", "f0ecd91d892e0d256038994a07315747"},
       {"softmax_xent.forward", "65f84367de47a3263a3cb79454e9b05c"},
       {"softmax_xent.grad", "0842705c88a436eb6fbed336bb9772ac"},
+      {"tanh.forward", "aa3e8b9aee35bbeab6b403716742640d"},
+      {"tanh.grad", "d4ee4a11705d4eb53c2a4976321f6c66"},
   };
   return *golden;
 }
@@ -173,7 +187,7 @@ TEST(AllOpsGoldenTest, EveryOpHasPinnedFingerprints) {
   for (const auto& [op, hex] : got) {
     table += "      {\"" + op + "\", \"" + hex + "\"},\n";
   }
-  EXPECT_EQ(got.size(), DenseFamilyOpNames().size() + SpatialOpNames().size());
+  EXPECT_EQ(got.size(), AllOpNames().size());
   EXPECT_EQ(got, OpGolden()) << "current table:\n" << table;
 }
 

@@ -272,7 +272,8 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry) {
         KernelKey{e.op, Mode::kCanonical, kCanonicalAlgorithm, kCpuBackendName},
         e.fn));
   }
-  return cpu_internal::RegisterSpatialKernels(registry);
+  LS_RETURN_IF_ERROR(cpu_internal::RegisterSpatialKernels(registry));
+  return cpu_internal::RegisterNnKernels(registry);
 }
 
 }  // namespace lockstep::kernels

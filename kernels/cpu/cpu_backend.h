@@ -38,16 +38,17 @@ inline constexpr char kDefaultAlgorithm[] = "default";
 inline constexpr char kAtomicAlgorithm[] = "atomic";
 inline constexpr char kSplitKAtomicAlgorithm[] = "split_k_atomic";
 
-// Registers every CANONICAL CPU kernel: DenseFamilyOpNames() and
-// SpatialOpNames() (kernels/backend.h) under "canonical", plus the scalar
+// Registers every CANONICAL CPU kernel: AllOpNames() (kernels/backend.h)
+// under "canonical" (NnOpNames() multi-threaded over outputs, nn_kernels.cc),
+// plus the scalar
 // dense.*, conv2d.*, bias_add.grad, max_pool2d.*, avg_pool2d.* and
 // global_avg_pool.* kernels under "scalar".
 // ALREADY_EXISTS if one is there.
 absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 
 // Registers the CPU kernels of the other modes:
-//   DETERMINISTIC "deterministic", for every op of DenseFamilyOpNames() and
-//       SpatialOpNames() (so a DETERMINISTIC job never falls back):
+//   DETERMINISTIC "deterministic", for every op of AllOpNames() (so a
+//       DETERMINISTIC job never falls back):
 //     dense.forward, dense.grad_input, dense.grad_weight, conv2d.forward,
 //       conv2d.grad_input, conv2d.grad_weight: the GEMM (conv2d through the
 //       lowering of conv_gemm.h) with one fma chain per output over the
@@ -82,6 +83,8 @@ class CpuBackend final : public Backend {
 namespace cpu_internal {
 // Registration of the spatial kernels (spatial_kernels.cc).
 absl::Status RegisterSpatialKernels(Registry* registry);
+// The CANONICAL kernels of NnOpNames() (nn_kernels.cc).
+absl::Status RegisterNnKernels(Registry* registry);
 // The DETERMINISTIC and DEFAULT conv2d kernels (spatial_kernels.cc).
 absl::Status RegisterSpatialDeterministicAndDefaultKernels(Registry* registry);
 // The GEMM-based CANONICAL dense kernels (fast_kernels.cc).

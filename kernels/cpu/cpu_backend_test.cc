@@ -64,8 +64,7 @@ class CpuBackendTest : public ::testing::Test {
 };
 
 TEST_F(CpuBackendTest, RegistersEveryOp) {
-  std::vector<std::string> all = DenseFamilyOpNames();
-  for (const std::string& s : SpatialOpNames()) all.push_back(s);
+  std::vector<std::string> all = AllOpNames();
   for (const std::string& op : all) {
     EXPECT_TRUE(registry_.Contains(
         KernelKey{op, Mode::kCanonical, kCanonicalAlgorithm, "cpu"}))

@@ -211,8 +211,7 @@ absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry) {
                                    op::kConv2dGradInput, op::kConv2dGradWeight};
   Registry canonical;
   LS_RETURN_IF_ERROR(RegisterCpuCanonicalKernels(&canonical));
-  std::vector<std::string> ops = DenseFamilyOpNames();
-  for (const std::string& op : SpatialOpNames()) ops.push_back(op);
+  const std::vector<std::string> ops = AllOpNames();
   for (const std::string& op : ops) {
     if (std::find(std::begin(own), std::end(own), op) != std::end(own)) {
       continue;

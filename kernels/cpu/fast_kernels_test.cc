@@ -727,8 +727,7 @@ TEST_F(FastKernelsTest, RegistersTheDocumentedKeysOnce) {
   }
   // Every op has a DETERMINISTIC kernel; outside dense.* and conv2d.* it is
   // the CANONICAL one.
-  std::vector<std::string> ops = DenseFamilyOpNames();
-  for (const std::string& op : SpatialOpNames()) ops.push_back(op);
+  std::vector<std::string> ops = AllOpNames();
   for (const std::string& op : ops) {
     const KernelKey det{op, Mode::kDeterministic, "deterministic", "cpu"};
     ASSERT_TRUE(registry_.Contains(det)) << op;

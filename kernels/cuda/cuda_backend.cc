@@ -39,6 +39,21 @@ constexpr const char* kOps[] = {
     op::kGlobalAvgPoolGrad,
     op::kResizeBilinearForward,
     op::kResizeBilinearGrad,
+    op::kSigmoidForward,
+    op::kSigmoidGrad,
+    op::kTanhForward,
+    op::kTanhGrad,
+    op::kSiluForward,
+    op::kSiluGrad,
+    op::kGeluForward,
+    op::kGeluGrad,
+    op::kGeluTanhForward,
+    op::kGeluTanhGrad,
+    op::kSoftmaxForward,
+    op::kSoftmaxGrad,
+    op::kLayerNormForward,
+    op::kLayerNormGradInput,
+    op::kLayerNormGradParams,
 };
 constexpr size_t kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 

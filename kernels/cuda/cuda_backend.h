@@ -24,8 +24,7 @@
 
 namespace lockstep::kernels {
 
-// Registers the CANONICAL CUDA kernel of every op in DenseFamilyOpNames()
-// and SpatialOpNames(). Needs no device (kernels check for one when
+// Registers the CANONICAL CUDA kernel of every op in AllOpNames(). Needs no device (kernels check for one when
 // called). In a build without CUDA registers nothing and returns
 // FAILED_PRECONDITION "cuda backend: built without CUDA". ALREADY_EXISTS if
 // one of the keys is taken.

@@ -31,8 +31,7 @@ TEST(CudaBackendTest, RegistersEveryCanonicalOpOrReportsNoCuda) {
     return;
   }
   ASSERT_TRUE(s.ok()) << s;
-  std::vector<std::string> want = DenseFamilyOpNames();
-  for (const std::string& op : SpatialOpNames()) want.push_back(op);
+  std::vector<std::string> want = AllOpNames();
   EXPECT_EQ(registry.size(), want.size());
   for (const std::string& op : want) {
     EXPECT_TRUE(registry.Contains(

@@ -95,6 +95,14 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kGlobalAvgPoolGrad)
     LS_CASE(kResizeForward)
     LS_CASE(kResizeGrad)
+    LS_CASE(kActivation)
+    LS_CASE(kActivationGrad)
+    LS_CASE(kSoftmaxLast)
+    LS_CASE(kSoftmaxLastGrad)
+    LS_CASE(kLayerNorm)
+    LS_CASE(kLayerNormGradInput)
+    LS_CASE(kLayerNormStats)
+    LS_CASE(kLayerNormGradParams)
 #undef LS_CASE
     case DeviceOp::kNumOps:
       break;

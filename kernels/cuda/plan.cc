@@ -370,8 +370,158 @@ absl::Status PlanResize(absl::string_view name, absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// sigmoid / tanh / silu / gelu / gelu_tanh: which activation `name` is
+// (forward or grad), or false.
+bool ActivationOf(absl::string_view name, c::Activation* act, bool* forward) {
+  const struct {
+    const char* forward;
+    const char* grad;
+    c::Activation act;
+  } table[] = {
+      {op::kSigmoidForward, op::kSigmoidGrad, c::Activation::kSigmoid},
+      {op::kTanhForward, op::kTanhGrad, c::Activation::kTanh},
+      {op::kSiluForward, op::kSiluGrad, c::Activation::kSilu},
+      {op::kGeluForward, op::kGeluGrad, c::Activation::kGelu},
+      {op::kGeluTanhForward, op::kGeluTanhGrad, c::Activation::kGeluTanh}};
+  for (const auto& e : table) {
+    if (name == e.forward || name == e.grad) {
+      *act = e.act;
+      *forward = name == e.forward;
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Status PlanActivation(absl::string_view name, c::Activation act,
+                            bool forward, absl::Span<const Tensor> in,
+                            absl::Span<Tensor> out, DeviceCall* call) {
+  if (forward) {
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
+    const Tensor* t[] = {&in[0], &out[0]};
+    const absl::string_view names[] = {"x", "y"};
+    LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, t, names));
+    const int x = AddIn(call, in[0]);
+    const int y = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kActivation, in[0].numel(), {x}, {y}).activation =
+        act;
+    return absl::OkStatus();
+  }
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
+  const Tensor* t[] = {&in[0], &in[1], &out[0]};
+  const absl::string_view names[] = {"x", "dy", "dx"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, t, names));
+  const int x = AddIn(call, in[0]);
+  const int dy = AddIn(call, in[1]);
+  const int dx = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kActivationGrad, in[0].numel(), {x, dy}, {dx})
+      .activation = act;
+  return absl::OkStatus();
+}
+
+absl::Status PlanSoftmaxLast(absl::string_view name,
+                             absl::Span<const Tensor> in,
+                             absl::Span<Tensor> out, const OpAttrs& a,
+                             DeviceCall* call) {
+  const bool forward = name == op::kSoftmaxForward;
+  LS_RETURN_IF_ERROR(CheckArity(name, in, forward ? 1 : 2, out, 1));
+  c::RowShape s;
+  if (forward) {
+    const Tensor* like[] = {&out[0]};
+    const absl::string_view names[] = {"x", "y"};
+    LS_ASSIGN_OR_RETURN(s,
+                        ValidateRows(name, in[0], like, {}, names, a, false));
+  } else {
+    const Tensor* like[] = {&in[1], &out[0]};
+    const absl::string_view names[] = {"x", "dy", "dx"};
+    LS_ASSIGN_OR_RETURN(s,
+                        ValidateRows(name, in[0], like, {}, names, a, false));
+  }
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  const int x = AddIn(call, in[0]);
+  if (forward) {
+    const int y = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kSoftmaxLast, s.rows, {x}, {y}).rows = s;
+  } else {
+    const int dy = AddIn(call, in[1]);
+    const int dx = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kSoftmaxLastGrad, s.rows, {x, dy}, {dx}).rows = s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanLayerNorm(absl::string_view name, absl::Span<const Tensor> in,
+                           absl::Span<Tensor> out, const OpAttrs& a,
+                           DeviceCall* call) {
+  if (name == op::kLayerNormForward) {
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 3, out, 1));
+    const Tensor* like[] = {&out[0]};
+    const Tensor* vectors[] = {&in[1], &in[2]};
+    const absl::string_view names[] = {"x", "y", "gamma", "beta"};
+    LS_ASSIGN_OR_RETURN(c::RowShape s, ValidateRows(name, in[0], like, vectors,
+                                                    names, a, true));
+    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+    const int x = AddIn(call, in[0]);
+    const int gamma = AddIn(call, in[1]);
+    const int beta = AddIn(call, in[2]);
+    const int y = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kLayerNorm, s.rows, {x, gamma, beta}, {y}).rows =
+        s;
+    return absl::OkStatus();
+  }
+  if (name == op::kLayerNormGradInput) {
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 3, out, 1));
+    const Tensor* like[] = {&in[2], &out[0]};
+    const Tensor* vectors[] = {&in[1]};
+    const absl::string_view names[] = {"x", "dy", "dx", "gamma"};
+    LS_ASSIGN_OR_RETURN(c::RowShape s, ValidateRows(name, in[0], like, vectors,
+                                                    names, a, true));
+    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+    const int x = AddIn(call, in[0]);
+    const int gamma = AddIn(call, in[1]);
+    const int dy = AddIn(call, in[2]);
+    const int dx = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kLayerNormGradInput, s.rows, {x, gamma, dy}, {dx})
+        .rows = s;
+    return absl::OkStatus();
+  }
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 2));
+  const Tensor* like[] = {&in[1]};
+  const Tensor* vectors[] = {&out[0], &out[1]};
+  const absl::string_view names[] = {"x", "dy", "dgamma", "dbeta"};
+  LS_ASSIGN_OR_RETURN(c::RowShape s,
+                      ValidateRows(name, in[0], like, vectors, names, a, true));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  if (out[0].SharesStorageWith(out[1])) {
+    return absl::InvalidArgumentError(
+        "layer_norm.grad_params: dgamma and dbeta share storage");
+  }
+  const int x = AddIn(call, in[0]);
+  const int dy = AddIn(call, in[1]);
+  const int stats = AddScratch(call, 2 * s.rows * int64_t{sizeof(float)});
+  const int dgamma = AddOut(call, out[0]);
+  const int dbeta = AddOut(call, out[1]);
+  AddLaunch(call, DeviceOp::kLayerNormStats, s.rows, {x}, {stats}).rows = s;
+  AddLaunch(call, DeviceOp::kLayerNormGradParams, s.d, {x, dy, stats},
+            {dgamma, dbeta})
+      .rows = s;
+  return absl::OkStatus();
+}
+
 absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
                   absl::Span<Tensor> out, const OpAttrs& a, DeviceCall* call) {
+  c::Activation act;
+  bool forward = false;
+  if (ActivationOf(name, &act, &forward)) {
+    return PlanActivation(name, act, forward, in, out, call);
+  }
+  if (name == op::kSoftmaxForward || name == op::kSoftmaxGrad) {
+    return PlanSoftmaxLast(name, in, out, a, call);
+  }
+  if (name == op::kLayerNormForward || name == op::kLayerNormGradInput ||
+      name == op::kLayerNormGradParams) {
+    return PlanLayerNorm(name, in, out, a, call);
+  }
   if (name == op::kDenseForward || name == op::kDenseGradInput ||
       name == op::kDenseGradWeight) {
     return PlanDense(name, in, out, a, call);
@@ -419,11 +569,7 @@ int64_t BlocksFor(const LaunchConfig& config, int64_t work) {
   return blocks;
 }
 
-std::vector<std::string> CudaCanonicalOpNames() {
-  std::vector<std::string> names = DenseFamilyOpNames();
-  for (std::string& s : SpatialOpNames()) names.push_back(std::move(s));
-  return names;
-}
+std::vector<std::string> CudaCanonicalOpNames() { return AllOpNames(); }
 
 absl::StatusOr<DeviceCall> PlanCanonicalOp(absl::string_view op,
                                            absl::Span<const Tensor> inputs,

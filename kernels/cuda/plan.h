@@ -70,7 +70,7 @@ struct DeviceCall {
   std::vector<Launch> launches;  // run in order on one stream
 };
 
-// The ops PlanCanonicalOp knows: DenseFamilyOpNames() and SpatialOpNames().
+// The ops PlanCanonicalOp knows: AllOpNames().
 std::vector<std::string> CudaCanonicalOpNames();
 
 // Validates a CANONICAL kernel call and plans it. INVALID_ARGUMENT for a bad

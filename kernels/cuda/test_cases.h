@@ -23,7 +23,7 @@ using ::lockstep::kernels::OpCase;
 
 inline const char* FamilyName(Family family) { return InputFamilyName(family); }
 
-// Every op of DenseFamilyOpNames() and SpatialOpNames() at least once.
+// Every op of AllOpNames() at least once.
 inline std::vector<OpCase> CanonicalOpCases(Family family, uint32_t seed) {
   return OpCases(family, seed);
 }

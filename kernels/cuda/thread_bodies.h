@@ -25,8 +25,10 @@
 
 #include "kernels/canonical/hd.h"
 #include "kernels/canonical/reduce.h"
+#include "kernels/ops/activations.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
+#include "kernels/ops/norm.h"
 #include "kernels/ops/optimizers.h"
 #include "kernels/ops/softmax_xent.h"
 #include "kernels/spatial/conv2d.h"
@@ -67,6 +69,14 @@ enum class DeviceOp : int32_t {
   kGlobalAvgPoolGrad,     // in {dy}, out {dx}
   kResizeForward,         // in {x}, out {y}
   kResizeGrad,            // in {dy}, out {dx}
+  kActivation,            // in {x}, out {y}; work numel
+  kActivationGrad,        // in {x, dy}, out {dx}; work numel
+  kSoftmaxLast,           // in {x}, out {y}; work rows (one row per item)
+  kSoftmaxLastGrad,       // in {x, dy}, out {dx}; work rows
+  kLayerNorm,             // in {x, gamma, beta}, out {y}; work rows
+  kLayerNormGradInput,    // in {x, gamma, dy}, out {dx}; work rows
+  kLayerNormStats,        // in {x}, out {stats [rows, 2]}; work rows
+  kLayerNormGradParams,   // in {x, dy, stats}, out {dgamma, dbeta}; work D
   kNumOps,
 };
 
@@ -90,6 +100,8 @@ struct KernelParams {
   sp::Pool2dShape pool;
   sp::GlobalPool2dShape global_pool;
   sp::ResizeBilinearShape resize;
+  c::Activation activation = c::Activation::kSigmoid;
+  c::RowShape rows;
 };
 
 // ---- dense family ---------------------------------------------------------
@@ -338,6 +350,83 @@ LS_HD_INLINE void ResizeGradThread(const sp::ResizeBilinearShape& s,
   }
 }
 
+// ---- op set v2 ------------------------------------------------------------
+
+LS_HD_INLINE void ActivationThread(c::Activation a, const float* x, float* y,
+                                   int64_t count, int64_t thread,
+                                   int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) {
+    y[i] = c::ActivationForwardElement(a, x[i]);
+  }
+}
+
+LS_HD_INLINE void ActivationGradThread(c::Activation a, const float* x,
+                                       const float* dy, float* dx,
+                                       int64_t count, int64_t thread,
+                                       int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) {
+    dx[i] = c::ActivationGradElement(a, x[i], dy[i]);
+  }
+}
+
+// One whole row per work item: each row's reductions stay in one thread.
+LS_HD_INLINE void SoftmaxLastThread(const c::RowShape& s, const float* x,
+                                    float* y, int64_t thread,
+                                    int64_t num_threads) {
+  for (int64_t r = thread; r < s.rows; r += num_threads) {
+    c::SoftmaxLastForwardRow(s, x, y, r);
+  }
+}
+
+LS_HD_INLINE void SoftmaxLastGradThread(const c::RowShape& s, const float* x,
+                                        const float* dy, float* dx,
+                                        int64_t thread, int64_t num_threads) {
+  for (int64_t r = thread; r < s.rows; r += num_threads) {
+    c::SoftmaxLastGradRow(s, x, dy, dx, r);
+  }
+}
+
+LS_HD_INLINE void LayerNormThread(const c::RowShape& s, const float* x,
+                                  const float* gamma, const float* beta,
+                                  float* y, int64_t thread,
+                                  int64_t num_threads) {
+  for (int64_t r = thread; r < s.rows; r += num_threads) {
+    c::LayerNormForwardRow(s, x, gamma, beta, y, r);
+  }
+}
+
+LS_HD_INLINE void LayerNormGradInputThread(const c::RowShape& s, const float* x,
+                                           const float* gamma, const float* dy,
+                                           float* dx, int64_t thread,
+                                           int64_t num_threads) {
+  for (int64_t r = thread; r < s.rows; r += num_threads) {
+    c::LayerNormGradInputRow(s, x, gamma, dy, dx, r);
+  }
+}
+
+// stats[2r] = mean, stats[2r + 1] = rstd of row r.
+LS_HD_INLINE void LayerNormStatsThread(const c::RowShape& s, const float* x,
+                                       float* stats, int64_t thread,
+                                       int64_t num_threads) {
+  for (int64_t r = thread; r < s.rows; r += num_threads) {
+    const c::LayerNormRowStats st = c::LayerNormStatsOf(s, x + r * s.d);
+    stats[2 * r] = st.mean;
+    stats[2 * r + 1] = st.rstd;
+  }
+}
+
+LS_HD_INLINE void LayerNormGradParamsThread(const c::RowShape& s,
+                                            const float* x, const float* dy,
+                                            const float* stats, float* dgamma,
+                                            float* dbeta, int64_t thread,
+                                            int64_t num_threads) {
+  const c::LayerNormRowStats* st =
+      reinterpret_cast<const c::LayerNormRowStats*>(stats);
+  for (int64_t j = thread; j < s.d; j += num_threads) {
+    c::LayerNormGradParamsColumn(s, x, dy, st, dgamma, dbeta, j);
+  }
+}
+
 // ---- dispatch -------------------------------------------------------------
 
 // Runs thread `thread` of `num_threads` of the launch `p`.
@@ -433,6 +522,30 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
       break;
     case DeviceOp::kResizeGrad:
       ResizeGradThread(p.resize, i0, o0, t, nt);
+      break;
+    case DeviceOp::kActivation:
+      ActivationThread(p.activation, i0, o0, p.work, t, nt);
+      break;
+    case DeviceOp::kActivationGrad:
+      ActivationGradThread(p.activation, i0, i1, o0, p.work, t, nt);
+      break;
+    case DeviceOp::kSoftmaxLast:
+      SoftmaxLastThread(p.rows, i0, o0, t, nt);
+      break;
+    case DeviceOp::kSoftmaxLastGrad:
+      SoftmaxLastGradThread(p.rows, i0, i1, o0, t, nt);
+      break;
+    case DeviceOp::kLayerNorm:
+      LayerNormThread(p.rows, i0, i1, i2, o0, t, nt);
+      break;
+    case DeviceOp::kLayerNormGradInput:
+      LayerNormGradInputThread(p.rows, i0, i1, i2, o0, t, nt);
+      break;
+    case DeviceOp::kLayerNormStats:
+      LayerNormStatsThread(p.rows, i0, o0, t, nt);
+      break;
+    case DeviceOp::kLayerNormGradParams:
+      LayerNormGradParamsThread(p.rows, i0, i1, i2, o0, o1, t, nt);
       break;
     case DeviceOp::kNumOps:
       break;

@@ -1,4 +1,4 @@
-// Portable exp, log and tanh for CANONICAL mode.
+// Portable exp, log, tanh, erf and sqrt for CANONICAL mode.
 //
 // Built only from IEEE +, -, *, LsFma, division, comparisons and bit
 // manipulation, so the host compiler (-ffp-contract=off) and nvcc
@@ -12,8 +12,8 @@
 #include <cmath>
 #endif
 
-#include "kernels/canonical/hd.h"
 #include "kernels/canonical/float_bits.h"
+#include "kernels/canonical/hd.h"
 
 namespace lockstep::canonical {
 
@@ -138,6 +138,61 @@ LS_HD_INLINE float CanonicalTanh(float x) {
     const float rem = LsFma(-q, d, 2.0f);
     const float corr = LsFma(-q, d_err, rem) / d;
     y = 1.0f - (q + corr);
+  }
+  return LsBitsToFloat(LsFloatToBits(y) | sign);
+}
+
+// Error function. erf(-x) = -erf(x) bit for bit (computed on |x|, sign
+// copied back), erf(+-0) = +-0, erf(+-inf) = +-1, erf(NaN) = canonical NaN.
+//   |x| < 1:  x * P(x^2), P the Maclaurin series of erf(x)/x truncated after
+//             12 terms (coefficients (2/sqrt(pi)) (-1)^n / (n! (2n+1)) rounded
+//             to float; the first omitted term is below 1e-10), Horner with
+//             LsFma.
+//   1 <= |x| < 6:  1 - erfc(|x|), erfc(z) = t * exp(-z^2 - 1.26551223 +
+//             t * Q(t)), t = 1 / (1 + z/2), Q the 9-coefficient Chebyshev
+//             fit of Press et al. (relative error of erfc < 1.2e-7); z^2 is
+//             carried as hi + lo (one LsFma) so the exponent loses nothing.
+//   |x| >= 6: 1 (erfc(6) < 2.2e-17).
+// Error measured by portable_math_test against double erf: see
+// docs/canonical-arithmetic.md section 5.
+LS_HD_INLINE float CanonicalErf(float x) {
+  if (x != x) return LsBitsToFloat(kCanonicalNanBits);
+  const uint32_t sign = LsFloatToBits(x) & 0x80000000u;
+  const float a = LsBitsToFloat(LsFloatToBits(x) & 0x7FFFFFFFu);
+  float y;
+  if (a < 1.0f) {
+    const float z = a * a;
+    float p = -0x1.51d718p-30f;
+    p = LsFma(p, z, 0x1.fcc572p-27f);
+    p = LsFma(p, z, -0x1.5f742ep-23f);
+    p = LsFma(p, z, 0x1.b9e6cap-20f);
+    p = LsFma(p, z, -0x1.f4d25cp-17f);
+    p = LsFma(p, z, 0x1.f9a326p-14f);
+    p = LsFma(p, z, -0x1.c02db4p-11f);
+    p = LsFma(p, z, 0x1.565bcep-8f);
+    p = LsFma(p, z, -0x1.b82ce4p-6f);
+    p = LsFma(p, z, 0x1.ce2f22p-4f);
+    p = LsFma(p, z, -0x1.812746p-2f);
+    p = LsFma(p, z, 0x1.20dd76p+0f);
+    y = a * p;
+  } else if (a < 6.0f) {
+    const float t = 1.0f / LsFma(0.5f, a, 1.0f);
+    float q = 0x1.5df28ap-3f;
+    q = LsFma(q, t, -0x1.a4f124p-1f);
+    q = LsFma(q, t, 0x1.7d0f60p+0f);
+    q = LsFma(q, t, -0x1.229cbap+0f);
+    q = LsFma(q, t, 0x1.1d8f98p-2f);
+    q = LsFma(q, t, -0x1.7d8498p-3f);
+    q = LsFma(q, t, 0x1.8c6d92p-4f);
+    q = LsFma(q, t, 0x1.7f11f6p-2f);
+    q = LsFma(q, t, 0x1.00018ep+0f);
+    const float zz = a * a;
+    const float zz_lo = LsFma(a, a, -zz);
+    const float arg = (LsFma(t, q, -0x1.43f89cp+0f) - zz) - zz_lo;
+    const float erfc = t * CanonicalExp(arg);
+    y = 1.0f - erfc;
+  } else {
+    y = 1.0f;
   }
   return LsBitsToFloat(LsFloatToBits(y) | sign);
 }

@@ -76,6 +76,7 @@ Worst SweepDense(float x0, float x1, F f, R ref) {
 double RefExp(double x) { return std::exp(x); }
 double RefLog(double x) { return std::log(x); }
 double RefTanh(double x) { return std::tanh(x); }
+double RefErf(double x) { return std::erf(x); }
 
 #define EXPECT_WORST_BELOW(w, bound)                                  \
   EXPECT_LT((w).ulp, (bound)) << "worst x=" << std::hexfloat << (w).x \
@@ -243,6 +244,49 @@ TEST(CanonicalTanhTest, SpecialValues) {
   }
 }
 
+// CanonicalErf is not faithful everywhere: the erfc fit it uses for
+// |x| >= 1 has a relative error up to 1.2e-7, so a few ULPs are allowed
+// there (SPEC: docs/canonical-arithmetic.md section 5).
+constexpr double kMaxErfUlp = 4.0;
+
+TEST(CanonicalErfTest, StridedSweepWithinBound) {
+  const Worst pos = SweepBits(0u, 0x7F7FFFFFu, 1013, CanonicalErf, RefErf);
+  const Worst neg =
+      SweepBits(0x80000000u, 0xFF7FFFFFu, 1013, CanonicalErf, RefErf);
+  std::printf("erf worst: %.3f ULP at %a\n", pos.ulp, pos.x);
+  EXPECT_WORST_BELOW(pos, kMaxErfUlp);
+  EXPECT_WORST_BELOW(neg, kMaxErfUlp);
+}
+
+TEST(CanonicalErfTest, DenseAroundBranchPoints) {
+  // Series/erfc switch at 1, the steep part up to 4, saturation at 6.
+  const Worst a = SweepDense(0.9f, 1.1f, CanonicalErf, RefErf);
+  const Worst b = SweepDense(1.1f, 4.0f, CanonicalErf, RefErf);
+  const Worst c = SweepDense(0.0f, 0.9f, CanonicalErf, RefErf);
+  std::printf("erf worst: [0.9,1.1] %.3f  [1.1,4] %.3f  [0,0.9] %.3f ULP\n",
+              a.ulp, b.ulp, c.ulp);
+  EXPECT_WORST_BELOW(a, kMaxErfUlp);
+  EXPECT_WORST_BELOW(b, kMaxErfUlp);
+  EXPECT_WORST_BELOW(c, kMaxErfUlp);
+  EXPECT_EQ(CanonicalErf(5.99f), 1.0f);
+}
+
+TEST(CanonicalErfTest, OddSymmetryAndSpecialValues) {
+  for (uint32_t b = 0; b < 0x7F800000u; b += 4099) {
+    const float x = LsBitsToFloat(b);
+    ASSERT_EQ(LsFloatToBits(CanonicalErf(-x)),
+              LsFloatToBits(CanonicalErf(x)) | 0x80000000u)
+        << std::hex << "x bits 0x" << b;
+  }
+  EXPECT_EQ(LsFloatToBits(CanonicalErf(0.0f)), 0u);
+  EXPECT_EQ(LsFloatToBits(CanonicalErf(-0.0f)), 0x80000000u);
+  EXPECT_EQ(CanonicalErf(HUGE_VALF), 1.0f);
+  EXPECT_EQ(CanonicalErf(-HUGE_VALF), -1.0f);
+  EXPECT_EQ(
+      LsFloatToBits(CanonicalErf(std::numeric_limits<float>::quiet_NaN())),
+      kCanonicalNanBits);
+}
+
 TEST(CanonicalSqrtTest, IeeeAndCanonicalNan) {
   EXPECT_EQ(CanonicalSqrt(4.0f), 2.0f);
   EXPECT_EQ(CanonicalSqrt(2.0f), 0x1.6a09e6p0f);
@@ -279,6 +323,16 @@ TEST(CanonicalMathTest, GoldenBits) {
   EXPECT_EQ(he, 0xd17913df33b85a4cull);
   EXPECT_EQ(hl, 0xc105f93589b2378full);
   EXPECT_EQ(ht, 0xc1542d9b0226d2daull);
+}
+
+TEST(CanonicalMathTest, ErfGoldenBits) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += 65537) {
+    h = Fnv1a(h, LsFloatToBits(
+                     CanonicalErf(LsBitsToFloat(static_cast<uint32_t>(b)))));
+  }
+  std::printf("golden: erf %016llx\n", static_cast<unsigned long long>(h));
+  EXPECT_EQ(h, 0xbea36e8a3403e91cull);
 }
 
 }  // namespace

@@ -302,4 +302,48 @@ absl::Status ValidateOptimizer(absl::string_view op, const Tensor& g,
   return absl::OkStatus();
 }
 
+absl::StatusOr<canonical::RowShape> ValidateRows(
+    absl::string_view op, const Tensor& x,
+    absl::Span<const Tensor* const> like_x,
+    absl::Span<const Tensor* const> vectors,
+    absl::Span<const absl::string_view> names, const OpAttrs& attrs,
+    bool uses_epsilon) {
+  if (names.size() != 1 + like_x.size() + vectors.size()) {
+    return absl::InternalError(absl::StrCat(op, ": wrong number of names"));
+  }
+  if (auto s = CheckFloatRank(op, x, names[0], -1); !s.ok()) return s;
+  if (x.rank() < 1) {
+    return Invalid(op, absl::StrFormat("%s must have rank >= 1, got %s",
+                                       names[0], x.DebugString()));
+  }
+  const int64_t d = x.dim(x.rank() - 1);
+  constexpr int64_t kMaxRow = int64_t{1} << 24;
+  if (d < 1 || d > kMaxRow) {
+    return Invalid(op, absl::StrFormat("%s: last dimension %d is outside "
+                                       "1 .. %d",
+                                       names[0], d, kMaxRow));
+  }
+  size_t k = 1;
+  for (const Tensor* t : like_x) {
+    if (auto s = CheckFloatRank(op, *t, names[k], -1); !s.ok()) return s;
+    if (auto s = ExpectShape(op, *t, x.shape(), names[k]); !s.ok()) return s;
+    ++k;
+  }
+  for (const Tensor* t : vectors) {
+    if (auto s = CheckFloatRank(op, *t, names[k], 1); !s.ok()) return s;
+    if (auto s = ExpectShape(op, *t, {d}, names[k]); !s.ok()) return s;
+    ++k;
+  }
+  if (uses_epsilon &&
+      !(std::isfinite(attrs.norm_epsilon) && attrs.norm_epsilon > 0.0f)) {
+    return Invalid(op, absl::StrFormat("epsilon must be finite and > 0, got %g",
+                                       attrs.norm_epsilon));
+  }
+  canonical::RowShape shape;
+  shape.d = d;
+  shape.rows = x.numel() / d;
+  shape.epsilon = attrs.norm_epsilon;
+  return shape;
+}
+
 }  // namespace lockstep::kernels

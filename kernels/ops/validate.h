@@ -16,6 +16,7 @@
 #include "kernels/backend.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
+#include "kernels/ops/norm.h"
 #include "kernels/ops/optimizers.h"
 #include "kernels/ops/softmax_xent.h"
 #include "kernels/tensor.h"
@@ -66,6 +67,18 @@ absl::Status ValidateOptimizer(absl::string_view op, const Tensor& g,
                                absl::Span<const Tensor> state,
                                absl::Span<const absl::string_view> state_names,
                                const OpAttrs& attrs);
+
+// softmax.* and layer_norm.*: x float32 of rank >= 1 with last dimension
+// D in 1 .. 2^24; every tensor of `like_x` float32 and shaped like x; every
+// tensor of `vectors` float32 [D]. With uses_epsilon (layer_norm),
+// attrs.norm_epsilon must be finite and > 0. names: x's name, then like_x's,
+// then vectors'. No output may alias an input (checked by the caller).
+absl::StatusOr<canonical::RowShape> ValidateRows(
+    absl::string_view op, const Tensor& x,
+    absl::Span<const Tensor* const> like_x,
+    absl::Span<const Tensor* const> vectors,
+    absl::Span<const absl::string_view> names, const OpAttrs& attrs,
+    bool uses_epsilon);
 
 }  // namespace lockstep::kernels
 

@@ -579,7 +579,7 @@ absl::Status Executor::State::Setup() {
       }
       l.state.push_back(std::move(st));
     }
-    if (l.bias >= 0) {
+    if (l.bias >= 0 && lp.op != v1::LAYER_NORM) {
       LS_ASSIGN_OR_RETURN(l.bias_forward,
                           Resolve(kernels::op::kBiasAddForward, &used));
       LS_ASSIGN_OR_RETURN(l.bias_grad,
@@ -673,14 +673,21 @@ absl::Status Executor::State::Forward() {
             Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
         break;
       }
-      default: {  // RELU, pools, FLATTEN, ADD, RESIZE: inputs -> output
+      case v1::LAYER_NORM: {
+        const Tensor in[] = {l.in[0], l.params[l.weight], l.params[l.bias]};
+        Tensor out[] = {l.out};
+        LS_RETURN_IF_ERROR(
+            Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
+        break;
+      }
+      default: {  // RELU, activations, SOFTMAX, pools, FLATTEN, ADD, RESIZE
         Tensor out[] = {l.out};
         LS_RETURN_IF_ERROR(
             Call(l.forward, l, l.ops.forward, l.in, out, lp.attrs));
         break;
       }
     }
-    if (l.bias >= 0 && lp.op != v1::BIAS_ADD) {
+    if (l.bias >= 0 && lp.op != v1::BIAS_ADD && lp.op != v1::LAYER_NORM) {
       // The layer's own bias, in place on its output.
       const Tensor in[] = {l.out, l.params[l.bias]};
       Tensor out[] = {l.out};
@@ -715,7 +722,18 @@ absl::Status Executor::State::Backward() {
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_ACTIVATION,
                               model::kGradAccumulateOp, model::kSlotSum, l.dy));
     }
-    if (l.bias >= 0) {
+    if (lp.op == v1::LAYER_NORM) {
+      // Both parameter gradients in one call; the shift first, as listed
+      // in the manifest.
+      const Tensor in[] = {l.in[0], l.dy};
+      Tensor out[] = {l.grads[l.weight], l.grads[l.bias]};
+      LS_RETURN_IF_ERROR(
+          Call(l.grad_weight, l, l.ops.grad_weight, in, out, lp.attrs));
+      LS_RETURN_IF_ERROR(
+          Emit(lp.name, v1::GRAD_BIAS, l.ops.grad_weight, "", l.grads[l.bias]));
+      LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_WEIGHT, l.ops.grad_weight, "",
+                              l.grads[l.weight]));
+    } else if (l.bias >= 0) {
       const Tensor in[] = {l.dy};
       Tensor out[] = {l.grads[l.bias]};
       LS_RETURN_IF_ERROR(
@@ -723,7 +741,7 @@ absl::Status Executor::State::Backward() {
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_BIAS, kernels::op::kBiasAddGrad,
                               "", l.grads[l.bias]));
     }
-    if (l.weight >= 0) {
+    if (l.weight >= 0 && lp.op != v1::LAYER_NORM) {
       const Tensor in[] = {l.in[0], l.dy};
       Tensor out[] = {l.grads[l.weight]};
       LS_RETURN_IF_ERROR(
@@ -745,6 +763,12 @@ absl::Status Executor::State::Backward() {
         break;
       }
       case v1::RELU:
+      case v1::SIGMOID:
+      case v1::TANH:
+      case v1::SILU:
+      case v1::GELU:
+      case v1::GELU_TANH:
+      case v1::SOFTMAX:
       case v1::MAX_POOL2D: {
         const Tensor in[] = {l.in[0], l.dy};
         Tensor out[] = {l.grad_in_kernel[0]};
@@ -766,6 +790,13 @@ absl::Status Executor::State::Backward() {
                                                : l.grad_in_kernel[0],
             lp.inputs[1] == model::kModelInput ? l.add_scratch
                                                : l.grad_in_kernel[1]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
+      case v1::LAYER_NORM: {
+        const Tensor in[] = {l.in[0], l.params[l.weight], l.dy};
+        Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
         break;

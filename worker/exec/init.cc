@@ -25,6 +25,10 @@ absl::Status InitializeParam(uint64_t seed, int layer_index, int param_index,
     if (n > 0) std::memset(w, 0, n * sizeof(float));
     return absl::OkStatus();
   }
+  if (param.init_ones) {
+    for (int64_t i = 0; i < n; ++i) w[i] = 1.0f;
+    return absl::OkStatus();
+  }
   double denom = 0.0;
   if (initializer == v1::HE_UNIFORM) {
     denom = static_cast<double>(param.fan_in);

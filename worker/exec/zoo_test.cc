@@ -14,7 +14,9 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/atomic_float.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/registry.h"
 #include "kernels/testing/float_test_util.h"
 #include "model/manifest.h"
@@ -86,7 +88,8 @@ absl::StatusOr<RunResult> RunZoo(const Zoo& z, ExecutorOptions options = {}) {
                 std::move(options));
 }
 
-const char* const kZoo[] = {"mlp", "lenet5", "resnet_small", "gauntlet"};
+const char* const kZoo[] = {"mlp",      "lenet5",   "resnet_small",
+                            "gauntlet", "norm_mlp", "mobilenet_tiny"};
 
 TEST(ZooTest, EveryModelRunsTwiceBitIdentically) {
   for (const char* name : kZoo) {
@@ -365,6 +368,58 @@ TEST(ZooTest, GauntletAtomicOverridesRunTheNamedKernels) {
   EXPECT_EQ(ran_overridden, kCpuAtomicOverrides);
 }
 
+// The depthwise weight gradient is the classic atomic site: in DEFAULT mode
+// with the atomic conv2d.grad_weight, two arrival orders of the per-batch
+// partials give two results, and the first tensor that differs is the
+// depthwise layer's weight gradient (b2_dw is the last convolution, so its
+// gradient is the first atomic result of the backward pass). Arrival orders
+// are pinned by seed, so the test cannot flake: it tries 8 seeds.
+TEST(ZooTest, MobilenetDefaultDepthwiseGradientIsNondeterministic) {
+  Zoo def = Load("mobilenet_tiny", 0, 2, "config_default.json");
+  ASSERT_NE(def.dataset, nullptr);
+  ASSERT_EQ(def.config.op_algorithms().at("conv2d.grad_weight"), "atomic");
+  kernels::SetCpuThreadsForTesting(4);
+  std::vector<RunResult> runs;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    kernels::ScopedAtomicArrivalOrderForTesting order(seed);
+    auto r = RunZooOn(FullCpuRegistry(), def);
+    ASSERT_THAT(r, IsOk());
+    runs.push_back(*std::move(r));
+  }
+  kernels::SetCpuThreadsForTesting(0);
+  const RunResult* other = nullptr;
+  for (const RunResult& r : runs) {
+    if (r.run_digest != runs[0].run_digest) other = &r;
+  }
+  ASSERT_NE(other, nullptr) << "8 arrival orders gave identical runs";
+  const RunComparison cmp = CompareRuns(runs[0], *other);
+  ASSERT_EQ(cmp.verdict, RunComparison::Verdict::kDiverged);
+  ASSERT_TRUE(cmp.first.has_value());
+  EXPECT_EQ(cmp.first->step, 0);
+  EXPECT_EQ(cmp.first->entry.layer(), "b2_dw");
+  EXPECT_EQ(cmp.first->entry.role(), v1::GRAD_WEIGHT);
+  EXPECT_EQ(cmp.first->entry.op(), "conv2d.grad_weight");
+  bool atomic_recorded = false;
+  for (const KernelChoice& k : runs[0].kernels) {
+    if (k.op == "conv2d.grad_weight") {
+      atomic_recorded = k.ran.algorithm == kernels::kAtomicAlgorithm;
+    }
+  }
+  EXPECT_TRUE(atomic_recorded);
+  // CANONICAL: the same model is bit-identical under any arrival order.
+  Zoo canonical = Load("mobilenet_tiny", 0, 2);
+  kernels::SetCpuThreadsForTesting(4);
+  std::vector<hash::Fingerprint> digests;
+  for (uint64_t seed : {1, 2}) {
+    kernels::ScopedAtomicArrivalOrderForTesting order(seed);
+    auto r = RunZooOn(FullCpuRegistry(), canonical);
+    ASSERT_THAT(r, IsOk());
+    digests.push_back(r->run_digest);
+  }
+  kernels::SetCpuThreadsForTesting(0);
+  EXPECT_EQ(digests[0], digests[1]);
+}
+
 double Mean(const std::vector<float>& v, size_t from, size_t to) {
   double s = 0;
   for (size_t i = from; i < to; ++i) s += v[i];
@@ -375,7 +430,8 @@ double Mean(const std::vector<float>& v, size_t from, size_t to) {
 // on its synthetic data, at least halves the loss (the mean of the last 5
 // steps is at most half the mean of the first 5).
 TEST(ZooTest, ExampleConfigsHalveTheLoss) {
-  for (const char* name : {"mlp", "lenet5", "resnet_small"}) {
+  for (const char* name :
+       {"mlp", "lenet5", "resnet_small", "norm_mlp", "mobilenet_tiny"}) {
     SCOPED_TRACE(name);
     Zoo z = Load(name, 0, 0);
     ASSERT_NE(z.dataset, nullptr);

@@ -1,0 +1,260 @@
+// CANONICAL CPU kernels of op set v2: the activations (sigmoid, tanh, silu,
+// gelu, gelu_tanh), softmax over the last axis and layer normalisation
+// (kernels/ops/activations.h, kernels/ops/norm.h).
+//
+// Each kernel runs the spec body on the process thread pool, split over
+// OUTPUTS only: blocks of elements (activations), blocks of rows (softmax,
+// layer_norm forward and grad_input) or blocks of columns
+// (layer_norm.grad_params, after the per-row statistics). No reduction is
+// split, so the bits do not depend on the thread count or the ISA.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/ops/activations.h"
+#include "kernels/ops/norm.h"
+#include "kernels/ops/validate.h"
+
+namespace lockstep::kernels {
+namespace {
+
+namespace c = ::lockstep::canonical;
+
+// Runs fn(begin, end) over [0, n) in blocks of `block` on the process pool.
+template <typename Fn>
+void ForBlocks(int64_t n, int64_t block, const Fn& fn) {
+  if (n <= 0) return;
+  const int64_t tasks = (n + block - 1) / block;
+  if (tasks == 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  ParallelFor(CpuThreadPool(), tasks, [&](int64_t t) {
+    const int64_t begin = t * block;
+    fn(begin, std::min(n, begin + block));
+  });
+}
+
+// Rows per task so that one task touches about 64 K elements.
+int64_t RowBlock(int64_t d) { return std::max<int64_t>(1, 65536 / d); }
+
+constexpr int64_t kElementBlock = 16384;
+
+template <c::Activation kAct>
+struct ActivationOps;
+template <>
+struct ActivationOps<c::Activation::kSigmoid> {
+  static constexpr const char* kForward = op::kSigmoidForward;
+  static constexpr const char* kGrad = op::kSigmoidGrad;
+};
+template <>
+struct ActivationOps<c::Activation::kTanh> {
+  static constexpr const char* kForward = op::kTanhForward;
+  static constexpr const char* kGrad = op::kTanhGrad;
+};
+template <>
+struct ActivationOps<c::Activation::kSilu> {
+  static constexpr const char* kForward = op::kSiluForward;
+  static constexpr const char* kGrad = op::kSiluGrad;
+};
+template <>
+struct ActivationOps<c::Activation::kGelu> {
+  static constexpr const char* kForward = op::kGeluForward;
+  static constexpr const char* kGrad = op::kGeluGrad;
+};
+template <>
+struct ActivationOps<c::Activation::kGeluTanh> {
+  static constexpr const char* kForward = op::kGeluTanhForward;
+  static constexpr const char* kGrad = op::kGeluTanhGrad;
+};
+
+// y may alias x (each element is read once, then written).
+template <c::Activation kAct>
+absl::Status ActivationForwardKernel(absl::Span<const Tensor> in,
+                                     absl::Span<Tensor> out, const OpAttrs&) {
+  const char* name = ActivationOps<kAct>::kForward;
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
+  const Tensor* t[] = {&in[0], &out[0]};
+  const absl::string_view names[] = {"x", "y"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, t, names));
+  const float* x = in[0].data<float>();
+  float* y = out[0].data<float>();
+  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
+    c::ActivationForward(kAct, x + b, y + b, e - b);
+  });
+  return absl::OkStatus();
+}
+
+// dx may alias dy.
+template <c::Activation kAct>
+absl::Status ActivationGradKernel(absl::Span<const Tensor> in,
+                                  absl::Span<Tensor> out, const OpAttrs&) {
+  const char* name = ActivationOps<kAct>::kGrad;
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
+  const Tensor* t[] = {&in[0], &in[1], &out[0]};
+  const absl::string_view names[] = {"x", "dy", "dx"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, t, names));
+  if (out[0].SharesStorageWith(in[0])) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: dx must not share storage with x", name));
+  }
+  const float* x = in[0].data<float>();
+  const float* dy = in[1].data<float>();
+  float* dx = out[0].data<float>();
+  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
+    c::ActivationGrad(kAct, x + b, dy + b, dx + b, e - b);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status SoftmaxForwardKernel(absl::Span<const Tensor> in,
+                                  absl::Span<Tensor> out, const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kSoftmaxForward, in, 1, out, 1));
+  const Tensor* like[] = {&out[0]};
+  const absl::string_view names[] = {"x", "y"};
+  LS_ASSIGN_OR_RETURN(c::RowShape s, ValidateRows(op::kSoftmaxForward, in[0],
+                                                  like, {}, names, a, false));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kSoftmaxForward, in, out));
+  const float* x = in[0].data<float>();
+  float* y = out[0].data<float>();
+  ForBlocks(s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) c::SoftmaxLastForwardRow(s, x, y, r);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status SoftmaxGradKernel(absl::Span<const Tensor> in,
+                               absl::Span<Tensor> out, const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kSoftmaxGrad, in, 2, out, 1));
+  const Tensor* like[] = {&in[1], &out[0]};
+  const absl::string_view names[] = {"x", "dy", "dx"};
+  LS_ASSIGN_OR_RETURN(c::RowShape s, ValidateRows(op::kSoftmaxGrad, in[0], like,
+                                                  {}, names, a, false));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kSoftmaxGrad, in, out));
+  const float* x = in[0].data<float>();
+  const float* dy = in[1].data<float>();
+  float* dx = out[0].data<float>();
+  ForBlocks(s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) c::SoftmaxLastGradRow(s, x, dy, dx, r);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormForwardKernel(absl::Span<const Tensor> in,
+                                    absl::Span<Tensor> out, const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kLayerNormForward, in, 3, out, 1));
+  const Tensor* like[] = {&out[0]};
+  const Tensor* vectors[] = {&in[1], &in[2]};
+  const absl::string_view names[] = {"x", "y", "gamma", "beta"};
+  LS_ASSIGN_OR_RETURN(c::RowShape s,
+                      ValidateRows(op::kLayerNormForward, in[0], like, vectors,
+                                   names, a, true));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kLayerNormForward, in, out));
+  const float* x = in[0].data<float>();
+  const float* gamma = in[1].data<float>();
+  const float* beta = in[2].data<float>();
+  float* y = out[0].data<float>();
+  ForBlocks(s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      c::LayerNormForwardRow(s, x, gamma, beta, y, r);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormGradInputKernel(absl::Span<const Tensor> in,
+                                      absl::Span<Tensor> out,
+                                      const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kLayerNormGradInput, in, 3, out, 1));
+  const Tensor* like[] = {&in[2], &out[0]};
+  const Tensor* vectors[] = {&in[1]};
+  const absl::string_view names[] = {"x", "dy", "dx", "gamma"};
+  LS_ASSIGN_OR_RETURN(
+      c::RowShape s, ValidateRows(op::kLayerNormGradInput, in[0], like, vectors,
+                                  names, a, true));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kLayerNormGradInput, in, out));
+  const float* x = in[0].data<float>();
+  const float* gamma = in[1].data<float>();
+  const float* dy = in[2].data<float>();
+  float* dx = out[0].data<float>();
+  ForBlocks(s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      c::LayerNormGradInputRow(s, x, gamma, dy, dx, r);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormGradParamsKernel(absl::Span<const Tensor> in,
+                                       absl::Span<Tensor> out,
+                                       const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kLayerNormGradParams, in, 2, out, 2));
+  const Tensor* like[] = {&in[1]};
+  const Tensor* vectors[] = {&out[0], &out[1]};
+  const absl::string_view names[] = {"x", "dy", "dgamma", "dbeta"};
+  LS_ASSIGN_OR_RETURN(c::RowShape s,
+                      ValidateRows(op::kLayerNormGradParams, in[0], like,
+                                   vectors, names, a, true));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kLayerNormGradParams, in, out));
+  if (out[0].SharesStorageWith(out[1])) {
+    return absl::InvalidArgumentError(
+        "layer_norm.grad_params: dgamma and dbeta share storage");
+  }
+  const float* x = in[0].data<float>();
+  const float* dy = in[1].data<float>();
+  std::vector<c::LayerNormRowStats> stats(static_cast<size_t>(s.rows));
+  ForBlocks(s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      stats[r] = c::LayerNormStatsOf(s, x + r * s.d);
+  });
+  float* dgamma = out[0].data<float>();
+  float* dbeta = out[1].data<float>();
+  ForBlocks(s.d, 16, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      c::LayerNormGradParamsColumn(s, x, dy, stats.data(), dgamma, dbeta, j);
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace cpu_internal {
+
+absl::Status RegisterNnKernels(Registry* registry) {
+  struct Entry {
+    const char* op;
+    KernelFn fn;
+  };
+  using A = c::Activation;
+  const Entry entries[] = {
+      {op::kSigmoidForward, &ActivationForwardKernel<A::kSigmoid>},
+      {op::kSigmoidGrad, &ActivationGradKernel<A::kSigmoid>},
+      {op::kTanhForward, &ActivationForwardKernel<A::kTanh>},
+      {op::kTanhGrad, &ActivationGradKernel<A::kTanh>},
+      {op::kSiluForward, &ActivationForwardKernel<A::kSilu>},
+      {op::kSiluGrad, &ActivationGradKernel<A::kSilu>},
+      {op::kGeluForward, &ActivationForwardKernel<A::kGelu>},
+      {op::kGeluGrad, &ActivationGradKernel<A::kGelu>},
+      {op::kGeluTanhForward, &ActivationForwardKernel<A::kGeluTanh>},
+      {op::kGeluTanhGrad, &ActivationGradKernel<A::kGeluTanh>},
+      {op::kSoftmaxForward, &SoftmaxForwardKernel},
+      {op::kSoftmaxGrad, &SoftmaxGradKernel},
+      {op::kLayerNormForward, &LayerNormForwardKernel},
+      {op::kLayerNormGradInput, &LayerNormGradInputKernel},
+      {op::kLayerNormGradParams, &LayerNormGradParamsKernel},
+  };
+  for (const Entry& e : entries) {
+    LS_RETURN_IF_ERROR(registry->Register(
+        KernelKey{e.op, Mode::kCanonical, kCanonicalAlgorithm, kCpuBackendName},
+        e.fn));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cpu_internal
+}  // namespace lockstep::kernels

@@ -1,0 +1,274 @@
+// Op set v2 spec bodies (activations.h, norm.h) against independent float64
+// implementations, and the float64 gradients against central finite
+// differences of the float64 forward. The bit-level properties (same bits
+// on every ISA, thread count and the CUDA emulation) are tested by
+// kernels/cpu/all_ops_test and kernels/cuda/emulation_test.
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/canonical/float_bits.h"
+#include "kernels/ops/activations.h"
+#include "kernels/ops/norm.h"
+
+namespace lockstep::canonical {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+double RefForward(Activation a, double x) {
+  const double s = 1.0 / (1.0 + std::exp(-x));
+  switch (a) {
+    case Activation::kSigmoid:
+      return s;
+    case Activation::kTanh:
+      return std::tanh(x);
+    case Activation::kSilu:
+      return x * s;
+    case Activation::kGelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Activation::kGeluTanh:
+      return 0.5 * x *
+             (1.0 +
+              std::tanh(std::sqrt(2.0 / kPi) * (x + 0.044715 * x * x * x)));
+  }
+  return 0.0;
+}
+
+double RefGrad(Activation a, double x) {
+  const double s = 1.0 / (1.0 + std::exp(-x));
+  switch (a) {
+    case Activation::kSigmoid:
+      return s * (1.0 - s);
+    case Activation::kTanh:
+      return 1.0 - std::tanh(x) * std::tanh(x);
+    case Activation::kSilu:
+      return s * (1.0 + x * (1.0 - s));
+    case Activation::kGelu:
+      return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) +
+             x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * kPi);
+    case Activation::kGeluTanh: {
+      const double k = std::sqrt(2.0 / kPi);
+      const double u = k * (x + 0.044715 * x * x * x);
+      const double t = std::tanh(u);
+      return 0.5 * (1.0 + t) +
+             0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+    }
+  }
+  return 0.0;
+}
+
+const Activation kAll[] = {Activation::kSigmoid, Activation::kTanh,
+                           Activation::kSilu, Activation::kGelu,
+                           Activation::kGeluTanh};
+
+// |float result - float64 reference| <= 16 * 2^-24 * max(|ref|, 1): a few
+// roundings plus the portable math's few-ULP error, relative for large
+// values; below 1 the bound is absolute because 1 - s, 1 - t*t and
+// 1 + erf(x) are formed from rounded values near 1 (errors of order
+// ulp(1) = 2^-23 that no float32 formula avoids).
+void ExpectClose(float got, double want, const char* what, double x) {
+  const double scale = std::max(std::fabs(want), 1.0);
+  EXPECT_LE(std::fabs(static_cast<double>(got) - want), 16 * 0x1.0p-24 * scale)
+      << what << " at x=" << x << " got " << got << " want " << want;
+}
+
+TEST(ActivationsTest, ForwardAndGradAgreeWithFloat64) {
+  for (Activation a : kAll) {
+    for (double x = -12.0; x <= 12.0; x += 0.0137) {
+      const float xf = static_cast<float>(x);
+      const double xd = xf;
+      ExpectClose(ActivationForwardElement(a, xf), RefForward(a, xd), "forward",
+                  xd);
+      ExpectClose(ActivationGradElement(a, xf, 1.0f), RefGrad(a, xd), "grad",
+                  xd);
+      // dy scales the derivative by one rounding.
+      const float g2 = ActivationGradElement(a, xf, -0.5f);
+      EXPECT_EQ(g2, -0.5f * ActivationGradElement(a, xf, 1.0f));
+    }
+  }
+}
+
+TEST(ActivationsTest, Float64GradientsMatchFiniteDifferences) {
+  for (Activation a : kAll) {
+    for (double x = -6.0; x <= 6.0; x += 0.173) {
+      const double h = 1e-6;
+      const double fd = (RefForward(a, x + h) - RefForward(a, x - h)) / (2 * h);
+      EXPECT_NEAR(RefGrad(a, x), fd, 1e-8)
+          << "activation " << static_cast<int>(a) << " x=" << x;
+    }
+  }
+}
+
+TEST(ActivationsTest, SpecialValues) {
+  const float nan = std::nanf("");
+  for (Activation a : kAll) {
+    EXPECT_EQ(LsFloatToBits(ActivationForwardElement(a, nan)),
+              kCanonicalNanBits);
+    EXPECT_EQ(LsFloatToBits(ActivationGradElement(a, nan, 1.0f)),
+              kCanonicalNanBits);
+    EXPECT_EQ(LsFloatToBits(ActivationGradElement(a, 0.5f, nan)),
+              kCanonicalNanBits);
+  }
+  EXPECT_EQ(ActivationForwardElement(Activation::kSigmoid, -200.0f), 0.0f);
+  EXPECT_EQ(ActivationForwardElement(Activation::kSigmoid, 200.0f), 1.0f);
+  EXPECT_EQ(ActivationForwardElement(Activation::kGelu, 10.0f), 10.0f);
+  EXPECT_EQ(ActivationForwardElement(Activation::kGelu, -10.0f), -0.0f);
+  EXPECT_EQ(ActivationForwardElement(Activation::kSilu, 0.0f), 0.0f);
+}
+
+// ---- softmax and layer norm ------------------------------------------------
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<double> RefSoftmax(const std::vector<double>& x, int64_t rows,
+                               int64_t d) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = x[r * d];
+    for (int64_t j = 1; j < d; ++j) m = std::max(m, x[r * d + j]);
+    double s = 0;
+    for (int64_t j = 0; j < d; ++j) s += std::exp(x[r * d + j] - m);
+    for (int64_t j = 0; j < d; ++j)
+      y[r * d + j] = std::exp(x[r * d + j] - m) / s;
+  }
+  return y;
+}
+
+std::vector<double> RefLayerNorm(const std::vector<double>& x,
+                                 const std::vector<double>& gamma,
+                                 const std::vector<double>& beta, int64_t rows,
+                                 int64_t d, double eps) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < d; ++j) mean += x[r * d + j];
+    mean /= d;
+    for (int64_t j = 0; j < d; ++j) {
+      var += (x[r * d + j] - mean) * (x[r * d + j] - mean);
+    }
+    var /= d;
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    for (int64_t j = 0; j < d; ++j) {
+      y[r * d + j] = (x[r * d + j] - mean) * rstd * gamma[j] + beta[j];
+    }
+  }
+  return y;
+}
+
+std::vector<double> ToDouble(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// Loss L = sum_i w_i * f(x)_i; its gradient with respect to `param` by
+// central differences (float64).
+std::vector<double> NumericGrad(
+    const std::function<std::vector<double>(const std::vector<double>&)>& f,
+    std::vector<double> param, const std::vector<double>& w) {
+  std::vector<double> g(param.size());
+  const double h = 1e-6;
+  for (size_t i = 0; i < param.size(); ++i) {
+    const double keep = param[i];
+    param[i] = keep + h;
+    const std::vector<double> up = f(param);
+    param[i] = keep - h;
+    const std::vector<double> down = f(param);
+    param[i] = keep;
+    double d = 0;
+    for (size_t k = 0; k < w.size(); ++k) d += w[k] * (up[k] - down[k]);
+    g[i] = d / (2 * h);
+  }
+  return g;
+}
+
+// Relative L2 error of a float result against a float64 reference.
+double RelL2(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+TEST(SoftmaxLastTest, ForwardAndGradAgainstFloat64AndFiniteDifferences) {
+  const int64_t rows = 5, d = 300;  // a row crosses the 256-term chunk
+  RowShape s;
+  s.rows = rows;
+  s.d = d;
+  const std::vector<float> x = RandomFloats(rows * d, 1, -4.0f, 4.0f);
+  const std::vector<float> dy = RandomFloats(rows * d, 2, -1.0f, 1.0f);
+  std::vector<float> y(x.size()), dx(x.size());
+  SoftmaxLastForward(s, x.data(), y.data());
+  SoftmaxLastGrad(s, x.data(), dy.data(), dx.data());
+  const auto ref = [&](const std::vector<double>& xv) {
+    return RefSoftmax(xv, rows, d);
+  };
+  EXPECT_LT(RelL2(y, ref(ToDouble(x))), 1e-6);
+  const std::vector<double> num = NumericGrad(ref, ToDouble(x), ToDouble(dy));
+  EXPECT_LT(RelL2(dx, num), 1e-5);
+}
+
+TEST(LayerNormTest, ForwardAndGradsAgainstFloat64AndFiniteDifferences) {
+  const int64_t rows = 6, d = 300;
+  RowShape s;
+  s.rows = rows;
+  s.d = d;
+  s.epsilon = 1e-5f;
+  const std::vector<float> x = RandomFloats(rows * d, 3, -2.0f, 3.0f);
+  const std::vector<float> gamma = RandomFloats(d, 4, 0.5f, 1.5f);
+  const std::vector<float> beta = RandomFloats(d, 5, -0.5f, 0.5f);
+  const std::vector<float> dy = RandomFloats(rows * d, 6, -1.0f, 1.0f);
+  std::vector<float> y(x.size()), dx(x.size()), dgamma(d), dbeta(d);
+  std::vector<LayerNormRowStats> stats(rows);
+  LayerNormForward(s, x.data(), gamma.data(), beta.data(), y.data());
+  LayerNormGradInput(s, x.data(), gamma.data(), dy.data(), dx.data());
+  LayerNormGradParams(s, x.data(), dy.data(), stats.data(), dgamma.data(),
+                      dbeta.data());
+  const double eps = static_cast<double>(s.epsilon);
+  const std::vector<double> xd = ToDouble(x), gd = ToDouble(gamma),
+                            bd = ToDouble(beta), w = ToDouble(dy);
+  EXPECT_LT(RelL2(y, RefLayerNorm(xd, gd, bd, rows, d, eps)), 1e-6);
+  EXPECT_LT(RelL2(dx, NumericGrad(
+                          [&](const std::vector<double>& v) {
+                            return RefLayerNorm(v, gd, bd, rows, d, eps);
+                          },
+                          xd, w)),
+            1e-5);
+  EXPECT_LT(RelL2(dgamma, NumericGrad(
+                              [&](const std::vector<double>& v) {
+                                return RefLayerNorm(xd, v, bd, rows, d, eps);
+                              },
+                              gd, w)),
+            1e-5);
+  EXPECT_LT(RelL2(dbeta, NumericGrad(
+                             [&](const std::vector<double>& v) {
+                               return RefLayerNorm(xd, gd, v, rows, d, eps);
+                             },
+                             bd, w)),
+            1e-5);
+}
+
+TEST(LayerNormTest, ConstantRowNormalisesToBeta) {
+  RowShape s;
+  s.rows = 1;
+  s.d = 4;
+  const float x[] = {2.5f, 2.5f, 2.5f, 2.5f};
+  const float gamma[] = {1, 2, 3, 4};
+  const float beta[] = {0.25f, -1, 0, 7};
+  float y[4];
+  LayerNormForward(s, x, gamma, beta, y);
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(y[j], beta[j]);
+}
+
+}  // namespace
+}  // namespace lockstep::canonical

@@ -1,0 +1,240 @@
+// CANONICAL softmax over the last axis and layer normalisation over the last
+// axis.
+//
+// Both view the input as rows [R, D] (D = the last dimension, R = every
+// other dimension multiplied out). "sum" is the canonical sum of
+// kernels/canonical/reduce.h over the index order stated, "dot" the
+// canonical dot product (fma chain per 256-term chunk, then the pairwise
+// tree); every other operation is one IEEE rounding, left to right, no
+// contraction. A NaN result is the canonical NaN.
+//
+// softmax.forward  in {x} out {y}, per row:
+//   m   = max_j x[j]    sequential from x[0], replaced only when x[j] > m
+//   e_j = exp(x[j] - m)
+//   s   = sum over j = 0 .. D-1 of e_j
+//   y_j = e_j / s
+// softmax.grad     in {x, dy} out {dx}, per row (y recomputed as above):
+//   g   = dot over j of (y_j, dy_j)
+//   dx_j = y_j * (dy_j - g)
+//
+// layer_norm.forward  in {x, gamma [D], beta [D]} out {y}, per row:
+//   mean = (sum over j of x[j]) / D
+//   d_j  = x[j] - mean
+//   var  = (dot over j of (d_j, d_j)) / D
+//   rstd = 1 / sqrt(var + eps)                          (eps: OpAttrs.epsilon)
+//   xhat_j = d_j * rstd
+//   y_j  = xhat_j * gamma[j] + beta[j]
+// layer_norm.grad_input  in {x, gamma, dy} out {dx}, per row:
+//   g_j  = dy_j * gamma[j]
+//   a    = (sum over j of g_j) / D
+//   b    = (dot over j of (g_j, xhat_j)) / D
+//   dx_j = ((g_j - a) - xhat_j * b) * rstd
+// layer_norm.grad_params  in {x, dy} out {dgamma [D], dbeta [D]}, per j:
+//   dgamma[j] = dot over rows r = 0 .. R-1 of (dy[r, j], xhat[r, j])
+//   dbeta[j]  = sum over rows r of dy[r, j]
+//
+// D <= 2^24 so float(D) is exact. Header-only, LS_HD.
+#ifndef LOCKSTEP_KERNELS_OPS_NORM_H_
+#define LOCKSTEP_KERNELS_OPS_NORM_H_
+
+#include <cstdint>
+
+#include "kernels/canonical/float_bits.h"
+#include "kernels/canonical/gather.h"
+#include "kernels/canonical/hd.h"
+#include "kernels/math/portable_math.h"
+
+namespace lockstep::canonical {
+
+// x viewed as [rows, d].
+struct RowShape {
+  int64_t rows = 0;
+  int64_t d = 0;
+  float epsilon = 1e-5f;  // layer_norm only
+};
+
+namespace norm_internal {
+
+LS_HD_INLINE float CanonicalNanOf(float v) {
+  return v != v ? LsBitsToFloat(kCanonicalNanBits) : v;
+}
+
+LS_HD_INLINE float RowMax(const float* row, int64_t d) {
+  float m = row[0];
+  for (int64_t j = 1; j < d; ++j) {
+    if (row[j] > m) m = row[j];
+  }
+  return m;
+}
+
+}  // namespace norm_internal
+
+// ---- softmax -------------------------------------------------------------
+
+struct SoftmaxLastStats {
+  float max;
+  float sum;
+};
+
+LS_HD_INLINE SoftmaxLastStats SoftmaxLastStatsOf(const float* row, int64_t d) {
+  SoftmaxLastStats st;
+  st.max = norm_internal::RowMax(row, d);
+  GatherChain chain;
+  for (int64_t j = 0; j < d; ++j) chain.Add(CanonicalExp(row[j] - st.max));
+  st.sum = chain.Finish();
+  return st;
+}
+
+LS_HD_INLINE float SoftmaxLastElement(const float* row,
+                                      const SoftmaxLastStats& st, int64_t j) {
+  return norm_internal::CanonicalNanOf(CanonicalExp(row[j] - st.max) / st.sum);
+}
+
+// One row of y.
+LS_HD_INLINE void SoftmaxLastForwardRow(const RowShape& s, const float* x,
+                                        float* y, int64_t r) {
+  const float* row = x + r * s.d;
+  const SoftmaxLastStats st = SoftmaxLastStatsOf(row, s.d);
+  for (int64_t j = 0; j < s.d; ++j) {
+    y[r * s.d + j] = SoftmaxLastElement(row, st, j);
+  }
+}
+
+// One row of dx.
+LS_HD_INLINE void SoftmaxLastGradRow(const RowShape& s, const float* x,
+                                     const float* dy, float* dx, int64_t r) {
+  const float* row = x + r * s.d;
+  const float* drow = dy + r * s.d;
+  const SoftmaxLastStats st = SoftmaxLastStatsOf(row, s.d);
+  GatherChain dot;
+  for (int64_t j = 0; j < s.d; ++j) {
+    dot.Fma(SoftmaxLastElement(row, st, j), drow[j]);
+  }
+  const float g = dot.Finish();
+  for (int64_t j = 0; j < s.d; ++j) {
+    const float y = SoftmaxLastElement(row, st, j);
+    dx[r * s.d + j] = norm_internal::CanonicalNanOf(y * (drow[j] - g));
+  }
+}
+
+LS_HD_INLINE void SoftmaxLastForward(const RowShape& s, const float* x,
+                                     float* y) {
+  for (int64_t r = 0; r < s.rows; ++r) SoftmaxLastForwardRow(s, x, y, r);
+}
+
+LS_HD_INLINE void SoftmaxLastGrad(const RowShape& s, const float* x,
+                                  const float* dy, float* dx) {
+  for (int64_t r = 0; r < s.rows; ++r) SoftmaxLastGradRow(s, x, dy, dx, r);
+}
+
+// ---- layer norm ----------------------------------------------------------
+
+struct LayerNormRowStats {
+  float mean;
+  float rstd;
+};
+
+LS_HD_INLINE LayerNormRowStats LayerNormStatsOf(const RowShape& s,
+                                                const float* row) {
+  const float fd = static_cast<float>(s.d);
+  GatherChain sum;
+  for (int64_t j = 0; j < s.d; ++j) sum.Add(row[j]);
+  LayerNormRowStats st;
+  st.mean = sum.Finish() / fd;
+  GatherChain sq;
+  for (int64_t j = 0; j < s.d; ++j) {
+    const float dj = row[j] - st.mean;
+    sq.Fma(dj, dj);
+  }
+  const float var = sq.Finish() / fd;
+  st.rstd = 1.0f / CanonicalSqrt(var + s.epsilon);
+  return st;
+}
+
+LS_HD_INLINE float LayerNormXhat(const LayerNormRowStats& st, float x) {
+  return (x - st.mean) * st.rstd;
+}
+
+LS_HD_INLINE void LayerNormForwardRow(const RowShape& s, const float* x,
+                                      const float* gamma, const float* beta,
+                                      float* y, int64_t r) {
+  const float* row = x + r * s.d;
+  const LayerNormRowStats st = LayerNormStatsOf(s, row);
+  for (int64_t j = 0; j < s.d; ++j) {
+    const float xhat = LayerNormXhat(st, row[j]);
+    y[r * s.d + j] = norm_internal::CanonicalNanOf(xhat * gamma[j] + beta[j]);
+  }
+}
+
+LS_HD_INLINE void LayerNormGradInputRow(const RowShape& s, const float* x,
+                                        const float* gamma, const float* dy,
+                                        float* dx, int64_t r) {
+  const float* row = x + r * s.d;
+  const float* drow = dy + r * s.d;
+  const float fd = static_cast<float>(s.d);
+  const LayerNormRowStats st = LayerNormStatsOf(s, row);
+  GatherChain sum_g;
+  GatherChain dot_gx;
+  for (int64_t j = 0; j < s.d; ++j) {
+    const float g = drow[j] * gamma[j];
+    sum_g.Add(g);
+    dot_gx.Fma(g, LayerNormXhat(st, row[j]));
+  }
+  const float a = sum_g.Finish() / fd;
+  const float b = dot_gx.Finish() / fd;
+  for (int64_t j = 0; j < s.d; ++j) {
+    const float g = drow[j] * gamma[j];
+    const float xhat = LayerNormXhat(st, row[j]);
+    dx[r * s.d + j] =
+        norm_internal::CanonicalNanOf(((g - a) - xhat * b) * st.rstd);
+  }
+}
+
+// dgamma[j] and dbeta[j] for one column j, given every row's stats.
+LS_HD_INLINE void LayerNormGradParamsColumn(const RowShape& s, const float* x,
+                                            const float* dy,
+                                            const LayerNormRowStats* stats,
+                                            float* dgamma, float* dbeta,
+                                            int64_t j) {
+  GatherChain dg;
+  GatherChain db;
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const float d = dy[r * s.d + j];
+    dg.Fma(d, LayerNormXhat(stats[r], x[r * s.d + j]));
+    db.Add(d);
+  }
+  dgamma[j] = norm_internal::CanonicalNanOf(dg.Finish());
+  dbeta[j] = norm_internal::CanonicalNanOf(db.Finish());
+}
+
+LS_HD_INLINE void LayerNormForward(const RowShape& s, const float* x,
+                                   const float* gamma, const float* beta,
+                                   float* y) {
+  for (int64_t r = 0; r < s.rows; ++r) {
+    LayerNormForwardRow(s, x, gamma, beta, y, r);
+  }
+}
+
+LS_HD_INLINE void LayerNormGradInput(const RowShape& s, const float* x,
+                                     const float* gamma, const float* dy,
+                                     float* dx) {
+  for (int64_t r = 0; r < s.rows; ++r) {
+    LayerNormGradInputRow(s, x, gamma, dy, dx, r);
+  }
+}
+
+// stats: scratch of s.rows entries.
+LS_HD_INLINE void LayerNormGradParams(const RowShape& s, const float* x,
+                                      const float* dy, LayerNormRowStats* stats,
+                                      float* dgamma, float* dbeta) {
+  for (int64_t r = 0; r < s.rows; ++r) {
+    stats[r] = LayerNormStatsOf(s, x + r * s.d);
+  }
+  for (int64_t j = 0; j < s.d; ++j) {
+    LayerNormGradParamsColumn(s, x, dy, stats, dgamma, dbeta, j);
+  }
+}
+
+}  // namespace lockstep::canonical
+
+#endif  // LOCKSTEP_KERNELS_OPS_NORM_H_
