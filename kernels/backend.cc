@@ -44,7 +44,8 @@ std::vector<std::string> NnOpNames() {
       op::kTanhGrad,         op::kSiluForward,        op::kSiluGrad,
       op::kGeluForward,      op::kGeluGrad,           op::kGeluTanhForward,
       op::kGeluTanhGrad,     op::kSoftmaxForward,     op::kSoftmaxGrad,
-      op::kLayerNormForward, op::kLayerNormGradInput, op::kLayerNormGradParams};
+      op::kLayerNormForward, op::kLayerNormGradInput, op::kLayerNormGradParams,
+      op::kBatchNormForward, op::kBatchNormGradInput, op::kBatchNormGradParams};
 }
 
 std::vector<std::string> AllOpNames() {

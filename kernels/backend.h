@@ -50,6 +50,9 @@
 //   layer_norm.forward  in {x, gamma, beta} out {y}  over the last axis,
 //   layer_norm.grad_input  in {x, gamma, dy} out {dx}      gamma, beta [D]
 //   layer_norm.grad_params in {x, dy}   out {dgamma, dbeta}
+//   batch_norm.forward  in {x, gamma, beta} out {y, running}  x [N, C, ...],
+//   batch_norm.grad_input  in {x, gamma, dy, running} out {dx}  running [2, C]
+//   batch_norm.grad_params in {x, dy, running} out {dgamma, dbeta}
 //       (kernels/ops/activations.h and kernels/ops/norm.h: the arithmetic)
 #ifndef LOCKSTEP_KERNELS_BACKEND_H_
 #define LOCKSTEP_KERNELS_BACKEND_H_
@@ -124,6 +127,9 @@ inline constexpr char kSoftmaxGrad[] = "softmax.grad";
 inline constexpr char kLayerNormForward[] = "layer_norm.forward";
 inline constexpr char kLayerNormGradInput[] = "layer_norm.grad_input";
 inline constexpr char kLayerNormGradParams[] = "layer_norm.grad_params";
+inline constexpr char kBatchNormForward[] = "batch_norm.forward";
+inline constexpr char kBatchNormGradInput[] = "batch_norm.grad_input";
+inline constexpr char kBatchNormGradParams[] = "batch_norm.grad_params";
 }  // namespace op
 
 // The dense-family, loss and optimizer ops (kernels/ops/).
@@ -166,8 +172,13 @@ struct OpAttrs {
   float epsilon = 1e-8f;
   int64_t step = 1;  // adam.update: 1-based step number t
 
-  // layer_norm.*: added to the variance before the square root.
+  // layer_norm.*, batch_norm.*: added to the variance before the square
+  // root.
   float norm_epsilon = 1e-5f;
+  // batch_norm.*: running statistics instead of batch statistics (and no
+  // update of them); the running statistics' update factor in training.
+  bool batch_norm_eval = false;
+  float batch_norm_momentum = 0.1f;
 };
 
 // INVALID_ARGUMENT "<op>: output O shares storage with input I" when an

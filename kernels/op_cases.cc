@@ -351,6 +351,44 @@ void AddNn(Gen& g, std::vector<OpCase>* cases) {
                       {Zeros({d}), Zeros({d})},
                       {}});
   }
+  // Batch norm, training and eval; per-channel reductions of 100, 300
+  // (crosses a chunk) and 512 terms.
+  const std::vector<std::vector<int64_t>> channel_shapes = {
+      {4, 3, 5, 5}, {300, 4}, {2, 2, 16, 16}};
+  for (const auto& s : channel_shapes) {
+    for (const bool eval : {false, true}) {
+      const int64_t ch = s[1];
+      OpAttrs a;
+      a.batch_norm_eval = eval;
+      std::string label = eval ? "eval shape=[" : "training shape=[";
+      for (size_t i = 0; i < s.size(); ++i) {
+        label += absl::StrFormat(i ? ",%d" : "%d", s[i]);
+      }
+      label += "]";
+      Tensor x = g.Floats(s);
+      // Running statistics: means in [-1, 1), variances in [0, 1] + 0.5.
+      Tensor running = g.Floats({2, ch});
+      for (int64_t i = 0; i < ch; ++i) {
+        float& v = running.data<float>()[ch + i];
+        v = std::fabs(v) + 0.5f;
+      }
+      cases->push_back({"batch_norm.forward " + label,
+                        op::kBatchNormForward,
+                        {x, g.Floats({ch}), g.Floats({ch})},
+                        {Zeros(s), running},
+                        a});
+      cases->push_back({"batch_norm.grad_input " + label,
+                        op::kBatchNormGradInput,
+                        {x, g.Floats({ch}), g.Floats(s), running},
+                        {Zeros(s)},
+                        a});
+      cases->push_back({"batch_norm.grad_params " + label,
+                        op::kBatchNormGradParams,
+                        {x, g.Floats(s), running},
+                        {Zeros({ch}), Zeros({ch})},
+                        a});
+    }
+  }
 }
 
 }  // namespace

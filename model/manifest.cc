@@ -92,7 +92,8 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
     // Parameters: weight then optional bias for DENSE/CONV2D, weight and
     // bias for LAYER_NORM, exactly one bias for BIAS_ADD, none for the rest.
     const bool has_weight = layer.op == v1::DENSE || layer.op == v1::CONV2D ||
-                            layer.op == v1::LAYER_NORM;
+                            layer.op == v1::LAYER_NORM ||
+                            layer.op == v1::BATCH_NORM;
     size_t expected = 0;
     if (has_weight) {
       if (layer.params.empty() || layer.params[0].role != v1::WEIGHT) {
@@ -114,9 +115,11 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
       }
       expected = 1;
     }
-    if (layer.op == v1::LAYER_NORM && expected != 2) {
+    if ((layer.op == v1::LAYER_NORM || layer.op == v1::BATCH_NORM) &&
+        expected != 2) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s: LAYER_NORM needs a weight and a bias", label));
+          absl::StrFormat("%s: %s needs a weight and a bias", label,
+                          v1::LayerOp_Name(layer.op)));
     }
     if (layer.params.size() != expected) {
       return absl::InvalidArgumentError(
@@ -213,6 +216,9 @@ absl::StatusOr<LayerOps> OpsOfLayer(v1::LayerOp layer_op) {
       // grad_weight computes both parameter gradients (scale and shift).
       return LayerOps{op::kLayerNormForward, op::kLayerNormGradInput,
                       op::kLayerNormGradParams};
+    case v1::BATCH_NORM:
+      return LayerOps{op::kBatchNormForward, op::kBatchNormGradInput,
+                      op::kBatchNormGradParams};
     default:
       return absl::InvalidArgumentError(absl::StrFormat(
           "layer op %s (%d) cannot be executed",
@@ -259,6 +265,11 @@ absl::StatusOr<std::vector<v1::ManifestEntry>> StepTensors(
         layer.op == v1::SOFTMAX_XENT ? v1::LOSS : v1::ACTIVATION;
     out.push_back(MakeEntry(v1::PHASE_FORWARD, layer.name, ops.forward, role,
                             layer.output_shape));
+    if (layer.op == v1::BATCH_NORM) {
+      out.push_back(MakeEntry(v1::PHASE_FORWARD, layer.name, ops.forward,
+                              v1::RUNNING_STAT, {2, layer.output_shape[1]},
+                              kSlotRunning));
+    }
   }
 
   // 3. Backward, layers in reverse order.
@@ -271,9 +282,11 @@ absl::StatusOr<std::vector<v1::ManifestEntry>> StepTensors(
                               kSlotSum));
     }
     if (const ParamPlan* b = FindParam(layer, v1::BIAS)) {
-      // LAYER_NORM's shift gradient comes from layer_norm.grad_params.
+      // The normalisations' shift gradient comes from their grad_params.
       const char* bias_grad =
-          layer.op == v1::LAYER_NORM ? ops.grad_weight : op::kBiasAddGrad;
+          layer.op == v1::LAYER_NORM || layer.op == v1::BATCH_NORM
+              ? ops.grad_weight
+              : op::kBiasAddGrad;
       out.push_back(MakeEntry(v1::PHASE_BACKWARD, layer.name, bias_grad,
                               v1::GRAD_BIAS, b->shape));
     }

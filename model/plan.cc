@@ -91,6 +91,8 @@ absl::string_view ParamsCaseName(v1::Layer::ParamsCase c) {
       return "pool";
     case v1::Layer::kResize:
       return "resize";
+    case v1::Layer::kBatchNorm:
+      return "batch_norm";
     case v1::Layer::PARAMS_NOT_SET:
       break;
   }
@@ -149,6 +151,7 @@ class Planner {
   absl::Status CheckOutputSize(int i, const std::vector<int64_t>& shape) const;
   absl::Status AddParam(int i, ParamPlan param, LayerPlan* lp);
   absl::Status PlanLayerNorm(int i, LayerPlan* lp);
+  absl::Status PlanBatchNorm(int i, LayerPlan* lp);
   // Requires a 4-D input; returns its shape.
   absl::Status Need4d(int i, const LayerPlan& lp) const;
 
@@ -606,6 +609,56 @@ absl::Status Planner::PlanLayerNorm(int i, LayerPlan* lp) {
   return AddParam(i, std::move(b), lp);
 }
 
+absl::Status Planner::PlanBatchNorm(int i, LayerPlan* lp) {
+  const v1::BatchNormParams& p = model_.layers(i).batch_norm();
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+  if (in.size() < 2) {
+    return LayerError(
+        i, absl::StrFormat("BATCH_NORM needs an input of rank >= 2 ([N, C, "
+                           "...]), got %s from %s",
+                           ShapeToString(in), ProducerName(lp->inputs[0])));
+  }
+  if (!(p.momentum() >= 0.0f && p.momentum() <= 1.0f)) {
+    return LayerError(i, absl::StrFormat("batch_norm.momentum: %g is outside "
+                                         "[0, 1]",
+                                         p.momentum()));
+  }
+  if (!(p.epsilon() >= 0.0f && p.epsilon() <= 1.0f)) {
+    return LayerError(i, absl::StrFormat("batch_norm.epsilon: %g is outside "
+                                         "[0, 1]",
+                                         p.epsilon()));
+  }
+  const int64_t per_channel = SatProduct(in) / std::max<int64_t>(1, in[1]);
+  if (!p.eval() && per_channel < 2) {
+    return LayerError(
+        i, absl::StrFormat("BATCH_NORM in training needs at least 2 values per "
+                           "channel (batch x spatial size), got %d; use a "
+                           "larger batch or batch_norm.eval",
+                           per_channel));
+  }
+  lp->output_shape = in;
+  kernels::OpAttrs& a = lp->attrs;
+  a.batch_norm_eval = p.eval();
+  a.batch_norm_momentum = p.momentum() == 0.0f ? 0.1f : p.momentum();
+  a.norm_epsilon = p.epsilon() == 0.0f ? 1e-5f : p.epsilon();
+  const int64_t c = in[1];
+  ParamPlan w;
+  w.name = "weight";
+  w.role = v1::WEIGHT;
+  w.shape = {c};
+  w.fan_in = c;
+  w.fan_out = c;
+  w.init_ones = true;
+  LS_RETURN_IF_ERROR(AddParam(i, std::move(w), lp));
+  ParamPlan b;
+  b.name = "bias";
+  b.role = v1::BIAS;
+  b.shape = {c};
+  b.fan_in = c;
+  b.fan_out = c;
+  return AddParam(i, std::move(b), lp);
+}
+
 absl::Status Planner::PlanLoss(int i, LayerPlan* lp) {
   const std::vector<int64_t>& in = lp->input_shapes[0];
   const int64_t n = plan_.input_shape[0];
@@ -656,7 +709,10 @@ absl::StatusOr<ModelPlan> Planner::Run() {
       return LayerError(i, "op: must be set (LAYER_OP_UNSPECIFIED)");
     }
     const v1::Layer::ParamsCase needed = ParamsFor(op);
-    if (layer.params_case() != needed) {
+    // BATCH_NORM's params are optional.
+    const bool optional_ok =
+        op == v1::BATCH_NORM && layer.params_case() == v1::Layer::kBatchNorm;
+    if (layer.params_case() != needed && !optional_ok) {
       if (needed == v1::Layer::PARAMS_NOT_SET) {
         return LayerError(
             i,
@@ -730,6 +786,9 @@ absl::StatusOr<ModelPlan> Planner::Run() {
         break;
       case v1::LAYER_NORM:
         LS_RETURN_IF_ERROR(PlanLayerNorm(i, &lp));
+        break;
+      case v1::BATCH_NORM:
+        LS_RETURN_IF_ERROR(PlanBatchNorm(i, &lp));
         break;
       case v1::SOFTMAX_XENT:
         LS_RETURN_IF_ERROR(PlanLoss(i, &lp));
@@ -863,6 +922,7 @@ int64_t LayerForwardFlops(const LayerPlan& layer) {
     case v1::GELU:
     case v1::GELU_TANH:
     case v1::LAYER_NORM:
+    case v1::BATCH_NORM:
       return SatMul(out, 8);
     case v1::SOFTMAX:
       return SatMul(out, 4);

@@ -71,6 +71,8 @@ absl::StatusOr<ModelPlan> PlanModel(const lockstep::v1::Model& model,
                                     const Limits& limits);
 
 // Bytes of the tensors the executor (worker/exec/executor.cc) allocates for
+// (BATCH_NORM's running statistics, 2*C floats, are not counted; they are
+// smaller than its parameters' optimizer state)
 // a run of `plan` with `config` and keeps alive throughout, all 4-byte
 // elements:
 //   the batch input and its labels (N int32);
@@ -97,7 +99,7 @@ int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
 //   RELU, ADD, BIAS_ADD  output elements
 //   SIGMOID, TANH, SILU, GELU, GELU_TANH  8 per element
 //   SOFTMAX          4 per element
-//   LAYER_NORM       8 per element
+//   LAYER_NORM, BATCH_NORM  8 per element
 //   SOFTMAX_XENT     4 per logit
 //   FLATTEN          0
 // A training step costs roughly 3x the forward pass. Saturates at INT64_MAX.

@@ -268,6 +268,59 @@ TEST(PlanModelTest, OpSetV2LayersKeepTheirShapeAndLayerNormHasScaleAndShift) {
   EXPECT_EQ(LayerForwardFlops(plan.layers[5]), 4 * 4 * 5 * 6);
 }
 
+TEST(PlanModelTest, BatchNormParamsAttrsAndErrors) {
+  const ModelPlan plan = MustPlan(WithHead("[ 3, 4, 4 ]", R"pb(
+    layers { name: "bn" op: BATCH_NORM }
+    layers {
+      name: "frozen"
+      op: BATCH_NORM
+      batch_norm { eval: true momentum: 0.5 epsilon: 0.001 }
+    }
+  )pb"));
+  const LayerPlan& bn = plan.layers[0];
+  EXPECT_THAT(bn.output_shape, ElementsAre(4, 3, 4, 4));
+  ASSERT_EQ(bn.params.size(), 2u);
+  EXPECT_THAT(bn.params[0].shape, ElementsAre(3));
+  EXPECT_TRUE(bn.params[0].init_ones);
+  EXPECT_FALSE(bn.attrs.batch_norm_eval);
+  EXPECT_FLOAT_EQ(bn.attrs.batch_norm_momentum, 0.1f);
+  EXPECT_FLOAT_EQ(bn.attrs.norm_epsilon, 1e-5f);
+  const LayerPlan& frozen = plan.layers[1];
+  EXPECT_TRUE(frozen.attrs.batch_norm_eval);
+  EXPECT_FLOAT_EQ(frozen.attrs.batch_norm_momentum, 0.5f);
+  EXPECT_FLOAT_EQ(frozen.attrs.norm_epsilon, 0.001f);
+  EXPECT_THAT(Plan(WithHead("[ 3 ]", R"pb(
+                layers {
+                  name: "bn"
+                  op: BATCH_NORM
+                  batch_norm { momentum: 1.5 }
+                }
+              )pb")),
+              StatusIs(kInvalid,
+                       "layers[0] \"bn\": batch_norm.momentum: 1.5 "
+                       "is outside [0, 1]"));
+  // Batch 1 of a [3] input: one value per channel cannot be normalised
+  // with batch statistics.
+  EXPECT_THAT(
+      Plan(WithHead("[ 3 ]", R"pb(layers { name: "bn" op: BATCH_NORM })pb"),
+           R"pb(seed: 1
+                batch_size: 1
+                steps: 1
+                optimizer { learning_rate: 0.1 })pb"),
+      StatusIs(kInvalid, HasSubstr("BATCH_NORM in training needs at "
+                                   "least 2 values per channel")));
+  EXPECT_THAT(Plan(WithHead("[ 3 ]", R"pb(layers {
+                                            name: "bn"
+                                            op: BATCH_NORM
+                                            batch_norm { eval: true }
+                                          })pb"),
+                   R"pb(seed: 1
+                        batch_size: 1
+                        steps: 1
+                        optimizer { learning_rate: 0.1 })pb"),
+              IsOk());
+}
+
 TEST(PlanModelTest, GroupedAndDepthwiseConvolution) {
   const ModelPlan plan = MustPlan(WithHead("[ 8, 6, 6 ]", R"pb(
     layers {

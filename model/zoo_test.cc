@@ -37,7 +37,8 @@ constexpr int64_t kMaxForwardFlops = 5'000'000;
 constexpr int64_t kMaxParameters = 100'000;
 
 const char* const kZoo[] = {"mlp",      "lenet5",   "resnet_small",
-                            "gauntlet", "norm_mlp", "mobilenet_tiny"};
+                            "gauntlet", "norm_mlp", "mobilenet_tiny",
+                            "resnet_bn"};
 
 std::string Examples(const std::string& relative) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
@@ -165,7 +166,10 @@ TEST(ZooTest, ModelsHaveTheirPromisedStructure) {
     // a DENSE with a long K (split-K); norm_mlp every op of op set v2.
     const ModelPlan plan = Load("gauntlet", "config.json").plan;
     const auto ops = Ops(plan);
-    const auto v2 = Ops(Load("norm_mlp", "config.json").plan);
+    auto v2 = Ops(Load("norm_mlp", "config.json").plan);
+    for (v1::LayerOp o : Ops(Load("resnet_bn", "config.json").plan)) {
+      v2.insert(o);
+    }
     for (int op = v1::LayerOp_MIN + 1; op <= v1::LayerOp_MAX; ++op) {
       const v1::LayerOp o = static_cast<v1::LayerOp>(op);
       EXPECT_GE(o <= v1::BIAS_ADD ? ops.count(o) : v2.count(o), 1u)

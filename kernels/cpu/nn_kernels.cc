@@ -1,11 +1,12 @@
 // CANONICAL CPU kernels of op set v2: the activations (sigmoid, tanh, silu,
-// gelu, gelu_tanh), softmax over the last axis and layer normalisation
-// (kernels/ops/activations.h, kernels/ops/norm.h).
+// gelu, gelu_tanh), softmax over the last axis, layer and batch
+// normalisation (kernels/ops/activations.h, kernels/ops/norm.h).
 //
 // Each kernel runs the spec body on the process thread pool, split over
 // OUTPUTS only: blocks of elements (activations), blocks of rows (softmax,
-// layer_norm forward and grad_input) or blocks of columns
-// (layer_norm.grad_params, after the per-row statistics). No reduction is
+// layer_norm forward and grad_input), blocks of columns
+// (layer_norm.grad_params, after the per-row statistics) or blocks of
+// channels (batch_norm.*). No reduction is
 // split, so the bits do not depend on the thread count or the ISA.
 #include <algorithm>
 #include <cstdint>
@@ -221,6 +222,87 @@ absl::Status LayerNormGradParamsKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// Channels per task: one task touches about 64 K elements.
+int64_t ChannelBlock(const c::ChannelShape& s) {
+  return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, s.n * s.spatial));
+}
+
+// running is in/out: updated in training, read in eval.
+absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
+                                    absl::Span<Tensor> out, const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kBatchNormForward, in, 3, out, 2));
+  const Tensor* like[] = {&out[0]};
+  const Tensor* vectors[] = {&in[1], &in[2]};
+  const absl::string_view names[] = {"x", "y", "gamma", "beta", "running"};
+  LS_ASSIGN_OR_RETURN(c::ChannelShape s,
+                      ValidateBatchNorm(op::kBatchNormForward, in[0], like,
+                                        vectors, out[1], names, a));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kBatchNormForward, in, out));
+  const float* x = in[0].data<float>();
+  const float* gamma = in[1].data<float>();
+  const float* beta = in[2].data<float>();
+  float* y = out[0].data<float>();
+  float* running = out[1].data<float>();
+  ForBlocks(s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
+    for (int64_t ch = b; ch < e; ++ch) {
+      c::BatchNormForwardChannel(s, x, gamma, beta, y, running, ch);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormGradInputKernel(absl::Span<const Tensor> in,
+                                      absl::Span<Tensor> out,
+                                      const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kBatchNormGradInput, in, 4, out, 1));
+  const Tensor* like[] = {&in[2], &out[0]};
+  const Tensor* vectors[] = {&in[1]};
+  const absl::string_view names[] = {"x", "dy", "dx", "gamma", "running"};
+  LS_ASSIGN_OR_RETURN(c::ChannelShape s,
+                      ValidateBatchNorm(op::kBatchNormGradInput, in[0], like,
+                                        vectors, in[3], names, a));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kBatchNormGradInput, in, out));
+  const float* x = in[0].data<float>();
+  const float* gamma = in[1].data<float>();
+  const float* dy = in[2].data<float>();
+  const float* running = in[3].data<float>();
+  float* dx = out[0].data<float>();
+  ForBlocks(s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
+    for (int64_t ch = b; ch < e; ++ch) {
+      c::BatchNormGradInputChannel(s, x, gamma, dy, running, dx, ch);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
+                                       absl::Span<Tensor> out,
+                                       const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kBatchNormGradParams, in, 3, out, 2));
+  const Tensor* like[] = {&in[1]};
+  const Tensor* vectors[] = {&out[0], &out[1]};
+  const absl::string_view names[] = {"x", "dy", "dgamma", "dbeta", "running"};
+  LS_ASSIGN_OR_RETURN(c::ChannelShape s,
+                      ValidateBatchNorm(op::kBatchNormGradParams, in[0], like,
+                                        vectors, in[2], names, a));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kBatchNormGradParams, in, out));
+  if (out[0].SharesStorageWith(out[1])) {
+    return absl::InvalidArgumentError(
+        "batch_norm.grad_params: dgamma and dbeta share storage");
+  }
+  const float* x = in[0].data<float>();
+  const float* dy = in[1].data<float>();
+  const float* running = in[2].data<float>();
+  float* dgamma = out[0].data<float>();
+  float* dbeta = out[1].data<float>();
+  ForBlocks(s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
+    for (int64_t ch = b; ch < e; ++ch) {
+      c::BatchNormGradParamsChannel(s, x, dy, running, dgamma, dbeta, ch);
+    }
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace cpu_internal {
@@ -247,6 +329,9 @@ absl::Status RegisterNnKernels(Registry* registry) {
       {op::kLayerNormForward, &LayerNormForwardKernel},
       {op::kLayerNormGradInput, &LayerNormGradInputKernel},
       {op::kLayerNormGradParams, &LayerNormGradParamsKernel},
+      {op::kBatchNormForward, &BatchNormForwardKernel},
+      {op::kBatchNormGradInput, &BatchNormGradInputKernel},
+      {op::kBatchNormGradParams, &BatchNormGradParamsKernel},
   };
   for (const Entry& e : entries) {
     LS_RETURN_IF_ERROR(registry->Register(

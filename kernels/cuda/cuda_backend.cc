@@ -54,6 +54,9 @@ constexpr const char* kOps[] = {
     op::kLayerNormForward,
     op::kLayerNormGradInput,
     op::kLayerNormGradParams,
+    op::kBatchNormForward,
+    op::kBatchNormGradInput,
+    op::kBatchNormGradParams,
 };
 constexpr size_t kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 

@@ -103,6 +103,9 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kLayerNormGradInput)
     LS_CASE(kLayerNormStats)
     LS_CASE(kLayerNormGradParams)
+    LS_CASE(kBatchNorm)
+    LS_CASE(kBatchNormGradInput)
+    LS_CASE(kBatchNormGradParams)
 #undef LS_CASE
     case DeviceOp::kNumOps:
       break;

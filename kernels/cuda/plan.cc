@@ -508,8 +508,75 @@ absl::Status PlanLayerNorm(absl::string_view name, absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+absl::Status PlanBatchNorm(absl::string_view name, absl::Span<const Tensor> in,
+                           absl::Span<Tensor> out, const OpAttrs& a,
+                           DeviceCall* call) {
+  if (name == op::kBatchNormForward) {
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 3, out, 2));
+    const Tensor* like[] = {&out[0]};
+    const Tensor* vectors[] = {&in[1], &in[2]};
+    const absl::string_view names[] = {"x", "y", "gamma", "beta", "running"};
+    LS_ASSIGN_OR_RETURN(
+        c::ChannelShape s,
+        ValidateBatchNorm(name, in[0], like, vectors, out[1], names, a));
+    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+    const int x = AddIn(call, in[0]);
+    const int gamma = AddIn(call, in[1]);
+    const int beta = AddIn(call, in[2]);
+    const int y = AddOut(call, out[0]);
+    const int running = AddInOut(call, out[1]);
+    AddLaunch(call, DeviceOp::kBatchNorm, s.c, {x, gamma, beta}, {y, running})
+        .channels = s;
+    return absl::OkStatus();
+  }
+  if (name == op::kBatchNormGradInput) {
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 4, out, 1));
+    const Tensor* like[] = {&in[2], &out[0]};
+    const Tensor* vectors[] = {&in[1]};
+    const absl::string_view names[] = {"x", "dy", "dx", "gamma", "running"};
+    LS_ASSIGN_OR_RETURN(
+        c::ChannelShape s,
+        ValidateBatchNorm(name, in[0], like, vectors, in[3], names, a));
+    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+    const int x = AddIn(call, in[0]);
+    const int gamma = AddIn(call, in[1]);
+    const int dy = AddIn(call, in[2]);
+    const int running = AddIn(call, in[3]);
+    const int dx = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kBatchNormGradInput, s.c, {x, gamma, dy, running},
+              {dx})
+        .channels = s;
+    return absl::OkStatus();
+  }
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 3, out, 2));
+  const Tensor* like[] = {&in[1]};
+  const Tensor* vectors[] = {&out[0], &out[1]};
+  const absl::string_view names[] = {"x", "dy", "dgamma", "dbeta", "running"};
+  LS_ASSIGN_OR_RETURN(
+      c::ChannelShape s,
+      ValidateBatchNorm(name, in[0], like, vectors, in[2], names, a));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  if (out[0].SharesStorageWith(out[1])) {
+    return absl::InvalidArgumentError(
+        "batch_norm.grad_params: dgamma and dbeta share storage");
+  }
+  const int x = AddIn(call, in[0]);
+  const int dy = AddIn(call, in[1]);
+  const int running = AddIn(call, in[2]);
+  const int dgamma = AddOut(call, out[0]);
+  const int dbeta = AddOut(call, out[1]);
+  AddLaunch(call, DeviceOp::kBatchNormGradParams, s.c, {x, dy, running},
+            {dgamma, dbeta})
+      .channels = s;
+  return absl::OkStatus();
+}
+
 absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
                   absl::Span<Tensor> out, const OpAttrs& a, DeviceCall* call) {
+  if (name == op::kBatchNormForward || name == op::kBatchNormGradInput ||
+      name == op::kBatchNormGradParams) {
+    return PlanBatchNorm(name, in, out, a, call);
+  }
   c::Activation act;
   bool forward = false;
   if (ActivationOf(name, &act, &forward)) {

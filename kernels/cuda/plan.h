@@ -60,8 +60,8 @@ struct CallBuffer {
 // buffer indices (-1: unused).
 struct Launch {
   KernelParams params;
-  int in_buf[kMaxKernelBuffers] = {-1, -1, -1};
-  int out_buf[kMaxKernelBuffers] = {-1, -1, -1};
+  int in_buf[kMaxKernelBuffers] = {-1, -1, -1, -1};
+  int out_buf[kMaxKernelBuffers] = {-1, -1, -1, -1};
 };
 
 struct DeviceCall {

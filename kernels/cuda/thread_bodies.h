@@ -77,10 +77,13 @@ enum class DeviceOp : int32_t {
   kLayerNormGradInput,    // in {x, gamma, dy}, out {dx}; work rows
   kLayerNormStats,        // in {x}, out {stats [rows, 2]}; work rows
   kLayerNormGradParams,   // in {x, dy, stats}, out {dgamma, dbeta}; work D
+  kBatchNorm,             // in {x, gamma, beta}, out {y, running}; work C
+  kBatchNormGradInput,    // in {x, gamma, dy, running}, out {dx}; work C
+  kBatchNormGradParams,   // in {x, dy, running}, out {dgamma, dbeta}; work C
   kNumOps,
 };
 
-inline constexpr int kMaxKernelBuffers = 3;
+inline constexpr int kMaxKernelBuffers = 4;
 
 // Everything one launch needs, passed to the __global__ wrapper by value
 // (trivially copyable, well under the 4 KiB parameter limit). Only the shape
@@ -88,8 +91,8 @@ inline constexpr int kMaxKernelBuffers = 3;
 struct KernelParams {
   DeviceOp op = DeviceOp::kNumOps;
   int64_t work = 0;  // number of work items (outputs, rows, leaves)
-  const void* in[kMaxKernelBuffers] = {nullptr, nullptr, nullptr};
-  void* out[kMaxKernelBuffers] = {nullptr, nullptr, nullptr};
+  const void* in[kMaxKernelBuffers] = {nullptr, nullptr, nullptr, nullptr};
+  void* out[kMaxKernelBuffers] = {nullptr, nullptr, nullptr, nullptr};
   c::MatMulShape matmul;
   c::BiasShape bias;
   c::SoftmaxShape softmax;
@@ -102,6 +105,7 @@ struct KernelParams {
   sp::ResizeBilinearShape resize;
   c::Activation activation = c::Activation::kSigmoid;
   c::RowShape rows;
+  c::ChannelShape channels;
 };
 
 // ---- dense family ---------------------------------------------------------
@@ -427,6 +431,37 @@ LS_HD_INLINE void LayerNormGradParamsThread(const c::RowShape& s,
   }
 }
 
+// One whole channel per work item (batch_norm.*).
+LS_HD_INLINE void BatchNormThread(const c::ChannelShape& s, const float* x,
+                                  const float* gamma, const float* beta,
+                                  float* y, float* running, int64_t thread,
+                                  int64_t num_threads) {
+  for (int64_t ch = thread; ch < s.c; ch += num_threads) {
+    c::BatchNormForwardChannel(s, x, gamma, beta, y, running, ch);
+  }
+}
+
+LS_HD_INLINE void BatchNormGradInputThread(const c::ChannelShape& s,
+                                           const float* x, const float* gamma,
+                                           const float* dy,
+                                           const float* running, float* dx,
+                                           int64_t thread,
+                                           int64_t num_threads) {
+  for (int64_t ch = thread; ch < s.c; ch += num_threads) {
+    c::BatchNormGradInputChannel(s, x, gamma, dy, running, dx, ch);
+  }
+}
+
+LS_HD_INLINE void BatchNormGradParamsThread(const c::ChannelShape& s,
+                                            const float* x, const float* dy,
+                                            const float* running, float* dgamma,
+                                            float* dbeta, int64_t thread,
+                                            int64_t num_threads) {
+  for (int64_t ch = thread; ch < s.c; ch += num_threads) {
+    c::BatchNormGradParamsChannel(s, x, dy, running, dgamma, dbeta, ch);
+  }
+}
+
 // ---- dispatch -------------------------------------------------------------
 
 // Runs thread `thread` of `num_threads` of the launch `p`.
@@ -438,6 +473,7 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
   float* o0 = static_cast<float*>(p.out[0]);
   float* o1 = static_cast<float*>(p.out[1]);
   float* o2 = static_cast<float*>(p.out[2]);
+  const float* i3 = static_cast<const float*>(p.in[3]);
   const int64_t t = thread;
   const int64_t nt = num_threads;
   switch (p.op) {
@@ -546,6 +582,15 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
       break;
     case DeviceOp::kLayerNormGradParams:
       LayerNormGradParamsThread(p.rows, i0, i1, i2, o0, o1, t, nt);
+      break;
+    case DeviceOp::kBatchNorm:
+      BatchNormThread(p.channels, i0, i1, i2, o0, o1, t, nt);
+      break;
+    case DeviceOp::kBatchNormGradInput:
+      BatchNormGradInputThread(p.channels, i0, i1, i2, i3, o0, t, nt);
+      break;
+    case DeviceOp::kBatchNormGradParams:
+      BatchNormGradParamsThread(p.channels, i0, i1, i2, o0, o1, t, nt);
       break;
     case DeviceOp::kNumOps:
       break;

@@ -258,6 +258,122 @@ TEST(LayerNormTest, ForwardAndGradsAgainstFloat64AndFiniteDifferences) {
             1e-5);
 }
 
+// Training-mode batch norm over [N, C, S] in float64: y, and the running
+// statistics after one update from `running`.
+std::vector<double> RefBatchNorm(const std::vector<double>& x,
+                                 const std::vector<double>& gamma,
+                                 const std::vector<double>& beta, int64_t n,
+                                 int64_t c, int64_t sp, double eps,
+                                 double momentum,
+                                 std::vector<double>* running) {
+  std::vector<double> y(x.size());
+  const double m = static_cast<double>(n * sp);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double mean = 0, vs = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t k = 0; k < sp; ++k) mean += x[(i * c + ch) * sp + k];
+    }
+    mean /= m;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t k = 0; k < sp; ++k) {
+        const double d = x[(i * c + ch) * sp + k] - mean;
+        vs += d * d;
+      }
+    }
+    const double rstd = 1.0 / std::sqrt(vs / m + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t k = 0; k < sp; ++k) {
+        const int64_t j = (i * c + ch) * sp + k;
+        y[j] = (x[j] - mean) * rstd * gamma[ch] + beta[ch];
+      }
+    }
+    if (running != nullptr) {
+      (*running)[ch] = (1 - momentum) * (*running)[ch] + momentum * mean;
+      (*running)[c + ch] =
+          (1 - momentum) * (*running)[c + ch] + momentum * vs / (m - 1);
+    }
+  }
+  return y;
+}
+
+TEST(BatchNormTest, TrainingForwardGradsAndRunningStatsAgainstFloat64) {
+  const int64_t n = 6, c = 3, sp = 50;  // 300 values per channel
+  ChannelShape s;
+  s.n = n;
+  s.c = c;
+  s.spatial = sp;
+  const std::vector<float> x = RandomFloats(n * c * sp, 7, -2.0f, 3.0f);
+  const std::vector<float> gamma = RandomFloats(c, 8, 0.5f, 1.5f);
+  const std::vector<float> beta = RandomFloats(c, 9, -0.5f, 0.5f);
+  const std::vector<float> dy = RandomFloats(n * c * sp, 10, -1.0f, 1.0f);
+  std::vector<float> running = {0.1f, -0.2f, 0.3f, 1.0f, 0.8f, 1.2f};
+  std::vector<double> want_running(running.begin(), running.end());
+  std::vector<float> y(x.size()), dx(x.size()), dgamma(c), dbeta(c);
+  const std::vector<float> running_before = running;
+  BatchNormForward(s, x.data(), gamma.data(), beta.data(), y.data(),
+                   running.data());
+  BatchNormGradInput(s, x.data(), gamma.data(), dy.data(),
+                     running_before.data(), dx.data());
+  BatchNormGradParams(s, x.data(), dy.data(), running_before.data(),
+                      dgamma.data(), dbeta.data());
+  const double eps = 1e-5;
+  const std::vector<double> xd = ToDouble(x), gd = ToDouble(gamma),
+                            bd = ToDouble(beta), w = ToDouble(dy);
+  EXPECT_LT(
+      RelL2(y, RefBatchNorm(xd, gd, bd, n, c, sp, eps, 0.1, &want_running)),
+      1e-6);
+  EXPECT_LT(RelL2(running, want_running), 1e-6);
+  const auto f = [&](const std::vector<double>& xv,
+                     const std::vector<double>& gv,
+                     const std::vector<double>& bv) {
+    return RefBatchNorm(xv, gv, bv, n, c, sp, eps, 0.1, nullptr);
+  };
+  EXPECT_LT(
+      RelL2(dx, NumericGrad(
+                    [&](const std::vector<double>& v) { return f(v, gd, bd); },
+                    xd, w)),
+      1e-5);
+  EXPECT_LT(RelL2(dgamma, NumericGrad(
+                              [&](const std::vector<double>& v) {
+                                return f(xd, v, bd);
+                              },
+                              gd, w)),
+            1e-5);
+  EXPECT_LT(RelL2(dbeta, NumericGrad(
+                             [&](const std::vector<double>& v) {
+                               return f(xd, gd, v);
+                             },
+                             bd, w)),
+            1e-5);
+}
+
+TEST(BatchNormTest, EvalUsesRunningStatisticsAndLeavesThemAlone) {
+  ChannelShape s;
+  s.n = 2;
+  s.c = 2;
+  s.spatial = 2;
+  s.eval = true;
+  const float x[] = {1, 2, 3, 4, 5, 6, 7, 8};
+  const float gamma[] = {2, 0.5f};
+  const float beta[] = {1, -1};
+  float running[] = {1.0f, 2.0f, 3.0f, 0.25f};  // means 1, 2; vars 3, 0.25
+  float y[8], dx[8], dgamma[2], dbeta[2];
+  const float dy[] = {1, 1, 1, 1, 1, 1, 1, 1};
+  BatchNormForward(s, x, gamma, beta, y, running);
+  EXPECT_EQ(running[0], 1.0f);
+  EXPECT_EQ(running[3], 0.25f);
+  const double r0 = 1.0 / std::sqrt(3.0 + 1e-5),
+               r1 = 1.0 / std::sqrt(0.25 + 1e-5);
+  EXPECT_NEAR(y[0], (1 - 1) * r0 * 2 + 1, 1e-6);
+  EXPECT_NEAR(y[2], (3 - 2) * r1 * 0.5 - 1, 1e-6);
+  BatchNormGradInput(s, x, gamma, dy, running, dx);
+  EXPECT_NEAR(dx[0], 2 * r0, 1e-6);
+  EXPECT_NEAR(dx[3], 0.5 * r1, 1e-6);
+  BatchNormGradParams(s, x, dy, running, dgamma, dbeta);
+  EXPECT_EQ(dbeta[0], 4.0f);
+  EXPECT_NEAR(dgamma[0], ((1 - 1) + (2 - 1) + (5 - 1) + (6 - 1)) * r0, 1e-5);
+}
+
 TEST(LayerNormTest, ConstantRowNormalisesToBeta) {
   RowShape s;
   s.rows = 1;

@@ -33,6 +33,27 @@
 //   dgamma[j] = dot over rows r = 0 .. R-1 of (dy[r, j], xhat[r, j])
 //   dbeta[j]  = sum over rows r of dy[r, j]
 //
+// batch_norm.* views x as [N, C, S] (S = H*W, 1 for [N, C]) and reduces,
+// per channel c, over M = N*S elements in the order (n, s), n outer.
+// running is [2, C]: row 0 the running mean, row 1 the running variance.
+// batch_norm.forward  in {x, gamma [C], beta [C]} out {y, running (in/out)}
+//   training (attrs.batch_norm_eval false), per channel:
+//     mean = (sum of x) / M;  d = x - mean;  vs = dot of (d, d)
+//     rstd = 1 / sqrt(vs / M + eps);  xhat = d * rstd
+//     y = xhat * gamma[c] + beta[c]
+//     running_mean = (1 - mom) * running_mean + mom * mean
+//     running_var  = (1 - mom) * running_var + mom * (vs / (M - 1))
+//     (1 - mom is one rounding; M >= 2 is required)
+//   eval: rstd = 1 / sqrt(running_var + eps);
+//     y = ((x - running_mean) * rstd) * gamma[c] + beta[c]; running unchanged
+// batch_norm.grad_input  in {x, gamma, dy, running} out {dx}
+//   training: g = dy * gamma[c]; a = (sum of g) / M; b = (dot of (g, xhat)) / M
+//             dx = ((g - a) - xhat * b) * rstd          (batch statistics)
+//   eval:     dx = (dy * gamma[c]) * rstd                (running statistics)
+// batch_norm.grad_params in {x, dy, running} out {dgamma [C], dbeta [C]}
+//   dgamma[c] = dot over (n, s) of (dy, xhat);  dbeta[c] = sum over (n, s) of
+//   dy (xhat from the batch statistics in training, the running ones in eval)
+//
 // D <= 2^24 so float(D) is exact. Header-only, LS_HD.
 #ifndef LOCKSTEP_KERNELS_OPS_NORM_H_
 #define LOCKSTEP_KERNELS_OPS_NORM_H_
@@ -232,6 +253,166 @@ LS_HD_INLINE void LayerNormGradParams(const RowShape& s, const float* x,
   }
   for (int64_t j = 0; j < s.d; ++j) {
     LayerNormGradParamsColumn(s, x, dy, stats, dgamma, dbeta, j);
+  }
+}
+
+// ---- batch norm ----------------------------------------------------------
+
+struct ChannelShape {
+  int64_t n = 0;
+  int64_t c = 0;
+  int64_t spatial = 1;
+  float epsilon = 1e-5f;
+  float momentum = 0.1f;
+  bool eval = false;
+};
+
+// Per-channel normalisation: xhat = (x - mean) * rstd.
+struct BatchNormChannelStats {
+  float mean;
+  float rstd;
+  float var_sum;  // training only: dot of (d, d)
+};
+
+namespace norm_internal {
+
+LS_HD_INLINE int64_t ChannelIndex(const ChannelShape& s, int64_t c, int64_t n,
+                                  int64_t k) {
+  return (n * s.c + c) * s.spatial + k;
+}
+
+}  // namespace norm_internal
+
+LS_HD_INLINE BatchNormChannelStats BatchNormStatsOf(const ChannelShape& s,
+                                                    const float* x,
+                                                    const float* running,
+                                                    int64_t c) {
+  BatchNormChannelStats st;
+  if (s.eval) {
+    st.mean = running[c];
+    st.rstd = 1.0f / CanonicalSqrt(running[s.c + c] + s.epsilon);
+    st.var_sum = 0.0f;
+    return st;
+  }
+  const float m = static_cast<float>(s.n * s.spatial);
+  GatherChain sum;
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t k = 0; k < s.spatial; ++k) {
+      sum.Add(x[norm_internal::ChannelIndex(s, c, n, k)]);
+    }
+  }
+  st.mean = sum.Finish() / m;
+  GatherChain sq;
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t k = 0; k < s.spatial; ++k) {
+      const float d = x[norm_internal::ChannelIndex(s, c, n, k)] - st.mean;
+      sq.Fma(d, d);
+    }
+  }
+  st.var_sum = sq.Finish();
+  st.rstd = 1.0f / CanonicalSqrt(st.var_sum / m + s.epsilon);
+  return st;
+}
+
+// Channel c of y, and (training) channel c of the running statistics.
+LS_HD_INLINE void BatchNormForwardChannel(const ChannelShape& s, const float* x,
+                                          const float* gamma, const float* beta,
+                                          float* y, float* running, int64_t c) {
+  const BatchNormChannelStats st = BatchNormStatsOf(s, x, running, c);
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t k = 0; k < s.spatial; ++k) {
+      const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
+      const float xhat = (x[i] - st.mean) * st.rstd;
+      y[i] = norm_internal::CanonicalNanOf(xhat * gamma[c] + beta[c]);
+    }
+  }
+  if (!s.eval) {
+    const float m = static_cast<float>(s.n * s.spatial);
+    const float keep = 1.0f - s.momentum;
+    const float unbiased = st.var_sum / (m - 1.0f);
+    running[c] = keep * running[c] + s.momentum * st.mean;
+    running[s.c + c] = keep * running[s.c + c] + s.momentum * unbiased;
+  }
+}
+
+LS_HD_INLINE void BatchNormGradInputChannel(const ChannelShape& s,
+                                            const float* x, const float* gamma,
+                                            const float* dy,
+                                            const float* running, float* dx,
+                                            int64_t c) {
+  const BatchNormChannelStats st = BatchNormStatsOf(s, x, running, c);
+  if (s.eval) {
+    for (int64_t n = 0; n < s.n; ++n) {
+      for (int64_t k = 0; k < s.spatial; ++k) {
+        const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
+        dx[i] = norm_internal::CanonicalNanOf((dy[i] * gamma[c]) * st.rstd);
+      }
+    }
+    return;
+  }
+  const float m = static_cast<float>(s.n * s.spatial);
+  GatherChain sum_g;
+  GatherChain dot_gx;
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t k = 0; k < s.spatial; ++k) {
+      const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
+      const float g = dy[i] * gamma[c];
+      sum_g.Add(g);
+      dot_gx.Fma(g, (x[i] - st.mean) * st.rstd);
+    }
+  }
+  const float a = sum_g.Finish() / m;
+  const float b = dot_gx.Finish() / m;
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t k = 0; k < s.spatial; ++k) {
+      const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
+      const float g = dy[i] * gamma[c];
+      const float xhat = (x[i] - st.mean) * st.rstd;
+      dx[i] = norm_internal::CanonicalNanOf(((g - a) - xhat * b) * st.rstd);
+    }
+  }
+}
+
+LS_HD_INLINE void BatchNormGradParamsChannel(const ChannelShape& s,
+                                             const float* x, const float* dy,
+                                             const float* running,
+                                             float* dgamma, float* dbeta,
+                                             int64_t c) {
+  const BatchNormChannelStats st = BatchNormStatsOf(s, x, running, c);
+  GatherChain dg;
+  GatherChain db;
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t k = 0; k < s.spatial; ++k) {
+      const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
+      dg.Fma(dy[i], (x[i] - st.mean) * st.rstd);
+      db.Add(dy[i]);
+    }
+  }
+  dgamma[c] = norm_internal::CanonicalNanOf(dg.Finish());
+  dbeta[c] = norm_internal::CanonicalNanOf(db.Finish());
+}
+
+LS_HD_INLINE void BatchNormForward(const ChannelShape& s, const float* x,
+                                   const float* gamma, const float* beta,
+                                   float* y, float* running) {
+  for (int64_t c = 0; c < s.c; ++c) {
+    BatchNormForwardChannel(s, x, gamma, beta, y, running, c);
+  }
+}
+
+LS_HD_INLINE void BatchNormGradInput(const ChannelShape& s, const float* x,
+                                     const float* gamma, const float* dy,
+                                     const float* running, float* dx) {
+  for (int64_t c = 0; c < s.c; ++c) {
+    BatchNormGradInputChannel(s, x, gamma, dy, running, dx, c);
+  }
+}
+
+LS_HD_INLINE void BatchNormGradParams(const ChannelShape& s, const float* x,
+                                      const float* dy, const float* running,
+                                      float* dgamma, float* dbeta) {
+  for (int64_t c = 0; c < s.c; ++c) {
+    BatchNormGradParamsChannel(s, x, dy, running, dgamma, dbeta, c);
   }
 }
 

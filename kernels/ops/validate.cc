@@ -346,4 +346,59 @@ absl::StatusOr<canonical::RowShape> ValidateRows(
   return shape;
 }
 
+absl::StatusOr<canonical::ChannelShape> ValidateBatchNorm(
+    absl::string_view op, const Tensor& x,
+    absl::Span<const Tensor* const> like_x,
+    absl::Span<const Tensor* const> channel_vectors, const Tensor& running,
+    absl::Span<const absl::string_view> names, const OpAttrs& attrs) {
+  if (names.size() != 2 + like_x.size() + channel_vectors.size()) {
+    return absl::InternalError(absl::StrCat(op, ": wrong number of names"));
+  }
+  if (auto s = CheckFloatRank(op, x, names[0], -1); !s.ok()) return s;
+  if (x.rank() < 2) {
+    return Invalid(op, absl::StrFormat("%s must be [N, C, ...] (rank >= 2), "
+                                       "got %s",
+                                       names[0], x.DebugString()));
+  }
+  canonical::ChannelShape shape;
+  shape.n = x.dim(0);
+  shape.c = x.dim(1);
+  shape.spatial = shape.n * shape.c == 0 ? 0 : x.numel() / (shape.n * shape.c);
+  size_t k = 1;
+  for (const Tensor* t : like_x) {
+    if (auto s = CheckFloatRank(op, *t, names[k], -1); !s.ok()) return s;
+    if (auto s = ExpectShape(op, *t, x.shape(), names[k]); !s.ok()) return s;
+    ++k;
+  }
+  for (const Tensor* t : channel_vectors) {
+    if (auto s = CheckFloatRank(op, *t, names[k], 1); !s.ok()) return s;
+    if (auto s = ExpectShape(op, *t, {shape.c}, names[k]); !s.ok()) return s;
+    ++k;
+  }
+  if (auto s = CheckFloatRank(op, running, names[k], 2); !s.ok()) return s;
+  if (auto s = ExpectShape(op, running, {2, shape.c}, names[k]); !s.ok()) {
+    return s;
+  }
+  if (!(std::isfinite(attrs.norm_epsilon) && attrs.norm_epsilon > 0.0f)) {
+    return Invalid(op, absl::StrFormat("epsilon must be finite and > 0, got %g",
+                                       attrs.norm_epsilon));
+  }
+  if (!(attrs.batch_norm_momentum >= 0.0f &&
+        attrs.batch_norm_momentum <= 1.0f)) {
+    return Invalid(op, absl::StrFormat("momentum must be in [0, 1], got %g",
+                                       attrs.batch_norm_momentum));
+  }
+  const int64_t m = shape.n * shape.spatial;
+  constexpr int64_t kMaxChannelElements = int64_t{1} << 24;
+  if (!attrs.batch_norm_eval && (m < 2 || m > kMaxChannelElements)) {
+    return Invalid(op, absl::StrFormat("training needs 2 .. %d values per "
+                                       "channel (N * spatial size), got %d",
+                                       kMaxChannelElements, m));
+  }
+  shape.epsilon = attrs.norm_epsilon;
+  shape.momentum = attrs.batch_norm_momentum;
+  shape.eval = attrs.batch_norm_eval;
+  return shape;
+}
+
 }  // namespace lockstep::kernels

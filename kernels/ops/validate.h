@@ -80,6 +80,17 @@ absl::StatusOr<canonical::RowShape> ValidateRows(
     absl::Span<const absl::string_view> names, const OpAttrs& attrs,
     bool uses_epsilon);
 
+// batch_norm.*: x float32 [N, C, ...] (rank >= 2); like_x shaped like x;
+// channel_vectors float32 [C]; running float32 [2, C]; norm_epsilon finite
+// and > 0; batch_norm_momentum in [0, 1]; in training N * (spatial size)
+// >= 2 (the unbiased variance). names: x, like_x..., channel_vectors...,
+// running.
+absl::StatusOr<canonical::ChannelShape> ValidateBatchNorm(
+    absl::string_view op, const Tensor& x,
+    absl::Span<const Tensor* const> like_x,
+    absl::Span<const Tensor* const> channel_vectors, const Tensor& running,
+    absl::Span<const absl::string_view> names, const OpAttrs& attrs);
+
 }  // namespace lockstep::kernels
 
 #endif  // LOCKSTEP_KERNELS_OPS_VALIDATE_H_

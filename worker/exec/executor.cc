@@ -363,6 +363,7 @@ struct LayerState {
   // The same storage in the shape the kernel writes (DENSE: [N, features]).
   std::vector<Tensor> grad_in_kernel;
   Tensor add_scratch;  // ADD: output for a skipped (model input) gradient
+  Tensor running;      // BATCH_NORM: running mean and variance [2, C]
   Tensor dy;           // gradient w.r.t. the output
   // How dy is formed: the list of contributions (consumers' grad_in).
   std::vector<Tensor> dy_parts;
@@ -579,7 +580,15 @@ absl::Status Executor::State::Setup() {
       }
       l.state.push_back(std::move(st));
     }
-    if (l.bias >= 0 && lp.op != v1::LAYER_NORM) {
+    if (lp.op == v1::BATCH_NORM) {
+      const int64_t channels = lp.output_shape[1];
+      LS_ASSIGN_OR_RETURN(l.running,
+                          Zeros({2, channels}, what + " running statistics"));
+      float* r = l.running.data<float>();
+      for (int64_t c = 0; c < channels; ++c) r[channels + c] = 1.0f;
+    }
+    const bool own_bias = lp.op == v1::LAYER_NORM || lp.op == v1::BATCH_NORM;
+    if (l.bias >= 0 && !own_bias) {
       LS_ASSIGN_OR_RETURN(l.bias_forward,
                           Resolve(kernels::op::kBiasAddForward, &used));
       LS_ASSIGN_OR_RETURN(l.bias_grad,
@@ -680,6 +689,13 @@ absl::Status Executor::State::Forward() {
             Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
         break;
       }
+      case v1::BATCH_NORM: {
+        const Tensor in[] = {l.in[0], l.params[l.weight], l.params[l.bias]};
+        Tensor out[] = {l.out, l.running};
+        LS_RETURN_IF_ERROR(
+            Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
+        break;
+      }
       default: {  // RELU, activations, SOFTMAX, pools, FLATTEN, ADD, RESIZE
         Tensor out[] = {l.out};
         LS_RETURN_IF_ERROR(
@@ -687,7 +703,8 @@ absl::Status Executor::State::Forward() {
         break;
       }
     }
-    if (l.bias >= 0 && lp.op != v1::BIAS_ADD && lp.op != v1::LAYER_NORM) {
+    if (l.bias >= 0 && lp.op != v1::BIAS_ADD && lp.op != v1::LAYER_NORM &&
+        lp.op != v1::BATCH_NORM) {
       // The layer's own bias, in place on its output.
       const Tensor in[] = {l.out, l.params[l.bias]};
       Tensor out[] = {l.out};
@@ -695,6 +712,10 @@ absl::Status Executor::State::Forward() {
                               in, out, lp.attrs));
     }
     LS_RETURN_IF_ERROR(Emit(lp.name, role, l.ops.forward, "", l.out));
+    if (lp.op == v1::BATCH_NORM) {
+      LS_RETURN_IF_ERROR(Emit(lp.name, v1::RUNNING_STAT, l.ops.forward,
+                              model::kSlotRunning, l.running));
+    }
   }
   return absl::OkStatus();
 }
@@ -722,10 +743,11 @@ absl::Status Executor::State::Backward() {
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_ACTIVATION,
                               model::kGradAccumulateOp, model::kSlotSum, l.dy));
     }
-    if (lp.op == v1::LAYER_NORM) {
+    if (lp.op == v1::LAYER_NORM || lp.op == v1::BATCH_NORM) {
       // Both parameter gradients in one call; the shift first, as listed
       // in the manifest.
-      const Tensor in[] = {l.in[0], l.dy};
+      std::vector<Tensor> in = {l.in[0], l.dy};
+      if (lp.op == v1::BATCH_NORM) in.push_back(l.running);
       Tensor out[] = {l.grads[l.weight], l.grads[l.bias]};
       LS_RETURN_IF_ERROR(
           Call(l.grad_weight, l, l.ops.grad_weight, in, out, lp.attrs));
@@ -741,7 +763,7 @@ absl::Status Executor::State::Backward() {
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_BIAS, kernels::op::kBiasAddGrad,
                               "", l.grads[l.bias]));
     }
-    if (l.weight >= 0 && lp.op != v1::LAYER_NORM) {
+    if (l.weight >= 0 && lp.op != v1::LAYER_NORM && lp.op != v1::BATCH_NORM) {
       const Tensor in[] = {l.in[0], l.dy};
       Tensor out[] = {l.grads[l.weight]};
       LS_RETURN_IF_ERROR(
@@ -796,6 +818,13 @@ absl::Status Executor::State::Backward() {
       }
       case v1::LAYER_NORM: {
         const Tensor in[] = {l.in[0], l.params[l.weight], l.dy};
+        Tensor out[] = {l.grad_in_kernel[0]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
+      case v1::BATCH_NORM: {
+        const Tensor in[] = {l.in[0], l.params[l.weight], l.dy, l.running};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
