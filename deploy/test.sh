@@ -78,6 +78,26 @@ else
 fi
 rm -rf "$demo_dir"
 
+# The dashboard in headless Chromium, /metrics and the scrape config through
+# promtool (already run by `bazel test //...`, so cached here): says so
+# when the tools are missing, since those tests then skip their checks.
+echo
+echo "test: dashboard and metrics (headless chromium, promtool)"
+missing_tools=()
+command -v chromium >/dev/null 2>&1 || missing_tools+=(chromium)
+command -v promtool >/dev/null 2>&1 || missing_tools+=("promtool (package prometheus)")
+if [ "${#missing_tools[@]}" -gt 0 ]; then
+  echo "test: dashboard checks SKIPPED: ${missing_tools[*]} missing; deploy/install-deps.sh installs them"
+  skipped=$((skipped + 1))
+elif bazel test //tests/browser:dashboard_browser_test //server/http:http_api_e2e_test \
+     //deploy/prometheus:prometheus_config_test --test_output=errors; then
+  echo "test: dashboard and metrics PASSED (screenshots in $testlogs/tests/browser/dashboard_browser_test/test.outputs/outputs.zip)"
+  passed=$((passed + 1))
+else
+  echo "test: dashboard and metrics FAILED"
+  failed=$((failed + 1))
+fi
+
 # The bad-input suites again under AddressSanitizer and UBSan. Last, because
 # the sanitizer build replaces the normal objects of what it rebuilds.
 echo

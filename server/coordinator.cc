@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/metrics_interceptor.h"
 
 namespace lockstep::server {
 
@@ -85,6 +86,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
                            grpc::InsecureServerCredentials(), &c->port_);
   builder.RegisterService(c->lockstep_service_.get());
   builder.RegisterService(c->gateway_service_.get());
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<MetricsInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   // Workers send keepalive pings every 20 s; accept them.
   builder.AddChannelArgument(
@@ -95,6 +101,16 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen_address,
                      " (address in use, or not a valid host:port)"));
+  }
+  if (!options.http_listen.empty()) {
+    HttpServerOptions hopts;
+    hopts.listen_address = options.http_listen;
+    LS_ASSIGN_OR_RETURN(
+        c->http_,
+        HttpServer::Start(hopts, c->store_.get(), c->registry_.get(),
+                          c->jobs_.get(), c->audits_.get(), SystemClockMs));
+    LS_LOG(INFO) << "HTTP (dashboard, /api/v1, /metrics) on port "
+                 << c->http_->port();
   }
   c->sweeper_ = std::thread([raw = c.get()] { raw->SweepLoop(); });
   LS_LOG(INFO) << "coordinator listening on port " << c->port_ << ", database "
@@ -123,6 +139,7 @@ void Coordinator::Shutdown() {
   shut_down_ = true;
   stop_.Notify();
   if (sweeper_.joinable()) sweeper_.join();
+  if (http_ != nullptr) http_->Stop();
   // Streams get up to 2 s to end; then they are cancelled.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();

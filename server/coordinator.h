@@ -17,6 +17,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/audit_manager.h"
 #include "server/gateway_service.h"
+#include "server/http/http_server.h"
 #include "server/job_manager.h"
 #include "server/lockstep_service.h"
 #include "server/store/store.h"
@@ -41,6 +42,9 @@ struct CoordinatorOptions {
   JobManagerOptions jobs;
   // Folder of the model zoo, whose models are the audit workloads.
   std::string zoo_dir = "examples";
+  // host:port of the HTTP listener (health, metrics, JSON API, dashboard);
+  // empty: none. Port 0 picks a free one.
+  std::string http_listen;
 };
 
 class Coordinator {
@@ -52,6 +56,8 @@ class Coordinator {
   Coordinator& operator=(const Coordinator&) = delete;
 
   int port() const { return port_; }
+  // The HTTP listener's bound port; 0 without one.
+  int http_port() const { return http_ == nullptr ? 0 : http_->port(); }
   // Stops accepting calls, ends streams (waiting at most a few seconds for
   // them) and closes the store. Idempotent.
   void Shutdown();
@@ -60,6 +66,7 @@ class Coordinator {
   std::shared_ptr<grpc::Channel> InProcessChannel();
   WorkerRegistry* registry() { return registry_.get(); }
   JobManager* jobs() { return jobs_.get(); }
+  store::Store* store() { return store_.get(); }
 
  private:
   Coordinator() = default;
@@ -73,6 +80,7 @@ class Coordinator {
   std::unique_ptr<LockstepService> lockstep_service_;
   std::unique_ptr<WorkerGatewayService> gateway_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpServer> http_;
   int port_ = 0;
   absl::Notification stop_;
   std::thread sweeper_;

@@ -7,8 +7,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/logging.h"
 #include "server/message_checks.h"
+#include "server/metrics.h"
 
 namespace lockstep::server {
 namespace {
@@ -162,9 +165,11 @@ class Session final
       }
       case WorkerMessage::kBatch: {
         absl::Status valid = ValidateBatchShape(msg.batch());
+        const absl::Time start = absl::Now();
         absl::StatusOr<lockstep::v1::BatchAck> ack =
             valid.ok() ? jobs_->OnBatch(worker_id, msg.batch())
                        : absl::StatusOr<lockstep::v1::BatchAck>(valid);
+        RecordBatch(msg.batch(), ack.ok(), absl::Now() - start);
         CoordinatorMessage out;
         if (ack.ok()) {
           *out.mutable_ack() = *ack;
@@ -177,7 +182,14 @@ class Session final
       }
       case WorkerMessage::kFinished: {
         absl::Status s = ValidateRunFinishedShape(msg.finished());
-        if (s.ok()) s = jobs_->OnRunFinished(worker_id, msg.finished());
+        if (s.ok()) {
+          const absl::Time start = absl::Now();
+          s = jobs_->OnRunFinished(worker_id, msg.finished());
+          if (s.ok()) {
+            GlobalMetrics().commit_latency.Observe(
+                {}, absl::ToDoubleSeconds(absl::Now() - start));
+          }
+        }
         CoordinatorMessage out;
         if (s.ok()) {
           out.mutable_ack()->set_run_id(msg.finished().run_id());
@@ -194,6 +206,21 @@ class Session final
                             "worker message: no kind set");
     }
     return grpc::Status::OK;
+  }
+
+  // Ingest metrics of one batch: its result, and for an acknowledged one
+  // its latency, fingerprints and bytes (a batch resent after a lost
+  // acknowledgement is counted again).
+  static void RecordBatch(const lockstep::v1::FingerprintBatch& batch,
+                          bool stored, absl::Duration took) {
+    Metrics& m = GlobalMetrics();
+    m.batches.Add({stored ? "acknowledged" : "refused"});
+    if (!stored) return;
+    m.ingest_latency.Observe({}, absl::ToDoubleSeconds(took));
+    m.fingerprints_ingested.Add({}, batch.fingerprints_size());
+    double bytes = 0;
+    for (const auto& f : batch.fingerprints()) bytes += f.ByteSizeLong();
+    m.fingerprint_bytes.Add({}, bytes);
   }
 
   static grpc::Status ToGrpc(const absl::Status& s) {

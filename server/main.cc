@@ -44,9 +44,37 @@ ABSL_FLAG(int, max_message_bytes, lockstep::kDefaultMaxMessageBytes,
           "largest message the coordinator accepts from workers and clients, "
           "bytes (1024..268435456); a larger one is refused with "
           "RESOURCE_EXHAUSTED naming the limit");
+ABSL_FLAG(std::string, http_listen, "",
+          "host:port of the HTTP listener: the web dashboard, a read-only "
+          "JSON API under /api/v1/, Prometheus /metrics, /healthz and "
+          "/readyz; off unless set; port 0 picks a free port");
+ABSL_FLAG(std::string, http_port_file, "",
+          "if set, the bound HTTP port is written to this file once "
+          "listening");
 ABSL_FLAG(std::string, synchronous, "FULL",
           "SQLite synchronous mode: FULL (durable across power loss) or "
           "NORMAL (across process crashes)");
+
+namespace {
+
+// Writes `port` to `path` (nothing when `path` is empty): write then
+// rename, so readers never see a partial number.
+bool WritePortFile(const std::string& path, int port) {
+  if (path.empty()) return true;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << port << "\n";
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::fprintf(stderr, "lockstep-coordinator: cannot write %s\n",
+                 path.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -78,6 +106,7 @@ int main(int argc, char** argv) {
   options.jobs.submission.max_fingerprint_bytes_per_job =
       absl::GetFlag(FLAGS_max_fingerprint_bytes_per_job);
   options.zoo_dir = absl::GetFlag(FLAGS_zoo_dir);
+  options.http_listen = absl::GetFlag(FLAGS_http_listen);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (options.max_message_bytes < lockstep::kMinMaxMessageBytes ||
       options.max_message_bytes > lockstep::kMaxMaxMessageBytes) {
@@ -94,19 +123,12 @@ int main(int argc, char** argv) {
                  coordinator.status().ToString().c_str());
     return 1;
   }
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    // Write then rename, so readers never see a partial number.
-    const std::string tmp = port_file + ".tmp";
-    {
-      std::ofstream f(tmp);
-      f << (*coordinator)->port() << "\n";
-    }
-    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      std::fprintf(stderr, "lockstep-coordinator: cannot write %s\n",
-                   port_file.c_str());
-      return 1;
-    }
+  // The HTTP port first: a reader that sees the gRPC port file finds the
+  // HTTP one too.
+  if (!WritePortFile(absl::GetFlag(FLAGS_http_port_file),
+                     (*coordinator)->http_port()) ||
+      !WritePortFile(absl::GetFlag(FLAGS_port_file), (*coordinator)->port())) {
+    return 1;
   }
   int sig = 0;
   sigwait(&signals, &sig);

@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "kernels/canonical/version.h"
+#include "server/metrics.h"
 
 namespace lockstep::server {
 
@@ -104,6 +105,13 @@ void VerdictWorker::Loop() {
     if (report.ok()) {
       LS_LOG(INFO) << "job " << item.job.job_id()
                    << " finished: " << report->summary();
+      Metrics& m = GlobalMetrics();
+      m.jobs_finished.Add({v1::JobState_Name(item.job.state())});
+      m.verdicts.Add({v1::Verdict_Name(report->verdict())});
+      if (report->has_divergence()) {
+        const std::string& cause = report->divergence().cause().id();
+        m.divergences.Add({cause.empty() ? "unknown" : cause});
+      }
     } else {
       LS_LOG(ERROR) << "job " << item.job.job_id()
                     << ": verdict not stored: " << report.status();
