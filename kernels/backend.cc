@@ -45,7 +45,8 @@ std::vector<std::string> NnOpNames() {
       op::kGeluForward,      op::kGeluGrad,           op::kGeluTanhForward,
       op::kGeluTanhGrad,     op::kSoftmaxForward,     op::kSoftmaxGrad,
       op::kLayerNormForward, op::kLayerNormGradInput, op::kLayerNormGradParams,
-      op::kBatchNormForward, op::kBatchNormGradInput, op::kBatchNormGradParams};
+      op::kBatchNormForward, op::kBatchNormGradInput, op::kBatchNormGradParams,
+      op::kAdamWUpdate,      op::kGradNormSumSquares, op::kGradNormScale};
 }
 
 std::vector<std::string> AllOpNames() {

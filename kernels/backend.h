@@ -32,6 +32,10 @@
 //   sgd.update          in {g}         out {w}
 //   momentum.update     in {g}         out {w, v}
 //   adam.update         in {g}         out {w, m, v}
+//   adamw.update        in {g}         out {w, m, v}   (weight_decay)
+//   grad_norm.sum_squares in {g}       out {s [1]}
+//   grad_norm.scale     in {g}         out {y}         y = g * scale (y may
+//                                                      alias g)
 //   conv2d.forward      in {x, w}      out {y}       (spatial ops: see
 //   conv2d.grad_input   in {dy, w}     out {dx}       kernels/spatial/SPEC.md
 //   conv2d.grad_weight  in {x, dy}     out {dw}       for the arithmetic)
@@ -130,6 +134,9 @@ inline constexpr char kLayerNormGradParams[] = "layer_norm.grad_params";
 inline constexpr char kBatchNormForward[] = "batch_norm.forward";
 inline constexpr char kBatchNormGradInput[] = "batch_norm.grad_input";
 inline constexpr char kBatchNormGradParams[] = "batch_norm.grad_params";
+inline constexpr char kAdamWUpdate[] = "adamw.update";
+inline constexpr char kGradNormSumSquares[] = "grad_norm.sum_squares";
+inline constexpr char kGradNormScale[] = "grad_norm.scale";
 }  // namespace op
 
 // The dense-family, loss and optimizer ops (kernels/ops/).
@@ -171,6 +178,8 @@ struct OpAttrs {
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
   int64_t step = 1;  // adam.update: 1-based step number t
+  float weight_decay = 0.0f;  // adamw.update (decoupled)
+  float scale = 1.0f;         // grad_norm.scale
 
   // layer_norm.*, batch_norm.*: added to the variance before the square
   // root.

@@ -389,6 +389,31 @@ void AddNn(Gen& g, std::vector<OpCase>* cases) {
                         a});
     }
   }
+  // AdamW and the global-norm clipping pieces.
+  {
+    const std::vector<int64_t> s = {40000};
+    OpAttrs a;
+    a.learning_rate = 0.01f;
+    a.epsilon = 1e-8f;
+    a.step = 3;
+    a.weight_decay = 0.1f;
+    cases->push_back({"adamw.update",
+                      op::kAdamWUpdate,
+                      {g.Floats(s)},
+                      {g.Floats(s), g.Floats(s), g.Floats(s, true)},
+                      a});
+    for (const int64_t n : {int64_t{1000}, int64_t{70000}, int64_t{0}}) {
+      cases->push_back({absl::StrFormat("grad_norm.sum_squares n=%d", n),
+                        op::kGradNormSumSquares,
+                        {g.Floats({n})},
+                        {Zeros({1})},
+                        {}});
+    }
+    OpAttrs sc;
+    sc.scale = 0.37f;
+    cases->push_back(
+        {"grad_norm.scale", op::kGradNormScale, {g.Floats(s)}, {Zeros(s)}, sc});
+  }
 }
 
 }  // namespace

@@ -173,7 +173,7 @@ const BadSpec kBadSpecs[] = {
      "optimizer.kind: invalid value \"RMSPROP\" for enum OptimizerKind"},
     {"unknown_field.config.txtpb", kInvalid,
      ":3:14: Message type \"lockstep.v1.JobConfig\" has no field named \"learning_rate\""},
-    {"unknown_field.config.json", kInvalid, "optimizer.weight_decay: unknown field"},
+    {"unknown_field.config.json", kInvalid, "optimizer.nesterov: unknown field"},
     {"op_algorithms_unknown_op.config.json", kInvalid,
      "config.op_algorithms[\"bias.grad\"]: unknown op"},
     {"op_algorithms_bad_value.config.json", kInvalid,

@@ -74,14 +74,36 @@ absl::Status ValidateOptimizer(const v1::OptimizerConfig& o) {
         "is ",
         kind_name));
   }
-  if (kind != v1::ADAM) {
+  const bool adam = kind == v1::ADAM || kind == v1::ADAMW;
+  if (o.weight_decay() != 0.0f && kind != v1::ADAMW) {
+    return Invalid(absl::StrCat(
+        "config.optimizer.weight_decay: applies only to kind ADAMW, but kind "
+        "is ",
+        kind_name));
+  }
+  if (kind == v1::ADAMW &&
+      !(std::isfinite(o.weight_decay()) && o.weight_decay() >= 0.0f &&
+        o.weight_decay() <= 1.0f)) {
+    return Invalid(absl::StrCat(
+        "config.optimizer.weight_decay: must be in [0, 1] (0 means the "
+        "default 0.01), got ",
+        o.weight_decay()));
+  }
+  if (!(std::isfinite(o.clip_grad_norm()) && o.clip_grad_norm() >= 0.0f)) {
+    return Invalid(absl::StrCat(
+        "config.optimizer.clip_grad_norm: must be >= 0 and finite (0: no "
+        "clipping), got ",
+        o.clip_grad_norm()));
+  }
+  if (!adam) {
     for (const auto& [field, value] :
          {std::pair<const char*, float>{"beta1", o.beta1()},
           {"beta2", o.beta2()},
           {"epsilon", o.epsilon()}}) {
       if (value != 0.0f) {
         return Invalid(absl::StrCat("config.optimizer.", field,
-                                    ": applies only to kind ADAM, but kind is ",
+                                    ": applies only to kinds ADAM and ADAMW, "
+                                    "but kind is ",
                                     kind_name));
       }
     }
@@ -91,7 +113,7 @@ absl::Status ValidateOptimizer(const v1::OptimizerConfig& o) {
     return Invalid(absl::StrCat(
         "config.optimizer.momentum: must be in [0, 1), got ", o.momentum()));
   }
-  if (kind == v1::ADAM) {
+  if (adam) {
     for (const auto& [field, value] :
          {std::pair<const char*, float>{"beta1", o.beta1()},
           {"beta2", o.beta2()}}) {

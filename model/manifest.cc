@@ -236,6 +236,8 @@ absl::StatusOr<OptimizerOps> OpsOfOptimizer(v1::OptimizerKind kind) {
       return OptimizerOps{op::kMomentumUpdate, {kSlotVelocity}};
     case v1::ADAM:
       return OptimizerOps{op::kAdamUpdate, {kSlotAdamM, kSlotAdamV}};
+    case v1::ADAMW:
+      return OptimizerOps{op::kAdamWUpdate, {kSlotAdamM, kSlotAdamV}};
     default:
       return absl::InvalidArgumentError(
           absl::StrFormat("config.optimizer.kind: unknown optimizer %d",
@@ -300,6 +302,12 @@ absl::StatusOr<std::vector<v1::ManifestEntry>> StepTensors(
                               v1::GRAD_ACTIVATION, layer.input_shapes[k],
                               InputSlot(static_cast<int>(k))));
     }
+  }
+
+  // 3b. Gradient clipping: the global norm of every parameter gradient.
+  if (config.optimizer().clip_grad_norm() > 0.0f) {
+    out.push_back(
+        MakeEntry(v1::PHASE_BACKWARD, "", kClipGradNormOp, v1::GRAD_NORM, {1}));
   }
 
   // 4. Optimizer: layers in forward order, params in order, each followed

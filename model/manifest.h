@@ -29,6 +29,8 @@ inline constexpr char kSlotVelocity[] = "velocity";  // momentum state
 inline constexpr char kSlotAdamM[] = "m";            // Adam first moment
 inline constexpr char kSlotAdamV[] = "v";            // Adam second moment
 inline constexpr char kSlotRunning[] = "running";  // BATCH_NORM mean, variance
+// Op name of the GRAD_NORM entry (config.optimizer.clip_grad_norm > 0).
+inline constexpr char kClipGradNormOp[] = "clip_grad_norm";
 // Op name of the accumulated-gradient entry (computed with add.forward).
 inline constexpr char kGradAccumulateOp[] = "grad_accumulate";
 // Op names of the batch entries.

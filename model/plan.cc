@@ -849,6 +849,7 @@ int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
       state_slots = 1;
       break;
     case v1::ADAM:
+    case v1::ADAMW:
       state_slots = 2;
       break;
     default:

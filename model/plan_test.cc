@@ -931,8 +931,15 @@ TEST(ValidateJobConfigTest, RefusesBadFields) {
       {"optimizer { kind: ADAM learning_rate: 1 epsilon: nan }",
        "config.optimizer.epsilon: must be > 0 and finite"},
       {"optimizer { kind: MOMENTUM learning_rate: 1 beta1: 0.9 }",
-       "config.optimizer.beta1: applies only to kind ADAM, but kind is "
-       "MOMENTUM"},
+       "config.optimizer.beta1: applies only to kinds ADAM and ADAMW, but "
+       "kind is MOMENTUM"},
+      {"optimizer { kind: ADAM learning_rate: 1 weight_decay: 0.1 }",
+       "config.optimizer.weight_decay: applies only to kind ADAMW, but kind "
+       "is ADAM"},
+      {"optimizer { kind: ADAMW learning_rate: 1 weight_decay: 2 }",
+       "config.optimizer.weight_decay: must be in [0, 1]"},
+      {"optimizer { learning_rate: 1 clip_grad_norm: -1 }",
+       "config.optimizer.clip_grad_norm: must be >= 0 and finite"},
       {"optimizer { kind: 9 learning_rate: 1 }",
        "config.optimizer.kind: 9 is not a known OptimizerKind"},
       {"optimizer { learning_rate: 1 } dtype: UINT8",

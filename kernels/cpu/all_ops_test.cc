@@ -135,6 +135,7 @@ static_assert(canonical::kCanonicalArithmeticVersion == kGoldenVersion,
 const std::map<std::string, std::string>& OpGolden() {
   static const auto* golden = new std::map<std::string, std::string>{
       {"adam.update", "e5c3b5e9f3d1479aa65d6b9caf7c7be3"},
+      {"adamw.update", "6e603d3ca6c6eec8b27834bb50ae5e82"},
       {"add.forward", "e89d0b60717d2b792a50dc88e0f999e1"},
       {"add.grad", "7e8599c808df1777e1115fff0d1aed25"},
       {"avg_pool2d.forward", "e17785595092aa796369fe56ab941354"},
@@ -157,6 +158,8 @@ const std::map<std::string, std::string>& OpGolden() {
       {"gelu_tanh.grad", "20ae7f5e79714b61b596314614163f7e"},
       {"global_avg_pool.forward", "968921706974697985f3f4d767851398"},
       {"global_avg_pool.grad", "69b87dd6f8eb3be766913598877c4b89"},
+      {"grad_norm.scale", "39621b74a6e74b17268558a1a79ed24d"},
+      {"grad_norm.sum_squares", "014f72019b493bc8ade0d0402ff3044e"},
       {"layer_norm.forward", "507aabf9d60b0b773a60248edfc84f90"},
       {"layer_norm.grad_input", "08db5c7e4a3803ca4f7f5414463db5bc"},
       {"layer_norm.grad_params", "a1fbd0d3fe62b67e949e95b1bd94bf64"},

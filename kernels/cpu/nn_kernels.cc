@@ -9,15 +9,18 @@
 // channels (batch_norm.*). No reduction is
 // split, so the bits do not depend on the thread count or the ISA.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "kernels/canonical/reduce.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/activations.h"
 #include "kernels/ops/norm.h"
+#include "kernels/ops/optimizers.h"
 #include "kernels/ops/validate.h"
 
 namespace lockstep::kernels {
@@ -303,6 +306,63 @@ absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+absl::Status AdamWKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                         const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kAdamWUpdate, in, 1, out, 3));
+  const absl::string_view names[] = {"w", "m", "v"};
+  LS_RETURN_IF_ERROR(ValidateOptimizer(op::kAdamWUpdate, in[0], out, names, a));
+  const c::AdamScalars s = c::AdamWScalarsOf(a.learning_rate, a.beta1, a.beta2,
+                                             a.epsilon, a.step, a.weight_decay);
+  float* w = out[0].data<float>();
+  float* m = out[1].data<float>();
+  float* v = out[2].data<float>();
+  const float* g = in[0].data<float>();
+  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
+    c::AdamUpdate(s, w + b, m + b, v + b, g + b, e - b);
+  });
+  return absl::OkStatus();
+}
+
+// One reduction over the whole tensor: not split (single task).
+absl::Status SumSquaresKernel(absl::Span<const Tensor> in,
+                              absl::Span<Tensor> out, const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kGradNormSumSquares, in, 1, out, 1));
+  const Tensor* t[] = {&in[0]};
+  const absl::string_view names[] = {"g"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kGradNormSumSquares, t, names));
+  const Tensor* o[] = {&out[0]};
+  const absl::string_view onames[] = {"s"};
+  LS_RETURN_IF_ERROR(
+      ValidateSameShapeFloat(op::kGradNormSumSquares, o, onames));
+  if (out[0].numel() != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "grad_norm.sum_squares: s must have one element, got %s",
+        out[0].DebugString()));
+  }
+  const float* g = in[0].data<float>();
+  out[0].data<float>()[0] = c::CanonicalDot(g, 1, g, 1, in[0].numel());
+  return absl::OkStatus();
+}
+
+// y may alias g.
+absl::Status ScaleKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                         const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kGradNormScale, in, 1, out, 1));
+  const Tensor* t[] = {&in[0], &out[0]};
+  const absl::string_view names[] = {"g", "y"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kGradNormScale, t, names));
+  if (!std::isfinite(a.scale)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "grad_norm.scale: scale is %g, must be finite", a.scale));
+  }
+  const float* g = in[0].data<float>();
+  float* y = out[0].data<float>();
+  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = g[i] * a.scale;
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace cpu_internal {
@@ -332,6 +392,9 @@ absl::Status RegisterNnKernels(Registry* registry) {
       {op::kBatchNormForward, &BatchNormForwardKernel},
       {op::kBatchNormGradInput, &BatchNormGradInputKernel},
       {op::kBatchNormGradParams, &BatchNormGradParamsKernel},
+      {op::kAdamWUpdate, &AdamWKernel},
+      {op::kGradNormSumSquares, &SumSquaresKernel},
+      {op::kGradNormScale, &ScaleKernel},
   };
   for (const Entry& e : entries) {
     LS_RETURN_IF_ERROR(registry->Register(

@@ -57,6 +57,9 @@ constexpr const char* kOps[] = {
     op::kBatchNormForward,
     op::kBatchNormGradInput,
     op::kBatchNormGradParams,
+    op::kAdamWUpdate,
+    op::kGradNormSumSquares,
+    op::kGradNormScale,
 };
 constexpr size_t kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 

@@ -106,6 +106,8 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kBatchNorm)
     LS_CASE(kBatchNormGradInput)
     LS_CASE(kBatchNormGradParams)
+    LS_CASE(kSumSquares)
+    LS_CASE(kScale)
 #undef LS_CASE
     case DeviceOp::kNumOps:
       break;

@@ -1,6 +1,7 @@
 #include "kernels/cuda/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <vector>
@@ -263,7 +264,11 @@ absl::Status PlanOptimizer(absl::string_view name, absl::Span<const Tensor> in,
     // The scalars (with their float64 bias corrections) are computed once
     // on the host, exactly as the CPU kernel computes them.
     AddLaunch(call, DeviceOp::kAdam, in[0].numel(), {g}, {w, m, v}).adam =
-        c::AdamScalarsOf(a.learning_rate, a.beta1, a.beta2, a.epsilon, a.step);
+        name == op::kAdamWUpdate
+            ? c::AdamWScalarsOf(a.learning_rate, a.beta1, a.beta2, a.epsilon,
+                                a.step, a.weight_decay)
+            : c::AdamScalarsOf(a.learning_rate, a.beta1, a.beta2, a.epsilon,
+                               a.step);
   }
   return absl::OkStatus();
 }
@@ -571,8 +576,45 @@ absl::Status PlanBatchNorm(absl::string_view name, absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+absl::Status PlanGradNorm(absl::string_view name, absl::Span<const Tensor> in,
+                          absl::Span<Tensor> out, const OpAttrs& a,
+                          DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 1));
+  if (name == op::kGradNormSumSquares) {
+    const Tensor* t[] = {&in[0]};
+    const absl::string_view names[] = {"g"};
+    LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, t, names));
+    const Tensor* o[] = {&out[0]};
+    const absl::string_view onames[] = {"s"};
+    LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, o, onames));
+    if (out[0].numel() != 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "grad_norm.sum_squares: s must have one element, got %s",
+          out[0].DebugString()));
+    }
+    const int g = AddIn(call, in[0]);
+    const int s = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kSumSquares, 1, {g}, {s}).rows.d = in[0].numel();
+    return absl::OkStatus();
+  }
+  const Tensor* t[] = {&in[0], &out[0]};
+  const absl::string_view names[] = {"g", "y"};
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, t, names));
+  if (!std::isfinite(a.scale)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "grad_norm.scale: scale is %g, must be finite", a.scale));
+  }
+  const int g = AddIn(call, in[0]);
+  const int y = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kScale, in[0].numel(), {g}, {y}).scale = a.scale;
+  return absl::OkStatus();
+}
+
 absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
                   absl::Span<Tensor> out, const OpAttrs& a, DeviceCall* call) {
+  if (name == op::kGradNormSumSquares || name == op::kGradNormScale) {
+    return PlanGradNorm(name, in, out, a, call);
+  }
   if (name == op::kBatchNormForward || name == op::kBatchNormGradInput ||
       name == op::kBatchNormGradParams) {
     return PlanBatchNorm(name, in, out, a, call);
@@ -603,7 +645,7 @@ absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
   if (name == op::kSoftmaxXentForward) return PlanSoftmaxForward(in, out, call);
   if (name == op::kSoftmaxXentGrad) return PlanSoftmaxGrad(in, out, call);
   if (name == op::kSgdUpdate || name == op::kMomentumUpdate ||
-      name == op::kAdamUpdate) {
+      name == op::kAdamUpdate || name == op::kAdamWUpdate) {
     return PlanOptimizer(name, in, out, a, call);
   }
   if (name == op::kConv2dForward || name == op::kConv2dGradInput ||

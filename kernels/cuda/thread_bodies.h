@@ -80,6 +80,8 @@ enum class DeviceOp : int32_t {
   kBatchNorm,             // in {x, gamma, beta}, out {y, running}; work C
   kBatchNormGradInput,    // in {x, gamma, dy, running}, out {dx}; work C
   kBatchNormGradParams,   // in {x, dy, running}, out {dgamma, dbeta}; work C
+  kSumSquares,            // in {g}, out {s [1]}; work 1 (one reduction)
+  kScale,                 // in {g}, out {y}; work numel
   kNumOps,
 };
 
@@ -106,6 +108,7 @@ struct KernelParams {
   c::Activation activation = c::Activation::kSigmoid;
   c::RowShape rows;
   c::ChannelShape channels;
+  float scale = 1.0f;  // kScale
 };
 
 // ---- dense family ---------------------------------------------------------
@@ -462,6 +465,17 @@ LS_HD_INLINE void BatchNormGradParamsThread(const c::ChannelShape& s,
   }
 }
 
+LS_HD_INLINE void SumSquaresThread(const float* g, float* s, int64_t count,
+                                   int64_t thread) {
+  if (thread == 0) s[0] = c::CanonicalDot(g, 1, g, 1, count);
+}
+
+LS_HD_INLINE void ScaleThread(const float* g, float* y, int64_t count,
+                              float scale, int64_t thread,
+                              int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) y[i] = g[i] * scale;
+}
+
 // ---- dispatch -------------------------------------------------------------
 
 // Runs thread `thread` of `num_threads` of the launch `p`.
@@ -591,6 +605,13 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
       break;
     case DeviceOp::kBatchNormGradParams:
       BatchNormGradParamsThread(p.channels, i0, i1, i2, o0, o1, t, nt);
+      break;
+    case DeviceOp::kSumSquares:
+      // p.work is 1 (one reduction); the element count is in rows.d.
+      SumSquaresThread(i0, o0, p.rows.d, t);
+      break;
+    case DeviceOp::kScale:
+      ScaleThread(i0, o0, p.work, p.scale, t, nt);
       break;
     case DeviceOp::kNumOps:
       break;

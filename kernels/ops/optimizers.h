@@ -22,6 +22,18 @@
 //     d  = sqrt(vh);  d = d + eps                    (IEEE sqrt)
 //     r  = mh / d;  u = lr * r;  w = w - u
 //
+//   adamw.update: Adam with decoupled weight decay (Loshchilov & Hutter,
+//   PyTorch's AdamW): decay = 1 - lr * wd (two float32 roundings, once per
+//   call); per element first  w = w * decay,  then the Adam lines above.
+//
+//   grad_norm.sum_squares  s = dot of (g, g) over the tensor in index order
+//                          (the reduction rule: fma chains of 256, tree)
+//   grad_norm.scale        g = g * scale                 (one rounding)
+//   Global-norm clipping (the executor): total = canonical sum, in manifest
+//   order of the parameters, of their sum_squares; norm = sqrt(total);
+//   coef = max_norm / (norm + 1e-6); when coef < 1 every gradient is scaled
+//   by coef, otherwise none is touched.
+//
 // Header-only, LS_HD. Preconditions: hyper-parameters validated on the host
 // (kernels/ops/validate.h); w, v, m, g of equal length; g does not alias the
 // state.
@@ -81,8 +93,10 @@ LS_HD_INLINE void MomentumUpdate(float* w, float* v, const float* g,
 
 struct AdamScalars {
   float lr, beta1, beta2, eps;
-  float c1, c2;    // 1 - beta1, 1 - beta2
-  float bc1, bc2;  // 1 - beta1^t, 1 - beta2^t (computed in float64)
+  float c1, c2;            // 1 - beta1, 1 - beta2
+  float bc1, bc2;          // 1 - beta1^t, 1 - beta2^t (computed in float64)
+  bool decoupled = false;  // adamw.update: w = w * decay first
+  float decay = 1.0f;      // 1 - lr * weight_decay
 };
 
 LS_HD_INLINE AdamScalars AdamScalarsOf(float lr, float beta1, float beta2,
@@ -101,6 +115,7 @@ LS_HD_INLINE AdamScalars AdamScalarsOf(float lr, float beta1, float beta2,
 
 LS_HD_INLINE void AdamElement(const AdamScalars& s, float* w, float* m,
                               float* v, float g) {
+  if (s.decoupled) *w = *w * s.decay;
   float a = s.beta1 * *m;
   float b = s.c1 * g;
   const float mn = a + b;
@@ -119,9 +134,23 @@ LS_HD_INLINE void AdamElement(const AdamScalars& s, float* w, float* m,
   *w = *w - u;
 }
 
+LS_HD_INLINE AdamScalars AdamWScalarsOf(float lr, float beta1, float beta2,
+                                        float eps, int64_t step,
+                                        float weight_decay) {
+  AdamScalars s = AdamScalarsOf(lr, beta1, beta2, eps, step);
+  s.decoupled = true;
+  const float t = lr * weight_decay;
+  s.decay = 1.0f - t;
+  return s;
+}
+
 LS_HD_INLINE void AdamUpdate(const AdamScalars& s, float* w, float* m, float* v,
                              const float* g, int64_t count) {
   for (int64_t i = 0; i < count; ++i) AdamElement(s, &w[i], &m[i], &v[i], g[i]);
+}
+
+LS_HD_INLINE void ScaleInPlace(float* g, int64_t count, float scale) {
+  for (int64_t i = 0; i < count; ++i) g[i] = g[i] * scale;
 }
 
 }  // namespace lockstep::canonical

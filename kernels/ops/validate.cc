@@ -281,7 +281,13 @@ absl::Status ValidateOptimizer(absl::string_view op, const Tensor& g,
                                        ">= 0",
                                        attrs.momentum));
   }
-  if (op == op::kAdamUpdate) {
+  if (op == op::kAdamWUpdate &&
+      !(std::isfinite(attrs.weight_decay) && attrs.weight_decay >= 0.0f)) {
+    return Invalid(op, absl::StrFormat("weight_decay is %g, must be finite "
+                                       "and >= 0",
+                                       attrs.weight_decay));
+  }
+  if (op == op::kAdamUpdate || op == op::kAdamWUpdate) {
     for (auto [v, name] : {std::pair<float, const char*>{attrs.beta1, "beta1"},
                            {attrs.beta2, "beta2"}}) {
       if (!(v >= 0.0f && v < 1.0f)) {

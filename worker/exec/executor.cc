@@ -13,8 +13,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "kernels/canonical/reduce.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/math/portable_math.h"
 #include "model/manifest.h"
 #include "worker/exec/init.h"
 
@@ -139,6 +141,7 @@ OpAttrs OptimizerAttrs(const v1::OptimizerConfig& o) {
   a.beta1 = o.beta1() == 0.0f ? 0.9f : o.beta1();
   a.beta2 = o.beta2() == 0.0f ? 0.999f : o.beta2();
   a.epsilon = o.epsilon() == 0.0f ? 1e-7f : o.epsilon();
+  a.weight_decay = o.weight_decay() == 0.0f ? 0.01f : o.weight_decay();
   return a;
 }
 
@@ -388,6 +391,11 @@ struct Executor::State {
   std::vector<KernelChoice> kernels;
   KernelFn add_forward = nullptr;
   KernelFn optimizer = nullptr;
+  // Global-norm gradient clipping (config.optimizer.clip_grad_norm > 0).
+  KernelFn sum_squares = nullptr;
+  KernelFn scale = nullptr;
+  Tensor clip_partial;  // [1]: one parameter's sum of squares
+  Tensor clip_norm;     // [1]: the global norm, fingerprinted (GRAD_NORM)
   model::OptimizerOps optimizer_ops;
   OpAttrs optimizer_attrs;
 
@@ -419,6 +427,7 @@ struct Executor::State {
   absl::Status Step(int s);
   absl::Status Forward();
   absl::Status Backward();
+  absl::Status ClipGradients();
   absl::Status Optimize();
   absl::Status Emit(const std::string& layer, v1::TensorRole role,
                     absl::string_view op, absl::string_view slot, Tensor& t);
@@ -528,6 +537,13 @@ absl::Status Executor::State::Setup() {
                       model::OpsOfOptimizer(config.optimizer().kind()));
   LS_ASSIGN_OR_RETURN(optimizer, Resolve(optimizer_ops.op, &used));
   optimizer_attrs = OptimizerAttrs(config.optimizer());
+  if (config.optimizer().clip_grad_norm() > 0.0f) {
+    LS_ASSIGN_OR_RETURN(sum_squares,
+                        Resolve(kernels::op::kGradNormSumSquares, &used));
+    LS_ASSIGN_OR_RETURN(scale, Resolve(kernels::op::kGradNormScale, &used));
+    LS_ASSIGN_OR_RETURN(clip_partial, Zeros({1}, "gradient clipping"));
+    LS_ASSIGN_OR_RETURN(clip_norm, Zeros({1}, "gradient norm"));
+  }
 
   const std::vector<std::vector<model::Consumer>> consumers =
       model::ComputeConsumers(plan);
@@ -850,6 +866,43 @@ absl::Status Executor::State::Backward() {
   return absl::OkStatus();
 }
 
+// Global-norm clipping (kernels/ops/optimizers.h): the parameters' sums of
+// squares in manifest order, their canonical sum, its square root; every
+// gradient scaled by max_norm / (norm + 1e-6) when that is below 1. The
+// norm is read back from its (fingerprinted, possibly fault-injected)
+// tensor, so a corrupted norm propagates like any other tensor.
+absl::Status Executor::State::ClipGradients() {
+  std::vector<float> partials;
+  for (LayerState& l : layers) {
+    for (Tensor& g : l.grads) {
+      const Tensor in[] = {g};
+      Tensor out[] = {clip_partial};
+      LS_RETURN_IF_ERROR(Call(sum_squares, l, kernels::op::kGradNormSumSquares,
+                              in, out, OpAttrs{}));
+      partials.push_back(clip_partial.data<float>()[0]);
+    }
+  }
+  const float total = canonical::CanonicalSum(
+      partials.data(), static_cast<int64_t>(partials.size()), 1);
+  clip_norm.data<float>()[0] = canonical::CanonicalSqrt(total);
+  LS_RETURN_IF_ERROR(
+      Emit("", v1::GRAD_NORM, model::kClipGradNormOp, "", clip_norm));
+  const float norm = clip_norm.data<float>()[0];
+  const float coef = config.optimizer().clip_grad_norm() / (norm + 1e-6f);
+  if (!(coef < 1.0f)) return absl::OkStatus();
+  OpAttrs attrs;
+  attrs.scale = coef;
+  for (LayerState& l : layers) {
+    for (Tensor& g : l.grads) {
+      const Tensor in[] = {g};
+      Tensor out[] = {g};
+      LS_RETURN_IF_ERROR(
+          Call(scale, l, kernels::op::kGradNormScale, in, out, attrs));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Executor::State::Optimize() {
   OpAttrs attrs = optimizer_attrs;
   attrs.step = static_cast<int64_t>(step) + 1;  // Adam's t is 1-based
@@ -887,6 +940,7 @@ absl::Status Executor::State::Step(int s) {
   LS_RETURN_IF_ERROR(Forward());
   result.losses.push_back(layers.back().out.data<float>()[0]);
   LS_RETURN_IF_ERROR(Backward());
+  if (sum_squares != nullptr) LS_RETURN_IF_ERROR(ClipGradients());
   LS_RETURN_IF_ERROR(Optimize());
   if (cursor != step_tensors.size()) {
     return absl::InternalError(absl::StrFormat(

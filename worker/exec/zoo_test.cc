@@ -142,6 +142,10 @@ TEST(ZooTest, InjectedFaultIsLocalisedInEveryModel) {
         {1, z.plan.layers[0].name, v1::ACTIVATION},
         {0, last_weighted, v1::GRAD_WEIGHT},
     };
+    // The global gradient norm when the config clips gradients.
+    if (z.config.optimizer().clip_grad_norm() > 0.0f) {
+      points.push_back({1, "", v1::GRAD_NORM});
+    }
     // The normalisation layers' own tensors: the last one's output, and a
     // batch norm's running statistics.
     for (auto it = z.plan.layers.rbegin(); it != z.plan.layers.rend(); ++it) {
