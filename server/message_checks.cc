@@ -1,5 +1,7 @@
 #include "server/message_checks.h"
 
+#include <algorithm>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -15,6 +17,58 @@ namespace {
 using ::google::protobuf::FieldDescriptor;
 using ::google::protobuf::Message;
 using ::google::protobuf::Reflection;
+using ::google::protobuf::UnknownFieldSet;
+
+// Whether `d` has exactly the message-typed fields named in `want`.
+bool MessageFieldsAre(const google::protobuf::Descriptor* d,
+                      std::initializer_list<absl::string_view> want) {
+  size_t found = 0;
+  for (int k = 0; k < d->field_count(); ++k) {
+    const FieldDescriptor* f = d->field(k);
+    if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    if (std::find(want.begin(), want.end(), f->name()) == want.end()) {
+      return false;
+    }
+    ++found;
+  }
+  return found == want.size();
+}
+
+// The fingerprint batch's nesting, as FindUnknownInBatch walks it without
+// reflection: batch.fingerprints[i].stats and nothing else message-typed.
+// Checked against the descriptors once, so a field added to these messages
+// later sends batches back to the generic walk instead of going unchecked.
+bool BatchFastPathApplies() {
+  static const bool applies =
+      MessageFieldsAre(v1::FingerprintBatch::descriptor(), {"fingerprints"}) &&
+      MessageFieldsAre(v1::TensorFingerprint::descriptor(), {"stats"}) &&
+      MessageFieldsAre(v1::TensorStats::descriptor(), {});
+  return applies;
+}
+
+// FindUnknown for a fingerprint batch, through the generated accessors: a
+// batch holds thousands of fingerprints, and the reflective walk costs
+// about as much as storing them. Same result and path as the walk.
+std::optional<int> FindUnknownInBatch(const v1::FingerprintBatch& batch,
+                                      std::string* path) {
+  // GetUnknownFields of a generated message reads one member; no walk.
+  auto unknown = [](const Message& m) -> const UnknownFieldSet& {
+    return m.GetReflection()->GetUnknownFields(m);
+  };
+  if (!unknown(batch).empty()) return unknown(batch).field(0).number();
+  for (int i = 0; i < batch.fingerprints_size(); ++i) {
+    const v1::TensorFingerprint& fp = batch.fingerprints(i);
+    if (!unknown(fp).empty()) {
+      *path = absl::StrCat("fingerprints[", i, "]");
+      return unknown(fp).field(0).number();
+    }
+    if (fp.has_stats() && !unknown(fp.stats()).empty()) {
+      *path = absl::StrCat("fingerprints[", i, "].stats");
+      return unknown(fp.stats()).field(0).number();
+    }
+  }
+  return std::nullopt;
+}
 
 // The first unknown field in `m` or below (depth first, in field order):
 // its number, and in `path` the field path to the message holding it,
@@ -22,6 +76,11 @@ using ::google::protobuf::Reflection;
 // unknown fields; walking the descriptor without allocating keeps this
 // cheap on large repeated fields.
 std::optional<int> FindUnknown(const Message& m, std::string* path) {
+  if (const auto* batch =
+          google::protobuf::DynamicCastToGenerated<v1::FingerprintBatch>(&m);
+      batch != nullptr && BatchFastPathApplies()) {
+    return FindUnknownInBatch(*batch, path);
+  }
   const Reflection* r = m.GetReflection();
   const google::protobuf::UnknownFieldSet& unknown = r->GetUnknownFields(m);
   if (!unknown.empty()) return unknown.field(0).number();

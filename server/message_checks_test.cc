@@ -64,6 +64,46 @@ TEST(MessageChecksTest, UnknownFieldsAreRefusedWithTheirPath) {
                        HasSubstr("unknown field 1000")));
 }
 
+// Fingerprint batches are checked through their generated accessors; every
+// level of them still reports its path.
+TEST(MessageChecksTest, UnknownFieldsAnywhereInABatchAreRefused) {
+  v1::WorkerMessage m;
+  *m.mutable_batch() = CompleteBatch(5);
+  m.mutable_batch()->mutable_fingerprints(1)->mutable_stats()->set_sum(1.0);
+  EXPECT_THAT(RefuseUnknownFields(m, ""), IsOk());
+  EXPECT_THAT(RefuseUnknownFields(m.batch(), "batch"), IsOk());
+
+  v1::WorkerMessage fp = m;
+  AddUnknown(fp.mutable_batch()->mutable_fingerprints(2), 9);
+  EXPECT_THAT(RefuseUnknownFields(fp, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("batch.fingerprints[2]: unknown field 9")));
+  v1::WorkerMessage top = m;
+  AddUnknown(top.mutable_batch(), 8);
+  EXPECT_THAT(RefuseUnknownFields(top, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("batch: unknown field 8")));
+  EXPECT_THAT(RefuseUnknownFields(top.batch(), "batch"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("batch: unknown field 8")));
+  // The first one in field order wins: fingerprints[0].stats before [4].
+  v1::WorkerMessage two = m;
+  AddUnknown(two.mutable_batch()->mutable_fingerprints(4), 11);
+  AddUnknown(two.mutable_batch()->mutable_fingerprints(0)->mutable_stats(), 12);
+  EXPECT_THAT(RefuseUnknownFields(two, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("batch.fingerprints[0].stats: unknown field "
+                                 "12")));
+  // From the wire.
+  std::string wire;
+  ASSERT_TRUE(fp.SerializeToString(&wire));
+  v1::WorkerMessage parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire));
+  EXPECT_THAT(RefuseUnknownFields(parsed, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("batch.fingerprints[2]: unknown field 9")));
+}
+
 TEST(MessageChecksTest, BatchLimits) {
   EXPECT_THAT(ValidateBatchShape(CompleteBatch(3)), IsOk());
   EXPECT_THAT(ValidateBatchShape(CompleteBatch(kMaxFingerprintsPerBatch)),

@@ -31,29 +31,36 @@ void AppendLe64(uint64_t v, HashInput* out) {
   }
 }
 
-bool CpuHasAvx2() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  static const bool has_avx2 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return has_avx2;
-#else
-  return false;
-#endif
+bool CpuSupports(bool avx512) {
+  __builtin_cpu_init();
+  const bool fma = __builtin_cpu_supports("fma") != 0;
+  return fma && (avx512 ? __builtin_cpu_supports("avx512f") != 0
+                        : __builtin_cpu_supports("avx2") != 0);
 }
+#else
+bool CpuSupports(bool /*avx512*/) { return false; }
+#endif
 
 const LeafKernels* Avx2IfUsable() {
+  static const bool cpu = CpuSupports(/*avx512=*/false);
   const LeafKernels* k = internal::Avx2LeafKernels();
-  return (k != nullptr && CpuHasAvx2()) ? k : nullptr;
+  return (k != nullptr && cpu) ? k : nullptr;
+}
+
+const LeafKernels* Avx512IfUsable() {
+  static const bool cpu = CpuSupports(/*avx512=*/true);
+  const LeafKernels* k = internal::Avx512LeafKernels();
+  return (k != nullptr && cpu) ? k : nullptr;
 }
 
 absl::StatusOr<const LeafKernels*> KernelsFor(HashIsa isa) {
   switch (isa) {
     case HashIsa::kAuto: {
       static const LeafKernels* const kAuto = [] {
-        const LeafKernels* k = Avx2IfUsable();
-        return k != nullptr ? k : &internal::BaselineLeafKernels();
+        if (const LeafKernels* k = Avx512IfUsable()) return k;
+        if (const LeafKernels* k = Avx2IfUsable()) return k;
+        return &internal::BaselineLeafKernels();
       }();
       return kAuto;
     }
@@ -65,7 +72,19 @@ absl::StatusOr<const LeafKernels*> KernelsFor(HashIsa isa) {
         return absl::FailedPreconditionError(
             internal::Avx2LeafKernels() == nullptr
                 ? "isa: avx2 requested but this build has no AVX2 kernels"
-                : "isa: avx2 requested but this CPU does not support AVX2");
+                : "isa: avx2 requested but this CPU does not support AVX2 "
+                  "and FMA");
+      }
+      return k;
+    }
+    case HashIsa::kAvx512: {
+      const LeafKernels* k = Avx512IfUsable();
+      if (k == nullptr) {
+        return absl::FailedPreconditionError(
+            internal::Avx512LeafKernels() == nullptr
+                ? "isa: avx512 requested but this build has no AVX-512 kernels"
+                : "isa: avx512 requested but this CPU does not support "
+                  "AVX-512F and FMA");
       }
       return k;
     }
@@ -292,8 +311,8 @@ bool IsaAvailable(HashIsa isa) { return KernelsFor(isa).ok(); }
 
 HashIsa SelectedIsa() {
   const LeafKernels* k = *KernelsFor(HashIsa::kAuto);
-  return k == &internal::BaselineLeafKernels() ? HashIsa::kBaseline
-                                               : HashIsa::kAvx2;
+  if (k == &internal::BaselineLeafKernels()) return HashIsa::kBaseline;
+  return k == internal::Avx512LeafKernels() ? HashIsa::kAvx512 : HashIsa::kAvx2;
 }
 
 const char* IsaName(HashIsa isa) {
@@ -304,6 +323,8 @@ const char* IsaName(HashIsa isa) {
       return "baseline";
     case HashIsa::kAvx2:
       return "avx2";
+    case HashIsa::kAvx512:
+      return "avx512";
   }
   return "unknown";
 }

@@ -13,7 +13,8 @@
 //   std::string hex = fp.ToHex();
 //
 // The host implementation picks, once per process, the fastest instruction
-// set the CPU supports (AVX2 or baseline); every choice gives the same bits.
+// set the CPU supports (AVX-512, AVX2 or baseline); every choice gives the
+// same bits.
 // Thread-safety: every function is thread-safe (no shared mutable state).
 #ifndef LOCKSTEP_KERNELS_HASH_FINGERPRINT_H_
 #define LOCKSTEP_KERNELS_HASH_FINGERPRINT_H_
@@ -31,14 +32,22 @@
 
 namespace lockstep::hash {
 
+// Version of the format defined in docs/fingerprints.md. Version 2 redefined
+// the statistics (64 lanes per block instead of 16;
+// portable::kStatsVersion); the hashed bytes, and so every fingerprint and
+// digest, are unchanged since version 1, which is why the tags below still
+// say 1.
+inline constexpr int kFormatVersion = 2;
 // Leaf size of the tree hash, in bytes. Part of the fingerprint definition
 // (SPEC.md): changing it changes every fingerprint.
 inline constexpr size_t kLeafBytes = 64 * 1024;
 // Largest tensor rank a fingerprint header can describe.
 inline constexpr size_t kMaxRank = 64;
-// First byte of every tensor header: fingerprint format, version 1.
+// First byte of every tensor header: hashed-byte layout of format version 1
+// (unchanged in version 2).
 inline constexpr uint8_t kTensorHeaderTag = 0xF1;
-// First byte hashed by CombineDigests: digest of a digest list, version 1.
+// First byte hashed by CombineDigests: digest of a digest list, layout of
+// format version 1 (unchanged in version 2).
 inline constexpr uint8_t kDigestListTag = 0xD1;
 
 // Element types, with the codes written into the fingerprint header. The
@@ -108,14 +117,15 @@ struct TensorStats {
 // Which leaf-kernel implementation to run. kAuto (the default everywhere) is
 // the fastest the CPU supports; the others exist so tests and benchmarks can
 // force a path. All give identical results.
-enum class HashIsa { kAuto, kBaseline, kAvx2 };
+enum class HashIsa { kAuto, kBaseline, kAvx2, kAvx512 };
 
 // Whether `isa` can run here (kAuto and kBaseline always can; kAvx2 needs an
-// x86-64 build and a CPU with AVX2).
+// x86-64 build and a CPU with AVX2 and FMA, kAvx512 one with AVX-512F and
+// FMA).
 bool IsaAvailable(HashIsa isa);
 // What kAuto resolves to in this process.
 HashIsa SelectedIsa();
-// "auto", "baseline", "avx2".
+// "auto", "baseline", "avx2", "avx512".
 const char* IsaName(HashIsa isa);
 
 // The fingerprint header (SPEC.md "Header"): tag 0xF1, dtype code, rank,

@@ -27,7 +27,7 @@ using ::lockstep::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr HashIsa kAllIsas[] = {HashIsa::kAuto, HashIsa::kBaseline,
-                                HashIsa::kAvx2};
+                                HashIsa::kAvx2, HashIsa::kAvx512};
 
 std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -82,8 +82,8 @@ TensorStats SpecStats(const std::vector<float>& x) {
   double total_sq = 0.0;
   TensorStats s;
   for (size_t b = 0; b * block < x.size(); ++b) {
-    std::vector<double> sum(16, 0.0);
-    std::vector<double> sq(16, 0.0);
+    std::vector<double> sum(64, 0.0);
+    std::vector<double> sq(64, 0.0);
     for (size_t k = 0; k < block && b * block + k < x.size(); ++k) {
       const float v = x[b * block + k];
       if (std::isnan(v)) {
@@ -91,12 +91,12 @@ TensorStats SpecStats(const std::vector<float>& x) {
       } else if (std::isinf(v)) {
         ++s.inf_count;
       } else {
-        sum[k % 16] += static_cast<double>(v);
-        sq[k % 16] += static_cast<double>(v) * static_cast<double>(v);
+        sum[k % 64] += static_cast<double>(v);
+        sq[k % 64] += static_cast<double>(v) * static_cast<double>(v);
         if (std::fabs(v) > s.max_abs) s.max_abs = std::fabs(v);
       }
     }
-    for (size_t w = 8; w >= 1; w /= 2) {
+    for (size_t w = 32; w >= 1; w /= 2) {
       for (size_t j = 0; j < w; ++j) {
         sum[j] += sum[j + w];
         sq[j] += sq[j + w];
@@ -383,31 +383,46 @@ TEST(HashTensorBytesTest, RejectsBadArguments) {
   EXPECT_THAT(HashTensorBytes(DtypeCode::kFloat32, rank64, x, 4), IsOk());
 }
 
-TEST(HashTensorBytesTest, UnavailableIsaIsAnError) {
-  if (IsaAvailable(HashIsa::kAvx2)) {
+TEST(HashTensorBytesTest, SelectsTheWidestAvailableIsa) {
+  if (IsaAvailable(HashIsa::kAvx512)) {
+    EXPECT_EQ(SelectedIsa(), HashIsa::kAvx512);
+  } else if (IsaAvailable(HashIsa::kAvx2)) {
     EXPECT_EQ(SelectedIsa(), HashIsa::kAvx2);
-    GTEST_SKIP() << "this CPU has AVX2";
+  } else {
+    EXPECT_EQ(SelectedIsa(), HashIsa::kBaseline);
   }
+}
+
+TEST(HashTensorBytesTest, UnavailableIsaIsAnError) {
   const float x = 1.0f;
+  if (!IsaAvailable(HashIsa::kAvx512)) {
+    EXPECT_THAT(
+        HashTensorBytes(DtypeCode::kFloat32, {1}, &x, 4, HashIsa::kAvx512),
+        StatusIs(absl::StatusCode::kFailedPrecondition,
+                 HasSubstr("isa: avx512")));
+  }
+  if (IsaAvailable(HashIsa::kAvx2)) GTEST_SKIP() << "this CPU has AVX2";
   EXPECT_EQ(SelectedIsa(), HashIsa::kBaseline);
   EXPECT_THAT(
       HashTensorBytes(DtypeCode::kFloat32, {1}, &x, 4, HashIsa::kAvx2),
       StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("isa: avx2")));
 }
 
-TEST(HashTensorBytesTest, Avx2AndBaselineAgree) {
-  if (!IsaAvailable(HashIsa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
-  std::mt19937_64 rng(21);
-  for (int i = 0; i < 40; ++i) {
-    const size_t size =
-        i < 8 ? static_cast<size_t>(i) : rng() % (3 * kLeafBytes);
-    const std::vector<uint8_t> bytes = RandomBytes(size, 1000 + i);
-    const std::vector<int64_t> shape = {static_cast<int64_t>(size)};
-    const Fingerprint a = *HashTensorBytes(DtypeCode::kUInt8, shape,
-                                           bytes.data(), size, HashIsa::kAvx2);
-    const Fingerprint b = *HashTensorBytes(
-        DtypeCode::kUInt8, shape, bytes.data(), size, HashIsa::kBaseline);
-    EXPECT_EQ(a.ToHex(), b.ToHex()) << "size " << size;
+TEST(HashTensorBytesTest, VectorPathsAndBaselineAgree) {
+  for (HashIsa isa : {HashIsa::kAvx2, HashIsa::kAvx512}) {
+    if (!IsaAvailable(isa)) continue;
+    std::mt19937_64 rng(21);
+    for (int i = 0; i < 40; ++i) {
+      const size_t size =
+          i < 8 ? static_cast<size_t>(i) : rng() % (3 * kLeafBytes);
+      const std::vector<uint8_t> bytes = RandomBytes(size, 1000 + i);
+      const std::vector<int64_t> shape = {static_cast<int64_t>(size)};
+      const Fingerprint a =
+          *HashTensorBytes(DtypeCode::kUInt8, shape, bytes.data(), size, isa);
+      const Fingerprint b = *HashTensorBytes(
+          DtypeCode::kUInt8, shape, bytes.data(), size, HashIsa::kBaseline);
+      EXPECT_EQ(a.ToHex(), b.ToHex()) << IsaName(isa) << " size " << size;
+    }
   }
 }
 
@@ -515,9 +530,10 @@ TEST(ComputeStatsTest, ExtremesNeitherOverflowNorFlush) {
 
 TEST(ComputeStatsTest, EqualsSpecAndPortableReferenceOnRandomData) {
   const size_t b = 16384;
-  const std::vector<size_t> sizes = {1,      15,    16,        17,
-                                     31,     b - 1, b,         b + 1,
-                                     b + 16, 2 * b, 3 * b + 5, 5 * b + 1234};
+  const std::vector<size_t> sizes = {
+      1,      15,     16,    17,        31,         63,          64,
+      65,     127,    128,   129,       b - 1,      b,           b + 1,
+      b + 16, b + 64, 2 * b, 3 * b + 5, 3 * b + 70, 5 * b + 1234};
   int seed = 0;
   for (size_t n : sizes) {
     for (bool specials : {false, true}) {
@@ -549,18 +565,67 @@ TEST(ComputeStatsTest, EqualsSpecAndPortableReferenceOnRandomData) {
 }
 
 TEST(ComputeStatsTest, LaneOrderIsTheDefinedOne) {
-  // 1e16 + 1 - 1e16 is 0 or 1 in float64 depending on grouping. With 16
-  // lanes, x[0] = 1e16 and x[16] = -1e16 share lane 0 and cancel exactly,
-  // while x[1] = 1 sits in lane 1: the defined sum is exactly 1.
-  std::vector<float> x(32, 0.0f);
+  // 1e16 + 1 - 1e16 is 0 or 1 in float64 depending on grouping. With 64
+  // lanes, x[0] = 1e16 and x[64] = -1e16 share lane 0 and cancel exactly,
+  // while x[1] = 1 sits in lane 1: the defined sum is exactly 1. (With the
+  // 16 lanes of statistics version 1, x[16] would share lane 0 instead.)
+  std::vector<float> x(128, 0.0f);
   x[0] = 1e16f;
   x[1] = 1.0f;
-  x[16] = -1e16f;
+  x[64] = -1e16f;
   for (HashIsa isa : kAllIsas) {
     if (!IsaAvailable(isa)) continue;
     EXPECT_EQ(ComputeStats(x.data(), x.size(), isa)->sum, 1.0) << IsaName(isa);
   }
   EXPECT_EQ(SpecStats(x).sum, 1.0);
+}
+
+// The vector paths add every element and redo a block that held NaN or Inf;
+// one non-finite value anywhere (a full row, the tail, the last block) must
+// give the reference bits.
+TEST(ComputeStatsTest, OneNonFiniteValueAnywhere) {
+  const size_t b = 16384;
+  const size_t n = 2 * b + 70;
+  const std::vector<float> clean = RandomFloats(n, 77, /*specials=*/false);
+  for (size_t at : {size_t{0}, size_t{63}, size_t{64}, b - 1, b, 2 * b + 63,
+                    2 * b + 64, n - 1}) {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                      -std::numeric_limits<float>::infinity()}) {
+      std::vector<float> x = clean;
+      x[at] = bad;
+      const TensorStats want = SpecStats(x);
+      for (HashIsa isa : kAllIsas) {
+        if (!IsaAvailable(isa)) continue;
+        EXPECT_EQ(StatsDiff(want, *ComputeStats(x.data(), n, isa)), "")
+            << IsaName(isa) << ", at " << at << ", " << bad;
+      }
+    }
+  }
+}
+
+// Statistics version 2, pinned. Values computed independently (a plain
+// Python loop over IEEE doubles following docs/fingerprints.md section 8).
+// Under version 1 (16 lanes) the sum's bits were 0xc0d38520b9a1f5e9.
+TEST(ComputeStatsTest, GoldenValuesOfVersion2) {
+  static_assert(portable::kStatsVersion == 2,
+                "statistics version changed: recompute these golden values");
+  const size_t n = 3 * 16384 + 100;
+  std::vector<float> x(n);
+  for (size_t k = 0; k < n; ++k) {
+    const uint32_t u = static_cast<uint32_t>(k * 2654435761ULL);
+    x[k] = static_cast<float>(
+        (static_cast<double>(u) / 536870912.0 - 4.0) *
+        std::ldexp(1.0, static_cast<int>((k * 7) % 23) - 11));
+  }
+  for (HashIsa isa : kAllIsas) {
+    if (!IsaAvailable(isa)) continue;
+    const TensorStats s = *ComputeStats(x.data(), n, isa);
+    EXPECT_EQ(Bits(s.sum), 0xc0d38520b9a1f5e5ULL) << IsaName(isa);
+    EXPECT_EQ(Bits(s.l2), 0x410ed90f1a9fa2a7ULL) << IsaName(isa);
+    EXPECT_EQ(Bits(s.max_abs), 0x45ffe621U) << IsaName(isa);
+    EXPECT_EQ(s.nan_count, 0) << IsaName(isa);
+    EXPECT_EQ(s.inf_count, 0) << IsaName(isa);
+  }
 }
 
 TEST(FingerprintAndStatsTest, EqualsSeparateCalls) {

@@ -27,7 +27,7 @@ struct LeafStats {
 };
 
 struct LeafKernels {
-  // Name for logs and benchmarks ("baseline", "avx2").
+  // Name for logs and benchmarks ("baseline", "avx2", "avx512").
   const char* name;
   // XXH3-64, seed 0, of data[0 .. len): equals libxxhash's XXH3_64bits.
   uint64_t (*hash64)(const void* data, size_t len);
@@ -43,9 +43,13 @@ struct LeafKernels {
 // statistics. Always available.
 const LeafKernels& BaselineLeafKernels();
 
-// Inline XXH3 and intrinsics compiled for AVX2, or nullptr where this build
-// has no AVX2 unit (not x86-64). Callers must also check the CPU.
+// Inline XXH3 and intrinsics compiled for AVX2 and FMA, or nullptr where this
+// build has no AVX2 unit (not x86-64). Callers must also check the CPU.
 const LeafKernels* Avx2LeafKernels();
+
+// Inline XXH3 and intrinsics compiled for AVX-512F and FMA, or nullptr where
+// this build has no AVX-512 unit. Callers must also check the CPU.
+const LeafKernels* Avx512LeafKernels();
 
 }  // namespace lockstep::hash::internal
 

@@ -1,15 +1,17 @@
-// AVX2 leaf kernels. Built with -mavx2 on x86-64 (see BUILD); only called
-// after fingerprint.cc has checked __builtin_cpu_supports("avx2").
+// AVX2 leaf kernels. Built with -mavx2 -mfma on x86-64 (see BUILD); only
+// called after fingerprint.cc has checked __builtin_cpu_supports("avx2") and
+// ("fma").
 //
 // Keep this unit self-contained: everything it defines has internal linkage
 // (anonymous namespace, xxHash's XXH_INLINE_ALL makes its functions static),
 // and it includes no header with shared inline functions, so no AVX2-encoded
-// copy of a shared function can end up in the baseline path. -mfma is not
-// given, and -ffp-contract=off applies as everywhere: the statistics below
-// add and multiply exactly as stats_portable.h does.
+// copy of a shared function can end up in the baseline path. -ffp-contract=off
+// applies as everywhere; the one fused multiply-add below is written out and
+// gives the bits of stats_portable.h's sum_sq + d * d, because the square of
+// a float is exact in float64.
 #include "kernels/hash/leaf_kernels.h"
 
-#if defined(__x86_64__) && defined(__AVX2__)
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 
 #include <immintrin.h>
 
@@ -22,7 +24,7 @@
 namespace lockstep::hash::internal {
 namespace {
 
-constexpr int kLanes = 16;
+constexpr int kLanes = 64;
 constexpr uint32_t kInfBits = 0x7f800000U;
 
 uint64_t Avx2Hash64(const void* data, size_t len) {
@@ -42,96 +44,117 @@ double Fold(double lanes[kLanes]) {
   return lanes[0];
 }
 
-// While the block (in cache: it was just hashed) is summed, one cache line
-// of the next leaf is prefetched per 64 bytes processed, so the DRAM reads
-// for the next hash overlap this compute-bound loop. (Measured on 256 MiB:
-// prefetcht0 about 10 % faster than no prefetch, prefetcht1 about 5 %.)
-LeafStats Avx2BlockStats(const float* x, size_t n, const void* prefetch,
-                         size_t prefetch_bytes) {
-  const char* pf = static_cast<const char*>(prefetch);
-  const char* const pf_end = pf == nullptr ? nullptr : pf + prefetch_bytes;
+// 8 floats (lanes 8v .. 8v+7 of a row) into two sum and two sum-of-squares
+// vectors.
+__attribute__((always_inline)) inline void Accumulate8(
+    const float* p, const __m256i abs_mask, __m256d& s_lo, __m256d& s_hi,
+    __m256d& q_lo, __m256d& q_hi, __m256i& max_bits) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  max_bits = _mm256_max_epu32(max_bits, _mm256_and_si256(b, abs_mask));
+  const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(p));
+  const __m256d hi = _mm256_cvtps_pd(_mm_loadu_ps(p + 4));
+  s_lo = _mm256_add_pd(s_lo, lo);
+  s_hi = _mm256_add_pd(s_hi, hi);
+  q_lo = _mm256_fmadd_pd(lo, lo, q_lo);
+  q_hi = _mm256_fmadd_pd(hi, hi, q_hi);
+}
+
+// Accumulates lanes [first, first + 32) over the `rows` full rows of the
+// block (row r = x[64r .. 64r + 64)) into sum/sum_sq[first ..], adding
+// every element, finite or not, and returns the running maximum of the
+// |x| bit patterns. 16 accumulators of 4 doubles: enough independent adds
+// to keep the FP pipes busy. While it runs, two cache lines of `*pf` are
+// prefetched per row, up to pf_end.
+uint32_t HalfRows(const float* x, size_t rows, int first, double* sum,
+                  double* sum_sq, const char** pf, const char* pf_end) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-  const __m256i inf_bits = _mm256_set1_epi32(static_cast<int>(kInfBits));
-  // s<i>/q<i> hold lanes 4i .. 4i+3 of the sums and sums of squares.
-  __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-  __m256d q0 = s0, q1 = s0, q2 = s0, q3 = s0;
-  // Largest |x| bit pattern seen, non-finite values included.
+  __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0,
+          s6 = s0, s7 = s0;
+  __m256d q0 = s0, q1 = s0, q2 = s0, q3 = s0, q4 = s0, q5 = s0, q6 = s0,
+          q7 = s0;
   __m256i max_bits = _mm256_setzero_si256();
-  size_t k = 0;
-  for (; k + kLanes <= n; k += kLanes) {
-    if (pf < pf_end) {
-      _mm_prefetch(pf, _MM_HINT_T0);
-      pf += 64;
+  const float* p = x + first;
+  for (size_t r = 0; r < rows; ++r, p += kLanes) {
+    if (*pf < pf_end) {
+      // One cache line per 64 bytes summed: over both passes, the whole
+      // next leaf.
+      _mm_prefetch(*pf, _MM_HINT_T0);
+      _mm_prefetch(*pf + 64, _MM_HINT_T0);
+      *pf += 128;
     }
-    const __m256i b0 =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k));
-    const __m256i b1 =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k + 8));
-    const __m256i a0 = _mm256_and_si256(b0, abs_mask);
-    const __m256i a1 = _mm256_and_si256(b1, abs_mask);
-    max_bits = _mm256_max_epu32(max_bits, _mm256_max_epu32(a0, a1));
-    // Non-finite elements become +0.0f, which leaves a lane unchanged.
-    const __m256 v0 = _mm256_castsi256_ps(
-        _mm256_and_si256(b0, _mm256_cmpgt_epi32(inf_bits, a0)));
-    const __m256 v1 = _mm256_castsi256_ps(
-        _mm256_and_si256(b1, _mm256_cmpgt_epi32(inf_bits, a1)));
-    const __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v0));
-    const __m256d d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(v0, 1));
-    const __m256d d2 = _mm256_cvtps_pd(_mm256_castps256_ps128(v1));
-    const __m256d d3 = _mm256_cvtps_pd(_mm256_extractf128_ps(v1, 1));
-    s0 = _mm256_add_pd(s0, d0);
-    s1 = _mm256_add_pd(s1, d1);
-    s2 = _mm256_add_pd(s2, d2);
-    s3 = _mm256_add_pd(s3, d3);
-    q0 = _mm256_add_pd(q0, _mm256_mul_pd(d0, d0));
-    q1 = _mm256_add_pd(q1, _mm256_mul_pd(d1, d1));
-    q2 = _mm256_add_pd(q2, _mm256_mul_pd(d2, d2));
-    q3 = _mm256_add_pd(q3, _mm256_mul_pd(d3, d3));
+    Accumulate8(p, abs_mask, s0, s1, q0, q1, max_bits);
+    Accumulate8(p + 8, abs_mask, s2, s3, q2, q3, max_bits);
+    Accumulate8(p + 16, abs_mask, s4, s5, q4, q5, max_bits);
+    Accumulate8(p + 24, abs_mask, s6, s7, q6, q7, max_bits);
   }
-  double sum[kLanes];
-  double sum_sq[kLanes];
-  _mm256_storeu_pd(sum + 0, s0);
-  _mm256_storeu_pd(sum + 4, s1);
-  _mm256_storeu_pd(sum + 8, s2);
-  _mm256_storeu_pd(sum + 12, s3);
-  _mm256_storeu_pd(sum_sq + 0, q0);
-  _mm256_storeu_pd(sum_sq + 4, q1);
-  _mm256_storeu_pd(sum_sq + 8, q2);
-  _mm256_storeu_pd(sum_sq + 12, q3);
+  const __m256d sv[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+  const __m256d qv[8] = {q0, q1, q2, q3, q4, q5, q6, q7};
+  for (int i = 0; i < 8; ++i) {
+    _mm256_storeu_pd(sum + first + 4 * i, sv[i]);
+    _mm256_storeu_pd(sum_sq + first + 4 * i, qv[i]);
+  }
   uint32_t lane_max[8];
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane_max), max_bits);
-  uint32_t max_abs = 0;
+  uint32_t m = 0;
   for (int i = 0; i < 8; ++i) {
-    if (lane_max[i] > max_abs) max_abs = lane_max[i];
+    if (lane_max[i] > m) m = lane_max[i];
   }
-  // Tail: k is a multiple of 16, so element k is in lane 0.
-  for (; k < n; ++k) {
+  return m;
+}
+
+// The reference loop of stats_portable.h (non-finite values add +0.0), used
+// for the rare block that holds NaN or Inf.
+LeafStats ScalarBlockStats(const float* x, size_t n) {
+  double sum[kLanes];
+  double sum_sq[kLanes];
+  for (int j = 0; j < kLanes; ++j) sum[j] = sum_sq[j] = 0.0;
+  LeafStats out{0.0, 0.0, 0, 0, 0};
+  for (size_t k = 0; k < n; ++k) {
     const int j = static_cast<int>(k & (kLanes - 1));
     const uint32_t a = Bits(x[k]) & 0x7fffffffU;
-    if (a > max_abs) max_abs = a;
     if (a < kInfBits) {
       const double d = static_cast<double>(x[k]);
       sum[j] = sum[j] + d;
       sum_sq[j] = sum_sq[j] + d * d;
+      if (a > out.max_abs_bits) out.max_abs_bits = a;
+    } else if (a == kInfBits) {
+      ++out.inf_count;
+    } else {
+      ++out.nan_count;
     }
   }
-  LeafStats out{Fold(sum), Fold(sum_sq), max_abs, 0, 0};
-  if (max_abs >= kInfBits) {
-    // Rare: the block holds NaN or Inf. Count them and take the maximum
-    // over the finite values only.
-    out.max_abs_bits = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t a = Bits(x[i]) & 0x7fffffffU;
-      if (a < kInfBits) {
-        if (a > out.max_abs_bits) out.max_abs_bits = a;
-      } else if (a == kInfBits) {
-        ++out.inf_count;
-      } else {
-        ++out.nan_count;
-      }
-    }
-  }
+  out.sum = Fold(sum);
+  out.sum_sq = Fold(sum_sq);
   return out;
+}
+
+// The block is in cache (it was just hashed), so it is read twice: lanes
+// 0..31, then lanes 32..63, each lane's additions in increasing k as the
+// definition requires. Meanwhile the next leaf is prefetched, one cache line
+// per 64 bytes summed, so the DRAM reads for the next hash overlap this loop.
+// Non-finite values are added like any other here; if the maximum |x| bit
+// pattern shows one, the block is recomputed by the masking reference loop.
+LeafStats Avx2BlockStats(const float* x, size_t n, const void* prefetch,
+                         size_t prefetch_bytes) {
+  const char* pf = static_cast<const char*>(prefetch);
+  const char* const pf_end = pf == nullptr ? nullptr : pf + prefetch_bytes;
+  const size_t rows = n / kLanes;
+  double sum[kLanes];
+  double sum_sq[kLanes];
+  uint32_t max_abs = HalfRows(x, rows, 0, sum, sum_sq, &pf, pf_end);
+  const uint32_t m2 = HalfRows(x, rows, 32, sum, sum_sq, &pf, pf_end);
+  if (m2 > max_abs) max_abs = m2;
+  // Tail: rows * 64 is in lane 0.
+  for (size_t k = rows * kLanes; k < n; ++k) {
+    const int j = static_cast<int>(k & (kLanes - 1));
+    const uint32_t a = Bits(x[k]) & 0x7fffffffU;
+    if (a > max_abs) max_abs = a;
+    const double d = static_cast<double>(x[k]);
+    sum[j] = sum[j] + d;
+    sum_sq[j] = sum_sq[j] + d * d;
+  }
+  if (max_abs >= kInfBits) return ScalarBlockStats(x, n);
+  return LeafStats{Fold(sum), Fold(sum_sq), max_abs, 0, 0};
 }
 
 }  // namespace
@@ -144,7 +167,7 @@ const LeafKernels* Avx2LeafKernels() {
 
 }  // namespace lockstep::hash::internal
 
-#else  // no AVX2 unit in this build
+#else  // no AVX2+FMA unit in this build
 
 namespace lockstep::hash::internal {
 const LeafKernels* Avx2LeafKernels() { return nullptr; }

@@ -2,28 +2,32 @@
 //
 // A fingerprint says *whether* two tensors differ; these statistics say by how
 // much, so a divergence report comes with a magnitude. They are defined
-// exactly (kernels/hash/SPEC.md, "Statistics"), so every backend computes
-// the same bits and the values themselves can be compared across runs:
+// exactly (docs/fingerprints.md, section 8, statistics version 2), so every
+// backend computes the same bits and the values themselves can be compared
+// across runs:
 //
 //   The float32 elements are cut into blocks of kStatsBlockElems = 16384
 //   (one 64 KiB fingerprint leaf). Inside a block, element k goes to lane
-//   k mod 16; each lane keeps two float64 accumulators starting at +0.0 and,
+//   k mod 64; each lane keeps two float64 accumulators starting at +0.0 and,
 //   in increasing k, for every *finite* x adds (double)x to `sum` and
-//   (double)x * (double)x (exact: a float's square fits a double) to
-//   `sum_sq`. The 16 lanes are folded by the halving tree
-//   lane[j] = lane[j] + lane[j + w] for w = 8, 4, 2, 1 (j < w). Block
-//   results are added in block order to totals starting at +0.0.
-//   max_abs is the largest |x| over finite x (+0.0 if none); NaN and ±Inf
-//   are only counted.
+//   (double)x * (double)x (exact: a float's square fits a double, so a fused
+//   multiply-add gives the same bits) to `sum_sq`. The 64 lanes are folded
+//   by the halving tree lane[j] = lane[j] + lane[j + w] for
+//   w = 32, 16, 8, 4, 2, 1 (j < w). Block results are added in block order
+//   to totals starting at +0.0. max_abs is the largest |x| over finite x
+//   (+0.0 if none); NaN and ±Inf are only counted.
 //
-// The lane/block structure lets the CPU vectorise (AVX2: four 4-wide double
-// vectors per accumulator) and the GPU parallelise (a half-warp per leaf,
-// shuffle-down tree), while the order of every floating-point addition stays
-// fixed. Skipping a non-finite element is the same as adding +0.0, because a
-// lane never holds -0.0 (it starts at +0.0 and +0.0 + -0.0 = +0.0).
+// 64 independent lanes make the CPU code throughput-bound rather than bound
+// by the latency of dependent adds (AVX-512: eight 8-wide double vectors per
+// accumulator; AVX2: two passes of eight 4-wide vectors over the cached
+// block) and map onto a warp on the GPU (thread t holds lanes t and t + 32,
+// adds them, then a shuffle-down tree with offsets 16 .. 1), while the order
+// of every floating-point addition stays fixed. Skipping a non-finite element
+// is the same as adding +0.0, because a lane never holds -0.0 (it starts at
+// +0.0 and +0.0 + -0.0 = +0.0).
 //
-// This file is the reference; fingerprint.cc's AVX2 path is tested against
-// it. Thread-safety: pure functions.
+// This file is the reference; the AVX2 and AVX-512 leaf kernels are tested
+// against it. Thread-safety: pure functions.
 #ifndef LOCKSTEP_KERNELS_HASH_STATS_PORTABLE_H_
 #define LOCKSTEP_KERNELS_HASH_STATS_PORTABLE_H_
 
@@ -40,7 +44,10 @@ namespace lockstep::hash::portable {
 // Elements per statistics block (one 64 KiB leaf of float32).
 inline constexpr int64_t kStatsBlockElems = 16384;
 // Independent accumulation lanes per block.
-inline constexpr int kStatsLanes = 16;
+inline constexpr int kStatsLanes = 64;
+// Version of this statistics definition; it arrived with format version 2
+// (docs/fingerprints.md, changelog). Version 1 had 16 lanes per block.
+inline constexpr int kStatsVersion = 2;
 // |x| bit patterns at or above this are Inf (equal) or NaN (above).
 inline constexpr uint32_t kF32InfBits = 0x7f800000U;
 
@@ -66,7 +73,8 @@ LS_HD_INLINE StatsPartial EmptyStatsPartial() {
 using ::lockstep::canonical::LsBitsToFloat;
 using ::lockstep::canonical::LsFloatToBits;
 
-// Folds 16 lane values by the halving tree (w = 8, 4, 2, 1); returns lane 0.
+// Folds kStatsLanes lane values by the halving tree (w = 32, 16, .., 1);
+// returns lane 0.
 LS_HD_INLINE double FoldLanes(double lanes[kStatsLanes]) {
   for (int w = kStatsLanes / 2; w >= 1; w /= 2) {
     for (int j = 0; j < w; ++j) lanes[j] = lanes[j] + lanes[j + w];

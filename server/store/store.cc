@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
 
 namespace lockstep::store {
 namespace {
@@ -555,14 +557,52 @@ std::string Serialize(const google::protobuf::MessageLite& m) {
   return out;
 }
 
-// The fingerprint-only form a step is stored in.
-std::string EncodeFingerprints(
-    const google::protobuf::RepeatedPtrField<v1::TensorFingerprint>& fps,
-    const std::string& step_digest) {
-  v1::FingerprintBatch stored;
-  *stored.mutable_fingerprints() = fps;
-  stored.set_step_digest(step_digest);
-  return Serialize(stored);
+using FingerprintList =
+    google::protobuf::RepeatedPtrField<v1::TensorFingerprint>;
+
+// The fingerprint-only form a step is stored in: the serialized
+// FingerprintBatch holding just `first` then `second` as its fingerprints
+// and `step_digest`. Written field by field, in the order protobuf
+// serializes them (fingerprints = 5, then step_digest = 7), so the bytes
+// equal those of building that message and calling SerializeToString, but
+// without copying every fingerprint into a new message first.
+std::string EncodeFingerprints(const FingerprintList& first,
+                               const FingerprintList& second,
+                               const std::string& step_digest) {
+  using ::google::protobuf::internal::WireFormatLite;
+  constexpr uint32_t kFingerprintsTag =
+      WireFormatLite::MakeTag(v1::FingerprintBatch::kFingerprintsFieldNumber,
+                              WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  constexpr uint32_t kStepDigestTag =
+      WireFormatLite::MakeTag(v1::FingerprintBatch::kStepDigestFieldNumber,
+                              WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  size_t total = 0;
+  for (const FingerprintList* list : {&first, &second}) {
+    for (const v1::TensorFingerprint& fp : *list) {
+      total += 1 + WireFormatLite::LengthDelimitedSize(fp.ByteSizeLong());
+    }
+  }
+  if (!step_digest.empty()) {
+    total += 1 + WireFormatLite::LengthDelimitedSize(step_digest.size());
+  }
+  std::string out;
+  out.resize(total);
+  auto* p = reinterpret_cast<uint8_t*>(out.data());
+  using ::google::protobuf::io::CodedOutputStream;
+  for (const FingerprintList* list : {&first, &second}) {
+    for (const v1::TensorFingerprint& fp : *list) {
+      p = CodedOutputStream::WriteTagToArray(kFingerprintsTag, p);
+      // ByteSizeLong() above cached the size.
+      p = CodedOutputStream::WriteVarint32ToArray(
+          static_cast<uint32_t>(fp.GetCachedSize()), p);
+      p = fp.SerializeWithCachedSizesToArray(p);
+    }
+  }
+  if (!step_digest.empty()) {
+    p = CodedOutputStream::WriteTagToArray(kStepDigestTag, p);
+    p = CodedOutputStream::WriteStringWithSizeToArray(step_digest, p);
+  }
+  return out;
 }
 
 }  // namespace
@@ -874,12 +914,83 @@ absl::Status Store::RestartRun(const v1::Run& run) {
   return tx.Commit();
 }
 
+// One IngestBatch call waiting for its group's commit.
+struct Store::PendingIngest {
+  const v1::FingerprintBatch* batch;
+  int entries;
+  absl::StatusOr<IngestResult> result = absl::UnknownError("not ingested");
+  bool done = false;
+};
+
 absl::StatusOr<IngestResult> Store::IngestBatch(
     const v1::FingerprintBatch& batch, int entries) {
+  PendingIngest me{&batch, entries};
+  std::vector<PendingIngest*> group;
+  {
+    absl::MutexLock lock(&ingest_mu_);
+    ingest_queue_.push_back(&me);
+    while (!me.done && ingest_leader_active_) ingest_cv_.Wait(&ingest_mu_);
+    if (me.done) return std::move(me.result);
+    // Leader: take every batch queued so far (this one included).
+    ingest_leader_active_ = true;
+    group.swap(ingest_queue_);
+  }
+  IngestGroup(group);
+  {
+    absl::MutexLock lock(&ingest_mu_);
+    for (PendingIngest* p : group) p->done = true;
+    ingest_leader_active_ = false;
+  }
+  ingest_cv_.SignalAll();
+  return std::move(me.result);
+}
+
+void Store::IngestGroup(const std::vector<PendingIngest*>& group) {
   absl::MutexLock lock(&mu_);
-  LS_REQUIRE_CURRENT_SCHEMA();
+  auto fail_all = [&](const absl::Status& s) {
+    for (PendingIngest* p : group) p->result = s;
+  };
+  if (stmts_.empty()) {
+    return fail_all(absl::FailedPreconditionError(
+        "store opened at an older schema version (migrate_to_version)"));
+  }
   Transaction tx(db_.get());
-  LS_RETURN_IF_ERROR(tx.begin_status());
+  if (!tx.begin_status().ok()) return fail_all(tx.begin_status());
+  bool wrote = false;
+  if (group.size() == 1) {
+    // A refused batch leaves the transaction to roll back unchanged.
+    PendingIngest* p = group[0];
+    p->result = IngestBatchLocked(*p->batch, p->entries);
+    wrote = p->result.ok() && !p->result->duplicate;
+  } else {
+    // Each batch in its own savepoint, in arrival order, so that a refused
+    // one leaves no trace and the others see exactly the state they would
+    // have seen one transaction each.
+    for (PendingIngest* p : group) {
+      if (absl::Status s = db_->Exec("SAVEPOINT ingest_batch"); !s.ok()) {
+        return fail_all(s);
+      }
+      p->result = IngestBatchLocked(*p->batch, p->entries);
+      const bool keep = p->result.ok() && !p->result->duplicate;
+      absl::Status s =
+          keep ? absl::OkStatus() : db_->Exec("ROLLBACK TO ingest_batch");
+      if (s.ok()) s = db_->Exec("RELEASE ingest_batch");
+      if (!s.ok()) return fail_all(s);
+      wrote = wrote || keep;
+    }
+  }
+  if (!wrote) return;  // nothing to commit: the transaction rolls back
+  // One commit (one WAL sync under synchronous=FULL) for the whole group;
+  // no batch is acknowledged before it returns.
+  if (absl::Status s = tx.Commit(); !s.ok()) {
+    for (PendingIngest* p : group) {
+      if (p->result.ok()) p->result = s;
+    }
+  }
+}
+
+absl::StatusOr<IngestResult> Store::IngestBatchLocked(
+    const v1::FingerprintBatch& batch, int entries) {
   int64_t attempt = 0, state = 0, next = 0;
   {
     Statement* st = stmts_[kGetRunIngestState].get();
@@ -903,7 +1014,7 @@ absl::StatusOr<IngestResult> Store::IngestBatch(
   if (batch.sequence() < next) {
     IngestResult dup;
     dup.duplicate = true;
-    return dup;  // already stored; the transaction rolls back unchanged
+    return dup;  // already stored; nothing is written
   }
   if (state != v1::RUN_ASSIGNED && state != v1::RUN_RUNNING) {
     return absl::FailedPreconditionError(
@@ -960,9 +1071,8 @@ absl::StatusOr<IngestResult> Store::IngestBatch(
           "%d entries per step",
           batch.step(), expected_index, entries));
     }
-    google::protobuf::RepeatedPtrField<v1::TensorFingerprint> all;
-    for (auto& fp : earlier) *all.Add() = std::move(fp);
-    for (const auto& fp : batch.fingerprints()) *all.Add() = fp;
+    FingerprintList before;
+    for (auto& fp : earlier) *before.Add() = std::move(fp);
     {
       Statement* st = stmts_[kInsertRunStep].get();
       ScopedReset reset(st);
@@ -970,7 +1080,8 @@ absl::StatusOr<IngestResult> Store::IngestBatch(
       LS_RETURN_IF_ERROR(st->BindInt64(2, attempt));
       LS_RETURN_IF_ERROR(st->BindInt64(3, batch.step()));
       LS_RETURN_IF_ERROR(
-          st->BindBlob(4, EncodeFingerprints(all, batch.step_digest())));
+          st->BindBlob(4, EncodeFingerprints(before, batch.fingerprints(),
+                                             batch.step_digest())));
       LS_RETURN_IF_ERROR(st->BindText(5, batch.step_digest()));
       absl::StatusOr<bool> row = st->Step();
       if (!row.ok()) {
@@ -998,8 +1109,8 @@ absl::StatusOr<IngestResult> Store::IngestBatch(
     LS_RETURN_IF_ERROR(st->BindInt64(2, attempt));
     LS_RETURN_IF_ERROR(st->BindInt64(3, batch.sequence()));
     LS_RETURN_IF_ERROR(st->BindInt64(4, batch.step()));
-    LS_RETURN_IF_ERROR(
-        st->BindBlob(5, EncodeFingerprints(batch.fingerprints(), "")));
+    LS_RETURN_IF_ERROR(st->BindBlob(
+        5, EncodeFingerprints(batch.fingerprints(), FingerprintList(), "")));
     LS_RETURN_IF_ERROR(st->Run());
   }
   {
@@ -1009,7 +1120,6 @@ absl::StatusOr<IngestResult> Store::IngestBatch(
     LS_RETURN_IF_ERROR(st->BindText(2, batch.run_id()));
     LS_RETURN_IF_ERROR(st->Run());
   }
-  LS_RETURN_IF_ERROR(tx.Commit());
   return result;
 }
 

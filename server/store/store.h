@@ -146,6 +146,11 @@ class Store {
   absl::Status RestartRun(const lockstep::v1::Run& run);
 
   // Stores one fingerprint batch durably (committed before it returns).
+  // Batches that arrive from several threads while a commit is under way are
+  // stored together in the next transaction (group commit: one WAL sync for
+  // all of them), each in its own savepoint and in arrival order, so every
+  // batch gets the result it would get alone, and none returns before the
+  // transaction holding it has committed.
   // `entries` is the manifest's entry count per step. Checks, in order:
   // the run exists (NOT_FOUND), the attempt is the run's current one
   // (ABORTED), the run accepts batches (FAILED_PRECONDITION), the sequence
@@ -241,6 +246,14 @@ class Store {
  private:
   Store(StoreOptions options, std::unique_ptr<Database> db, int version);
   absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct PendingIngest;
+  // Stores `group` in one transaction (IngestBatch's leader).
+  void IngestGroup(const std::vector<PendingIngest*>& group)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // IngestBatch's checks and writes inside an open transaction.
+  absl::StatusOr<IngestResult> IngestBatchLocked(
+      const lockstep::v1::FingerprintBatch& batch, int entries)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   class RunStepCursor;
   // The first completed step of the attempt after `after_step`, or nullopt.
   absl::StatusOr<std::optional<StepRecord>> ReadStepAfter(
@@ -268,6 +281,14 @@ class Store {
   const int version_;
   // Prepared statements, indexed by the Slot enum in store.cc.
   std::vector<std::unique_ptr<Statement>> stmts_ ABSL_GUARDED_BY(mu_);
+
+  // Group commit of IngestBatch: batches waiting for the next transaction,
+  // and whether a leader is storing a group now. Never held with mu_ taken
+  // first (the leader takes mu_ after releasing ingest_mu_).
+  absl::Mutex ingest_mu_;
+  absl::CondVar ingest_cv_;
+  std::vector<PendingIngest*> ingest_queue_ ABSL_GUARDED_BY(ingest_mu_);
+  bool ingest_leader_active_ ABSL_GUARDED_BY(ingest_mu_) = false;
 };
 
 }  // namespace lockstep::store

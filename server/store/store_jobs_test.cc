@@ -1,4 +1,10 @@
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -212,6 +218,136 @@ TEST_F(StoreJobsTest, MalformedBatchesChangeNothing) {
                HasSubstr("already complete")));
   EXPECT_EQ(*store_->NextSequence("j-r00"), 1);
   EXPECT_EQ(store_->LoadRunSteps("j-r00", 1)->size(), 1u);
+}
+
+// Batches from many threads are committed in groups; each must get the
+// result it would get alone, and a refused or duplicate batch in a group
+// must leave the others intact.
+TEST_F(StoreJobsTest, ConcurrentBatchesGetTheirOwnResults) {
+  constexpr int kRuns = 6;
+  constexpr int kSteps = 25;
+  ASSERT_THAT(store_->InsertJob(MakeJob("j", 1, kRuns), TensorManifest(), ""),
+              IsOk());
+  for (int r = 0; r < kRuns; ++r) MarkRunning("j", r);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRuns; ++r) {
+    threads.emplace_back([&, r] {
+      const std::string run = "j-r0" + std::to_string(r);
+      for (int s = 0; s < kSteps; ++s) {
+        auto ok =
+            store_->IngestBatch(Batch(run, 1, s, s, 0, 4, true), kEntries);
+        if (!ok.ok() || ok->duplicate || !ok->step_completed) ++failures;
+        // A resent batch: acknowledged as a duplicate, nothing changes.
+        auto dup =
+            store_->IngestBatch(Batch(run, 1, s, s, 0, 4, true), kEntries);
+        if (!dup.ok() || !dup->duplicate) ++failures;
+        // A stale attempt and a malformed batch are refused.
+        auto stale = store_->IngestBatch(
+            Batch(run, 2, s + 1, s + 1, 0, 4, true), kEntries);
+        if (stale.status().code() != absl::StatusCode::kAborted) ++failures;
+        auto short_step = store_->IngestBatch(
+            Batch(run, 1, s + 1, s + 1, 0, 3, true), kEntries);
+        if (short_step.status().code() != absl::StatusCode::kInvalidArgument) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (int r = 0; r < kRuns; ++r) {
+    const std::string run = "j-r0" + std::to_string(r);
+    EXPECT_EQ(*store_->NextSequence(run), kSteps) << run;
+    auto steps = store_->LoadRunSteps(run, 1);
+    ASSERT_THAT(steps, IsOk());
+    ASSERT_EQ(steps->size(), static_cast<size_t>(kSteps)) << run;
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_EQ((*steps)[s].step, s);
+      EXPECT_EQ((*steps)[s].step_digest, "d" + std::to_string(s));
+      ASSERT_EQ((*steps)[s].fingerprints.size(), 4u);
+      EXPECT_EQ((*steps)[s].fingerprints[3].hash_hi(), 1000u * s + 3);
+    }
+  }
+}
+
+// A completed step is stored as the serialized FingerprintBatch holding only
+// its fingerprints and step digest; the encoder writes those bytes directly.
+TEST(StoreBlobTest, StepBlobIsTheSerializedFingerprintOnlyBatch) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      std::string(tmp != nullptr ? tmp : "/tmp") + "/blob.db";
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::remove((path + suffix).c_str());
+  }
+  StoreOptions o;
+  o.path = path;
+  std::unique_ptr<Store> store = std::move(Store::Open(o).value());
+  Job job;
+  job.set_job_id("j");
+  v1::Run* run = job.add_runs();
+  run->set_run_id("j-r00");
+  run->set_job_id("j");
+  run->set_attempt(1);
+  run->set_state(RUN_RUNNING);
+  ASSERT_THAT(store->InsertJob(job, TensorManifest(), ""), IsOk());
+  // Step 0 in one batch; step 1 split over two, with an empty stats
+  // message, negative values and a fingerprint with every field default.
+  FingerprintBatch a;
+  a.set_run_id("j-r00");
+  a.set_attempt(1);
+  for (int i = 0; i < 3; ++i) {
+    TensorFingerprint* fp = a.add_fingerprints();
+    fp->set_index(i);
+    fp->set_hash_hi(0xfedcba9876543210ULL + i);
+    fp->set_hash_lo(i);
+    fp->mutable_stats()->set_sum(-1.5 * i);
+    fp->mutable_stats()->set_l2(2.0);
+    fp->mutable_stats()->set_nan_count(i);
+  }
+  a.set_step_complete(true);
+  a.set_step_digest("0123456789abcdef0123456789abcdef");
+  ASSERT_THAT(store->IngestBatch(a, 3), IsOk());
+  FingerprintBatch b1;
+  b1.set_run_id("j-r00");
+  b1.set_attempt(1);
+  b1.set_sequence(1);
+  b1.set_step(1);
+  b1.add_fingerprints();  // index 0, every field default
+  b1.add_fingerprints()->set_index(1);
+  b1.mutable_fingerprints(1)->mutable_stats();
+  ASSERT_THAT(store->IngestBatch(b1, 3), IsOk());
+  FingerprintBatch b2;
+  b2.set_run_id("j-r00");
+  b2.set_attempt(1);
+  b2.set_sequence(2);
+  b2.set_step(1);
+  b2.add_fingerprints()->set_index(2);
+  b2.mutable_fingerprints(0)->set_hash_hi(~0ULL);
+  b2.set_step_complete(true);
+  b2.set_step_digest("fedcba9876543210fedcba9876543210");
+  ASSERT_THAT(store->IngestBatch(b2, 3), IsOk());
+
+  FingerprintBatch want0;
+  *want0.mutable_fingerprints() = a.fingerprints();
+  want0.set_step_digest(a.step_digest());
+  FingerprintBatch want1;
+  *want1.add_fingerprints() = b1.fingerprints(0);
+  *want1.add_fingerprints() = b1.fingerprints(1);
+  *want1.add_fingerprints() = b2.fingerprints(0);
+  want1.set_step_digest(b2.step_digest());
+  auto db = Database::Open(path, false);
+  ASSERT_THAT(db, IsOk());
+  auto st = (*db)->Prepare(
+      "SELECT fingerprints FROM run_steps WHERE run_id = 'j-r00' ORDER BY "
+      "step");
+  ASSERT_THAT(st, IsOk());
+  for (const FingerprintBatch* want : {&want0, &want1}) {
+    ASSERT_THAT((*st)->Step(), IsOk());
+    std::string bytes;
+    ASSERT_TRUE(want->SerializeToString(&bytes));
+    EXPECT_EQ((*st)->ColumnBlob(0), bytes);
+  }
 }
 
 TEST_F(StoreJobsTest, RestartDropsEarlierAttempts) {
