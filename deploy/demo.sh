@@ -81,7 +81,7 @@ done
 # device would.
 "$worker" daemon --coordinator="$address" --name="demo-faulty" \
   --labels="demo=drill,pair=${paths[0]}" \
-  --inject_fault=step=3,layer=fc1,role=WEIGHT,bit=22 \
+  --allow_drills --inject_fault=step=3,layer=fc1,role=WEIGHT,bit=22 \
   >worker-faulty.log 2>&1 &
 pids+=($!)
 names+=("demo-faulty")
@@ -90,7 +90,7 @@ names+=("demo-faulty")
 for n in 1 2 3 4 5; do
   printf 'f1ee7%027d\n' "$n" >"fleet-$n.machine-id"
   extra=()
-  [ "$n" = 5 ] && extra=(--inject_fault=step=1,layer=fc2,role=ACTIVATION,bit=22)
+  [ "$n" = 5 ] && extra=(--allow_drills --inject_fault=step=1,layer=fc2,role=ACTIVATION,bit=22)
   "$worker" daemon --coordinator="$address" --name="fleet-$n" \
     --labels=fleet=simulated --machine_id_file="fleet-$n.machine-id" \
     "${extra[@]}" >"fleet-$n.log" 2>&1 &

@@ -21,6 +21,7 @@ namespace {
 
 using ::lockstep::testing::IsOk;
 using ::lockstep::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using namespace ::lockstep::v1;  // NOLINT
 
@@ -361,6 +362,43 @@ TEST_F(JobManagerTest, RetriesAreBounded) {
   EXPECT_THAT(done->failure_reason(), HasSubstr("failed after 2 attempts"));
   EXPECT_THAT(done->failure_reason(), HasSubstr("killed by signal 9"));
   EXPECT_EQ(jobs_->GetReport(job->job_id())->verdict(), FAILED);
+}
+
+TEST_F(JobManagerTest, InputErrorsFailOnTheFirstAttempt) {
+  FakeWorker* a = Connect("a", "class-x");
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(2, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  ASSERT_THAT(job, IsOk());
+  auto runs = a->TakeAssignments();
+  ASSERT_FALSE(runs.empty());
+  EXPECT_EQ(runs[0].attempt(), 1);
+  RunFinished f;
+  f.set_run_id(runs[0].run_id());
+  f.set_attempt(1);
+  f.set_success(false);
+  f.set_input_error(true);
+  f.set_failure_reason(
+      "INVALID_ARGUMENT: dataset.file.inputs_path \"/etc/shadow\": is outside "
+      "the worker's --data_root");
+  ASSERT_THAT(jobs_->OnRunFinished(a->id, f), IsOk());
+  jobs_->WaitForVerdicts();
+  // No second attempt: the job failed with the reason.
+  for (const auto& r : a->TakeAssignments()) {
+    EXPECT_NE(r.run_id(), runs[0].run_id());
+  }
+  auto done = jobs_->GetJob(job->job_id());
+  ASSERT_THAT(done, IsOk());
+  EXPECT_EQ(done->state(), JOB_FAILED);
+  EXPECT_THAT(done->failure_reason(),
+              AllOf(HasSubstr("failed on attempt 1"),
+                    HasSubstr("outside the worker's --data_root")));
+  for (const auto& r : done->runs()) {
+    if (r.run_id() == runs[0].run_id()) {
+      EXPECT_EQ(r.attempt(), 1);
+      EXPECT_EQ(r.state(), RUN_FAILED);
+    }
+  }
 }
 
 TEST_F(JobManagerTest, WrongDigestIsNotAccepted) {

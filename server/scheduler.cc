@@ -485,7 +485,9 @@ absl::Status Scheduler::OnRunFinished(const std::string& worker_id,
              : finished.failure_reason().empty()
                  ? std::string("the worker reported a failure")
                  : finished.failure_reason();
-    next = EndAttempt(run, reason);
+    // An input error fails every attempt alike: no retry.
+    next = EndAttempt(run, reason,
+                      /*retry=*/!verified.ok() || !finished.input_error());
   }
   const bool restart = next.attempt() != run.attempt();
   absl::Status written = writer_.WriteNow([&next, restart](store::Store* s) {
@@ -530,8 +532,16 @@ absl::Status Scheduler::OnRunFinished(const std::string& worker_id,
   return verified;
 }
 
-Run Scheduler::EndAttempt(const Run& run, const std::string& reason) const {
+Run Scheduler::EndAttempt(const Run& run, const std::string& reason,
+                          bool retry) const {
   Run next = run;
+  if (!retry) {
+    next.set_state(v1::RUN_FAILED);
+    next.set_failure_reason(
+        absl::StrCat("failed on attempt ", run.attempt(), ": ", reason));
+    next.set_finished_unix_ms(clock_());
+    return next;
+  }
   if (run.attempt() < options_.max_attempts) {
     next.set_attempt(run.attempt() + 1);
     next.set_state(v1::RUN_QUEUED);

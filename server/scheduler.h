@@ -177,9 +177,10 @@ class Scheduler {
   void AssignLocked(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The record that ends an attempt that did not succeed: a fresh attempt
-  // while attempts remain, else the failed run.
+  // while attempts remain and `retry`, else the failed run.
   lockstep::v1::Run EndAttempt(const lockstep::v1::Run& run,
-                               const std::string& reason) const;
+                               const std::string& reason,
+                               bool retry = true) const;
   // Applies `next` (from EndAttempt) to `run`; `persisted` when the store
   // already holds it.
   void ApplyEndedAttemptLocked(JobState* js, lockstep::v1::Run* run,

@@ -28,6 +28,8 @@ namespace {
 
 absl::Status Train(const v1::RunAssignment& a, const ChildOptions& child,
                    int out_fd, v1::RunFinished* finished) {
+  DatasetOptions dataset_options;
+  dataset_options.data_root = child.data_root;
   const std::optional<FaultSpec>& fault = child.fault;
   LS_ASSIGN_OR_RETURN(model::ModelPlan plan,
                       model::PlanModel(a.model(), a.config(), model::Limits()));
@@ -35,10 +37,17 @@ absl::Status Train(const v1::RunAssignment& a, const ChildOptions& child,
   LS_RETURN_IF_ERROR(RegisterWorkerKernels(&registry).status());
   std::vector<int64_t> example(plan.input_shape.begin() + 1,
                                plan.input_shape.end());
-  LS_ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset,
-                      OpenDataset(a.config().dataset(), a.config().seed(),
-                                  example, plan.num_classes));
-  std::shared_ptr<Dataset> shared(std::move(dataset));
+  absl::StatusOr<std::unique_ptr<Dataset>> dataset =
+      OpenDataset(a.config().dataset(), a.config().seed(), example,
+                  plan.num_classes, dataset_options);
+  if (!dataset.ok()) {
+    // INVALID_ARGUMENT: the job's dataset is at fault (format, path rules,
+    // size), and every attempt would fail alike.
+    finished->set_input_error(dataset.status().code() ==
+                              absl::StatusCode::kInvalidArgument);
+    return dataset.status();
+  }
+  std::shared_ptr<Dataset> shared(*std::move(dataset));
   BatchSource batches = DatasetBatches(shared, a.config().batch_size());
 
   v1::FingerprintBatch current;

@@ -32,6 +32,9 @@ absl::StatusOr<StallSpec> ParseStallSpec(absl::string_view text);
 struct ChildOptions {
   std::optional<FaultSpec> fault;
   std::optional<StallSpec> stall;
+  // The canonical directory file datasets are read from
+  // (DatasetOptions::data_root); empty: file datasets are refused.
+  std::string data_root;
 };
 
 // Executes `assignment`, writing frames to `out_fd`. Returns the status the

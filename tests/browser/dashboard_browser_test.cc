@@ -143,6 +143,7 @@ TEST_F(DashboardBrowser, DivergenceMapFirstDivergenceAndOutlierOnTheFleet) {
   cluster_->StartWorker("node-3", OwnMachine("node-3"));
   auto faulty = OwnMachine("drill");
   faulty.push_back("--labels=pair=drill");
+  faulty.push_back("--allow_drills");
   faulty.push_back(kFault);
   cluster_->StartWorker("drill", faulty);
   ASSERT_TRUE(PollUntil(absl::Seconds(60), [&] {

@@ -95,7 +95,7 @@ class FleetAuditE2E : public ::testing::Test {
 // first tensor where it leaves them, and only it is quarantined.
 TEST_F(FleetAuditE2E, FiveMachinesOneFaultyIsNamedWithItsFirstTensor) {
   for (const char* n : {"m1", "m2", "m3", "m4"}) StartMachine(n);
-  StartMachine("m5", {kFault});
+  StartMachine("m5", {"--allow_drills", kFault});
   WaitConnected({"m1", "m2", "m3", "m4", "m5"});
   const v1::Audit audit = Audit({"--quarantine"});
   EXPECT_EQ(audit.state(), v1::AUDIT_DONE) << audit.summary();
@@ -131,7 +131,7 @@ TEST_F(FleetAuditE2E, FiveMachinesOneFaultyIsNamedWithItsFirstTensor) {
 // and quarantines nobody.
 TEST_F(FleetAuditE2E, TwoMachinesThatDisagreeHaveNoMajority) {
   StartMachine("a1");
-  StartMachine("a2", {kFault});
+  StartMachine("a2", {"--allow_drills", kFault});
   WaitConnected({"a1", "a2"});
   const v1::Audit audit = Audit({"--quarantine"});
   EXPECT_EQ(audit.state(), v1::AUDIT_DONE) << audit.summary();
@@ -152,7 +152,7 @@ TEST_F(FleetAuditE2E, TwoMachinesThatDisagreeHaveNoMajority) {
 // outvote another, so even a drill worker among them is not named.
 TEST_F(FleetAuditE2E, DaemonsOnOneDeviceVoteOnce) {
   for (const char* n : {"d1", "d2", "d3"}) cluster_->StartWorker(n);
-  cluster_->StartWorker("d4", {kFault});
+  cluster_->StartWorker("d4", {"--allow_drills", kFault});
   WaitConnected({"d1", "d2", "d3", "d4"});
   const v1::Audit audit = Audit({"--quarantine"});
   EXPECT_EQ(audit.state(), v1::AUDIT_DONE) << audit.summary();

@@ -152,7 +152,7 @@ TEST_F(JobsE2E, CheckExitCodesAndJUnit) {
   cluster_->StartWorker("good-a2", {"--labels=pool=a"});
   cluster_->StartWorker("good-b", {"--labels=pool=b"});
   cluster_->StartWorker("faulty-b",
-                        {"--labels=pool=b",
+                        {"--labels=pool=b", "--allow_drills",
                          "--inject_fault=step=1,layer=fc2,role=ACTIVATION,"
                          "bit=22"});
   WaitConnected({"good-a1", "good-a2", "good-b", "faulty-b"});
@@ -217,8 +217,10 @@ TEST_F(JobsE2E, CheckExitCodesAndJUnit) {
 TEST_F(JobsE2E, WorkerKilledMidRunIsRetriedElsewhere) {
   // Runs pause 2 s at step 5 (a drill), so "mid-run" does not depend on
   // how fast the kernels are.
-  cluster_->StartWorker("w1", {"--inject_stall=step=5,seconds=2"});
-  cluster_->StartWorker("w2", {"--inject_stall=step=5,seconds=2"});
+  cluster_->StartWorker("w1",
+                        {"--allow_drills", "--inject_stall=step=5,seconds=2"});
+  cluster_->StartWorker("w2",
+                        {"--allow_drills", "--inject_stall=step=5,seconds=2"});
   WaitConnected({"w1", "w2"});
   const std::string job =
       Submit({lenet_model_, lenet_long_, "--runs=2", "--scope=same_class"});
@@ -267,7 +269,8 @@ TEST_F(JobsE2E, CoordinatorKilledMidJobLosesNothing) {
   // Runs pause 1 s at step 8 (a drill): the coordinator dies before the
   // pause and comes back after it, so the worker trains on while it is
   // down and must resend what was not acknowledged.
-  cluster_->StartWorker("w1", {"--slots=2", "--inject_stall=step=8,seconds=1"});
+  cluster_->StartWorker(
+      "w1", {"--slots=2", "--allow_drills", "--inject_stall=step=8,seconds=1"});
   WaitConnected({"w1"});
   const std::string job =
       Submit({lenet_model_, lenet_long_, "--runs=2", "--scope=same_worker"});
@@ -310,6 +313,7 @@ TEST_F(JobsE2E, AuditNamesTheFaultyWorkerAndQuarantinesIt) {
     cluster_->StartWorker(name, OwnMachine(name));
   }
   std::vector<std::string> faulty = OwnMachine("node-3");
+  faulty.push_back("--allow_drills");
   faulty.push_back("--inject_fault=step=1,layer=fc2,role=ACTIVATION,bit=22");
   cluster_->StartWorker("node-3", faulty);
   WaitConnected({"node-1", "node-2", "node-3", "node-4"});
@@ -358,8 +362,8 @@ TEST_F(JobsE2E, KilledOrHangingRunProcessIsReportedAndTheDaemonGoesOn) {
   // Every LeNet run stalls for 30 s before step 2 (a drill); the run
   // timeout is 2 s.
   Subprocess* w = cluster_->StartWorker(
-      "w1",
-      {"--run_timeout_s=2", "--inject_stall=step=2,seconds=30,model=lenet5"});
+      "w1", {"--run_timeout_s=2", "--allow_drills",
+             "--inject_stall=step=2,seconds=30,model=lenet5"});
   WaitConnected({"w1"});
   // 1. Kill the run process of the first attempt.
   const std::string job =

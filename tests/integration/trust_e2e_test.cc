@@ -110,7 +110,8 @@ TEST_F(TrustE2E, WorkerKilledDuringAnAuditGetsNoResult) {
   // Runs pause at step 3, so the audit is still running when one worker
   // dies, however fast the kernels are.
   for (const char* name : {"node-1", "node-2", "node-3"}) {
-    cluster_->StartWorker(name, {"--inject_stall=step=3,seconds=2"});
+    cluster_->StartWorker(
+        name, {"--allow_drills", "--inject_stall=step=3,seconds=2"});
   }
   WaitConnected({"node-1", "node-2", "node-3"});
   std::string victim_id;

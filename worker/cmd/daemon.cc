@@ -10,16 +10,39 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/logging.h"
 #include "worker/cmd/drill_flags.h"
 #include "worker/daemon.h"
+#include "worker/data/dataset.h"  // CanonicalDataRoot
 #include "worker/selftest.h"
 
 namespace lockstep::worker::cmd {
 
 int DaemonMain(const DaemonCommandOptions& flags, HardwareProbe& probe) {
+  if (!flags.allow_drills &&
+      (!flags.inject_fault.empty() || !flags.inject_stall.empty())) {
+    std::fprintf(
+        stderr,
+        "lockstep-worker: %s is a drill and is refused unless "
+        "--allow_drills is given (never on a production worker)\n",
+        !flags.inject_fault.empty() ? "--inject_fault" : "--inject_stall");
+    return kUsageExitCode;
+  }
+  std::string data_root;
+  if (!flags.data_root.empty()) {
+    absl::StatusOr<std::string> root =
+        CanonicalDataRoot(flags.data_root, "--data_root");
+    if (!root.ok()) {
+      std::fprintf(stderr, "lockstep-worker: %s\n",
+                   std::string(root.status().message()).c_str());
+      return kUsageExitCode;
+    }
+    data_root = *root;
+  }
+
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -46,6 +69,8 @@ int DaemonMain(const DaemonCommandOptions& flags, HardwareProbe& probe) {
   }
   self[n] = '\0';
   options.run_argv = {self, "execute"};
+  if (!data_root.empty())
+    options.run_argv.push_back("--data_root=" + data_root);
   if (fault.has_value()) {
     options.run_argv.push_back("--inject_fault=" + flags.inject_fault);
     auto* f = profile->mutable_injecting_fault();

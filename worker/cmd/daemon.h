@@ -29,6 +29,12 @@ struct DaemonCommandOptions {
   // A StallSpec (worker/run_child.h): the run process sleeps before a step
   // (a drill for hung runs). Empty: none.
   std::string inject_stall;
+  // Whether the drills above may be used; without it a drill flag is a
+  // usage error.
+  bool allow_drills = false;
+  // The directory file datasets are read from (absolute; passed to every
+  // run process). Empty: file datasets are refused.
+  std::string data_root;
   // Run the selftest at start and report it in the hardware profile.
   bool selftest = true;
   // Wall-clock limit of one run, s.
@@ -37,7 +43,8 @@ struct DaemonCommandOptions {
 
 // Serves until a signal stops it. Exit 0 after SIGINT / SIGTERM; 1 when the
 // probe fails, the binary cannot find itself or the daemon stops on an
-// error; 64 for a malformed option (message on stderr). Runs execute as
+// error; 64 for a malformed option, a drill without allow_drills or a bad
+// data root (message on stderr). Runs execute as
 // `<this binary> execute` child processes.
 int DaemonMain(const DaemonCommandOptions& options, HardwareProbe& probe);
 

@@ -13,10 +13,13 @@ struct ExecuteCommandOptions {
   std::string inject_fault;
   // A StallSpec (worker/run_child.h): sleep before a step. Empty: none.
   std::string inject_stall;
+  // The directory file datasets are read from (--data_root); empty: file
+  // datasets are refused.
+  std::string data_root;
 };
 
-// Exit 0 when the run succeeded, 1 when it failed, 64 when a drill spec is
-// malformed (message on stderr).
+// Exit 0 when the run succeeded, 1 when it failed, 64 when a drill spec or
+// the data root is malformed (message on stderr).
 int ExecuteMain(const ExecuteCommandOptions& options);
 
 }  // namespace lockstep::worker::cmd

@@ -34,6 +34,13 @@ ABSL_FLAG(std::string, inject_fault, "",
 ABSL_FLAG(std::string, inject_stall, "",
           "daemon: a drill for hung runs, step=S,seconds=N[,model=NAME]: the "
           "run process sleeps N s before step S");
+ABSL_FLAG(bool, allow_drills, false,
+          "daemon: allow the drill flags --inject_fault and --inject_stall "
+          "(refused without it)");
+ABSL_FLAG(std::string, data_root, "",
+          "run, daemon: the directory file datasets are read from: "
+          "dataset.file paths must resolve, symbolic links included, to "
+          "regular files under it (empty: file datasets are refused)");
 ABSL_FLAG(bool, selftest, true,
           "daemon: run the selftest (as `lockstep-worker selftest`) at start "
           "and report it in the hardware profile; the coordinator "
@@ -67,6 +74,7 @@ RunCommandOptions RunOptionsFromFlags() {
   options.inject_fault = absl::GetFlag(FLAGS_inject_fault);
   options.dump = absl::GetFlag(FLAGS_dump);
   options.dump_dir = absl::GetFlag(FLAGS_dump_dir);
+  options.data_root = absl::GetFlag(FLAGS_data_root);
   return options;
 }
 
@@ -74,6 +82,7 @@ ExecuteCommandOptions ExecuteOptionsFromFlags() {
   ExecuteCommandOptions options;
   options.inject_fault = absl::GetFlag(FLAGS_inject_fault);
   options.inject_stall = absl::GetFlag(FLAGS_inject_stall);
+  options.data_root = absl::GetFlag(FLAGS_data_root);
   return options;
 }
 
@@ -87,6 +96,8 @@ DaemonCommandOptions DaemonOptionsFromFlags() {
   options.max_backoff_ms = absl::GetFlag(FLAGS_max_backoff_ms);
   options.inject_fault = absl::GetFlag(FLAGS_inject_fault);
   options.inject_stall = absl::GetFlag(FLAGS_inject_stall);
+  options.allow_drills = absl::GetFlag(FLAGS_allow_drills);
+  options.data_root = absl::GetFlag(FLAGS_data_root);
   options.selftest = absl::GetFlag(FLAGS_selftest);
   options.run_timeout_s = absl::GetFlag(FLAGS_run_timeout_s);
   return options;

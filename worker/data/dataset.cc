@@ -299,11 +299,11 @@ absl::StatusOr<std::string> ReadHashed(const std::string& path,
                                        absl::string_view what,
                                        const DatasetOptions& options,
                                        StreamDigest* digest) {
-  LS_ASSIGN_OR_RETURN(std::string bytes,
-                      ReadWholeFile(path, what, options.max_file_bytes,
-                                    [digest](absl::string_view chunk) {
-                                      digest->Update(chunk);
-                                    }));
+  LS_ASSIGN_OR_RETURN(
+      std::string bytes,
+      ReadFileUnderRoot(
+          options.data_root, path, what, options.max_file_bytes,
+          [digest](absl::string_view chunk) { digest->Update(chunk); }));
   std::string len;
   AppendLittleEndian64(bytes.size(), &len);
   digest->Update(len);

@@ -65,6 +65,12 @@ class Dataset {
 };
 
 struct DatasetOptions {
+  // The directory file datasets are read from (canonical, as
+  // CanonicalDataRoot in file_io.h returns it): dataset.file paths are
+  // absolute or relative to it, and must resolve, symbolic links included,
+  // to regular files inside it (ReadFileUnderRoot). Empty: file datasets are
+  // refused (FAILED_PRECONDITION); synthetic datasets need no root.
+  std::string data_root;
   // Largest inputs file and largest labels file read, in bytes (each).
   // Default 4 GiB.
   int64_t max_file_bytes = kDefaultMaxFileBytes;
@@ -79,10 +85,15 @@ struct DatasetOptions {
 // once; the dataset then holds one copy of the inputs file's bytes and the
 // labels as int32.
 //
-// Errors name the field or file and the limit, e.g.
+// Errors name the field or file and the limit or rule, and never quote the
+// files' bytes (sizes, offsets and expected magic numbers only), e.g.
 //   INVALID_ARGUMENT dataset.file.inputs_path "/d/x.idx": example shape
 //     [1, 28, 28] does not match model.input_shape [1, 16, 16]
 //   NOT_FOUND dataset.file.labels_path "/d/y.idx": no such file
+//   INVALID_ARGUMENT dataset.file.inputs_path "/etc/shadow": is outside the
+//     worker's --data_root "/d" (...)
+// INVALID_ARGUMENT always means the job's inputs are at fault: any worker
+// would fail the same way.
 absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(
     const lockstep::v1::Dataset& spec, uint64_t job_seed,
     const std::vector<int64_t>& model_input_shape, int32_t num_classes,

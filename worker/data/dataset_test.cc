@@ -1,5 +1,8 @@
 #include "worker/data/dataset.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -38,6 +41,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 uint32_t Bits(float f) {
   uint32_t u;
@@ -84,6 +88,17 @@ lockstep::v1::Dataset Files(lockstep::v1::FileDataset::Format format,
   spec.mutable_file()->set_inputs_path(inputs);
   spec.mutable_file()->set_labels_path(labels);
   return spec;
+}
+
+// Options whose data root is TEST_TMPDIR, which holds every test's files.
+DatasetOptions Rooted() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  absl::StatusOr<std::string> root =
+      CanonicalDataRoot(tmp != nullptr ? tmp : "/tmp", "TEST_TMPDIR");
+  EXPECT_THAT(root, IsOk());
+  DatasetOptions options;
+  options.data_root = root.ok() ? *root : "";
+  return options;
 }
 
 struct Batch {
@@ -507,7 +522,7 @@ class IdxDatasetTest : public ::testing::Test {
 
   absl::StatusOr<std::unique_ptr<Dataset>> Open(
       std::vector<int64_t> shape = {1, 3, 4}, int32_t classes = 10,
-      DatasetOptions options = DatasetOptions()) {
+      DatasetOptions options = Rooted()) {
     return OpenDataset(Files(lockstep::v1::FileDataset::IDX, images_, labels_),
                        /*job_seed=*/1, shape, classes, options);
   }
@@ -640,7 +655,7 @@ TEST_F(IdxDatasetTest, ErrorsNameTheFieldTheFileAndTheLimit) {
   EXPECT_THAT(Open({1, 3, 4}, 6), IsOk());
 
   // File size limit.
-  DatasetOptions small;
+  DatasetOptions small = Rooted();
   small.max_file_bytes = 75;  // Images are 16 + 60 = 76 bytes.
   EXPECT_THAT(Open({1, 3, 4}, 10, small),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -658,7 +673,7 @@ TEST_F(IdxDatasetTest, ErrorsNameTheFieldTheFileAndTheLimit) {
   // Swapped files: bad magic.
   EXPECT_THAT(
       OpenDataset(Files(lockstep::v1::FileDataset::IDX, labels_, images_), 1,
-                  {1, 3, 4}, 10),
+                  {1, 3, 4}, 10, Rooted()),
       StatusIs(absl::StatusCode::kInvalidArgument,
                HasSubstr(absl::StrCat(
                    "dataset.file.inputs_path \"", labels_,
@@ -679,7 +694,7 @@ TEST_F(IdxDatasetTest, ErrorsNameTheFieldTheFileAndTheLimit) {
   EXPECT_THAT(
       OpenDataset(
           Files(lockstep::v1::FileDataset::IDX, dir_ + "/absent", labels_), 1,
-          {1, 3, 4}, 10),
+          {1, 3, 4}, 10, Rooted()),
       StatusIs(absl::StatusCode::kNotFound,
                HasSubstr(absl::StrCat("dataset.file.inputs_path \"", dir_,
                                       "/absent\": no such file"))));
@@ -687,7 +702,7 @@ TEST_F(IdxDatasetTest, ErrorsNameTheFieldTheFileAndTheLimit) {
   EXPECT_THAT(
       OpenDataset(
           Files(lockstep::v1::FileDataset::IDX, images_, dir_ + "/absent"), 1,
-          {1, 3, 4}, 10),
+          {1, 3, 4}, 10, Rooted()),
       StatusIs(absl::StatusCode::kNotFound,
                HasSubstr(absl::StrCat("dataset.file.labels_path \"", dir_,
                                       "/absent\": no such file"))));
@@ -750,7 +765,7 @@ class NpyDatasetTest : public ::testing::Test {
   absl::StatusOr<std::unique_ptr<Dataset>> Open(
       std::vector<int64_t> shape = {2, 3}, int32_t classes = 3) {
     return OpenDataset(Files(lockstep::v1::FileDataset::NPY, inputs_, labels_),
-                       1, shape, classes);
+                       1, shape, classes, Rooted());
   }
 
   std::string dir_, inputs_, labels_;
@@ -917,6 +932,175 @@ TEST_F(NpyDatasetTest, ErrorsNameTheFieldTheFileAndTheLimit) {
   EXPECT_THAT(Open(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr(absl::StrCat(", got ", full.size() - 1))));
+}
+
+// ---------------------------------------------------------------------------
+// The data root.
+
+// Looks like a password file; no error may quote any of it.
+constexpr char kSecret[] = "root:*:SECRET-7f3a9c:19000:0:99999:7:::\n";
+
+class DataRootTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TestDir();
+    root_ = dir_ + "/root";
+    ASSERT_EQ(::mkdir(root_.c_str(), 0755), 0);
+    absl::StatusOr<std::string> canonical =
+        CanonicalDataRoot(root_, "--data_root");
+    ASSERT_THAT(canonical, IsOk());
+    options_.data_root = *canonical;
+    absl::StatusOr<Tensor> x = Tensor::Zeros(DType::kFloat32, {4, 2});
+    ASSERT_THAT(x, IsOk());
+    ASSERT_THAT(WriteNpy(root_ + "/x.npy", *x), IsOk());
+    absl::StatusOr<Tensor> y = Tensor::Zeros(DType::kInt32, {4});
+    ASSERT_THAT(y, IsOk());
+    ASSERT_THAT(WriteNpy(root_ + "/y.npy", *y), IsOk());
+    secret_ = dir_ + "/shadow";
+    WriteRaw(secret_, kSecret);
+  }
+
+  absl::Status Open(const std::string& inputs, const std::string& labels = "") {
+    return OpenDataset(Files(lockstep::v1::FileDataset::NPY, inputs,
+                             labels.empty() ? root_ + "/y.npy" : labels),
+                       1, {2}, 3, options_)
+        .status();
+  }
+
+  // The error of opening `inputs`, checked to quote no byte of kSecret.
+  absl::Status Refused(const std::string& inputs) {
+    absl::Status s = Open(inputs);
+    EXPECT_FALSE(s.ok()) << inputs;
+    EXPECT_THAT(std::string(s.message()),
+                AllOf(Not(HasSubstr("SECRET")), Not(HasSubstr("root:")),
+                      Not(HasSubstr("726f6f74"))));
+    return s;
+  }
+
+  std::string dir_, root_, secret_;
+  DatasetOptions options_;
+};
+
+TEST_F(DataRootTest, ReadsFilesUnderTheRoot) {
+  EXPECT_THAT(Open(root_ + "/x.npy"), IsOk());
+  EXPECT_THAT(Open("x.npy", "y.npy"), IsOk());  // Relative to the root.
+  ASSERT_EQ(::mkdir((root_ + "/sub").c_str(), 0755), 0);
+  ASSERT_EQ(::symlink("../x.npy", (root_ + "/sub/link.npy").c_str()), 0);
+  EXPECT_THAT(Open(root_ + "/sub/link.npy"), IsOk());  // A link inside.
+}
+
+TEST_F(DataRootTest, NoRootRefusesFileDatasets) {
+  options_.data_root.clear();
+  EXPECT_THAT(Open(root_ + "/x.npy"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("dataset.file.inputs_path"),
+                             HasSubstr("--data_root"))));
+  // Synthetic data needs no root.
+  EXPECT_THAT(OpenDataset(Synthetic(0), 1, {2}, 3, options_), IsOk());
+}
+
+TEST_F(DataRootTest, RefusesPathsOutsideTheRoot) {
+  EXPECT_THAT(Refused(secret_),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(absl::StrCat(
+                                 "dataset.file.inputs_path \"", secret_, "\"")),
+                             HasSubstr("outside the worker's --data_root"))));
+  EXPECT_THAT(Refused("/etc/shadow"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("outside the worker's --data_root")));
+  // A sibling directory whose name extends the root's is outside.
+  ASSERT_EQ(::mkdir((root_ + "2").c_str(), 0755), 0);
+  WriteRaw(root_ + "2/x.npy", kSecret);
+  EXPECT_THAT(Refused(root_ + "2/x.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("outside the worker's --data_root")));
+  EXPECT_THAT(
+      Open(root_ + "/x.npy", secret_),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("dataset.file.labels_path \"" + secret_ + "\"")));
+}
+
+TEST_F(DataRootTest, RefusesDotDot) {
+  EXPECT_THAT(Refused(root_ + "/../shadow"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("must not contain a \"..\" component")));
+  // Even when the result would stay inside.
+  EXPECT_THAT(
+      Refused("sub/../x.npy"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"..\"")));
+}
+
+TEST_F(DataRootTest, RefusesSymlinkEscapes) {
+  ASSERT_EQ(::symlink(secret_.c_str(), (root_ + "/escape.npy").c_str()), 0);
+  EXPECT_THAT(Refused(root_ + "/escape.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("outside the worker's --data_root")));
+  ASSERT_EQ(::symlink(dir_.c_str(), (root_ + "/up").c_str()), 0);
+  EXPECT_THAT(Refused(root_ + "/up/shadow"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("outside the worker's --data_root")));
+  // A dangling link out of the root is refused as outside, not "no such
+  // file".
+  ASSERT_EQ(::symlink("/nonexistent/x", (root_ + "/dangling").c_str()), 0);
+  EXPECT_THAT(Refused(root_ + "/dangling"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("outside the worker's --data_root")));
+}
+
+TEST_F(DataRootTest, RefusesFifosDirectoriesAndHugeFiles) {
+  // A FIFO with no writer: refused at once, never read (a read would block).
+  ASSERT_EQ(::mkfifo((root_ + "/fifo").c_str(), 0644), 0);
+  EXPECT_THAT(Refused(root_ + "/fifo"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not a regular file")));
+  ASSERT_EQ(::mkdir((root_ + "/dir").c_str(), 0755), 0);
+  EXPECT_THAT(Refused(root_ + "/dir"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not a regular file")));
+  // A sparse file over the limit: refused by its size, not read.
+  options_.max_file_bytes = 1 << 20;
+  const std::string huge = root_ + "/huge.npy";
+  WriteRaw(huge, kSecret);
+  ASSERT_EQ(::truncate(huge.c_str(), (1 << 20) + 1), 0);
+  EXPECT_THAT(Refused(huge),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("file is 1048577 bytes, over the limit of "
+                                 "1048576 bytes")));
+}
+
+TEST_F(DataRootTest, FormatErrorsDoNotQuoteTheFile) {
+  // Inside the root, the wrong format: the errors name what was expected.
+  WriteRaw(root_ + "/secret.npy", kSecret);
+  EXPECT_THAT(Refused(root_ + "/secret.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("bad magic: expected \"\\x93NUMPY\"")));
+  EXPECT_THAT(
+      OpenDataset(Files(lockstep::v1::FileDataset::IDX, root_ + "/secret.npy",
+                        root_ + "/y.npy"),
+                  1, {1, 2, 2}, 3, options_),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("bad magic: expected 0x00000803"),
+                     Not(HasSubstr("726f6f74")), Not(HasSubstr("root:*")))));
+  // A well-formed NPY prefix whose header dictionary holds the secret.
+  const std::string dict = "{'root:*:SECRET-7f3a9c': 1, }";
+  std::string header = "\x93NUMPY\x01";
+  header.push_back('\0');
+  header.push_back(static_cast<char>(dict.size()));
+  header.push_back('\0');
+  WriteRaw(root_ + "/dict.npy", header + dict);
+  EXPECT_THAT(Refused(root_ + "/dict.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("malformed NPY header")));
+  const std::string descr =
+      "{'descr': 'root:*:SECRET-7f3a9c', 'fortran_order': False, "
+      "'shape': (4, 2), }";
+  header.resize(8);
+  header.push_back(static_cast<char>(descr.size()));
+  header.push_back('\0');
+  WriteRaw(root_ + "/descr.npy", header + descr);
+  EXPECT_THAT(Refused(root_ + "/descr.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unsupported dtype")));
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "worker/data/file_io.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,7 +13,9 @@
 #include <string>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace lockstep::worker {
 namespace {
@@ -38,25 +42,17 @@ absl::Status OpenError(absl::string_view what, int err) {
   }
 }
 
-}  // namespace
-
-std::string QuotedPath(absl::string_view path) {
-  return absl::StrCat("\"", path, "\"");
+// Whether `path` (canonical) is `root` (canonical) or inside it.
+bool IsUnder(absl::string_view path, absl::string_view root) {
+  if (root == "/") return absl::StartsWith(path, "/");
+  return absl::StartsWith(path, root) &&
+         (path.size() == root.size() || path[root.size()] == '/');
 }
 
-absl::StatusOr<std::string> ReadWholeFile(
-    const std::string& path, absl::string_view what, int64_t max_bytes,
+// Reads the open file `fd` whole (see ReadWholeFile); does not close it.
+absl::StatusOr<std::string> ReadOpenFile(
+    int fd, absl::string_view what, int64_t max_bytes,
     const std::function<void(absl::string_view)>& on_chunk) {
-  if (path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": path is empty"));
-  }
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return OpenError(what, errno);
-  absl::Cleanup closer = [fd] { ::close(fd); };
-
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     return absl::DataLossError(
@@ -103,6 +99,124 @@ absl::StatusOr<std::string> ReadWholeFile(
         what, ": file grew while being read (size was ", size, " bytes)"));
   }
   return bytes;
+}
+
+}  // namespace
+
+std::string QuotedPath(absl::string_view path) {
+  return absl::StrCat("\"", path, "\"");
+}
+
+absl::StatusOr<std::string> ReadWholeFile(
+    const std::string& path, absl::string_view what, int64_t max_bytes,
+    const std::function<void(absl::string_view)>& on_chunk) {
+  if (path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": path is empty"));
+  }
+  int fd;
+  do {
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; the file type
+    // is checked before any read.
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return OpenError(what, errno);
+  absl::Cleanup closer = [fd] { ::close(fd); };
+  return ReadOpenFile(fd, what, max_bytes, on_chunk);
+}
+
+absl::StatusOr<std::string> CanonicalDataRoot(const std::string& root,
+                                              absl::string_view flag) {
+  if (root.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));
+  }
+  if (root[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " ", QuotedPath(root), ": must be an absolute path"));
+  }
+  char resolved[PATH_MAX];
+  if (::realpath(root.c_str(), resolved) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " ", QuotedPath(root), ": cannot resolve: ", ErrnoText(errno)));
+  }
+  struct stat st;
+  if (::stat(resolved, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", QuotedPath(root), ": not a directory"));
+  }
+  return std::string(resolved);
+}
+
+absl::StatusOr<std::string> ReadFileUnderRoot(
+    const std::string& root, const std::string& path, absl::string_view what,
+    int64_t max_bytes, const std::function<void(absl::string_view)>& on_chunk) {
+  if (root.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what,
+        ": file datasets are disabled on this worker; start it with "
+        "--data_root=DIR and keep dataset files under DIR"));
+  }
+  if (path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": path is empty"));
+  }
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what,
+          ": must not contain a \"..\" component (paths stay under "
+          "the worker's --data_root)"));
+    }
+  }
+  const std::string full =
+      path[0] == '/' ? path : absl::StrCat(root, "/", path);
+  const std::string outside = absl::StrCat(
+      what, ": is outside the worker's --data_root ", QuotedPath(root),
+      " (dataset files must lie under it, symbolic links included)");
+  // Resolve every symbolic link first, so that a link pointing out of the
+  // root is refused before anything is opened.
+  char resolved[PATH_MAX];
+  if (::realpath(full.c_str(), resolved) == nullptr) {
+    const int err = errno;
+    if (!IsUnder(full, root)) return absl::InvalidArgumentError(outside);
+    // Say "no such file" only for a name inside the root: a dangling link,
+    // or a missing name under a directory that resolves elsewhere, is
+    // outside.
+    struct stat lst;
+    if (::lstat(full.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+      return absl::InvalidArgumentError(outside);
+    }
+    const std::string parent = full.substr(0, full.rfind('/'));
+    char resolved_parent[PATH_MAX];
+    if (!parent.empty() &&
+        ::realpath(parent.c_str(), resolved_parent) != nullptr &&
+        !IsUnder(resolved_parent, root)) {
+      return absl::InvalidArgumentError(outside);
+    }
+    return OpenError(what, err);
+  }
+  if (!IsUnder(resolved, root)) return absl::InvalidArgumentError(outside);
+  int fd;
+  do {
+    fd = ::open(resolved, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    // ELOOP: the last component became a symbolic link after realpath.
+    if (errno == ELOOP) return absl::InvalidArgumentError(outside);
+    return OpenError(what, errno);
+  }
+  absl::Cleanup closer = [fd] { ::close(fd); };
+  // Check the file actually opened: a directory on the way may have been
+  // replaced by a link since realpath.
+  char opened[PATH_MAX];
+  const std::string proc = absl::StrCat("/proc/self/fd/", fd);
+  const ssize_t n = ::readlink(proc.c_str(), opened, sizeof(opened) - 1);
+  if (n <= 0) {
+    return absl::InternalError(absl::StrCat(
+        what, ": cannot confirm the opened file's path: ", ErrnoText(errno)));
+  }
+  if (!IsUnder(absl::string_view(opened, static_cast<size_t>(n)), root)) {
+    return absl::InvalidArgumentError(outside);
+  }
+  return ReadOpenFile(fd, what, max_bytes, on_chunk);
 }
 
 absl::Status WriteFileAtomically(const std::string& path,

@@ -38,6 +38,28 @@ absl::StatusOr<std::string> ReadWholeFile(
     const std::string& path, absl::string_view what, int64_t max_bytes,
     const std::function<void(absl::string_view)>& on_chunk = nullptr);
 
+// The canonical form of the data root directory `root` (realpath, no
+// trailing '/'). INVALID_ARGUMENT when it is empty, relative, missing or not
+// a directory; the message names `flag`.
+absl::StatusOr<std::string> CanonicalDataRoot(const std::string& root,
+                                              absl::string_view flag);
+
+// ReadWholeFile, confined to the directory `root` (canonical, as
+// CanonicalDataRoot returns it): `path` is absolute or relative to `root`,
+// must not contain a ".." component, and must name, after every symbolic
+// link is resolved, a regular file inside `root`. The file actually opened
+// is checked (no window between the check and the open). FIFOs, devices and
+// directories are refused without reading them. Errors name `what` and the
+// rule; they never quote the file's bytes:
+//   FAILED_PRECONDITION  `root` is empty (file datasets need a data root)
+//   INVALID_ARGUMENT     a ".." component, a path outside `root`, not a
+//                        regular file, over max_bytes
+//   NOT_FOUND / PERMISSION_DENIED / DATA_LOSS  as ReadWholeFile
+absl::StatusOr<std::string> ReadFileUnderRoot(
+    const std::string& root, const std::string& path, absl::string_view what,
+    int64_t max_bytes,
+    const std::function<void(absl::string_view)>& on_chunk = nullptr);
+
 // Writes the concatenation of `pieces` to `path` atomically: the bytes go to
 // a temporary file in the same directory which is then renamed over `path`,
 // so readers see the old file or the complete new one, never a partial one.

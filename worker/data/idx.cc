@@ -54,15 +54,19 @@ absl::StatusOr<IdxHeader> ParseIdx(absl::string_view file,
   }
   IdxHeader h;
   h.magic = LoadBigEndian32(file.data());
+  // Only a magic of IDX form (two zero bytes, a known element type) is
+  // named in errors; other leading bytes are file content, never quoted.
+  const bool idx_form =
+      (h.magic >> 16) == 0 && !IdxTypeName((h.magic >> 8) & 0xff).empty();
   if (expected_magic != 0 && h.magic != expected_magic) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": bad magic: expected ", Hex32(expected_magic), " (",
-        DescribeMagic(expected_magic), "), got ", Hex32(h.magic)));
+        DescribeMagic(expected_magic), "), got ",
+        idx_form ? Hex32(h.magic) : "a non-IDX magic (not an IDX file)"));
   }
   if ((h.magic >> 16) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": bad magic ", Hex32(h.magic),
-                     ": an IDX file starts with two zero bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": bad magic: an IDX file starts with two zero bytes"));
   }
   h.type_code = static_cast<uint8_t>((h.magic >> 8) & 0xff);
   if (h.type_code != kIdxUInt8) {

@@ -109,7 +109,10 @@ TEST(IdxTest, RejectsMalformedFilesWithClearMessages) {
       {"images for labels", images, kIdxLabelsMagic,
        "bad magic: expected 0x00000801 (uint8 labels [n]), got 0x00000803"},
       {"not idx", "\x89PNG\r\n\x1a\n", 0,
-       "bad magic 0x89504e47: an IDX file starts with two zero bytes"},
+       "bad magic: an IDX file starts with two zero bytes"},
+      {"text for images", "root:*:1:0", kIdxImagesMagic,
+       "bad magic: expected 0x00000803 (uint8 images [n, rows, cols]), got a "
+       "non-IDX magic (not an IDX file)"},
       {"float type", Be32(0xD01) + Be32(1) + std::string(4, '\0'), 0,
        "IDX element type 0x0d (float32) is not supported (only 0x08, uint8)"},
       {"unknown type", Be32(0x701) + Be32(1) + "x", 0,

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/escaping.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -24,12 +24,23 @@ constexpr int kMaxNpyRank = 64;
 // NumPy aligns the array data to this many bytes.
 constexpr int64_t kArrayAlign = 64;
 
-// The header text, shortened and escaped for an error message.
-std::string Excerpt(absl::string_view text) {
-  constexpr size_t kMax = 160;
-  std::string out = absl::CHexEscape(text.substr(0, kMax));
-  if (text.size() > kMax) out += "...";
-  return out;
+// Whether `descr` has the form of a NumPy type string ("<f8", "|u1",
+// "b1"): such a descr is named in errors. Anything else is file content,
+// which errors never quote.
+bool LooksLikeTypeString(absl::string_view descr) {
+  size_t i = 0;
+  if (i < descr.size() &&
+      absl::string_view("<>|=").find(descr[i]) != absl::string_view::npos) {
+    ++i;
+  }
+  if (i >= descr.size() || !absl::ascii_isalpha(descr[i])) return false;
+  ++i;
+  const size_t digits = descr.size() - i;
+  if (digits > 2) return false;
+  for (; i < descr.size(); ++i) {
+    if (!absl::ascii_isdigit(descr[i])) return false;
+  }
+  return true;
 }
 
 // A recursive-descent parser for the one dict literal NPY headers hold:
@@ -74,8 +85,7 @@ class HeaderParser {
         have_shape = true;
         LS_RETURN_IF_ERROR(ParseShape(&h->shape));
       } else {
-        return Error(absl::StrCat("unexpected key '", absl::CHexEscape(key),
-                                  "' (expected descr, fortran_order, shape)"));
+        return Error("unexpected key (expected descr, fortran_order, shape)");
       }
       SkipSpace();
       if (Peek() == ',') {
@@ -90,8 +100,7 @@ class HeaderParser {
       return absl::InvalidArgumentError(absl::StrCat(
           what_, ": NPY header lacks ",
           !have_descr ? "'descr'"
-                      : (!have_order ? "'fortran_order'" : "'shape'"),
-          ": '", Excerpt(text_), "'"));
+                      : (!have_order ? "'fortran_order'" : "'shape'")));
     }
     if (fortran_order) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -114,9 +123,11 @@ class HeaderParser {
                        "' is not supported; convert with a.astype('<",
                        descr.substr(1), "')"));
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what_, ": unsupported dtype '", absl::CHexEscape(descr),
-                       "' (supported: '<f4', '<i4', '<i8', '|u1')"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what_, ": unsupported dtype",
+          LooksLikeTypeString(descr) ? absl::StrCat(" '", descr, "'")
+                                     : std::string(),
+          " (supported: '<f4', '<i4', '<i8', '|u1')"));
     }
     return absl::OkStatus();
   }
@@ -131,9 +142,8 @@ class HeaderParser {
     }
   }
   absl::Status Error(absl::string_view msg) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what_, ": malformed NPY header at offset ", pos_, ": ",
-                     msg, ": '", Excerpt(text_), "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what_, ": malformed NPY header at offset ", pos_, ": ", msg));
   }
   absl::Status Expect(char c) {
     if (Peek() != c)
@@ -266,10 +276,8 @@ absl::StatusOr<NpyHeader> ParseNpy(absl::string_view file,
   const absl::string_view magic(kMagic, kMagicBytes);
   const size_t head = std::min<size_t>(file.size(), kMagicBytes);
   if (file.substr(0, head) != magic.substr(0, head)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": bad magic: expected \"\\x93NUMPY\", got \"",
-                     absl::CHexEscape(file.substr(0, kMagicBytes)),
-                     "\" (not an .npy file)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": bad magic: expected \"\\x93NUMPY\" (not an .npy file)"));
   }
   if (size < kMagicBytes + 2) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -325,7 +325,7 @@ TEST(NpyTest, RejectsMalformedFilesWithClearMessages) {
        "NPY header lacks 'shape'"},
       {"unknown key",
        NpyV1(absl::StrCat("{", f4, ", 'shape': (1,), 'x': 1}"), ""),
-       "unexpected key 'x'"},
+       "unexpected key (expected descr, fortran_order, shape)"},
       {"duplicate key",
        NpyV1(absl::StrCat("{", f4, ", 'shape': (1,), 'shape': (1,)}"), ""),
        "duplicate key 'shape'"},

@@ -199,8 +199,16 @@ int RunCommand(const RunCommandOptions& options, std::FILE* out,
   {
     std::vector<int64_t> example(job.plan.input_shape.begin() + 1,
                                  job.plan.input_shape.end());
-    absl::StatusOr<std::unique_ptr<Dataset>> ds = OpenDataset(
-        job.config.dataset(), job.config.seed(), example, job.plan.num_classes);
+    DatasetOptions dataset_options;
+    if (!options.data_root.empty()) {
+      absl::StatusOr<std::string> root =
+          CanonicalDataRoot(options.data_root, "--data_root");
+      if (!root.ok()) return Fail(err, root.status());
+      dataset_options.data_root = *root;
+    }
+    absl::StatusOr<std::unique_ptr<Dataset>> ds =
+        OpenDataset(job.config.dataset(), job.config.seed(), example,
+                    job.plan.num_classes, dataset_options);
     if (!ds.ok()) return Fail(err, ds.status());
     job.dataset = std::shared_ptr<Dataset>(std::move(*ds));
   }

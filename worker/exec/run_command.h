@@ -5,6 +5,7 @@
 //   lockstep-worker run --model=m.json --config=c.json [--runs=N]
 //       [--inject_fault=step=S,layer=L,role=R,bit=B[,element=E][,slot=X]]
 //       [--dump=first_divergent|all|<layer>:<role>[:step]] [--dump_dir=DIR]
+//       [--data_root=DIR]
 //
 // Exit codes: 0 the runs agree (or N == 1); 1 they differ; 2 a spec, config
 // or flag error (the message is printed as is); 3 any other failure.
@@ -32,6 +33,9 @@ struct RunCommandOptions {
   std::string inject_fault;
   std::string dump;                        // --dump (dump.h); empty: none
   std::string dump_dir = "lockstep-dump";  // --dump_dir
+  // --data_root: the directory file datasets are read from; empty: file
+  // datasets are refused.
+  std::string data_root;
 };
 
 // Runs the command; progress and results go to `out`, errors to `err`.
