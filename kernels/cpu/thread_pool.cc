@@ -119,9 +119,11 @@ ThreadPool* CpuThreadPool() {
   return PoolSlot().get();
 }
 
-void SetCpuThreadsForTesting(int n) {
+void SetCpuThreads(int n) {
   CpuThreadPool();  // run the once-initialisation first
   PoolSlot().reset(new ThreadPool(n <= 0 ? DefaultThreads() : n));
 }
+
+void SetCpuThreadsForTesting(int n) { SetCpuThreads(n); }
 
 }  // namespace lockstep::kernels

@@ -73,7 +73,10 @@ void ParallelForRaw(ThreadPool* pool, int64_t num_tasks,
 // std::thread::hardware_concurrency().
 ThreadPool* CpuThreadPool();
 // Replaces the process pool with one of n threads (n <= 0: the default
-// size). Not thread-safe: no kernel may be running.
+// size). Not thread-safe: no kernel may be running. The executor calls it
+// for a job whose config.threads is set (one run per process).
+void SetCpuThreads(int n);
+// The same, for tests.
 void SetCpuThreadsForTesting(int n);
 
 }  // namespace lockstep::kernels

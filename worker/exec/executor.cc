@@ -16,6 +16,7 @@
 #include "kernels/canonical/reduce.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/math/portable_math.h"
 #include "model/manifest.h"
 #include "worker/exec/init.h"
@@ -492,6 +493,13 @@ absl::Status Executor::State::Emit(const std::string& layer,
 
 absl::Status Executor::State::Setup() {
   LS_RETURN_IF_ERROR(CheckConfig(plan, config));
+  // config.threads: the CPU kernels' pool for this run (0: the worker's
+  // default). CANONICAL bits do not depend on it; DEFAULT's atomic kernels
+  // do, and a user pins them to one thread this way.
+  if (config.threads() > 0 &&
+      kernels::CpuThreadPool()->num_threads() != config.threads()) {
+    kernels::SetCpuThreads(config.threads());
+  }
   LS_ASSIGN_OR_RETURN(manifest, model::BuildManifest(plan, config));
   LS_ASSIGN_OR_RETURN(step_tensors, model::StepTensors(plan, config));
   captured_steps = model::ExpandCapturedSteps(manifest);

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/hash/fingerprint.h"
 #include "kernels/registry.h"
 #include "model/manifest.h"
@@ -80,6 +81,26 @@ TEST(ExecutorTest, SameJobTwiceGivesTheSameRunDigest) {
       EXPECT_NE(d->run_digest, a->run_digest);
     }
   }
+}
+
+// config.threads sizes the CPU kernels' pool for the run (it used to be
+// validated and then ignored, so DEFAULT's atomic kernels kept running on
+// every core of a job that asked for one thread).
+TEST(ExecutorTest, ConfigThreadsSizesTheCpuPool) {
+  kernels::SetCpuThreadsForTesting(3);
+  v1::JobConfig config = testing::BaseConfig(kBatch, 1);
+  config.set_threads(1);
+  auto r = RunModel(Models()[0].plan, config);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(kernels::CpuThreadPool()->num_threads(), 1);
+  config.set_threads(2);
+  ASSERT_THAT(RunModel(Models()[0].plan, config), IsOk());
+  EXPECT_EQ(kernels::CpuThreadPool()->num_threads(), 2);
+  // 0 leaves the worker's pool as it is.
+  config.set_threads(0);
+  ASSERT_THAT(RunModel(Models()[0].plan, config), IsOk());
+  EXPECT_EQ(kernels::CpuThreadPool()->num_threads(), 2);
+  kernels::SetCpuThreadsForTesting(0);
 }
 
 TEST(ExecutorTest, DeterministicModeFallsBackToCanonicalAndRecordsIt) {
