@@ -150,6 +150,7 @@ class Planner {
   absl::Status ResolveInputs(int i, LayerPlan* lp);
   absl::Status CheckOutputSize(int i, const std::vector<int64_t>& shape) const;
   absl::Status AddParam(int i, ParamPlan param, LayerPlan* lp);
+  absl::Status AddScaleAndShift(int i, int64_t n, LayerPlan* lp);
   absl::Status PlanLayerNorm(int i, LayerPlan* lp);
   absl::Status PlanBatchNorm(int i, LayerPlan* lp);
   // Requires a 4-D input; returns its shape.
@@ -582,6 +583,26 @@ absl::Status Planner::PlanBiasAdd(int i, LayerPlan* lp) {
   return AddParam(i, std::move(b), lp);
 }
 
+// The normalisations' learned scale ("weight" [n], initialised to 1) and
+// shift ("bias" [n], initialised to 0).
+absl::Status Planner::AddScaleAndShift(int i, int64_t n, LayerPlan* lp) {
+  ParamPlan w;
+  w.name = "weight";
+  w.role = v1::WEIGHT;
+  w.shape = {n};
+  w.fan_in = n;
+  w.fan_out = n;
+  w.init_ones = true;
+  LS_RETURN_IF_ERROR(AddParam(i, std::move(w), lp));
+  ParamPlan b;
+  b.name = "bias";
+  b.role = v1::BIAS;
+  b.shape = {n};
+  b.fan_in = n;
+  b.fan_out = n;
+  return AddParam(i, std::move(b), lp);
+}
+
 absl::Status Planner::PlanLayerNorm(int i, LayerPlan* lp) {
   const std::vector<int64_t>& in = lp->input_shapes[0];
   if (in.size() < 2) {
@@ -591,22 +612,7 @@ absl::Status Planner::PlanLayerNorm(int i, LayerPlan* lp) {
                            ShapeToString(in), ProducerName(lp->inputs[0])));
   }
   lp->output_shape = in;
-  const int64_t d = in.back();
-  ParamPlan w;
-  w.name = "weight";
-  w.role = v1::WEIGHT;
-  w.shape = {d};
-  w.fan_in = d;
-  w.fan_out = d;
-  w.init_ones = true;
-  LS_RETURN_IF_ERROR(AddParam(i, std::move(w), lp));
-  ParamPlan b;
-  b.name = "bias";
-  b.role = v1::BIAS;
-  b.shape = {d};
-  b.fan_in = d;
-  b.fan_out = d;
-  return AddParam(i, std::move(b), lp);
+  return AddScaleAndShift(i, in.back(), lp);
 }
 
 absl::Status Planner::PlanBatchNorm(int i, LayerPlan* lp) {
@@ -641,22 +647,7 @@ absl::Status Planner::PlanBatchNorm(int i, LayerPlan* lp) {
   a.batch_norm_eval = p.eval();
   a.batch_norm_momentum = p.momentum() == 0.0f ? 0.1f : p.momentum();
   a.norm_epsilon = p.epsilon() == 0.0f ? 1e-5f : p.epsilon();
-  const int64_t c = in[1];
-  ParamPlan w;
-  w.name = "weight";
-  w.role = v1::WEIGHT;
-  w.shape = {c};
-  w.fan_in = c;
-  w.fan_out = c;
-  w.init_ones = true;
-  LS_RETURN_IF_ERROR(AddParam(i, std::move(w), lp));
-  ParamPlan b;
-  b.name = "bias";
-  b.role = v1::BIAS;
-  b.shape = {c};
-  b.fan_in = c;
-  b.fan_out = c;
-  return AddParam(i, std::move(b), lp);
+  return AddScaleAndShift(i, in[1], lp);
 }
 
 absl::Status Planner::PlanLoss(int i, LayerPlan* lp) {

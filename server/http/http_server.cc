@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
+#include "common/json.h"
 #include "httplib.h"
 #include "server/http/assets.h"
 #include "server/metrics.h"
@@ -43,35 +44,7 @@ constexpr int kGaugeAudits = 500;
 constexpr size_t kMaxParamBytes = 256;
 
 // A JSON string literal (quotes included).
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
+std::string JsonString(absl::string_view s) { return JsonQuote(s); }
 
 std::string JsonNumber(double v) {
   if (!std::isfinite(v)) return "null";
