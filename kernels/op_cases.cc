@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace lockstep::kernels {
@@ -321,7 +322,7 @@ void AddNn(Gen& g, std::vector<OpCase>* cases) {
     const int64_t d = s.back();
     std::string label = "shape=[";
     for (size_t i = 0; i < s.size(); ++i) {
-      label += absl::StrFormat(i ? ",%d" : "%d", s[i]);
+      label += absl::StrCat(i ? "," : "", s[i]);
     }
     label += "]";
     cases->push_back({std::string("softmax.forward ") + label,
@@ -362,7 +363,7 @@ void AddNn(Gen& g, std::vector<OpCase>* cases) {
       a.batch_norm_eval = eval;
       std::string label = eval ? "eval shape=[" : "training shape=[";
       for (size_t i = 0; i < s.size(); ++i) {
-        label += absl::StrFormat(i ? ",%d" : "%d", s[i]);
+        label += absl::StrCat(i ? "," : "", s[i]);
       }
       label += "]";
       Tensor x = g.Floats(s);
