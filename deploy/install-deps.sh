@@ -25,6 +25,11 @@ PACKAGES=(
   prometheus               # promtool: checks /metrics and the scrape config
   chromium                 # headless browser tests of the dashboard
   libopenblas-dev          # OpenBLAS sgemm: the CPU benchmark's baseline
+  libclang-rt-14-dev       # libFuzzer runtime (clang -fsanitize=fuzzer)
+  slurm-wlm                # the Slurm fleet-audit drill on a local cluster
+  munge                    # Slurm's authentication daemon
+  python3-kubernetes       # offline validation of the Kubernetes manifests
+  python3-yaml             # reads the manifests and compose file
 )
 
 names=()
