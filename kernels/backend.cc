@@ -46,7 +46,8 @@ std::vector<std::string> NnOpNames() {
       op::kGeluTanhGrad,     op::kSoftmaxForward,     op::kSoftmaxGrad,
       op::kLayerNormForward, op::kLayerNormGradInput, op::kLayerNormGradParams,
       op::kBatchNormForward, op::kBatchNormGradInput, op::kBatchNormGradParams,
-      op::kAdamWUpdate,      op::kGradNormSumSquares, op::kGradNormScale};
+      op::kAdamWUpdate,      op::kGradNormSumSquares, op::kGradNormScale,
+      op::kEmbeddingForward, op::kEmbeddingGradWeight};
 }
 
 std::vector<std::string> AllOpNames() {

@@ -58,6 +58,9 @@
 //   batch_norm.grad_input  in {x, gamma, dy, running} out {dx}  running [2, C]
 //   batch_norm.grad_params in {x, dy, running} out {dgamma, dbeta}
 //       (kernels/ops/activations.h and kernels/ops/norm.h: the arithmetic)
+//   embedding.forward   in {ids int32 [P...], w [V, D]} out {y [P..., D]}
+//   embedding.grad_weight in {ids, dy [P..., D]}   out {dw [V, D]}
+//       (kernels/ops/embedding.h: a gather and a sorted segment sum)
 #ifndef LOCKSTEP_KERNELS_BACKEND_H_
 #define LOCKSTEP_KERNELS_BACKEND_H_
 
@@ -137,14 +140,17 @@ inline constexpr char kBatchNormGradParams[] = "batch_norm.grad_params";
 inline constexpr char kAdamWUpdate[] = "adamw.update";
 inline constexpr char kGradNormSumSquares[] = "grad_norm.sum_squares";
 inline constexpr char kGradNormScale[] = "grad_norm.scale";
+inline constexpr char kEmbeddingForward[] = "embedding.forward";
+inline constexpr char kEmbeddingGradWeight[] = "embedding.grad_weight";
 }  // namespace op
 
 // The dense-family, loss and optimizer ops (kernels/ops/).
 std::vector<std::string> DenseFamilyOpNames();
 // The spatial ops (kernels/spatial/).
 std::vector<std::string> SpatialOpNames();
-// Op set v2: activations, softmax and normalisation (kernels/ops/
-// activations.h, kernels/ops/norm.h).
+// Op set v2: activations, softmax, normalisation, AdamW, gradient clipping
+// and embeddings (kernels/ops/activations.h, norm.h, optimizers.h,
+// embedding.h).
 std::vector<std::string> NnOpNames();
 // DenseFamilyOpNames() + SpatialOpNames() + NnOpNames(), in that order.
 std::vector<std::string> AllOpNames();
@@ -177,7 +183,7 @@ struct OpAttrs {
   float beta1 = 0.9f;     // adam.update
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
-  int64_t step = 1;  // adam.update: 1-based step number t
+  int64_t step = 1;           // adam.update: 1-based step number t
   float weight_decay = 0.0f;  // adamw.update (decoupled)
   float scale = 1.0f;         // grad_norm.scale
 

@@ -32,6 +32,19 @@ class Gen {
     return t;
   }
 
+  // Token ids in [0, vocab): `hot` gets about 60 % of the positions, id
+  // vocab - 1 none (when vocab > 2), the rest uniform among the others.
+  Tensor Ids(std::vector<int64_t> shape, int64_t vocab, int32_t hot) {
+    Tensor t = Tensor::Zeros(DType::kInt32, std::move(shape)).value();
+    std::uniform_int_distribution<int32_t> any(
+        0, static_cast<int32_t>(vocab > 2 ? vocab - 2 : vocab - 1));
+    std::uniform_int_distribution<int> percent(0, 99);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      t.data<int32_t>()[i] = percent(rng_) < 60 ? hot : any(rng_);
+    }
+    return t;
+  }
+
   Tensor Labels(int64_t n, int64_t classes) {
     Tensor t = Tensor::Zeros(DType::kInt32, {n}).value();
     std::uniform_int_distribution<int32_t> dist(0, classes - 1);
@@ -417,6 +430,37 @@ void AddNn(Gen& g, std::vector<OpCase>* cases) {
   }
 }
 
+// Embedding lookups and their scatter-add backward: a row with ~720 terms
+// (three chains), rows with none, rows wider than a vector, no positions.
+void AddEmbedding(Gen& g, std::vector<OpCase>* cases) {
+  struct E {
+    std::vector<int64_t> ids;
+    int64_t vocab, dim;
+  };
+  const E dims[] = {
+      {{4, 300}, 7, 5}, {{3}, 4, 33}, {{2, 8, 4}, 300, 16}, {{0}, 3, 2}};
+  for (const E& e : dims) {
+    std::string label = "ids=[";
+    for (size_t i = 0; i < e.ids.size(); ++i) {
+      label += absl::StrCat(i ? "," : "", e.ids[i]);
+    }
+    label += absl::StrCat("] vocab=", e.vocab, " dim=", e.dim);
+    Tensor ids = g.Ids(e.ids, e.vocab, static_cast<int32_t>(e.vocab / 3));
+    std::vector<int64_t> rows = e.ids;
+    rows.push_back(e.dim);
+    cases->push_back({"embedding.forward " + label,
+                      op::kEmbeddingForward,
+                      {ids, g.Floats({e.vocab, e.dim})},
+                      {Zeros(rows)},
+                      {}});
+    cases->push_back({"embedding.grad_weight " + label,
+                      op::kEmbeddingGradWeight,
+                      {ids, g.Floats(rows)},
+                      {Zeros({e.vocab, e.dim})},
+                      {}});
+  }
+}
+
 }  // namespace
 
 const char* InputFamilyName(InputFamily family) {
@@ -434,6 +478,7 @@ std::vector<OpCase> OpCases(InputFamily family, uint32_t seed) {
   AddPools(g, &cases);
   AddResize(g, &cases);
   AddNn(g, &cases);
+  AddEmbedding(g, &cases);
   return cases;
 }
 

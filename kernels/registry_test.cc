@@ -122,8 +122,8 @@ TEST(RegistryTest, ModeNames) {
   EXPECT_EQ(ModeName(Mode::kDefault), "DEFAULT");
   EXPECT_EQ(DenseFamilyOpNames().size(), 15u);
   EXPECT_EQ(SpatialOpNames().size(), 11u);
-  EXPECT_EQ(NnOpNames().size(), 21u);
-  EXPECT_EQ(AllOpNames().size(), 47u);
+  EXPECT_EQ(NnOpNames().size(), 23u);
+  EXPECT_EQ(AllOpNames().size(), 49u);
 }
 
 }  // namespace

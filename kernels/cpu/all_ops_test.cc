@@ -151,6 +151,8 @@ const std::map<std::string, std::string>& OpGolden() {
       {"dense.forward", "9201ad514630882b512812d2e6feecbf"},
       {"dense.grad_input", "6fe3a7b0fcdfb56c741da09c5098317d"},
       {"dense.grad_weight", "ef422bdfa1ca1a1e2fff0b961c57c85e"},
+      {"embedding.forward", "dd0d798432d9bce75c6e570f3cda82ed"},
+      {"embedding.grad_weight", "2480ed551eb96f041d0215254dd6b488"},
       {"flatten", "41acecd7cf53372ad0e22d923ce7db76"},
       {"gelu.forward", "e1efeb6fcb1041d9c19b82289e8aeb09"},
       {"gelu.grad", "2dc979170bbb6bbad28b1161c76866b9"},

@@ -65,7 +65,9 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 //   DEFAULT "default": dense.grad_input, dense.grad_weight, conv2d.forward,
 //       conv2d.grad_input: as DETERMINISTIC.
 //   DEFAULT "default" and "atomic": bias_add.grad and conv2d.grad_weight,
-//       split over the batch with atomic accumulation (NONDETERMINISTIC).
+//       split over the batch with atomic accumulation, and
+//       embedding.grad_weight, split over the positions with every dy row
+//       added atomically (NONDETERMINISTIC).
 //   DEFAULT "default", every other op: its DETERMINISTIC kernel (so a
 //       DEFAULT job never falls back either).
 // Results of the DEFAULT and DETERMINISTIC kernels are
@@ -85,6 +87,8 @@ namespace cpu_internal {
 absl::Status RegisterSpatialKernels(Registry* registry);
 // The CANONICAL kernels of NnOpNames() (nn_kernels.cc).
 absl::Status RegisterNnKernels(Registry* registry);
+// The DEFAULT "default"/"atomic" embedding.grad_weight (nn_kernels.cc).
+absl::Status RegisterNnDefaultKernels(Registry* registry);
 // The DETERMINISTIC and DEFAULT conv2d kernels (spatial_kernels.cc).
 absl::Status RegisterSpatialDeterministicAndDefaultKernels(Registry* registry);
 // The GEMM-based CANONICAL dense kernels (fast_kernels.cc).

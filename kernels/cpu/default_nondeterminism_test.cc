@@ -50,6 +50,8 @@ struct AtomicCase {
   std::vector<std::vector<int64_t>> in_shapes;
   std::vector<int64_t> out_shape;
   OpAttrs attrs;
+  // > 0: the first input is int32 ids in [0, ids_vocab) (embedding).
+  int64_t ids_vocab = 0;
 };
 
 std::vector<AtomicCase> Cases() {
@@ -74,6 +76,13 @@ std::vector<AtomicCase> Cases() {
        {{32, 8, 12, 12}, {32, 8, 12, 12}},
        {8, 8, 3, 3},
        pad1},
+      {"embedding.grad_weight",
+       op::kEmbeddingGradWeight,
+       kAtomicAlgorithm,
+       {{64, 32}, {64, 32, 16}},
+       {8, 16},
+       OpAttrs{},
+       /*ids_vocab=*/8},
   };
 }
 
@@ -90,6 +99,15 @@ std::vector<Tensor> Inputs(const AtomicCase& c, Family family) {
   uint32_t seed = 1;
   for (const std::vector<int64_t>& shape : c.in_shapes) {
     const size_t n = static_cast<size_t>(Numel(shape));
+    if (in.empty() && c.ids_vocab > 0) {
+      // Every id named by many positions spread over every task.
+      std::vector<int32_t> ids(n);
+      for (size_t i = 0; i < n; ++i) {
+        ids[i] = static_cast<int32_t>((i * 5 + i / 3) % c.ids_vocab);
+      }
+      in.push_back(*Tensor::FromValues<int32_t>(shape, ids));
+      continue;
+    }
     std::vector<float> v = family == Family::kWide
                                ? Wide(RandomFloats(n, seed++))
                                : SmallInts(n, seed++);

@@ -205,6 +205,7 @@ absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry) {
   }
   LS_RETURN_IF_ERROR(
       cpu_internal::RegisterSpatialDeterministicAndDefaultKernels(registry));
+  LS_RETURN_IF_ERROR(cpu_internal::RegisterNnDefaultKernels(registry));
   // Every other op: its CANONICAL kernel is the DETERMINISTIC one.
   const absl::string_view own[] = {op::kDenseForward,    op::kDenseGradInput,
                                    op::kDenseGradWeight, op::kConv2dForward,

@@ -5,9 +5,16 @@
 // Each kernel runs the spec body on the process thread pool, split over
 // OUTPUTS only: blocks of elements (activations), blocks of rows (softmax,
 // layer_norm forward and grad_input), blocks of columns
-// (layer_norm.grad_params, after the per-row statistics) or blocks of
-// channels (batch_norm.*). No reduction is
-// split, so the bits do not depend on the thread count or the ISA.
+// (layer_norm.grad_params, after the per-row statistics), blocks of
+// channels (batch_norm.*), or blocks of embedding rows
+// (embedding.grad_weight, after the sort of the positions by id). No
+// reduction is split, so the bits do not depend on the thread count or the
+// ISA.
+//
+// Also the DEFAULT "atomic" embedding.grad_weight: the positions are split
+// over tasks that add their dy rows into dw with atomic float adds, as GPU
+// frameworks' embedding backward does (NONDETERMINISTIC with more than one
+// thread).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,9 +23,11 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "kernels/canonical/reduce.h"
+#include "kernels/cpu/atomic_float.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/activations.h"
+#include "kernels/ops/embedding.h"
 #include "kernels/ops/norm.h"
 #include "kernels/ops/optimizers.h"
 #include "kernels/ops/validate.h"
@@ -363,6 +372,127 @@ absl::Status ScaleKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   return absl::OkStatus();
 }
 
+// The id of every position is validated before anything is written.
+absl::Status EmbeddingForwardKernel(absl::Span<const Tensor> in,
+                                    absl::Span<Tensor> out, const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kEmbeddingForward, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(
+      c::EmbeddingShape s,
+      ValidateEmbedding(op::kEmbeddingForward, in[0], in[1], "w", out[0], "y"));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kEmbeddingForward, in, out));
+  const int32_t* ids = in[0].data<int32_t>();
+  const float* w = in[1].data<float>();
+  float* y = out[0].data<float>();
+  ForBlocks(s.positions, RowBlock(s.dim), [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      std::copy_n(w + static_cast<int64_t>(ids[p]) * s.dim, s.dim,
+                  y + p * s.dim);
+    }
+  });
+  return absl::OkStatus();
+}
+
+// One embedding row's gradient, all D columns at once: the canonical
+// chains of embedding.h run elementwise over the columns (vectorisable),
+// and rows of more than kChunk terms combine their chain partials with the
+// same binary-counter tree as canonical::TreeAccumulator, one stack of
+// D-wide rows. Equal, bit for bit, to EmbeddingGradElement for every d.
+void EmbeddingGradRow(const c::EmbeddingShape& s, const int64_t* order,
+                      int64_t begin, int64_t end, const float* dy, float* dw,
+                      std::vector<float>* stack) {
+  const int64_t d = s.dim;
+  std::fill_n(dw, d, 0.0f);
+  if (end - begin <= c::kChunk) {
+    for (int64_t k = begin; k < end; ++k) {
+      const float* row = dy + order[k] * d;
+      for (int64_t j = 0; j < d; ++j) dw[j] = dw[j] + row[j];
+    }
+    return;
+  }
+  // Stack of chain partials (each D wide) with their subtree sizes.
+  int64_t sizes[64];
+  int depth = 0;
+  stack->resize(static_cast<size_t>(65 * d));
+  float* part = stack->data() + 64 * d;
+  for (int64_t k0 = begin; k0 < end; k0 += c::kChunk) {
+    const int64_t k1 = std::min(end, k0 + c::kChunk);
+    std::fill_n(part, d, 0.0f);
+    for (int64_t k = k0; k < k1; ++k) {
+      const float* row = dy + order[k] * d;
+      for (int64_t j = 0; j < d; ++j) part[j] = part[j] + row[j];
+    }
+    int64_t size = 1;
+    while (depth > 0 && sizes[depth - 1] == size) {
+      const float* left = stack->data() + (depth - 1) * d;
+      for (int64_t j = 0; j < d; ++j) part[j] = left[j] + part[j];
+      size *= 2;
+      --depth;
+    }
+    std::copy_n(part, d, stack->data() + depth * d);
+    sizes[depth] = size;
+    ++depth;
+  }
+  // Result(): fold from the right.
+  std::copy_n(stack->data() + (depth - 1) * d, d, dw);
+  for (int level = depth - 2; level >= 0; --level) {
+    const float* left = stack->data() + level * d;
+    for (int64_t j = 0; j < d; ++j) dw[j] = left[j] + dw[j];
+  }
+}
+
+absl::Status EmbeddingGradWeightKernel(absl::Span<const Tensor> in,
+                                       absl::Span<Tensor> out, const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kEmbeddingGradWeight, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::EmbeddingShape s,
+                      ValidateEmbedding(op::kEmbeddingGradWeight, in[0], out[0],
+                                        "dw", in[1], "dy"));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kEmbeddingGradWeight, in, out));
+  std::vector<int64_t> offsets(static_cast<size_t>(s.vocab + 1));
+  std::vector<int64_t> order(static_cast<size_t>(s.positions));
+  c::SortPositionsById(s, in[0].data<int32_t>(), offsets.data(), order.data());
+  const float* dy = in[1].data<float>();
+  float* dw = out[0].data<float>();
+  ForBlocks(s.vocab, RowBlock(s.dim), [&](int64_t b, int64_t e) {
+    std::vector<float> stack;
+    for (int64_t v = b; v < e; ++v) {
+      EmbeddingGradRow(s, order.data(), offsets[v], offsets[v + 1], dy,
+                       dw + v * s.dim, &stack);
+    }
+  });
+  return absl::OkStatus();
+}
+
+// DEFAULT "atomic": positions split over tasks, each dy row added into its
+// dw row with atomic float adds in arrival order.
+absl::Status EmbeddingGradWeightAtomicKernel(absl::Span<const Tensor> in,
+                                             absl::Span<Tensor> out,
+                                             const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kEmbeddingGradWeight, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::EmbeddingShape s,
+                      ValidateEmbedding(op::kEmbeddingGradWeight, in[0], out[0],
+                                        "dw", in[1], "dy"));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kEmbeddingGradWeight, in, out));
+  const int32_t* ids = in[0].data<int32_t>();
+  const float* dy = in[1].data<float>();
+  float* dw = out[0].data<float>();
+  std::fill_n(dw, s.vocab * s.dim, 0.0f);
+  if (s.positions == 0) return absl::OkStatus();
+  ThreadPool* pool = CpuThreadPool();
+  const int64_t tasks =
+      std::min<int64_t>(s.positions, std::max(2, 4 * pool->num_threads()));
+  const int64_t per_task = (s.positions + tasks - 1) / tasks;
+  AtomicParallelFor(pool, tasks, [&](int64_t t) {
+    const int64_t p1 = std::min(s.positions, (t + 1) * per_task);
+    for (int64_t p = t * per_task; p < p1; ++p) {
+      float* row = dw + static_cast<int64_t>(ids[p]) * s.dim;
+      for (int64_t j = 0; j < s.dim; ++j) {
+        AtomicAddFloat(row + j, dy[p * s.dim + j]);
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace cpu_internal {
@@ -395,11 +525,23 @@ absl::Status RegisterNnKernels(Registry* registry) {
       {op::kAdamWUpdate, &AdamWKernel},
       {op::kGradNormSumSquares, &SumSquaresKernel},
       {op::kGradNormScale, &ScaleKernel},
+      {op::kEmbeddingForward, &EmbeddingForwardKernel},
+      {op::kEmbeddingGradWeight, &EmbeddingGradWeightKernel},
   };
   for (const Entry& e : entries) {
     LS_RETURN_IF_ERROR(registry->Register(
         KernelKey{e.op, Mode::kCanonical, kCanonicalAlgorithm, kCpuBackendName},
         e.fn));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RegisterNnDefaultKernels(Registry* registry) {
+  for (const char* algorithm : {kDefaultAlgorithm, kAtomicAlgorithm}) {
+    LS_RETURN_IF_ERROR(
+        registry->Register(KernelKey{op::kEmbeddingGradWeight, Mode::kDefault,
+                                     algorithm, kCpuBackendName},
+                           &EmbeddingGradWeightAtomicKernel));
   }
   return absl::OkStatus();
 }

@@ -60,6 +60,8 @@ constexpr const char* kOps[] = {
     op::kAdamWUpdate,
     op::kGradNormSumSquares,
     op::kGradNormScale,
+    op::kEmbeddingForward,
+    op::kEmbeddingGradWeight,
 };
 constexpr size_t kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 

@@ -108,6 +108,8 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kBatchNormGradParams)
     LS_CASE(kSumSquares)
     LS_CASE(kScale)
+    LS_CASE(kEmbedding)
+    LS_CASE(kEmbeddingGrad)
 #undef LS_CASE
     case DeviceOp::kNumOps:
       break;

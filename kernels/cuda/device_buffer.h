@@ -40,6 +40,15 @@ class DeviceBuffer {
     }
     return absl::OkStatus();
   }
+  // Allocates `bytes` and copies them in (non-float data: int32 ids).
+  absl::Status CopyInBytes(const void* host, size_t bytes) {
+    LS_RETURN_IF_ERROR(Allocate(bytes));
+    if (bytes > 0) {
+      LS_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
+    }
+    return absl::OkStatus();
+  }
   // Allocates room for `n` floats, all +0.0f.
   absl::Status Zeros(size_t n) {
     LS_RETURN_IF_ERROR(Allocate(n * sizeof(float)));

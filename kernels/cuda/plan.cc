@@ -610,8 +610,53 @@ absl::Status PlanGradNorm(absl::string_view name, absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// embedding.grad_weight: the positions are sorted by id on the host (the
+// ids were just validated there) and the sorted index is copied in.
+absl::Status PlanEmbedding(absl::string_view name, absl::Span<const Tensor> in,
+                           absl::Span<Tensor> out, DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
+  if (name == op::kEmbeddingForward) {
+    LS_ASSIGN_OR_RETURN(
+        c::EmbeddingShape s,
+        ValidateEmbedding(name, in[0], in[1], "w", out[0], "y"));
+    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+    const int ids = AddIn(call, in[0]);
+    const int w = AddIn(call, in[1]);
+    const int y = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kEmbedding, s.positions * s.dim, {ids, w}, {y})
+        .embedding = s;
+    return absl::OkStatus();
+  }
+  LS_ASSIGN_OR_RETURN(
+      c::EmbeddingShape s,
+      ValidateEmbedding(name, in[0], out[0], "dw", in[1], "dy"));
+  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  auto sorted = std::make_shared<std::vector<int64_t>>(
+      static_cast<size_t>(s.vocab + 1 + s.positions));
+  c::SortPositionsById(s, in[0].data<int32_t>(), sorted->data(),
+                       sorted->data() + s.vocab + 1);
+  call->host_data.push_back(sorted);
+  int64_t* offsets_host = sorted->data();
+  const int offsets =
+      AddBuffer(call, offsets_host, (s.vocab + 1) * int64_t{sizeof(int64_t)},
+                true, false);
+  const int order =
+      AddBuffer(call, offsets_host + s.vocab + 1,
+                std::max<int64_t>(1, s.positions) * int64_t{sizeof(int64_t)},
+                s.positions > 0, false);
+  const int dy = AddIn(call, in[1]);
+  const int dw = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kEmbeddingGrad, s.vocab * s.dim,
+            {offsets, order, dy}, {dw})
+      .embedding = s;
+  return absl::OkStatus();
+}
+
 absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
                   absl::Span<Tensor> out, const OpAttrs& a, DeviceCall* call) {
+  if (name == op::kEmbeddingForward || name == op::kEmbeddingGradWeight) {
+    return PlanEmbedding(name, in, out, call);
+  }
   if (name == op::kGradNormSumSquares || name == op::kGradNormScale) {
     return PlanGradNorm(name, in, out, a, call);
   }

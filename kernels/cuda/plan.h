@@ -20,6 +20,7 @@
 #define LOCKSTEP_KERNELS_CUDA_PLAN_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,9 @@ struct Launch {
 struct DeviceCall {
   std::string op;  // e.g. "dense.forward", for error messages
   std::vector<CallBuffer> buffers;
+  // Host data the plan computed (embedding.grad_weight's sorted positions)
+  // that buffers point into; shared, so copies of the call stay valid.
+  std::vector<std::shared_ptr<const std::vector<int64_t>>> host_data;
   std::vector<Launch> launches;  // run in order on one stream
 };
 

@@ -28,6 +28,7 @@
 #include "kernels/ops/activations.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
+#include "kernels/ops/embedding.h"
 #include "kernels/ops/norm.h"
 #include "kernels/ops/optimizers.h"
 #include "kernels/ops/softmax_xent.h"
@@ -82,6 +83,8 @@ enum class DeviceOp : int32_t {
   kBatchNormGradParams,   // in {x, dy, running}, out {dgamma, dbeta}; work C
   kSumSquares,            // in {g}, out {s [1]}; work 1 (one reduction)
   kScale,                 // in {g}, out {y}; work numel
+  kEmbedding,             // in {ids, w}, out {y}; work numel of y
+  kEmbeddingGrad,         // in {offsets, order, dy}, out {dw}; work V * D
   kNumOps,
 };
 
@@ -109,6 +112,7 @@ struct KernelParams {
   c::RowShape rows;
   c::ChannelShape channels;
   float scale = 1.0f;  // kScale
+  c::EmbeddingShape embedding;
 };
 
 // ---- dense family ---------------------------------------------------------
@@ -476,6 +480,27 @@ LS_HD_INLINE void ScaleThread(const float* g, float* y, int64_t count,
   for (int64_t i = thread; i < count; i += num_threads) y[i] = g[i] * scale;
 }
 
+LS_HD_INLINE void EmbeddingThread(const c::EmbeddingShape& s,
+                                  const int32_t* ids, const float* w, float* y,
+                                  int64_t thread, int64_t num_threads) {
+  const int64_t total = s.positions * s.dim;
+  for (int64_t i = thread; i < total; i += num_threads) {
+    y[i] = c::EmbeddingForwardElement(s, ids, w, i);
+  }
+}
+
+// offsets [V + 1] and order [P]: the host's SortPositionsById.
+LS_HD_INLINE void EmbeddingGradThread(const c::EmbeddingShape& s,
+                                      const int64_t* offsets,
+                                      const int64_t* order, const float* dy,
+                                      float* dw, int64_t thread,
+                                      int64_t num_threads) {
+  const int64_t total = s.vocab * s.dim;
+  for (int64_t i = thread; i < total; i += num_threads) {
+    dw[i] = c::EmbeddingGradFlatElement(s, offsets, order, dy, i);
+  }
+}
+
 // ---- dispatch -------------------------------------------------------------
 
 // Runs thread `thread` of `num_threads` of the launch `p`.
@@ -612,6 +637,14 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
       break;
     case DeviceOp::kScale:
       ScaleThread(i0, o0, p.work, p.scale, t, nt);
+      break;
+    case DeviceOp::kEmbedding:
+      EmbeddingThread(p.embedding, static_cast<const int32_t*>(p.in[0]), i1, o0,
+                      t, nt);
+      break;
+    case DeviceOp::kEmbeddingGrad:
+      EmbeddingGradThread(p.embedding, static_cast<const int64_t*>(p.in[0]),
+                          static_cast<const int64_t*>(p.in[1]), i2, o0, t, nt);
       break;
     case DeviceOp::kNumOps:
       break;

@@ -1,5 +1,5 @@
 // The DEFAULT mode's own atomic kernels (vendor_runtime.h SplitKAtomicMatMul,
-// AtomicBiasAddGrad, AtomicMaxPool2dGrad): grid-stride CUDA kernels that
+// AtomicBiasAddGrad, AtomicMaxPool2dGrad, AtomicEmbeddingGrad): grid-stride CUDA kernels that
 // add partial results into the output with atomicAdd, in arrival order.
 #include <cuda_runtime.h>
 
@@ -16,6 +16,7 @@
 #include "kernels/cudnn/vendor_runtime.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
+#include "kernels/ops/embedding.h"
 #include "kernels/spatial/pool2d.h"
 
 namespace lockstep::kernels::vendor {
@@ -77,6 +78,18 @@ __global__ void BiasAddGradAtomicKernel(c::BiasShape s, int64_t slices,
     float acc = 0.0f;
     for (int64_t e = e0; e < e1; ++e) acc = __fadd_rn(acc, p[e]);
     atomicAdd(db + row % s.c, acc);
+  }
+}
+
+// One thread per dy element: added into its id's row of dw.
+__global__ void EmbeddingGradAtomicKernel(c::EmbeddingShape s,
+                                          const int32_t* ids, const float* dy,
+                                          float* dw) {
+  const int64_t work = s.positions * s.dim;
+  for (int64_t t = GlobalThread(); t < work; t += GridThreads()) {
+    const int64_t p = t / s.dim;
+    const int64_t d = t - p * s.dim;
+    atomicAdd(dw + static_cast<int64_t>(ids[p]) * s.dim + d, dy[t]);
   }
 }
 
@@ -151,6 +164,31 @@ absl::Status AtomicBiasAddGrad(const c::BiasShape& s,
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   return SyncAndCopyOut(ddb, db);
+}
+
+absl::Status AtomicEmbeddingGrad(const c::EmbeddingShape& s,
+                                 absl::Span<const int32_t> ids,
+                                 absl::Span<const float> dy,
+                                 absl::Span<float> dw) {
+  constexpr char kWhat[] = "embedding.grad_weight (atomic)";
+  LS_RETURN_IF_ERROR(CheckSize(kWhat, "ids", ids.size(), s.positions));
+  LS_RETURN_IF_ERROR(CheckSize(kWhat, "dy", dy.size(), s.positions * s.dim));
+  LS_RETURN_IF_ERROR(CheckSize(kWhat, "dw", dw.size(), s.vocab * s.dim));
+  LS_RETURN_IF_ERROR(cuda::CudaDeviceStatus());
+  LS_ASSIGN_OR_RETURN(DeviceContext * ctx, CurrentContext());
+  std::lock_guard<std::mutex> lock(ctx->mu);
+  DeviceBuffer dids, ddy, ddw;
+  LS_RETURN_IF_ERROR(dids.CopyInBytes(ids.data(), ids.size() * sizeof(int32_t)));
+  LS_RETURN_IF_ERROR(ddy.CopyIn(dy));
+  LS_RETURN_IF_ERROR(ddw.Zeros(dw.size()));
+  const int64_t work = s.positions * s.dim;
+  if (work > 0) {
+    EmbeddingGradAtomicKernel<<<static_cast<unsigned>(BlocksFor(work)),
+                                kThreadsPerBlock>>>(
+        s, static_cast<const int32_t*>(dids.get()), ddy.f(), ddw.f());
+    LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return SyncAndCopyOut(ddw, dw);
 }
 
 absl::Status AtomicMaxPool2dGrad(const sp::Pool2dShape& s,

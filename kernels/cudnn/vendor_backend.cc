@@ -116,6 +116,18 @@ absl::Status AtomicBiasAddGradKernel(absl::Span<const Tensor> in,
                                    out[0].span<float>());
 }
 
+// in {ids, dy}, out {dw}.
+absl::Status AtomicEmbeddingGradKernel(absl::Span<const Tensor> in,
+                                       absl::Span<Tensor> out, const OpAttrs&) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kEmbeddingGradWeight, in, 2, out, 1));
+  LS_ASSIGN_OR_RETURN(c::EmbeddingShape s,
+                      ValidateEmbedding(op::kEmbeddingGradWeight, in[0], out[0],
+                                        "dw", in[1], "dy"));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kEmbeddingGradWeight, in, out));
+  return vendor::AtomicEmbeddingGrad(s, in[0].span<int32_t>(),
+                                     in[1].span<float>(), out[0].span<float>());
+}
+
 // in {x, dy}, out {dx}.
 absl::Status AtomicMaxPool2dGradKernel(absl::Span<const Tensor> in,
                                        absl::Span<Tensor> out,
@@ -202,6 +214,10 @@ absl::Status RegisterCudaVendorKernels(Registry* registry) {
        &AtomicMaxPool2dGradKernel},
       {op::kMaxPool2dGrad, kDef, kVendorDefaultAlgorithm,
        &AtomicMaxPool2dGradKernel},
+      {op::kEmbeddingGradWeight, kDef, kVendorAtomicAlgorithm,
+       &AtomicEmbeddingGradKernel},
+      {op::kEmbeddingGradWeight, kDef, kVendorDefaultAlgorithm,
+       &AtomicEmbeddingGradKernel},
   };
   for (const Entry& e : entries) {
     LS_RETURN_IF_ERROR(registry->Register(

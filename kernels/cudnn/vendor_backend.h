@@ -41,12 +41,16 @@
 //     max_pool2d.grad                                           "atomic"
 //         our scatter: each dy element added into its window winner's dx
 //         with atomicAdd (NONDETERMINISTIC where windows overlap)
-//     and, for each of those eight ops, "default": the kernel the worker
+//     embedding.grad_weight                                     "atomic"
+//         our scatter: each dy element added into dw[ids[p]] with
+//         atomicAdd (NONDETERMINISTIC when an id repeats)
+//     and, for each of those nine ops, "default": the kernel the worker
 //     runs for DEFAULT when no algorithm is named; split_k_atomic for
 //     dense.forward (as on the CPU), cublas for dense.grad_*, cudnn_find
-//     for conv2d.*, atomic for bias_add.grad and max_pool2d.grad.
+//     for conv2d.*, atomic for bias_add.grad, max_pool2d.grad and
+//     embedding.grad_weight.
 //
-// 25 keys in all. Registration needs no device. Every kernel validates its
+// 27 keys in all. Registration needs no device. Every kernel validates its
 // call exactly as the CPU backend does (same validators, same
 // INVALID_ARGUMENT messages) before touching the device; the cuDNN kernels
 // then return UNIMPLEMENTED for what legacy cuDNN cannot express

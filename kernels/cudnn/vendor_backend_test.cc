@@ -53,6 +53,8 @@ std::vector<std::string> DocumentedKeys() {
       "bias_add.grad/DEFAULT/default/cuda",
       "max_pool2d.grad/DEFAULT/atomic/cuda",
       "max_pool2d.grad/DEFAULT/default/cuda",
+      "embedding.grad_weight/DEFAULT/atomic/cuda",
+      "embedding.grad_weight/DEFAULT/default/cuda",
   };
   std::sort(keys.begin(), keys.end());
   return keys;
@@ -80,7 +82,7 @@ TEST(VendorBackendTest, RegistersExactlyTheDocumentedKeysOrReportsNoCuda) {
   for (const KernelKey& k : registry.Keys()) got.push_back(k.DebugString());
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, DocumentedKeys());
-  EXPECT_EQ(registry.size(), 25u);
+  EXPECT_EQ(registry.size(), 27u);
   EXPECT_EQ(RegisterCudaVendorKernels(&registry).code(),
             absl::StatusCode::kAlreadyExists);
 }
@@ -108,6 +110,7 @@ TEST(VendorBackendTest, DefaultAliasesTheDocumentedKernel) {
       {op::kConv2dGradWeight, kCudnnFindAlgorithm},
       {op::kBiasAddGrad, kVendorAtomicAlgorithm},
       {op::kMaxPool2dGrad, kVendorAtomicAlgorithm},
+      {op::kEmbeddingGradWeight, kVendorAtomicAlgorithm},
   };
   for (const auto& [op_name, algorithm] : aliases) {
     const KernelFn def =
@@ -167,6 +170,10 @@ Call ValidCall(const std::string& op) {
     c.out = {Filled({1, 1, 4, 4}, 7)};
     c.attrs.kernel_h = c.attrs.kernel_w = 2;
     c.attrs.stride_h = c.attrs.stride_w = 2;
+  } else if (op == op::kEmbeddingGradWeight) {
+    c.in = {Tensor::FromValues<int32_t>({2, 3}, {0, 2, 1, 2, 2, 0}).value(),
+            Filled({2, 3, 4}, 1)};
+    c.out = {Filled({3, 4}, 7)};
   }
   if (op.rfind("conv2d.", 0) == 0) {
     c.attrs.pad_top = c.attrs.pad_bottom = 1;
@@ -229,13 +236,16 @@ TEST(VendorBackendTest, BadCallsAreInvalidArgumentWithTheSharedMessages) {
       Call c = ValidCall(key.op);
       Tensor& o = c.out[0];
       std::vector<int64_t> shape = o.shape();
-      shape[0] += 1;
+      // (More embedding rows would just be a larger vocabulary.)
+      shape[key.op == op::kEmbeddingGradWeight ? 1 : 0] += 1;
       o = Filled(shape, 7);
       bad.emplace_back("output shape", std::move(c));
     }
     {
       Call c = ValidCall(key.op);
-      c.in[0] = Tensor::Zeros(DType::kInt32, c.in[0].shape()).value();
+      const DType wrong =
+          c.in[0].dtype() == DType::kInt32 ? DType::kFloat32 : DType::kInt32;
+      c.in[0] = Tensor::Zeros(wrong, c.in[0].shape()).value();
       bad.emplace_back("input dtype", std::move(c));
     }
     {
@@ -251,6 +261,8 @@ TEST(VendorBackendTest, BadCallsAreInvalidArgumentWithTheSharedMessages) {
         c.attrs.stride_h = 0;
       } else if (key.op == op::kMaxPool2dGrad) {
         c.attrs.kernel_h = 0;
+      } else if (key.op == op::kEmbeddingGradWeight) {
+        c.in[0].data<int32_t>()[4] = 3;  // outside the vocabulary of 3
       } else {
         c.in[0] = Filled({3}, 1);  // bias_add.grad: dy of rank 1
       }
@@ -277,7 +289,7 @@ TEST(VendorBackendTest, BadCallsAreInvalidArgumentWithTheSharedMessages) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 25 * 4 + 4);  // + aliasing for 4 dense.forward keys
+  EXPECT_EQ(checked, 27 * 4 + 4);  // + aliasing for 4 dense.forward keys
 }
 
 // The dense kernels' messages are the shared validator's own.

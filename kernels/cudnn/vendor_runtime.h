@@ -51,6 +51,7 @@
 #include "kernels/backend.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
+#include "kernels/ops/embedding.h"
 #include "kernels/spatial/conv2d.h"
 #include "kernels/spatial/pool2d.h"
 
@@ -118,6 +119,14 @@ absl::Status AtomicMaxPool2dGrad(const spatial::Pool2dShape& s,
                                  absl::Span<const float> x,
                                  absl::Span<const float> dy,
                                  absl::Span<float> dx);
+
+// dw zeroed, then one thread per dy element adds it into dw[ids[p]] with
+// atomicAdd, as frameworks' embedding backward does (NONDETERMINISTIC when
+// an id repeats). ids validated by the caller.
+absl::Status AtomicEmbeddingGrad(const canonical::EmbeddingShape& s,
+                                 absl::Span<const int32_t> ids,
+                                 absl::Span<const float> dy,
+                                 absl::Span<float> dw);
 
 // The GPU "cost of determinism" report, measured in one run on
 // device-resident buffers (every input float32 0x3c3c3c3c), each figure the

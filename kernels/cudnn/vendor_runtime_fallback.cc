@@ -58,6 +58,12 @@ absl::Status AtomicMaxPool2dGrad(const spatial::Pool2dShape&,
   return NoCuda();
 }
 
+absl::Status AtomicEmbeddingGrad(const canonical::EmbeddingShape&,
+                                 absl::Span<const int32_t>,
+                                 absl::Span<const float>, absl::Span<float>) {
+  return NoCuda();
+}
+
 absl::StatusOr<std::string> RunVendorBenchmarks(int) { return NoCuda(); }
 
 }  // namespace lockstep::kernels::vendor

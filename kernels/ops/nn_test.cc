@@ -11,7 +11,9 @@
 
 #include "gtest/gtest.h"
 #include "kernels/canonical/float_bits.h"
+#include "kernels/canonical/reduce.h"
 #include "kernels/ops/activations.h"
+#include "kernels/ops/embedding.h"
 #include "kernels/ops/norm.h"
 
 namespace lockstep::canonical {
@@ -384,6 +386,80 @@ TEST(LayerNormTest, ConstantRowNormalisesToBeta) {
   float y[4];
   LayerNormForward(s, x, gamma, beta, y);
   for (int j = 0; j < 4; ++j) EXPECT_EQ(y[j], beta[j]);
+}
+
+// The sort lists each id's positions in increasing order, every position
+// exactly once.
+TEST(EmbeddingTest, SortPositionsByIdIsAStableCountingSort) {
+  const int32_t ids[] = {2, 0, 2, 3, 0, 2};
+  const EmbeddingShape s{6, 5, 1};
+  int64_t offsets[6];
+  int64_t order[6];
+  SortPositionsById(s, ids, offsets, order);
+  const int64_t want_offsets[] = {0, 2, 2, 5, 6, 6};
+  const int64_t want_order[] = {1, 4, 0, 2, 5, 3};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(offsets[i], want_offsets[i]) << i;
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(order[i], want_order[i]) << i;
+}
+
+// Forward is an exact gather; the gradient of L = sum(y * r) with respect
+// to w is the float64 scatter-add of r, and equals the central finite
+// differences of L (L is linear in w: the differences are exact up to the
+// float64 rounding of L). The canonical sum of each row is also checked
+// against CanonicalSum over the row's terms gathered in position order,
+// including a row of 800 terms (four chains and the tree).
+TEST(EmbeddingTest, ForwardAndGradAgainstFloat64AndFiniteDifferences) {
+  const EmbeddingShape s{1000, 6, 3};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> real(-1.0f, 1.0f);
+  std::vector<int32_t> ids(s.positions);
+  for (int64_t p = 0; p < s.positions; ++p) {
+    ids[p] = (p % 10 < 7) ? 1 : static_cast<int32_t>(p % 4);  // id 4, 5 unused
+  }
+  std::vector<float> w(s.vocab * s.dim), r(s.positions * s.dim);
+  for (float& v : w) v = real(rng);
+  for (float& v : r) v = real(rng);
+  for (int64_t i = 0; i < s.positions * s.dim; ++i) {
+    const float y = EmbeddingForwardElement(s, ids.data(), w.data(), i);
+    EXPECT_EQ(y, w[ids[i / s.dim] * s.dim + i % s.dim]);
+  }
+  std::vector<int64_t> offsets(s.vocab + 1), order(s.positions);
+  SortPositionsById(s, ids.data(), offsets.data(), order.data());
+  EXPECT_EQ(offsets[2] - offsets[1], 800);  // four chains, then the tree
+  for (int64_t v = 0; v < s.vocab; ++v) {
+    for (int64_t d = 0; d < s.dim; ++d) {
+      const float got = EmbeddingGradFlatElement(
+          s, offsets.data(), order.data(), r.data(), v * s.dim + d);
+      std::vector<float> terms;
+      double want = 0.0;
+      for (int64_t p = 0; p < s.positions; ++p) {
+        if (ids[p] != v) continue;
+        terms.push_back(r[p * s.dim + d]);
+        want += r[p * s.dim + d];
+      }
+      EXPECT_EQ(LsFloatToBits(got),
+                LsFloatToBits(CanonicalSum(
+                    terms.data(), static_cast<int64_t>(terms.size()), 1)))
+          << "v=" << v << " d=" << d;
+      if (terms.empty()) EXPECT_EQ(LsFloatToBits(got), 0u);
+      // n terms of magnitude <= 1: |error| <= n * 2^-24 * sum|r| bound.
+      EXPECT_NEAR(got, want, 1e-6 * static_cast<double>(terms.size()) + 1e-7);
+      // Central difference of L = sum(y * r) in float64 along w[v, d].
+      auto loss = [&](double delta) {
+        double l = 0.0;
+        for (int64_t p = 0; p < s.positions; ++p) {
+          for (int64_t j = 0; j < s.dim; ++j) {
+            double wv = w[ids[p] * s.dim + j];
+            if (ids[p] == v && j == d) wv += delta;
+            l += wv * r[p * s.dim + j];
+          }
+        }
+        return l;
+      };
+      const double h = 1e-3;
+      EXPECT_NEAR((loss(h) - loss(-h)) / (2 * h), want, 1e-9);
+    }
+  }
 }
 
 }  // namespace

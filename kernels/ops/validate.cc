@@ -407,4 +407,37 @@ absl::StatusOr<canonical::ChannelShape> ValidateBatchNorm(
   return shape;
 }
 
+absl::StatusOr<canonical::EmbeddingShape> ValidateEmbedding(
+    absl::string_view op, const Tensor& ids, const Tensor& table,
+    absl::string_view table_name, const Tensor& rows,
+    absl::string_view rows_name) {
+  if (ids.dtype() != DType::kInt32 || ids.rank() < 1) {
+    return Invalid(op, absl::StrFormat("ids must be int32 of rank >= 1, got %s",
+                                       ids.DebugString()));
+  }
+  if (auto s = CheckFloatRank(op, table, table_name, 2); !s.ok()) return s;
+  const int64_t vocab = table.dim(0);
+  const int64_t dim = table.dim(1);
+  if (vocab < 1 || vocab > canonical::kMaxEmbeddingVocab || dim < 1) {
+    return Invalid(op, absl::StrFormat("%s %s: need 1 .. %d rows and at least "
+                                       "1 column",
+                                       table_name, table.DebugString(),
+                                       canonical::kMaxEmbeddingVocab));
+  }
+  std::vector<int64_t> rows_shape = ids.shape();
+  rows_shape.push_back(dim);
+  if (auto s = CheckFloatRank(op, rows, rows_name, -1); !s.ok()) return s;
+  if (auto s = ExpectShape(op, rows, rows_shape, rows_name); !s.ok()) return s;
+  const int32_t* id = ids.data<int32_t>();
+  const int64_t positions = ids.numel();
+  for (int64_t p = 0; p < positions; ++p) {
+    if (id[p] < 0 || id[p] >= vocab) {
+      return Invalid(op, absl::StrFormat("ids[%d] = %d is outside [0, %d) "
+                                         "(the vocabulary size)",
+                                         p, id[p], vocab));
+    }
+  }
+  return canonical::EmbeddingShape{positions, vocab, dim};
+}
+
 }  // namespace lockstep::kernels

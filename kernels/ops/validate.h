@@ -16,6 +16,7 @@
 #include "kernels/backend.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
+#include "kernels/ops/embedding.h"
 #include "kernels/ops/norm.h"
 #include "kernels/ops/optimizers.h"
 #include "kernels/ops/softmax_xent.h"
@@ -90,6 +91,15 @@ absl::StatusOr<canonical::ChannelShape> ValidateBatchNorm(
     absl::Span<const Tensor* const> like_x,
     absl::Span<const Tensor* const> channel_vectors, const Tensor& running,
     absl::Span<const absl::string_view> names, const OpAttrs& attrs);
+
+// embedding.forward (table = w, rows = y) and embedding.grad_weight
+// (table = dw, rows = dy): ids int32 of rank >= 1, every id in [0, V);
+// table float32 [V, D] with 1 <= V <= kMaxEmbeddingVocab and D >= 1; rows
+// float32 of shape ids.shape + [D].
+absl::StatusOr<canonical::EmbeddingShape> ValidateEmbedding(
+    absl::string_view op, const Tensor& ids, const Tensor& table,
+    absl::string_view table_name, const Tensor& rows,
+    absl::string_view rows_name);
 
 }  // namespace lockstep::kernels
 
