@@ -78,6 +78,23 @@ else
 fi
 rm -rf "$demo_dir"
 
+# Deployment: systemd units (systemd-analyze), the flags every deploy file
+# passes, the container and Kubernetes files (offline schema checks) and
+# the Slurm fleet-audit drill on a real local cluster (deploy/deploy_checks.sh
+# prints one PASS/FAIL/SKIP line per check).
+echo
+echo "test: deployment checks (deploy/deploy_checks.sh)"
+if bazel build //server:lockstep-coordinator //worker:lockstep-worker \
+     //client:lockstep >/dev/null 2>&1 \
+   && LOCKSTEP_BIN_DIR="$(bazel info bazel-bin 2>/dev/null)" \
+      bash deploy/deploy_checks.sh; then
+  echo "test: deployment checks PASSED"
+  passed=$((passed + 1))
+else
+  echo "test: deployment checks FAILED"
+  failed=$((failed + 1))
+fi
+
 # The dashboard in headless Chromium, /metrics and the scrape config through
 # promtool (already run by `bazel test //...`, so cached here): says so
 # when the tools are missing, since those tests then skip their checks.
