@@ -237,6 +237,12 @@ absl::Status ValidateDataset(const v1::Dataset& d, int64_t batch_size) {
           CheckPath("config.dataset.file.labels_path", f.labels_path()));
       return absl::OkStatus();
     }
+    case v1::Dataset::kTokens:
+      if (!d.tokens().text_path().empty()) {
+        LS_RETURN_IF_ERROR(CheckPath("config.dataset.tokens.text_path",
+                                     d.tokens().text_path()));
+      }
+      return absl::OkStatus();
   }
   return Invalid("config.dataset: unknown source");
 }

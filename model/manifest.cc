@@ -93,7 +93,8 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
     // bias for LAYER_NORM, exactly one bias for BIAS_ADD, none for the rest.
     const bool has_weight = layer.op == v1::DENSE || layer.op == v1::CONV2D ||
                             layer.op == v1::LAYER_NORM ||
-                            layer.op == v1::BATCH_NORM;
+                            layer.op == v1::BATCH_NORM ||
+                            layer.op == v1::EMBEDDING;
     size_t expected = 0;
     if (has_weight) {
       if (layer.params.empty() || layer.params[0].role != v1::WEIGHT) {
@@ -219,6 +220,9 @@ absl::StatusOr<LayerOps> OpsOfLayer(v1::LayerOp layer_op) {
     case v1::BATCH_NORM:
       return LayerOps{op::kBatchNormForward, op::kBatchNormGradInput,
                       op::kBatchNormGradParams};
+    case v1::EMBEDDING:
+      // Its input is token ids: no input gradient.
+      return LayerOps{op::kEmbeddingForward, "", op::kEmbeddingGradWeight};
     default:
       return absl::InvalidArgumentError(absl::StrFormat(
           "layer op %s (%d) cannot be executed",
@@ -255,10 +259,13 @@ absl::StatusOr<std::vector<v1::ManifestEntry>> StepTensors(
   std::vector<v1::ManifestEntry> out;
 
   // 1. The batch.
-  out.push_back(
-      MakeEntry(v1::PHASE_INPUT, "", kInputOp, v1::INPUT, plan.input_shape));
-  out.push_back(
-      MakeEntry(v1::PHASE_INPUT, "", kLabelsOp, v1::LABEL, {n}, "", v1::INT32));
+  out.push_back(MakeEntry(
+      v1::PHASE_INPUT, "", kInputOp, v1::INPUT, plan.input_shape, "",
+      plan.input_dtype == kernels::DType::kInt32 ? v1::INT32 : v1::FLOAT32));
+  out.push_back(MakeEntry(
+      v1::PHASE_INPUT, "", kLabelsOp, v1::LABEL,
+      plan.label_shape.empty() ? std::vector<int64_t>{n} : plan.label_shape, "",
+      v1::INT32));
 
   // 2. Forward: each layer's output (the loss for the last one).
   for (const LayerPlan& layer : plan.layers) {

@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "kernels/ops/embedding.h"
 #include "kernels/spatial/validate.h"
 #include "model/check.h"
 
@@ -93,6 +94,8 @@ absl::string_view ParamsCaseName(v1::Layer::ParamsCase c) {
       return "resize";
     case v1::Layer::kBatchNorm:
       return "batch_norm";
+    case v1::Layer::kEmbedding:
+      return "embedding";
     case v1::Layer::PARAMS_NOT_SET:
       break;
   }
@@ -111,6 +114,8 @@ v1::Layer::ParamsCase ParamsFor(v1::LayerOp op) {
       return v1::Layer::kPool;
     case v1::RESIZE_BILINEAR:
       return v1::Layer::kResize;
+    case v1::EMBEDDING:
+      return v1::Layer::kEmbedding;
     default:
       return v1::Layer::PARAMS_NOT_SET;
   }
@@ -164,6 +169,9 @@ class Planner {
   absl::Status PlanAdd(int i, LayerPlan* lp);
   absl::Status PlanBiasAdd(int i, LayerPlan* lp);
   absl::Status PlanLoss(int i, LayerPlan* lp);
+  absl::Status PlanEmbedding(int i, LayerPlan* lp);
+  absl::Status CheckTokenInput(int i, const LayerPlan& lp) const;
+  absl::Status CheckDatasetKind() const;
 
   const v1::Model& model_;
   const v1::JobConfig& config_;
@@ -325,8 +333,20 @@ absl::Status Planner::PlanDense(int i, LayerPlan* lp) {
   const std::vector<int64_t>& in = lp->input_shapes[0];
   const int64_t n = in[0];
   // Bounded by the input's element count, which was checked.
-  const int64_t features = SatProduct(absl::MakeConstSpan(in).subspan(1));
+  int64_t features = SatProduct(absl::MakeConstSpan(in).subspan(1));
   lp->output_shape = {n, p.units()};
+  if (p.last_axis()) {
+    if (in.size() < 2) {
+      return LayerError(
+          i, absl::StrFormat("dense.last_axis needs an input of rank >= 2, "
+                             "got %s from %s",
+                             ShapeToString(in), ProducerName(lp->inputs[0])));
+    }
+    features = in.back();
+    lp->output_shape = in;
+    lp->output_shape.back() = p.units();
+    lp->last_axis = true;
+  }
   LS_RETURN_IF_ERROR(CheckOutputSize(i, lp->output_shape));
   ParamPlan w;
   w.name = "weight";
@@ -653,6 +673,28 @@ absl::Status Planner::PlanBatchNorm(int i, LayerPlan* lp) {
 absl::Status Planner::PlanLoss(int i, LayerPlan* lp) {
   const std::vector<int64_t>& in = lp->input_shapes[0];
   const int64_t n = plan_.input_shape[0];
+  if (plan_.input_dtype == kernels::DType::kInt32) {
+    // Token model: one prediction per position.
+    const std::vector<int64_t> want = {n, plan_.input_shape[1],
+                                       model_.num_classes()};
+    if (in != want) {
+      return LayerError(
+          i, absl::StrFormat("SOFTMAX_XENT of a token model needs a [N, T, "
+                             "num_classes] = %s input (a prediction per "
+                             "position), got %s from %s",
+                             ShapeToString(want), ShapeToString(in),
+                             ProducerName(lp->inputs[0])));
+    }
+    if (n * plan_.input_shape[1] > kMaxLossBatch) {
+      return LayerError(
+          i, absl::StrFormat("SOFTMAX_XENT takes at most %d "
+                             "positions, got %d x %d",
+                             kMaxLossBatch, n, plan_.input_shape[1]));
+    }
+    plan_.label_shape = {n, plan_.input_shape[1]};
+    lp->output_shape = {1};
+    return absl::OkStatus();
+  }
   const std::vector<int64_t> want = {n, model_.num_classes()};
   if (in.size() != 2) {
     return LayerError(
@@ -678,6 +720,67 @@ absl::Status Planner::PlanLoss(int i, LayerPlan* lp) {
   return absl::OkStatus();
 }
 
+absl::Status Planner::PlanEmbedding(int i, LayerPlan* lp) {
+  const v1::EmbeddingParams& p = model_.layers(i).embedding();
+  LS_RETURN_IF_ERROR(Wrap(i, CheckRange("embedding.vocab_size", p.vocab_size(),
+                                        1, canonical::kMaxEmbeddingVocab)));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("embedding.dim", p.dim(), 1, limits_.max_dim)));
+  if (lp->inputs[0] != kModelInput) {
+    return LayerError(
+        i, absl::StrFormat("EMBEDDING reads token ids, so its input must be "
+                           "the model input, got %s",
+                           ProducerName(lp->inputs[0])));
+  }
+  if (plan_.input_shape.size() != 2) {
+    return LayerError(
+        i, absl::StrFormat("EMBEDDING needs model.input_shape [T] (a "
+                           "sequence of T token ids), got %s",
+                           ShapeToString(plan_.input_shape)));
+  }
+  lp->output_shape = {plan_.input_shape[0], plan_.input_shape[1], p.dim()};
+  LS_RETURN_IF_ERROR(CheckOutputSize(i, lp->output_shape));
+  ParamPlan w;
+  w.name = "weight";
+  w.role = v1::WEIGHT;
+  w.shape = {p.vocab_size(), p.dim()};
+  w.fan_in = p.vocab_size();
+  w.fan_out = p.dim();
+  return AddParam(i, std::move(w), lp);
+}
+
+// In a token model only EMBEDDING layers may read the model input.
+absl::Status Planner::CheckTokenInput(int i, const LayerPlan& lp) const {
+  if (plan_.input_dtype != kernels::DType::kInt32 || lp.op == v1::EMBEDDING) {
+    return absl::OkStatus();
+  }
+  for (const int producer : lp.inputs) {
+    if (producer == kModelInput) {
+      return LayerError(
+          i, absl::StrFormat("reads the model input, which is int32 token "
+                             "ids in this model (it has an EMBEDDING layer); "
+                             "only EMBEDDING layers can read it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Token models train on token sequences, the others on examples.
+absl::Status Planner::CheckDatasetKind() const {
+  const bool tokens = config_.dataset().source_case() == v1::Dataset::kTokens;
+  if (plan_.input_dtype == kernels::DType::kInt32 && !tokens) {
+    return Invalid(
+        "config.dataset: the model reads token ids (it has an EMBEDDING "
+        "layer), so the dataset must be dataset.tokens");
+  }
+  if (plan_.input_dtype != kernels::DType::kInt32 && tokens) {
+    return Invalid(
+        "config.dataset.tokens: token sequences need a model whose input is "
+        "read by an EMBEDDING layer");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelPlan> Planner::Run() {
   LS_RETURN_IF_ERROR(ValidateJobConfig(config_, limits_));
   LS_RETURN_IF_ERROR(CheckModelHeader());
@@ -687,6 +790,13 @@ absl::StatusOr<ModelPlan> Planner::Run() {
   const int num_layers = model_.layers_size();
   consumed_.assign(num_layers, false);
   plan_.layers.reserve(num_layers);
+  plan_.label_shape = {plan_.input_shape[0]};
+  for (const v1::Layer& layer : model_.layers()) {
+    if (layer.op() == v1::EMBEDDING) {
+      plan_.input_dtype = kernels::DType::kInt32;
+    }
+  }
+  LS_RETURN_IF_ERROR(CheckDatasetKind());
 
   for (int i = 0; i < num_layers; ++i) {
     const v1::Layer& layer = model_.layers(i);
@@ -737,6 +847,7 @@ absl::StatusOr<ModelPlan> Planner::Run() {
     lp.name = layer.name();
     lp.op = op;
     LS_RETURN_IF_ERROR(ResolveInputs(i, &lp));
+    LS_RETURN_IF_ERROR(CheckTokenInput(i, lp));
     switch (op) {
       case v1::DENSE:
         LS_RETURN_IF_ERROR(PlanDense(i, &lp));
@@ -784,6 +895,9 @@ absl::StatusOr<ModelPlan> Planner::Run() {
       case v1::SOFTMAX_XENT:
         LS_RETURN_IF_ERROR(PlanLoss(i, &lp));
         break;
+      case v1::EMBEDDING:
+        LS_RETURN_IF_ERROR(PlanEmbedding(i, &lp));
+        break;
       default:
         return LayerError(
             i, absl::StrFormat("op: %d is not a known LayerOp", op_value));
@@ -805,7 +919,7 @@ absl::StatusOr<ModelPlan> Planner::Run() {
   if (plan_.parameter_count == 0) {
     return Invalid(
         "model.layers: the model has no trainable parameters (add a DENSE, "
-        "CONV2D, BIAS_ADD or LAYER_NORM layer)");
+        "CONV2D, BIAS_ADD, LAYER_NORM or EMBEDDING layer)");
   }
   const int64_t bytes = EstimateLiveTensorBytes(plan_, config_);
   if (bytes > limits_.max_total_tensor_bytes) {
@@ -854,7 +968,9 @@ int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
     }
   }
   int64_t elements = SatProduct(plan.input_shape);
-  if (!plan.input_shape.empty()) {
+  if (!plan.label_shape.empty()) {
+    elements = SatAdd(elements, SatProduct(plan.label_shape));
+  } else if (!plan.input_shape.empty()) {
     elements = SatAdd(elements, plan.input_shape[0]);  // labels
   }
   for (int i = 0; i < n_layers; ++i) {
@@ -908,6 +1024,8 @@ int64_t LayerForwardFlops(const LayerPlan& layer) {
     case v1::ADD:
     case v1::BIAS_ADD:
       return out;
+    case v1::EMBEDDING:
+      return 0;  // a copy
     case v1::SIGMOID:
     case v1::TANH:
     case v1::SILU:

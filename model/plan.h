@@ -34,7 +34,7 @@ struct ParamPlan {
                                   // conv weight [out, in/groups, kh, kw]
   int64_t fan_in = 0;             // for the initialisers
   int64_t fan_out = 0;
-  bool init_ones = false;         // LAYER_NORM's scale: initialised to 1
+  bool init_ones = false;  // LAYER_NORM's scale: initialised to 1
 };
 
 // One layer, with everything resolved.
@@ -51,11 +51,20 @@ struct LayerPlan {
   // Kernel attributes (stride, padding, dilation, window, ...). Dense
   // layers use transpose_x = transpose_w = false with weight [in, units].
   kernels::OpAttrs attrs;
+  // DENSE with dense.last_axis: the kernels see the input as
+  // [prod(leading), K] and the output as [prod(leading), units].
+  bool last_axis = false;
 };
 
 struct ModelPlan {
   std::string model_name;
   std::vector<int64_t> input_shape;  // [N, ...] with N = config.batch_size
+  // float32 examples, or int32 token ids [N, T] when an EMBEDDING layer
+  // reads the model input.
+  kernels::DType input_dtype = kernels::DType::kFloat32;
+  // The batch's labels (int32): [N], or [N, T] (one per position) for
+  // token models, whose SOFTMAX_XENT input is [N, T, num_classes].
+  std::vector<int64_t> label_shape;
   int32_t num_classes = 0;
   // In execution order; the last layer is SOFTMAX_XENT over [N, classes].
   std::vector<LayerPlan> layers;
@@ -75,7 +84,7 @@ absl::StatusOr<ModelPlan> PlanModel(const lockstep::v1::Model& model,
 // smaller than its parameters' optimizer state)
 // a run of `plan` with `config` and keeps alive throughout, all 4-byte
 // elements:
-//   the batch input and its labels (N int32);
+//   the batch input and its labels (label_shape, int32);
 //   per layer: its output; a gradient buffer for each input that is another
 //     layer's output (BIAS_ADD reuses its output gradient, no buffer); a
 //     separate output-gradient sum buffer when the output has zero or more

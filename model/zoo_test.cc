@@ -36,9 +36,9 @@ using ::lockstep::testing::IsOk;
 constexpr int64_t kMaxForwardFlops = 5'000'000;
 constexpr int64_t kMaxParameters = 100'000;
 
-const char* const kZoo[] = {"mlp",      "lenet5",   "resnet_small",
-                            "gauntlet", "norm_mlp", "mobilenet_tiny",
-                            "resnet_bn"};
+const char* const kZoo[] = {"mlp",       "lenet5",   "resnet_small",
+                            "gauntlet",  "norm_mlp", "mobilenet_tiny",
+                            "resnet_bn", "char_lm"};
 
 std::string Examples(const std::string& relative) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
@@ -163,12 +163,13 @@ TEST(ZooTest, ModelsHaveTheirPromisedStructure) {
   }
   {
     // The gauntlet holds every op of the first op set (up to BIAS_ADD), and
-    // a DENSE with a long K (split-K); norm_mlp every op of op set v2.
+    // a DENSE with a long K (split-K); norm_mlp, resnet_bn and char_lm
+    // every op of op set v2.
     const ModelPlan plan = Load("gauntlet", "config.json").plan;
     const auto ops = Ops(plan);
     auto v2 = Ops(Load("norm_mlp", "config.json").plan);
-    for (v1::LayerOp o : Ops(Load("resnet_bn", "config.json").plan)) {
-      v2.insert(o);
+    for (const char* name : {"resnet_bn", "char_lm"}) {
+      for (v1::LayerOp o : Ops(Load(name, "config.json").plan)) v2.insert(o);
     }
     for (int op = v1::LayerOp_MIN + 1; op <= v1::LayerOp_MAX; ++op) {
       const v1::LayerOp o = static_cast<v1::LayerOp>(op);

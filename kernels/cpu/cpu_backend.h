@@ -70,6 +70,9 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 //       added atomically (NONDETERMINISTIC).
 //   DEFAULT "default", every other op: its DETERMINISTIC kernel (so a
 //       DEFAULT job never falls back either).
+//   DEFAULT "deterministic", every op: its DETERMINISTIC kernel, for a
+//       DEFAULT job that pins some ops to repeatable kernels
+//       (config.op_algorithms) to isolate the others' nondeterminism.
 // Results of the DEFAULT and DETERMINISTIC kernels are
 // within float rounding of CANONICAL's. ALREADY_EXISTS if one is there.
 absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry);

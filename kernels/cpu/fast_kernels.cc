@@ -226,6 +226,18 @@ absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry) {
                                      kDeterministicAlgorithm, kCpuBackendName},
                            fn));
   }
+  // DEFAULT "deterministic", for every op: its DETERMINISTIC kernel, so a
+  // DEFAULT job can pin single ops (config.op_algorithms) to a repeatable
+  // kernel and isolate the nondeterminism of the others.
+  for (const std::string& op : ops) {
+    LS_ASSIGN_OR_RETURN(
+        KernelFn fn,
+        registry->Lookup(KernelKey{op, Mode::kDeterministic,
+                                   kDeterministicAlgorithm, kCpuBackendName}));
+    LS_RETURN_IF_ERROR(registry->Register(
+        KernelKey{op, Mode::kDefault, kDeterministicAlgorithm, kCpuBackendName},
+        fn));
+  }
   // DEFAULT for every op that has no DEFAULT kernel of its own: the
   // DETERMINISTIC one (what stock frameworks run for these ops by default
   // is already deterministic), so a DEFAULT job never falls back either.
@@ -233,7 +245,8 @@ absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry) {
     bool has_default = false;
     for (const KernelKey& k : registry->Keys()) {
       if (k.op == op && k.mode == Mode::kDefault &&
-          k.backend == kCpuBackendName) {
+          k.backend == kCpuBackendName &&
+          k.algorithm != kDeterministicAlgorithm) {
         has_default = true;
         break;
       }

@@ -222,6 +222,14 @@ absl::Status RegisterCudaVendorKernels(Registry* registry) {
   for (const Entry& e : entries) {
     LS_RETURN_IF_ERROR(registry->Register(
         KernelKey{e.op, e.mode, e.algorithm, kCudaBackendName}, e.fn));
+    // Each DETERMINISTIC kernel also under DEFAULT "deterministic", so a
+    // DEFAULT job can pin single ops to it (config.op_algorithms).
+    if (e.mode == kDet) {
+      LS_RETURN_IF_ERROR(registry->Register(
+          KernelKey{e.op, kDef, kVendorDeterministicAlgorithm,
+                    kCudaBackendName},
+          e.fn));
+    }
   }
   return absl::OkStatus();
 }

@@ -48,9 +48,12 @@
 //     runs for DEFAULT when no algorithm is named; split_k_atomic for
 //     dense.forward (as on the CPU), cublas for dense.grad_*, cudnn_find
 //     for conv2d.*, atomic for bias_add.grad, max_pool2d.grad and
-//     embedding.grad_weight.
+//     embedding.grad_weight;
+//     and "deterministic" for each op with a DETERMINISTIC kernel above:
+//     that kernel, for a DEFAULT job that pins single ops to repeatable
+//     kernels (config.op_algorithms).
 //
-// 27 keys in all. Registration needs no device. Every kernel validates its
+// 35 keys in all. Registration needs no device. Every kernel validates its
 // call exactly as the CPU backend does (same validators, same
 // INVALID_ARGUMENT messages) before touching the device; the cuDNN kernels
 // then return UNIMPLEMENTED for what legacy cuDNN cannot express
@@ -78,6 +81,7 @@ inline constexpr char kGatherAlgorithm[] = "gather";
 inline constexpr char kVendorAtomicAlgorithm[] = "atomic";
 inline constexpr char kVendorSplitKAtomicAlgorithm[] = "split_k_atomic";
 inline constexpr char kVendorDefaultAlgorithm[] = "default";
+inline constexpr char kVendorDeterministicAlgorithm[] = "deterministic";
 
 // Registers the keys listed above. In a build without CUDA registers nothing
 // and returns FAILED_PRECONDITION "cudnn backend: built without CUDA".

@@ -55,6 +55,14 @@ std::vector<std::string> DocumentedKeys() {
       "max_pool2d.grad/DEFAULT/default/cuda",
       "embedding.grad_weight/DEFAULT/atomic/cuda",
       "embedding.grad_weight/DEFAULT/default/cuda",
+      "dense.forward/DEFAULT/deterministic/cuda",
+      "dense.grad_input/DEFAULT/deterministic/cuda",
+      "dense.grad_weight/DEFAULT/deterministic/cuda",
+      "conv2d.forward/DEFAULT/deterministic/cuda",
+      "conv2d.grad_input/DEFAULT/deterministic/cuda",
+      "conv2d.grad_weight/DEFAULT/deterministic/cuda",
+      "bias_add.grad/DEFAULT/deterministic/cuda",
+      "max_pool2d.grad/DEFAULT/deterministic/cuda",
   };
   std::sort(keys.begin(), keys.end());
   return keys;
@@ -82,7 +90,7 @@ TEST(VendorBackendTest, RegistersExactlyTheDocumentedKeysOrReportsNoCuda) {
   for (const KernelKey& k : registry.Keys()) got.push_back(k.DebugString());
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, DocumentedKeys());
-  EXPECT_EQ(registry.size(), 27u);
+  EXPECT_EQ(registry.size(), 35u);
   EXPECT_EQ(RegisterCudaVendorKernels(&registry).code(),
             absl::StatusCode::kAlreadyExists);
 }
@@ -289,7 +297,7 @@ TEST(VendorBackendTest, BadCallsAreInvalidArgumentWithTheSharedMessages) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 27 * 4 + 4);  // + aliasing for 4 dense.forward keys
+  EXPECT_EQ(checked, 35 * 4 + 5);  // + aliasing for 5 dense.forward keys
 }
 
 // The dense kernels' messages are the shared validator's own.
@@ -336,7 +344,7 @@ TEST(VendorBackendTest, AsymmetricPaddingIsUnimplementedForCudnnKernels) {
     EXPECT_TRUE(SameBytes(c.out[0], before[0]));
     ++checked;
   }
-  EXPECT_EQ(checked, 9);
+  EXPECT_EQ(checked, 12);  // cudnn, cudnn_find, default, deterministic
 }
 
 // The runtime entry points check their buffers against the shape before

@@ -1,5 +1,6 @@
 #include "worker/data/dataset.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include "common/digest.h"
 #include "common/status_macros.h"
 #include "kernels/canonical/version.h"
+#include "kernels/random/philox.h"
 #include "kernels/random/synthetic.h"
 #include "kernels/tensor.h"
 #include "worker/data/byte_order.h"
@@ -310,12 +312,16 @@ absl::StatusOr<std::string> ReadHashed(const std::string& path,
   return bytes;
 }
 
-// The example shapes an IDX image file [n, rows, cols] can feed.
+// The example shapes an IDX image file [n, rows, cols] can feed. rows and
+// cols are below 2^32 each, so rows * cols may not fit in int64 (an empty
+// file can declare [0, 2^32 - 1, 2^32 - 1]): the flat shape is compared by
+// division.
 bool IdxShapeFits(const std::vector<int64_t>& model, int64_t rows,
                   int64_t cols) {
   return model == std::vector<int64_t>{1, rows, cols} ||
          model == std::vector<int64_t>{rows, cols} ||
-         model == std::vector<int64_t>{rows * cols};
+         (model.size() == 1 && rows != 0 && model[0] % rows == 0 &&
+          model[0] / rows == cols);
 }
 
 // Checks every label against [0, num_classes) and converts it to int32.
@@ -466,6 +472,173 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenFileDataset(
       encoding, std::move(labels), digest.Hex()));
 }
 
+// ---- token sequences -----------------------------------------------------
+
+// Philox streams of the synthetic token sequences
+// (docs/canonical-arithmetic.md section 6.4).
+constexpr uint64_t kStreamTokenTeacher = 0x544F4B454E000001ull;
+constexpr uint64_t kStreamTokenSequence = 0x544F4B454E000002ull;
+
+// A 24-bit draw scaled to [0, vocab): (u24 * vocab) >> 24.
+int32_t ScaledToken(uint32_t bits, int64_t vocab) {
+  return static_cast<int32_t>(
+      (static_cast<uint64_t>(bits >> 8) * static_cast<uint64_t>(vocab)) >> 24);
+}
+
+// Token sequences [batch, T] with next-token labels [batch, T]: synthetic
+// (a seeded Markov chain) or the bytes of a text file.
+class TokenDataset final : public Dataset {
+ public:
+  // Synthetic.
+  TokenDataset(int64_t t, int32_t vocab, uint64_t seed,
+               std::vector<int32_t> next, std::string digest)
+      : example_shape_{t},
+        t_(t),
+        vocab_(vocab),
+        seed_(seed),
+        next_(std::move(next)),
+        digest_(std::move(digest)) {}
+  // Text bytes.
+  TokenDataset(int64_t t, std::string text, std::string digest)
+      : example_shape_{t},
+        t_(t),
+        vocab_(256),
+        text_(std::move(text)),
+        digest_(std::move(digest)) {}
+
+  const std::vector<int64_t>& example_shape() const override {
+    return example_shape_;
+  }
+  int32_t num_classes() const override { return vocab_; }
+  std::string digest() const override { return digest_; }
+
+  absl::Status Batch(int64_t step, int64_t batch, Tensor* x,
+                     Tensor* labels) override {
+    LS_RETURN_IF_ERROR(CheckBatchArgs(step, batch));
+    absl::StatusOr<Tensor> xt = Tensor::Zeros(DType::kInt32, {batch, t_});
+    if (!xt.ok()) {
+      return absl::Status(
+          xt.status().code(),
+          absl::StrCat("dataset batch: ", xt.status().message()));
+    }
+    Tensor lt = Tensor::Zeros(DType::kInt32, {batch, t_}).value();
+    int32_t* xd = xt->data<int32_t>();
+    int32_t* ld = lt.data<int32_t>();
+    std::vector<int32_t> seq(static_cast<size_t>(t_ + 1));
+    if (text_.empty()) {
+      // Endless stream: example e = step * batch + i; every Philox index
+      // e * (T + 1) + k must fit in 64 bits.
+      const unsigned __int128 end = (static_cast<unsigned __int128>(step) + 1) *
+                                    static_cast<uint64_t>(batch) *
+                                    static_cast<uint64_t>(t_ + 1);
+      if (end > ~uint64_t{0}) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("dataset batch: step ", step, " with batch size ",
+                         batch, " is past the end of the token stream"));
+      }
+      for (int64_t i = 0; i < batch; ++i) {
+        const uint64_t e =
+            static_cast<uint64_t>(step) * static_cast<uint64_t>(batch) + i;
+        SyntheticSequence(e, seq.data());
+        std::copy_n(seq.data(), t_, xd + i * t_);
+        std::copy_n(seq.data() + 1, t_, ld + i * t_);
+      }
+    } else {
+      const uint64_t n = (text_.size() - 1) / static_cast<uint64_t>(t_);
+      uint64_t e = FirstExample(step, batch, n);
+      for (int64_t i = 0; i < batch; ++i) {
+        const unsigned char* b =
+            reinterpret_cast<const unsigned char*>(text_.data()) + e * t_;
+        for (int64_t k = 0; k < t_; ++k) {
+          xd[i * t_ + k] = b[k];
+          ld[i * t_ + k] = b[k + 1];
+        }
+        if (++e == n) e = 0;
+      }
+    }
+    *x = *std::move(xt);
+    *labels = std::move(lt);
+    return absl::OkStatus();
+  }
+
+ private:
+  // Tokens t_0 .. t_T of example e: t_0 uniform; then with probability
+  // 7/8 the teacher's successor of the previous token, else uniform.
+  void SyntheticSequence(uint64_t e, int32_t* out) const {
+    const uint64_t base = e * static_cast<uint64_t>(t_ + 1);
+    out[0] = ScaledToken(
+        canonical::PhiloxBits(seed_, kStreamTokenSequence, base), vocab_);
+    for (int64_t k = 1; k <= t_; ++k) {
+      const uint32_t r =
+          canonical::PhiloxBits(seed_, kStreamTokenSequence, base + k);
+      out[k] = (r & 0xFFu) < 224u ? next_[out[k - 1]] : ScaledToken(r, vocab_);
+    }
+  }
+
+  const std::vector<int64_t> example_shape_;
+  const int64_t t_;
+  const int32_t vocab_;
+  const uint64_t seed_ = 0;
+  const std::vector<int32_t> next_;  // synthetic: successor of each token
+  const std::string text_;           // text: the file's bytes
+  const std::string digest_;
+};
+
+// Version of the synthetic token sequences, part of their digest.
+constexpr int kTokenGeneratorVersion = 1;
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenTokenDataset(
+    const lockstep::v1::TokenDataset& spec, uint64_t job_seed,
+    const std::vector<int64_t>& model_shape, int32_t num_classes,
+    const DatasetOptions& options) {
+  if (model_shape.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset.tokens: model.input_shape must be [T] (a sequence of T "
+        "token ids), got ",
+        ShapeString(model_shape)));
+  }
+  const int64_t t = model_shape[0];
+  if (spec.text_path().empty()) {
+    const uint64_t teacher_seed =
+        spec.teacher_seed() != 0 ? spec.teacher_seed() : job_seed;
+    std::vector<int32_t> next(static_cast<size_t>(num_classes));
+    for (int32_t v = 0; v < num_classes; ++v) {
+      next[v] = ScaledToken(
+          canonical::PhiloxBits(teacher_seed, kStreamTokenTeacher, v),
+          num_classes);
+    }
+    std::string digest = Digest128Hex(absl::StrCat(
+        "lockstep-token-dataset\n", "generator=", kTokenGeneratorVersion, "\n",
+        "seed=", job_seed, "\n", "teacher_seed=", teacher_seed, "\n",
+        "length=", t, "\n", "vocab=", num_classes, "\n"));
+    return std::unique_ptr<Dataset>(new TokenDataset(
+        t, num_classes, job_seed, std::move(next), std::move(digest)));
+  }
+  const std::string what =
+      absl::StrCat("dataset.tokens.text_path ", QuotedPath(spec.text_path()));
+  if (num_classes != 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what,
+        ": text is read as bytes, so model.num_classes (the vocabulary) "
+        "must be 256, got ",
+        num_classes));
+  }
+  StreamDigest digest;
+  if (!digest.ok()) return absl::ResourceExhaustedError("XXH3_createState");
+  digest.Update(kFileDigestTag);
+  digest.Update(absl::StrCat("format=TEXT_BYTES\nlength=", t, "\n"));
+  LS_ASSIGN_OR_RETURN(std::string text,
+                      ReadHashed(spec.text_path(), what, options, &digest));
+  if (text.size() < static_cast<uint64_t>(t) + 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": holds ", text.size(),
+                     " bytes, fewer than one example of T + 1 = ", t + 1,
+                     " (T = model.input_shape[0])"));
+  }
+  return std::unique_ptr<Dataset>(
+      new TokenDataset(t, std::move(text), digest.Hex()));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(
@@ -498,6 +671,10 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(
   if (spec.source_case() == lockstep::v1::Dataset::kFile) {
     return OpenFileDataset(spec.file(), model_input_shape, *features,
                            num_classes, options);
+  }
+  if (spec.source_case() == lockstep::v1::Dataset::kTokens) {
+    return OpenTokenDataset(spec.tokens(), job_seed, model_input_shape,
+                            num_classes, options);
   }
   return OpenSyntheticDataset(spec.synthetic(), job_seed, model_input_shape,
                               *features, num_classes, options);

@@ -14,6 +14,10 @@
 //   file IDX   MNIST files: uint8 images [n, rows, cols] + uint8 labels [n].
 //   file NPY   .npy arrays: float32 (or uint8) inputs [n, ...input_shape] +
 //              int32 / uint8 / int64 labels [n].
+//   tokens     int32 token sequences [batch, T] with next-token labels
+//              [batch, T]: synthetic (a Philox-seeded Markov chain over the
+//              model's num_classes tokens, an endless stream) or the bytes
+//              of a text file (vocabulary 256, examples in file order).
 // File examples are used in file order, wrapping around: example
 // (step * batch + i) mod n is row i of step `step`. uint8 pixels become
 // floats by one IEEE division, x = float(v) / 255.0f.
@@ -54,7 +58,8 @@ class Dataset {
   // The model's number of classes; every label is in [0, num_classes()).
   virtual int32_t num_classes() const = 0;
   // The batch for training step `step`: *x becomes a new float32 tensor
-  // [batch, ...example_shape] and *labels a new int32 tensor [batch] (fresh
+  // [batch, ...example_shape] and *labels a new int32 tensor [batch]
+  // (token datasets: int32 ids [batch, T] and labels [batch, T]) (fresh
   // storage every call; the previous handles are released, not overwritten).
   // INVALID_ARGUMENT for step < 0, batch < 1 or a batch over the tensor
   // limits; x and labels are left untouched on error.

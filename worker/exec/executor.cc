@@ -369,6 +369,10 @@ struct LayerState {
   Tensor add_scratch;  // ADD: output for a skipped (model input) gradient
   Tensor running;      // BATCH_NORM: running mean and variance [2, C]
   Tensor dy;           // gradient w.r.t. the output
+  // out and dy in the shape the kernels take: DENSE with last_axis sees
+  // [prod(leading), units]; the same storage as out / dy otherwise.
+  Tensor out_k;
+  Tensor dy_k;
   // How dy is formed: the list of contributions (consumers' grad_in).
   std::vector<Tensor> dy_parts;
 };
@@ -402,6 +406,7 @@ struct Executor::State {
 
   Tensor x;
   Tensor labels;
+  Tensor labels_flat;  // labels as [N] or [N * T], as SOFTMAX_XENT takes them
   std::vector<LayerState> layers;
 
   // Progress.
@@ -555,9 +560,14 @@ absl::Status Executor::State::Setup() {
 
   const std::vector<std::vector<model::Consumer>> consumers =
       model::ComputeConsumers(plan);
-  LS_ASSIGN_OR_RETURN(x, Zeros(plan.input_shape, "batch input"));
-  LS_ASSIGN_OR_RETURN(labels, Zeros({plan.input_shape[0]}, "batch labels",
-                                    kernels::DType::kInt32));
+  // Plans built by hand may leave the label shape out: one label per
+  // example.
+  if (plan.label_shape.empty()) plan.label_shape = {plan.input_shape[0]};
+  LS_ASSIGN_OR_RETURN(x,
+                      Zeros(plan.input_shape, "batch input", plan.input_dtype));
+  LS_ASSIGN_OR_RETURN(
+      labels, Zeros(plan.label_shape, "batch labels", kernels::DType::kInt32));
+  LS_ASSIGN_OR_RETURN(labels_flat, labels.Reshape({labels.numel()}));
   const int n_layers = static_cast<int>(plan.layers.size());
   layers.resize(n_layers);
   for (int i = 0; i < n_layers; ++i) {
@@ -567,19 +577,30 @@ absl::Status Executor::State::Setup() {
     const std::string what = absl::StrFormat("layer \"%s\"", lp.name);
     LS_ASSIGN_OR_RETURN(l.ops, model::OpsOfLayer(lp.op));
     LS_ASSIGN_OR_RETURN(l.forward, Resolve(l.ops.forward, &used));
-    if (lp.op != v1::BIAS_ADD) {
+    if (lp.op != v1::BIAS_ADD && *l.ops.grad_input != '\0') {
       LS_ASSIGN_OR_RETURN(l.grad_input, Resolve(l.ops.grad_input, &used));
     }
     if (*l.ops.grad_weight != '\0') {
       LS_ASSIGN_OR_RETURN(l.grad_weight, Resolve(l.ops.grad_weight, &used));
     }
     LS_ASSIGN_OR_RETURN(l.out, Zeros(lp.output_shape, what + " output"));
+    l.out_k = l.out;
+    if (lp.last_axis) {
+      const int64_t units = lp.output_shape.back();
+      LS_ASSIGN_OR_RETURN(l.out_k,
+                          l.out.Reshape({l.out.numel() / units, units}));
+    }
     for (size_t k = 0; k < lp.inputs.size(); ++k) {
       const int src = lp.inputs[k];
       Tensor t = src == model::kModelInput ? x : layers[src].out;
-      if (lp.op == v1::DENSE) {
-        const int64_t n = t.dim(0);
-        LS_ASSIGN_OR_RETURN(t, t.Reshape({n, n == 0 ? 0 : t.numel() / n}));
+      if (lp.op == v1::DENSE || lp.op == v1::SOFTMAX_XENT) {
+        // DENSE: [N, features], or [prod(leading), K] with last_axis;
+        // SOFTMAX_XENT: [N, C], or [N * T, C] for a token model.
+        const bool rows = lp.last_axis || lp.op == v1::SOFTMAX_XENT;
+        const int64_t cols = rows ? t.shape().back()
+                                  : (t.dim(0) == 0 ? 0 : t.numel() / t.dim(0));
+        LS_ASSIGN_OR_RETURN(
+            t, t.Reshape({cols == 0 ? 0 : t.numel() / cols, cols}));
       }
       l.in.push_back(t);
     }
@@ -639,6 +660,10 @@ absl::Status Executor::State::Setup() {
                               Resolve(kernels::op::kAddForward, &used));
         }
       }
+      l.dy_k = l.dy;
+      if (lp.last_axis) {
+        LS_ASSIGN_OR_RETURN(l.dy_k, l.dy.Reshape(l.out_k.shape()));
+      }
     }
     l.grad_in.resize(lp.inputs.size());
     l.grad_in_kernel.resize(lp.inputs.size());
@@ -651,7 +676,7 @@ absl::Status Executor::State::Setup() {
                             Zeros(lp.input_shapes[k], what + " input grad"));
       }
       l.grad_in_kernel[k] = l.grad_in[k];
-      if (lp.op == v1::DENSE) {
+      if (lp.op == v1::DENSE || lp.op == v1::SOFTMAX_XENT) {
         LS_ASSIGN_OR_RETURN(l.grad_in_kernel[k],
                             l.grad_in[k].Reshape(l.in[k].shape()));
       }
@@ -671,9 +696,9 @@ absl::Status Executor::State::Setup() {
 
 absl::Status Executor::State::Forward() {
   LS_RETURN_IF_ERROR(batches.fill(step, x, labels));
-  if (x.dtype() != kernels::DType::kFloat32 || x.shape() != plan.input_shape ||
+  if (x.dtype() != plan.input_dtype || x.shape() != plan.input_shape ||
       labels.dtype() != kernels::DType::kInt32 ||
-      labels.shape() != std::vector<int64_t>{plan.input_shape[0]}) {
+      labels.shape() != plan.label_shape) {
     return absl::InternalError(
         "batch source replaced the preallocated batch tensors");
   }
@@ -684,15 +709,16 @@ absl::Status Executor::State::Forward() {
     v1::TensorRole role = v1::ACTIVATION;
     switch (lp.op) {
       case v1::DENSE:
-      case v1::CONV2D: {
+      case v1::CONV2D:
+      case v1::EMBEDDING: {
         const Tensor in[] = {l.in[0], l.params[l.weight]};
-        Tensor out[] = {l.out};
+        Tensor out[] = {l.out_k};
         LS_RETURN_IF_ERROR(
             Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
         break;
       }
       case v1::SOFTMAX_XENT: {
-        const Tensor in[] = {l.in[0], labels};
+        const Tensor in[] = {l.in[0], labels_flat};
         Tensor out[] = {l.out};
         LS_RETURN_IF_ERROR(
             Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
@@ -730,8 +756,8 @@ absl::Status Executor::State::Forward() {
     if (l.bias >= 0 && lp.op != v1::BIAS_ADD && lp.op != v1::LAYER_NORM &&
         lp.op != v1::BATCH_NORM) {
       // The layer's own bias, in place on its output.
-      const Tensor in[] = {l.out, l.params[l.bias]};
-      Tensor out[] = {l.out};
+      const Tensor in[] = {l.out_k, l.params[l.bias]};
+      Tensor out[] = {l.out_k};
       LS_RETURN_IF_ERROR(Call(l.bias_forward, l, kernels::op::kBiasAddForward,
                               in, out, lp.attrs));
     }
@@ -780,7 +806,7 @@ absl::Status Executor::State::Backward() {
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_WEIGHT, l.ops.grad_weight, "",
                               l.grads[l.weight]));
     } else if (l.bias >= 0) {
-      const Tensor in[] = {l.dy};
+      const Tensor in[] = {l.dy_k};
       Tensor out[] = {l.grads[l.bias]};
       LS_RETURN_IF_ERROR(
           Call(l.bias_grad, l, kernels::op::kBiasAddGrad, in, out, lp.attrs));
@@ -788,7 +814,7 @@ absl::Status Executor::State::Backward() {
                               "", l.grads[l.bias]));
     }
     if (l.weight >= 0 && lp.op != v1::LAYER_NORM && lp.op != v1::BATCH_NORM) {
-      const Tensor in[] = {l.in[0], l.dy};
+      const Tensor in[] = {l.in[0], lp.op == v1::EMBEDDING ? l.dy : l.dy_k};
       Tensor out[] = {l.grads[l.weight]};
       LS_RETURN_IF_ERROR(
           Call(l.grad_weight, l, l.ops.grad_weight, in, out, lp.attrs));
@@ -802,7 +828,7 @@ absl::Status Executor::State::Backward() {
     switch (lp.op) {
       case v1::DENSE:
       case v1::CONV2D: {
-        const Tensor in[] = {l.dy, l.params[l.weight]};
+        const Tensor in[] = {l.dy_k, l.params[l.weight]};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
@@ -823,7 +849,7 @@ absl::Status Executor::State::Backward() {
         break;
       }
       case v1::SOFTMAX_XENT: {
-        const Tensor in[] = {l.in[0], labels};
+        const Tensor in[] = {l.in[0], labels_flat};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));

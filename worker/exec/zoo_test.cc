@@ -88,9 +88,9 @@ absl::StatusOr<RunResult> RunZoo(const Zoo& z, ExecutorOptions options = {}) {
                 std::move(options));
 }
 
-const char* const kZoo[] = {"mlp",      "lenet5",   "resnet_small",
-                            "gauntlet", "norm_mlp", "mobilenet_tiny",
-                            "resnet_bn"};
+const char* const kZoo[] = {"mlp",       "lenet5",   "resnet_small",
+                            "gauntlet",  "norm_mlp", "mobilenet_tiny",
+                            "resnet_bn", "char_lm"};
 
 TEST(ZooTest, EveryModelRunsTwiceBitIdentically) {
   for (const char* name : kZoo) {
@@ -440,6 +440,41 @@ TEST(ZooTest, MobilenetDefaultDepthwiseGradientIsNondeterministic) {
   EXPECT_EQ(digests[0], digests[1]);
 }
 
+// The token model's DEFAULT config pins dense.forward and bias_add.grad to
+// their deterministic kernels and leaves the embedding's scatter-add
+// atomic: the first divergence between arrival orders is that gradient.
+TEST(ZooTest, CharLmDefaultEmbeddingGradientIsNondeterministic) {
+  Zoo def = Load("char_lm", 0, 2, "config_default.json");
+  ASSERT_NE(def.dataset, nullptr);
+  ASSERT_EQ(def.config.op_algorithms().at("embedding.grad_weight"), "atomic");
+  kernels::SetCpuThreadsForTesting(4);
+  std::vector<RunResult> runs;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    kernels::ScopedAtomicArrivalOrderForTesting order(seed);
+    auto r = RunZooOn(FullCpuRegistry(), def);
+    ASSERT_THAT(r, IsOk());
+    runs.push_back(*std::move(r));
+  }
+  kernels::SetCpuThreadsForTesting(0);
+  const RunResult* other = nullptr;
+  for (const RunResult& r : runs) {
+    if (r.run_digest != runs[0].run_digest) other = &r;
+  }
+  ASSERT_NE(other, nullptr) << "8 arrival orders gave identical runs";
+  const RunComparison cmp = CompareRuns(runs[0], *other);
+  ASSERT_EQ(cmp.verdict, RunComparison::Verdict::kDiverged);
+  ASSERT_TRUE(cmp.first.has_value());
+  EXPECT_EQ(cmp.first->step, 0);
+  EXPECT_EQ(cmp.first->entry.layer(), "emb");
+  EXPECT_EQ(cmp.first->entry.role(), v1::GRAD_WEIGHT);
+  EXPECT_EQ(cmp.first->entry.op(), "embedding.grad_weight");
+  std::map<std::string, std::string> ran;
+  for (const KernelChoice& k : runs[0].kernels) ran[k.op] = k.ran.algorithm;
+  EXPECT_EQ(ran["embedding.grad_weight"], kernels::kAtomicAlgorithm);
+  EXPECT_EQ(ran["dense.forward"], kernels::kDeterministicAlgorithm);
+  EXPECT_EQ(ran["bias_add.grad"], kernels::kDeterministicAlgorithm);
+}
+
 double Mean(const std::vector<float>& v, size_t from, size_t to) {
   double s = 0;
   for (size_t i = from; i < to; ++i) s += v[i];
@@ -451,7 +486,7 @@ double Mean(const std::vector<float>& v, size_t from, size_t to) {
 // steps is at most half the mean of the first 5).
 TEST(ZooTest, ExampleConfigsHalveTheLoss) {
   for (const char* name : {"mlp", "lenet5", "resnet_small", "norm_mlp",
-                           "mobilenet_tiny", "resnet_bn"}) {
+                           "mobilenet_tiny", "resnet_bn", "char_lm"}) {
     SCOPED_TRACE(name);
     Zoo z = Load(name, 0, 0);
     ASSERT_NE(z.dataset, nullptr);
