@@ -19,12 +19,14 @@ using ::lockstep::v1::Audit;
 using ::lockstep::v1::Job;
 
 AuditManager::AuditManager(store::Store* store, WorkerRegistry* registry,
-                           JobManager* jobs, std::string zoo_dir, Clock clock)
+                           JobManager* jobs, std::string zoo_dir, Clock clock,
+                           int64_t max_workers)
     : store_(store),
       registry_(registry),
       jobs_(jobs),
       zoo_dir_(std::move(zoo_dir)),
-      clock_(std::move(clock)) {
+      clock_(std::move(clock)),
+      max_workers_(max_workers) {
   jobs_->SetJobFinishedHook([this](const Job& job) { OnJobFinished(job); });
 }
 
@@ -83,10 +85,11 @@ absl::StatusOr<Audit> AuditManager::Start(
     return absl::FailedPreconditionError(
         "spec: no connected, active worker matches the selection");
   }
-  if (static_cast<int64_t>(selected.size()) > model::Limits().max_runs) {
+  if (static_cast<int64_t>(selected.size()) > max_workers_) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "spec: %d workers selected, an audit runs on at most %d",
-        selected.size(), model::Limits().max_runs));
+        "spec: %d workers selected, an audit runs on at most %d (the "
+        "coordinator's --max_runs)",
+        selected.size(), max_workers_));
   }
 
   Audit audit;

@@ -15,10 +15,12 @@
 #ifndef LOCKSTEP_SERVER_AUDIT_MANAGER_H_
 #define LOCKSTEP_SERVER_AUDIT_MANAGER_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "lockstep/v1/lockstep_service.pb.h"
+#include "model/job_config.h"
 #include "server/job_manager.h"
 #include "server/store/store.h"
 #include "server/worker_registry.h"
@@ -29,8 +31,12 @@ class AuditManager {
  public:
   // Everything must outlive the manager. Registers itself as `jobs`'s
   // job-finished hook (called once the audit job's verdict is stored).
+  // `max_workers`: the most workers one audit selects (one run each); the
+  // coordinator passes its runs-per-job limit, which the audit's job must
+  // meet as well.
   AuditManager(store::Store* store, WorkerRegistry* registry, JobManager* jobs,
-               std::string zoo_dir, Clock clock);
+               std::string zoo_dir, Clock clock,
+               int64_t max_workers = model::Limits().max_runs);
 
   // Finishes audits whose job ended while the coordinator was down.
   absl::Status Recover();
@@ -50,6 +56,7 @@ class AuditManager {
   JobManager* const jobs_;
   const std::string zoo_dir_;
   const Clock clock_;
+  const int64_t max_workers_;
 };
 
 }  // namespace lockstep::server

@@ -37,6 +37,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
                      options.jobs.scheduler.finished_jobs_in_memory,
                      " is outside 0..1000000"));
   }
+  if (options.jobs.submission.model.max_runs < 1 ||
+      options.jobs.submission.model.max_runs > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_runs: ", options.jobs.submission.model.max_runs,
+                     " is outside 1..100000"));
+  }
   if (options.jobs.scheduler.pinned_wait_ms <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("pinned_wait_ms: ", options.jobs.scheduler.pinned_wait_ms,
@@ -67,7 +73,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   // whose job is judged during recovery is finished too.
   c->audits_ = std::make_unique<AuditManager>(
       c->store_.get(), c->registry_.get(), c->jobs_.get(), options.zoo_dir,
-      SystemClockMs);
+      SystemClockMs, options.jobs.submission.model.max_runs);
   LS_RETURN_IF_ERROR(c->jobs_->Recover());
   LS_RETURN_IF_ERROR(c->audits_->Recover());
   c->lockstep_service_ = std::make_unique<LockstepService>(
@@ -143,6 +149,8 @@ void Coordinator::Shutdown() {
   // Streams get up to 2 s to end; then they are cancelled.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();
+  // Messages still being handled on the gateway's store pool finish first.
+  gateway_service_->Drain();
   // Verdicts already queued are stored before the store closes.
   jobs_->Shutdown();
   LS_LOG(INFO) << "coordinator stopped";

@@ -1,5 +1,6 @@
 #include "server/gateway_service.h"
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <string>
@@ -36,10 +37,11 @@ class Session final
     : public grpc::ServerBidiReactor<WorkerMessage, CoordinatorMessage> {
  public:
   Session(grpc::CallbackServerContext* context, WorkerRegistry* registry,
-          JobManager* jobs, const GatewayOptions& options)
+          JobManager* jobs, const GatewayOptions& options, TaskPool* pool)
       : registry_(registry),
         jobs_(jobs),
         options_(options),
+        pool_(pool),
         peer_(context->peer()),
         handle_(std::make_shared<SessionHandle>()) {
     {
@@ -55,16 +57,33 @@ class Session final
       End(grpc::Status::OK, "stream closed by the worker");
       return;
     }
-    grpc::Status error = Handle(in_);
-    if (!error.ok()) {
-      End(error, std::string(error.error_message()));
+    RenewOnActivity(in_.kind_case());
+    // Messages that wait on the store go to the store pool; the next read
+    // starts once they are handled, so a stream's messages stay in order
+    // and gRPC's callback threads stay free for other streams.
+    // (A batch refused for its shape never reaches the store: answered
+    // here.)
+    const WorkerMessage::KindCase kind = in_.kind_case();
+    if (kind == WorkerMessage::kHello || kind == WorkerMessage::kFinished ||
+        (kind == WorkerMessage::kBatch &&
+         ValidateBatchShape(in_.batch()).ok())) {
+      {
+        absl::MutexLock lock(&mu_);
+        in_pool_ = true;
+      }
+      pool_->Run([this] {
+        HandleAndReadNext();
+        bool release;
+        {
+          absl::MutexLock lock(&mu_);
+          in_pool_ = false;
+          release = done_;
+        }
+        if (release) delete this;  // OnDone came meanwhile
+      });
       return;
     }
-    // Checked and started under the lock so no read starts after Finish.
-    // gRPC never runs a reaction inline from StartRead/StartWrite, so
-    // holding mu_ here cannot deadlock.
-    absl::MutexLock lock(&mu_);
-    if (!finished_) StartRead(&in_);
+    HandleAndReadNext();
   }
 
   void OnWriteDone(bool ok) override {
@@ -94,6 +113,13 @@ class Session final
       reason = end_reason_;
     }
     if (session_id != 0) registry_->Disconnect(worker_id, session_id, reason);
+    {
+      // A message still being handled on the store pool deletes the
+      // session when it is done.
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      if (in_pool_) return;
+    }
     delete this;
   }
 
@@ -110,6 +136,38 @@ class Session final
   }
 
  private:
+  // A stream's messages are handled in order, so under heavy ingest its
+  // heartbeat may wait behind its own batches; any message of a live
+  // session proves the worker alive, so receiving one renews the session
+  // at once (the heartbeat still renews run leases when handled).
+  void RenewOnActivity(WorkerMessage::KindCase kind) {
+    if (kind == WorkerMessage::kHello || kind == WorkerMessage::kHeartbeat) {
+      return;  // a hello starts the session; a heartbeat renews it anyway
+    }
+    std::string worker_id;
+    int64_t session_id;
+    {
+      absl::MutexLock lock(&mu_);
+      worker_id = worker_id_;
+      session_id = session_id_;
+    }
+    if (session_id != 0) (void)registry_->Heartbeat(worker_id, session_id);
+  }
+
+  // Handles in_, then starts the next read (or ends the stream).
+  void HandleAndReadNext() {
+    grpc::Status error = Handle(in_);
+    if (!error.ok()) {
+      End(error, std::string(error.error_message()));
+      return;
+    }
+    // Checked and started under the lock so no read starts after Finish.
+    // gRPC never runs a reaction inline from StartRead/StartWrite, so
+    // holding mu_ here cannot deadlock.
+    absl::MutexLock lock(&mu_);
+    if (!finished_) StartRead(&in_);
+  }
+
   grpc::Status Handle(const WorkerMessage& msg) {
     std::string worker_id;
     int64_t session_id;
@@ -290,6 +348,7 @@ class Session final
   WorkerRegistry* const registry_;
   JobManager* const jobs_;
   const GatewayOptions options_;
+  TaskPool* const pool_;
   const std::string peer_;
   const std::shared_ptr<SessionHandle> handle_;
   WorkerMessage in_;  // Only touched by the read chain.
@@ -301,13 +360,59 @@ class Session final
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::string end_reason_ ABSL_GUARDED_BY(mu_);
+  // A message of this stream is on the store pool.
+  bool in_pool_ ABSL_GUARDED_BY(mu_) = false;
+  // OnDone ran (its deletion waits for the message on the pool).
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
 
+TaskPool::TaskPool(int threads) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    threads_.emplace_back([this] { Loop(); });
+  }
+}
+
+TaskPool::~TaskPool() { Stop(); }
+
+void TaskPool::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+void TaskPool::Run(std::function<void()> task) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      tasks_.push_back(std::move(task));
+      return;
+    }
+  }
+  task();
+}
+
+void TaskPool::Loop() {
+  while (true) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &TaskPool::Ready));
+      if (tasks_.empty()) return;  // stopping, nothing left
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
 grpc::ServerBidiReactor<WorkerMessage, CoordinatorMessage>*
 WorkerGatewayService::Connect(grpc::CallbackServerContext* context) {
-  return new Session(context, registry_, jobs_, options_);
+  return new Session(context, registry_, jobs_, options_, store_pool_.get());
 }
 
 }  // namespace lockstep::server

@@ -10,7 +10,14 @@
 #define LOCKSTEP_SERVER_GATEWAY_SERVICE_H_
 
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_limits.h"
 #include "lockstep/v1/worker_gateway.grpc.pb.h"
 #include "server/job_manager.h"
@@ -27,6 +34,34 @@ struct GatewayOptions {
   // (RESOURCE_EXHAUSTED naming both sizes). Default 16 MiB: a batch at
   // kMaxFingerprintsPerBatch is about 4 MiB.
   int max_message_bytes = kDefaultMaxMessageBytes;
+  // Threads that handle the messages that wait on the store (hellos,
+  // batches, run results), so gRPC's callback threads never block on a
+  // commit and heartbeats of other streams are read meanwhile. Each stream
+  // still handles its messages one at a time, in order. Default 16.
+  int store_threads = 16;
+};
+
+// A fixed pool of threads running queued tasks in order of arrival.
+class TaskPool {
+ public:
+  explicit TaskPool(int threads);
+  ~TaskPool();  // runs what is queued, then joins
+  TaskPool(const TaskPool&) = delete;
+  TaskPool& operator=(const TaskPool&) = delete;
+  void Run(std::function<void()> task);
+  // Runs what is queued, then joins the threads; later tasks run inline.
+  // Idempotent.
+  void Stop();
+
+ private:
+  void Loop();
+  bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !tasks_.empty();
+  }
+  mutable absl::Mutex mu_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
 };
 
 class WorkerGatewayService final
@@ -35,16 +70,23 @@ class WorkerGatewayService final
   // `registry` and `jobs` must outlive the service.
   WorkerGatewayService(WorkerRegistry* registry, JobManager* jobs,
                        GatewayOptions options)
-      : registry_(registry), jobs_(jobs), options_(options) {}
+      : registry_(registry),
+        jobs_(jobs),
+        options_(options),
+        store_pool_(std::make_unique<TaskPool>(options.store_threads)) {}
 
   grpc::ServerBidiReactor<lockstep::v1::WorkerMessage,
                           lockstep::v1::CoordinatorMessage>*
   Connect(grpc::CallbackServerContext* context) override;
 
+  // Waits for messages being handled; call once the server has stopped.
+  void Drain() { store_pool_->Stop(); }
+
  private:
   WorkerRegistry* const registry_;
   JobManager* const jobs_;
   const GatewayOptions options_;
+  const std::unique_ptr<TaskPool> store_pool_;
 };
 
 }  // namespace lockstep::server

@@ -26,6 +26,14 @@ void JobEvents::SetFinalHook(
   final_hook_ = std::move(hook);
 }
 
+bool JobEvents::Watched(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [token, w] : watchers_) {
+    if (w.first == job_id) return true;
+  }
+  return false;
+}
+
 void JobEvents::Publish(const JobEventList& events) {
   if (events.empty()) return;
   std::function<void(const lockstep::v1::Job&)> hook;

@@ -42,6 +42,9 @@ class JobEvents {
   // Calls `hook` once for every final event published from now on (before
   // the watchers see it).
   void SetFinalHook(std::function<void(const lockstep::v1::Job&)> hook);
+  // Whether anyone watches `job_id` now (events of an unwatched job need
+  // not be built, final ones aside).
+  bool Watched(const std::string& job_id);
   // Delivers `events` to the watchers of their jobs, in order.
   void Publish(const JobEventList& events);
 

@@ -4,6 +4,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
@@ -156,6 +157,9 @@ absl::Status Scheduler::Deliver(Outbox out) {
 
 void Scheduler::EventLocked(const JobState& js, const std::string& run_id,
                             const std::string& message, Outbox* out) {
+  // Every event carries the whole job: with nobody watching, only a final
+  // one (which the verdict hook takes) is worth the copy.
+  if (!js.verdict_stored && !events_->Watched(js.job.job_id())) return;
   JobEvent e;
   *e.mutable_job() = js.job;
   e.set_run_id(run_id);
@@ -190,6 +194,17 @@ Scheduler::JobState* Scheduler::FindJobLocked(const std::string& job_id) {
 Run* Scheduler::FindRunLocked(const std::string& run_id, JobState** job_out) {
   JobState* js = FindJobLocked(JobIdOfRun(run_id));
   if (js == nullptr) return nullptr;
+  // Run i of a job is runs(i), its id ending in "-r<i>" (RunIdFor): found
+  // without a scan, whatever the job's size.
+  int index = -1;
+  const size_t cut = run_id.rfind("-r");
+  if (cut != std::string::npos &&
+      absl::SimpleAtoi(absl::string_view(run_id).substr(cut + 2), &index) &&
+      index >= 0 && index < js->job.runs_size() &&
+      js->job.runs(index).run_id() == run_id) {
+    if (job_out != nullptr) *job_out = js;
+    return js->job.mutable_runs(index);
+  }
   for (Run& r : *js->job.mutable_runs()) {
     if (r.run_id() == run_id) {
       if (job_out != nullptr) *job_out = js;
@@ -234,26 +249,55 @@ void Scheduler::AssignLocked(Outbox* out) {
   const std::vector<LiveWorker> workers = registry_->LiveWorkers();
   if (workers.empty()) return;
   const int64_t now = clock_();
+  // One pass costs O(queued runs x candidate workers + runs of their jobs):
+  // a pinned run (an audit's) is checked against its own worker only, and
+  // each job's use of workers and classes is counted once per pass.
+  std::map<std::string, const LiveWorker*> by_id;
+  for (const LiveWorker& w : workers) by_id[w.worker_id] = &w;
+  struct Use {
+    std::map<std::string, int> per_worker, per_class;
+    // Assignments this pass: how many, and the message of the last one.
+    int assigned = 0;
+    std::string last_run_id, last_message;
+  };
+  std::map<std::string, Use> uses;
   std::deque<std::string> waiting;
+  std::set<std::string> waiting_ids;
   while (!queue_.empty()) {
     const std::string run_id = queue_.front();
     queue_.pop_front();
     JobState* js = nullptr;
     Run* run = FindRunLocked(run_id, &js);
     if (run == nullptr || run->state() != v1::RUN_QUEUED) continue;
-    if (Contains(waiting, run_id)) continue;
+    if (waiting_ids.count(run_id) > 0) continue;
     const v1::PlacementScope scope = js->job.spec().placement().scope();
     // Runs of this job per worker and per class, to spread them.
-    std::map<std::string, int> per_worker, per_class;
-    for (const Run& r : js->job.runs()) {
-      if (r.worker_id().empty()) continue;
-      ++per_worker[r.worker_id()];
-      ++per_class[r.hardware_class_digest()];
+    auto [use_it, fresh] = uses.try_emplace(js->job.job_id());
+    Use& use = use_it->second;
+    if (fresh) {
+      for (const Run& r : js->job.runs()) {
+        if (r.worker_id().empty()) continue;
+        ++use.per_worker[r.worker_id()];
+        ++use.per_class[r.hardware_class_digest()];
+      }
     }
     const std::set<std::string>& failed_on = js->failed_on[run_id];
+    // An audit run may only go to its own worker.
+    std::vector<const LiveWorker*> candidates;
+    const size_t index = static_cast<size_t>(run->index());
+    if (!js->run_workers.empty()) {
+      if (index < js->run_workers.size()) {
+        auto pinned = by_id.find(js->run_workers[index]);
+        if (pinned != by_id.end()) candidates.push_back(pinned->second);
+      }
+    } else {
+      candidates.reserve(workers.size());
+      for (const LiveWorker& w : workers) candidates.push_back(&w);
+    }
     const LiveWorker* best = nullptr;
     std::tuple<int, int, int, int> best_key;
-    for (const LiveWorker& w : workers) {
+    for (const LiveWorker* candidate : candidates) {
+      const LiveWorker& w = *candidate;
       if (load_[w.worker_id] >= w.slots) continue;
       if (!EligibleLocked(*js, *run, w)) continue;
       if (IsSameWorker(*js) && !js->pinned_worker.empty() &&
@@ -267,11 +311,12 @@ void Scheduler::AssignLocked(Outbox* out) {
       // Prefer a worker this run has not failed on, then what this job has
       // used least (classes first when spreading across classes, then
       // workers), then the least loaded worker.
-      const int class_use =
-          scope == v1::ACROSS_CLASSES ? per_class[w.hardware_class_digest] : 0;
+      const int class_use = scope == v1::ACROSS_CLASSES
+                                ? use.per_class[w.hardware_class_digest]
+                                : 0;
       std::tuple<int, int, int, int> key{
           static_cast<int>(failed_on.count(w.worker_id)), class_use,
-          per_worker[w.worker_id], load_[w.worker_id]};
+          use.per_worker[w.worker_id], load_[w.worker_id]};
       if (best == nullptr || key < best_key) {
         best = &w;
         best_key = key;
@@ -279,6 +324,7 @@ void Scheduler::AssignLocked(Outbox* out) {
     }
     if (best == nullptr) {
       waiting.push_back(run_id);
+      waiting_ids.insert(run_id);
       continue;
     }
     pin_missing_since_.erase(run_id);
@@ -293,6 +339,8 @@ void Scheduler::AssignLocked(Outbox* out) {
     run->set_steps_done(0);
     PersistRunLocked(*run);
     ++load_[best->worker_id];
+    ++use.per_worker[best->worker_id];
+    ++use.per_class[best->hardware_class_digest];
     active_[run_id] = RunRef{js->job.job_id(), now + options_.lease_ms, false};
     if (js->job.state() == v1::JOB_QUEUED) {
       js->job.set_state(v1::JOB_RUNNING);
@@ -311,11 +359,28 @@ void Scheduler::AssignLocked(Outbox* out) {
     registry_->Send(best->worker_id, std::move(msg));
     LS_LOG(INFO) << "run " << run_id << " attempt " << run->attempt()
                  << " assigned to " << best->name;
-    EventLocked(*js, run_id,
-                absl::StrCat("run ", run->index(), " assigned to ", best->name),
-                out);
+    ++use.assigned;
+    use.last_run_id = run_id;
+    use.last_message =
+        absl::StrCat("run ", run->index(), " assigned to ", best->name);
   }
   queue_ = std::move(waiting);
+  // One event per job and pass: every event carries the whole job, so a
+  // pass that assigns a large job's runs sends its state once, not once
+  // per run.
+  for (const auto& [job_id, use] : uses) {
+    if (use.assigned == 0) continue;
+    const JobState* js = FindJobLocked(job_id);
+    if (js == nullptr) continue;
+    if (use.assigned == 1) {
+      EventLocked(*js, use.last_run_id, use.last_message, out);
+    } else {
+      EventLocked(*js, "",
+                  absl::StrCat(use.assigned, " runs assigned (the last: ",
+                               use.last_message, ")"),
+                  out);
+    }
+  }
 }
 
 void Scheduler::AssignQueued() {

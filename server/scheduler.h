@@ -22,8 +22,15 @@
 // job has ended, the job goes to the verdict worker; it counts as finished
 // here once its verdict is stored (OnVerdict).
 //
-// Thread-safe. Lock order: mu_ before the registry's lock and the write
-// queue's; events and verdict hand-offs happen with mu_ released.
+// Events are built only for jobs someone watches (and for the final one);
+// one assignment pass sends one event per job, however many of its runs it
+// assigned. Runs are found by index, not by scanning their job, and a
+// pinned run is matched against its own worker only, so heartbeats and
+// batches cost the same in a fleet of any size.
+//
+// Thread-safe. Lock order: mu_ before the registry's lock, the watcher
+// list's and the write queue's; events and verdict hand-offs happen with
+// mu_ released.
 #ifndef LOCKSTEP_SERVER_SCHEDULER_H_
 #define LOCKSTEP_SERVER_SCHEDULER_H_
 

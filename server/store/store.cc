@@ -1,9 +1,13 @@
 #include "server/store/store.h"
 
+#include <algorithm>
+#include <map>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -320,7 +324,97 @@ absl::Status Migrate(Database* db, int from, int to) {
   return absl::OkStatus();
 }
 
+// What a full database means, for RESOURCE_EXHAUSTED messages and the log.
+std::string FullMessage(const std::string& path, int64_t max_bytes) {
+  if (max_bytes > 0) {
+    return absl::StrCat("database ", path,
+                        " is full: it reached its size limit, --max_db_bytes=",
+                        max_bytes, " (or its disk is full)");
+  }
+  return absl::StrCat("database ", path, " is full: no space left on its disk");
+}
+
+// A corrupt file, or one that is not a database at all: SQLite's error
+// codes for both map to DATA_LOSS (SqliteError).
+absl::Status Corrupt(const std::string& path, absl::string_view detail) {
+  return absl::DataLossError(
+      absl::StrCat(path, " is corrupt or not a database (", detail, "). ",
+                   CorruptDatabaseAdvice(path)));
+}
+
 }  // namespace
+
+std::string CorruptDatabaseAdvice(const std::string& path) {
+  return absl::StrCat(
+      "The coordinator did not start and has not modified the file. Check it "
+      "with `lockstep-coordinator verify-db --db=",
+      path,
+      "`, then restore a copy made by `lockstep-coordinator backup` "
+      "(docs/operations.md, \"Backups and verification\")");
+}
+
+absl::Status VerifySchema(Database* db, int version) {
+  if (version < 1 || version > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "schema version %d is outside 1..%d", version, kSchemaVersion));
+  }
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<Database> pristine,
+                      Database::Open(":memory:", true));
+  LS_RETURN_IF_ERROR(Migrate(pristine.get(), 0, version));
+  constexpr absl::string_view kObjects =
+      "SELECT type, name, coalesce(sql, '') FROM sqlite_schema "
+      "WHERE name NOT LIKE 'sqlite_%' ORDER BY name";
+  auto read =
+      [&](Database* d) -> absl::StatusOr<std::map<std::string, std::string>> {
+    LS_ASSIGN_OR_RETURN(std::unique_ptr<Statement> st, d->Prepare(kObjects));
+    ScopedReset reset(st.get());
+    std::map<std::string, std::string> out;
+    while (true) {
+      LS_ASSIGN_OR_RETURN(bool row, st->Step());
+      if (!row) break;
+      out[absl::StrCat(st->ColumnText(0), " ", st->ColumnText(1))] =
+          st->ColumnText(2);
+    }
+    return out;
+  };
+  LS_ASSIGN_OR_RETURN(auto want, read(pristine.get()));
+  LS_ASSIGN_OR_RETURN(auto have, read(db));
+  for (const auto& [name, sql] : want) {
+    auto it = have.find(name);
+    if (it == have.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("schema version %d: %s is missing", version, name));
+    }
+    if (it->second != sql) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "schema version %d: %s differs from the one migrations create",
+          version, name));
+    }
+  }
+  for (const auto& [name, sql] : have) {
+    if (want.count(name) == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("schema version %d: unexpected %s", version, name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::NameFull(absl::Status s) {
+  if (s.code() != absl::StatusCode::kResourceExhausted ||
+      !absl::StrContains(s.message(), "(database or disk is full)")) {
+    return s;
+  }
+  const std::string what = FullMessage(options_.path, options_.max_bytes);
+  if (!full_.exchange(true)) {
+    LS_LOG(ERROR) << what
+                  << "; new jobs are refused and fingerprints wait on their "
+                     "workers until there is room: raise --max_db_bytes (or "
+                     "free disk space) and restart the coordinator";
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, "; nothing committed is lost (", s.message(), ")"));
+}
 
 Store::Store(StoreOptions options, std::unique_ptr<Database> db, int version)
     : options_(std::move(options)), db_(std::move(db)), version_(version) {}
@@ -346,47 +440,89 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         "synchronous: \"", options.synchronous, "\" is not FULL or NORMAL"));
   }
+  if (options.max_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_bytes: ", options.max_bytes, " is negative (0: no limit)"));
+  }
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Database> db,
                       Database::Open(options.path, options.create));
   LS_RETURN_IF_ERROR(db->Exec(
       absl::StrCat("PRAGMA busy_timeout = ", options.busy_timeout_ms)));
 
-  // Identify the file before writing anything to it.
+  // Identify the file before writing anything to it. SQLite reports a
+  // damaged header, or a file that is no database, as CORRUPT or NOTADB
+  // (DATA_LOSS) on the first read.
   absl::StatusOr<int64_t> app_id = db->QueryInt64("PRAGMA application_id");
   if (!app_id.ok()) {
+    if (app_id.status().code() == absl::StatusCode::kDataLoss) {
+      return Corrupt(options.path, app_id.status().message());
+    }
     return absl::FailedPreconditionError(
         absl::StrCat(options.path,
                      " is not a SQLite database: ", app_id.status().message()));
   }
-  LS_ASSIGN_OR_RETURN(int64_t version, db->QueryInt64("PRAGMA user_version"));
-  LS_ASSIGN_OR_RETURN(
-      int64_t tables,
-      db->QueryInt64(
-          "SELECT count(*) FROM sqlite_schema WHERE type = 'table'"));
-  if (*app_id != kApplicationId && !(*app_id == 0 && tables == 0)) {
+  absl::StatusOr<int64_t> version = db->QueryInt64("PRAGMA user_version");
+  absl::StatusOr<int64_t> tables =
+      version.ok() ? db->QueryInt64(
+                         "SELECT count(*) FROM sqlite_schema WHERE type = "
+                         "'table'")
+                   : version.status();
+  if (!tables.ok()) {
+    if (tables.status().code() == absl::StatusCode::kDataLoss) {
+      return Corrupt(options.path, tables.status().message());
+    }
+    return tables.status();
+  }
+  if (*app_id != kApplicationId && !(*app_id == 0 && *tables == 0)) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s is not a Lockstep database (application_id 0x%08x, expected "
         "0x%08x); refusing to modify it",
         options.path, static_cast<uint32_t>(*app_id),
         static_cast<uint32_t>(kApplicationId)));
   }
-  if (version > kSchemaVersion) {
+  if (*version > kSchemaVersion) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s has schema version %d, newer than the %d this build of Lockstep "
         "knows; use a newer lockstep-coordinator (the file was not changed)",
-        options.path, version, kSchemaVersion));
+        options.path, *version, kSchemaVersion));
   }
-  if (version > target) {
+  if (*version > target) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s has schema version %d, newer than the requested %d",
-                        options.path, version, target));
+                        options.path, *version, target));
+  }
+  // Damage inside the file (a torn or overwritten page) shows only when the
+  // page is read: look at every page now, before anything is written, so a
+  // corrupt file is refused whole instead of failing later mid-job.
+  if (options.check_on_open && *tables > 0) {
+    absl::StatusOr<std::string> check = db->QueryText("PRAGMA quick_check");
+    if (!check.ok() && check.status().code() == absl::StatusCode::kDataLoss) {
+      return Corrupt(options.path, check.status().message());
+    }
+    LS_RETURN_IF_ERROR(check.status());
+    if (*check != "ok") {
+      return Corrupt(options.path, absl::StrCat("quick_check: ", *check));
+    }
   }
 
   LS_RETURN_IF_ERROR(db->Exec("PRAGMA journal_mode = WAL"));
   LS_RETURN_IF_ERROR(
       db->Exec(absl::StrCat("PRAGMA synchronous = ", options.synchronous)));
   LS_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys = ON"));
-  LS_RETURN_IF_ERROR(Migrate(db.get(), static_cast<int>(version), target));
+  LS_RETURN_IF_ERROR(Migrate(db.get(), static_cast<int>(*version), target));
+  if (options.max_bytes > 0) {
+    LS_ASSIGN_OR_RETURN(int64_t page_size, db->QueryInt64("PRAGMA page_size"));
+    const int64_t pages = std::max<int64_t>(1, options.max_bytes / page_size);
+    // SQLite never sets the limit below the file's current page count.
+    LS_ASSIGN_OR_RETURN(int64_t set, db->QueryInt64(absl::StrCat(
+                                         "PRAGMA max_page_count = ", pages)));
+    if (set > pages) {
+      LS_LOG(WARNING) << options.path << " already holds " << set * page_size
+                      << " bytes, more than --max_db_bytes="
+                      << options.max_bytes
+                      << ": it cannot grow until the limit is raised";
+    }
+  }
 
   auto store =
       std::unique_ptr<Store>(new Store(options, std::move(db), target));
@@ -610,6 +746,18 @@ std::string EncodeFingerprints(const FingerprintList& first,
 absl::Status Store::InsertJob(const v1::Job& job,
                               const v1::TensorManifest& manifest,
                               const std::string& idempotency_key) {
+  if (full()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("new jobs are refused: ",
+                     FullMessage(options_.path, options_.max_bytes),
+                     "; jobs already admitted go on"));
+  }
+  return NameFull(InsertJobUnchecked(job, manifest, idempotency_key));
+}
+
+absl::Status Store::InsertJobUnchecked(const v1::Job& job,
+                                       const v1::TensorManifest& manifest,
+                                       const std::string& idempotency_key) {
   v1::Job record = job;
   record.clear_runs();
   absl::MutexLock lock(&mu_);
@@ -816,6 +964,12 @@ absl::Status Store::UpdateJobLocked(const v1::Job& job) {
 absl::Status Store::FinishJob(
     const v1::Job& job, const v1::Report& report,
     const std::vector<v1::Certificate>& certificates) {
+  return NameFull(FinishJobUnchecked(job, report, certificates));
+}
+
+absl::Status Store::FinishJobUnchecked(
+    const v1::Job& job, const v1::Report& report,
+    const std::vector<v1::Certificate>& certificates) {
   absl::MutexLock lock(&mu_);
   LS_REQUIRE_CURRENT_SCHEMA();
   Transaction tx(db_.get());
@@ -869,6 +1023,10 @@ absl::Status Store::SetReadOnlyForTesting(bool read_only) {
 }
 
 absl::Status Store::UpdateRun(const v1::Run& run) {
+  return NameFull(UpdateRunUnchecked(run));
+}
+
+absl::Status Store::UpdateRunUnchecked(const v1::Run& run) {
   absl::MutexLock lock(&mu_);
   LS_REQUIRE_CURRENT_SCHEMA();
   Statement* st = stmts_[kUpdateRun].get();
@@ -887,6 +1045,10 @@ absl::Status Store::UpdateRun(const v1::Run& run) {
 }
 
 absl::Status Store::RestartRun(const v1::Run& run) {
+  return NameFull(RestartRunUnchecked(run));
+}
+
+absl::Status Store::RestartRunUnchecked(const v1::Run& run) {
   absl::MutexLock lock(&mu_);
   LS_REQUIRE_CURRENT_SCHEMA();
   Transaction tx(db_.get());
@@ -936,6 +1098,9 @@ absl::StatusOr<IngestResult> Store::IngestBatch(
     group.swap(ingest_queue_);
   }
   IngestGroup(group);
+  for (PendingIngest* p : group) {
+    if (!p->result.ok()) p->result = NameFull(p->result.status());
+  }
   {
     absl::MutexLock lock(&ingest_mu_);
     for (PendingIngest* p : group) p->done = true;

@@ -11,6 +11,7 @@
 #ifndef LOCKSTEP_SERVER_STORE_STORE_H_
 #define LOCKSTEP_SERVER_STORE_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -51,7 +52,27 @@ struct StoreOptions {
   // Apply migrations only up to this version (0 = kSchemaVersion). For
   // tests and tools that need an older schema; the coordinator uses 0.
   int migrate_to_version = 0;
+  // Largest size the database file may grow to, bytes (0: no limit but the
+  // disk's). Applied as PRAGMA max_page_count, rounded down to whole pages
+  // (never below the file's current size). A write that would pass it fails
+  // with RESOURCE_EXHAUSTED naming the limit, and from then on the store is
+  // full (`full()`): InsertJob refuses new jobs, every other write is still
+  // tried, reads go on. Reopen with a larger limit to leave that state.
+  int64_t max_bytes = 0;
+  // Run PRAGMA quick_check on an existing file before using it; a corrupt
+  // file is refused with DATA_LOSS naming it, unmodified. Default: true.
+  bool check_on_open = true;
 };
+
+// The message every refusal of a corrupt or unreadable database file ends
+// with: what to run next.
+std::string CorruptDatabaseAdvice(const std::string& path);
+
+// Compares the tables, indexes and their SQL in `db` with those that
+// migrations 1..`version` create (a pristine copy built in memory).
+// FAILED_PRECONDITION naming the first missing, unexpected or different
+// object.
+absl::Status VerifySchema(Database* db, int version);
 
 using StepRecord = ::lockstep::server::StepRecord;
 using StepReader = ::lockstep::server::StepReader;
@@ -100,6 +121,11 @@ class Store {
   // PRAGMA integrity_check; OK when the file is sound, DATA_LOSS otherwise.
   absl::Status CheckIntegrity();
 
+  // True once a write failed because the database reached its size limit
+  // (StoreOptions::max_bytes) or the disk is full; stays set until the
+  // store is reopened.
+  bool full() const { return full_.load(std::memory_order_relaxed); }
+
   // Inserts or updates a worker: identity, labels and profile from
   // `worker`, first seen kept from the first insert, last seen updated.
   // Admin state is not touched (see SetWorkerAdminState).
@@ -121,6 +147,7 @@ class Store {
 
   // Inserts a job (its runs included) and its manifest in one transaction.
   // ALREADY_EXISTS when `idempotency_key` (non-empty) is taken.
+  // RESOURCE_EXHAUSTED, before trying, when the store is full().
   absl::Status InsertJob(const lockstep::v1::Job& job,
                          const lockstep::v1::TensorManifest& manifest,
                          const std::string& idempotency_key);
@@ -245,6 +272,18 @@ class Store {
 
  private:
   Store(StoreOptions options, std::unique_ptr<Database> db, int version);
+  // A write refused because the database is full (SQLITE_FULL, mapped to
+  // RESOURCE_EXHAUSTED) becomes RESOURCE_EXHAUSTED naming the file and the
+  // limit, and marks the store full (logged once); other statuses pass.
+  absl::Status NameFull(absl::Status s);
+  absl::Status InsertJobUnchecked(const lockstep::v1::Job& job,
+                                  const lockstep::v1::TensorManifest& manifest,
+                                  const std::string& idempotency_key);
+  absl::Status UpdateRunUnchecked(const lockstep::v1::Run& run);
+  absl::Status RestartRunUnchecked(const lockstep::v1::Run& run);
+  absl::Status FinishJobUnchecked(
+      const lockstep::v1::Job& job, const lockstep::v1::Report& report,
+      const std::vector<lockstep::v1::Certificate>& certs);
   absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct PendingIngest;
   // Stores `group` in one transaction (IngestBatch's leader).
@@ -279,6 +318,7 @@ class Store {
   mutable absl::Mutex mu_;
   std::unique_ptr<Database> db_ ABSL_GUARDED_BY(mu_);
   const int version_;
+  std::atomic<bool> full_{false};
   // Prepared statements, indexed by the Slot enum in store.cc.
   std::vector<std::unique_ptr<Statement>> stmts_ ABSL_GUARDED_BY(mu_);
 
