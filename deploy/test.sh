@@ -145,6 +145,19 @@ else
 fi
 bazel --output_base="$tsa_base" shutdown >/dev/null 2>&1 || true
 
+# libFuzzer on every parser of outside input (fuzz/, docs/fuzzing.md): a
+# bounded run per harness from the checked-in corpus, in an output base of
+# its own; every past crash is also replayed by //fuzz tests above.
+echo
+echo "test: libFuzzer harnesses (fuzz/run_fuzzers.sh, 8 s each)"
+if bash fuzz/run_fuzzers.sh 8; then
+  echo "test: fuzzing PASSED"
+  passed=$((passed + 1))
+else
+  echo "test: fuzzing FAILED"
+  failed=$((failed + 1))
+fi
+
 echo
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

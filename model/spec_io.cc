@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -579,6 +580,123 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   int count_ = 0;
 };
 
+// Whether `s` is well-formed UTF-8: no overlong forms, no surrogates,
+// nothing above U+10FFFF.
+bool IsUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b0 = static_cast<unsigned char>(s[i]);
+    if (b0 < 0x80) {
+      ++i;
+      continue;
+    }
+    int length;
+    uint32_t cp;
+    uint32_t min;
+    if ((b0 & 0xE0) == 0xC0) {
+      length = 2, cp = b0 & 0x1F, min = 0x80;
+    } else if ((b0 & 0xF0) == 0xE0) {
+      length = 3, cp = b0 & 0x0F, min = 0x800;
+    } else if ((b0 & 0xF8) == 0xF0) {
+      length = 4, cp = b0 & 0x07, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (i + length > s.size()) return false;
+    for (int k = 1; k < length; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
+// The path ("layers[1].name") of the first string field of `m` that is not
+// UTF-8, or nullopt. Protobuf's text-format parser accepts any bytes in a
+// string, but a proto3 string must be UTF-8: the wire parser refuses such
+// a message, so the coordinator could not even receive the spec, and the
+// JSON form refuses it already.
+std::optional<std::string> FindNonUtf8String(
+    const google::protobuf::Message& m) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const FieldDescriptor* f : fields) {
+    const int n = f->is_repeated() ? r->FieldSize(m, f) : 1;
+    for (int i = 0; i < n; ++i) {
+      const std::string here =
+          f->is_repeated() ? absl::StrCat(f->name(), "[", i, "]") : f->name();
+      if (f->type() == FieldDescriptor::TYPE_STRING) {
+        const std::string value = f->is_repeated()
+                                      ? r->GetRepeatedString(m, f, i)
+                                      : r->GetString(m, f);
+        if (!IsUtf8(value)) return here;
+      } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        const google::protobuf::Message& sub =
+            f->is_repeated() ? r->GetRepeatedMessage(m, f, i)
+                             : r->GetMessage(m, f);
+        if (std::optional<std::string> inner = FindNonUtf8String(sub)) {
+          return absl::StrCat(here, ".", *inner);
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Turns every -0.0 in a float or double field of `m` into +0.0. Zero is
+// zero however it is spelled: protobuf's JSON parser reads "-0" as +0.0
+// but "-0.0" as -0.0, and the two would otherwise give one config two
+// digests.
+void ClearNegativeZeros(google::protobuf::Message* m) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m->GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(*m, &fields);
+  for (const FieldDescriptor* f : fields) {
+    const int n = f->is_repeated() ? r->FieldSize(*m, f) : 1;
+    for (int i = 0; i < n; ++i) {
+      switch (f->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_FLOAT: {
+          const float v = f->is_repeated() ? r->GetRepeatedFloat(*m, f, i)
+                                           : r->GetFloat(*m, f);
+          if (v != 0.0f || !std::signbit(v)) break;
+          if (f->is_repeated()) {
+            r->SetRepeatedFloat(m, f, i, 0.0f);
+          } else {
+            r->SetFloat(m, f, 0.0f);
+          }
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_DOUBLE: {
+          const double v = f->is_repeated() ? r->GetRepeatedDouble(*m, f, i)
+                                            : r->GetDouble(*m, f);
+          if (v != 0.0 || !std::signbit(v)) break;
+          if (f->is_repeated()) {
+            r->SetRepeatedDouble(m, f, i, 0.0);
+          } else {
+            r->SetDouble(m, f, 0.0);
+          }
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          ClearNegativeZeros(f->is_repeated()
+                                 ? r->MutableRepeatedMessage(m, f, i)
+                                 : r->MutableMessage(m, f));
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
 absl::Status ParseText(absl::string_view text, absl::string_view filename,
                        google::protobuf::Message* message) {
   FirstErrorCollector errors;
@@ -587,7 +705,14 @@ absl::Status ParseText(absl::string_view text, absl::string_view filename,
   parser.AllowUnknownField(false);
   parser.SetRecursionLimit(kMaxSpecNesting);
   const bool ok = parser.ParseFromString(std::string(text), message);
-  if (ok && errors.count() == 0) return absl::OkStatus();
+  if (ok && errors.count() == 0) {
+    if (std::optional<std::string> path = FindNonUtf8String(*message)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          filename, ": ", *path,
+          ": invalid UTF-8 in a string (string fields must be UTF-8)"));
+    }
+    return absl::OkStatus();
+  }
   if (errors.count() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(filename, ": not valid protobuf text format for ",
@@ -635,10 +760,11 @@ absl::Status ParseSpec(absl::string_view text,
         "JSON array",
         filename_for_errors, line, column));
   }
-  if (DetectSpecFormat(text) == SpecFormat::kJson) {
-    return ParseJson(text, filename_for_errors, message);
-  }
-  return ParseText(text, filename_for_errors, message);
+  LS_RETURN_IF_ERROR(DetectSpecFormat(text) == SpecFormat::kJson
+                         ? ParseJson(text, filename_for_errors, message)
+                         : ParseText(text, filename_for_errors, message));
+  ClearNegativeZeros(message);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Model> ParseModel(absl::string_view text,

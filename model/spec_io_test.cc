@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -255,6 +256,42 @@ TEST(SpecIoTest, TextFormatErrorsHavePositions) {
   EXPECT_THAT(
       ParseJobConfig("batch_size: 5000000000", "c.txtpb"),
       StatusIs(kInvalid, HasSubstr("c.txtpb:1:13: Integer out of range")));
+}
+
+// Text format takes any bytes in a string; a proto3 string must be UTF-8
+// (the JSON form refuses such bytes too), so the spec is refused with the
+// field's path.
+TEST(SpecIoTest, TextFormatStringsMustBeUtf8) {
+  EXPECT_THAT(
+      ParseModel("name: \"m\"\nlayers { name: \"fc\" }\n"
+                 "layers { name: \"loss\\377\\377\" op: SOFTMAX_XENT }\n",
+                 "m.txtpb"),
+      StatusIs(kInvalid, StartsWith("m.txtpb: layers[1].name: invalid UTF-8 "
+                                    "in a string")));
+  EXPECT_THAT(
+      ParseJobConfig("op_algorithms { key: \"dense.fwd\" value: \"\xC0\xAF\" }",
+                     "c.txtpb"),
+      StatusIs(kInvalid, StartsWith("c.txtpb: op_algorithms[0].value: invalid "
+                                    "UTF-8 in a string")));
+  EXPECT_THAT(ParseModel("name: \"r\xC3\xA9sum\xC3\xA9\"", "m.txtpb"), IsOk());
+}
+
+// However zero is spelled, it parses to +0.0, so one config never gets two
+// digests.
+TEST(SpecIoTest, NegativeZeroIsZero) {
+  const auto plain = ParseJobConfig(
+      R"({"optimizer": {"kind": "ADAM", "epsilon": 0}})", "c.json");
+  ASSERT_THAT(plain, IsOk());
+  for (const char* text :
+       {R"({"optimizer": {"kind": "ADAM", "epsilon": -0}})",
+        R"({"optimizer": {"kind": "ADAM", "epsilon": -0.0}})",
+        R"({"optimizer": {"kind": "ADAM", "epsilon": -0e-8}})",
+        "optimizer { kind: ADAM epsilon: -0.0 }"}) {
+    const auto config = ParseJobConfig(text, "c");
+    ASSERT_THAT(config, IsOk()) << text;
+    EXPECT_FALSE(std::signbit(config->optimizer().epsilon())) << text;
+    EXPECT_EQ(config->SerializeAsString(), plain->SerializeAsString()) << text;
+  }
 }
 
 TEST(SpecIoTest, EmptyInputIsAnError) {

@@ -21,6 +21,7 @@
 #include "common/json.h"
 #include "httplib.h"
 #include "server/http/assets.h"
+#include "server/http/query_params.h"
 #include "server/metrics.h"
 
 namespace lockstep::server {
@@ -40,8 +41,6 @@ constexpr int kMaxHistory = 200;
 constexpr int kMaxGaugeJobs = 5000;
 // Newest audits the audit gauges look at.
 constexpr int kGaugeAudits = 500;
-// Longest accepted string parameter (ids, digests, labels).
-constexpr size_t kMaxParamBytes = 256;
 
 // A JSON string literal (quotes included).
 std::string JsonString(absl::string_view s) { return JsonQuote(s); }
@@ -109,92 +108,7 @@ void SendProto(httplib::Response& res, const absl::StatusOr<M>& m) {
   SendJson(res, 200, std::move(out));
 }
 
-// The query parameters of one request, checked against the names a route
-// knows and against their limits.
-class Params {
- public:
-  Params(const httplib::Request& req, std::vector<std::string> known)
-      : req_(req), known_(std::move(known)) {}
-
-  // INVALID_ARGUMENT naming the first parameter the route does not know.
-  absl::Status CheckKnown() const {
-    for (const auto& [name, value] : req_.params) {
-      if (std::find(known_.begin(), known_.end(), name) == known_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, ": unknown parameter (known: ",
-            known_.empty() ? "none" : absl::StrJoin(known_, ", "), ")"));
-      }
-      if (value.size() > kMaxParamBytes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, ": ", value.size(), " bytes, at most ", kMaxParamBytes));
-      }
-      if (req_.params.count(name) > 1 && name != "label") {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, ": given more than once"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  std::string Str(const std::string& name) const {
-    return req_.has_param(name.c_str()) ? req_.get_param_value(name.c_str())
-                                        : "";
-  }
-
-  absl::StatusOr<int> Int(const std::string& name, int min, int max,
-                          int fallback) const {
-    if (!req_.has_param(name.c_str())) return fallback;
-    const std::string v = req_.get_param_value(name.c_str());
-    int64_t n = 0;
-    if (!absl::SimpleAtoi(v, &n) || n < min || n > max) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": \"", v.substr(0, 32),
-                       "\" is not an integer in ", min, "..", max));
-    }
-    return static_cast<int>(n);
-  }
-
-  absl::StatusOr<bool> Bool(const std::string& name) const {
-    const std::string v = Str(name);
-    if (v.empty() || v == "false" || v == "0") return false;
-    if (v == "true" || v == "1") return true;
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": \"", v.substr(0, 32), "\" is not true, false, 1 or 0"));
-  }
-
-  // An enum value by its name ("JOB_RUNNING"); the default when absent.
-  template <typename E>
-  absl::StatusOr<E> Enum(const std::string& name,
-                         const google::protobuf::EnumDescriptor* d) const {
-    const std::string v = Str(name);
-    if (v.empty()) return static_cast<E>(0);
-    const google::protobuf::EnumValueDescriptor* value = d->FindValueByName(v);
-    if (value == nullptr) {
-      std::vector<std::string> names;
-      for (int i = 1; i < d->value_count(); ++i) {
-        names.push_back(d->value(i)->name());
-      }
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": \"", v.substr(0, 32), "\" is not one of ",
-                       absl::StrJoin(names, ", ")));
-    }
-    return static_cast<E>(value->number());
-  }
-
-  // Every value of a repeated parameter.
-  std::vector<std::string> All(const std::string& name) const {
-    std::vector<std::string> out;
-    auto range = req_.params.equal_range(name);
-    for (auto it = range.first; it != range.second; ++it) {
-      out.push_back(it->second);
-    }
-    return out;
-  }
-
- private:
-  const httplib::Request& req_;
-  const std::vector<std::string> known_;
-};
+using Params = QueryParams;
 
 #define HTTP_RETURN_IF_ERROR(res, expr)      \
   do {                                       \
@@ -468,13 +382,7 @@ void HttpServer::Routes() {
         r.set_config_digest(p.Str("config_digest"));
         r.set_exclude_job_id(p.Str("exclude_job_id"));
         for (const std::string& label : p.All("label")) {
-          std::pair<std::string, std::string> kv =
-              absl::StrSplit(label, absl::MaxSplits('=', 1));
-          if (kv.first.empty() || label.find('=') == std::string::npos) {
-            return SendError(res, absl::InvalidArgumentError(absl::StrCat(
-                                      "label: \"", label.substr(0, 32),
-                                      "\" is not key=value")));
-          }
+          HTTP_ASSIGN_OR_RETURN(res, kv, ParseLabelFilter(label));
           (*r.mutable_labels())[kv.first] = kv.second;
         }
         SendProto(res, jobs_->ListJobs(r));
@@ -522,7 +430,7 @@ void HttpServer::Routes() {
           if (r == nullptr || r->state() != RUN_SUCCEEDED) {
             return SendError(
                 res, absl::FailedPreconditionError(absl::StrCat(
-                         name, ": \"", id.substr(0, 64),
+                         name, ": \"", Utf8Prefix(id, 64),
                          "\" is not a succeeded run of job ", job.job_id(),
                          id.empty() ? " (it has fewer than two)" : "")));
           }
@@ -753,7 +661,7 @@ void HttpServer::Routes() {
   get(R"(/api/v1/.*)", "/api/v1/unknown",
       [](const httplib::Request& req, httplib::Response& res) {
         SendError(res, absl::NotFoundError(absl::StrCat(
-                           "no API resource at ", req.path.substr(0, 128))));
+                           "no API resource at ", Utf8Prefix(req.path, 128))));
       });
 
   // The dashboard.

@@ -715,6 +715,26 @@ TEST_F(IdxDatasetTest, ErrorsNameTheFieldTheFileAndTheLimit) {
                HasSubstr(absl::StrCat(in_field, ": holds no examples"))));
 }
 
+// An empty image file may declare rows and cols whose product overflows
+// int64; it is refused by its example shape, with no overflow on the way.
+TEST_F(IdxDatasetTest, HugeRowsAndColsOfAnEmptyFileAreRefused) {
+  std::string header;
+  for (const uint32_t word :
+       {uint32_t{0x00000803}, uint32_t{0}, uint32_t{0xffffffff},
+        uint32_t{0xffffffff}}) {
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      header.push_back(static_cast<char>((word >> shift) & 0xff));
+    }
+  }
+  WriteRaw(images_, header);
+  EXPECT_THAT(Open({4}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("example shape [1, 4294967295, "
+                                            "4294967295] does not match "
+                                            "model.input_shape [4]")));
+  EXPECT_THAT(Open({1}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("does not match")));
+}
+
 TEST(FileDatasetSpecTest, RejectsIncompleteSpecs) {
   EXPECT_THAT(OpenDataset(Files(lockstep::v1::FileDataset::FORMAT_UNSPECIFIED,
                                 "a", "b"),
