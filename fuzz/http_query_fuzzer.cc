@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/utf8.h"
 #include "fuzz/fuzz_check.h"
 #include "httplib.h"
 #include "lockstep/v1/common.pb.h"
@@ -39,45 +40,12 @@ constexpr int kMaxSteps = 1000;
 constexpr int kDefaultHistory = 50;
 constexpr int kMaxHistory = 200;
 
-bool ValidUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b0 = static_cast<unsigned char>(s[i]);
-    int length;
-    uint32_t cp;
-    uint32_t min;
-    if (b0 < 0x80) {
-      ++i;
-      continue;
-    } else if ((b0 & 0xE0) == 0xC0) {
-      length = 2, cp = b0 & 0x1F, min = 0x80;
-    } else if ((b0 & 0xF0) == 0xE0) {
-      length = 3, cp = b0 & 0x0F, min = 0x800;
-    } else if ((b0 & 0xF8) == 0xF0) {
-      length = 4, cp = b0 & 0x07, min = 0x10000;
-    } else {
-      return false;
-    }
-    if (i + length > s.size()) return false;
-    for (int k = 1; k < length; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if ((b & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += length;
-  }
-  return true;
-}
-
 class Checker {
  public:
   explicit Checker(const httplib::Request& req) : req_(req) {
     utf8_ = true;
     for (const auto& [name, value] : req.params) {
-      utf8_ = utf8_ && ValidUtf8(name) && ValidUtf8(value);
+      utf8_ = utf8_ && lockstep::IsUtf8(name) && lockstep::IsUtf8(value);
     }
   }
 
@@ -92,7 +60,7 @@ class Checker {
     FUZZ_CHECK(named,
                absl::StrCat("refusal names no parameter: ", s.ToString()));
     FUZZ_CHECK(
-        !utf8_ || ValidUtf8(s.message()),
+        !utf8_ || lockstep::IsUtf8(s.message()),
         absl::StrCat("refusal of a UTF-8 query is not UTF-8: ", s.ToString()));
   }
 

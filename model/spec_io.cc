@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -287,28 +288,8 @@ class JsonChecker {
   // One UTF-8 sequence starting at pos_ (a byte >= 0x80): well-formed, not
   // overlong, no surrogates, <= U+10FFFF.
   bool Utf8Sequence(std::string* out) {
-    const auto b0 = static_cast<unsigned char>(text_[pos_]);
-    int length;
-    uint32_t cp;
-    uint32_t min;
-    if ((b0 & 0xE0) == 0xC0) {
-      length = 2, cp = b0 & 0x1F, min = 0x80;
-    } else if ((b0 & 0xF0) == 0xE0) {
-      length = 3, cp = b0 & 0x0F, min = 0x800;
-    } else if ((b0 & 0xF8) == 0xF0) {
-      length = 4, cp = b0 & 0x07, min = 0x10000;
-    } else {
-      return Fail("invalid UTF-8 in a string");
-    }
-    if (pos_ + length > text_.size()) return Fail("invalid UTF-8 in a string");
-    for (int i = 1; i < length; ++i) {
-      const auto b = static_cast<unsigned char>(text_[pos_ + i]);
-      if ((b & 0xC0) != 0x80) return Fail("invalid UTF-8 in a string");
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return Fail("invalid UTF-8 in a string");
-    }
+    const int length = Utf8SequenceLength(text_, pos_);
+    if (length == 0) return Fail("invalid UTF-8 in a string");
     if (out != nullptr) out->append(text_.data() + pos_, length);
     pos_ += length;
     return true;
@@ -579,42 +560,6 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   std::string first_;
   int count_ = 0;
 };
-
-// Whether `s` is well-formed UTF-8: no overlong forms, no surrogates,
-// nothing above U+10FFFF.
-bool IsUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b0 = static_cast<unsigned char>(s[i]);
-    if (b0 < 0x80) {
-      ++i;
-      continue;
-    }
-    int length;
-    uint32_t cp;
-    uint32_t min;
-    if ((b0 & 0xE0) == 0xC0) {
-      length = 2, cp = b0 & 0x1F, min = 0x80;
-    } else if ((b0 & 0xF0) == 0xE0) {
-      length = 3, cp = b0 & 0x0F, min = 0x800;
-    } else if ((b0 & 0xF8) == 0xF0) {
-      length = 4, cp = b0 & 0x07, min = 0x10000;
-    } else {
-      return false;
-    }
-    if (i + length > s.size()) return false;
-    for (int k = 1; k < length; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if ((b & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += length;
-  }
-  return true;
-}
 
 // The path ("layers[1].name") of the first string field of `m` that is not
 // UTF-8, or nullopt. Protobuf's text-format parser accepts any bytes in a
