@@ -228,11 +228,19 @@ absl::Status ValidateDataset(const v1::Dataset& d, int64_t batch_size) {
       if (!v1::FileDataset::Format_IsValid(f.format()) ||
           f.format() == v1::FileDataset::FORMAT_UNSPECIFIED) {
         return Invalid(absl::StrFormat(
-            "config.dataset.file.format: must be IDX or NPY, got %d",
+            "config.dataset.file.format: must be IDX, NPY or CIFAR10, got %d",
             f.format()));
       }
       LS_RETURN_IF_ERROR(
           CheckPath("config.dataset.file.inputs_path", f.inputs_path()));
+      if (f.format() == v1::FileDataset::CIFAR10) {
+        if (!f.labels_path().empty()) {
+          return Invalid(
+              "config.dataset.file.labels_path: must be empty for CIFAR10 "
+              "(the labels are inside the inputs file)");
+        }
+        return absl::OkStatus();
+      }
       LS_RETURN_IF_ERROR(
           CheckPath("config.dataset.file.labels_path", f.labels_path()));
       return absl::OkStatus();

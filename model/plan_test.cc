@@ -962,7 +962,7 @@ TEST(ValidateJobConfigTest, RefusesBadFields) {
        "config.dataset.synthetic.examples: must be >= 0"},
       {"optimizer { learning_rate: 1 } dataset { file { inputs_path: \"a\" "
        "labels_path: \"b\" } }",
-       "config.dataset.file.format: must be IDX or NPY, got 0"},
+       "config.dataset.file.format: must be IDX, NPY or CIFAR10, got 0"},
       {"optimizer { learning_rate: 1 } dataset { file { format: NPY "
        "inputs_path: \"a\" } }",
        "config.dataset.file.labels_path: must not be empty"},

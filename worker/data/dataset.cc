@@ -353,14 +353,74 @@ absl::Status CheckLabelCount(int64_t labels, int64_t examples,
                    " holds ", examples, " examples"));
 }
 
+// The CIFAR-10 binary format: n records of 1 label byte + 3072 pixels.
+constexpr int64_t kCifarPixels = 3 * 32 * 32;
+constexpr int64_t kCifarRecord = 1 + kCifarPixels;
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenCifarDataset(
+    const lockstep::v1::FileDataset& spec,
+    const std::vector<int64_t>& model_shape, int64_t features,
+    int32_t num_classes, const DatasetOptions& options) {
+  if (spec.inputs_path().empty()) {
+    return absl::InvalidArgumentError("dataset.file.inputs_path is empty");
+  }
+  if (!spec.labels_path().empty()) {
+    return absl::InvalidArgumentError(
+        "dataset.file.labels_path must be empty for CIFAR10 (the labels are "
+        "inside the inputs file)");
+  }
+  const std::string what =
+      absl::StrCat("dataset.file.inputs_path ", QuotedPath(spec.inputs_path()));
+  if (model_shape != std::vector<int64_t>{3, 32, 32} &&
+      model_shape != std::vector<int64_t>{kCifarPixels}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what,
+                     ": CIFAR-10 examples are [3, 32, 32] (or [3072]), but "
+                     "model.input_shape is ",
+                     ShapeString(model_shape)));
+  }
+  StreamDigest digest;
+  if (!digest.ok()) return absl::ResourceExhaustedError("XXH3_createState");
+  digest.Update(kFileDigestTag);
+  digest.Update("format=CIFAR10\n");
+  LS_ASSIGN_OR_RETURN(std::string file,
+                      ReadHashed(spec.inputs_path(), what, options, &digest));
+  const int64_t size = static_cast<int64_t>(file.size());
+  if (size == 0 || size % kCifarRecord != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", size, " bytes is not a positive multiple of the ",
+        kCifarRecord, "-byte CIFAR-10 record (1 label byte + 3072 pixels)"));
+  }
+  const int64_t n = size / kCifarRecord;
+  std::string pixels(static_cast<size_t>(n * kCifarPixels), '\0');
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) {
+    const char* record = file.data() + e * kCifarRecord;
+    const int32_t label = static_cast<unsigned char>(record[0]);
+    if (label >= num_classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": label of record ", e, " is ", label, ", outside [0, ",
+          num_classes, ") (model.num_classes = ", num_classes, ")"));
+    }
+    labels[e] = label;
+    std::copy_n(record + 1, kCifarPixels, &pixels[e * kCifarPixels]);
+  }
+  return std::unique_ptr<Dataset>(new FileDataset(
+      model_shape, num_classes, features, n, std::move(pixels), 0,
+      InputEncoding::kUInt8, std::move(labels), digest.Hex()));
+}
+
 absl::StatusOr<std::unique_ptr<Dataset>> OpenFileDataset(
     const lockstep::v1::FileDataset& spec,
     const std::vector<int64_t>& model_shape, int64_t features,
     int32_t num_classes, const DatasetOptions& options) {
+  if (spec.format() == lockstep::v1::FileDataset::CIFAR10) {
+    return OpenCifarDataset(spec, model_shape, features, num_classes, options);
+  }
   const bool idx = spec.format() == lockstep::v1::FileDataset::IDX;
   if (!idx && spec.format() != lockstep::v1::FileDataset::NPY) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "dataset.file.format must be IDX or NPY, got ",
+        "dataset.file.format must be IDX, NPY or CIFAR10, got ",
         lockstep::v1::FileDataset::Format_Name(spec.format()).empty()
             ? absl::StrCat(static_cast<int>(spec.format()))
             : lockstep::v1::FileDataset::Format_Name(spec.format())));

@@ -14,6 +14,8 @@
 //   file IDX   MNIST files: uint8 images [n, rows, cols] + uint8 labels [n].
 //   file NPY   .npy arrays: float32 (or uint8) inputs [n, ...input_shape] +
 //              int32 / uint8 / int64 labels [n].
+//   file CIFAR10  the CIFAR-10 binary format: records of a label byte and
+//              3072 pixel bytes (3 x 32 x 32, channel-major) in one file.
 //   tokens     int32 token sequences [batch, T] with next-token labels
 //              [batch, T]: synthetic (a Philox-seeded Markov chain over the
 //              model's num_classes tokens, an endless stream) or the bytes

@@ -719,9 +719,8 @@ TEST_F(IdxDatasetTest, ErrorsNameTheFieldTheFileAndTheLimit) {
 // int64; it is refused by its example shape, with no overflow on the way.
 TEST_F(IdxDatasetTest, HugeRowsAndColsOfAnEmptyFileAreRefused) {
   std::string header;
-  for (const uint32_t word :
-       {uint32_t{0x00000803}, uint32_t{0}, uint32_t{0xffffffff},
-        uint32_t{0xffffffff}}) {
+  for (const uint32_t word : {uint32_t{0x00000803}, uint32_t{0},
+                              uint32_t{0xffffffff}, uint32_t{0xffffffff}}) {
     for (int shift = 24; shift >= 0; shift -= 8) {
       header.push_back(static_cast<char>((word >> shift) & 0xff));
     }
@@ -736,12 +735,13 @@ TEST_F(IdxDatasetTest, HugeRowsAndColsOfAnEmptyFileAreRefused) {
 }
 
 TEST(FileDatasetSpecTest, RejectsIncompleteSpecs) {
-  EXPECT_THAT(OpenDataset(Files(lockstep::v1::FileDataset::FORMAT_UNSPECIFIED,
-                                "a", "b"),
-                          1, {4}, 2),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("dataset.file.format must be IDX or NPY, got "
-                                 "FORMAT_UNSPECIFIED")));
+  EXPECT_THAT(
+      OpenDataset(
+          Files(lockstep::v1::FileDataset::FORMAT_UNSPECIFIED, "a", "b"), 1,
+          {4}, 2),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("dataset.file.format must be IDX, NPY or CIFAR10, got "
+                         "FORMAT_UNSPECIFIED")));
   EXPECT_THAT(
       OpenDataset(Files(lockstep::v1::FileDataset::NPY, "", "b"), 1, {4}, 2),
       StatusIs(absl::StatusCode::kInvalidArgument,
