@@ -39,15 +39,19 @@ std::vector<std::string> SpatialOpNames() {
 }
 
 std::vector<std::string> NnOpNames() {
-  return {
-      op::kSigmoidForward,   op::kSigmoidGrad,        op::kTanhForward,
-      op::kTanhGrad,         op::kSiluForward,        op::kSiluGrad,
-      op::kGeluForward,      op::kGeluGrad,           op::kGeluTanhForward,
-      op::kGeluTanhGrad,     op::kSoftmaxForward,     op::kSoftmaxGrad,
-      op::kLayerNormForward, op::kLayerNormGradInput, op::kLayerNormGradParams,
-      op::kBatchNormForward, op::kBatchNormGradInput, op::kBatchNormGradParams,
-      op::kAdamWUpdate,      op::kGradNormSumSquares, op::kGradNormScale,
-      op::kEmbeddingForward, op::kEmbeddingGradWeight};
+  return {op::kSigmoidForward,      op::kSigmoidGrad,
+          op::kTanhForward,         op::kTanhGrad,
+          op::kSiluForward,         op::kSiluGrad,
+          op::kGeluForward,         op::kGeluGrad,
+          op::kGeluTanhForward,     op::kGeluTanhGrad,
+          op::kSoftmaxForward,      op::kSoftmaxGrad,
+          op::kLayerNormForward,    op::kLayerNormGradInput,
+          op::kLayerNormGradParams, op::kBatchNormForward,
+          op::kBatchNormGradInput,  op::kBatchNormGradParams,
+          op::kAdamWUpdate,         op::kGradNormSumSquares,
+          op::kGradNormScale,       op::kEmbeddingForward,
+          op::kEmbeddingGradWeight, op::kDropoutForward,
+          op::kDropoutGrad};
 }
 
 std::vector<std::string> AllOpNames() {

@@ -61,6 +61,8 @@
 //   embedding.forward   in {ids int32 [P...], w [V, D]} out {y [P..., D]}
 //   embedding.grad_weight in {ids, dy [P..., D]}   out {dw [V, D]}
 //       (kernels/ops/embedding.h: a gather and a sorted segment sum)
+//   dropout.forward     in {x}         out {y, mask}  (dropout_rate, _seed,
+//   dropout.grad        in {mask, dy}  out {dx}        _stream; dropout.h)
 #ifndef LOCKSTEP_KERNELS_BACKEND_H_
 #define LOCKSTEP_KERNELS_BACKEND_H_
 
@@ -142,6 +144,8 @@ inline constexpr char kGradNormSumSquares[] = "grad_norm.sum_squares";
 inline constexpr char kGradNormScale[] = "grad_norm.scale";
 inline constexpr char kEmbeddingForward[] = "embedding.forward";
 inline constexpr char kEmbeddingGradWeight[] = "embedding.grad_weight";
+inline constexpr char kDropoutForward[] = "dropout.forward";
+inline constexpr char kDropoutGrad[] = "dropout.grad";
 }  // namespace op
 
 // The dense-family, loss and optimizer ops (kernels/ops/).
@@ -149,8 +153,8 @@ std::vector<std::string> DenseFamilyOpNames();
 // The spatial ops (kernels/spatial/).
 std::vector<std::string> SpatialOpNames();
 // Op set v2: activations, softmax, normalisation, AdamW, gradient clipping
-// and embeddings (kernels/ops/activations.h, norm.h, optimizers.h,
-// embedding.h).
+// embeddings and dropout (kernels/ops/activations.h, norm.h, optimizers.h,
+// embedding.h, dropout.h).
 std::vector<std::string> NnOpNames();
 // DenseFamilyOpNames() + SpatialOpNames() + NnOpNames(), in that order.
 std::vector<std::string> AllOpNames();
@@ -194,6 +198,12 @@ struct OpAttrs {
   // update of them); the running statistics' update factor in training.
   bool batch_norm_eval = false;
   float batch_norm_momentum = 0.1f;
+
+  // dropout.forward: the drop probability in [0, 1) and the Philox seed and
+  // stream of the mask (kernels/ops/dropout.h).
+  float dropout_rate = 0.0f;
+  uint64_t dropout_seed = 0;
+  uint64_t dropout_stream = 0;
 };
 
 // INVALID_ARGUMENT "<op>: output O shares storage with input I" when an

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/ops/dropout.h"
 
 namespace lockstep::kernels {
 namespace {
@@ -461,6 +462,41 @@ void AddEmbedding(Gen& g, std::vector<OpCase>* cases) {
   }
 }
 
+// Dropout at rates 0 (keeps all), 0.25 and 0.9, with two streams.
+void AddDropout(Gen& g, std::vector<OpCase>* cases) {
+  const std::vector<int64_t> s = {7, 300};
+  const struct {
+    float rate;
+    uint64_t stream;
+  } configs[] = {{0.25f, 0x44524F5000000001ull},
+                 {0.0f, 0x44524F5000000002ull},
+                 {0.9f, 0x44524F5001000003ull}};
+  for (const auto& cfg : configs) {
+    OpAttrs a;
+    a.dropout_rate = cfg.rate;
+    a.dropout_seed = 42;
+    a.dropout_stream = cfg.stream;
+    const std::string label = absl::StrFormat("rate=%g", cfg.rate);
+    cases->push_back({"dropout.forward " + label,
+                      op::kDropoutForward,
+                      {g.Floats(s)},
+                      {Zeros(s), Zeros(s)},
+                      a});
+    // A mask as the forward writes it: 0 or the scale.
+    Tensor mask = Zeros(s);
+    const canonical::DropoutParams p =
+        canonical::DropoutParamsOf(cfg.rate, 42, cfg.stream);
+    for (int64_t i = 0; i < mask.numel(); ++i) {
+      mask.data<float>()[i] = canonical::DropoutMaskElement(p, i);
+    }
+    cases->push_back({"dropout.grad " + label,
+                      op::kDropoutGrad,
+                      {mask, g.Floats(s)},
+                      {Zeros(s)},
+                      a});
+  }
+}
+
 }  // namespace
 
 const char* InputFamilyName(InputFamily family) {
@@ -479,6 +515,7 @@ std::vector<OpCase> OpCases(InputFamily family, uint32_t seed) {
   AddResize(g, &cases);
   AddNn(g, &cases);
   AddEmbedding(g, &cases);
+  AddDropout(g, &cases);
   return cases;
 }
 

@@ -122,8 +122,8 @@ TEST(RegistryTest, ModeNames) {
   EXPECT_EQ(ModeName(Mode::kDefault), "DEFAULT");
   EXPECT_EQ(DenseFamilyOpNames().size(), 15u);
   EXPECT_EQ(SpatialOpNames().size(), 11u);
-  EXPECT_EQ(NnOpNames().size(), 23u);
-  EXPECT_EQ(AllOpNames().size(), 49u);
+  EXPECT_EQ(NnOpNames().size(), 25u);
+  EXPECT_EQ(AllOpNames().size(), 51u);
 }
 
 }  // namespace

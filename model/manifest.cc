@@ -220,6 +220,8 @@ absl::StatusOr<LayerOps> OpsOfLayer(v1::LayerOp layer_op) {
     case v1::BATCH_NORM:
       return LayerOps{op::kBatchNormForward, op::kBatchNormGradInput,
                       op::kBatchNormGradParams};
+    case v1::DROPOUT:
+      return LayerOps{op::kDropoutForward, op::kDropoutGrad, ""};
     case v1::EMBEDDING:
       // Its input is token ids: no input gradient.
       return LayerOps{op::kEmbeddingForward, "", op::kEmbeddingGradWeight};
@@ -278,6 +280,10 @@ absl::StatusOr<std::vector<v1::ManifestEntry>> StepTensors(
       out.push_back(MakeEntry(v1::PHASE_FORWARD, layer.name, ops.forward,
                               v1::RUNNING_STAT, {2, layer.output_shape[1]},
                               kSlotRunning));
+    }
+    if (layer.op == v1::DROPOUT) {
+      out.push_back(MakeEntry(v1::PHASE_FORWARD, layer.name, ops.forward,
+                              v1::DROPOUT_MASK, layer.output_shape, kSlotMask));
     }
   }
 

@@ -28,7 +28,9 @@ inline constexpr char kSlotSum[] = "sum";  // accumulated output gradient
 inline constexpr char kSlotVelocity[] = "velocity";  // momentum state
 inline constexpr char kSlotAdamM[] = "m";            // Adam first moment
 inline constexpr char kSlotAdamV[] = "v";            // Adam second moment
-inline constexpr char kSlotRunning[] = "running";  // BATCH_NORM mean, variance
+inline constexpr char kSlotRunning[] = "running";
+inline constexpr char kSlotMask[] =
+    "mask";  // DROPOUT's mask  // BATCH_NORM mean, variance
 // Op name of the GRAD_NORM entry (config.optimizer.clip_grad_norm > 0).
 inline constexpr char kClipGradNormOp[] = "clip_grad_norm";
 // Op name of the accumulated-gradient entry (computed with add.forward).

@@ -96,6 +96,8 @@ absl::string_view ParamsCaseName(v1::Layer::ParamsCase c) {
       return "batch_norm";
     case v1::Layer::kEmbedding:
       return "embedding";
+    case v1::Layer::kDropout:
+      return "dropout";
     case v1::Layer::PARAMS_NOT_SET:
       break;
   }
@@ -116,6 +118,8 @@ v1::Layer::ParamsCase ParamsFor(v1::LayerOp op) {
       return v1::Layer::kResize;
     case v1::EMBEDDING:
       return v1::Layer::kEmbedding;
+    case v1::DROPOUT:
+      return v1::Layer::kDropout;
     default:
       return v1::Layer::PARAMS_NOT_SET;
   }
@@ -898,6 +902,21 @@ absl::StatusOr<ModelPlan> Planner::Run() {
       case v1::EMBEDDING:
         LS_RETURN_IF_ERROR(PlanEmbedding(i, &lp));
         break;
+      case v1::DROPOUT: {
+        const float rate = model_.layers(i).dropout().rate();
+        if (!(rate >= 0.0f && rate < 1.0f)) {
+          return LayerError(
+              i, absl::StrFormat("dropout.rate: %g is outside [0, 1)", rate));
+        }
+        if (i >= (1 << 16) || config_.steps() >= (1 << 24)) {
+          return LayerError(i,
+                            "DROPOUT needs layer index < 2^16 and "
+                            "config.steps < 2^24 (its mask stream)");
+        }
+        lp.attrs.dropout_rate = rate;
+        lp.output_shape = lp.input_shapes[0];
+        break;
+      }
       default:
         return LayerError(
             i, absl::StrFormat("op: %d is not a known LayerOp", op_value));
@@ -988,7 +1007,9 @@ int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
     if (layer.op != v1::SOFTMAX_XENT && consumers[i] != 1) {
       elements = SatAdd(elements, out);
     }
-    if (layer.op == v1::ADD) elements = SatAdd(elements, out);
+    if (layer.op == v1::ADD || layer.op == v1::DROPOUT) {
+      elements = SatAdd(elements, out);  // ADD's scratch, DROPOUT's mask
+    }
     for (const ParamPlan& p : layer.params) {
       elements = SatAdd(elements, SatMul(SatProduct(p.shape), 2 + state_slots));
     }
@@ -1026,6 +1047,8 @@ int64_t LayerForwardFlops(const LayerPlan& layer) {
       return out;
     case v1::EMBEDDING:
       return 0;  // a copy
+    case v1::DROPOUT:
+      return out;
     case v1::SIGMOID:
     case v1::TANH:
     case v1::SILU:

@@ -151,6 +151,8 @@ const std::map<std::string, std::string>& OpGolden() {
       {"dense.forward", "9201ad514630882b512812d2e6feecbf"},
       {"dense.grad_input", "6fe3a7b0fcdfb56c741da09c5098317d"},
       {"dense.grad_weight", "ef422bdfa1ca1a1e2fff0b961c57c85e"},
+      {"dropout.forward", "04bdd8bb42a88c97b3f8479863508a33"},
+      {"dropout.grad", "114838a8b35e6e9564ca526e4e1464f9"},
       {"embedding.forward", "dd0d798432d9bce75c6e570f3cda82ed"},
       {"embedding.grad_weight", "2480ed551eb96f041d0215254dd6b488"},
       {"flatten", "41acecd7cf53372ad0e22d923ce7db76"},

@@ -27,6 +27,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/activations.h"
+#include "kernels/ops/dropout.h"
 #include "kernels/ops/embedding.h"
 #include "kernels/ops/norm.h"
 #include "kernels/ops/optimizers.h"
@@ -462,6 +463,51 @@ absl::Status EmbeddingGradWeightKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// y and mask may not alias x (x is read after the mask is written only
+// for the same element, but the mask must survive for the backward).
+absl::Status DropoutForwardKernel(absl::Span<const Tensor> in,
+                                  absl::Span<Tensor> out, const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kDropoutForward, in, 1, out, 2));
+  const Tensor* t[] = {&in[0], &out[0], &out[1]};
+  const absl::string_view names[] = {"x", "y", "mask"};
+  LS_ASSIGN_OR_RETURN(
+      c::DropoutParams p,
+      ValidateDropout(op::kDropoutForward, t, names, a, /*forward=*/true));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kDropoutForward, in, out));
+  if (out[0].SharesStorageWith(out[1])) {
+    return absl::InvalidArgumentError(
+        "dropout.forward: y and mask share storage");
+  }
+  const float* x = in[0].data<float>();
+  float* y = out[0].data<float>();
+  float* mask = out[1].data<float>();
+  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      mask[i] = c::DropoutMaskElement(p, i);
+      y[i] = x[i] * mask[i];
+    }
+  });
+  return absl::OkStatus();
+}
+
+// dx may alias dy.
+absl::Status DropoutGradKernel(absl::Span<const Tensor> in,
+                               absl::Span<Tensor> out, const OpAttrs& a) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kDropoutGrad, in, 2, out, 1));
+  const Tensor* t[] = {&in[0], &in[1], &out[0]};
+  const absl::string_view names[] = {"mask", "dy", "dx"};
+  LS_RETURN_IF_ERROR(
+      ValidateDropout(op::kDropoutGrad, t, names, a, /*forward=*/false)
+          .status());
+  const float* mask = in[0].data<float>();
+  const float* dy = in[1].data<float>();
+  float* dx = out[0].data<float>();
+  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * mask[i];
+  });
+  return absl::OkStatus();
+}
+
 // DEFAULT "atomic": positions split over tasks, each dy row added into its
 // dw row with atomic float adds in arrival order.
 absl::Status EmbeddingGradWeightAtomicKernel(absl::Span<const Tensor> in,
@@ -527,6 +573,8 @@ absl::Status RegisterNnKernels(Registry* registry) {
       {op::kGradNormScale, &ScaleKernel},
       {op::kEmbeddingForward, &EmbeddingForwardKernel},
       {op::kEmbeddingGradWeight, &EmbeddingGradWeightKernel},
+      {op::kDropoutForward, &DropoutForwardKernel},
+      {op::kDropoutGrad, &DropoutGradKernel},
   };
   for (const Entry& e : entries) {
     LS_RETURN_IF_ERROR(registry->Register(

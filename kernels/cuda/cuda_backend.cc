@@ -62,6 +62,8 @@ constexpr const char* kOps[] = {
     op::kGradNormScale,
     op::kEmbeddingForward,
     op::kEmbeddingGradWeight,
+    op::kDropoutForward,
+    op::kDropoutGrad,
 };
 constexpr size_t kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 

@@ -110,6 +110,8 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kScale)
     LS_CASE(kEmbedding)
     LS_CASE(kEmbeddingGrad)
+    LS_CASE(kDropout)
+    LS_CASE(kDropoutGrad)
 #undef LS_CASE
     case DeviceOp::kNumOps:
       break;

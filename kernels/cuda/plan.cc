@@ -652,8 +652,44 @@ absl::Status PlanEmbedding(absl::string_view name, absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+absl::Status PlanDropout(absl::string_view name, absl::Span<const Tensor> in,
+                         absl::Span<Tensor> out, const OpAttrs& a,
+                         DeviceCall* call) {
+  if (name == op::kDropoutForward) {
+    LS_RETURN_IF_ERROR(CheckArity(name, in, 1, out, 2));
+    const Tensor* t[] = {&in[0], &out[0], &out[1]};
+    const absl::string_view names[] = {"x", "y", "mask"};
+    LS_ASSIGN_OR_RETURN(c::DropoutParams p,
+                        ValidateDropout(name, t, names, a, /*forward=*/true));
+    LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+    if (out[0].SharesStorageWith(out[1])) {
+      return absl::InvalidArgumentError(
+          "dropout.forward: y and mask share storage");
+    }
+    const int x = AddIn(call, in[0]);
+    const int y = AddOut(call, out[0]);
+    const int mask = AddOut(call, out[1]);
+    AddLaunch(call, DeviceOp::kDropout, in[0].numel(), {x}, {y, mask}).dropout =
+        p;
+    return absl::OkStatus();
+  }
+  LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
+  const Tensor* t[] = {&in[0], &in[1], &out[0]};
+  const absl::string_view names[] = {"mask", "dy", "dx"};
+  LS_RETURN_IF_ERROR(
+      ValidateDropout(name, t, names, a, /*forward=*/false).status());
+  const int mask = AddIn(call, in[0]);
+  const int dy = AddIn(call, in[1]);
+  const int dx = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kDropoutGrad, in[0].numel(), {mask, dy}, {dx});
+  return absl::OkStatus();
+}
+
 absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
                   absl::Span<Tensor> out, const OpAttrs& a, DeviceCall* call) {
+  if (name == op::kDropoutForward || name == op::kDropoutGrad) {
+    return PlanDropout(name, in, out, a, call);
+  }
   if (name == op::kEmbeddingForward || name == op::kEmbeddingGradWeight) {
     return PlanEmbedding(name, in, out, call);
   }

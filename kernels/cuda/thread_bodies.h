@@ -27,6 +27,7 @@
 #include "kernels/canonical/reduce.h"
 #include "kernels/ops/activations.h"
 #include "kernels/ops/dense.h"
+#include "kernels/ops/dropout.h"
 #include "kernels/ops/elementwise.h"
 #include "kernels/ops/embedding.h"
 #include "kernels/ops/norm.h"
@@ -85,6 +86,8 @@ enum class DeviceOp : int32_t {
   kScale,                 // in {g}, out {y}; work numel
   kEmbedding,             // in {ids, w}, out {y}; work numel of y
   kEmbeddingGrad,         // in {offsets, order, dy}, out {dw}; work V * D
+  kDropout,               // in {x}, out {y, mask}; work numel
+  kDropoutGrad,           // in {mask, dy}, out {dx}; work numel
   kNumOps,
 };
 
@@ -113,6 +116,7 @@ struct KernelParams {
   c::ChannelShape channels;
   float scale = 1.0f;  // kScale
   c::EmbeddingShape embedding;
+  c::DropoutParams dropout;
 };
 
 // ---- dense family ---------------------------------------------------------
@@ -501,6 +505,21 @@ LS_HD_INLINE void EmbeddingGradThread(const c::EmbeddingShape& s,
   }
 }
 
+LS_HD_INLINE void DropoutThread(const c::DropoutParams& p, const float* x,
+                                float* y, float* mask, int64_t count,
+                                int64_t thread, int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) {
+    mask[i] = c::DropoutMaskElement(p, i);
+    y[i] = x[i] * mask[i];
+  }
+}
+
+LS_HD_INLINE void DropoutGradThread(const float* mask, const float* dy,
+                                    float* dx, int64_t count, int64_t thread,
+                                    int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) dx[i] = dy[i] * mask[i];
+}
+
 // ---- dispatch -------------------------------------------------------------
 
 // Runs thread `thread` of `num_threads` of the launch `p`.
@@ -645,6 +664,12 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
     case DeviceOp::kEmbeddingGrad:
       EmbeddingGradThread(p.embedding, static_cast<const int64_t*>(p.in[0]),
                           static_cast<const int64_t*>(p.in[1]), i2, o0, t, nt);
+      break;
+    case DeviceOp::kDropout:
+      DropoutThread(p.dropout, i0, o0, o1, p.work, t, nt);
+      break;
+    case DeviceOp::kDropoutGrad:
+      DropoutGradThread(i0, i1, o0, p.work, t, nt);
       break;
     case DeviceOp::kNumOps:
       break;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 
 namespace lockstep::kernels {
 namespace {
@@ -438,6 +439,21 @@ absl::StatusOr<canonical::EmbeddingShape> ValidateEmbedding(
     }
   }
   return canonical::EmbeddingShape{positions, vocab, dim};
+}
+
+absl::StatusOr<canonical::DropoutParams> ValidateDropout(
+    absl::string_view op, absl::Span<const Tensor* const> tensors,
+    absl::Span<const absl::string_view> names, const OpAttrs& attrs,
+    bool forward) {
+  LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op, tensors, names));
+  if (!forward) return canonical::DropoutParams{};
+  const float rate = attrs.dropout_rate;
+  if (!(rate >= 0.0f && rate < 1.0f)) {
+    return Invalid(op,
+                   absl::StrFormat("dropout_rate %g is outside [0, 1)", rate));
+  }
+  return canonical::DropoutParamsOf(rate, attrs.dropout_seed,
+                                    attrs.dropout_stream);
 }
 
 }  // namespace lockstep::kernels

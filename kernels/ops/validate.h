@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "kernels/ops/dense.h"
+#include "kernels/ops/dropout.h"
 #include "kernels/ops/elementwise.h"
 #include "kernels/ops/embedding.h"
 #include "kernels/ops/norm.h"
@@ -100,6 +101,14 @@ absl::StatusOr<canonical::EmbeddingShape> ValidateEmbedding(
     absl::string_view op, const Tensor& ids, const Tensor& table,
     absl::string_view table_name, const Tensor& rows,
     absl::string_view rows_name);
+
+// dropout.forward (x, y, mask) and dropout.grad (mask, dy, dx): every
+// tensor float32 of one shape; for the forward attrs.dropout_rate finite
+// in [0, 1). Returns the mask parameters (forward) or default ones (grad).
+absl::StatusOr<canonical::DropoutParams> ValidateDropout(
+    absl::string_view op, absl::Span<const Tensor* const> tensors,
+    absl::Span<const absl::string_view> names, const OpAttrs& attrs,
+    bool forward);
 
 }  // namespace lockstep::kernels
 

@@ -18,6 +18,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/math/portable_math.h"
+#include "kernels/ops/dropout.h"
 #include "model/manifest.h"
 #include "worker/exec/init.h"
 
@@ -368,6 +369,7 @@ struct LayerState {
   std::vector<Tensor> grad_in_kernel;
   Tensor add_scratch;  // ADD: output for a skipped (model input) gradient
   Tensor running;      // BATCH_NORM: running mean and variance [2, C]
+  Tensor mask;         // DROPOUT: this step's mask
   Tensor dy;           // gradient w.r.t. the output
   // out and dy in the shape the kernels take: DENSE with last_axis sees
   // [prod(leading), units]; the same storage as out / dy otherwise.
@@ -632,6 +634,9 @@ absl::Status Executor::State::Setup() {
       float* r = l.running.data<float>();
       for (int64_t c = 0; c < channels; ++c) r[channels + c] = 1.0f;
     }
+    if (lp.op == v1::DROPOUT) {
+      LS_ASSIGN_OR_RETURN(l.mask, Zeros(lp.output_shape, what + " mask"));
+    }
     const bool own_bias = lp.op == v1::LAYER_NORM || lp.op == v1::BATCH_NORM;
     if (l.bias >= 0 && !own_bias) {
       LS_ASSIGN_OR_RETURN(l.bias_forward,
@@ -746,6 +751,18 @@ absl::Status Executor::State::Forward() {
             Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
         break;
       }
+      case v1::DROPOUT: {
+        // A fresh mask per layer and step (kernels/ops/dropout.h).
+        OpAttrs a = lp.attrs;
+        a.dropout_seed = config.seed();
+        a.dropout_stream = canonical::kDropoutStreamBase +
+                           (static_cast<uint64_t>(lp.index) << 24) +
+                           static_cast<uint64_t>(step);
+        const Tensor in[] = {l.in[0]};
+        Tensor out[] = {l.out, l.mask};
+        LS_RETURN_IF_ERROR(Call(l.forward, l, l.ops.forward, in, out, a));
+        break;
+      }
       default: {  // RELU, activations, SOFTMAX, pools, FLATTEN, ADD, RESIZE
         Tensor out[] = {l.out};
         LS_RETURN_IF_ERROR(
@@ -765,6 +782,10 @@ absl::Status Executor::State::Forward() {
     if (lp.op == v1::BATCH_NORM) {
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::RUNNING_STAT, l.ops.forward,
                               model::kSlotRunning, l.running));
+    }
+    if (lp.op == v1::DROPOUT) {
+      LS_RETURN_IF_ERROR(Emit(lp.name, v1::DROPOUT_MASK, l.ops.forward,
+                              model::kSlotMask, l.mask));
     }
   }
   return absl::OkStatus();
@@ -875,6 +896,13 @@ absl::Status Executor::State::Backward() {
       }
       case v1::BATCH_NORM: {
         const Tensor in[] = {l.in[0], l.params[l.weight], l.dy, l.running};
+        Tensor out[] = {l.grad_in_kernel[0]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
+      case v1::DROPOUT: {
+        const Tensor in[] = {l.mask, l.dy};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
