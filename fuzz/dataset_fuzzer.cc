@@ -1,12 +1,15 @@
 // File datasets (worker/data/dataset.h OpenDataset) beyond the IDX and NPY
-// headers: the example shape against model.input_shape, dtypes, label
-// counts and label ranges, and the batches cut from the files.
+// headers, CIFAR-10 files and byte-level text token files: the example
+// shape against model.input_shape, dtypes, label counts and label ranges,
+// and the batches cut from the files.
 //
 // Input layout: byte 0 picks the format (bit 0: IDX or NPY), the model's
 // input shape (bits 1-3) and the number of classes (bits 4-7); bytes 1-2
 // (little-endian) are the inputs file's length; the inputs file follows,
 // and the rest is the labels file. Both are written to a private
-// directory used as the data root.
+// directory used as the data root. Shape index 7 selects the formats with
+// one file instead: CIFAR10 (bit 0 clear; input [3, 32, 32]) or byte-level
+// text tokens (bit 0 set; input [4], 256 classes when bit 4 is set).
 //
 // Invariants for an opened dataset: example_shape() is the model's input
 // shape, num_classes() the model's, the digest 32 hex digits, and every
@@ -68,11 +71,16 @@ void WriteFile(const std::string& path, absl::string_view bytes) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 3) return 0;
-  const bool idx = (data[0] & 1) == 0;
+  const bool one_file = ((data[0] >> 1) & 7) == 7;
+  const bool cifar = one_file && (data[0] & 1) == 0;
+  const bool text = one_file && (data[0] & 1) == 1;
+  const bool idx = !one_file && (data[0] & 1) == 0;
   static const std::vector<std::vector<int64_t>> kShapes = {
-      {1, 2, 2}, {2, 2}, {4}, {1, 1, 1}, {1}, {3, 1}, {1, 28, 28}, {2, 1, 2}};
-  const std::vector<int64_t>& shape = kShapes[(data[0] >> 1) & 7];
-  const int32_t num_classes = 2 + (data[0] >> 4);
+      {1, 2, 2}, {2, 2}, {4}, {1, 1, 1}, {1}, {3, 1}, {1, 28, 28}, {3, 32, 32}};
+  const std::vector<int64_t> shape =
+      text ? std::vector<int64_t>{4} : kShapes[(data[0] >> 1) & 7];
+  const int32_t num_classes =
+      text && (data[0] & 0x10) != 0 ? 256 : 2 + (data[0] >> 4);
   const size_t inputs_len =
       std::min<size_t>(data[1] | (data[2] << 8), size - 3);
   const absl::string_view rest(reinterpret_cast<const char*>(data + 3),
@@ -82,10 +90,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   WriteFile(root + "/inputs", rest.substr(0, inputs_len));
   WriteFile(root + "/labels", rest.substr(inputs_len));
   lockstep::v1::Dataset spec;
-  spec.mutable_file()->set_format(idx ? lockstep::v1::FileDataset::IDX
-                                      : lockstep::v1::FileDataset::NPY);
-  spec.mutable_file()->set_inputs_path("inputs");
-  spec.mutable_file()->set_labels_path("labels");
+  if (text) {
+    spec.mutable_tokens()->set_text_path("inputs");
+  } else {
+    spec.mutable_file()->set_format(
+        cifar ? lockstep::v1::FileDataset::CIFAR10
+              : (idx ? lockstep::v1::FileDataset::IDX
+                     : lockstep::v1::FileDataset::NPY));
+    spec.mutable_file()->set_inputs_path("inputs");
+    if (!cifar) spec.mutable_file()->set_labels_path("labels");
+  }
   DatasetOptions options;
   options.data_root = root;
   options.max_file_bytes = 1 << 20;
@@ -112,6 +126,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<int64_t> want = {batch};
     want.insert(want.end(), shape.begin(), shape.end());
     FUZZ_CHECK(x.shape() == want, "batch x has the wrong shape");
+    if (text) {
+      // Token ids and next-token labels [batch, T], bytes all.
+      FUZZ_CHECK(labels.shape() == want, "token labels have the wrong shape");
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const int32_t v = x.data<int32_t>()[i];
+        const int32_t l = labels.data<int32_t>()[i];
+        FUZZ_CHECK(v >= 0 && v < 256 && l >= 0 && l < 256,
+                   "token outside the byte range");
+      }
+      continue;
+    }
     FUZZ_CHECK(labels.shape() == std::vector<int64_t>{batch},
                "batch labels have the wrong shape");
     for (int64_t i = 0; i < batch; ++i) {
@@ -120,7 +145,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           label >= 0 && label < num_classes,
           absl::StrCat("label ", label, " outside [0, ", num_classes, ")"));
     }
-    if (idx) {
+    if (idx || cifar) {
       for (int64_t i = 0; i < x.numel(); ++i) {
         const float v = x.data<float>()[i];
         FUZZ_CHECK(v >= 0.0f && v <= 1.0f, "uint8 pixel outside [0, 1]");
