@@ -39,6 +39,21 @@ uint64_t FirstExample(int64_t step, int64_t batch, uint64_t n) {
   return static_cast<uint64_t>((s * b) % n);
 }
 
+// An endless stream draws Philox index (step * batch + i) * per_example + j
+// for row i of `step`: every one must fit in 64 bits.
+absl::Status CheckEndlessStream(int64_t step, int64_t batch,
+                                int64_t per_example, absl::string_view name) {
+  const unsigned __int128 end = (static_cast<unsigned __int128>(step) + 1) *
+                                static_cast<uint64_t>(batch) *
+                                static_cast<uint64_t>(per_example);
+  if (end > ~uint64_t{0}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset batch: step ", step, " with batch size ", batch,
+                     " is past the end of the ", name, " stream"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckBatchArgs(int64_t step, int64_t batch) {
   if (step < 0) {
     return absl::InvalidArgumentError(
@@ -105,14 +120,8 @@ class SyntheticDataset final : public Dataset {
     if (examples_ == 0) {
       // Endless stream: example index step * batch + i; every Philox index
       // (example * features + j) must fit in 64 bits (SyntheticNoise).
-      const unsigned __int128 end = (static_cast<unsigned __int128>(step) + 1) *
-                                    static_cast<uint64_t>(batch) *
-                                    static_cast<uint64_t>(features_);
-      if (end > ~uint64_t{0}) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("dataset batch: step ", step, " with batch size ",
-                         batch, " is past the end of the synthetic stream"));
-      }
+      LS_RETURN_IF_ERROR(
+          CheckEndlessStream(step, batch, features_, "synthetic"));
       first = static_cast<uint64_t>(step) * static_cast<uint64_t>(batch);
     } else {
       first = FirstExample(step, batch, static_cast<uint64_t>(examples_));
@@ -588,14 +597,7 @@ class TokenDataset final : public Dataset {
     if (text_.empty()) {
       // Endless stream: example e = step * batch + i; every Philox index
       // e * (T + 1) + k must fit in 64 bits.
-      const unsigned __int128 end = (static_cast<unsigned __int128>(step) + 1) *
-                                    static_cast<uint64_t>(batch) *
-                                    static_cast<uint64_t>(t_ + 1);
-      if (end > ~uint64_t{0}) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("dataset batch: step ", step, " with batch size ",
-                         batch, " is past the end of the token stream"));
-      }
+      LS_RETURN_IF_ERROR(CheckEndlessStream(step, batch, t_ + 1, "token"));
       for (int64_t i = 0; i < batch; ++i) {
         const uint64_t e =
             static_cast<uint64_t>(step) * static_cast<uint64_t>(batch) + i;
