@@ -388,6 +388,35 @@ TEST(ZooTest, GauntletAtomicOverridesRunTheNamedKernels) {
   EXPECT_EQ(ran_overridden, kCpuAtomicOverrides);
 }
 
+// Runs the DEFAULT config `def` on 4 threads under the pinned arrival
+// orders of seeds 1..8 (into *runs) and expects two of them to diverge,
+// first at step 0 in `layer`'s GRAD_WEIGHT as produced by `op`. Arrival
+// orders are pinned by seed, so this cannot flake.
+void ExpectArrivalOrdersDivergeAt(const Zoo& def, const std::string& layer,
+                                  const std::string& op,
+                                  std::vector<RunResult>* runs) {
+  kernels::SetCpuThreadsForTesting(4);
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    kernels::ScopedAtomicArrivalOrderForTesting order(seed);
+    auto r = RunZooOn(FullCpuRegistry(), def);
+    ASSERT_THAT(r, IsOk());
+    runs->push_back(*std::move(r));
+  }
+  kernels::SetCpuThreadsForTesting(0);
+  const RunResult* other = nullptr;
+  for (const RunResult& r : *runs) {
+    if (r.run_digest != (*runs)[0].run_digest) other = &r;
+  }
+  ASSERT_NE(other, nullptr) << "8 arrival orders gave identical runs";
+  const RunComparison cmp = CompareRuns((*runs)[0], *other);
+  ASSERT_EQ(cmp.verdict, RunComparison::Verdict::kDiverged);
+  ASSERT_TRUE(cmp.first.has_value());
+  EXPECT_EQ(cmp.first->step, 0);
+  EXPECT_EQ(cmp.first->entry.layer(), layer);
+  EXPECT_EQ(cmp.first->entry.role(), v1::GRAD_WEIGHT);
+  EXPECT_EQ(cmp.first->entry.op(), op);
+}
+
 // The depthwise weight gradient is the classic atomic site: in DEFAULT mode
 // with the atomic conv2d.grad_weight, two arrival orders of the per-batch
 // partials give two results, and the first tensor that differs is the
@@ -398,27 +427,9 @@ TEST(ZooTest, MobilenetDefaultDepthwiseGradientIsNondeterministic) {
   Zoo def = Load("mobilenet_tiny", 0, 2, "config_default.json");
   ASSERT_NE(def.dataset, nullptr);
   ASSERT_EQ(def.config.op_algorithms().at("conv2d.grad_weight"), "atomic");
-  kernels::SetCpuThreadsForTesting(4);
   std::vector<RunResult> runs;
-  for (uint64_t seed = 1; seed <= 8; ++seed) {
-    kernels::ScopedAtomicArrivalOrderForTesting order(seed);
-    auto r = RunZooOn(FullCpuRegistry(), def);
-    ASSERT_THAT(r, IsOk());
-    runs.push_back(*std::move(r));
-  }
-  kernels::SetCpuThreadsForTesting(0);
-  const RunResult* other = nullptr;
-  for (const RunResult& r : runs) {
-    if (r.run_digest != runs[0].run_digest) other = &r;
-  }
-  ASSERT_NE(other, nullptr) << "8 arrival orders gave identical runs";
-  const RunComparison cmp = CompareRuns(runs[0], *other);
-  ASSERT_EQ(cmp.verdict, RunComparison::Verdict::kDiverged);
-  ASSERT_TRUE(cmp.first.has_value());
-  EXPECT_EQ(cmp.first->step, 0);
-  EXPECT_EQ(cmp.first->entry.layer(), "b2_dw");
-  EXPECT_EQ(cmp.first->entry.role(), v1::GRAD_WEIGHT);
-  EXPECT_EQ(cmp.first->entry.op(), "conv2d.grad_weight");
+  ExpectArrivalOrdersDivergeAt(def, "b2_dw", "conv2d.grad_weight", &runs);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
   bool atomic_recorded = false;
   for (const KernelChoice& k : runs[0].kernels) {
     if (k.op == "conv2d.grad_weight") {
@@ -447,27 +458,9 @@ TEST(ZooTest, CharLmDefaultEmbeddingGradientIsNondeterministic) {
   Zoo def = Load("char_lm", 0, 2, "config_default.json");
   ASSERT_NE(def.dataset, nullptr);
   ASSERT_EQ(def.config.op_algorithms().at("embedding.grad_weight"), "atomic");
-  kernels::SetCpuThreadsForTesting(4);
   std::vector<RunResult> runs;
-  for (uint64_t seed = 1; seed <= 8; ++seed) {
-    kernels::ScopedAtomicArrivalOrderForTesting order(seed);
-    auto r = RunZooOn(FullCpuRegistry(), def);
-    ASSERT_THAT(r, IsOk());
-    runs.push_back(*std::move(r));
-  }
-  kernels::SetCpuThreadsForTesting(0);
-  const RunResult* other = nullptr;
-  for (const RunResult& r : runs) {
-    if (r.run_digest != runs[0].run_digest) other = &r;
-  }
-  ASSERT_NE(other, nullptr) << "8 arrival orders gave identical runs";
-  const RunComparison cmp = CompareRuns(runs[0], *other);
-  ASSERT_EQ(cmp.verdict, RunComparison::Verdict::kDiverged);
-  ASSERT_TRUE(cmp.first.has_value());
-  EXPECT_EQ(cmp.first->step, 0);
-  EXPECT_EQ(cmp.first->entry.layer(), "emb");
-  EXPECT_EQ(cmp.first->entry.role(), v1::GRAD_WEIGHT);
-  EXPECT_EQ(cmp.first->entry.op(), "embedding.grad_weight");
+  ExpectArrivalOrdersDivergeAt(def, "emb", "embedding.grad_weight", &runs);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
   std::map<std::string, std::string> ran;
   for (const KernelChoice& k : runs[0].kernels) ran[k.op] = k.ran.algorithm;
   EXPECT_EQ(ran["embedding.grad_weight"], kernels::kAtomicAlgorithm);
