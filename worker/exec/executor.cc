@@ -835,7 +835,7 @@ absl::Status Executor::State::Backward() {
                               "", l.grads[l.bias]));
     }
     if (l.weight >= 0 && lp.op != v1::LAYER_NORM && lp.op != v1::BATCH_NORM) {
-      const Tensor in[] = {l.in[0], lp.op == v1::EMBEDDING ? l.dy : l.dy_k};
+      const Tensor in[] = {l.in[0], l.dy_k};
       Tensor out[] = {l.grads[l.weight]};
       LS_RETURN_IF_ERROR(
           Call(l.grad_weight, l, l.ops.grad_weight, in, out, lp.attrs));
