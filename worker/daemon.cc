@@ -192,6 +192,13 @@ void WorkerDaemon::StartRun(const v1::RunAssignment& a) {
   SupervisorOptions so;
   so.argv = options_.run_argv;
   so.timeout_ms = options_.run_timeout_ms;
+  absl::StatusOr<RunResourceLimits> limits =
+      DeriveRunLimits(a, profile_.gpus_size() > 0, options_.run_limits);
+  if (limits.ok()) {
+    so.limits = *limits;
+    LS_LOG(INFO) << "run " << a.run_id()
+                 << ": limits: " << DescribeRunLimits(so.limits);
+  }
   const std::string run_id = a.run_id();
   {
     absl::MutexLock lock(&mu_);
@@ -199,10 +206,13 @@ void WorkerDaemon::StartRun(const v1::RunAssignment& a) {
     run.assignment = a;
     run.next_sequence = a.next_sequence();
     run.send_cursor = a.next_sequence();
-    auto supervisor =
-        RunSupervisor::Start(so, a, [this, run_id](WorkerMessage m) {
-          OnRunMessage(run_id, std::move(m));
-        });
+    absl::StatusOr<std::unique_ptr<RunSupervisor>> supervisor =
+        limits.ok()
+            ? RunSupervisor::Start(so, a,
+                                   [this, run_id](WorkerMessage m) {
+                                     OnRunMessage(run_id, std::move(m));
+                                   })
+            : absl::StatusOr<std::unique_ptr<RunSupervisor>>(limits.status());
     if (supervisor.ok()) {
       run.supervisor = std::move(*supervisor);
       return;

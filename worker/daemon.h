@@ -62,6 +62,9 @@ struct DaemonOptions {
   std::vector<std::string> run_argv;
   // Wall-clock limit of one run. Default 1 h.
   int64_t run_timeout_ms = 3600 * 1000;
+  // Memory and CPU-time limits of each run process (run_limits.h). Default:
+  // derived from the job's size; core dumps are always off.
+  RunLimitSettings run_limits;
   // Delay before the second resend of a run's unacknowledged batches after
   // consecutive rejections (the first is immediate); doubles up to max.
   // Defaults 100 ms and 5 s.

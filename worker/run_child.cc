@@ -2,10 +2,12 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -142,7 +144,22 @@ absl::Status ExecuteAssignment(const v1::RunAssignment& assignment,
   v1::RunFinished finished;
   finished.set_run_id(assignment.run_id());
   finished.set_attempt(assignment.attempt());
-  absl::Status s = Train(assignment, options, out_fd, &finished);
+  absl::Status s;
+  try {
+    s = Train(assignment, options, out_fd, &finished);
+  } catch (const std::bad_alloc&) {
+    // The daemon caps the run's memory (worker/run_limits.h); name the cap.
+    struct rlimit limit;
+    std::string cap = "no memory limit is set";
+    if (getrlimit(RLIMIT_DATA, &limit) == 0 &&
+        limit.rlim_cur != RLIM_INFINITY) {
+      cap = absl::StrCat("the run's memory limit is ",
+                         (limit.rlim_cur + (1 << 20) - 1) >> 20, " MiB");
+    }
+    s = absl::ResourceExhaustedError(
+        absl::StrCat("memory limit reached: an allocation was refused (", cap,
+                     "; the daemon's --run_memory_limit_mb sets it)"));
+  }
   if (!s.ok()) {
     finished.set_success(false);
     finished.set_failure_reason(s.ToString());

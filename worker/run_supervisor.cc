@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +35,33 @@ std::string TailOfFile(const std::string& path, size_t max_bytes) {
   if (s.size() > max_bytes) s = s.substr(s.size() - max_bytes);
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
+}
+
+// The resource limit a run process that died of `signal` ran into, or "".
+// SIGXCPU at the soft CPU limit, SIGKILL at the hard one; an allocation
+// refused under RLIMIT_DATA ends a kernel thread with an uncaught
+// std::bad_alloc (SIGABRT).
+std::string LimitReached(int signal, const struct rusage& usage,
+                         const RunResourceLimits& limits,
+                         const std::string& stderr_path) {
+  const int64_t cpu_s = usage.ru_utime.tv_sec + usage.ru_stime.tv_sec;
+  if (limits.cpu_seconds > 0 &&
+      (signal == SIGXCPU ||
+       (signal == SIGKILL && cpu_s >= limits.cpu_seconds))) {
+    return absl::StrFormat(
+        "CPU-time limit reached: the run used %d s of CPU time, its limit is "
+        "%d s (%s)",
+        cpu_s, limits.cpu_seconds, limits.cpu_source);
+  }
+  if (limits.memory_bytes > 0 && signal == SIGABRT &&
+      TailOfFile(stderr_path, 4096).find("std::bad_alloc") !=
+          std::string::npos) {
+    return absl::StrFormat(
+        "memory limit reached: an allocation was refused under the run's "
+        "limit of %d MiB (%s)",
+        (limits.memory_bytes + (1 << 20) - 1) >> 20, limits.memory_source);
+  }
+  return "";
 }
 
 }  // namespace
@@ -92,6 +120,18 @@ absl::StatusOr<std::unique_ptr<RunSupervisor>> RunSupervisor::Start(
     return absl::InternalError(absl::StrCat("cannot start ", options.argv[0],
                                             ": ", std::strerror(rc)));
   }
+  // The limits are in place before the child sees its assignment: it does
+  // nothing before reading it.
+  if (absl::Status limited = ApplyRunLimits(pid, options.limits);
+      !limited.ok()) {
+    kill(pid, SIGKILL);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    close(in_pipe[1]);
+    close(out_pipe[0]);
+    std::remove(stderr_path.c_str());
+    return limited;
+  }
   // The assignment goes down the pipe; closing it tells the child it has
   // everything. A child that died at once makes this fail: the reader then
   // reports its exit.
@@ -106,14 +146,15 @@ absl::StatusOr<std::unique_ptr<RunSupervisor>> RunSupervisor::Start(
   s->out_fd_ = out_pipe[0];
   s->stderr_path_ = stderr_path;
   s->on_message_ = std::move(on_message);
-  s->reader_ =
-      std::thread([raw = s.get(), assignment, timeout = options.timeout_ms] {
-        raw->ReadLoop(assignment, timeout);
-      });
+  s->reader_ = std::thread([raw = s.get(), assignment, options] {
+    raw->ReadLoop(assignment, options);
+  });
   return s;
 }
 
-void RunSupervisor::ReadLoop(v1::RunAssignment assignment, int64_t timeout_ms) {
+void RunSupervisor::ReadLoop(v1::RunAssignment assignment,
+                             SupervisorOptions options) {
+  const int64_t timeout_ms = options.timeout_ms;
   const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
   bool finished = false;
   bool timed_out = false;
@@ -144,7 +185,8 @@ void RunSupervisor::ReadLoop(v1::RunAssignment assignment, int64_t timeout_ms) {
   }
   if (timed_out) kill(pid_, SIGKILL);
   int status = 0;
-  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  struct rusage usage = {};
+  while (wait4(pid_, &status, 0, &usage) < 0 && errno == EINTR) {
   }
   close(out_fd_);
   {
@@ -162,6 +204,9 @@ void RunSupervisor::ReadLoop(v1::RunAssignment assignment, int64_t timeout_ms) {
     } else if (WIFSIGNALED(status)) {
       reason = absl::StrCat("killed by signal ", WTERMSIG(status), " (",
                             strsignal(WTERMSIG(status)), ")");
+      const std::string limit =
+          LimitReached(WTERMSIG(status), usage, options.limits, stderr_path_);
+      if (!limit.empty()) reason = absl::StrCat(limit, "; ", reason);
     } else {
       reason = absl::StrCat("exited with code ",
                             WIFEXITED(status) ? WEXITSTATUS(status) : -1,

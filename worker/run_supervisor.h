@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/worker_gateway.pb.h"
+#include "worker/run_limits.h"
 
 namespace lockstep::worker {
 
@@ -26,6 +27,9 @@ struct SupervisorOptions {
   std::vector<std::string> argv;
   // The run is killed after this long (wall clock). Default 1 h.
   int64_t timeout_ms = 3600 * 1000;
+  // Applied to the process (run_limits.h) before it is sent the assignment;
+  // core dumps are always off. Default: no memory or CPU-time limit.
+  RunResourceLimits limits;
 };
 
 class RunSupervisor {
@@ -33,8 +37,8 @@ class RunSupervisor {
   // Every frame the run process writes (progress, batch, finished). When
   // the process ends without a `finished` frame (crash, kill, timeout), a
   // synthesized failed `finished` naming the signal, exit code or timeout
-  // and the last lines of its stderr is delivered instead. Not called after
-  // Kill().
+  // (or the resource limit it ran into) and the last lines of its stderr is
+  // delivered instead. Not called after Kill().
   using OnMessage = std::function<void(lockstep::v1::WorkerMessage)>;
 
   static absl::StatusOr<std::unique_ptr<RunSupervisor>> Start(
@@ -52,7 +56,8 @@ class RunSupervisor {
 
  private:
   RunSupervisor() = default;
-  void ReadLoop(lockstep::v1::RunAssignment assignment, int64_t timeout_ms);
+  void ReadLoop(lockstep::v1::RunAssignment assignment,
+                SupervisorOptions options);
 
   pid_t pid_ = -1;
   int out_fd_ = -1;  // child's stdout

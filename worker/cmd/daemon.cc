@@ -17,6 +17,7 @@
 #include "worker/cmd/drill_flags.h"
 #include "worker/daemon.h"
 #include "worker/data/dataset.h"  // CanonicalDataRoot
+#include "worker/run_limits.h"
 #include "worker/selftest.h"
 
 namespace lockstep::worker::cmd {
@@ -85,6 +86,17 @@ int DaemonMain(const DaemonCommandOptions& flags, HardwareProbe& probe) {
   }
   if (bad_stall) return kUsageExitCode;
   options.run_timeout_ms = flags.run_timeout_s * 1000;
+  options.run_limits.memory_limit_mb = flags.run_memory_limit_mb;
+  options.run_limits.cpu_limit_s = flags.run_cpu_limit_s;
+  // The same checks DeriveRunLimits makes per run, once at start.
+  if (absl::Status s = DeriveRunLimits(lockstep::v1::RunAssignment(), false,
+                                       options.run_limits)
+                           .status();
+      !s.ok()) {
+    std::fprintf(stderr, "lockstep-worker: %s\n",
+                 std::string(s.message()).c_str());
+    return kUsageExitCode;
+  }
   options.coordinator = flags.coordinator;
   options.name = flags.name;
   if (options.name.empty()) options.name = profile->hostname();

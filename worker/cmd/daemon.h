@@ -39,6 +39,10 @@ struct DaemonCommandOptions {
   bool selftest = true;
   // Wall-clock limit of one run, s.
   int64_t run_timeout_s = 3600;
+  // Memory (MiB) and CPU-time (s) limits of each run process: 0 derives
+  // them from the job's size, -1 sets none (worker/run_limits.h).
+  int64_t run_memory_limit_mb = 0;
+  int64_t run_cpu_limit_s = 0;
 };
 
 // Serves until a signal stops it. Exit 0 after SIGINT / SIGTERM; 1 when the

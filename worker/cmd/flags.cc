@@ -47,6 +47,14 @@ ABSL_FLAG(bool, selftest, true,
           "quarantines a worker whose selftest fails");
 ABSL_FLAG(int64_t, run_timeout_s, 3600,
           "daemon: wall-clock limit of one run, s");
+ABSL_FLAG(int64_t, run_memory_limit_mb, 0,
+          "daemon: memory limit of each run process (RLIMIT_DATA), MiB; 0 "
+          "derives it from the job's size (512 MiB + 4 x its live tensor "
+          "bytes; none for runs that may use a GPU), -1 sets none");
+ABSL_FLAG(int64_t, run_cpu_limit_s, 0,
+          "daemon: CPU-time limit of each run process (RLIMIT_CPU, all "
+          "threads), s; 0 derives it from the job's size and steps, -1 sets "
+          "none");
 ABSL_FLAG(std::string, dump, "",
           "run: write tensors as .npy: first_divergent, all or "
           "<layer>:<role>[:step]");
@@ -100,6 +108,8 @@ DaemonCommandOptions DaemonOptionsFromFlags() {
   options.data_root = absl::GetFlag(FLAGS_data_root);
   options.selftest = absl::GetFlag(FLAGS_selftest);
   options.run_timeout_s = absl::GetFlag(FLAGS_run_timeout_s);
+  options.run_memory_limit_mb = absl::GetFlag(FLAGS_run_memory_limit_mb);
+  options.run_cpu_limit_s = absl::GetFlag(FLAGS_run_cpu_limit_s);
   return options;
 }
 
