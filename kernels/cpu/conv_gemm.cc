@@ -7,6 +7,7 @@
 
 #include "kernels/canonical/reduce.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/ops/dense.h"
 
 namespace lockstep::kernels {
@@ -80,15 +81,8 @@ std::vector<int64_t> TapSources(int64_t in, int64_t out, int64_t k_size,
 }
 
 // Scratch floats, left uninitialised (every element is written before it
-// is read).
-class Floats {
- public:
-  explicit Floats(int64_t n) : p_(new float[n > 0 ? n : 1]) {}
-  float* data() const { return p_.get(); }
-
- private:
-  std::unique_ptr<float[]> p_;
-};
+// is read), reused between calls (scratch.h).
+using Floats = ScratchFloats;
 
 int64_t Threads(ThreadPool* pool) {
   return pool == nullptr ? 1 : pool->num_threads();
@@ -246,12 +240,12 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
   const int64_t depth = cog * kk;  // (co, kh, kw)
   if (hw == 0 || s.n == 0) return;
   // wt[g][cl][(co_l, kh, kw)] = w[g * cog + co_l, cl, kh, kw].
-  std::vector<float> wt(s.groups * cig * depth);
+  const Floats wt(s.groups * cig * depth);
   for (int64_t g = 0; g < s.groups; ++g) {
     for (int64_t cl = 0; cl < cig; ++cl) {
       for (int64_t j = 0; j < cog; ++j) {
         for (int64_t t = 0; t < kk; ++t) {
-          wt[(g * cig + cl) * depth + j * kk + t] =
+          wt.data()[(g * cig + cl) * depth + j * kk + t] =
               w[((g * cog + j) * cig + cl) * kk + t];
         }
       }

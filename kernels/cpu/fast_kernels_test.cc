@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"
@@ -76,8 +77,11 @@ class FastKernelsTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_THAT(RegisterCpuCanonicalKernels(&registry_), IsOk());
     ASSERT_THAT(RegisterCpuDeterministicAndDefaultKernels(&registry_), IsOk());
+    // A kernel reading scratch it did not write would see NaNs.
+    SetScratchPoisonForTesting(true);
   }
   void TearDown() override {
+    SetScratchPoisonForTesting(false);
     SetCpuIsaForTesting(std::nullopt);
     SetCpuThreadsForTesting(0);
   }

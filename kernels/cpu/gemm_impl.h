@@ -15,27 +15,14 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/dense.h"
 
 namespace lockstep::kernels::cpu_internal::LS_GEMM_ISA_NS {
 
-// 64-byte aligned float storage (no std::vector: see the file comment).
-class AlignedFloats {
- public:
-  explicit AlignedFloats(int64_t count) {
-    const size_t bytes =
-        ((static_cast<size_t>(count) * sizeof(float) + 63) / 64) * 64;
-    p_ = static_cast<float*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
-  }
-  ~AlignedFloats() { std::free(p_); }
-  AlignedFloats(const AlignedFloats&) = delete;
-  AlignedFloats& operator=(const AlignedFloats&) = delete;
-  float* get() const { return p_; }
-
- private:
-  float* p_;
-};
+// 64-byte aligned scratch floats, reused between calls (scratch.h).
+using AlignedFloats = ::lockstep::kernels::ScratchFloats;
 
 template <class F>
 void For(ThreadPool* pool, int64_t n, F& f) {
