@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""Checks that the parity comparison has teeth (run by parity_test.sh).
+
+  parity_selftest.py WORKER EXAMPLES_DIR WORK_DIR
+
+Against a real 2-step dump of the mlp and char_lm zoo models:
+  1. the unmodified dump passes;
+  2. one element of one dumped tensor scaled by 1.002 is reported, naming
+     that step, layer, role and element, and nothing else is (a relative L2
+     bound alone would dilute it by sqrt(numel));
+  3. a reference op with the wrong semantics (GELU's tanh form for the erf
+     form) is reported at the first tensor it computes;
+  4. an op the reference does not know fails with "unsupported op X".
+"""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import parity  # noqa: E402  (exits with the install hint without torch)
+import torch_reference as ref  # noqa: E402
+
+FAILED = []
+
+
+def check(cond, what):
+    print(("ok    " if cond else "FAIL  ") + what)
+    if not cond:
+        FAILED.append(what)
+
+
+def dumps(worker, examples, work, name, steps=2):
+    """(model, config, train dump, initial parameters) of a zoo model."""
+    import json
+    d = os.path.join(examples, name)
+    with open(os.path.join(d, "model.json")) as f:
+        model = json.load(f)
+    with open(os.path.join(d, "config.json")) as f:
+        config = json.load(f)
+    train = dict(config, steps=steps, capture={"kind": "EVERY_STEP"})
+    init = dict(config, steps=1, capture={"kind": "EVERY_STEP"},
+                optimizer={"kind": "SGD", "learning_rate": parity._TINY_LR})
+    mp = os.path.join(d, "model.json")
+    dump = parity.run_worker(worker, mp, train, work, name + "_self_train")
+    init_params = ref.initial_parameters(
+        parity.run_worker(worker, mp, init, work, name + "_self_init"))
+    return model, config, dump, init_params
+
+
+def main():
+    worker, examples, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+
+    model, config, dump, init = dumps(worker, examples, work, "mlp")
+    _, problems = ref.compare(model, config, dump, init)
+    check(not problems, "mlp: the unmodified dump is within bounds")
+
+    target = next(e for e in dump[1] if e.layer == "fc1" and e.role == "ACTIVATION")
+    v = target.value().copy()
+    # An element of 90th-percentile magnitude, 0.2% off: too little for the
+    # relative L2 bound (diluted by the other elements), enough for the
+    # elementwise one.
+    big = int(np.argsort(np.abs(v).ravel())[int(0.9 * v.size)])
+    v.flat[big] *= 1.002
+    target._value = v
+    _, problems = ref.compare(model, config, dump, init)
+    check(len(problems) == 1 and problems[0].startswith(
+        'step 1 layer "fc1" ACTIVATION (dense.forward): element %d is' % big),
+          "mlp: one element of step 1 fc1 ACTIVATION 0.2%% off is "
+          "the one problem reported: %s" % problems)
+
+    model, config, dump, init = dumps(worker, examples, work, "char_lm")
+    _, problems = ref.compare(model, config, dump, init)
+    check(not problems, "char_lm: the unmodified dump is within bounds")
+    gelu = ref.OPS["GELU"]
+    ref.OPS["GELU"] = ref.OPS["GELU_TANH"]
+    try:
+        _, problems = ref.compare(model, config, dump, init)
+    finally:
+        ref.OPS["GELU"] = gelu
+    check(bool(problems) and problems[0].startswith(
+        'step 0 layer "gelu1" ACTIVATION (gelu.forward)'),
+          "char_lm: GELU computed in the tanh form is caught at step 0 gelu1 "
+          "ACTIVATION: %s" % problems[:1])
+
+    try:
+        ref.check_ops({"layers": [{"name": "mm", "op": "MATMUL"}]})
+        check(False, "an unknown op is refused")
+    except NotImplementedError as e:
+        check("unsupported op MATMUL (layer \"mm\")" in str(e),
+              "an unknown op is refused: %s" % e)
+
+    if FAILED:
+        print("parity_selftest: %d check(s) failed" % len(FAILED))
+        return 1
+    print("parity_selftest: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,504 @@
+#!/usr/bin/python3
+"""PyTorch float64 reference for Lockstep's CANONICAL float32 training.
+
+For one model (model.json + config.json) and a Lockstep dump of run 0
+(`lockstep-worker run --dump=all`), recomputes every step in float64 with
+PyTorch -- forward, backward (autograd), gradient clipping, optimizer update
+(torch.optim) -- and compares every dumped tensor with its float64
+counterpart by relative L2 error against the per-role bounds below
+(docs/parity.md derives them).
+
+What comes from the dump, so that data and initialisation are identical by
+construction: the initial parameters (a separate one-step dump whose update
+is a no-op, see parity.py), each step's input batch and labels, and each
+DROPOUT layer's keep/drop pattern. Everything else -- including every
+parameter after the first step -- is the float64 trajectory's own: it is
+never re-seeded from Lockstep's float32 values.
+
+Adding an op: write one function `op_xxx(layer, inputs, params, ctx)`
+returning the output tensor and register it in OPS (and, if it has
+parameters, make sure they are named WEIGHT / BIAS in the dump). A model
+with an op that is not in OPS fails with "unsupported op X".
+"""
+
+import glob
+import json
+import math
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DT = torch.float64
+
+
+def f32(x):
+    """A proto `float` field as the float32 value the worker reads."""
+    return float(np.float32(x))
+
+
+# --------------------------------------------------------------------------
+# Ops. Each takes (layer json, list of input tensors, {"WEIGHT": t, "BIAS":
+# t} of that layer's parameters, StepContext) and returns the output.
+# --------------------------------------------------------------------------
+
+
+def op_dense(layer, x, p, ctx):
+    d = layer.get("dense", {})
+    a = x[0] if d.get("last_axis") else x[0].reshape(x[0].shape[0], -1)
+    y = a @ p["WEIGHT"]  # weight [in, units]
+    return y + p["BIAS"] if "BIAS" in p else y
+
+
+def op_conv2d(layer, x, p, ctx):
+    c = layer.get("conv2d", {})
+    y = F.conv2d(x[0], p["WEIGHT"], p.get("BIAS"),
+                 stride=(c.get("stride_h") or 1, c.get("stride_w") or 1),
+                 padding=(c.get("pad_h", 0), c.get("pad_w", 0)),
+                 dilation=(c.get("dilation_h") or 1, c.get("dilation_w") or 1),
+                 groups=c.get("groups") or 1)
+    return y
+
+
+def _pool_geometry(layer):
+    q = layer.get("pool", {})
+    k = (q["kernel_h"], q["kernel_w"])
+    s = (q.get("stride_h") or k[0], q.get("stride_w") or k[1])
+    return k, s, (q.get("pad_h", 0), q.get("pad_w", 0))
+
+
+def op_max_pool2d(layer, x, p, ctx):
+    k, s, pad = _pool_geometry(layer)
+    return F.max_pool2d(x[0], k, s, pad)
+
+
+def op_avg_pool2d(layer, x, p, ctx):
+    k, s, pad = _pool_geometry(layer)
+    return F.avg_pool2d(x[0], k, s, pad, count_include_pad=True)
+
+
+def op_global_avg_pool(layer, x, p, ctx):
+    return x[0].mean(dim=(2, 3))
+
+
+def op_flatten(layer, x, p, ctx):
+    return x[0].reshape(x[0].shape[0], -1)
+
+
+def op_add(layer, x, p, ctx):
+    return x[0] + x[1]
+
+
+def op_resize_bilinear(layer, x, p, ctx):
+    r = layer["resize"]
+    return F.interpolate(x[0], size=(r["out_h"], r["out_w"]), mode="bilinear",
+                         align_corners=False)
+
+
+def op_bias_add(layer, x, p, ctx):
+    shape = [1, -1] + [1] * (x[0].dim() - 2)
+    return x[0] + p["BIAS"].reshape(shape)
+
+
+def op_relu(layer, x, p, ctx):
+    return F.relu(x[0])
+
+
+def op_sigmoid(layer, x, p, ctx):
+    return torch.sigmoid(x[0])
+
+
+def op_tanh(layer, x, p, ctx):
+    return torch.tanh(x[0])
+
+
+def op_silu(layer, x, p, ctx):
+    return F.silu(x[0])
+
+
+def op_gelu(layer, x, p, ctx):
+    return F.gelu(x[0], approximate="none")
+
+
+def op_gelu_tanh(layer, x, p, ctx):
+    return F.gelu(x[0], approximate="tanh")
+
+
+def op_softmax(layer, x, p, ctx):
+    return torch.softmax(x[0], dim=-1)
+
+
+def op_layer_norm(layer, x, p, ctx):
+    return F.layer_norm(x[0], (x[0].shape[-1],), p["WEIGHT"], p["BIAS"],
+                        eps=f32(1e-5))
+
+
+def op_batch_norm(layer, x, p, ctx):
+    b = layer.get("batch_norm", {})
+    running = ctx.running[layer["name"]]  # [2, C], updated in place
+    mean, var = running[0], running[1]
+    y = F.batch_norm(x[0], mean, var, p["WEIGHT"], p["BIAS"],
+                     training=not b.get("eval", False),
+                     momentum=f32(b.get("momentum") or 0.1),
+                     eps=f32(b.get("epsilon") or 1e-5))
+    ctx.emit(layer["name"], "RUNNING_STAT", "running", running.clone())
+    return y
+
+
+def op_embedding(layer, x, p, ctx):
+    return F.embedding(x[0], p["WEIGHT"])
+
+
+def op_dropout(layer, x, p, ctx):
+    # The keep/drop pattern is Lockstep's Philox draw (from the dump); the
+    # scale is the op's definition 1 / (1 - rate) in float64.
+    rate = f32(layer.get("dropout", {}).get("rate", 0.0))
+    keep = ctx.dumped(layer["name"], "DROPOUT_MASK", "mask") != 0
+    mask = torch.from_numpy(keep.astype(np.float64)) * (1.0 / (1.0 - rate))
+    mask = mask.reshape(x[0].shape)
+    ctx.emit(layer["name"], "DROPOUT_MASK", "mask", mask)
+    return x[0] * mask
+
+
+def op_softmax_xent(layer, x, p, ctx):
+    logits = x[0]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                           ctx.labels.reshape(-1).long()).reshape(1)
+
+
+OPS = {
+    "DENSE": op_dense,
+    "CONV2D": op_conv2d,
+    "MAX_POOL2D": op_max_pool2d,
+    "AVG_POOL2D": op_avg_pool2d,
+    "GLOBAL_AVG_POOL": op_global_avg_pool,
+    "FLATTEN": op_flatten,
+    "ADD": op_add,
+    "RESIZE_BILINEAR": op_resize_bilinear,
+    "BIAS_ADD": op_bias_add,
+    "RELU": op_relu,
+    "SIGMOID": op_sigmoid,
+    "TANH": op_tanh,
+    "SILU": op_silu,
+    "GELU": op_gelu,
+    "GELU_TANH": op_gelu_tanh,
+    "SOFTMAX": op_softmax,
+    "LAYER_NORM": op_layer_norm,
+    "BATCH_NORM": op_batch_norm,
+    "EMBEDDING": op_embedding,
+    "DROPOUT": op_dropout,
+    "SOFTMAX_XENT": op_softmax_xent,
+}
+
+# --------------------------------------------------------------------------
+# Bounds: relative L2 error ||lockstep - reference|| / ||reference|| allowed
+# per tensor role, after `steps` training steps. Derivation in
+# docs/parity.md ("Bounds").
+# --------------------------------------------------------------------------
+
+U = 2.0 ** -24  # float32 unit roundoff
+
+BOUNDS = {
+    "ACTIVATION": 1e-4,
+    "LOSS": 1e-4,
+    "DROPOUT_MASK": 1e-6,
+    "RUNNING_STAT": 1e-4,
+    "GRAD_ACTIVATION": 1e-4,
+    "GRAD_WEIGHT": 1e-4,
+    "GRAD_BIAS": 1e-4,
+    "GRAD_NORM": 1e-4,
+    "WEIGHT": 1e-4,
+    "BIAS": 1e-4,
+    "OPTIMIZER_STATE": 1e-4,
+    "UPDATE": 1e-4,
+}
+
+# Bound on rel_max (the largest elementwise error over the reference's RMS
+# magnitude), per role; roles not listed use the default.
+ELEMENT_BOUND = 1e-3
+ELEMENT_BOUNDS = {"DROPOUT_MASK": 1e-6, "UPDATE": 1e-2}
+
+
+# --------------------------------------------------------------------------
+# The dump
+# --------------------------------------------------------------------------
+
+class Entry:
+    def __init__(self, json_path):
+        with open(json_path) as f:
+            meta = json.load(f)
+        e = meta["entry"]
+        self.step = meta["step"]
+        self.index = e["index"]
+        self.layer = e["layer"]
+        self.role = e["role"]
+        self.slot = e.get("slot", "")
+        self.op = e["op"]
+        self.shape = [int(s) for s in e["shape"]]
+        self.path = json_path[:-len(".json")] + ".npy"
+        self._value = None
+
+    @property
+    def key(self):
+        return (self.layer, self.role, self.slot)
+
+    def value(self):
+        if self._value is None:
+            self._value = np.load(self.path)
+        return self._value
+
+
+def load_dump(directory, run=0):
+    """{step: [Entry in manifest order]}."""
+    steps = {}
+    for path in glob.glob(os.path.join(directory, "run%d_step*.json" % run)):
+        e = Entry(path)
+        steps.setdefault(e.step, []).append(e)
+    for s in steps.values():
+        s.sort(key=lambda e: e.index)
+    return steps
+
+
+def initial_parameters(init_dump):
+    """(layer, role) -> float64 tensor, from a dump of one step whose update
+    left every parameter as initialised (parity.py: SGD at the smallest
+    positive learning rate, so u = lr * g is 0 or the smallest subnormal
+    and w - u == w for every normal w). Parameters initialised to exactly
+    zero may come back as +-2^-149; they are restored to 0."""
+    params = {}
+    for e in init_dump[0]:
+        if e.role in ("WEIGHT", "BIAS"):
+            v = e.value().astype(np.float64)
+            v[np.abs(v) < 2.0 ** -126] = 0.0
+            params[(e.layer, e.role)] = torch.from_numpy(v)
+    return params
+
+
+# --------------------------------------------------------------------------
+# The float64 run
+# --------------------------------------------------------------------------
+
+
+class StepContext:
+    def __init__(self, entries, running):
+        self.by_key = {e.key: e for e in entries}
+        self.running = running
+        self.emitted = {}
+        self.labels = None
+
+    def dumped(self, layer, role, slot=""):
+        e = self.by_key.get((layer, role, slot))
+        if e is None:
+            raise KeyError("the dump has no %s %s %s tensor" % (layer, role, slot))
+        return e.value()
+
+    def emit(self, layer, role, slot, tensor):
+        self.emitted[(layer, role, slot)] = tensor.detach().clone()
+
+
+def make_optimizer(config, params):
+    o = config.get("optimizer", {})
+    kind = o.get("kind", "SGD")
+    lr = f32(o["learning_rate"])
+    if kind in ("SGD", "OPTIMIZER_KIND_UNSPECIFIED"):
+        return torch.optim.SGD(params, lr=lr, foreach=False), []
+    if kind == "MOMENTUM":
+        return (torch.optim.SGD(params, lr=lr, momentum=f32(o.get("momentum", 0.0)),
+                                foreach=False), ["velocity"])
+    betas = (f32(o.get("beta1") or 0.9), f32(o.get("beta2") or 0.999))
+    eps = f32(o.get("epsilon") or 1e-7)
+    if kind == "ADAM":
+        return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps,
+                                foreach=False), ["m", "v"]
+    if kind == "ADAMW":
+        return (torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps,
+                                  weight_decay=f32(o.get("weight_decay") or 0.01),
+                                  foreach=False), ["m", "v"])
+    raise ValueError("unsupported optimizer %s" % kind)
+
+
+_STATE_NAMES = {"velocity": "momentum_buffer", "m": "exp_avg", "v": "exp_avg_sq"}
+
+
+def check_ops(model):
+    for layer in model["layers"]:
+        if layer["op"] not in OPS:
+            raise NotImplementedError(
+                "unsupported op %s (layer \"%s\"): add it to OPS in %s" %
+                (layer["op"], layer["name"], os.path.basename(__file__)))
+
+
+def reference_run(model, config, dump, init_params):
+    """Yields (step, {(layer, role, slot): float64 tensor}) for every dumped
+    step, computed by the float64 PyTorch trajectory."""
+    check_ops(model)
+    torch.set_default_dtype(DT)
+    layers = model["layers"]
+    params = {}  # (layer, role) -> leaf tensor
+    for l in layers:
+        for role in ("WEIGHT", "BIAS"):
+            if (l["name"], role) in init_params:
+                params[(l["name"], role)] = (
+                    init_params[(l["name"], role)].clone().requires_grad_(True))
+    running = {}
+    for l in layers:
+        if l["op"] == "BATCH_NORM":
+            c = None
+            for (name, role), t in params.items():
+                if name == l["name"] and role == "WEIGHT":
+                    c = t.shape[0]
+            running[l["name"]] = torch.stack([torch.zeros(c), torch.ones(c)])
+    order = list(params.keys())
+    opt, slots = make_optimizer(config, [params[k] for k in order])
+    clip = f32(config.get("optimizer", {}).get("clip_grad_norm", 0.0))
+
+    for step in sorted(dump):
+        ctx = StepContext(dump[step], running)
+        x_np = ctx.dumped("", "INPUT")
+        x = torch.from_numpy(x_np.astype(np.int64 if x_np.dtype.kind == "i"
+                                         else np.float64))
+        ctx.labels = torch.from_numpy(ctx.dumped("", "LABEL").astype(np.int64))
+        outs = {}
+        input_clones = {}
+        for i, l in enumerate(layers):
+            names = l.get("inputs") or ([layers[i - 1]["name"]] if i else [None])
+            ins = []
+            for k, src in enumerate(names):
+                t = x if src is None else outs[src]
+                if t.requires_grad:
+                    # One node per consumer: its gradient is this consumer's
+                    # contribution alone (Lockstep's GRAD_ACTIVATION inputK).
+                    t = t.clone()
+                    t.retain_grad()
+                    input_clones[(l["name"], k)] = t
+                ins.append(t)
+            p = {role: params[(n, role)] for (n, role) in params if n == l["name"]}
+            y = OPS[l["op"]](l, ins, p, ctx)
+            if y.requires_grad:
+                y.retain_grad()
+            outs[l["name"]] = y
+            role = "LOSS" if l["op"] == "SOFTMAX_XENT" else "ACTIVATION"
+            ctx.emit(l["name"], role, "", y)
+        loss = outs[layers[-1]["name"]]
+        opt.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        for l in layers:
+            y = outs[l["name"]]
+            if y.grad is not None:
+                ctx.emit(l["name"], "GRAD_ACTIVATION", "sum", y.grad)
+        for (name, k), t in input_clones.items():
+            if t.grad is not None:
+                ctx.emit(name, "GRAD_ACTIVATION", "input%d" % k, t.grad)
+        for (name, role), t in params.items():
+            ctx.emit(name, "GRAD_" + role, "", t.grad)
+        if clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_([params[k] for k in order], clip)
+            ctx.emit("", "GRAD_NORM", "", norm.reshape(1))
+        before = {k: t.detach().clone() for k, t in params.items()}
+        opt.step()
+        for (name, role), t in params.items():
+            ctx.emit(name, role, "", t)
+            ctx.emit(name, role, "update", t.detach() - before[(name, role)])
+            st = opt.state[t]
+            for s in slots:
+                # Keyed by the parameter too: the manifest lists a
+                # parameter's state right after it, with the same slot names
+                # for weight and bias.
+                ctx.emit(name, "OPTIMIZER_STATE", role + ":" + s,
+                         st[_STATE_NAMES[s]])
+        yield step, ctx.emitted
+
+
+# --------------------------------------------------------------------------
+# Comparison
+# --------------------------------------------------------------------------
+
+
+def rel_max(got, ref):
+    """The largest elementwise error relative to the reference's RMS
+    magnitude: catches a wrong element that relative L2 dilutes by
+    sqrt(numel)."""
+    if got.size == 0:
+        return 0.0
+    d = np.max(np.abs(got - ref))
+    rms = np.linalg.norm(ref.ravel()) / math.sqrt(ref.size)
+    if rms == 0.0:
+        return 0.0 if d == 0.0 else math.inf
+    return d / rms
+
+
+def rel_l2(got, ref):
+    d = np.linalg.norm((got - ref).ravel())
+    n = np.linalg.norm(ref.ravel())
+    if n == 0.0:
+        return 0.0 if d == 0.0 else math.inf
+    return d / n
+
+
+def compare(model, config, dump, init_params):
+    """Returns (results, problems): results a list of dicts (step, layer,
+    role, slot, op, rel, bound, relmax, element_bound, ref_norm), problems a list of strings (any
+    tensor out of bounds, or dumped without a reference counterpart)."""
+    results, problems = [], []
+    prev = {k: v.numpy() for k, v in init_params.items()}
+    for step, ref in reference_run(model, config, dump, init_params):
+        param_role = None
+        for e in dump[step]:
+            if e.role in ("INPUT", "LABEL"):
+                continue  # the reference reads these from the dump
+            key = e.key
+            if e.role in ("WEIGHT", "BIAS"):
+                param_role = e.role
+            elif e.role == "OPTIMIZER_STATE":
+                key = (e.layer, e.role, "%s:%s" % (param_role, e.slot))
+            r = ref.get(key)
+            if r is None:
+                problems.append("step %d %s %s %s (%s): no reference tensor" %
+                                (step, e.layer, e.role, e.slot, e.op))
+                continue
+            got = e.value().astype(np.float64).ravel()
+            want = r.detach().numpy().astype(np.float64).ravel()
+            if got.size != want.size:
+                problems.append("step %d %s %s %s: %d elements, reference %d" %
+                                (step, e.layer, e.role, e.slot, got.size, want.size))
+                continue
+            rows = [(e.role, e.slot, got, want)]
+            if e.role in ("WEIGHT", "BIAS"):
+                # The update itself, w_t - w_{t-1}, from Lockstep's own
+                # consecutive float32 parameters (exact in float64).
+                pk = (e.layer, e.role)
+                upd = got - prev[pk].astype(np.float64).ravel()
+                rows.append(("UPDATE", e.role.lower(), upd,
+                             ref[(e.layer, e.role, "update")].numpy().ravel()))
+                prev[pk] = e.value()
+            for role, slot, g, w in rows:
+                rel = rel_l2(g, w)
+                bound = BOUNDS[role]
+                if role == "UPDATE":
+                    # The float32 parameter is rounded to half an ulp after
+                    # each update: that alone is up to U * ||w|| in the
+                    # difference of two rounded parameters (docs/parity.md).
+                    bound += 2 * U * np.linalg.norm(got) / max(np.linalg.norm(w), 1e-300)
+                relmax = rel_max(g, w)
+                res = dict(step=step, layer=e.layer, role=role, slot=slot,
+                           op=e.op, rel=rel, bound=bound, relmax=relmax,
+                           ref_norm=float(np.linalg.norm(w)))
+                results.append(res)
+                ebound = ELEMENT_BOUNDS.get(role, ELEMENT_BOUND)
+                res["element_bound"] = ebound
+                what = "step %d layer \"%s\" %s%s (%s)" % (
+                    step, e.layer, role, " " + slot if slot else "", e.op)
+                if not rel <= bound:
+                    problems.append(
+                        "%s: relative L2 %.3g > bound %.3g (|ref| %.6g, |lockstep| "
+                        "%.6g, max abs diff %.3g)" %
+                        (what, rel, bound, np.linalg.norm(w), np.linalg.norm(g),
+                         np.max(np.abs(g - w)) if g.size else 0.0))
+                elif not relmax <= ebound:
+                    i = int(np.argmax(np.abs(g - w)))
+                    problems.append(
+                        "%s: element %d is %.9g, reference %.9g: error %.3g of the "
+                        "RMS magnitude > element bound %.3g" %
+                        (what, i, g[i], w[i], relmax, ebound))
+    return results, problems
