@@ -96,7 +96,7 @@ def summarize(name, results):
                       " " + r["slot"] if r["slot"] else "", mx[k]))
     lines.append("  per op: " + ", ".join(
         "%s %.1e" % (op, v) for op, v in sorted(by_op.items())))
-    return lines, {k: v[0] for k, v in by_role.items()}
+    return lines, {k: {"rel_l2": v[0], "rel_max": mx[k]} for k, v in by_role.items()}
 
 
 def main():

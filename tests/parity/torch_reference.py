@@ -202,7 +202,7 @@ U = 2.0 ** -24  # float32 unit roundoff
 BOUNDS = {
     "ACTIVATION": 1e-4,
     "LOSS": 1e-4,
-    "DROPOUT_MASK": 1e-6,
+    "DROPOUT_MASK": 3 * U,
     "RUNNING_STAT": 1e-4,
     "GRAD_ACTIVATION": 1e-4,
     "GRAD_WEIGHT": 1e-4,
@@ -217,7 +217,7 @@ BOUNDS = {
 # Bound on rel_max (the largest elementwise error over the reference's RMS
 # magnitude), per role; roles not listed use the default.
 ELEMENT_BOUND = 1e-3
-ELEMENT_BOUNDS = {"DROPOUT_MASK": 1e-6, "UPDATE": 1e-2}
+ELEMENT_BOUNDS = {"DROPOUT_MASK": 3 * U, "UPDATE": 1e-2}
 
 
 # --------------------------------------------------------------------------
