@@ -51,6 +51,7 @@ def dumps(worker, examples, work, name, steps=2):
 
 def main():
     worker, examples, work = sys.argv[1:4]
+    ref.torch.set_num_threads(1)
     os.makedirs(work, exist_ok=True)
 
     model, config, dump, init = dumps(worker, examples, work, "mlp")
