@@ -7,7 +7,8 @@ For every zoo model (every folder of --examples with a model.json and a
 config.json): runs `lockstep-worker run --dump=all` for --steps steps of the
 model's config (every step captured), then torch_reference.py's float64
 trajectory from the same initial weights, batches and dropout masks, and
-compares every dumped tensor against its bound. Prints, per model, the
+compares every dumped tensor against its bound; then local_check.py checks
+each op on Lockstep's own inputs against its elementwise rounding bound. Prints, per model, the
 largest relative L2 error per role and per op, and every tensor out of
 bounds. Exit status 0 only if every model ran and every tensor is within
 bounds; a model with an op the reference does not know fails
@@ -33,6 +34,7 @@ except ImportError as e:
     sys.exit(2)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import local_check  # noqa: E402
 import torch_reference as ref  # noqa: E402
 
 # Smallest positive float32 (a subnormal): as the learning rate of the
@@ -62,6 +64,7 @@ def parity_of_model(worker, model_dir, steps, work):
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
     ref.check_ops(model)
+    local_check.check_families(model)
     name = os.path.basename(os.path.normpath(model_dir))
     train = dict(config, steps=steps, capture={"kind": "EVERY_STEP"})
     # The same job with an update that leaves every parameter as initialised
@@ -75,7 +78,22 @@ def parity_of_model(worker, model_dir, steps, work):
                            (name, sorted(dump), steps - 1))
     init_params = ref.initial_parameters(
         run_worker(worker, model_path, init, work, name + "_init"))
-    return ref.compare(model, config, dump, init_params)
+    results, problems = ref.compare(model, config, dump, init_params)
+    local, local_problems = local_check.local_check(model, config, dump, init_params)
+    return results, problems, local, local_problems
+
+
+def summarize_local(local):
+    """One line: per op, the largest error in units of U * cond (elementwise
+    bounds) or the relative L2 (compound ops)."""
+    worst = {}
+    for r in local:
+        k = (r["op"], r["measure"])
+        if r["value"] >= worst.get(k, (-1.0,))[0]:
+            worst[k] = (r["value"], r["bound"])
+    return "  one op at a time: " + ", ".join(
+        ("%s %.2g U*cond (<= %d)" if m == "k" else "%s rel L2 %.1e (<= %.0e)") %
+        (op, v, b) for (op, m), (v, b) in sorted(worst.items()))
 
 
 def summarize(name, results):
@@ -91,7 +109,8 @@ def summarize(name, results):
     lines = ["%s: %d tensors compared" % (name, len(results))]
     for k in sorted(by_role):
         rel, r = by_role[k]
-        lines.append("  %-16s max rel L2 %.3e  (bound %.1e; step %d layer %s%s)  max elem/rms %.2e" %
+        lines.append("  %-16s max rel L2 %.3e  (bound %.1e; step %d layer %s%s)"
+                     "  max elem/rms %.2e" %
                      (k, rel, r["bound"], r["step"], r["layer"] or "-",
                       " " + r["slot"] if r["slot"] else "", mx[k]))
     lines.append("  per op: " + ", ".join(
@@ -129,7 +148,7 @@ def main():
     for m in models:
         t0 = time.time()
         try:
-            results, problems = parity_of_model(
+            results, problems, local, local_problems = parity_of_model(
                 a.worker, os.path.join(a.examples, m), a.steps, work)
         except Exception as e:  # a failed model is reported, the rest still run
             failures.append("%s: %s: %s" % (m, type(e).__name__, e))
@@ -137,8 +156,10 @@ def main():
             continue
         lines, maxima[m] = summarize(m, results)
         print("\n".join(lines))
+        print(summarize_local(local))
         print("  (%.1f s)" % (time.time() - t0))
         failures += ["%s: %s" % (m, p) for p in problems]
+        failures += ["%s: one op at a time: %s" % (m, p) for p in local_problems]
     if a.json:
         with open(a.json, "w") as f:
             json.dump(maxima, f, indent=1, sort_keys=True)

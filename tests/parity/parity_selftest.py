@@ -7,9 +7,10 @@ Against a real 2-step dump of the mlp and char_lm zoo models:
   1. the unmodified dump passes;
   2. one element of one dumped tensor scaled by 1.002 is reported, naming
      that step, layer, role and element, and nothing else is (a relative L2
-     bound alone would dilute it by sqrt(numel));
+     bound alone would dilute it by sqrt(numel)); one op at a time, it is
+     reported at that layer;
   3. a reference op with the wrong semantics (GELU's tanh form for the erf
-     form) is reported at the first tensor it computes;
+     form) is reported at the first tensor it computes, by both checks;
   4. an op the reference does not know fails with "unsupported op X".
 """
 
@@ -20,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import parity  # noqa: E402  (exits with the install hint without torch)
+import local_check  # noqa: E402
 import torch_reference as ref  # noqa: E402
 
 FAILED = []
@@ -57,6 +59,9 @@ def main():
     model, config, dump, init = dumps(worker, examples, work, "mlp")
     _, problems = ref.compare(model, config, dump, init)
     check(not problems, "mlp: the unmodified dump is within bounds")
+    _, problems = local_check.local_check(model, config, dump, init)
+    check(not problems, "mlp: every op of the unmodified dump is within its "
+          "own rounding bound")
 
     target = next(e for e in dump[1] if e.layer == "fc1" and e.role == "ACTIVATION")
     v = target.value().copy()
@@ -71,6 +76,13 @@ def main():
         'step 1 layer "fc1" ACTIVATION (dense.forward): element %d is' % big),
           "mlp: one element of step 1 fc1 ACTIVATION 0.2%% off is "
           "the one problem reported: %s" % problems)
+    # One op at a time: fc1's output is off; relu1, which reads it, can only
+    # be reported too (where the element is positive).
+    _, problems = local_check.local_check(model, config, dump, init)
+    check(bool(problems) and problems[0].startswith(
+        'step 1 layer "fc1" ACTIVATION (DENSE): element %d is' % big) and
+          all(p.startswith('step 1 layer "relu1"') for p in problems[1:]),
+          "mlp, one op at a time: the element is reported at fc1: %s" % problems)
 
     model, config, dump, init = dumps(worker, examples, work, "char_lm")
     _, problems = ref.compare(model, config, dump, init)
@@ -79,12 +91,17 @@ def main():
     ref.OPS["GELU"] = ref.OPS["GELU_TANH"]
     try:
         _, problems = ref.compare(model, config, dump, init)
+        _, local_problems = local_check.local_check(model, config, dump, init)
     finally:
         ref.OPS["GELU"] = gelu
     check(bool(problems) and problems[0].startswith(
         'step 0 layer "gelu1" ACTIVATION (gelu.forward)'),
           "char_lm: GELU computed in the tanh form is caught at step 0 gelu1 "
           "ACTIVATION: %s" % problems[:1])
+    check(bool(local_problems) and local_problems[0].startswith(
+        'step 0 layer "gelu1" ACTIVATION (GELU)'),
+          "char_lm, one op at a time: the same at step 0 gelu1 ACTIVATION: %s" %
+          local_problems[:1])
 
     try:
         ref.check_ops({"layers": [{"name": "mm", "op": "MATMUL"}]})

@@ -16,9 +16,10 @@ parameter after the first step -- is the float64 trajectory's own: it is
 never re-seeded from Lockstep's float32 values.
 
 Adding an op: write one function `op_xxx(layer, inputs, params, ctx)`
-returning the output tensor and register it in OPS (and, if it has
-parameters, make sure they are named WEIGHT / BIAS in the dump). A model
-with an op that is not in OPS fails with "unsupported op X".
+returning the output tensor, register it in OPS (parameters arrive as
+params["WEIGHT"] / params["BIAS"], as the dump names them), and give it an
+error family in local_check.FAMILY. A model with an op that is not in OPS
+fails with "unsupported op X".
 """
 
 import glob
