@@ -164,9 +164,8 @@ def local_check(model, config, dump, init_params):
                  for (n, role) in prev_w if n == name}
             if op == "BATCH_NORM":
                 r = prev_running[name]
-                c = p["WEIGHT"].shape[0]
                 ctx.running[name] = (r.clone() if r is not None else
-                                     torch.stack([torch.zeros(c), torch.ones(c)]))
+                                     ref.initial_running(p["WEIGHT"]))
             y = ref.OPS[op](l, ins, p, ctx)
             got = ctx.dumped(name, out_role)
             roles = list(p)
@@ -279,7 +278,7 @@ def local_check(model, config, dump, init_params):
                             (prev_w[key].abs() + delta).numpy())
             g = gr[key].reshape(w.shape)
             for s in slots:
-                new = opt.state[leaves[key]][ref._STATE_NAMES[s]]
+                new = opt.state[leaves[key]][ref.STATE_NAMES[s]]
                 old = prev_state.get(key + (s,))
                 old = torch.zeros_like(w) if old is None else old
                 cond = {"m": b1 * old.abs() + (1 - b1) * g.abs(),

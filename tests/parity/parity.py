@@ -57,7 +57,10 @@ def run_worker(worker, model_path, config, work, name):
     return ref.load_dump(out)
 
 
-def parity_of_model(worker, model_dir, steps, work):
+def dump_model(worker, model_dir, steps, work, tag=""):
+    """Runs a zoo model for `steps` steps and once more for its initial
+    parameters. Returns (model, config, training dump, initial parameters).
+    """
     model_path = os.path.join(model_dir, "model.json")
     with open(model_path) as f:
         model = json.load(f)
@@ -65,7 +68,7 @@ def parity_of_model(worker, model_dir, steps, work):
         config = json.load(f)
     ref.check_ops(model)
     local_check.check_families(model)
-    name = os.path.basename(os.path.normpath(model_dir))
+    name = os.path.basename(os.path.normpath(model_dir)) + tag
     train = dict(config, steps=steps, capture={"kind": "EVERY_STEP"})
     # The same job with an update that leaves every parameter as initialised
     # (initialisation depends on the seed and the model only): its step-0
@@ -78,6 +81,11 @@ def parity_of_model(worker, model_dir, steps, work):
                            (name, sorted(dump), steps - 1))
     init_params = ref.initial_parameters(
         run_worker(worker, model_path, init, work, name + "_init"))
+    return model, config, dump, init_params
+
+
+def parity_of_model(worker, model_dir, steps, work):
+    model, config, dump, init_params = dump_model(worker, model_dir, steps, work)
     results, problems = ref.compare(model, config, dump, init_params)
     local, local_problems = local_check.local_check(model, config, dump, init_params)
     return results, problems, local, local_problems

@@ -33,22 +33,9 @@ def check(cond, what):
         FAILED.append(what)
 
 
-def dumps(worker, examples, work, name, steps=2):
-    """(model, config, train dump, initial parameters) of a zoo model."""
-    import json
-    d = os.path.join(examples, name)
-    with open(os.path.join(d, "model.json")) as f:
-        model = json.load(f)
-    with open(os.path.join(d, "config.json")) as f:
-        config = json.load(f)
-    train = dict(config, steps=steps, capture={"kind": "EVERY_STEP"})
-    init = dict(config, steps=1, capture={"kind": "EVERY_STEP"},
-                optimizer={"kind": "SGD", "learning_rate": parity._TINY_LR})
-    mp = os.path.join(d, "model.json")
-    dump = parity.run_worker(worker, mp, train, work, name + "_self_train")
-    init_params = ref.initial_parameters(
-        parity.run_worker(worker, mp, init, work, name + "_self_init"))
-    return model, config, dump, init_params
+def dumps(worker, examples, work, name):
+    """(model, config, 2-step dump, initial parameters) of a zoo model."""
+    return parity.dump_model(worker, os.path.join(examples, name), 2, work, "_self")
 
 
 def main():

@@ -341,7 +341,14 @@ def make_optimizer(config, params):
     raise ValueError("unsupported optimizer %s" % kind)
 
 
-_STATE_NAMES = {"velocity": "momentum_buffer", "m": "exp_avg", "v": "exp_avg_sq"}
+STATE_NAMES = {"velocity": "momentum_buffer", "m": "exp_avg", "v": "exp_avg_sq"}
+
+
+def initial_running(weight):
+    """BATCH_NORM's running statistics [2, C] before the first step: mean 0,
+    variance 1 (model.proto)."""
+    c = weight.shape[0]
+    return torch.stack([torch.zeros(c), torch.ones(c)])
 
 
 def check_ops(model):
@@ -364,14 +371,8 @@ def reference_run(model, config, dump, init_params):
             if (l["name"], role) in init_params:
                 params[(l["name"], role)] = (
                     init_params[(l["name"], role)].clone().requires_grad_(True))
-    running = {}
-    for l in layers:
-        if l["op"] == "BATCH_NORM":
-            c = None
-            for (name, role), t in params.items():
-                if name == l["name"] and role == "WEIGHT":
-                    c = t.shape[0]
-            running[l["name"]] = torch.stack([torch.zeros(c), torch.ones(c)])
+    running = {l["name"]: initial_running(params[(l["name"], "WEIGHT")])
+               for l in layers if l["op"] == "BATCH_NORM"}
     order = list(params.keys())
     opt, slots = make_optimizer(config, [params[k] for k in order])
     clip = f32(config.get("optimizer", {}).get("clip_grad_norm", 0.0))
@@ -429,7 +430,7 @@ def reference_run(model, config, dump, init_params):
                 # parameter's state right after it, with the same slot names
                 # for weight and bias.
                 ctx.emit(name, "OPTIMIZER_STATE", role + ":" + s,
-                         st[_STATE_NAMES[s]])
+                         st[STATE_NAMES[s]])
         yield step, ctx.emitted
 
 
@@ -461,8 +462,9 @@ def rel_l2(got, ref):
 
 def compare(model, config, dump, init_params):
     """Returns (results, problems): results a list of dicts (step, layer,
-    role, slot, op, rel, bound, relmax, element_bound, ref_norm), problems a list of strings (any
-    tensor out of bounds, or dumped without a reference counterpart)."""
+    role, slot, op, rel, bound, relmax, element_bound, ref_norm), problems
+    a list of strings (any tensor out of bounds, or dumped without a
+    reference counterpart)."""
     results, problems = [], []
     prev = {k: v.numpy() for k, v in init_params.items()}
     for step, ref in reference_run(model, config, dump, init_params):
