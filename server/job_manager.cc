@@ -44,17 +44,19 @@ void JobManager::SetJobFinishedHook(std::function<void(const Job&)> hook) {
   events_.SetFinalHook(std::move(hook));
 }
 
-absl::StatusOr<Job> JobManager::Submit(const v1::SubmitJobRequest& request) {
-  return SubmitFrom(request, SubmissionSource::kPublic);
+absl::StatusOr<Job> JobManager::Submit(const v1::SubmitJobRequest& request,
+                                       const std::string& submitted_by) {
+  return SubmitFrom(request, SubmissionSource::kPublic, submitted_by);
 }
 
 absl::StatusOr<Job> JobManager::SubmitInternal(
     const v1::SubmitJobRequest& request) {
-  return SubmitFrom(request, SubmissionSource::kInternal);
+  return SubmitFrom(request, SubmissionSource::kInternal, "");
 }
 
 absl::StatusOr<Job> JobManager::SubmitFrom(const v1::SubmitJobRequest& request,
-                                           SubmissionSource source) {
+                                           SubmissionSource source,
+                                           const std::string& submitted_by) {
   const std::string& key = request.idempotency_key();
   LS_RETURN_IF_ERROR(ValidateIdempotencyKey(key));
   if (!key.empty()) {
@@ -65,6 +67,7 @@ absl::StatusOr<Job> JobManager::SubmitFrom(const v1::SubmitJobRequest& request,
   LS_ASSIGN_OR_RETURN(Submission s,
                       ExpandSubmission(request, options_.submission, source,
                                        NewJobId(), clock_()));
+  s.job.set_submitted_by(submitted_by);
   absl::Status inserted = store_->InsertJob(s.job, s.manifest, key);
   if (inserted.code() == absl::StatusCode::kAlreadyExists && !key.empty()) {
     LS_ASSIGN_OR_RETURN(std::optional<std::string> existing,

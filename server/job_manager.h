@@ -63,8 +63,11 @@ class JobManager final : public WorkerRegistry::Listener {
 
   // --- Public API -----------------------------------------------------------
   // A user's submission: labels starting with "lockstep." are refused.
+  // `submitted_by` (the caller's principal; "" without tokens) is stored in
+  // Job.submitted_by.
   absl::StatusOr<lockstep::v1::Job> Submit(
-      const lockstep::v1::SubmitJobRequest& request);
+      const lockstep::v1::SubmitJobRequest& request,
+      const std::string& submitted_by = "");
   // The coordinator's own jobs (audits), which may carry reserved labels.
   absl::StatusOr<lockstep::v1::Job> SubmitInternal(
       const lockstep::v1::SubmitJobRequest& request);
@@ -111,7 +114,8 @@ class JobManager final : public WorkerRegistry::Listener {
 
  private:
   absl::StatusOr<lockstep::v1::Job> SubmitFrom(
-      const lockstep::v1::SubmitJobRequest& request, SubmissionSource source);
+      const lockstep::v1::SubmitJobRequest& request, SubmissionSource source,
+      const std::string& submitted_by);
 
   store::Store* const store_;
   const JobManagerOptions options_;
