@@ -199,5 +199,36 @@ TEST_F(SecurityE2eTest, CliOverTlsWithTokens) {
   EXPECT_THAT(Coordinator({"tokens", "list"}), HasSubstr("revoked at"));
 }
 
+// Refused before anything listens: no network is touched.
+TEST(SecurityFlagsTest, PlaintextOffLoopbackNeedsAnExplicitFlag) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  const std::string bin = RunfilePath("server/lockstep-coordinator");
+  absl::StatusOr<CommandResult> r =
+      RunCommand({bin, "--listen=0.0.0.0:0", "--db=" + dir + "/flags.db"},
+                 absl::Seconds(30));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("--listen=0.0.0.0:0 is not a loopback "
+                                "address and no --tls_cert is set"));
+  r = RunCommand({bin, "--listen=127.0.0.1:0", "--http_listen=0.0.0.0:0",
+                  "--db=" + dir + "/flags.db"},
+                 absl::Seconds(30));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("--http_listen=0.0.0.0:0"));
+  r = RunCommand(
+      {bin, "--listen=127.0.0.1:0", "--auth=maybe", "--db=" + dir + "/f.db"},
+      absl::Seconds(30));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("--auth: \"maybe\" is not tokens or none"));
+  r = RunCommand({bin, "--listen=127.0.0.1:0", "--worker_ca=ca.crt",
+                  "--db=" + dir + "/f.db"},
+                 absl::Seconds(30));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("worker_ca: client certificates need TLS"));
+}
+
 }  // namespace
 }  // namespace lockstep::testing
