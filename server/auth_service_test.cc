@@ -28,6 +28,7 @@ namespace lockstep::server {
 namespace {
 
 using ::lockstep::testing::IsOk;
+using ::lockstep::testing::IsOkAndHolds;
 using ::testing::HasSubstr;
 using namespace ::lockstep::v1;  // NOLINT
 
@@ -53,6 +54,9 @@ JobSpec TinySpec() {
   c->mutable_optimizer()->set_kind(SGD);
   c->mutable_optimizer()->set_learning_rate(0.1f);
   spec.mutable_placement()->set_runs(2);
+  // No worker carries this label: jobs stay queued, so nothing is written
+  // behind the test's back while it compares the store.
+  (*spec.mutable_placement()->mutable_worker_labels())["pool"] = "nobody";
   return spec;
 }
 
@@ -248,6 +252,15 @@ TEST_F(AuthTableTest, EveryRpcChecksItsRole) {
     stream->Finish();
   }
   const std::string known_worker = WorkerIdForName("known-worker");
+  // Its disconnection is stored before the comparisons start.
+  for (int i = 0; i < 500; ++i) {
+    absl::StatusOr<std::vector<Worker>> live =
+        coordinator_->registry()->List(false);
+    if (live.ok() && live->empty()) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_THAT(coordinator_->registry()->List(false),
+              IsOkAndHolds(::testing::IsEmpty()));
 
   using C = grpc::StatusCode;
   std::vector<Rpc> rpcs = {
@@ -438,6 +451,9 @@ TEST_F(AuthTableTest, EveryRpcChecksItsRole) {
       if (allowed) {
         grpc::Status s = rpc.call(who);
         EXPECT_EQ(s.error_code(), rpc.allowed) << s.error_message();
+        // A cancelled job's verdict is stored on the verdict thread: let it
+        // land before the next refused call's comparison.
+        coordinator_->jobs()->WaitForVerdicts();
         continue;
       }
       const std::string before = DumpStore(db_path_);
@@ -482,6 +498,67 @@ TEST_F(AuthTableTest, AdminActionsAreLoggedAndTheLogIsAppendOnly) {
               HasSubstr("append-only"));
   EXPECT_THAT((*db)->Exec("DELETE FROM admin_log").message(),
               HasSubstr("append-only"));
+}
+
+// Quotas are per principal, released when a job ends and recounted after a
+// restart.
+TEST(QuotaServiceTest, UnfinishedJobsPerTokenAreBounded) {
+  const std::string db = absl::StrCat(std::getenv("TEST_TMPDIR"), "/quota.db");
+  std::remove(db.c_str());
+  CoordinatorOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.store.path = db;
+  o.store.synchronous = "NORMAL";
+  o.auth.require_tokens = true;
+  o.jobs.quotas.max_jobs = 1;
+  std::map<std::string, std::string> tokens;
+  auto submit = [&](Coordinator* c, const std::string& who) {
+    auto stub = Lockstep::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", c->port()),
+                            grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + tokens[who]);
+    SubmitJobRequest req;
+    *req.mutable_spec() = TinySpec();
+    Job job;
+    grpc::Status s = stub->SubmitJob(&ctx, req, &job);
+    return std::make_pair(s, job.job_id());
+  };
+  {
+    auto c = Coordinator::Start(o);
+    ASSERT_THAT(c, IsOk());
+    for (const char* who : {"ci", "dev"}) {
+      absl::StatusOr<std::string> token = NewToken();
+      ASSERT_THAT(token, IsOk());
+      store::TokenRecord t;
+      t.name = who;
+      t.role = "submitter";
+      t.token_sha256 = TokenSha256Hex(*token);
+      ASSERT_THAT((*c)->store()->InsertToken(t, store::AdminLogEntry()),
+                  IsOk());
+      tokens[who] = *token;
+    }
+    auto [first, job] = submit(c->get(), "ci");
+    ASSERT_TRUE(first.ok()) << first.error_message();
+    grpc::Status second = submit(c->get(), "ci").first;
+    EXPECT_EQ(second.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(second.error_message(),
+                HasSubstr("quota_jobs: \"ci\" holds 1 in unfinished jobs"));
+    EXPECT_TRUE(submit(c->get(), "dev").first.ok());  // a share of its own
+    // Cancelling frees the share once the job's verdict is stored.
+    ASSERT_THAT((*c)->jobs()->Cancel(job, "test").status(), IsOk());
+    bool freed = false;
+    for (int i = 0; i < 200 && !freed; ++i) {
+      freed = submit(c->get(), "ci").first.ok();
+      if (!freed) absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_TRUE(freed);
+  }
+  // After a restart the unfinished job counts again.
+  auto c = Coordinator::Start(o);
+  ASSERT_THAT(c, IsOk());
+  EXPECT_EQ(submit(c->get(), "ci").first.error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
 TEST(AuthTest, RolesTokensAndHashes) {

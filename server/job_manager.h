@@ -25,6 +25,7 @@
 #include "model/job_config.h"
 #include "server/job_events.h"
 #include "server/job_queries.h"
+#include "server/quotas.h"
 #include "server/scheduler.h"
 #include "server/store/store.h"
 #include "server/submission.h"
@@ -38,6 +39,9 @@ struct JobManagerOptions {
   SchedulerOptions scheduler;
   // Model and config limits and the fingerprint limits per job.
   SubmissionLimits submission;
+  // What each principal's unfinished jobs may hold (user submissions only;
+  // audits are the coordinator's own).
+  QuotaOptions quotas;
 };
 
 class JobManager final : public WorkerRegistry::Listener {
@@ -122,6 +126,7 @@ class JobManager final : public WorkerRegistry::Listener {
   const Clock clock_;
   JobEvents events_;
   JobQueries queries_;
+  Quotas quotas_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<VerdictWorker> verdicts_;
 };

@@ -100,6 +100,13 @@ ABSL_FLAG(std::string, auth, "",
           "(lockstep-coordinator tokens create); \"none\": no tokens, every "
           "caller is an admin; empty (default): tokens, except in loopback "
           "development mode (no TLS and loopback listen addresses)");
+ABSL_FLAG(int64_t, quota_jobs, 0,
+          "unfinished jobs each principal (token) may have; 0: no quota");
+ABSL_FLAG(int64_t, quota_runs, 0,
+          "runs each principal's unfinished jobs may have; 0: no quota");
+ABSL_FLAG(int64_t, quota_fingerprint_bytes, 0,
+          "bytes of fingerprints each principal's unfinished jobs may store; "
+          "0: no quota");
 ABSL_FLAG(std::string, name, "", "tokens create|revoke: the token's name");
 ABSL_FLAG(std::string, role, "",
           "tokens create: viewer, submitter, admin or worker");
@@ -420,6 +427,10 @@ int main(int argc, char** argv) {
   options.jobs.submission.max_fingerprint_bytes_per_job =
       absl::GetFlag(FLAGS_max_fingerprint_bytes_per_job);
   options.jobs.submission.model.max_runs = absl::GetFlag(FLAGS_max_runs);
+  options.jobs.quotas.max_jobs = absl::GetFlag(FLAGS_quota_jobs);
+  options.jobs.quotas.max_runs = absl::GetFlag(FLAGS_quota_runs);
+  options.jobs.quotas.max_fingerprint_bytes =
+      absl::GetFlag(FLAGS_quota_fingerprint_bytes);
   options.zoo_dir = absl::GetFlag(FLAGS_zoo_dir);
   options.http_listen = absl::GetFlag(FLAGS_http_listen);
   if (!ApplySecurityFlags(&options)) return 1;
