@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -197,6 +198,42 @@ TEST_F(SecurityE2eTest, CliOverTlsWithTokens) {
   EXPECT_EQ(r->exit_code, 3);
   EXPECT_THAT(r->err, HasSubstr("bearer token \"dash\" was revoked"));
   EXPECT_THAT(Coordinator({"tokens", "list"}), HasSubstr("revoked at"));
+}
+
+// Loopback plaintext with --auth=tokens: the CLI sends its token as call
+// metadata, from --token, --token_file or $LOCKSTEP_TOKEN.
+TEST(PlaintextTokensTest, CliSendsItsTokenWithoutTls) {
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  Cluster cluster(dir);
+  absl::StatusOr<CommandResult> created = RunCommand(
+      {RunfilePath("server/lockstep-coordinator"), "tokens", "create",
+       "--db=" + cluster.db(), "--name=ci", "--role=viewer"},
+      absl::Seconds(30));
+  ASSERT_TRUE(created.ok() && created->exit_code == 0);
+  const std::string token(absl::StripAsciiWhitespace(created->out));
+  ASSERT_GT(cluster.StartCoordinator(0, {"--auth=tokens"}), 0)
+      << cluster.Logs();
+  absl::StatusOr<CommandResult> r = cluster.Cli({"jobs"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 3);
+  EXPECT_THAT(r->err, HasSubstr("UNAUTHENTICATED: no bearer token"));
+  r = cluster.Cli({"--token=" + token, "jobs"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  const std::string file = dir + "/token";
+  std::ofstream(file) << token << "\n";
+  r = cluster.Cli({"--token_file=" + file, "jobs"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  setenv("LOCKSTEP_TOKEN", token.c_str(), 1);
+  r = cluster.Cli({"jobs"});
+  unsetenv("LOCKSTEP_TOKEN");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  r = cluster.Cli({"--token=" + token, "--token_file=" + file, "jobs"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 64);
+  EXPECT_THAT(r->err, HasSubstr("--token, --token_file: set at most one"));
 }
 
 // Refused before anything listens: no network is touched.
