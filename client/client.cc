@@ -14,26 +14,23 @@ namespace lockstep::client {
 using ::lockstep::v1::ListWorkersResponse;
 using ::lockstep::v1::Worker;
 
-namespace {
-
-std::shared_ptr<grpc::Channel> NewChannel(const ClientOptions& options) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> NewChannel(
+    const ClientOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+      ChannelCredentials(options.security);
+  if (!creds.ok()) return creds.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
-  return grpc::CreateCustomChannel(options.coordinator,
-                                   grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(options.coordinator, *creds, args);
 }
-
-}  // namespace
-
-Client::Client(const ClientOptions& options)
-    : Client(options, NewChannel(options)) {}
 
 Client::Client(const ClientOptions& options,
                std::shared_ptr<grpc::Channel> channel)
     : options_(options), stub_(lockstep::v1::Lockstep::NewStub(channel)) {}
 
 void Client::SetDeadline(grpc::ClientContext* ctx) const {
+  AttachToken(options_.security, ctx);
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(options_.timeout_ms));
 }
@@ -215,6 +212,7 @@ absl::StatusOr<lockstep::v1::Job> Client::Watch(
     const std::string& job_id, int64_t timeout_ms,
     const std::function<void(const lockstep::v1::JobEvent&)>& on_event) {
   grpc::ClientContext ctx;
+  AttachToken(options_.security, &ctx);
   if (timeout_ms > 0) {
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(timeout_ms));

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/grpc_limits.h"
+#include "common/transport.h"
 #include "grpcpp/grpcpp.h"
 #include "lockstep/v1/lockstep_service.grpc.pb.h"
 
@@ -27,11 +28,17 @@ struct ClientOptions {
   // with RESOURCE_EXHAUSTED naming both sizes. Default 16 MiB, the
   // coordinator's default limit.
   int max_message_bytes = kDefaultMaxMessageBytes;
+  // TLS (--ca, --cert, --key) and the bearer token sent on every call.
+  ChannelSecurity security;
 };
+
+// A channel to options.coordinator with its security; INVALID_ARGUMENT
+// naming the flag for unreadable or inconsistent TLS files.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> NewChannel(
+    const ClientOptions& options);
 
 class Client {
  public:
-  explicit Client(const ClientOptions& options);
   Client(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel);
 
   absl::StatusOr<lockstep::v1::ListWorkersResponse> ListWorkers(
@@ -76,6 +83,7 @@ class Client {
   const ClientOptions& options() const { return options_; }
 
  private:
+  // Sets the unary deadline and, on a plaintext channel, the token.
   void SetDeadline(grpc::ClientContext* ctx) const;
   absl::Status Convert(const grpc::Status& s) const;
   // One unary call with the deadline, converted to StatusOr.

@@ -41,7 +41,9 @@ TEST(Client, UnreachableCoordinatorIsAClearError) {
   ClientOptions o;
   o.coordinator = "127.0.0.1:1";  // nothing listens on port 1
   o.timeout_ms = 2000;
-  Client c(o);
+  auto channel = NewChannel(o);
+  ASSERT_TRUE(channel.ok());
+  Client c(o, *channel);
   auto r = c.ListWorkers(false);
   EXPECT_THAT(r, StatusIs(absl::StatusCode::kUnavailable,
                           HasSubstr("cannot reach the coordinator at "
@@ -113,6 +115,22 @@ TEST(Commands, FormatReportNamesTheDivergence) {
                               "GRAD_WEIGHT (op conv2d.grad_weight"));
   EXPECT_THAT(text, HasSubstr("ND-CUDNN-CONV-GRAD-WEIGHT"));
   EXPECT_THAT(text, HasSubstr("downstream: 12"));
+}
+
+TEST(Client, BadTlsFlagsNameTheFlag) {
+  ClientOptions o;
+  o.security.cert_file = "client.crt";
+  EXPECT_THAT(NewChannel(o).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--cert, --key: set both or neither")));
+  o.security.key_file = "client.key";
+  EXPECT_THAT(NewChannel(o).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--cert: a client certificate needs TLS")));
+  o.security.ca_file = "/nonexistent/ca.crt";
+  EXPECT_THAT(NewChannel(o).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--ca: cannot read /nonexistent/ca.crt")));
 }
 
 }  // namespace

@@ -16,6 +16,16 @@ ABSL_FLAG(int64_t, timeout_ms, 5000, "deadline of each unary call, ms");
 ABSL_FLAG(int, max_message_bytes, lockstep::kDefaultMaxMessageBytes,
           "largest message sent to or accepted from the coordinator, bytes "
           "(1024..268435456)");
+ABSL_FLAG(std::string, token, "",
+          "bearer token sent on every call (else --token_file, else "
+          "$LOCKSTEP_TOKEN)");
+ABSL_FLAG(std::string, token_file, "",
+          "file whose first line is the bearer token");
+ABSL_FLAG(std::string, ca, "",
+          "PEM CA of the coordinator's certificate: connect over TLS");
+ABSL_FLAG(std::string, cert, "",
+          "PEM client certificate (mutual TLS); needs --key and --ca");
+ABSL_FLAG(std::string, key, "", "PEM private key of --cert");
 ABSL_FLAG(bool, json, false, "print results as JSON (for scripts)");
 ABSL_FLAG(bool, all, false, "workers: include workers that are gone");
 ABSL_FLAG(std::string, reason, "",
@@ -50,7 +60,8 @@ namespace {
 
 constexpr char kUsage[] =
     "Lockstep client.\n"
-    "  lockstep [--coordinator=HOST:PORT] COMMAND ...\n"
+    "  lockstep [--coordinator=HOST:PORT] [--token=T | --token_file=F] "
+    "[--ca=F [--cert=F --key=F]] COMMAND ...\n"
     "  workers [--all] [--json]          connected workers and their classes\n"
     "  workers drain|quarantine|activate WORKER [--reason=TEXT]\n"
     "  submit MODEL CONFIG | ZOO_NAME [--runs=N] [--scope=S] [--mode=M] "
@@ -97,7 +108,25 @@ int main(int argc, char** argv) {
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   options.max_message_bytes = max_message_bytes;
-  lockstep::client::Client client(options);
+  absl::StatusOr<std::string> token = lockstep::ResolveToken(
+      absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) {
+    std::fprintf(stderr, "lockstep: %s\n",
+                 std::string(token.status().message()).c_str());
+    return lockstep::client::kExitUsage;
+  }
+  options.security.token = *token;
+  options.security.ca_file = absl::GetFlag(FLAGS_ca);
+  options.security.cert_file = absl::GetFlag(FLAGS_cert);
+  options.security.key_file = absl::GetFlag(FLAGS_key);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      lockstep::client::NewChannel(options);
+  if (!channel.ok()) {
+    std::fprintf(stderr, "lockstep: %s\n",
+                 std::string(channel.status().message()).c_str());
+    return lockstep::client::kExitUsage;
+  }
+  lockstep::client::Client client(options, *channel);
 
   lockstep::client::CommandOptions c;
   c.json = absl::GetFlag(FLAGS_json);

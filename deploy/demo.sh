@@ -5,7 +5,10 @@
 # worker, and a simulated fleet of five machines — and shows what the
 # coordinator concludes: RUN_TO_RUN and CROSS_CLASS certificates (no
 # CROSS_DEVICE: there is one device), a DEFAULT-mode report, a flagged
-# divergence, and fleet audits with and without a majority.
+# divergence, and fleet audits with and without a majority. Everything
+# runs over TLS: a test CA made by `lockstep-coordinator certs`, a
+# certificate per worker (its CN is the worker's name) and an admin token
+# for the CLI.
 #
 # Environment:
 #   LOCKSTEP_BIN_DIR   use binaries from this bazel-bin tree instead of building
@@ -40,6 +43,17 @@ cd "$demo"
 # A fresh database each time, so earlier demos (a quarantined worker, old
 # jobs) do not change what this one shows.
 rm -f port lockstep.db lockstep.db-wal lockstep.db-shm
+rm -rf tls
+
+# TLS and a token: a test CA with the coordinator's certificate and one per
+# worker, and an admin token (stored hashed in the database).
+"$coordinator" certs --out_dir=tls \
+  --workers=demo-avx512,demo-avx2,demo-scalar,demo-faulty,fleet-1,fleet-2,fleet-3,fleet-4,fleet-5 \
+  >certs.log 2>&1 || { echo "demo: certs failed; see $demo/certs.log" >&2; exit 1; }
+token=$("$coordinator" tokens create --db=lockstep.db --name=demo-admin --role=admin)
+echo "demo: test CA and certificates in $demo/tls, an admin token for the CLI"
+# The TLS flags of a worker named $1.
+tls() { echo "--ca=tls/ca.crt --cert=tls/worker-$1.crt --key=tls/worker-$1.key"; }
 
 pids=()
 cleanup() {
@@ -51,12 +65,14 @@ trap cleanup EXIT
 
 echo "demo: starting the coordinator (database $demo/lockstep.db)"
 "$coordinator" --listen=127.0.0.1:0 --port_file=port --zoo_dir="$root/examples" \
+  --tls_cert=tls/server.crt --tls_key=tls/server.key --worker_ca=tls/ca.crt \
   >coordinator.log 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do [ -s port ] && break; sleep 0.1; done
 [ -s port ] || { echo "demo: the coordinator did not start; see $demo/coordinator.log" >&2; exit 1; }
 address="127.0.0.1:$(cat port)"
-echo "demo: coordinator listening on $address"
+echo "demo: coordinator listening on $address (TLS, worker certificates, bearer tokens)"
+cli_flags=(--coordinator="$address" --ca=tls/ca.crt --token="$token")
 
 # Kernel paths this CPU can run: each forced path is its own hardware class
 # (LOCKSTEP_CPU_ISA), so one machine can show CROSS_CLASS honestly. They
@@ -70,8 +86,9 @@ for isa in avx512 avx2 scalar; do
 done
 names=()
 for isa in "${paths[@]}"; do
+  # shellcheck disable=SC2046  # tls prints separate flags
   LOCKSTEP_CPU_ISA=$isa "$worker" daemon --coordinator="$address" \
-    --name="demo-$isa" --labels="demo=true,isa=$isa,pair=$isa" \
+    --name="demo-$isa" --labels="demo=true,isa=$isa,pair=$isa" $(tls "demo-$isa") \
     >"worker-$isa.log" 2>&1 &
   pids+=($!)
   names+=("demo-$isa")
@@ -79,8 +96,9 @@ done
 # A drill worker beside the first path's worker: it flips one bit of one
 # tensor in every run (and says so in its hardware profile), as a faulty
 # device would.
+# shellcheck disable=SC2046
 "$worker" daemon --coordinator="$address" --name="demo-faulty" \
-  --labels="demo=drill,pair=${paths[0]}" \
+  --labels="demo=drill,pair=${paths[0]}" $(tls demo-faulty) \
   --allow_drills --inject_fault=step=3,layer=fc1,role=WEIGHT,bit=22 \
   >worker-faulty.log 2>&1 &
 pids+=($!)
@@ -91,7 +109,8 @@ for n in 1 2 3 4 5; do
   printf 'f1ee7%027d\n' "$n" >"fleet-$n.machine-id"
   extra=()
   [ "$n" = 5 ] && extra=(--allow_drills --inject_fault=step=1,layer=fc2,role=ACTIVATION,bit=22)
-  "$worker" daemon --coordinator="$address" --name="fleet-$n" \
+  # shellcheck disable=SC2046
+  "$worker" daemon --coordinator="$address" --name="fleet-$n" $(tls "fleet-$n") \
     --labels=fleet=simulated --machine_id_file="fleet-$n.machine-id" \
     "${extra[@]}" >"fleet-$n.log" 2>&1 &
   pids+=($!)
@@ -102,7 +121,7 @@ echo "demo: started ${names[*]}"
 
 connected=0
 for _ in $(seq 1 300); do
-  connected=$("$cli" --coordinator="$address" workers --json 2>/dev/null \
+  connected=$("$cli" "${cli_flags[@]}" workers --json 2>/dev/null \
     | grep -c '"state": "WORKER_CONNECTED"' || true)
   [ "$connected" -ge "$want" ] && break
   sleep 0.2
@@ -115,11 +134,15 @@ fi
 run() {
   echo
   echo "\$ lockstep $*"
-  "$cli" --coordinator="$address" --zoo="$root/examples" "$@"
+  "$cli" "${cli_flags[@]}" --zoo="$root/examples" "$@"
 }
 
 run workers
 echo "demo: $want workers connected (kernel paths: ${paths[*]})"
+# Without the token the coordinator refuses (the CLI exits 3).
+echo
+echo "\$ lockstep --ca=tls/ca.crt workers   # no token"
+"$cli" --coordinator="$address" --ca=tls/ca.crt workers || true
 
 # 1. RUN_TO_RUN: two CANONICAL runs on one worker.
 run submit mlp --runs=2 --scope=same_worker --worker_labels=isa="${paths[0]}" --watch

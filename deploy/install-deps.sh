@@ -22,6 +22,8 @@ PACKAGES=(
   libbenchmark-dev         # Google Benchmark 1.7
   libxxhash-dev            # xxHash 0.8 (fingerprints)
   libcpp-httplib-dev       # HTTP dashboard and metrics
+  libssl-dev               # libcrypto: SHA-256 of bearer tokens (libgrpc links it)
+  openssl                  # lockstep-coordinator certs: a test CA and certificates
   prometheus               # promtool: checks /metrics and the scrape config
   chromium                 # headless browser tests of the dashboard
   libopenblas-dev          # OpenBLAS sgemm: the CPU benchmark's baseline

@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/transport.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/metrics_interceptor.h"
@@ -59,8 +60,39 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
                      " must exceed heartbeat_interval_ms (",
                      options.heartbeat_interval_ms, ")"));
   }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("tls_cert, tls_key: set both or neither");
+  }
+  if (!options.worker_ca_file.empty() && options.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "worker_ca: client certificates need TLS; set tls_cert and tls_key");
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials =
+      grpc::InsecureServerCredentials();
+  if (!options.tls_cert_file.empty()) {
+    grpc::SslServerCredentialsOptions ssl(
+        GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    LS_ASSIGN_OR_RETURN(pair.cert_chain,
+                        ReadPemFile(options.tls_cert_file, "tls_cert"));
+    LS_ASSIGN_OR_RETURN(pair.private_key,
+                        ReadPemFile(options.tls_key_file, "tls_key"));
+    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    if (!options.worker_ca_file.empty()) {
+      LS_ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                          ReadPemFile(options.worker_ca_file, "worker_ca"));
+      // Optional for the connection (CLI clients come without one); the
+      // gateway refuses a worker stream that has none.
+      ssl.client_certificate_request =
+          GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+    credentials = grpc::SslServerCredentials(ssl);
+  }
   auto c = std::unique_ptr<Coordinator>(new Coordinator());
   c->options_ = options;
+  c->options_.auth.require_worker_certificates =
+      options.auth.require_worker_certificates ||
+      !options.worker_ca_file.empty();
   LS_ASSIGN_OR_RETURN(c->store_, store::Store::Open(options.store));
   RegistryOptions ropts;
   ropts.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
@@ -76,20 +108,22 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
       SystemClockMs, options.jobs.submission.model.max_runs);
   LS_RETURN_IF_ERROR(c->jobs_->Recover());
   LS_RETURN_IF_ERROR(c->audits_->Recover());
+  c->auth_ = std::make_unique<Authorizer>(c->store_.get(), c->options_.auth,
+                                          SystemClockMs);
   c->lockstep_service_ = std::make_unique<LockstepService>(
-      c->registry_.get(), c->jobs_.get(), c->audits_.get(), SystemClockMs);
+      c->registry_.get(), c->jobs_.get(), c->audits_.get(), c->auth_.get(),
+      SystemClockMs);
   GatewayOptions gopts;
   gopts.heartbeat_interval_ms = options.heartbeat_interval_ms;
   gopts.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
   gopts.max_message_bytes = options.max_message_bytes;
   c->gateway_service_ = std::make_unique<WorkerGatewayService>(
-      c->registry_.get(), c->jobs_.get(), gopts);
+      c->registry_.get(), c->jobs_.get(), c->auth_.get(), gopts);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &c->port_);
+  builder.AddListeningPort(options.listen_address, credentials, &c->port_);
   builder.RegisterService(c->lockstep_service_.get());
   builder.RegisterService(c->gateway_service_.get());
   std::vector<
@@ -111,16 +145,24 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (!options.http_listen.empty()) {
     HttpServerOptions hopts;
     hopts.listen_address = options.http_listen;
+    hopts.tls_cert_file = options.tls_cert_file;
+    hopts.tls_key_file = options.tls_key_file;
     LS_ASSIGN_OR_RETURN(
-        c->http_,
-        HttpServer::Start(hopts, c->store_.get(), c->registry_.get(),
-                          c->jobs_.get(), c->audits_.get(), SystemClockMs));
+        c->http_, HttpServer::Start(hopts, c->store_.get(), c->registry_.get(),
+                                    c->jobs_.get(), c->audits_.get(),
+                                    c->auth_.get(), SystemClockMs));
     LS_LOG(INFO) << "HTTP (dashboard, /api/v1, /metrics) on port "
                  << c->http_->port();
   }
   c->sweeper_ = std::thread([raw = c.get()] { raw->SweepLoop(); });
-  LS_LOG(INFO) << "coordinator listening on port " << c->port_ << ", database "
-               << options.store.path << " (schema v"
+  LS_LOG(INFO) << "coordinator listening on port " << c->port_ << " ("
+               << (options.tls_cert_file.empty() ? "plaintext" : "TLS")
+               << (options.worker_ca_file.empty() ? ""
+                                                  : ", worker certificates")
+               << ", "
+               << (c->options_.auth.require_tokens ? "bearer tokens"
+                                                   : "no tokens")
+               << "), database " << options.store.path << " (schema v"
                << c->store_->schema_version() << ")";
   return c;
 }

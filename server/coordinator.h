@@ -16,6 +16,7 @@
 #include "common/grpc_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "server/audit_manager.h"
+#include "server/auth.h"
 #include "server/gateway_service.h"
 #include "server/http/http_server.h"
 #include "server/job_manager.h"
@@ -45,6 +46,19 @@ struct CoordinatorOptions {
   // host:port of the HTTP listener (health, metrics, JSON API, dashboard);
   // empty: none. Port 0 picks a free one.
   std::string http_listen;
+  // TLS: PEM certificate chain and key of the gRPC listener; both or
+  // neither. Empty: plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // PEM CA that signs worker certificates; needs TLS. Set: every
+  // WorkerGateway stream must present a certificate it verifies, and the
+  // worker's name must be the certificate's CN or a SAN (auth's
+  // require_worker_certificates is then implied). Other clients may
+  // present a certificate too (verified against it); they are authorised
+  // by token alone.
+  std::string worker_ca_file;
+  // Bearer tokens (require_tokens) and worker certificates.
+  AuthOptions auth;
 };
 
 class Coordinator {
@@ -67,6 +81,7 @@ class Coordinator {
   WorkerRegistry* registry() { return registry_.get(); }
   JobManager* jobs() { return jobs_.get(); }
   store::Store* store() { return store_.get(); }
+  const Authorizer* authorizer() const { return auth_.get(); }
 
  private:
   Coordinator() = default;
@@ -77,6 +92,7 @@ class Coordinator {
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<AuditManager> audits_;
+  std::unique_ptr<Authorizer> auth_;
   std::unique_ptr<LockstepService> lockstep_service_;
   std::unique_ptr<WorkerGatewayService> gateway_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -37,8 +37,10 @@ class Session final
     : public grpc::ServerBidiReactor<WorkerMessage, CoordinatorMessage> {
  public:
   Session(grpc::CallbackServerContext* context, WorkerRegistry* registry,
-          JobManager* jobs, const GatewayOptions& options, TaskPool* pool)
-      : registry_(registry),
+          JobManager* jobs, const GatewayOptions& options, TaskPool* pool,
+          Principal principal)
+      : principal_(std::move(principal)),
+        registry_(registry),
         jobs_(jobs),
         options_(options),
         pool_(pool),
@@ -314,6 +316,9 @@ class Session final
       absl::MutexLock lock(&handle->mu);
       if (handle->reactor != nullptr) handle->reactor->Send(std::move(msg));
     };
+    if (absl::Status s = CheckWorkerName(principal_, hello.name()); !s.ok()) {
+      return ToGrpc(s);
+    }
     const std::string worker_id = WorkerIdForName(hello.name());
     absl::StatusOr<int64_t> session =
         registry_->Connect(hello, peer_, closer, sender);
@@ -345,6 +350,7 @@ class Session final
     }
   }
 
+  const Principal principal_;
   WorkerRegistry* const registry_;
   JobManager* const jobs_;
   const GatewayOptions options_;
@@ -364,6 +370,14 @@ class Session final
   bool in_pool_ ABSL_GUARDED_BY(mu_) = false;
   // OnDone ran (its deletion waits for the message on the pool).
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A stream refused before its first read (no or a wrong credential).
+class RefusedSession final
+    : public grpc::ServerBidiReactor<WorkerMessage, CoordinatorMessage> {
+ public:
+  explicit RefusedSession(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
 };
 
 }  // namespace
@@ -412,7 +426,14 @@ void TaskPool::Loop() {
 
 grpc::ServerBidiReactor<WorkerMessage, CoordinatorMessage>*
 WorkerGatewayService::Connect(grpc::CallbackServerContext* context) {
-  return new Session(context, registry_, jobs_, options_, store_pool_.get());
+  absl::StatusOr<Principal> who = auth_->AuthorizeWorker(*context);
+  if (!who.ok()) {
+    return new RefusedSession(
+        grpc::Status(static_cast<grpc::StatusCode>(who.status().code()),
+                     std::string(who.status().message())));
+  }
+  return new Session(context, registry_, jobs_, options_, store_pool_.get(),
+                     std::move(*who));
 }
 
 }  // namespace lockstep::server

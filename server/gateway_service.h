@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_limits.h"
 #include "lockstep/v1/worker_gateway.grpc.pb.h"
+#include "server/auth.h"
 #include "server/job_manager.h"
 #include "server/worker_registry.h"
 
@@ -67,11 +68,15 @@ class TaskPool {
 class WorkerGatewayService final
     : public lockstep::v1::WorkerGateway::CallbackService {
  public:
-  // `registry` and `jobs` must outlive the service.
+  // `registry`, `jobs` and `auth` must outlive the service. A stream is
+  // authorised by `auth` before its first message is read
+  // (Authorizer::AuthorizeWorker); a worker known by its certificate must
+  // say hello with one of the certificate's identities as its name.
   WorkerGatewayService(WorkerRegistry* registry, JobManager* jobs,
-                       GatewayOptions options)
+                       const Authorizer* auth, GatewayOptions options)
       : registry_(registry),
         jobs_(jobs),
+        auth_(auth),
         options_(options),
         store_pool_(std::make_unique<TaskPool>(options.store_threads)) {}
 
@@ -85,6 +90,7 @@ class WorkerGatewayService final
  private:
   WorkerRegistry* const registry_;
   JobManager* const jobs_;
+  const Authorizer* const auth_;
   const GatewayOptions options_;
   const std::unique_ptr<TaskPool> store_pool_;
 };

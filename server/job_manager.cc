@@ -17,12 +17,14 @@ JobManager::JobManager(store::Store* store, WorkerRegistry* registry,
     : store_(store),
       options_(std::move(options)),
       clock_(std::move(clock)),
-      queries_(store, clock_) {
+      queries_(store, clock_),
+      quotas_(options_.quotas) {
   // The verdict worker reports to the scheduler only about jobs the
   // scheduler handed it, so neither runs before both exist.
   verdicts_ = std::make_unique<VerdictWorker>(
       store, clock_,
       [this](const Job& job, const absl::StatusOr<v1::Report>& report) {
+        if (report.ok()) quotas_.Release(job.job_id());
         scheduler_->OnVerdict(job, report);
       });
   scheduler_ = std::make_unique<Scheduler>(
@@ -38,23 +40,40 @@ void JobManager::Shutdown() { verdicts_->Stop(); }
 
 void JobManager::WaitForVerdicts() { verdicts_->WaitIdle(); }
 
-absl::Status JobManager::Recover() { return scheduler_->Recover(); }
+absl::Status JobManager::Recover() {
+  LS_RETURN_IF_ERROR(scheduler_->Recover());
+  // Unfinished jobs count against their principals' quotas again.
+  LS_ASSIGN_OR_RETURN(std::vector<std::string> ids,
+                      store_->ListUnfinishedJobIds());
+  for (const std::string& id : ids) {
+    LS_ASSIGN_OR_RETURN(std::optional<Job> job, store_->GetJob(id));
+    if (!job.has_value() || job->spec().labels().count(kAuditLabel)) {
+      continue;
+    }
+    LS_ASSIGN_OR_RETURN(v1::TensorManifest manifest, store_->GetManifest(id));
+    quotas_.Charge(job->submitted_by(), id, job->runs_size(),
+                   JobFingerprintBytes(manifest, job->runs_size()));
+  }
+  return absl::OkStatus();
+}
 
 void JobManager::SetJobFinishedHook(std::function<void(const Job&)> hook) {
   events_.SetFinalHook(std::move(hook));
 }
 
-absl::StatusOr<Job> JobManager::Submit(const v1::SubmitJobRequest& request) {
-  return SubmitFrom(request, SubmissionSource::kPublic);
+absl::StatusOr<Job> JobManager::Submit(const v1::SubmitJobRequest& request,
+                                       const std::string& submitted_by) {
+  return SubmitFrom(request, SubmissionSource::kPublic, submitted_by);
 }
 
 absl::StatusOr<Job> JobManager::SubmitInternal(
     const v1::SubmitJobRequest& request) {
-  return SubmitFrom(request, SubmissionSource::kInternal);
+  return SubmitFrom(request, SubmissionSource::kInternal, "");
 }
 
 absl::StatusOr<Job> JobManager::SubmitFrom(const v1::SubmitJobRequest& request,
-                                           SubmissionSource source) {
+                                           SubmissionSource source,
+                                           const std::string& submitted_by) {
   const std::string& key = request.idempotency_key();
   LS_RETURN_IF_ERROR(ValidateIdempotencyKey(key));
   if (!key.empty()) {
@@ -65,7 +84,13 @@ absl::StatusOr<Job> JobManager::SubmitFrom(const v1::SubmitJobRequest& request,
   LS_ASSIGN_OR_RETURN(Submission s,
                       ExpandSubmission(request, options_.submission, source,
                                        NewJobId(), clock_()));
+  s.job.set_submitted_by(submitted_by);
+  if (source == SubmissionSource::kPublic) {
+    LS_RETURN_IF_ERROR(quotas_.Reserve(submitted_by, s.job.job_id(),
+                                       s.job.runs_size(), s.fingerprint_bytes));
+  }
   absl::Status inserted = store_->InsertJob(s.job, s.manifest, key);
+  if (!inserted.ok()) quotas_.Release(s.job.job_id());
   if (inserted.code() == absl::StatusCode::kAlreadyExists && !key.empty()) {
     LS_ASSIGN_OR_RETURN(std::optional<std::string> existing,
                         store_->FindJobByIdempotencyKey(key));

@@ -25,6 +25,7 @@
 #include "model/job_config.h"
 #include "server/job_events.h"
 #include "server/job_queries.h"
+#include "server/quotas.h"
 #include "server/scheduler.h"
 #include "server/store/store.h"
 #include "server/submission.h"
@@ -38,6 +39,9 @@ struct JobManagerOptions {
   SchedulerOptions scheduler;
   // Model and config limits and the fingerprint limits per job.
   SubmissionLimits submission;
+  // What each principal's unfinished jobs may hold (user submissions only;
+  // audits are the coordinator's own).
+  QuotaOptions quotas;
 };
 
 class JobManager final : public WorkerRegistry::Listener {
@@ -63,8 +67,11 @@ class JobManager final : public WorkerRegistry::Listener {
 
   // --- Public API -----------------------------------------------------------
   // A user's submission: labels starting with "lockstep." are refused.
+  // `submitted_by` (the caller's principal; "" without tokens) is stored in
+  // Job.submitted_by.
   absl::StatusOr<lockstep::v1::Job> Submit(
-      const lockstep::v1::SubmitJobRequest& request);
+      const lockstep::v1::SubmitJobRequest& request,
+      const std::string& submitted_by = "");
   // The coordinator's own jobs (audits), which may carry reserved labels.
   absl::StatusOr<lockstep::v1::Job> SubmitInternal(
       const lockstep::v1::SubmitJobRequest& request);
@@ -111,13 +118,15 @@ class JobManager final : public WorkerRegistry::Listener {
 
  private:
   absl::StatusOr<lockstep::v1::Job> SubmitFrom(
-      const lockstep::v1::SubmitJobRequest& request, SubmissionSource source);
+      const lockstep::v1::SubmitJobRequest& request, SubmissionSource source,
+      const std::string& submitted_by);
 
   store::Store* const store_;
   const JobManagerOptions options_;
   const Clock clock_;
   JobEvents events_;
   JobQueries queries_;
+  Quotas quotas_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<VerdictWorker> verdicts_;
 };

@@ -139,6 +139,14 @@ class JobWatcher final : public grpc::ServerWriteReactor<JobEvent> {
 
 }  // namespace
 
+grpc::ServerUnaryReactor* LockstepService::Refuse(
+    grpc::CallbackServerContext* context, Role needed, Principal* who) const {
+  absl::StatusOr<Principal> p = auth_->Authorize(*context, needed);
+  if (!p.ok()) return Done(context, ToGrpcStatus(p.status()));
+  *who = std::move(*p);
+  return nullptr;
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
@@ -148,6 +156,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 grpc::ServerUnaryReactor* LockstepService::ListWorkers(
     grpc::CallbackServerContext* context, const ListWorkersRequest* request,
     ListWorkersResponse* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kViewer, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   absl::StatusOr<std::vector<Worker>> workers =
       registry_->List(request->include_gone());
@@ -160,8 +170,15 @@ grpc::ServerUnaryReactor* LockstepService::ListWorkers(
 grpc::ServerUnaryReactor* LockstepService::SetWorkerState(
     grpc::CallbackServerContext* context, const SetWorkerStateRequest* request,
     Worker* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kAdmin, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   absl::StatusOr<Worker> w = registry_->SetAdminState(*request);
+  auth_->LogAdminAction(
+      who, "set_worker_state", request->worker_id(),
+      absl::StrCat(WorkerAdminState_Name(request->admin_state()), " reason=\"",
+                   request->reason(), "\""),
+      w.status());
   if (!w.ok()) return Done(context, ToGrpcStatus(w.status()));
   *response = std::move(*w);
   return Done(context, grpc::Status::OK);
@@ -170,12 +187,16 @@ grpc::ServerUnaryReactor* LockstepService::SetWorkerState(
 grpc::ServerUnaryReactor* LockstepService::SubmitJob(
     grpc::CallbackServerContext* context, const SubmitJobRequest* request,
     Job* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kSubmitter, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
-  return Reply(context, jobs_->Submit(*request), response);
+  return Reply(context, jobs_->Submit(*request, who.name), response);
 }
 grpc::ServerUnaryReactor* LockstepService::GetJob(
     grpc::CallbackServerContext* context, const GetJobRequest* request,
     Job* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kViewer, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   if (request->job_id().empty()) {
     return Done(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -185,6 +206,10 @@ grpc::ServerUnaryReactor* LockstepService::GetJob(
 }
 grpc::ServerWriteReactor<JobEvent>* LockstepService::WatchJob(
     grpc::CallbackServerContext* context, const WatchJobRequest* request) {
+  if (absl::StatusOr<Principal> who = auth_->Authorize(*context, Role::kViewer);
+      !who.ok()) {
+    return new RefusedWatch(ToGrpcStatus(who.status()));
+  }
   if (grpc::Status s = Unknown(*request); !s.ok()) {
     return new RefusedWatch(s);
   }
@@ -193,12 +218,16 @@ grpc::ServerWriteReactor<JobEvent>* LockstepService::WatchJob(
 grpc::ServerUnaryReactor* LockstepService::ListJobs(
     grpc::CallbackServerContext* context, const ListJobsRequest* request,
     ListJobsResponse* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kViewer, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->ListJobs(*request), response);
 }
 grpc::ServerUnaryReactor* LockstepService::CancelJob(
     grpc::CallbackServerContext* context, const CancelJobRequest* request,
     Job* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kSubmitter, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->Cancel(request->job_id(), request->reason()),
                response);
@@ -206,12 +235,16 @@ grpc::ServerUnaryReactor* LockstepService::CancelJob(
 grpc::ServerUnaryReactor* LockstepService::GetReport(
     grpc::CallbackServerContext* context, const GetReportRequest* request,
     Report* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kViewer, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->GetReport(request->job_id()), response);
 }
 grpc::ServerUnaryReactor* LockstepService::CompareRuns(
     grpc::CallbackServerContext* context, const CompareRunsRequest* request,
     CompareRunsResponse* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kViewer, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->CompareRuns(request->run_a(), request->run_b()),
                response);
@@ -219,6 +252,8 @@ grpc::ServerUnaryReactor* LockstepService::CompareRuns(
 grpc::ServerUnaryReactor* LockstepService::GetCertificate(
     grpc::CallbackServerContext* context, const GetCertificateRequest* request,
     Certificate* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kViewer, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->GetCertificate(request->certificate_id()),
                response);
@@ -227,24 +262,40 @@ grpc::ServerUnaryReactor* LockstepService::ListCertificates(
     grpc::CallbackServerContext* context,
     const ListCertificatesRequest* request,
     ListCertificatesResponse* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kViewer, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, jobs_->ListCertificates(*request), response);
 }
 grpc::ServerUnaryReactor* LockstepService::StartAudit(
     grpc::CallbackServerContext* context, const StartAuditRequest* request,
     Audit* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kAdmin, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
-  return Reply(context, audits_->Start(*request), response);
+  absl::StatusOr<Audit> audit = audits_->Start(*request);
+  auth_->LogAdminAction(
+      who, "start_audit", request->spec().workload(),
+      absl::StrCat(
+          audit.ok() ? absl::StrCat("audit_id=", audit->audit_id(), " ") : "",
+          "quarantine_outliers=",
+          request->spec().quarantine_outliers() ? "true" : "false"),
+      audit.status());
+  return Reply(context, std::move(audit), response);
 }
 grpc::ServerUnaryReactor* LockstepService::GetAudit(
     grpc::CallbackServerContext* context, const GetAuditRequest* request,
     Audit* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kViewer, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, audits_->Get(request->audit_id()), response);
 }
 grpc::ServerUnaryReactor* LockstepService::ListAudits(
     grpc::CallbackServerContext* context, const ListAuditsRequest* request,
     ListAuditsResponse* response) {
+  Principal who;
+  if (auto* r = Refuse(context, Role::kViewer, &who)) return r;
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   return Reply(context, audits_->List(*request), response);
 }

@@ -7,6 +7,7 @@
 
 #include "lockstep/v1/lockstep_service.grpc.pb.h"
 #include "server/audit_manager.h"
+#include "server/auth.h"
 #include "server/job_manager.h"
 #include "server/worker_registry.h"
 
@@ -14,12 +15,16 @@ namespace lockstep::server {
 
 class LockstepService final : public lockstep::v1::Lockstep::CallbackService {
  public:
-  // `registry`, `jobs` and `audits` must outlive the service.
+  // `registry`, `jobs`, `audits` and `auth` must outlive the service. Every
+  // RPC is authorised by `auth` first: reads need viewer, SubmitJob and
+  // CancelJob submitter, SetWorkerState and StartAudit admin (both are
+  // recorded in the admin log).
   LockstepService(WorkerRegistry* registry, JobManager* jobs,
-                  AuditManager* audits, Clock clock)
+                  AuditManager* audits, const Authorizer* auth, Clock clock)
       : registry_(registry),
         jobs_(jobs),
         audits_(audits),
+        auth_(auth),
         clock_(std::move(clock)) {}
 
   grpc::ServerUnaryReactor* ListWorkers(
@@ -73,9 +78,15 @@ class LockstepService final : public lockstep::v1::Lockstep::CallbackService {
       lockstep::v1::ListAuditsResponse*) override;
 
  private:
+  // The refusal when the caller may not do what needs `needed` (the
+  // reactor to return), or nullptr with `*who` set.
+  grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
+                                   Role needed, Principal* who) const;
+
   WorkerRegistry* const registry_;
   JobManager* const jobs_;
   AuditManager* const audits_;
+  const Authorizer* const auth_;
   const Clock clock_;
 };
 

@@ -2,7 +2,9 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -10,8 +12,16 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/grpc_limits.h"
 #include "common/logging.h"
+#include "common/transport.h"
+#include "server/auth.h"
+#include "server/certs.h"
 #include "server/coordinator.h"
 #include "server/store/maintenance.h"
 
@@ -72,6 +82,42 @@ ABSL_FLAG(bool, check_db_on_start, true,
           "starting; a corrupt file is refused, unmodified");
 ABSL_FLAG(std::string, out, "",
           "backup: the file to write the copy to (must not exist)");
+// Transport security and authorisation (docs/security.md).
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the gRPC and HTTP listeners: TLS; needs "
+          "--tls_key");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, worker_ca, "",
+          "PEM CA of worker certificates (needs --tls_cert): every worker "
+          "must present a certificate it signed, and its --name must be the "
+          "certificate's CN or a SAN");
+ABSL_FLAG(bool, allow_plaintext, false,
+          "serve without TLS on a non-loopback --listen or --http_listen "
+          "address (logged as a warning); without TLS and without this flag "
+          "only loopback addresses are accepted");
+ABSL_FLAG(std::string, auth, "",
+          "\"tokens\": every call needs a bearer token whose role allows it "
+          "(lockstep-coordinator tokens create); \"none\": no tokens, every "
+          "caller is an admin; empty (default): tokens, except in loopback "
+          "development mode (no TLS and loopback listen addresses)");
+ABSL_FLAG(int64_t, quota_jobs, 0,
+          "unfinished jobs each principal (token) may have; 0: no quota");
+ABSL_FLAG(int64_t, quota_runs, 0,
+          "runs each principal's unfinished jobs may have; 0: no quota");
+ABSL_FLAG(int64_t, quota_fingerprint_bytes, 0,
+          "bytes of fingerprints each principal's unfinished jobs may store; "
+          "0: no quota");
+ABSL_FLAG(std::string, name, "", "tokens create|revoke: the token's name");
+ABSL_FLAG(std::string, role, "",
+          "tokens create: viewer, submitter, admin or worker");
+ABSL_FLAG(std::string, out_dir, "", "certs: folder to write the files to");
+ABSL_FLAG(std::string, hosts, "localhost,127.0.0.1,::1",
+          "certs: the coordinator's DNS names and IP addresses (SANs)");
+ABSL_FLAG(std::string, workers, "",
+          "certs: worker names, one certificate each (CN = name), comma "
+          "separated");
+ABSL_FLAG(int, days, 365, "certs: validity of every certificate, days");
+ABSL_FLAG(int, limit, 50, "admin-log: entries to show, newest first");
 
 namespace {
 
@@ -133,21 +179,226 @@ int BackupMain() {
   return 0;
 }
 
+// Who runs a local subcommand, for the admin log: "local:$USER".
+std::string LocalPrincipal() {
+  const char* user = std::getenv("USER");
+  return absl::StrCat("local:", user == nullptr ? "unknown" : user);
+}
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+// Opens --db for a maintenance subcommand (created and migrated if new).
+absl::StatusOr<std::unique_ptr<lockstep::store::Store>> OpenDb() {
+  lockstep::store::StoreOptions o;
+  o.path = absl::GetFlag(FLAGS_db);
+  // A token change must not wait for a read of every page of a large
+  // database (the coordinator checks it when it starts; verify-db on
+  // demand).
+  o.check_on_open = false;
+  return lockstep::store::Store::Open(o);
+}
+
+// `lockstep-coordinator tokens create|list|revoke --db=FILE`: works on the
+// database file, also while a coordinator uses it (a revocation applies to
+// its next call).
+int TokensMain(const std::string& verb) {
+  using lockstep::server::Role;
+  auto store = OpenDb();
+  if (!store.ok()) {
+    std::fprintf(stderr, "tokens: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  const std::string name = absl::GetFlag(FLAGS_name);
+  if (verb == "list") {
+    auto tokens = (*store)->ListTokens();
+    if (!tokens.ok()) {
+      std::fprintf(stderr, "tokens: %s\n", tokens.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("%-24s %-10s %-14s %s\n", "NAME", "ROLE", "CREATED_MS",
+                "STATE");
+    for (const auto& t : *tokens) {
+      std::printf("%-24s %-10s %-14lld %s\n", t.name.c_str(), t.role.c_str(),
+                  static_cast<long long>(t.created_unix_ms),
+                  t.revoked_unix_ms == 0
+                      ? "valid"
+                      : absl::StrCat("revoked at ", t.revoked_unix_ms).c_str());
+    }
+    return 0;
+  }
+  if (name.empty() || name.size() > 64) {
+    std::fprintf(stderr, "tokens %s: --name: must be 1 to 64 bytes\n",
+                 verb.c_str());
+    return 2;
+  }
+  lockstep::store::AdminLogEntry log;
+  log.at_unix_ms = NowMs();
+  log.principal = LocalPrincipal();
+  log.target = name;
+  log.outcome = "ok";
+  if (verb == "create") {
+    absl::StatusOr<Role> role =
+        lockstep::server::ParseRole(absl::GetFlag(FLAGS_role), "--role");
+    if (!role.ok()) {
+      std::fprintf(stderr, "tokens create: %s\n",
+                   std::string(role.status().message()).c_str());
+      return 2;
+    }
+    absl::StatusOr<std::string> token = lockstep::server::NewToken();
+    if (!token.ok()) {
+      std::fprintf(stderr, "tokens create: %s\n",
+                   token.status().ToString().c_str());
+      return 1;
+    }
+    lockstep::store::TokenRecord t;
+    t.name = name;
+    t.role = lockstep::server::RoleName(*role);
+    t.token_sha256 = lockstep::server::TokenSha256Hex(*token);
+    t.created_unix_ms = log.at_unix_ms;
+    log.action = "token_create";
+    log.detail = absl::StrCat("role=", t.role);
+    if (absl::Status s = (*store)->InsertToken(t, log); !s.ok()) {
+      std::fprintf(stderr, "tokens create: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    // The token itself is shown once and never stored.
+    std::printf("%s\n", token->c_str());
+    return 0;
+  }
+  if (verb == "revoke") {
+    log.action = "token_revoke";
+    if (absl::Status s = (*store)->RevokeToken(name, log.at_unix_ms, log);
+        !s.ok()) {
+      std::fprintf(stderr, "tokens revoke: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    std::printf("tokens: revoked %s\n", name.c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "tokens: unknown verb \"%s\" (create, list, revoke)\n",
+               verb.c_str());
+  return 2;
+}
+
+// `lockstep-coordinator admin-log --db=FILE [--limit=N]`: newest first.
+int AdminLogMain() {
+  auto store = OpenDb();
+  if (!store.ok()) {
+    std::fprintf(stderr, "admin-log: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  auto log = (*store)->ListAdminLog(std::max(1, absl::GetFlag(FLAGS_limit)));
+  if (!log.ok()) {
+    std::fprintf(stderr, "admin-log: %s\n", log.status().ToString().c_str());
+    return 1;
+  }
+  for (const auto& e : *log) {
+    std::printf("%lld %s %s %s %s [%s] %s\n",
+                static_cast<long long>(e.entry_id),
+                absl::FormatTime("%Y-%m-%dT%H:%M:%SZ",
+                                 absl::FromUnixMillis(e.at_unix_ms),
+                                 absl::UTCTimeZone())
+                    .c_str(),
+                e.principal.c_str(), e.action.c_str(), e.target.c_str(),
+                e.detail.c_str(), e.outcome.c_str());
+  }
+  return 0;
+}
+
+// `lockstep-coordinator certs --out_dir=DIR [--hosts=...] [--workers=...]`.
+int CertsMain() {
+  lockstep::server::CertsOptions o;
+  o.out_dir = absl::GetFlag(FLAGS_out_dir);
+  o.hosts = absl::StrSplit(absl::GetFlag(FLAGS_hosts), ',', absl::SkipEmpty());
+  o.workers =
+      absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty());
+  o.days = absl::GetFlag(FLAGS_days);
+  if (absl::Status s = lockstep::server::WriteTestCertificates(o); !s.ok()) {
+    std::fprintf(stderr, "certs: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("certs: wrote ca, server, client%s%s certificates to %s\n",
+              o.workers.empty() ? "" : " and worker-",
+              absl::StrJoin(o.workers, ", worker-").c_str(), o.out_dir.c_str());
+  return 0;
+}
+
+// Applies the transport and token flags to `options`: TLS files, the
+// plaintext rule (loopback only unless --allow_plaintext) and the --auth
+// mode. Returns false after printing why the flags are refused.
+bool ApplySecurityFlags(lockstep::server::CoordinatorOptions* options) {
+  options->tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options->tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options->worker_ca_file = absl::GetFlag(FLAGS_worker_ca);
+  const bool tls = !options->tls_cert_file.empty();
+  const bool loopback = lockstep::IsLoopbackAddress(options->listen_address) &&
+                        (options->http_listen.empty() ||
+                         lockstep::IsLoopbackAddress(options->http_listen));
+  if (!tls && !loopback) {
+    if (!absl::GetFlag(FLAGS_allow_plaintext)) {
+      std::fprintf(stderr,
+                   "lockstep-coordinator: --listen=%s%s%s is not a loopback "
+                   "address and no --tls_cert is set: give --tls_cert and "
+                   "--tls_key (see `lockstep-coordinator certs`), or "
+                   "--allow_plaintext to serve in the clear anyway\n",
+                   options->listen_address.c_str(),
+                   options->http_listen.empty() ? "" : " / --http_listen=",
+                   options->http_listen.c_str());
+      return false;
+    }
+    LS_LOG(WARNING) << "PLAINTEXT on a non-loopback address "
+                    << "(--allow_plaintext): tokens and fingerprints cross "
+                    << "the network unencrypted and workers are not "
+                    << "authenticated by certificate; use --tls_cert, "
+                    << "--tls_key and --worker_ca outside a trusted network";
+  }
+  const std::string auth = absl::GetFlag(FLAGS_auth);
+  if (auth == "tokens") {
+    options->auth.require_tokens = true;
+  } else if (auth == "none") {
+    options->auth.require_tokens = false;
+  } else if (auth.empty()) {
+    options->auth.require_tokens = tls || !loopback;
+  } else {
+    std::fprintf(stderr,
+                 "lockstep-coordinator: --auth: \"%s\" is not tokens or "
+                 "none\n",
+                 auth.c_str());
+    return false;
+  }
+  if (!options->auth.require_tokens && !loopback) {
+    LS_LOG(WARNING) << "NO BEARER TOKENS on a non-loopback address "
+                    << "(--auth=none): anyone who reaches the port may "
+                    << "submit, cancel and administer";
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Lockstep coordinator.\n  lockstep-coordinator [--listen=0.0.0.0:7070] "
-      "[--db=lockstep.db]\n  lockstep-coordinator verify-db --db=FILE\n"
-      "  lockstep-coordinator backup --db=FILE --out=COPY");
+      "[--db=lockstep.db] [--tls_cert=F --tls_key=F [--worker_ca=F]]\n"
+      "  lockstep-coordinator verify-db --db=FILE\n"
+      "  lockstep-coordinator backup --db=FILE --out=COPY\n"
+      "  lockstep-coordinator tokens create --name=N --role=R | list | "
+      "revoke --name=N  [--db=FILE]\n"
+      "  lockstep-coordinator admin-log [--db=FILE] [--limit=N]\n"
+      "  lockstep-coordinator certs --out_dir=DIR [--hosts=H,...] "
+      "[--workers=W,...]");
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() > 1) {
     const std::string command = args[1];
     if (args.size() == 2 && command == "verify-db") return VerifyDbMain();
     if (args.size() == 2 && command == "backup") return BackupMain();
+    if (args.size() == 3 && command == "tokens") return TokensMain(args[2]);
+    if (args.size() == 2 && command == "admin-log") return AdminLogMain();
+    if (args.size() == 2 && command == "certs") return CertsMain();
     std::fprintf(stderr,
                  "lockstep-coordinator: unknown subcommand or extra argument "
-                 "\"%s\" (subcommands: verify-db, backup)\n",
+                 "\"%s\" (subcommands: verify-db, backup, tokens "
+                 "create|list|revoke, admin-log, certs)\n",
                  args.size() == 2 ? command.c_str() : args.back());
     return 2;
   }
@@ -180,8 +431,13 @@ int main(int argc, char** argv) {
   options.jobs.submission.max_fingerprint_bytes_per_job =
       absl::GetFlag(FLAGS_max_fingerprint_bytes_per_job);
   options.jobs.submission.model.max_runs = absl::GetFlag(FLAGS_max_runs);
+  options.jobs.quotas.max_jobs = absl::GetFlag(FLAGS_quota_jobs);
+  options.jobs.quotas.max_runs = absl::GetFlag(FLAGS_quota_runs);
+  options.jobs.quotas.max_fingerprint_bytes =
+      absl::GetFlag(FLAGS_quota_fingerprint_bytes);
   options.zoo_dir = absl::GetFlag(FLAGS_zoo_dir);
   options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  if (!ApplySecurityFlags(&options)) return 1;
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (options.max_message_bytes < lockstep::kMinMaxMessageBytes ||
       options.max_message_bytes > lockstep::kMaxMaxMessageBytes) {

@@ -90,6 +90,16 @@ absl::Status ValidateIdempotencyKey(const std::string& key) {
   return absl::OkStatus();
 }
 
+int64_t JobFingerprints(const v1::TensorManifest& manifest, int runs) {
+  const int64_t steps =
+      static_cast<int64_t>(model::ExpandCapturedSteps(manifest).size());
+  return static_cast<int64_t>(manifest.entries_size()) * steps * runs;
+}
+
+int64_t JobFingerprintBytes(const v1::TensorManifest& manifest, int runs) {
+  return JobFingerprints(manifest, runs) * StoredFingerprintBytes();
+}
+
 absl::StatusOr<Submission> ExpandSubmission(const v1::SubmitJobRequest& request,
                                             const SubmissionLimits& limits,
                                             SubmissionSource source,
@@ -158,8 +168,7 @@ absl::StatusOr<Submission> ExpandSubmission(const v1::SubmitJobRequest& request,
   // What the job will store, before anything is stored.
   const int64_t steps =
       static_cast<int64_t>(model::ExpandCapturedSteps(*manifest).size());
-  const int64_t fingerprints =
-      static_cast<int64_t>(manifest->entries_size()) * steps * runs;
+  const int64_t fingerprints = JobFingerprints(*manifest, runs);
   if (fingerprints > limits.max_fingerprints_per_job) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "spec: the job would store %d fingerprints (%d tensors x %d captured "
@@ -178,6 +187,7 @@ absl::StatusOr<Submission> ExpandSubmission(const v1::SubmitJobRequest& request,
 
   Submission out;
   out.idempotency_key = request.idempotency_key();
+  out.fingerprint_bytes = bytes;
   out.manifest = std::move(*manifest);
   v1::Job& job = out.job;
   job.set_job_id(job_id);

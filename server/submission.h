@@ -50,7 +50,17 @@ struct Submission {
   lockstep::v1::Job job;  // JOB_QUEUED, runs RUN_QUEUED at attempt 1
   lockstep::v1::TensorManifest manifest;
   std::string idempotency_key;
+  // Bytes the job's fingerprints will take in the store
+  // (JobFingerprintBytes).
+  int64_t fingerprint_bytes = 0;
 };
+
+// Fingerprints a job of `runs` runs stores: manifest entries x captured
+// steps x runs.
+int64_t JobFingerprints(const lockstep::v1::TensorManifest& manifest, int runs);
+// The bytes they take in the store (x StoredFingerprintBytes()).
+int64_t JobFingerprintBytes(const lockstep::v1::TensorManifest& manifest,
+                            int runs);
 
 // Validates `request` and expands it. INVALID_ARGUMENT naming the field and
 // the limit for anything out of bounds. `job_id` names the job;

@@ -370,8 +370,10 @@ absl::Status WorkerDaemon::Run() {
   // The coordinator's default limit: a batch at its largest is far below.
   args.SetMaxSendMessageSize(kDefaultMaxMessageBytes);
   args.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
-  auto channel = grpc::CreateCustomChannel(
-      options_.coordinator, grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+      ChannelCredentials(options_.security);
+  if (!creds.ok()) return creds.status();
+  auto channel = grpc::CreateCustomChannel(options_.coordinator, *creds, args);
   auto stub = lockstep::v1::WorkerGateway::NewStub(channel);
 
   std::mt19937_64 rng(std::random_device{}());
@@ -388,7 +390,9 @@ absl::Status WorkerDaemon::Run() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return absl::OkStatus();
     }
-    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+        status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        status.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
       return absl::InvalidArgumentError(absl::StrCat(
           "coordinator refused this worker: ", status.error_message()));
     }
@@ -415,6 +419,7 @@ absl::Status WorkerDaemon::Run() {
 
 grpc::Status WorkerDaemon::Session(lockstep::v1::WorkerGateway::Stub* stub) {
   grpc::ClientContext ctx;
+  AttachToken(options_.security, &ctx);
   // Wait for the channel to connect instead of failing fast while it is
   // reconnecting (the welcome watchdog bounds the wait).
   ctx.set_wait_for_ready(true);
@@ -452,11 +457,15 @@ grpc::Status WorkerDaemon::Session(lockstep::v1::WorkerGateway::Stub* stub) {
     }
   });
   CoordinatorMessage msg;
-  bool ok = stream->Write(hello) && stream->Read(&msg) && msg.has_welcome();
+  const bool answered = stream->Write(hello) && stream->Read(&msg);
+  const bool ok = answered && msg.has_welcome();
   welcomed.Notify();
   watchdog.join();
   if (!ok) {
-    ctx.TryCancel();
+    // A stream the coordinator ended (a refused hello, token or
+    // certificate) is not cancelled, so its status and message arrive
+    // intact; one that answered with something else is.
+    if (answered) ctx.TryCancel();
     grpc::Status s = stream->Finish();
     end_session();
     if (s.ok()) {

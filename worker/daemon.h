@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/transport.h"
 #include "grpcpp/grpcpp.h"
 #include "lockstep/v1/worker.pb.h"
 #include "lockstep/v1/worker_gateway.grpc.pb.h"
@@ -70,6 +71,9 @@ struct DaemonOptions {
   // Defaults 100 ms and 5 s.
   int64_t resend_initial_backoff_ms = 100;
   int64_t resend_max_backoff_ms = 5000;
+  // TLS files and the bearer token (common/transport.h). Default:
+  // plaintext, no token.
+  ChannelSecurity security;
 };
 
 class WorkerDaemon {
@@ -81,7 +85,8 @@ class WorkerDaemon {
 
   // Connects and serves until Stop(). Returns OK after Stop(), or an error
   // the daemon cannot recover from (the coordinator refused the hello as
-  // invalid).
+  // invalid, or refused this worker's token or certificate:
+  // UNAUTHENTICATED, PERMISSION_DENIED).
   absl::Status Run();
   // Stops serving and kills running runs.
   void Stop();

@@ -53,7 +53,7 @@ STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=5s --start-period=5s --retries=3 \
   CMD ["/usr/local/bin/lockstep", "--coordinator=127.0.0.1:7070", "--timeout_ms=3000", "workers"]
 ENTRYPOINT ["/usr/local/bin/lockstep-coordinator"]
-# When TLS lands: --tls_cert, --tls_key and --ca, with the files mounted
-# read-only under /etc/lockstep/tls.
-CMD ["--listen=0.0.0.0:7070", "--db=/var/lib/lockstep/lockstep.db", \
+# Plaintext without tokens, explicitly allowed (a trusted network only; see
+# docs/security.md for --tls_cert, --tls_key, --worker_ca and tokens).
+CMD ["--allow_plaintext", "--auth=none", "--listen=0.0.0.0:7070", "--db=/var/lib/lockstep/lockstep.db", \
      "--zoo_dir=/usr/local/share/lockstep/examples", "--http_listen=0.0.0.0:8080"]

@@ -57,6 +57,6 @@ ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER lockstep
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/lockstep-worker", "daemon"]
-# When TLS lands: --ca, --cert, --key and --token_file, with the files
-# mounted read-only under /etc/lockstep/tls.
+# With TLS and tokens (docs/security.md): --ca, --cert, --key and/or
+# --token_file, with the files mounted read-only under /etc/lockstep/tls.
 CMD ["--coordinator=coordinator:7070"]

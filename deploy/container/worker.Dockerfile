@@ -43,6 +43,6 @@ USER lockstep
 # ends. `lockstep workers drain NAME` first to stop without losing work.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/lockstep-worker", "daemon"]
-# When TLS lands: --ca, --cert, --key and --token_file, with the files
-# mounted read-only under /etc/lockstep/tls.
+# With TLS and tokens (docs/security.md): --ca, --cert, --key and/or
+# --token_file, with the files mounted read-only under /etc/lockstep/tls.
 CMD ["--coordinator=coordinator:7070"]

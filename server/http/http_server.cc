@@ -17,8 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "google/protobuf/util/json_util.h"
 #include "common/json.h"
+#include "google/protobuf/util/json_util.h"
 #include "httplib.h"
 #include "server/http/assets.h"
 #include "server/http/query_params.h"
@@ -152,7 +152,7 @@ const Run* FindRun(const Job& job, const std::string& run_id) {
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const HttpServerOptions& options, store::Store* store,
     WorkerRegistry* registry, JobManager* jobs, AuditManager* audits,
-    Clock clock) {
+    const Authorizer* auth, Clock clock) {
   const size_t colon = options.listen_address.rfind(':');
   int port = -1;
   if (colon == std::string::npos ||
@@ -175,8 +175,23 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   s->registry_ = registry;
   s->jobs_ = jobs;
   s->audits_ = audits;
+  s->auth_ = auth;
   s->clock_ = std::move(clock);
-  s->server_ = std::make_unique<httplib::Server>();
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("tls_cert, tls_key: set both or neither");
+  }
+  if (options.tls_cert_file.empty()) {
+    s->server_ = std::make_unique<httplib::Server>();
+  } else {
+    auto ssl = std::make_unique<httplib::SSLServer>(
+        options.tls_cert_file.c_str(), options.tls_key_file.c_str());
+    if (!ssl->is_valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tls_cert, tls_key: the HTTP listener cannot use ",
+                       options.tls_cert_file, " and ", options.tls_key_file));
+    }
+    s->server_ = std::move(ssl);
+  }
   const int threads = options.threads;
   s->server_->new_task_queue = [threads] {
     return new httplib::ThreadPool(threads);
@@ -330,13 +345,32 @@ std::string HttpServer::RenderMetrics() {
 void HttpServer::Routes() {
   httplib::Server& s = *server_;
   // Every handler counts its route and status.
+  // /api/v1/ routes need a token of a viewer or above when tokens are on
+  // (the admin log: admin); health, metrics and the static files are open.
   auto get =
-      [&s](const std::string& pattern, const std::string& route,
-           std::function<void(const httplib::Request&, httplib::Response&)>
-               handler) {
-        s.Get(pattern, [route, handler](const httplib::Request& req,
-                                        httplib::Response& res) {
-          handler(req, res);
+      [&s, auth = auth_](
+          const std::string& pattern, const std::string& route,
+          std::function<void(const httplib::Request&, httplib::Response&)>
+              handler) {
+        const bool open = !absl::StartsWith(route, "/api/");
+        const Role needed =
+            route == "/api/v1/admin_log" ? Role::kAdmin : Role::kViewer;
+        s.Get(pattern, [route, handler, open, needed, auth](
+                           const httplib::Request& req,
+                           httplib::Response& res) {
+          absl::StatusOr<Principal> who =
+              open || auth == nullptr
+                  ? absl::StatusOr<Principal>(Principal())
+                  : auth->AuthorizeHeader(req.get_header_value("Authorization"),
+                                          needed);
+          if (who.ok()) {
+            handler(req, res);
+          } else {
+            if (who.status().code() == absl::StatusCode::kUnauthenticated) {
+              res.set_header("WWW-Authenticate", "Bearer");
+            }
+            SendError(res, who.status());
+          }
           GlobalMetrics().http_requests.Add({route, absl::StrCat(res.status)});
         });
       };
@@ -657,6 +691,27 @@ void HttpServer::Routes() {
       [this](const httplib::Request& req, httplib::Response& res) {
         HTTP_RETURN_IF_ERROR(res, Params(req, {}).CheckKnown());
         SendProto(res, audits_->Get(req.matches[1]));
+      });
+  get("/api/v1/admin_log", "/api/v1/admin_log",
+      [this](const httplib::Request& req, httplib::Response& res) {
+        Params p(req, {"limit"});
+        HTTP_RETURN_IF_ERROR(res, p.CheckKnown());
+        HTTP_ASSIGN_OR_RETURN(res, limit, p.Int("limit", 1, kMaxPageSize, 50));
+        absl::StatusOr<std::vector<store::AdminLogEntry>> log =
+            store_->ListAdminLog(limit);
+        HTTP_RETURN_IF_ERROR(res, log.status());
+        std::string out = "{\"entries\":[";
+        for (size_t i = 0; i < log->size(); ++i) {
+          const store::AdminLogEntry& e = (*log)[i];
+          absl::StrAppend(&out, i == 0 ? "" : ",", "{\"entry_id\":", e.entry_id,
+                          ",\"at_unix_ms\":", e.at_unix_ms,
+                          ",\"principal\":", JsonString(e.principal),
+                          ",\"action\":", JsonString(e.action),
+                          ",\"target\":", JsonString(e.target),
+                          ",\"detail\":", JsonString(e.detail),
+                          ",\"outcome\":", JsonString(e.outcome), "}");
+        }
+        SendJson(res, 200, out + "]}\n");
       });
   get(R"(/api/v1/.*)", "/api/v1/unknown",
       [](const httplib::Request& req, httplib::Response& res) {

@@ -16,7 +16,16 @@
 //   GET /api/v1/workers                   ListWorkers
 //   GET /api/v1/workers/{id}/history      a worker's newest health events
 //   GET /api/v1/audits[/{id}]             ListAudits, GetAudit
+//   GET /api/v1/admin_log?limit=          the admin log, newest first
+//                                         (admin role)
 //   GET /  /app.js  /style.css            the dashboard
+//
+// With bearer tokens on (AuthOptions::require_tokens) every /api/v1/ route
+// needs `Authorization: Bearer TOKEN` of a viewer or above (401 without a
+// valid token, 403 for a role below the route's); /healthz, /readyz,
+// /metrics and the dashboard's static files stay open (they carry no job,
+// worker or audit data; the dashboard asks for a token on a 401). With
+// tls_cert_file and tls_key_file the listener speaks HTTPS.
 //
 // Protobuf answers are rendered with protobuf's JSON mapping and come from
 // the same code the gRPC service calls. Nothing here writes to the store.
@@ -34,6 +43,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/audit_manager.h"
+#include "server/auth.h"
 #include "server/job_manager.h"
 #include "server/store/store.h"
 #include "server/worker_registry.h"
@@ -54,6 +64,9 @@ struct HttpServerOptions {
   // An idle keep-alive connection is closed after this long, freeing its
   // thread.
   int keep_alive_s = 2;
+  // PEM certificate chain and key: HTTPS. Empty: plain HTTP.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 class HttpServer {
@@ -62,7 +75,7 @@ class HttpServer {
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
       const HttpServerOptions& options, store::Store* store,
       WorkerRegistry* registry, JobManager* jobs, AuditManager* audits,
-      Clock clock);
+      const Authorizer* auth, Clock clock);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -82,6 +95,7 @@ class HttpServer {
   WorkerRegistry* registry_ = nullptr;
   JobManager* jobs_ = nullptr;
   AuditManager* audits_ = nullptr;
+  const Authorizer* auth_ = nullptr;
   Clock clock_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

@@ -4,6 +4,7 @@
 // dashboard and the API never write).
 #include "server/http/http_server.h"
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "server/auth.h"
+#include "server/certs.h"
 #include "server/coordinator.h"
 
 namespace lockstep::server {
@@ -89,6 +92,67 @@ TEST(HttpServer, EveryReadAnswersWhileTheStoreRefusesWrites) {
   ASSERT_TRUE(script);
   EXPECT_THAT(script->body, HasSubstr("divergence_map"));
   ASSERT_THAT((*c)->store()->SetReadOnlyForTesting(false), IsOk());
+}
+
+// A token of `role` named after it, straight into the store.
+std::string AddToken(store::Store* s, const std::string& role) {
+  absl::StatusOr<std::string> token = NewToken();
+  EXPECT_THAT(token, IsOk());
+  store::TokenRecord t;
+  t.name = role;
+  t.role = role;
+  t.token_sha256 = TokenSha256Hex(*token);
+  EXPECT_THAT(s->InsertToken(t, store::AdminLogEntry()), IsOk());
+  return *token;
+}
+
+TEST(HttpServer, TokensOverHttps) {
+  const std::string dir =
+      std::string(std::getenv("TEST_TMPDIR")) + "/https-certs";
+  CertsOptions certs;
+  certs.out_dir = dir;
+  ASSERT_THAT(WriteTestCertificates(certs), IsOk());
+  CoordinatorOptions o = Options("127.0.0.1:0");
+  o.tls_cert_file = dir + "/server.crt";
+  o.tls_key_file = dir + "/server.key";
+  o.auth.require_tokens = true;
+  auto c = Coordinator::Start(o);
+  ASSERT_THAT(c, IsOk());
+  const std::string viewer = AddToken((*c)->store(), "viewer");
+  const std::string admin = AddToken((*c)->store(), "admin");
+
+  httplib::SSLClient client("127.0.0.1", (*c)->http_port());
+  client.set_ca_cert_path((dir + "/ca.crt").c_str());
+  client.enable_server_certificate_verification(true);
+  client.set_read_timeout(10);
+  auto get = [&](const std::string& path, const std::string& token) {
+    httplib::Headers h;
+    if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+    auto r = client.Get(path.c_str(), h);
+    EXPECT_TRUE(r) << path << ": " << httplib::to_string(r.error());
+    return r ? r->status : -1;
+  };
+  // Probes, metrics and the static dashboard stay open.
+  for (const char* path : {"/healthz", "/readyz", "/metrics", "/", "/app.js"}) {
+    EXPECT_EQ(get(path, ""), 200) << path;
+  }
+  // The API needs a token; the admin log needs an admin.
+  EXPECT_EQ(get("/api/v1/jobs", ""), 401);
+  EXPECT_EQ(get("/api/v1/jobs", "lst_not-a-token"), 401);
+  EXPECT_EQ(get("/api/v1/jobs", viewer), 200);
+  EXPECT_EQ(get("/api/v1/workers", viewer), 200);
+  EXPECT_EQ(get("/api/v1/admin_log", viewer), 403);
+  EXPECT_EQ(get("/api/v1/admin_log", admin), 200);
+  auto r = client.Get("/api/v1/jobs");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->get_header_value("WWW-Authenticate"), "Bearer");
+  EXPECT_THAT(r->body, HasSubstr("UNAUTHENTICATED"));
+
+  // Plain HTTP against the HTTPS port gets no answer.
+  httplib::Client plain("127.0.0.1", (*c)->http_port());
+  plain.set_read_timeout(2);
+  auto p = plain.Get("/healthz");
+  EXPECT_TRUE(!p || p->status != 200);
 }
 
 }  // namespace

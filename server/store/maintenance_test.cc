@@ -114,7 +114,7 @@ TEST_F(MaintenanceTest, VerifyPassesASoundDatabase) {
   const VerifyResult r = VerifyDatabase(path_);
   EXPECT_TRUE(r.ok) << r.summary;
   EXPECT_THAT(r.summary, StartsWith("OK: " + path_));
-  EXPECT_THAT(r.summary, HasSubstr("schema version 5, 1 jobs, 1 runs, 5 "
+  EXPECT_THAT(r.summary, HasSubstr("schema version 6, 1 jobs, 1 runs, 5 "
                                    "stored steps"));
   EXPECT_EQ(r.summary.find('\n'), std::string::npos);
 }

@@ -134,6 +134,30 @@ CREATE TABLE job_verdict_labels (
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX job_verdict_labels_by_job ON job_verdict_labels(job_id);
 )sql",
+    // 6: bearer tokens (only their SHA-256 is stored) and the append-only
+    // log of admin actions.
+    R"sql(
+CREATE TABLE api_tokens (
+  name TEXT PRIMARY KEY,
+  role TEXT NOT NULL,
+  token_sha256 TEXT NOT NULL UNIQUE,  -- lowercase hex
+  created_ms INTEGER NOT NULL,
+  revoked_ms INTEGER                  -- NULL while the token is valid
+) STRICT;
+CREATE TABLE admin_log (
+  entry_id INTEGER PRIMARY KEY AUTOINCREMENT,
+  at_ms INTEGER NOT NULL,
+  principal TEXT NOT NULL,
+  action TEXT NOT NULL,
+  target TEXT NOT NULL,
+  detail TEXT NOT NULL,
+  outcome TEXT NOT NULL
+) STRICT;
+CREATE TRIGGER admin_log_no_update BEFORE UPDATE ON admin_log
+BEGIN SELECT RAISE(ABORT, 'admin_log is append-only'); END;
+CREATE TRIGGER admin_log_no_delete BEFORE DELETE ON admin_log
+BEGIN SELECT RAISE(ABORT, 'admin_log is append-only'); END;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion,
               "one migration per schema version");

@@ -37,7 +37,7 @@ inline constexpr int32_t kApplicationId = 0x4c4b5350;
 
 // The schema version this build writes. Migrations 1..kSchemaVersion are
 // listed in store.cc, in order.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 struct StoreOptions {
   // Database file; ":memory:" for tests. Default: ./lockstep.db.
@@ -104,6 +104,26 @@ struct WorkerEvent {
   int64_t at_unix_ms = 0;
   std::string kind;    // "connected", "disconnected", "admin_state", ...
   std::string detail;  // Human-readable.
+};
+
+// A bearer token as stored: its SHA-256, never the token itself.
+struct TokenRecord {
+  std::string name;          // Unique, also after revocation.
+  std::string role;          // "viewer", "submitter", "admin" or "worker".
+  std::string token_sha256;  // Lowercase hex.
+  int64_t created_unix_ms = 0;
+  int64_t revoked_unix_ms = 0;  // 0 while the token is valid.
+};
+
+// One row of the append-only admin log.
+struct AdminLogEntry {
+  int64_t entry_id = 0;  // Assigned by the store.
+  int64_t at_unix_ms = 0;
+  std::string principal;  // Who: a token name, "cert:<CN>" or "local:<user>".
+  std::string action;   // "set_worker_state", "start_audit", "token_create"...
+  std::string target;   // What it acted on: a worker, workload or token.
+  std::string detail;   // Human-readable arguments.
+  std::string outcome;  // "ok" or the error code and message.
 };
 
 class Store {
@@ -263,6 +283,27 @@ class Store {
   absl::StatusOr<std::vector<lockstep::v1::Audit>> ListAudits(int limit);
   absl::StatusOr<std::vector<lockstep::v1::Audit>> ListRunningAudits();
 
+  // --- Tokens and the admin log (store_security.cc) -------------------------
+
+  // Stores a new token and its admin-log entry in one transaction.
+  // ALREADY_EXISTS naming the name when it is taken (revoked tokens keep
+  // theirs).
+  absl::Status InsertToken(const TokenRecord& token, const AdminLogEntry& log);
+  // The token whose SHA-256 is `sha256_hex` (revoked or not), or nullopt.
+  absl::StatusOr<std::optional<TokenRecord>> FindTokenByHash(
+      const std::string& sha256_hex);
+  // Every token, valid and revoked, ordered by name.
+  absl::StatusOr<std::vector<TokenRecord>> ListTokens();
+  // Marks the token revoked at `now_unix_ms` and logs it, in one
+  // transaction. NOT_FOUND for an unknown name; FAILED_PRECONDITION when it
+  // is already revoked.
+  absl::Status RevokeToken(const std::string& name, int64_t now_unix_ms,
+                           const AdminLogEntry& log);
+  // Appends one entry; the table refuses updates and deletes (triggers).
+  absl::Status AppendAdminLog(const AdminLogEntry& entry);
+  // Newest first, at most `limit`.
+  absl::StatusOr<std::vector<AdminLogEntry>> ListAdminLog(int limit);
+
   absl::Status AppendWorkerEvent(const std::string& worker_id,
                                  int64_t at_unix_ms, const std::string& kind,
                                  const std::string& detail);
@@ -308,6 +349,8 @@ class Store {
       Statement* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::optional<lockstep::v1::Job>> GetJobLocked(
       const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AppendAdminLogLocked(const AdminLogEntry& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AppendWorkerEventLocked(const std::string& worker_id,
                                        int64_t at_unix_ms,
                                        const std::string& kind,

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/logging.h"
+#include "common/transport.h"
 #include "worker/cmd/drill_flags.h"
 #include "worker/daemon.h"
 #include "worker/data/dataset.h"  // CanonicalDataRoot
@@ -98,6 +99,23 @@ int DaemonMain(const DaemonCommandOptions& flags, HardwareProbe& probe) {
     return kUsageExitCode;
   }
   options.coordinator = flags.coordinator;
+  absl::StatusOr<std::string> token =
+      lockstep::ResolveToken(flags.token, flags.token_file);
+  if (!token.ok()) {
+    std::fprintf(stderr, "lockstep-worker: %s\n",
+                 std::string(token.status().message()).c_str());
+    return kUsageExitCode;
+  }
+  options.security.token = *token;
+  options.security.ca_file = flags.ca;
+  options.security.cert_file = flags.cert;
+  options.security.key_file = flags.key;
+  if (absl::Status s = lockstep::ChannelCredentials(options.security).status();
+      !s.ok()) {
+    std::fprintf(stderr, "lockstep-worker: %s\n",
+                 std::string(s.message()).c_str());
+    return kUsageExitCode;
+  }
   options.name = flags.name;
   if (options.name.empty()) options.name = profile->hostname();
   options.slots = flags.slots;

@@ -43,6 +43,15 @@ struct DaemonCommandOptions {
   // them from the job's size, -1 sets none (worker/run_limits.h).
   int64_t run_memory_limit_mb = 0;
   int64_t run_cpu_limit_s = 0;
+  // Bearer token (a token of the worker role), else a file holding it, else
+  // $LOCKSTEP_TOKEN. Empty: none.
+  std::string token;
+  std::string token_file;
+  // TLS: the coordinator's CA (set: TLS), this worker's certificate and key
+  // (mutual TLS; the certificate's CN is then the worker's name).
+  std::string ca;
+  std::string cert;
+  std::string key;
 };
 
 // Serves until a signal stops it. Exit 0 after SIGINT / SIGTERM; 1 when the

@@ -9,6 +9,17 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
           "daemon: coordinator address, host:port");
 ABSL_FLAG(std::string, name, "",
           "daemon: worker name, unique in the fleet (default: the host name)");
+ABSL_FLAG(std::string, token, "",
+          "daemon: bearer token of the worker role (else --token_file, else "
+          "$LOCKSTEP_TOKEN)");
+ABSL_FLAG(std::string, token_file, "",
+          "daemon: file whose first line is the bearer token");
+ABSL_FLAG(std::string, ca, "",
+          "daemon: PEM CA of the coordinator's certificate: connect over TLS");
+ABSL_FLAG(std::string, cert, "",
+          "daemon: PEM certificate of this worker (mutual TLS; its CN must "
+          "be --name); needs --key and --ca");
+ABSL_FLAG(std::string, key, "", "daemon: PEM private key of --cert");
 ABSL_FLAG(std::string, labels, "",
           "daemon: comma-separated key=value labels, e.g. rack=a1,pool=ci");
 ABSL_FLAG(std::string, machine_id_file, "",
@@ -110,6 +121,11 @@ DaemonCommandOptions DaemonOptionsFromFlags() {
   options.run_timeout_s = absl::GetFlag(FLAGS_run_timeout_s);
   options.run_memory_limit_mb = absl::GetFlag(FLAGS_run_memory_limit_mb);
   options.run_cpu_limit_s = absl::GetFlag(FLAGS_run_cpu_limit_s);
+  options.token = absl::GetFlag(FLAGS_token);
+  options.token_file = absl::GetFlag(FLAGS_token_file);
+  options.ca = absl::GetFlag(FLAGS_ca);
+  options.cert = absl::GetFlag(FLAGS_cert);
+  options.key = absl::GetFlag(FLAGS_key);
   return options;
 }
 

@@ -35,8 +35,24 @@ function svg(tag, attrs, ...children) {
   return el;
 }
 
+// With bearer tokens on, the API answers 401 until the tab has a token:
+// asked for once per page load, kept for the tab (sessionStorage).
+let tokenAsked = false;
+
 async function api(path) {
-  const r = await fetch('/api/v1/' + path, {cache: 'no-store'});
+  const headers = {};
+  const token = sessionStorage.getItem('lockstepToken');
+  if (token) headers['Authorization'] = 'Bearer ' + token;
+  const r = await fetch('/api/v1/' + path, {cache: 'no-store', headers});
+  if (r.status === 401 && !tokenAsked) {
+    tokenAsked = true;
+    const t = window.prompt('This coordinator needs a bearer token (viewer or above):');
+    if (t && t.trim()) {
+      sessionStorage.setItem('lockstepToken', t.trim());
+      tokenAsked = false;
+      return api(path);
+    }
+  }
   let body = null;
   try { body = await r.json(); } catch (e) { body = {message: r.statusText}; }
   if (!r.ok) throw new Error((body && body.message) || ('HTTP ' + r.status));
