@@ -367,7 +367,10 @@ struct LayerState {
   std::vector<Tensor> grad_in;
   // The same storage in the shape the kernel writes (DENSE: [N, features]).
   std::vector<Tensor> grad_in_kernel;
-  Tensor add_scratch;  // ADD: output for a skipped (model input) gradient
+  Tensor add_scratch;  // ADD, MATMUL: output for a skipped (model input)
+                       // gradient (MATMUL: one per input)
+  Tensor add_scratch_b;
+  OpAttrs grad_attrs;  // TRANSPOSE: the inverse permutation
   Tensor running;      // BATCH_NORM: running mean and variance [2, C]
   Tensor mask;         // DROPOUT: this step's mask
   Tensor dy;           // gradient w.r.t. the output
@@ -689,6 +692,16 @@ absl::Status Executor::State::Setup() {
     if (lp.op == v1::ADD) {
       LS_ASSIGN_OR_RETURN(l.add_scratch, Zeros(lp.output_shape, what));
     }
+    if (lp.op == v1::MATMUL) {
+      LS_ASSIGN_OR_RETURN(l.add_scratch, Zeros(lp.input_shapes[0], what));
+      LS_ASSIGN_OR_RETURN(l.add_scratch_b, Zeros(lp.input_shapes[1], what));
+    }
+    l.grad_attrs = lp.attrs;
+    if (lp.op == v1::TRANSPOSE) {
+      for (int d = 0; d < lp.attrs.perm_rank; ++d) {
+        l.grad_attrs.perm[lp.attrs.perm[d]] = d;
+      }
+    }
   }
   for (auto& [op, c] : used) kernels.push_back(c);
   result.kernels = kernels;
@@ -763,7 +776,8 @@ absl::Status Executor::State::Forward() {
         LS_RETURN_IF_ERROR(Call(l.forward, l, l.ops.forward, in, out, a));
         break;
       }
-      default: {  // RELU, activations, SOFTMAX, pools, FLATTEN, ADD, RESIZE
+      default: {  // RELU, activations, SOFTMAX, pools, FLATTEN, ADD, RESIZE,
+                  // MATMUL, TRANSPOSE, RESHAPE
         Tensor out[] = {l.out};
         LS_RETURN_IF_ERROR(
             Call(l.forward, l, l.ops.forward, l.in, out, lp.attrs));
@@ -908,9 +922,28 @@ absl::Status Executor::State::Backward() {
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
         break;
       }
+      case v1::MATMUL: {
+        const Tensor in[] = {l.in[0], l.in[1], l.dy};
+        Tensor out[] = {
+            lp.inputs[0] == model::kModelInput ? l.add_scratch
+                                               : l.grad_in_kernel[0],
+            lp.inputs[1] == model::kModelInput ? l.add_scratch_b
+                                               : l.grad_in_kernel[1]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
+      case v1::TRANSPOSE: {
+        const Tensor in[] = {l.dy};
+        Tensor out[] = {l.grad_in_kernel[0]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, l.grad_attrs));
+        break;
+      }
       case v1::BIAS_ADD:
         break;    // grad_in[0] is dy itself
-      default: {  // AVG_POOL2D, GLOBAL_AVG_POOL, RESIZE_BILINEAR, FLATTEN
+      default: {  // AVG_POOL2D, GLOBAL_AVG_POOL, RESIZE_BILINEAR, FLATTEN,
+                  // RESHAPE
         const Tensor in[] = {l.dy};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(
