@@ -74,46 +74,34 @@ struct MatMulDims {
   float scale = 1.0f;
 };
 
+// One product of the call over every batch entry; the per-entry strides
+// are the element counts of the operands' entries.
+LS_HD_INLINE BatchedMatMulShape Batched(const MatMulShape& m,
+                                        const MatMulDims& md, int64_t a_batch,
+                                        int64_t b_batch, int64_t c_batch) {
+  BatchedMatMulShape s;
+  s.m = m;
+  s.batch = md.batch;
+  s.a_batch = a_batch;
+  s.b_batch = b_batch;
+  s.c_batch = c_batch;
+  s.scale = md.scale;
+  return s;
+}
+
 // The three products of one call. forward: a, b -> y; grad_a: dy, b -> da;
 // grad_b: a, dy -> db.
 LS_HD_INLINE BatchedMatMulShape MatMulForwardShape(const MatMulDims& md) {
   const DenseShape& d = md.d;
-  const int64_t batch = md.batch;
-  const float scale = md.scale;
-  BatchedMatMulShape s;
-  s.m = DenseForwardShape(d);
-  s.batch = batch;
-  s.a_batch = d.m * d.k;
-  s.b_batch = d.k * d.n;
-  s.c_batch = d.m * d.n;
-  s.scale = scale;
-  return s;
+  return Batched(DenseForwardShape(d), md, d.m * d.k, d.k * d.n, d.m * d.n);
 }
 LS_HD_INLINE BatchedMatMulShape MatMulGradAShape(const MatMulDims& md) {
   const DenseShape& d = md.d;
-  const int64_t batch = md.batch;
-  const float scale = md.scale;
-  BatchedMatMulShape s;
-  s.m = DenseGradInputShape(d);
-  s.batch = batch;
-  s.a_batch = d.m * d.n;
-  s.b_batch = d.k * d.n;
-  s.c_batch = d.m * d.k;
-  s.scale = scale;
-  return s;
+  return Batched(DenseGradInputShape(d), md, d.m * d.n, d.k * d.n, d.m * d.k);
 }
 LS_HD_INLINE BatchedMatMulShape MatMulGradBShape(const MatMulDims& md) {
   const DenseShape& d = md.d;
-  const int64_t batch = md.batch;
-  const float scale = md.scale;
-  BatchedMatMulShape s;
-  s.m = DenseGradWeightShape(d);
-  s.batch = batch;
-  s.a_batch = d.m * d.k;
-  s.b_batch = d.m * d.n;
-  s.c_batch = d.k * d.n;
-  s.scale = scale;
-  return s;
+  return Batched(DenseGradWeightShape(d), md, d.m * d.k, d.m * d.n, d.k * d.n);
 }
 
 }  // namespace lockstep::canonical

@@ -367,9 +367,8 @@ struct LayerState {
   std::vector<Tensor> grad_in;
   // The same storage in the shape the kernel writes (DENSE: [N, features]).
   std::vector<Tensor> grad_in_kernel;
-  Tensor add_scratch;  // ADD, MATMUL: output for a skipped (model input)
-                       // gradient (MATMUL: one per input)
-  Tensor add_scratch_b;
+  // ADD, MATMUL: per input, where a skipped (model input) gradient goes.
+  std::vector<Tensor> grad_scratch;
   OpAttrs grad_attrs;  // TRANSPOSE: the inverse permutation
   Tensor running;      // BATCH_NORM: running mean and variance [2, C]
   Tensor mask;         // DROPOUT: this step's mask
@@ -689,12 +688,13 @@ absl::Status Executor::State::Setup() {
                             l.grad_in[k].Reshape(l.in[k].shape()));
       }
     }
-    if (lp.op == v1::ADD) {
-      LS_ASSIGN_OR_RETURN(l.add_scratch, Zeros(lp.output_shape, what));
-    }
-    if (lp.op == v1::MATMUL) {
-      LS_ASSIGN_OR_RETURN(l.add_scratch, Zeros(lp.input_shapes[0], what));
-      LS_ASSIGN_OR_RETURN(l.add_scratch_b, Zeros(lp.input_shapes[1], what));
+    if (lp.op == v1::ADD || lp.op == v1::MATMUL) {
+      l.grad_scratch.resize(lp.inputs.size());
+      for (size_t k = 0; k < lp.inputs.size(); ++k) {
+        if (lp.inputs[k] != model::kModelInput) continue;
+        LS_ASSIGN_OR_RETURN(l.grad_scratch[k],
+                            Zeros(lp.input_shapes[k], what + " scratch"));
+      }
     }
     l.grad_attrs = lp.attrs;
     if (lp.op == v1::TRANSPOSE) {
@@ -805,6 +805,15 @@ absl::Status Executor::State::Forward() {
   return absl::OkStatus();
 }
 
+namespace {
+// The tensor a two-input gradient kernel writes input k's gradient into:
+// the input's gradient, or scratch for the model input (no gradient kept).
+Tensor GradOutput(const LayerState& l, int k) {
+  return l.plan->inputs[k] == model::kModelInput ? l.grad_scratch[k]
+                                                 : l.grad_in_kernel[k];
+}
+}  // namespace
+
 absl::Status Executor::State::Backward() {
   for (int i = static_cast<int>(layers.size()) - 1; i >= 0; --i) {
     LayerState& l = layers[i];
@@ -892,11 +901,7 @@ absl::Status Executor::State::Backward() {
       }
       case v1::ADD: {
         const Tensor in[] = {l.dy};
-        Tensor out[] = {
-            lp.inputs[0] == model::kModelInput ? l.add_scratch
-                                               : l.grad_in_kernel[0],
-            lp.inputs[1] == model::kModelInput ? l.add_scratch
-                                               : l.grad_in_kernel[1]};
+        Tensor out[] = {GradOutput(l, 0), GradOutput(l, 1)};
         LS_RETURN_IF_ERROR(
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
         break;
@@ -924,11 +929,7 @@ absl::Status Executor::State::Backward() {
       }
       case v1::MATMUL: {
         const Tensor in[] = {l.in[0], l.in[1], l.dy};
-        Tensor out[] = {
-            lp.inputs[0] == model::kModelInput ? l.add_scratch
-                                               : l.grad_in_kernel[0],
-            lp.inputs[1] == model::kModelInput ? l.add_scratch_b
-                                               : l.grad_in_kernel[1]};
+        Tensor out[] = {GradOutput(l, 0), GradOutput(l, 1)};
         LS_RETURN_IF_ERROR(
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
         break;
