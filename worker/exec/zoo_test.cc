@@ -255,8 +255,9 @@ TEST(ZooTest, GradientsMatchFiniteDifferences) {
     const float eps = std::string(name) == "resnet_bn" ? 1e-4f : 5e-4f;
     // gpt_tiny's four blocks are alike: its check covers the embedding, the
     // first block (whose gradients flow back through all four blocks'
-    // attention) and the head, at the largest and the middle element of
-    // each gradient, to keep the test to a few seconds.
+    // attention) and the head, at the largest element of each gradient
+    // (the one a wiring error would move most), to keep the test to a few
+    // seconds.
     const bool gpt = std::string(name) == "gpt_tiny";
     for (size_t l = 0; l < z.plan.layers.size(); ++l) {
       const model::LayerPlan& lp = z.plan.layers[l];
@@ -273,8 +274,7 @@ TEST(ZooTest, GradientsMatchFiniteDifferences) {
           if (std::fabs(g[i]) > std::fabs(g[largest])) largest = i;
         }
         const std::vector<int64_t> elements =
-            gpt ? std::vector<int64_t>{largest,
-                                       static_cast<int64_t>(g.size() / 2)}
+            gpt ? std::vector<int64_t>{largest}
                 : std::vector<int64_t>{0, static_cast<int64_t>(g.size() / 2),
                                        static_cast<int64_t>(g.size() - 1)};
         for (int64_t e : elements) {
