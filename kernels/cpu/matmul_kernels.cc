@@ -68,11 +68,8 @@ void RunBatched(const c::BatchedMatMulShape& s, const float* a, const float* b,
 template <int64_t kChunkLength>
 absl::Status MatMulForwardKernel(absl::Span<const Tensor> in,
                                  absl::Span<Tensor> out, const OpAttrs& a) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kMatMulForward, in, 2, out, 1));
   LS_ASSIGN_OR_RETURN(c::MatMulDims d,
-                      ValidateMatMul(op::kMatMulForward, in[0], in[1], out[0],
-                                     "y", nullptr, nullptr, a));
-  LS_RETURN_IF_ERROR(CheckNoAlias(op::kMatMulForward, in, out));
+                      ValidateMatMulCall(op::kMatMulForward, in, out, a));
   RunBatched(c::MatMulForwardShape(d), in[0].data<float>(), in[1].data<float>(),
              out[0].data<float>(), out[0], kChunkLength);
   return absl::OkStatus();
@@ -81,14 +78,8 @@ absl::Status MatMulForwardKernel(absl::Span<const Tensor> in,
 template <int64_t kChunkLength>
 absl::Status MatMulGradKernel(absl::Span<const Tensor> in,
                               absl::Span<Tensor> out, const OpAttrs& a) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kMatMulGrad, in, 3, out, 2));
   LS_ASSIGN_OR_RETURN(c::MatMulDims d,
-                      ValidateMatMul(op::kMatMulGrad, in[0], in[1], in[2], "dy",
-                                     &out[0], &out[1], a));
-  LS_RETURN_IF_ERROR(CheckNoAlias(op::kMatMulGrad, in, out));
-  if (out[0].SharesStorageWith(out[1])) {
-    return absl::InvalidArgumentError("matmul.grad: da and db share storage");
-  }
+                      ValidateMatMulCall(op::kMatMulGrad, in, out, a));
   const float* av = in[0].data<float>();
   const float* bv = in[1].data<float>();
   const float* dy = in[2].data<float>();
@@ -106,11 +97,8 @@ absl::Status MatMulGradKernel(absl::Span<const Tensor> in,
 absl::Status MatMulForwardSplitKAtomicKernel(absl::Span<const Tensor> in,
                                              absl::Span<Tensor> out,
                                              const OpAttrs& a) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kMatMulForward, in, 2, out, 1));
   LS_ASSIGN_OR_RETURN(c::MatMulDims d,
-                      ValidateMatMul(op::kMatMulForward, in[0], in[1], out[0],
-                                     "y", nullptr, nullptr, a));
-  LS_RETURN_IF_ERROR(CheckNoAlias(op::kMatMulForward, in, out));
+                      ValidateMatMulCall(op::kMatMulForward, in, out, a));
   const c::BatchedMatMulShape s = c::MatMulForwardShape(d);
   FillZero(out[0]);
   if (s.m.depth == 0 || s.batch == 0 || s.m.rows == 0 || s.m.cols == 0) {

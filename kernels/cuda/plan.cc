@@ -92,14 +92,7 @@ absl::Status PlanMatMul(absl::string_view name, absl::Span<const Tensor> in,
                         absl::Span<Tensor> out, const OpAttrs& a,
                         DeviceCall* call) {
   const bool forward = name == op::kMatMulForward;
-  LS_RETURN_IF_ERROR(
-      CheckArity(name, in, forward ? 2 : 3, out, forward ? 1 : 2));
-  LS_ASSIGN_OR_RETURN(c::MatMulDims d,
-                      forward ? ValidateMatMul(name, in[0], in[1], out[0], "y",
-                                               nullptr, nullptr, a)
-                              : ValidateMatMul(name, in[0], in[1], in[2], "dy",
-                                               &out[0], &out[1], a));
-  LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
+  LS_ASSIGN_OR_RETURN(c::MatMulDims d, ValidateMatMulCall(name, in, out, a));
   const int a_buf = AddIn(call, in[0]);
   const int b_buf = AddIn(call, in[1]);
   if (forward) {
@@ -109,9 +102,6 @@ absl::Status PlanMatMul(absl::string_view name, absl::Span<const Tensor> in,
               {a_buf, b_buf}, {y})
         .batched_matmul = s;
     return absl::OkStatus();
-  }
-  if (out[0].SharesStorageWith(out[1])) {
-    return absl::InvalidArgumentError("matmul.grad: da and db share storage");
   }
   const int dy = AddIn(call, in[2]);
   const int da = AddOut(call, out[0]);

@@ -528,6 +528,23 @@ absl::StatusOr<canonical::MatMulDims> ValidateMatMul(
   return canonical::MatMulDims{d, batch, attrs.scale};
 }
 
+absl::StatusOr<canonical::MatMulDims> ValidateMatMulCall(
+    absl::string_view op, absl::Span<const Tensor> in, absl::Span<Tensor> out,
+    const OpAttrs& attrs) {
+  const bool forward = op == op::kMatMulForward;
+  LS_RETURN_IF_ERROR(CheckArity(op, in, forward ? 2 : 3, out, forward ? 1 : 2));
+  LS_ASSIGN_OR_RETURN(canonical::MatMulDims d,
+                      forward ? ValidateMatMul(op, in[0], in[1], out[0], "y",
+                                               nullptr, nullptr, attrs)
+                              : ValidateMatMul(op, in[0], in[1], in[2], "dy",
+                                               &out[0], &out[1], attrs));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op, in, out));
+  if (!forward && out[0].SharesStorageWith(out[1])) {
+    return Invalid(op, "da and db share storage");
+  }
+  return d;
+}
+
 absl::StatusOr<canonical::TransposeShape> ValidateTranspose(
     const Tensor& x, const Tensor& y, const OpAttrs& attrs) {
   constexpr absl::string_view op = "transpose";

@@ -121,6 +121,13 @@ absl::StatusOr<canonical::MatMulDims> ValidateMatMul(
     absl::string_view y_name, const Tensor* da, const Tensor* db,
     const OpAttrs& attrs);
 
+// A whole matmul.forward (in {a, b}, out {y}) or matmul.grad (in {a, b, dy},
+// out {da, db}) call, as every backend checks it: the arity, the shapes
+// (ValidateMatMul), no output sharing an input or (grad) another output.
+absl::StatusOr<canonical::MatMulDims> ValidateMatMulCall(
+    absl::string_view op, absl::Span<const Tensor> in, absl::Span<Tensor> out,
+    const OpAttrs& attrs);
+
 // transpose: x, y float32; attrs.perm a permutation of x's axes;
 // y.shape[d] = x.shape[perm[d]].
 absl::StatusOr<canonical::TransposeShape> ValidateTranspose(
