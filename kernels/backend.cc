@@ -54,10 +54,15 @@ std::vector<std::string> NnOpNames() {
           op::kDropoutGrad};
 }
 
+std::vector<std::string> TransformerOpNames() {
+  return {op::kMatMulForward, op::kMatMulGrad, op::kTranspose, op::kReshape};
+}
+
 std::vector<std::string> AllOpNames() {
   std::vector<std::string> all = DenseFamilyOpNames();
   for (std::string& s : SpatialOpNames()) all.push_back(std::move(s));
   for (std::string& s : NnOpNames()) all.push_back(std::move(s));
+  for (std::string& s : TransformerOpNames()) all.push_back(std::move(s));
   return all;
 }
 

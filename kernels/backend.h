@@ -63,6 +63,13 @@
 //       (kernels/ops/embedding.h: a gather and a sorted segment sum)
 //   dropout.forward     in {x}         out {y, mask}  (dropout_rate, _seed,
 //   dropout.grad        in {mask, dy}  out {dx}        _stream; dropout.h)
+//   matmul.forward      in {a, b}      out {y}       batched: a [B..., M, K],
+//   matmul.grad         in {a, b, dy}  out {da, db}  b [B..., K, N]
+//   (transpose_x
+//       / transpose_w transpose a / b; scale; kernels/ops/matmul.h)
+//   transpose           in {x}         out {y}       axes permuted by perm
+//   reshape             in {x}         out {y}       same elements, y's shape
+//       (kernels/ops/movement.h)
 #ifndef LOCKSTEP_KERNELS_BACKEND_H_
 #define LOCKSTEP_KERNELS_BACKEND_H_
 
@@ -146,6 +153,10 @@ inline constexpr char kEmbeddingForward[] = "embedding.forward";
 inline constexpr char kEmbeddingGradWeight[] = "embedding.grad_weight";
 inline constexpr char kDropoutForward[] = "dropout.forward";
 inline constexpr char kDropoutGrad[] = "dropout.grad";
+inline constexpr char kMatMulForward[] = "matmul.forward";
+inline constexpr char kMatMulGrad[] = "matmul.grad";
+inline constexpr char kTranspose[] = "transpose";
+inline constexpr char kReshape[] = "reshape";
 }  // namespace op
 
 // The dense-family, loss and optimizer ops (kernels/ops/).
@@ -156,13 +167,18 @@ std::vector<std::string> SpatialOpNames();
 // embeddings and dropout (kernels/ops/activations.h, norm.h, optimizers.h,
 // embedding.h, dropout.h).
 std::vector<std::string> NnOpNames();
-// DenseFamilyOpNames() + SpatialOpNames() + NnOpNames(), in that order.
+// Transformer primitives: batched matmul, transpose and reshape
+// (kernels/ops/matmul.h, movement.h).
+std::vector<std::string> TransformerOpNames();
+// DenseFamilyOpNames() + SpatialOpNames() + NnOpNames() +
+// TransformerOpNames(), in that order.
 std::vector<std::string> AllOpNames();
 
 // Attributes of one op call. Each op reads only its own fields (listed per
 // field); the others are ignored. Defaults are the usual neutral values.
 struct OpAttrs {
-  // dense.*: the stored x is [K, M] / the stored w is [N, K].
+  // dense.*: the stored x is [K, M] / the stored w is [N, K]. matmul.*:
+  // the stored a is [B..., K, M] / the stored b is [B..., N, K].
   bool transpose_x = false;
   bool transpose_w = false;
 
@@ -189,7 +205,7 @@ struct OpAttrs {
   float epsilon = 1e-8f;
   int64_t step = 1;           // adam.update: 1-based step number t
   float weight_decay = 0.0f;  // adamw.update (decoupled)
-  float scale = 1.0f;         // grad_norm.scale
+  float scale = 1.0f;         // grad_norm.scale; matmul.* (after the dot)
 
   // layer_norm.*, batch_norm.*: added to the variance before the square
   // root.
@@ -204,6 +220,13 @@ struct OpAttrs {
   float dropout_rate = 0.0f;
   uint64_t dropout_seed = 0;
   uint64_t dropout_stream = 0;
+
+  // softmax.*: causal rows of [.., T, T] scores (kernels/ops/norm.h).
+  bool causal = false;
+
+  // transpose: y axis d is x axis perm[d], d < perm_rank (= x's rank).
+  int perm_rank = 0;
+  int perm[kMaxRank] = {};
 };
 
 // INVALID_ARGUMENT "<op>: output O shares storage with input I" when an

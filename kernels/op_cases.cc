@@ -497,6 +497,89 @@ void AddDropout(Gen& g, std::vector<OpCase>* cases) {
   }
 }
 
+// Batched matmuls (batch dimensions, transposes, a chunk-crossing K, an
+// empty reduction, a scale), causal softmax rows, transposes and reshapes.
+void AddTransformer(Gen& g, std::vector<OpCase>* cases) {
+  struct M {
+    std::vector<int64_t> batch;
+    int64_t m, k, n;
+    bool ta, tb;
+    float scale;
+  };
+  const M dims[] = {{{2, 3}, 5, 300, 4, false, false, 1.0f},
+                    {{4}, 3, 7, 257, true, true, 0.125f},
+                    {{}, 260, 6, 5, true, false, 1.0f},
+                    {{3}, 4, 9, 6, false, true, 0.17677669f},
+                    {{2}, 3, 0, 2, false, false, 1.0f}};
+  for (const M& d : dims) {
+    OpAttrs a;
+    a.transpose_x = d.ta;
+    a.transpose_w = d.tb;
+    a.scale = d.scale;
+    auto with = [&](int64_t r, int64_t c) {
+      std::vector<int64_t> s = d.batch;
+      s.push_back(r);
+      s.push_back(c);
+      return s;
+    };
+    const std::vector<int64_t> as = d.ta ? with(d.k, d.m) : with(d.m, d.k);
+    const std::vector<int64_t> bs = d.tb ? with(d.n, d.k) : with(d.k, d.n);
+    const std::string label = absl::StrCat("batch=", d.batch.size(), " m=", d.m,
+                                           " k=", d.k, " n=", d.n, " ta=", d.ta,
+                                           " tb=", d.tb, " scale=", d.scale);
+    cases->push_back({"matmul.forward " + label,
+                      op::kMatMulForward,
+                      {g.Floats(as), g.Floats(bs)},
+                      {Zeros(with(d.m, d.n))},
+                      a});
+    cases->push_back({"matmul.grad " + label,
+                      op::kMatMulGrad,
+                      {g.Floats(as), g.Floats(bs), g.Floats(with(d.m, d.n))},
+                      {Zeros(as), Zeros(bs)},
+                      a});
+  }
+  OpAttrs causal;
+  causal.causal = true;
+  for (const std::vector<int64_t>& s :
+       {std::vector<int64_t>{2, 3, 5, 5}, std::vector<int64_t>{1, 300, 300}}) {
+    const std::string label = absl::StrCat("causal shape=", ShapeString(s));
+    cases->push_back({"softmax.forward " + label,
+                      op::kSoftmaxForward,
+                      {g.Floats(s)},
+                      {Zeros(s)},
+                      causal});
+    cases->push_back({"softmax.grad " + label,
+                      op::kSoftmaxGrad,
+                      {g.Floats(s), g.Floats(s)},
+                      {Zeros(s)},
+                      causal});
+  }
+  struct T {
+    std::vector<int64_t> shape;
+    std::vector<int> perm;
+  };
+  const T transposes[] = {{{2, 3, 4, 5}, {0, 2, 1, 3}},
+                          {{3, 70}, {1, 0}},
+                          {{2, 3, 4}, {2, 0, 1}},
+                          {{0, 3}, {1, 0}}};
+  for (const T& t : transposes) {
+    OpAttrs a;
+    a.perm_rank = static_cast<int>(t.perm.size());
+    std::vector<int64_t> ys;
+    for (size_t i = 0; i < t.perm.size(); ++i) {
+      a.perm[i] = t.perm[i];
+      ys.push_back(t.shape[t.perm[i]]);
+    }
+    cases->push_back({"transpose x=" + ShapeString(t.shape),
+                      op::kTranspose,
+                      {g.Floats(t.shape)},
+                      {Zeros(ys)},
+                      a});
+  }
+  cases->push_back(
+      {"reshape", op::kReshape, {g.Floats({2, 3, 4})}, {Zeros({6, 2, 2})}, {}});
+}
+
 }  // namespace
 
 const char* InputFamilyName(InputFamily family) {
@@ -516,6 +599,7 @@ std::vector<OpCase> OpCases(InputFamily family, uint32_t seed) {
   AddNn(g, &cases);
   AddEmbedding(g, &cases);
   AddDropout(g, &cases);
+  AddTransformer(g, &cases);
   return cases;
 }
 

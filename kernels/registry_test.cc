@@ -123,7 +123,8 @@ TEST(RegistryTest, ModeNames) {
   EXPECT_EQ(DenseFamilyOpNames().size(), 15u);
   EXPECT_EQ(SpatialOpNames().size(), 11u);
   EXPECT_EQ(NnOpNames().size(), 25u);
-  EXPECT_EQ(AllOpNames().size(), 51u);
+  EXPECT_EQ(TransformerOpNames().size(), 4u);
+  EXPECT_EQ(AllOpNames().size(), 55u);
 }
 
 }  // namespace

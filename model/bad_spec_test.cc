@@ -130,6 +130,27 @@ const BadSpec kBadSpecs[] = {
     {"bad_name.model.json", kInvalid, "layers[0] \"conv 1\": name: must match [A-Za-z0-9_.-]{1,64}"},
     {"empty_name.model.txtpb", kInvalid, "layers[0] \"\": name: must not be empty"},
     {"add_one_input.model.json", kInvalid, "layers[2] \"add1\": ADD needs exactly 2 inputs, got 1"},
+    // Transformer primitives: the field and the limit.
+    {"matmul_one_input.model.json", kInvalid, "layers[2] \"mm\": MATMUL needs exactly 2 inputs, got 1"},
+    {"matmul_inner_mismatch.model.json", kInvalid,
+     "layers[2] \"mm\": inputs: MATMUL's inner dimensions differ: op(a) has K = 8, op(b) has K = 4 "
+     "(matmul.transpose_a = 0, matmul.transpose_b = 0)"},
+    {"matmul_rank_mismatch.model.json", kInvalid,
+     "layers[3] \"mm\": inputs: MATMUL needs two inputs of one rank >= 3"},
+    {"matmul_batch_mismatch.model.json", kInvalid,
+     "layers[3] \"mm\": inputs: MATMUL's leading (batch) dimensions must be equal; dimension 1 differs: "
+     "layer \"r1\" is [32, 4, 1, 8], layer \"r2\" is [32, 2, 8, 2]"},
+    {"transpose_moves_batch.model.json", kInvalid,
+     "layers[2] \"t\": transpose.perm[0]: must be 0 (the batch axis stays first), got 1"},
+    {"transpose_not_permutation.model.json", kInvalid,
+     "layers[2] \"t\": transpose.perm[2]: 2; perm must be a permutation of 0 .. 2"},
+    {"reshape_two_inferred.model.json", kInvalid,
+     "layers[2] \"r\": reshape.shape[2]: a second -1 (shape[0] is already inferred); at most one -1"},
+    {"reshape_wrong_count.model.json", kInvalid,
+     "layers[2] \"r\": reshape.shape: [5, 5] holds 25 elements per example, but the input [32, 4, 6]"},
+    {"causal_not_square.model.json", kInvalid,
+     "layers[2] \"p\": softmax.causal: needs [N, ..., T, T] scores (the last two dimensions equal), "
+     "got [32, 4, 6]"},
     {"add_three_inputs.model.json", kInvalid, "layers[2] \"add1\": ADD needs exactly 2 inputs, got 3"},
     {"add_mismatch.model.json", kInvalid,
      "layers[2] \"add\": ADD inputs differ in shape: layer \"c1\" is [32, 8, 8, 8], layer "

@@ -57,7 +57,8 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: SOFTMAX_XENT must be the last layer and only the last", label));
     }
-    const size_t want_inputs = layer.op == v1::ADD ? 2 : 1;
+    const size_t want_inputs =
+        layer.op == v1::ADD || layer.op == v1::MATMUL ? 2 : 1;
     if (layer.inputs.size() != want_inputs) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: takes %d input(s), the plan gives %d", label,
@@ -222,6 +223,14 @@ absl::StatusOr<LayerOps> OpsOfLayer(v1::LayerOp layer_op) {
                       op::kBatchNormGradParams};
     case v1::DROPOUT:
       return LayerOps{op::kDropoutForward, op::kDropoutGrad, ""};
+    case v1::MATMUL:
+      // One gradient call writes both inputs' gradients.
+      return LayerOps{op::kMatMulForward, op::kMatMulGrad, ""};
+    case v1::TRANSPOSE:
+      // The gradient is the transpose by the inverse permutation.
+      return LayerOps{op::kTranspose, op::kTranspose, ""};
+    case v1::RESHAPE:
+      return LayerOps{op::kReshape, op::kReshape, ""};
     case v1::EMBEDDING:
       // Its input is token ids: no input gradient.
       return LayerOps{op::kEmbeddingForward, "", op::kEmbeddingGradWeight};

@@ -98,6 +98,14 @@ absl::string_view ParamsCaseName(v1::Layer::ParamsCase c) {
       return "embedding";
     case v1::Layer::kDropout:
       return "dropout";
+    case v1::Layer::kMatmul:
+      return "matmul";
+    case v1::Layer::kTranspose:
+      return "transpose";
+    case v1::Layer::kReshape:
+      return "reshape";
+    case v1::Layer::kSoftmax:
+      return "softmax";
     case v1::Layer::PARAMS_NOT_SET:
       break;
   }
@@ -120,6 +128,10 @@ v1::Layer::ParamsCase ParamsFor(v1::LayerOp op) {
       return v1::Layer::kEmbedding;
     case v1::DROPOUT:
       return v1::Layer::kDropout;
+    case v1::TRANSPOSE:
+      return v1::Layer::kTranspose;
+    case v1::RESHAPE:
+      return v1::Layer::kReshape;
     default:
       return v1::Layer::PARAMS_NOT_SET;
   }
@@ -174,6 +186,10 @@ class Planner {
   absl::Status PlanBiasAdd(int i, LayerPlan* lp);
   absl::Status PlanLoss(int i, LayerPlan* lp);
   absl::Status PlanEmbedding(int i, LayerPlan* lp);
+  absl::Status PlanMatMul(int i, LayerPlan* lp);
+  absl::Status PlanTranspose(int i, LayerPlan* lp);
+  absl::Status PlanReshape(int i, LayerPlan* lp);
+  absl::Status PlanSoftmax(int i, LayerPlan* lp);
   absl::Status CheckTokenInput(int i, const LayerPlan& lp) const;
   absl::Status CheckDatasetKind() const;
 
@@ -249,7 +265,7 @@ absl::Status Planner::CheckNames() {
 
 absl::Status Planner::ResolveInputs(int i, LayerPlan* lp) {
   const v1::Layer& layer = model_.layers(i);
-  const int wanted = layer.op() == v1::ADD ? 2 : 1;
+  const int wanted = layer.op() == v1::ADD || layer.op() == v1::MATMUL ? 2 : 1;
   // Checked before the names, so a huge list costs nothing.
   const int given = layer.inputs_size() == 0 ? 1 : layer.inputs_size();
   if (given != wanted) {
@@ -753,6 +769,165 @@ absl::Status Planner::PlanEmbedding(int i, LayerPlan* lp) {
   return AddParam(i, std::move(w), lp);
 }
 
+absl::Status Planner::PlanMatMul(int i, LayerPlan* lp) {
+  const v1::MatmulParams& p = model_.layers(i).matmul();
+  if (!std::isfinite(p.scale())) {
+    return LayerError(
+        i, absl::StrFormat("matmul.scale: %g is not finite", p.scale()));
+  }
+  const std::vector<int64_t>& a = lp->input_shapes[0];
+  const std::vector<int64_t>& b = lp->input_shapes[1];
+  const std::string inputs = absl::StrFormat(
+      "%s is %s, %s is %s", ProducerName(lp->inputs[0]), ShapeToString(a),
+      ProducerName(lp->inputs[1]), ShapeToString(b));
+  if (a.size() < 3 || a.size() != b.size()) {
+    return LayerError(
+        i, absl::StrFormat("inputs: MATMUL needs two inputs of one rank >= 3 "
+                           "([N, ..., M, K] and [N, ..., K, N']): %s",
+                           inputs));
+  }
+  const size_t r = a.size();
+  for (size_t d = 0; d + 2 < r; ++d) {
+    if (a[d] != b[d]) {
+      return LayerError(
+          i, absl::StrFormat("inputs: MATMUL's leading (batch) dimensions "
+                             "must be equal; dimension %d differs: %s",
+                             d, inputs));
+    }
+  }
+  const int64_t m = p.transpose_a() ? a[r - 1] : a[r - 2];
+  const int64_t ka = p.transpose_a() ? a[r - 2] : a[r - 1];
+  const int64_t kb = p.transpose_b() ? b[r - 1] : b[r - 2];
+  const int64_t n = p.transpose_b() ? b[r - 2] : b[r - 1];
+  if (ka != kb) {
+    return LayerError(
+        i, absl::StrFormat("inputs: MATMUL's inner dimensions differ: op(a) "
+                           "has K = %d, op(b) has K = %d "
+                           "(matmul.transpose_a = %d, matmul.transpose_b = "
+                           "%d): %s",
+                           ka, kb, p.transpose_a(), p.transpose_b(), inputs));
+  }
+  lp->output_shape.assign(a.begin(), a.end() - 2);
+  lp->output_shape.push_back(m);
+  lp->output_shape.push_back(n);
+  LS_RETURN_IF_ERROR(CheckOutputSize(i, lp->output_shape));
+  lp->attrs.transpose_x = p.transpose_a();
+  lp->attrs.transpose_w = p.transpose_b();
+  lp->attrs.scale = p.scale() == 0.0f ? 1.0f : p.scale();
+  return absl::OkStatus();
+}
+
+absl::Status Planner::PlanTranspose(int i, LayerPlan* lp) {
+  const v1::TransposeParams& p = model_.layers(i).transpose();
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+  const int rank = static_cast<int>(in.size());
+  if (p.perm_size() != rank) {
+    return LayerError(
+        i, absl::StrFormat("transpose.perm: has %d entries, but the input %s "
+                           "from %s has rank %d (perm lists every axis, the "
+                           "batch axis 0 first)",
+                           p.perm_size(), ShapeToString(in),
+                           ProducerName(lp->inputs[0]), rank));
+  }
+  std::vector<bool> seen(rank, false);
+  for (int d = 0; d < rank; ++d) {
+    const int32_t v = p.perm(d);
+    if (v < 0 || v >= rank || seen[v]) {
+      return LayerError(
+          i, absl::StrFormat("transpose.perm[%d]: %d; perm must be a "
+                             "permutation of 0 .. %d",
+                             d, v, rank - 1));
+    }
+    seen[v] = true;
+  }
+  if (p.perm(0) != 0) {
+    return LayerError(i, absl::StrFormat("transpose.perm[0]: must be 0 (the "
+                                         "batch axis stays first), got %d",
+                                         p.perm(0)));
+  }
+  lp->attrs.perm_rank = rank;
+  for (int d = 0; d < rank; ++d) {
+    lp->attrs.perm[d] = p.perm(d);
+    lp->output_shape.push_back(in[p.perm(d)]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::PlanReshape(int i, LayerPlan* lp) {
+  const v1::ReshapeParams& p = model_.layers(i).reshape();
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+  if (p.shape_size() < 1 || p.shape_size() > kernels::kMaxRank - 1) {
+    return LayerError(
+        i, absl::StrFormat("reshape.shape: needs 1 to %d dimensions (the "
+                           "example shape, without the batch), got %d",
+                           kernels::kMaxRank - 1, p.shape_size()));
+  }
+  const int64_t elements = SatProduct(absl::MakeConstSpan(in).subspan(1));
+  int inferred = -1;
+  int64_t known = 1;
+  for (int d = 0; d < p.shape_size(); ++d) {
+    const int64_t v = p.shape(d);
+    if (v == -1) {
+      if (inferred >= 0) {
+        return LayerError(
+            i, absl::StrFormat("reshape.shape[%d]: a second -1 (shape[%d] is "
+                               "already inferred); at most one -1",
+                               d, inferred));
+      }
+      inferred = d;
+      continue;
+    }
+    if (v < 1 || v > limits_.max_dim) {
+      return LayerError(
+          i, absl::StrFormat("reshape.shape[%d]: %d is outside 1 .. %d (or -1 "
+                             "to infer it)",
+                             d, v, limits_.max_dim));
+    }
+    known = SatMul(known, v);
+  }
+  std::vector<int64_t> out = {in[0]};
+  for (int d = 0; d < p.shape_size(); ++d) out.push_back(p.shape(d));
+  if (inferred >= 0) {
+    if (known == 0 || elements % known != 0) {
+      return LayerError(
+          i, absl::StrFormat("reshape.shape: no -1 fits: %d elements per "
+                             "example (input %s from %s) are not a multiple "
+                             "of %d",
+                             elements, ShapeToString(in),
+                             ProducerName(lp->inputs[0]), known));
+    }
+    out[inferred + 1] = elements / known;
+    known = elements;
+  }
+  if (known != elements) {
+    return LayerError(
+        i, absl::StrFormat("reshape.shape: %s holds %d elements per example, "
+                           "but the input %s from %s holds %d",
+                           ShapeToString(std::vector<int64_t>(p.shape().begin(),
+                                                              p.shape().end())),
+                           known, ShapeToString(in),
+                           ProducerName(lp->inputs[0]), elements));
+  }
+  lp->output_shape = std::move(out);
+  return absl::OkStatus();
+}
+
+absl::Status Planner::PlanSoftmax(int i, LayerPlan* lp) {
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+  lp->output_shape = in;
+  if (!model_.layers(i).has_softmax() || !model_.layers(i).softmax().causal()) {
+    return absl::OkStatus();
+  }
+  if (in.size() < 3 || in[in.size() - 1] != in[in.size() - 2]) {
+    return LayerError(
+        i, absl::StrFormat("softmax.causal: needs [N, ..., T, T] scores (the "
+                           "last two dimensions equal), got %s from %s",
+                           ShapeToString(in), ProducerName(lp->inputs[0])));
+  }
+  lp->attrs.causal = true;
+  return absl::OkStatus();
+}
+
 // In a token model only EMBEDDING layers may read the model input.
 absl::Status Planner::CheckTokenInput(int i, const LayerPlan& lp) const {
   if (plan_.input_dtype != kernels::DType::kInt32 || lp.op == v1::EMBEDDING) {
@@ -814,9 +989,12 @@ absl::StatusOr<ModelPlan> Planner::Run() {
       return LayerError(i, "op: must be set (LAYER_OP_UNSPECIFIED)");
     }
     const v1::Layer::ParamsCase needed = ParamsFor(op);
-    // BATCH_NORM's params are optional.
+    // BATCH_NORM's, MATMUL's and SOFTMAX's params are optional.
     const bool optional_ok =
-        op == v1::BATCH_NORM && layer.params_case() == v1::Layer::kBatchNorm;
+        (op == v1::BATCH_NORM &&
+         layer.params_case() == v1::Layer::kBatchNorm) ||
+        (op == v1::MATMUL && layer.params_case() == v1::Layer::kMatmul) ||
+        (op == v1::SOFTMAX && layer.params_case() == v1::Layer::kSoftmax);
     if (layer.params_case() != needed && !optional_ok) {
       if (needed == v1::Layer::PARAMS_NOT_SET) {
         return LayerError(
@@ -887,8 +1065,19 @@ absl::StatusOr<ModelPlan> Planner::Run() {
       case v1::SILU:
       case v1::GELU:
       case v1::GELU_TANH:
-      case v1::SOFTMAX:
         lp.output_shape = lp.input_shapes[0];
+        break;
+      case v1::SOFTMAX:
+        LS_RETURN_IF_ERROR(PlanSoftmax(i, &lp));
+        break;
+      case v1::MATMUL:
+        LS_RETURN_IF_ERROR(PlanMatMul(i, &lp));
+        break;
+      case v1::TRANSPOSE:
+        LS_RETURN_IF_ERROR(PlanTranspose(i, &lp));
+        break;
+      case v1::RESHAPE:
+        LS_RETURN_IF_ERROR(PlanReshape(i, &lp));
         break;
       case v1::LAYER_NORM:
         LS_RETURN_IF_ERROR(PlanLayerNorm(i, &lp));
@@ -1059,6 +1248,16 @@ int64_t LayerForwardFlops(const LayerPlan& layer) {
       return SatMul(out, 8);
     case v1::SOFTMAX:
       return SatMul(out, 4);
+    case v1::MATMUL: {
+      // 2 * output elements * K.
+      if (layer.input_shapes.size() < 2) return 0;
+      const std::vector<int64_t>& a = layer.input_shapes[0];
+      const int64_t k = layer.attrs.transpose_x ? a[a.size() - 2] : a.back();
+      return SatMul(out, SatMul(2, k));
+    }
+    case v1::TRANSPOSE:
+    case v1::RESHAPE:
+      return 0;  // copies
     case v1::SOFTMAX_XENT:
       return layer.input_shapes.empty()
                  ? 0

@@ -110,7 +110,8 @@ int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
 //   SOFTMAX          4 per element
 //   LAYER_NORM, BATCH_NORM  8 per element
 //   SOFTMAX_XENT     4 per logit
-//   FLATTEN          0
+//   MATMUL           2*(output elements)*K
+//   FLATTEN, TRANSPOSE, RESHAPE  0
 // A training step costs roughly 3x the forward pass. Saturates at INT64_MAX.
 int64_t LayerForwardFlops(const LayerPlan& layer);
 // Sum of LayerForwardFlops over the plan (saturating).

@@ -5,6 +5,7 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -35,10 +36,15 @@ using ::lockstep::testing::IsOk;
 // the scalar canonical backend this keeps a step well under 100 ms.
 constexpr int64_t kMaxForwardFlops = 5'000'000;
 constexpr int64_t kMaxParameters = 100'000;
+// gpt_tiny (4 blocks of width 128) is bounded by the vectorised GEMM
+// instead: its 40 example steps, every tensor fingerprinted, take about
+// 1.5 s on one AVX2 core.
+constexpr int64_t kMaxGptForwardFlops = 120'000'000;
+constexpr int64_t kMaxGptParameters = 1'000'000;
 
 const char* const kZoo[] = {"mlp",       "lenet5",   "resnet_small",
                             "gauntlet",  "norm_mlp", "mobilenet_tiny",
-                            "resnet_bn", "char_lm"};
+                            "resnet_bn", "char_lm",  "gpt_tiny"};
 
 std::string Examples(const std::string& relative) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
@@ -111,10 +117,13 @@ TEST(ZooTest, EveryModelPlansWithEveryConfig) {
       SCOPED_TRACE(absl::StrCat(name, "/", config));
       const Loaded l = Load(name, config);
       EXPECT_EQ(l.plan.model_name, name);
+      const bool gpt = std::string(name) == "gpt_tiny";
       EXPECT_GT(l.plan.parameter_count, 0);
-      EXPECT_LE(l.plan.parameter_count, kMaxParameters);
+      EXPECT_LE(l.plan.parameter_count,
+                gpt ? kMaxGptParameters : kMaxParameters);
       EXPECT_GT(ForwardFlops(l.plan), 0);
-      EXPECT_LE(ForwardFlops(l.plan), kMaxForwardFlops);
+      EXPECT_LE(ForwardFlops(l.plan),
+                gpt ? kMaxGptForwardFlops : kMaxForwardFlops);
     }
   }
 }
@@ -163,12 +172,12 @@ TEST(ZooTest, ModelsHaveTheirPromisedStructure) {
   }
   {
     // The gauntlet holds every op of the first op set (up to BIAS_ADD), and
-    // a DENSE with a long K (split-K); norm_mlp, resnet_bn and char_lm
-    // every op of op set v2.
+    // a DENSE with a long K (split-K); norm_mlp, resnet_bn, char_lm and
+    // gpt_tiny every later op.
     const ModelPlan plan = Load("gauntlet", "config.json").plan;
     const auto ops = Ops(plan);
     auto v2 = Ops(Load("norm_mlp", "config.json").plan);
-    for (const char* name : {"resnet_bn", "char_lm"}) {
+    for (const char* name : {"resnet_bn", "char_lm", "gpt_tiny"}) {
       for (v1::LayerOp o : Ops(Load(name, "config.json").plan)) v2.insert(o);
     }
     for (int op = v1::LayerOp_MIN + 1; op <= v1::LayerOp_MAX; ++op) {
@@ -183,6 +192,42 @@ TEST(ZooTest, ModelsHaveTheirPromisedStructure) {
       }
     }
     EXPECT_GE(longest_k, 1024);
+  }
+}
+
+// gpt_tiny is the promised GPT-style decoder: 4 pre-LayerNorm blocks of
+// width 128 with 4 causal heads of 32, each head's q, k, v, scores, probs
+// and context a layer output of its own; AdamW with clipping, byte-level.
+TEST(ZooTest, GptTinyIsAFourBlockCausalDecoder) {
+  const Loaded l = Load("gpt_tiny", "config.json");
+  const auto ops = Ops(l.plan);
+  EXPECT_EQ(ops.count(v1::EMBEDDING), 1u);
+  EXPECT_EQ(ops.count(v1::MATMUL), 8u);  // scores and context per block
+  EXPECT_EQ(ops.count(v1::SOFTMAX), 4u);
+  EXPECT_EQ(ops.count(v1::TRANSPOSE), 16u);
+  EXPECT_EQ(ops.count(v1::RESHAPE), 16u);
+  EXPECT_EQ(ops.count(v1::LAYER_NORM), 9u);
+  EXPECT_EQ(ops.count(v1::GELU), 4u);
+  EXPECT_EQ(ops.count(v1::ADD), 8u);
+  EXPECT_EQ(l.plan.num_classes, 256);
+  EXPECT_EQ(l.config.optimizer().kind(), v1::ADAMW);
+  EXPECT_GT(l.config.optimizer().clip_grad_norm(), 0.0f);
+  const int64_t n = l.plan.input_shape[0], t = l.plan.input_shape[1];
+  for (const LayerPlan& layer : l.plan.layers) {
+    if (layer.op == v1::SOFTMAX) {
+      EXPECT_TRUE(layer.attrs.causal) << layer.name;
+      EXPECT_THAT(layer.output_shape, ::testing::ElementsAre(n, 4, t, t));
+    }
+    if (layer.name == "b0.q_t" || layer.name == "b0.ctx") {
+      EXPECT_THAT(layer.output_shape, ::testing::ElementsAre(n, 4, t, 32));
+    }
+    if (layer.name == "b0.scores") {
+      EXPECT_TRUE(layer.attrs.transpose_w);
+      EXPECT_EQ(layer.attrs.scale, static_cast<float>(1.0 / std::sqrt(32.0)));
+    }
+    if (layer.op == v1::DENSE) {
+      EXPECT_TRUE(layer.last_axis) << layer.name;
+    }
   }
 }
 

@@ -273,7 +273,8 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry) {
         e.fn));
   }
   LS_RETURN_IF_ERROR(cpu_internal::RegisterSpatialKernels(registry));
-  return cpu_internal::RegisterNnKernels(registry);
+  LS_RETURN_IF_ERROR(cpu_internal::RegisterNnKernels(registry));
+  return cpu_internal::RegisterMatMulCanonicalKernels(registry);
 }
 
 }  // namespace lockstep::kernels

@@ -59,11 +59,13 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 //       path this backend has for it; bias_add.grad, max_pool2d.*,
 //       avg_pool2d.* and global_avg_pool.* are the vectorised,
 //       multi-threaded lane kernels).
-//   DEFAULT "default" and "split_k_atomic": dense.forward split over K,
-//       partials added into y with atomic CAS in arrival order
-//       (NONDETERMINISTIC with more than one thread).
-//   DEFAULT "default": dense.grad_input, dense.grad_weight, conv2d.forward,
-//       conv2d.grad_input: as DETERMINISTIC.
+//     matmul.forward, matmul.grad: the GEMM per batch entry with one fma
+//       chain per output (as dense.*).
+//   DEFAULT "default" and "split_k_atomic": dense.forward and
+//       matmul.forward split over K, partials added into y with atomic CAS
+//       in arrival order (NONDETERMINISTIC with more than one thread).
+//   DEFAULT "default": dense.grad_input, dense.grad_weight, matmul.grad,
+//       conv2d.forward, conv2d.grad_input: as DETERMINISTIC.
 //   DEFAULT "default" and "atomic": bias_add.grad and conv2d.grad_weight,
 //       split over the batch with atomic accumulation, and
 //       embedding.grad_weight, split over the positions with every dy row
@@ -94,6 +96,10 @@ absl::Status RegisterNnKernels(Registry* registry);
 absl::Status RegisterNnDefaultKernels(Registry* registry);
 // The DETERMINISTIC and DEFAULT conv2d kernels (spatial_kernels.cc).
 absl::Status RegisterSpatialDeterministicAndDefaultKernels(Registry* registry);
+// matmul.*, transpose and reshape (matmul_kernels.cc): the CANONICAL
+// kernels, and matmul's DETERMINISTIC and DEFAULT ones.
+absl::Status RegisterMatMulCanonicalKernels(Registry* registry);
+absl::Status RegisterMatMulDeterministicAndDefaultKernels(Registry* registry);
 // The GEMM-based CANONICAL dense kernels (fast_kernels.cc).
 absl::Status RegisterFastCanonicalKernels(Registry* registry);
 }  // namespace cpu_internal

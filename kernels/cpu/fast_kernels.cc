@@ -206,10 +206,13 @@ absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry) {
   LS_RETURN_IF_ERROR(
       cpu_internal::RegisterSpatialDeterministicAndDefaultKernels(registry));
   LS_RETURN_IF_ERROR(cpu_internal::RegisterNnDefaultKernels(registry));
+  LS_RETURN_IF_ERROR(
+      cpu_internal::RegisterMatMulDeterministicAndDefaultKernels(registry));
   // Every other op: its CANONICAL kernel is the DETERMINISTIC one.
   const absl::string_view own[] = {op::kDenseForward,    op::kDenseGradInput,
                                    op::kDenseGradWeight, op::kConv2dForward,
-                                   op::kConv2dGradInput, op::kConv2dGradWeight};
+                                   op::kConv2dGradInput, op::kConv2dGradWeight,
+                                   op::kMatMulForward,   op::kMatMulGrad};
   Registry canonical;
   LS_RETURN_IF_ERROR(RegisterCpuCanonicalKernels(&canonical));
   const std::vector<std::string> ops = AllOpNames();

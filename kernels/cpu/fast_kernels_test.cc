@@ -196,6 +196,173 @@ TEST_F(FastKernelsTest, CanonicalDenseEqualsScalarForEveryIsaAndThreads) {
   }
 }
 
+// matmul.* on a batch of 3 entries: the outputs of (op, mode, algorithm),
+// flattened, output 0 then output 1 (matmul.grad).
+std::vector<float> RunMatMul(Registry& registry, bool grad, Mode mode,
+                             const std::string& algorithm,
+                             const std::vector<Tensor>& in,
+                             const std::vector<std::vector<int64_t>>& outs,
+                             const OpAttrs& a) {
+  absl::StatusOr<KernelFn> fn = registry.Lookup(KernelKey{
+      grad ? op::kMatMulGrad : op::kMatMulForward, mode, algorithm, "cpu"});
+  EXPECT_THAT(fn.status(), IsOk());
+  if (!fn.ok()) return {};
+  std::vector<Tensor> out;
+  for (const auto& shape : outs) out.push_back(Z(shape));
+  EXPECT_THAT((*fn)(in, absl::MakeSpan(out), a), IsOk());
+  std::vector<float> all;
+  for (const Tensor& t : out) {
+    const std::vector<float> v = V(t);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+struct MatMulCase {
+  std::vector<Tensor> fwd_in, grad_in;
+  std::vector<int64_t> as, bs, ys;
+  OpAttrs attrs;
+};
+
+// Batch 3 of op(a) [m, k] x op(b) [k, n], every transpose combination.
+std::vector<MatMulCase> MatMulCases(int64_t m, int64_t k, int64_t n, bool ints,
+                                    float scale, uint32_t seed) {
+  const int64_t batch = 3;
+  auto gen = [&](int64_t count, uint32_t s) {
+    return ints ? SmallInts(count, s) : RandomFloats(count, s);
+  };
+  std::vector<MatMulCase> out;
+  for (int tr = 0; tr < 4; ++tr) {
+    MatMulCase c;
+    c.attrs.transpose_x = (tr & 1) != 0;
+    c.attrs.transpose_w = (tr & 2) != 0;
+    c.attrs.scale = scale;
+    c.as = c.attrs.transpose_x ? std::vector<int64_t>{batch, k, m}
+                               : std::vector<int64_t>{batch, m, k};
+    c.bs = c.attrs.transpose_w ? std::vector<int64_t>{batch, n, k}
+                               : std::vector<int64_t>{batch, k, n};
+    c.ys = {batch, m, n};
+    const Tensor a = T(c.as, gen(batch * m * k, seed + tr));
+    const Tensor b = T(c.bs, gen(batch * k * n, seed + 10 + tr));
+    const Tensor dy = T(c.ys, gen(batch * m * n, seed + 20 + tr));
+    c.fwd_in = {a, b};
+    c.grad_in = {a, b, dy};
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// The scalar dense kernels on entry t of every operand, then the scale:
+// what the spec says matmul.forward and matmul.grad are.
+std::vector<float> DensePerEntry(Registry& registry, const MatMulCase& c,
+                                 bool grad) {
+  const int64_t batch = c.as[0];
+  auto entry = [](const Tensor& t, int64_t i) {
+    std::vector<int64_t> shape(t.shape().begin() + 1, t.shape().end());
+    const int64_t per = t.numel() / t.dim(0);
+    const std::vector<float> v = V(t);
+    return T(shape, std::vector<float>(v.begin() + i * per,
+                                       v.begin() + (i + 1) * per));
+  };
+  auto run = [&](const char* op, std::vector<Tensor> in,
+                 std::vector<int64_t> shape) {
+    KernelFn fn = *registry.Lookup(
+        KernelKey{op, Mode::kCanonical, kScalarAlgorithm, "cpu"});
+    std::vector<Tensor> out = {Z(std::move(shape))};
+    EXPECT_THAT(fn(in, absl::MakeSpan(out), c.attrs), IsOk());
+    std::vector<float> v = V(out[0]);
+    if (c.attrs.scale != 1.0f) {
+      for (float& x : v) x = x * c.attrs.scale;
+    }
+    return v;
+  };
+  std::vector<float> first, second;
+  for (int64_t t = 0; t < batch; ++t) {
+    const Tensor a = entry(c.grad_in[0], t), b = entry(c.grad_in[1], t),
+                 dy = entry(c.grad_in[2], t);
+    std::vector<float> v =
+        grad ? run(op::kDenseGradInput, {dy, b}, a.shape())
+             : run(op::kDenseForward, {a, b}, {c.ys[1], c.ys[2]});
+    first.insert(first.end(), v.begin(), v.end());
+    if (grad) {
+      v = run(op::kDenseGradWeight, {a, dy}, b.shape());
+      second.insert(second.end(), v.begin(), v.end());
+    }
+  }
+  first.insert(first.end(), second.begin(), second.end());
+  return first;
+}
+
+TEST_F(FastKernelsTest, CanonicalMatMulIsScalarDensePerEntryForEveryIsa) {
+  struct Dims {
+    int64_t m, k, n;
+    float scale;
+  };
+  uint32_t seed = 900;
+  for (const Dims& d : {Dims{5, 600, 19, 1.0f}, Dims{17, 33, 260, 0.125f},
+                        Dims{2, 0, 3, -0.5f}}) {
+    for (bool ints : {false, true}) {
+      for (const MatMulCase& c :
+           MatMulCases(d.m, d.k, d.n, ints, d.scale, seed += 50)) {
+        for (bool grad : {false, true}) {
+          const std::vector<float> want = DensePerEntry(registry_, c, grad);
+          const std::vector<std::vector<int64_t>> outs =
+              grad ? std::vector<std::vector<int64_t>>{c.as, c.bs}
+                   : std::vector<std::vector<int64_t>>{c.ys};
+          for (CpuIsa isa : SupportedCpuIsas()) {
+            SetCpuIsaForTesting(isa);
+            for (int threads : {1, 2, 3, 8}) {
+              SetCpuThreadsForTesting(threads);
+              const std::vector<float> got = RunMatMul(
+                  registry_, grad, Mode::kCanonical, kCanonicalAlgorithm,
+                  grad ? c.grad_in : c.fwd_in, outs, c.attrs);
+              ASSERT_TRUE(SameBits(got, want)) << absl::StrFormat(
+                  "grad=%d m=%d k=%d n=%d ta=%d tb=%d ints=%d isa=%s "
+                  "threads=%d",
+                  grad, d.m, d.k, d.n, c.attrs.transpose_x, c.attrs.transpose_w,
+                  ints, CpuIsaName(isa), threads);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(FastKernelsTest, DeterministicAndSplitKMatMulAreRepeatableAndClose) {
+  for (bool ints : {false, true}) {
+    for (const MatMulCase& c : MatMulCases(9, 700, 21, ints, 0.25f, 7)) {
+      for (bool grad : {false, true}) {
+        const std::vector<float> canonical = DensePerEntry(registry_, c, grad);
+        const std::vector<std::vector<int64_t>> outs =
+            grad ? std::vector<std::vector<int64_t>>{c.as, c.bs}
+                 : std::vector<std::vector<int64_t>>{c.ys};
+        const std::vector<Tensor>& in = grad ? c.grad_in : c.fwd_in;
+        for (CpuIsa isa : SupportedCpuIsas()) {
+          SetCpuIsaForTesting(isa);
+          std::vector<float> first;
+          for (int threads : {1, 3}) {
+            SetCpuThreadsForTesting(threads);
+            const std::vector<float> det =
+                RunMatMul(registry_, grad, Mode::kDeterministic,
+                          kDeterministicAlgorithm, in, outs, c.attrs);
+            if (first.empty()) first = det;
+            ASSERT_TRUE(SameBits(det, first)) << "grad=" << grad;
+            ASSERT_TRUE(Close(det, canonical, 1e-4)) << "grad=" << grad;
+            if (ints) ASSERT_TRUE(SameBits(det, canonical));
+            if (grad) continue;
+            const std::vector<float> split =
+                RunMatMul(registry_, false, Mode::kDefault,
+                          kSplitKAtomicAlgorithm, in, outs, c.attrs);
+            ASSERT_TRUE(Close(split, canonical, 1e-4));
+            if (ints) ASSERT_TRUE(SameBits(split, canonical));
+          }
+        }
+      }
+    }
+  }
+}
+
 struct ConvCase {
   int64_t n, c_in, h, w, c_out, k_h, k_w;
   int64_t stride_h, stride_w, pad_t, pad_b, pad_l, pad_r, dil_h, dil_w, groups;
@@ -712,6 +879,9 @@ TEST_F(FastKernelsTest, RegistersTheDocumentedKeysOnce) {
       {op::kDenseForward, Mode::kDeterministic, "deterministic", "cpu"},
       {op::kDenseForward, Mode::kDefault, "default", "cpu"},
       {op::kDenseForward, Mode::kDefault, "split_k_atomic", "cpu"},
+      {op::kMatMulForward, Mode::kDefault, "default", "cpu"},
+      {op::kMatMulForward, Mode::kDefault, "split_k_atomic", "cpu"},
+      {op::kMatMulGrad, Mode::kDefault, "default", "cpu"},
       {op::kBiasAddGrad, Mode::kDefault, "default", "cpu"},
       {op::kBiasAddGrad, Mode::kDefault, "atomic", "cpu"},
       {op::kConv2dGradWeight, Mode::kDefault, "default", "cpu"},
@@ -729,13 +899,14 @@ TEST_F(FastKernelsTest, RegistersTheDocumentedKeysOnce) {
   for (const KernelKey& k : keys) {
     EXPECT_TRUE(registry_.Contains(k)) << k.DebugString();
   }
-  // Every op has a DETERMINISTIC kernel; outside dense.* and conv2d.* it is
-  // the CANONICAL one.
+  // Every op has a DETERMINISTIC kernel; outside dense.*, conv2d.* and
+  // matmul.* it is the CANONICAL one.
   std::vector<std::string> ops = AllOpNames();
   for (const std::string& op : ops) {
     const KernelKey det{op, Mode::kDeterministic, "deterministic", "cpu"};
     ASSERT_TRUE(registry_.Contains(det)) << op;
-    const bool own = op.rfind("dense.", 0) == 0 || op.rfind("conv2d.", 0) == 0;
+    const bool own = op.rfind("dense.", 0) == 0 ||
+                     op.rfind("conv2d.", 0) == 0 || op.rfind("matmul.", 0) == 0;
     const KernelFn canonical =
         *registry_.Lookup({op, Mode::kCanonical, "canonical", "cpu"});
     EXPECT_EQ(*registry_.Lookup(det) == canonical, !own) << op;

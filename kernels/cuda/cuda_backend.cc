@@ -64,6 +64,10 @@ constexpr const char* kOps[] = {
     op::kEmbeddingGradWeight,
     op::kDropoutForward,
     op::kDropoutGrad,
+    op::kMatMulForward,
+    op::kMatMulGrad,
+    op::kTranspose,
+    op::kReshape,
 };
 constexpr size_t kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 

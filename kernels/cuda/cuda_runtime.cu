@@ -112,6 +112,8 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kEmbeddingGrad)
     LS_CASE(kDropout)
     LS_CASE(kDropoutGrad)
+    LS_CASE(kBatchedMatMul)
+    LS_CASE(kTranspose)
 #undef LS_CASE
     case DeviceOp::kNumOps:
       break;

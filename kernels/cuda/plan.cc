@@ -86,6 +86,37 @@ absl::Status PlanDense(absl::string_view name, absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// matmul.forward: one launch; matmul.grad: one per output. An empty
+// reduction gives +0.0f from the body itself.
+absl::Status PlanMatMul(absl::string_view name, absl::Span<const Tensor> in,
+                        absl::Span<Tensor> out, const OpAttrs& a,
+                        DeviceCall* call) {
+  const bool forward = name == op::kMatMulForward;
+  LS_ASSIGN_OR_RETURN(c::MatMulDims d, ValidateMatMulCall(name, in, out, a));
+  const int a_buf = AddIn(call, in[0]);
+  const int b_buf = AddIn(call, in[1]);
+  if (forward) {
+    const int y = AddOut(call, out[0]);
+    const c::BatchedMatMulShape s = c::MatMulForwardShape(d);
+    AddLaunch(call, DeviceOp::kBatchedMatMul, s.batch * s.m.rows * s.m.cols,
+              {a_buf, b_buf}, {y})
+        .batched_matmul = s;
+    return absl::OkStatus();
+  }
+  const int dy = AddIn(call, in[2]);
+  const int da = AddOut(call, out[0]);
+  const int db = AddOut(call, out[1]);
+  const c::BatchedMatMulShape sa = c::MatMulGradAShape(d);
+  AddLaunch(call, DeviceOp::kBatchedMatMul, sa.batch * sa.m.rows * sa.m.cols,
+            {dy, b_buf}, {da})
+      .batched_matmul = sa;
+  const c::BatchedMatMulShape sb = c::MatMulGradBShape(d);
+  AddLaunch(call, DeviceOp::kBatchedMatMul, sb.batch * sb.m.rows * sb.m.cols,
+            {a_buf, dy}, {db})
+      .batched_matmul = sb;
+  return absl::OkStatus();
+}
+
 absl::Status PlanBiasAdd(absl::Span<const Tensor> in, absl::Span<Tensor> out,
                          DeviceCall* call) {
   LS_RETURN_IF_ERROR(CheckArity(op::kBiasAddForward, in, 2, out, 1));
@@ -163,6 +194,27 @@ absl::Status PlanFlatten(absl::Span<const Tensor> in, absl::Span<Tensor> out,
                          DeviceCall* call) {
   LS_RETURN_IF_ERROR(CheckArity(op::kFlatten, in, 1, out, 1));
   LS_RETURN_IF_ERROR(ValidateFlatten(in[0], out[0]));
+  const int x = AddIn(call, in[0]);
+  const int y = AddOut(call, out[0]);
+  AddCopy(call, x, y, in[0].bytes());
+  return absl::OkStatus();
+}
+
+absl::Status PlanTranspose(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                           const OpAttrs& a, DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kTranspose, in, 1, out, 1));
+  LS_ASSIGN_OR_RETURN(c::TransposeShape s, ValidateTranspose(in[0], out[0], a));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op::kTranspose, in, out));
+  const int x = AddIn(call, in[0]);
+  const int y = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kTranspose, s.numel, {x}, {y}).transpose = s;
+  return absl::OkStatus();
+}
+
+absl::Status PlanReshape(absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                         DeviceCall* call) {
+  LS_RETURN_IF_ERROR(CheckArity(op::kReshape, in, 1, out, 1));
+  LS_RETURN_IF_ERROR(ValidateReshape(in[0], out[0]));
   const int x = AddIn(call, in[0]);
   const int y = AddOut(call, out[0]);
   AddCopy(call, x, y, in[0].bytes());
@@ -716,6 +768,11 @@ absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
       name == op::kDenseGradWeight) {
     return PlanDense(name, in, out, a, call);
   }
+  if (name == op::kMatMulForward || name == op::kMatMulGrad) {
+    return PlanMatMul(name, in, out, a, call);
+  }
+  if (name == op::kTranspose) return PlanTranspose(in, out, a, call);
+  if (name == op::kReshape) return PlanReshape(in, out, call);
   if (name == op::kBiasAddForward) return PlanBiasAdd(in, out, call);
   if (name == op::kBiasAddGrad) return PlanBiasAddGrad(in, out, call);
   if (name == op::kReluForward) return PlanRelu(in, out, call);

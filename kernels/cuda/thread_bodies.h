@@ -30,6 +30,8 @@
 #include "kernels/ops/dropout.h"
 #include "kernels/ops/elementwise.h"
 #include "kernels/ops/embedding.h"
+#include "kernels/ops/matmul.h"
+#include "kernels/ops/movement.h"
 #include "kernels/ops/norm.h"
 #include "kernels/ops/optimizers.h"
 #include "kernels/ops/softmax_xent.h"
@@ -88,6 +90,8 @@ enum class DeviceOp : int32_t {
   kEmbeddingGrad,         // in {offsets, order, dy}, out {dw}; work V * D
   kDropout,               // in {x}, out {y, mask}; work numel
   kDropoutGrad,           // in {mask, dy}, out {dx}; work numel
+  kBatchedMatMul,         // in {a, b}, out {c}; work batch * rows * cols
+  kTranspose,             // in {x}, out {y}; work numel
   kNumOps,
 };
 
@@ -117,6 +121,8 @@ struct KernelParams {
   float scale = 1.0f;  // kScale
   c::EmbeddingShape embedding;
   c::DropoutParams dropout;
+  c::BatchedMatMulShape batched_matmul;
+  c::TransposeShape transpose;
 };
 
 // ---- dense family ---------------------------------------------------------
@@ -131,6 +137,31 @@ LS_HD_INLINE void MatMulThread(const c::MatMulShape& s, const float* a,
     const int64_t i = idx / s.cols;
     const int64_t j = idx % s.cols;
     out[i * s.c_row + j * s.c_col] = c::MatMulElement(s, a, b, i, j);
+  }
+}
+
+// The batched product (matmul.*): output (t, i, j) in row-major order.
+LS_HD_INLINE void BatchedMatMulThread(const c::BatchedMatMulShape& s,
+                                      const float* a, const float* b,
+                                      float* out, int64_t thread,
+                                      int64_t num_threads) {
+  const int64_t per = s.m.rows * s.m.cols;
+  const int64_t total = s.batch * per;
+  for (int64_t idx = thread; idx < total; idx += num_threads) {
+    const int64_t t = idx / per;
+    const int64_t i = (idx % per) / s.m.cols;
+    const int64_t j = idx % s.m.cols;
+    out[c::BatchedMatMulOffset(s, t, i, j)] =
+        c::BatchedMatMulElement(s, a, b, t, i, j);
+  }
+}
+
+// transpose: y[o] = x[TransposeSource(o)], 32-bit words.
+LS_HD_INLINE void TransposeThread(const c::TransposeShape& s, const uint32_t* x,
+                                  uint32_t* y, int64_t thread,
+                                  int64_t num_threads) {
+  for (int64_t o = thread; o < s.numel; o += num_threads) {
+    y[o] = x[c::TransposeSource(s, o)];
   }
 }
 
@@ -670,6 +701,13 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
       break;
     case DeviceOp::kDropoutGrad:
       DropoutGradThread(i0, i1, o0, p.work, t, nt);
+      break;
+    case DeviceOp::kBatchedMatMul:
+      BatchedMatMulThread(p.batched_matmul, i0, i1, o0, t, nt);
+      break;
+    case DeviceOp::kTranspose:
+      TransposeThread(p.transpose, static_cast<const uint32_t*>(p.in[0]),
+                      static_cast<uint32_t*>(p.out[0]), t, nt);
       break;
     case DeviceOp::kNumOps:
       break;

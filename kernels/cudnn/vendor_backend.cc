@@ -99,6 +99,68 @@ absl::Status SplitKAtomicDenseForwardKernel(absl::Span<const Tensor> in,
                                     out[0].span<float>());
 }
 
+// matmul.*: each batch entry's product through `product` (cuBLAS or the
+// split-K kernel, host spans of that entry's blocks), then the scale, one
+// multiply per output on the host, as the spec writes it (3.15).
+template <typename Product>
+absl::Status PerEntry(const c::BatchedMatMulShape& s, absl::Span<const float> a,
+                      absl::Span<const float> b, absl::Span<float> out,
+                      const Product& product) {
+  for (int64_t t = 0; t < s.batch; ++t) {
+    absl::Span<float> entry = out.subspan(t * s.c_batch, s.c_batch);
+    LS_RETURN_IF_ERROR(product(s.m, a.subspan(t * s.a_batch, s.a_batch),
+                               b.subspan(t * s.b_batch, s.b_batch), entry));
+    for (float& v : entry) v = c::ScaleProduct(v, s.scale);
+  }
+  return absl::OkStatus();
+}
+
+template <Mode kMode>
+absl::Status CublasBatched(const c::BatchedMatMulShape& s,
+                           absl::Span<const float> a, absl::Span<const float> b,
+                           absl::Span<float> out) {
+  return PerEntry(s, a, b, out,
+                  [](const c::MatMulShape& m, absl::Span<const float> ea,
+                     absl::Span<const float> eb, absl::Span<float> ec) {
+                    return vendor::CublasMatMul(kMode, m, ea, eb, ec);
+                  });
+}
+
+template <Mode kMode>
+absl::Status CublasMatMulForwardKernel(absl::Span<const Tensor> in,
+                                       absl::Span<Tensor> out,
+                                       const OpAttrs& a) {
+  LS_ASSIGN_OR_RETURN(c::MatMulDims d,
+                      ValidateMatMulCall(op::kMatMulForward, in, out, a));
+  return CublasBatched<kMode>(c::MatMulForwardShape(d), in[0].span<float>(),
+                              in[1].span<float>(), out[0].span<float>());
+}
+
+template <Mode kMode>
+absl::Status CublasMatMulGradKernel(absl::Span<const Tensor> in,
+                                    absl::Span<Tensor> out, const OpAttrs& a) {
+  LS_ASSIGN_OR_RETURN(c::MatMulDims d,
+                      ValidateMatMulCall(op::kMatMulGrad, in, out, a));
+  LS_RETURN_IF_ERROR(
+      CublasBatched<kMode>(c::MatMulGradAShape(d), in[2].span<float>(),
+                           in[1].span<float>(), out[0].span<float>()));
+  return CublasBatched<kMode>(c::MatMulGradBShape(d), in[0].span<float>(),
+                              in[2].span<float>(), out[1].span<float>());
+}
+
+absl::Status SplitKAtomicMatMulForwardKernel(absl::Span<const Tensor> in,
+                                             absl::Span<Tensor> out,
+                                             const OpAttrs& a) {
+  LS_ASSIGN_OR_RETURN(c::MatMulDims d,
+                      ValidateMatMulCall(op::kMatMulForward, in, out, a));
+  return PerEntry(c::MatMulForwardShape(d), in[0].span<float>(),
+                  in[1].span<float>(), out[0].span<float>(),
+                  [](const c::MatMulShape& m, absl::Span<const float> ea,
+                     absl::Span<const float> eb, absl::Span<float> ec) {
+                    return vendor::SplitKAtomicMatMul(m, ea, eb, ec);
+                  });
+}
+
 template <ConvDirection kDir, Mode kMode>
 absl::Status CudnnConvKernel(absl::Span<const Tensor> in,
                              absl::Span<Tensor> out, const OpAttrs& a) {
@@ -191,6 +253,9 @@ absl::Status RegisterCudaVendorKernels(Registry* registry) {
        &GatherKernel<op::kBiasAddGrad>},
       {op::kMaxPool2dGrad, kDet, kGatherAlgorithm,
        &GatherKernel<op::kMaxPool2dGrad>},
+      {op::kMatMulForward, kDet, kCublasAlgorithm,
+       &CublasMatMulForwardKernel<kDet>},
+      {op::kMatMulGrad, kDet, kCublasAlgorithm, &CublasMatMulGradKernel<kDet>},
       // DEFAULT.
       {op::kDenseForward, kDef, kCublasAlgorithm,
        &CublasDenseKernel<DenseOp::kForward, kDef>},
@@ -218,6 +283,15 @@ absl::Status RegisterCudaVendorKernels(Registry* registry) {
        &AtomicEmbeddingGradKernel},
       {op::kEmbeddingGradWeight, kDef, kVendorDefaultAlgorithm,
        &AtomicEmbeddingGradKernel},
+      {op::kMatMulForward, kDef, kCublasAlgorithm,
+       &CublasMatMulForwardKernel<kDef>},
+      {op::kMatMulForward, kDef, kVendorSplitKAtomicAlgorithm,
+       &SplitKAtomicMatMulForwardKernel},
+      {op::kMatMulForward, kDef, kVendorDefaultAlgorithm,
+       &SplitKAtomicMatMulForwardKernel},
+      {op::kMatMulGrad, kDef, kCublasAlgorithm, &CublasMatMulGradKernel<kDef>},
+      {op::kMatMulGrad, kDef, kVendorDefaultAlgorithm,
+       &CublasMatMulGradKernel<kDef>},
   };
   for (const Entry& e : entries) {
     LS_RETURN_IF_ERROR(registry->Register(

@@ -63,6 +63,15 @@ std::vector<std::string> DocumentedKeys() {
       "conv2d.grad_weight/DEFAULT/deterministic/cuda",
       "bias_add.grad/DEFAULT/deterministic/cuda",
       "max_pool2d.grad/DEFAULT/deterministic/cuda",
+      "matmul.forward/DETERMINISTIC/cublas/cuda",
+      "matmul.grad/DETERMINISTIC/cublas/cuda",
+      "matmul.forward/DEFAULT/cublas/cuda",
+      "matmul.forward/DEFAULT/split_k_atomic/cuda",
+      "matmul.forward/DEFAULT/default/cuda",
+      "matmul.grad/DEFAULT/cublas/cuda",
+      "matmul.grad/DEFAULT/default/cuda",
+      "matmul.forward/DEFAULT/deterministic/cuda",
+      "matmul.grad/DEFAULT/deterministic/cuda",
   };
   std::sort(keys.begin(), keys.end());
   return keys;
@@ -90,7 +99,7 @@ TEST(VendorBackendTest, RegistersExactlyTheDocumentedKeysOrReportsNoCuda) {
   for (const KernelKey& k : registry.Keys()) got.push_back(k.DebugString());
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, DocumentedKeys());
-  EXPECT_EQ(registry.size(), 35u);
+  EXPECT_EQ(registry.size(), 44u);
   EXPECT_EQ(RegisterCudaVendorKernels(&registry).code(),
             absl::StatusCode::kAlreadyExists);
 }
@@ -119,6 +128,8 @@ TEST(VendorBackendTest, DefaultAliasesTheDocumentedKernel) {
       {op::kBiasAddGrad, kVendorAtomicAlgorithm},
       {op::kMaxPool2dGrad, kVendorAtomicAlgorithm},
       {op::kEmbeddingGradWeight, kVendorAtomicAlgorithm},
+      {op::kMatMulForward, kVendorSplitKAtomicAlgorithm},
+      {op::kMatMulGrad, kCublasAlgorithm},
   };
   for (const auto& [op_name, algorithm] : aliases) {
     const KernelFn def =
@@ -182,6 +193,14 @@ Call ValidCall(const std::string& op) {
     c.in = {Tensor::FromValues<int32_t>({2, 3}, {0, 2, 1, 2, 2, 0}).value(),
             Filled({2, 3, 4}, 1)};
     c.out = {Filled({3, 4}, 7)};
+  } else if (op == op::kMatMulForward) {
+    c.in = {Filled({2, 3, 4}, 1), Filled({2, 4, 2}, -1)};
+    c.out = {Filled({2, 3, 2}, 7)};
+    c.attrs.scale = 0.5f;
+  } else if (op == op::kMatMulGrad) {
+    c.in = {Filled({2, 3, 4}, 1), Filled({2, 4, 2}, -1), Filled({2, 3, 2}, 2)};
+    c.out = {Filled({2, 3, 4}, 7), Filled({2, 4, 2}, 7)};
+    c.attrs.scale = 0.5f;
   }
   if (op.rfind("conv2d.", 0) == 0) {
     c.attrs.pad_top = c.attrs.pad_bottom = 1;
@@ -263,8 +282,8 @@ TEST(VendorBackendTest, BadCallsAreInvalidArgumentWithTheSharedMessages) {
     }
     {
       Call c = ValidCall(key.op);
-      if (key.op.rfind("dense.", 0) == 0) {
-        c.attrs.transpose_x = true;  // op(x) no longer matches
+      if (key.op.rfind("dense.", 0) == 0 || key.op.rfind("matmul.", 0) == 0) {
+        c.attrs.transpose_x = true;  // op(x) / op(a) no longer matches
       } else if (key.op.rfind("conv2d.", 0) == 0) {
         c.attrs.stride_h = 0;
       } else if (key.op == op::kMaxPool2dGrad) {
@@ -297,7 +316,7 @@ TEST(VendorBackendTest, BadCallsAreInvalidArgumentWithTheSharedMessages) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 35 * 4 + 5);  // + aliasing for 5 dense.forward keys
+  EXPECT_EQ(checked, 44 * 4 + 5);  // + aliasing for 5 dense.forward keys
 }
 
 // The dense kernels' messages are the shared validator's own.

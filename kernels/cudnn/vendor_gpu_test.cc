@@ -25,6 +25,7 @@
 #include "kernels/cudnn/vendor_backend.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
+#include "kernels/ops/matmul.h"
 #include "kernels/registry.h"
 #include "kernels/spatial/conv2d.h"
 #include "kernels/spatial/pool2d.h"
@@ -50,6 +51,7 @@ enum class Kind {
   kConvGradWeight,
   kBiasAddGrad,
   kMaxPoolGrad,
+  kMatMulForward,
 };
 
 struct Case {
@@ -62,6 +64,7 @@ struct Case {
   OpAttrs attrs;
   int64_t terms = 0;  // longest reduction of one output
   c::MatMulShape matmul;
+  c::BatchedMatMulShape batched;  // kMatMulForward
   sp::Conv2dShape conv;
   c::BiasShape bias;
   sp::Pool2dShape pool;
@@ -242,6 +245,31 @@ Case MaxPoolGradCase(int64_t n, int64_t ch, int64_t h, int64_t w, int64_t kk,
   return k;
 }
 
+// matmul.forward over `batch` entries, b transposed, scaled.
+Case MatMulForwardCase(int64_t batch, int64_t m, int64_t kk, int64_t n,
+                       float scale, uint32_t seed) {
+  c::MatMulDims d;
+  d.d.m = m;
+  d.d.k = kk;
+  d.d.n = n;
+  d.d.transpose_w = true;
+  d.batch = batch;
+  d.scale = scale;
+  Case k{absl::StrFormat("matmul.forward batch=%d m=%d k=%d n=%d tb=1 "
+                         "scale=%g",
+                         batch, m, kk, n, scale),
+         op::kMatMulForward,
+         Kind::kMatMulForward,
+         {{batch, m, kk}, {batch, n, kk}},
+         {batch, m, n}};
+  k.attrs.transpose_w = true;
+  k.attrs.scale = scale;
+  k.batched = c::MatMulForwardShape(d);
+  k.terms = kk + 1;  // and the scale's rounding
+  FillInputs(&k, seed);
+  return k;
+}
+
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
   for (const Case& k : DenseCases(33, 300, 17, 10)) cases.push_back(k);
@@ -261,6 +289,8 @@ std::vector<Case> AllCases() {
   cases.push_back(BiasGradCase({64, 10}, 201));
   cases.push_back(MaxPoolGradCase(2, 3, 9, 9, 3, 2, 1, 300));
   cases.push_back(MaxPoolGradCase(2, 3, 8, 8, 2, 2, 0, 301));
+  cases.push_back(MatMulForwardCase(8, 16, 300, 16, 0.125f, 400));
+  cases.push_back(MatMulForwardCase(3, 5, 32, 7, 1.0f, 401));
   return cases;
 }
 
@@ -288,6 +318,9 @@ std::vector<float> Reference(const Case& k,
       break;
     case Kind::kMaxPoolGrad:
       sp::MaxPool2dGrad(k.pool, in[0].data(), in[1].data(), out.data());
+      break;
+    case Kind::kMatMulForward:
+      c::BatchedMatMul(k.batched, in[0].data(), in[1].data(), out.data());
       break;
   }
   return out;

@@ -15,6 +15,8 @@
 #include "kernels/ops/activations.h"
 #include "kernels/ops/dropout.h"
 #include "kernels/ops/embedding.h"
+#include "kernels/ops/matmul.h"
+#include "kernels/ops/movement.h"
 #include "kernels/ops/norm.h"
 
 namespace lockstep::canonical {
@@ -219,6 +221,254 @@ TEST(SoftmaxLastTest, ForwardAndGradAgainstFloat64AndFiniteDifferences) {
   EXPECT_LT(RelL2(y, ref(ToDouble(x))), 1e-6);
   const std::vector<double> num = NumericGrad(ref, ToDouble(x), ToDouble(dy));
   EXPECT_LT(RelL2(dx, num), 1e-5);
+}
+
+// Causal rows of [B, T, T]: row r is query i = r mod T; entries j > i are
+// excluded (probability 0, no gradient).
+std::vector<double> RefCausalSoftmax(const std::vector<double>& x, int64_t rows,
+                                     int64_t t) {
+  std::vector<double> y(x.size(), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = r % t + 1;
+    double m = x[r * t];
+    for (int64_t j = 1; j < n; ++j) m = std::max(m, x[r * t + j]);
+    double s = 0;
+    for (int64_t j = 0; j < n; ++j) s += std::exp(x[r * t + j] - m);
+    for (int64_t j = 0; j < n; ++j) {
+      y[r * t + j] = std::exp(x[r * t + j] - m) / s;
+    }
+  }
+  return y;
+}
+
+uint32_t Bits(float f) { return LsFloatToBits(f); }
+
+TEST(SoftmaxLastTest, CausalAgainstFloat64FiniteDifferencesAndPrefixRows) {
+  const int64_t t = 300, rows = 2 * t;  // [2, 300, 300]: rows cross a chunk
+  RowShape s;
+  s.rows = rows;
+  s.d = t;
+  s.causal = true;
+  std::vector<float> x = RandomFloats(rows * t, 3, -4.0f, 4.0f);
+  std::vector<float> dy = RandomFloats(rows * t, 4, -1.0f, 1.0f);
+  // What lies beyond the diagonal never matters, not even NaN or infinity.
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = r % t + 1; j < t; j += 7) {
+      x[r * t + j] = (j % 2) ? NAN : INFINITY;
+      dy[r * t + j] = NAN;
+    }
+  }
+  std::vector<float> y(x.size()), dx(x.size());
+  SoftmaxLastForward(s, x.data(), y.data());
+  SoftmaxLastGrad(s, x.data(), dy.data(), dx.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = r % t + 1;
+    for (int64_t j = n; j < t; ++j) {
+      ASSERT_EQ(Bits(y[r * t + j]), 0u) << "y row " << r << " col " << j;
+      ASSERT_EQ(Bits(dx[r * t + j]), 0u) << "dx row " << r << " col " << j;
+    }
+    // Row r is, bit for bit, the plain softmax of its first n entries.
+    RowShape prefix;
+    prefix.rows = 1;
+    prefix.d = n;
+    std::vector<float> py(n), pdx(n);
+    SoftmaxLastForward(prefix, x.data() + r * t, py.data());
+    SoftmaxLastGrad(prefix, x.data() + r * t, dy.data() + r * t, pdx.data());
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(Bits(y[r * t + j]), Bits(py[j])) << r << " " << j;
+      ASSERT_EQ(Bits(dx[r * t + j]), Bits(pdx[j])) << r << " " << j;
+    }
+  }
+  // Against float64 on finite inputs (the masked entries zeroed, as the
+  // reference ignores them anyway).
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = r % t + 1; j < t; ++j) x[r * t + j] = dy[r * t + j] = 0;
+  }
+  SoftmaxLastForward(s, x.data(), y.data());
+  SoftmaxLastGrad(s, x.data(), dy.data(), dx.data());
+  const auto ref = [&](const std::vector<double>& xv) {
+    return RefCausalSoftmax(xv, rows, t);
+  };
+  EXPECT_LT(RelL2(y, ref(ToDouble(x))), 1e-6);
+  // Finite differences on a smaller case (the full one costs 2 * 180,000
+  // reference evaluations).
+  const int64_t t2 = 9, rows2 = 3 * t2;
+  RowShape s2;
+  s2.rows = rows2;
+  s2.d = t2;
+  s2.causal = true;
+  const std::vector<float> x2 = RandomFloats(rows2 * t2, 5, -3.0f, 3.0f);
+  const std::vector<float> dy2 = RandomFloats(rows2 * t2, 6, -1.0f, 1.0f);
+  std::vector<float> dx2(x2.size());
+  SoftmaxLastGrad(s2, x2.data(), dy2.data(), dx2.data());
+  const std::vector<double> num = NumericGrad(
+      [&](const std::vector<double>& xv) {
+        return RefCausalSoftmax(xv, rows2, t2);
+      },
+      ToDouble(x2), ToDouble(dy2));
+  EXPECT_LT(RelL2(dx2, num), 1e-5);
+}
+
+// ---- batched matmul, transpose -------------------------------------------
+
+struct MatMulCase {
+  int64_t batch, m, k, n;
+  bool ta, tb;
+  float scale;
+};
+
+// y[t, i, j] = scale * sum_p A(t, i, p) B(t, p, j) in float64, A and B read
+// through the transposes.
+std::vector<double> RefMatMul(const MatMulCase& c, const std::vector<double>& a,
+                              const std::vector<double>& b) {
+  std::vector<double> y(c.batch * c.m * c.n);
+  for (int64_t t = 0; t < c.batch; ++t) {
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const double av = c.ta ? a[t * c.m * c.k + p * c.m + i]
+                                 : a[t * c.m * c.k + i * c.k + p];
+          const double bv = c.tb ? b[t * c.k * c.n + j * c.k + p]
+                                 : b[t * c.k * c.n + p * c.n + j];
+          acc += av * bv;
+        }
+        y[(t * c.m + i) * c.n + j] = c.scale * acc;
+      }
+    }
+  }
+  return y;
+}
+
+MatMulDims DimsOf(const MatMulCase& c) {
+  return MatMulDims{DenseShape{c.m, c.k, c.n, c.ta, c.tb}, c.batch, c.scale};
+}
+
+std::vector<float> SmallInts(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(-8, 8);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(d(rng));
+  return v;
+}
+
+const MatMulCase kMatMulCases[] = {{3, 4, 300, 5, false, false, 1.0f},
+                                   {2, 6, 7, 3, true, true, 0.25f},
+                                   {4, 5, 8, 6, false, true, 0.17677669f},
+                                   {2, 3, 4, 5, true, false, -2.0f}};
+
+TEST(BatchedMatMulTest, EachEntryIsTheDenseOpThenOneScaleMultiply) {
+  for (const MatMulCase& c : kMatMulCases) {
+    SCOPED_TRACE(c.k);
+    const MatMulDims d = DimsOf(c);
+    const int64_t na = c.batch * c.m * c.k, nb = c.batch * c.k * c.n,
+                  ny = c.batch * c.m * c.n;
+    const std::vector<float> a = RandomFloats(na, 7, -1, 1);
+    const std::vector<float> b = RandomFloats(nb, 8, -1, 1);
+    const std::vector<float> dy = RandomFloats(ny, 9, -1, 1);
+    std::vector<float> y(ny), da(na), db(nb);
+    BatchedMatMul(MatMulForwardShape(d), a.data(), b.data(), y.data());
+    BatchedMatMul(MatMulGradAShape(d), dy.data(), b.data(), da.data());
+    BatchedMatMul(MatMulGradBShape(d), a.data(), dy.data(), db.data());
+    for (int64_t t = 0; t < c.batch; ++t) {
+      std::vector<float> ey(c.m * c.n), eda(c.m * c.k), edb(c.k * c.n);
+      DenseForward(d.d, a.data() + t * c.m * c.k, b.data() + t * c.k * c.n,
+                   ey.data());
+      DenseGradInput(d.d, dy.data() + t * c.m * c.n, b.data() + t * c.k * c.n,
+                     eda.data());
+      DenseGradWeight(d.d, a.data() + t * c.m * c.k, dy.data() + t * c.m * c.n,
+                      edb.data());
+      for (size_t i = 0; i < ey.size(); ++i) {
+        ASSERT_EQ(Bits(y[t * ey.size() + i]), Bits(ey[i] * c.scale)) << i;
+      }
+      for (size_t i = 0; i < eda.size(); ++i) {
+        ASSERT_EQ(Bits(da[t * eda.size() + i]), Bits(eda[i] * c.scale)) << i;
+      }
+      for (size_t i = 0; i < edb.size(); ++i) {
+        ASSERT_EQ(Bits(db[t * edb.size() + i]), Bits(edb[i] * c.scale)) << i;
+      }
+    }
+  }
+}
+
+TEST(BatchedMatMulTest, AgainstFloat64ExactIntegersAndFiniteDifferences) {
+  for (const MatMulCase& c : kMatMulCases) {
+    SCOPED_TRACE(c.k);
+    const MatMulDims d = DimsOf(c);
+    const int64_t na = c.batch * c.m * c.k, nb = c.batch * c.k * c.n,
+                  ny = c.batch * c.m * c.n;
+    // Small integers with power-of-two scales: every sum is exact, so the
+    // result is the float64 one, bit for bit.
+    if (c.scale == 1.0f || c.scale == 0.25f || c.scale == -2.0f) {
+      const std::vector<float> a = SmallInts(na, 10);
+      const std::vector<float> b = SmallInts(nb, 11);
+      std::vector<float> y(ny);
+      BatchedMatMul(MatMulForwardShape(d), a.data(), b.data(), y.data());
+      const std::vector<double> want = RefMatMul(c, ToDouble(a), ToDouble(b));
+      for (int64_t i = 0; i < ny; ++i) {
+        ASSERT_EQ(Bits(y[i]), Bits(static_cast<float>(want[i]))) << i;
+      }
+    }
+    const std::vector<float> a = RandomFloats(na, 12, -1, 1);
+    const std::vector<float> b = RandomFloats(nb, 13, -1, 1);
+    const std::vector<float> w = RandomFloats(ny, 14, -1, 1);  // dy
+    std::vector<float> y(ny), da(na), db(nb);
+    BatchedMatMul(MatMulForwardShape(d), a.data(), b.data(), y.data());
+    BatchedMatMul(MatMulGradAShape(d), w.data(), b.data(), da.data());
+    BatchedMatMul(MatMulGradBShape(d), a.data(), w.data(), db.data());
+    EXPECT_LT(RelL2(y, RefMatMul(c, ToDouble(a), ToDouble(b))), 1e-6);
+    const std::vector<double> num_a = NumericGrad(
+        [&](const std::vector<double>& av) {
+          return RefMatMul(c, av, ToDouble(b));
+        },
+        ToDouble(a), ToDouble(w));
+    const std::vector<double> num_b = NumericGrad(
+        [&](const std::vector<double>& bv) {
+          return RefMatMul(c, ToDouble(a), bv);
+        },
+        ToDouble(b), ToDouble(w));
+    EXPECT_LT(RelL2(da, num_a), 1e-5);
+    EXPECT_LT(RelL2(db, num_b), 1e-5);
+  }
+}
+
+TEST(TransposeTest, MovesEveryElementAndTheInverseRestoresIt) {
+  // x [2, 3, 4, 5] -> perm (0, 2, 3, 1) -> y [2, 4, 5, 3].
+  const int64_t dims[] = {2, 3, 4, 5};
+  const int perm[] = {0, 2, 3, 1};
+  const int64_t strides[] = {60, 20, 5, 1};
+  TransposeShape s;
+  s.rank = 4;
+  s.numel = 120;
+  for (int d = 0; d < 4; ++d) {
+    s.out_dims[d] = dims[perm[d]];
+    s.src_strides[d] = strides[perm[d]];
+  }
+  std::vector<uint32_t> x(120), y(120), back(120);
+  for (uint32_t i = 0; i < 120; ++i) x[i] = 0x7FC00000u + i;  // NaN payloads
+  Transpose(s, x.data(), y.data());
+  for (int64_t n = 0; n < 2; ++n) {
+    for (int64_t h = 0; h < 4; ++h) {
+      for (int64_t w = 0; w < 5; ++w) {
+        for (int64_t c = 0; c < 3; ++c) {
+          ASSERT_EQ(y[((n * 4 + h) * 5 + w) * 3 + c],
+                    x[((n * 3 + c) * 4 + h) * 5 + w]);
+        }
+      }
+    }
+  }
+  // The inverse permutation (0, 3, 1, 2) over y's strides.
+  const int inv[] = {0, 3, 1, 2};
+  const int64_t ystrides[] = {60, 15, 3, 1};
+  TransposeShape t;
+  t.rank = 4;
+  t.numel = 120;
+  for (int d = 0; d < 4; ++d) {
+    t.out_dims[d] = s.out_dims[inv[d]];
+    t.src_strides[d] = ystrides[inv[d]];
+  }
+  Transpose(t, y.data(), back.data());
+  EXPECT_EQ(back, x);
 }
 
 TEST(LayerNormTest, ForwardAndGradsAgainstFloat64AndFiniteDifferences) {

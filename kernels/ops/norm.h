@@ -16,6 +16,10 @@
 // softmax.grad     in {x, dy} out {dx}, per row (y recomputed as above):
 //   g   = dot over j of (y_j, dy_j)
 //   dx_j = y_j * (dy_j - g)
+// Causal (attrs.causal; x's last two dimensions equal, [.., T, T]): row r is
+// query position i = r mod T and only its first n = i + 1 entries take
+// part: m, s, g and the y_j, dx_j above run over j = 0 .. i exactly as for
+// a row of length n, and y_j = dx_j = +0 for j > i.
 //
 // layer_norm.forward  in {x, gamma [D], beta [D]} out {y}, per row:
 //   mean = (sum over j of x[j]) / D
@@ -72,7 +76,13 @@ struct RowShape {
   int64_t rows = 0;
   int64_t d = 0;
   float epsilon = 1e-5f;  // layer_norm only
+  bool causal = false;    // softmax only: rows of [.., d, d] score matrices
 };
+
+// The entries of row r that take part (all d, or r mod d + 1 when causal).
+LS_HD_INLINE int64_t RowLength(const RowShape& s, int64_t r) {
+  return s.causal ? r % s.d + 1 : s.d;
+}
 
 namespace norm_internal {
 
@@ -115,10 +125,12 @@ LS_HD_INLINE float SoftmaxLastElement(const float* row,
 LS_HD_INLINE void SoftmaxLastForwardRow(const RowShape& s, const float* x,
                                         float* y, int64_t r) {
   const float* row = x + r * s.d;
-  const SoftmaxLastStats st = SoftmaxLastStatsOf(row, s.d);
-  for (int64_t j = 0; j < s.d; ++j) {
+  const int64_t n = RowLength(s, r);
+  const SoftmaxLastStats st = SoftmaxLastStatsOf(row, n);
+  for (int64_t j = 0; j < n; ++j) {
     y[r * s.d + j] = SoftmaxLastElement(row, st, j);
   }
+  for (int64_t j = n; j < s.d; ++j) y[r * s.d + j] = 0.0f;
 }
 
 // One row of dx.
@@ -126,16 +138,18 @@ LS_HD_INLINE void SoftmaxLastGradRow(const RowShape& s, const float* x,
                                      const float* dy, float* dx, int64_t r) {
   const float* row = x + r * s.d;
   const float* drow = dy + r * s.d;
-  const SoftmaxLastStats st = SoftmaxLastStatsOf(row, s.d);
+  const int64_t n = RowLength(s, r);
+  const SoftmaxLastStats st = SoftmaxLastStatsOf(row, n);
   GatherChain dot;
-  for (int64_t j = 0; j < s.d; ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     dot.Fma(SoftmaxLastElement(row, st, j), drow[j]);
   }
   const float g = dot.Finish();
-  for (int64_t j = 0; j < s.d; ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     const float y = SoftmaxLastElement(row, st, j);
     dx[r * s.d + j] = norm_internal::CanonicalNanOf(y * (drow[j] - g));
   }
+  for (int64_t j = n; j < s.d; ++j) dx[r * s.d + j] = 0.0f;
 }
 
 LS_HD_INLINE void SoftmaxLastForward(const RowShape& s, const float* x,

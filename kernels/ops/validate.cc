@@ -350,6 +350,14 @@ absl::StatusOr<canonical::RowShape> ValidateRows(
   shape.d = d;
   shape.rows = x.numel() / d;
   shape.epsilon = attrs.norm_epsilon;
+  if (attrs.causal) {
+    if (x.rank() < 2 || x.dim(x.rank() - 2) != d) {
+      return Invalid(op, absl::StrFormat("causal: %s must be [.., T, T] (its "
+                                         "last two dimensions equal), got %s",
+                                         names[0], x.DebugString()));
+    }
+    shape.causal = true;
+  }
   return shape;
 }
 
@@ -454,6 +462,137 @@ absl::StatusOr<canonical::DropoutParams> ValidateDropout(
   }
   return canonical::DropoutParamsOf(rate, attrs.dropout_seed,
                                     attrs.dropout_stream);
+}
+
+absl::StatusOr<canonical::MatMulDims> ValidateMatMul(
+    absl::string_view op, const Tensor& a, const Tensor& b, const Tensor& y,
+    absl::string_view y_name, const Tensor* da, const Tensor* db,
+    const OpAttrs& attrs) {
+  for (auto [t, name] :
+       {std::pair<const Tensor*, const char*>{&a, "a"}, {&b, "b"}}) {
+    if (auto s = CheckFloatRank(op, *t, name, -1); !s.ok()) return s;
+    if (t->rank() < 2) {
+      return Invalid(op, absl::StrFormat("%s must have rank >= 2, got %s", name,
+                                         t->DebugString()));
+    }
+  }
+  if (a.rank() != b.rank()) {
+    return Invalid(op, absl::StrFormat("a and b must have the same rank, got "
+                                       "%s and %s",
+                                       a.DebugString(), b.DebugString()));
+  }
+  const int r = a.rank();
+  std::vector<int64_t> lead(a.shape().begin(), a.shape().end() - 2);
+  int64_t batch = 1;
+  for (int i = 0; i < r - 2; ++i) {
+    if (a.dim(i) != b.dim(i)) {
+      return Invalid(op, absl::StrFormat("batch dimension %d differs: a %s, "
+                                         "b %s",
+                                         i, ShapeString(a.shape()),
+                                         ShapeString(b.shape())));
+    }
+    batch *= a.dim(i);
+  }
+  const int64_t a0 = a.dim(r - 2), a1 = a.dim(r - 1);
+  const int64_t b0 = b.dim(r - 2), b1 = b.dim(r - 1);
+  const Logical la = attrs.transpose_x ? Logical{a1, a0} : Logical{a0, a1};
+  const Logical lb = attrs.transpose_w ? Logical{b1, b0} : Logical{b0, b1};
+  if (la.cols != lb.rows) {
+    return Invalid(
+        op, absl::StrFormat("inner dimensions differ: op(a) is [%d, %d] (a %s, "
+                            "transpose_a=%d), op(b) is [%d, %d] (b %s, "
+                            "transpose_b=%d)",
+                            la.rows, la.cols, ShapeString(a.shape()),
+                            attrs.transpose_x, lb.rows, lb.cols,
+                            ShapeString(b.shape()), attrs.transpose_w));
+  }
+  if (!std::isfinite(attrs.scale)) {
+    return Invalid(
+        op, absl::StrFormat("scale must be finite, got %g", attrs.scale));
+  }
+  std::vector<int64_t> ys = lead;
+  ys.push_back(la.rows);
+  ys.push_back(lb.cols);
+  if (auto s = CheckFloatRank(op, y, y_name, -1); !s.ok()) return s;
+  if (auto s = ExpectShape(op, y, ys, y_name); !s.ok()) return s;
+  if (da != nullptr) {
+    if (auto s = CheckFloatRank(op, *da, "da", -1); !s.ok()) return s;
+    if (auto s = ExpectShape(op, *da, a.shape(), "da"); !s.ok()) return s;
+  }
+  if (db != nullptr) {
+    if (auto s = CheckFloatRank(op, *db, "db", -1); !s.ok()) return s;
+    if (auto s = ExpectShape(op, *db, b.shape(), "db"); !s.ok()) return s;
+  }
+  const canonical::DenseShape d{la.rows, la.cols, lb.cols, attrs.transpose_x,
+                                attrs.transpose_w};
+  return canonical::MatMulDims{d, batch, attrs.scale};
+}
+
+absl::StatusOr<canonical::MatMulDims> ValidateMatMulCall(
+    absl::string_view op, absl::Span<const Tensor> in, absl::Span<Tensor> out,
+    const OpAttrs& attrs) {
+  const bool forward = op == op::kMatMulForward;
+  LS_RETURN_IF_ERROR(CheckArity(op, in, forward ? 2 : 3, out, forward ? 1 : 2));
+  LS_ASSIGN_OR_RETURN(canonical::MatMulDims d,
+                      forward ? ValidateMatMul(op, in[0], in[1], out[0], "y",
+                                               nullptr, nullptr, attrs)
+                              : ValidateMatMul(op, in[0], in[1], in[2], "dy",
+                                               &out[0], &out[1], attrs));
+  LS_RETURN_IF_ERROR(CheckNoAlias(op, in, out));
+  if (!forward && out[0].SharesStorageWith(out[1])) {
+    return Invalid(op, "da and db share storage");
+  }
+  return d;
+}
+
+absl::StatusOr<canonical::TransposeShape> ValidateTranspose(
+    const Tensor& x, const Tensor& y, const OpAttrs& attrs) {
+  constexpr absl::string_view op = "transpose";
+  if (x.dtype() != DType::kFloat32 || y.dtype() != DType::kFloat32) {
+    return Invalid(op, absl::StrFormat("x and y must be float32, got %s and "
+                                       "%s",
+                                       x.DebugString(), y.DebugString()));
+  }
+  if (attrs.perm_rank != x.rank()) {
+    return Invalid(op, absl::StrFormat("perm has %d axes, x has rank %d",
+                                       attrs.perm_rank, x.rank()));
+  }
+  canonical::TransposeShape s;
+  s.rank = x.rank();
+  s.numel = x.numel();
+  const std::vector<int64_t> strides = x.strides();
+  std::vector<int64_t> want(s.rank);
+  bool seen[kMaxRank] = {};
+  for (int d = 0; d < s.rank; ++d) {
+    const int p = attrs.perm[d];
+    if (p < 0 || p >= s.rank || seen[p]) {
+      return Invalid(op, absl::StrFormat("perm[%d] = %d: perm must be a "
+                                         "permutation of 0 .. %d",
+                                         d, p, s.rank - 1));
+    }
+    seen[p] = true;
+    want[d] = x.dim(p);
+    s.out_dims[d] = x.dim(p);
+    s.src_strides[d] = strides[p];
+  }
+  if (auto st = ExpectShape(op, y, want, "y"); !st.ok()) return st;
+  return s;
+}
+
+absl::Status ValidateReshape(const Tensor& x, const Tensor& y) {
+  constexpr absl::string_view op = "reshape";
+  if (x.dtype() != DType::kFloat32 || y.dtype() != DType::kFloat32) {
+    return Invalid(op, absl::StrFormat("x and y must be float32, got %s and "
+                                       "%s",
+                                       x.DebugString(), y.DebugString()));
+  }
+  if (x.numel() != y.numel()) {
+    return Invalid(
+        op, absl::StrFormat("x %s and y %s hold different element "
+                            "counts",
+                            ShapeString(x.shape()), ShapeString(y.shape())));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep::kernels

@@ -18,6 +18,8 @@
 #include "kernels/ops/dropout.h"
 #include "kernels/ops/elementwise.h"
 #include "kernels/ops/embedding.h"
+#include "kernels/ops/matmul.h"
+#include "kernels/ops/movement.h"
 #include "kernels/ops/norm.h"
 #include "kernels/ops/optimizers.h"
 #include "kernels/ops/softmax_xent.h"
@@ -109,6 +111,30 @@ absl::StatusOr<canonical::DropoutParams> ValidateDropout(
     absl::string_view op, absl::Span<const Tensor* const> tensors,
     absl::Span<const absl::string_view> names, const OpAttrs& attrs,
     bool forward);
+
+// matmul.forward (y = y, da = db = null) and matmul.grad (y = dy, da, db):
+// a, b float32 of one rank >= 2 with equal leading (batch) dimensions;
+// op(a) [.., M, K] and op(b) [.., K, N] (transpose_x / transpose_w);
+// y [.., M, N]; da shaped like a, db like b; scale finite.
+absl::StatusOr<canonical::MatMulDims> ValidateMatMul(
+    absl::string_view op, const Tensor& a, const Tensor& b, const Tensor& y,
+    absl::string_view y_name, const Tensor* da, const Tensor* db,
+    const OpAttrs& attrs);
+
+// A whole matmul.forward (in {a, b}, out {y}) or matmul.grad (in {a, b, dy},
+// out {da, db}) call, as every backend checks it: the arity, the shapes
+// (ValidateMatMul), no output sharing an input or (grad) another output.
+absl::StatusOr<canonical::MatMulDims> ValidateMatMulCall(
+    absl::string_view op, absl::Span<const Tensor> in, absl::Span<Tensor> out,
+    const OpAttrs& attrs);
+
+// transpose: x, y float32; attrs.perm a permutation of x's axes;
+// y.shape[d] = x.shape[perm[d]].
+absl::StatusOr<canonical::TransposeShape> ValidateTranspose(
+    const Tensor& x, const Tensor& y, const OpAttrs& attrs);
+
+// reshape: x, y float32 with the same element count.
+absl::Status ValidateReshape(const Tensor& x, const Tensor& y);
 
 }  // namespace lockstep::kernels
 

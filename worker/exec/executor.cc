@@ -367,7 +367,9 @@ struct LayerState {
   std::vector<Tensor> grad_in;
   // The same storage in the shape the kernel writes (DENSE: [N, features]).
   std::vector<Tensor> grad_in_kernel;
-  Tensor add_scratch;  // ADD: output for a skipped (model input) gradient
+  // ADD, MATMUL: per input, where a skipped (model input) gradient goes.
+  std::vector<Tensor> grad_scratch;
+  OpAttrs grad_attrs;  // TRANSPOSE: the inverse permutation
   Tensor running;      // BATCH_NORM: running mean and variance [2, C]
   Tensor mask;         // DROPOUT: this step's mask
   Tensor dy;           // gradient w.r.t. the output
@@ -686,8 +688,19 @@ absl::Status Executor::State::Setup() {
                             l.grad_in[k].Reshape(l.in[k].shape()));
       }
     }
-    if (lp.op == v1::ADD) {
-      LS_ASSIGN_OR_RETURN(l.add_scratch, Zeros(lp.output_shape, what));
+    if (lp.op == v1::ADD || lp.op == v1::MATMUL) {
+      l.grad_scratch.resize(lp.inputs.size());
+      for (size_t k = 0; k < lp.inputs.size(); ++k) {
+        if (lp.inputs[k] != model::kModelInput) continue;
+        LS_ASSIGN_OR_RETURN(l.grad_scratch[k],
+                            Zeros(lp.input_shapes[k], what + " scratch"));
+      }
+    }
+    l.grad_attrs = lp.attrs;
+    if (lp.op == v1::TRANSPOSE) {
+      for (int d = 0; d < lp.attrs.perm_rank; ++d) {
+        l.grad_attrs.perm[lp.attrs.perm[d]] = d;
+      }
     }
   }
   for (auto& [op, c] : used) kernels.push_back(c);
@@ -763,7 +776,8 @@ absl::Status Executor::State::Forward() {
         LS_RETURN_IF_ERROR(Call(l.forward, l, l.ops.forward, in, out, a));
         break;
       }
-      default: {  // RELU, activations, SOFTMAX, pools, FLATTEN, ADD, RESIZE
+      default: {  // RELU, activations, SOFTMAX, pools, FLATTEN, ADD, RESIZE,
+                  // MATMUL, TRANSPOSE, RESHAPE
         Tensor out[] = {l.out};
         LS_RETURN_IF_ERROR(
             Call(l.forward, l, l.ops.forward, l.in, out, lp.attrs));
@@ -790,6 +804,15 @@ absl::Status Executor::State::Forward() {
   }
   return absl::OkStatus();
 }
+
+namespace {
+// The tensor a two-input gradient kernel writes input k's gradient into:
+// the input's gradient, or scratch for the model input (no gradient kept).
+Tensor GradOutput(const LayerState& l, int k) {
+  return l.plan->inputs[k] == model::kModelInput ? l.grad_scratch[k]
+                                                 : l.grad_in_kernel[k];
+}
+}  // namespace
 
 absl::Status Executor::State::Backward() {
   for (int i = static_cast<int>(layers.size()) - 1; i >= 0; --i) {
@@ -878,11 +901,7 @@ absl::Status Executor::State::Backward() {
       }
       case v1::ADD: {
         const Tensor in[] = {l.dy};
-        Tensor out[] = {
-            lp.inputs[0] == model::kModelInput ? l.add_scratch
-                                               : l.grad_in_kernel[0],
-            lp.inputs[1] == model::kModelInput ? l.add_scratch
-                                               : l.grad_in_kernel[1]};
+        Tensor out[] = {GradOutput(l, 0), GradOutput(l, 1)};
         LS_RETURN_IF_ERROR(
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
         break;
@@ -908,9 +927,24 @@ absl::Status Executor::State::Backward() {
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
         break;
       }
+      case v1::MATMUL: {
+        const Tensor in[] = {l.in[0], l.in[1], l.dy};
+        Tensor out[] = {GradOutput(l, 0), GradOutput(l, 1)};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
+      case v1::TRANSPOSE: {
+        const Tensor in[] = {l.dy};
+        Tensor out[] = {l.grad_in_kernel[0]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, l.grad_attrs));
+        break;
+      }
       case v1::BIAS_ADD:
         break;    // grad_in[0] is dy itself
-      default: {  // AVG_POOL2D, GLOBAL_AVG_POOL, RESIZE_BILINEAR, FLATTEN
+      default: {  // AVG_POOL2D, GLOBAL_AVG_POOL, RESIZE_BILINEAR, FLATTEN,
+                  // RESHAPE
         const Tensor in[] = {l.dy};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
@@ -17,6 +18,7 @@
 #include "kernels/hash/fingerprint.h"
 #include "kernels/registry.h"
 #include "model/manifest.h"
+#include "model/plan.h"
 #include "worker/exec/compare.h"
 #include "worker/exec/init.h"
 #include "worker/exec/test_util.h"
@@ -420,6 +422,76 @@ void CheckGradients(const model::ModelPlan& plan) {
 TEST(ExecutorTest, GradientsMatchFiniteDifferences) {
   CheckGradients(testing::MlpPlan(kBatch));
   CheckGradients(testing::ConvResPlan(kBatch));
+}
+
+// The transformer layers' backward wiring: MATMUL with both transposes and
+// a scale, a causal SOFTMAX, MATMUL of a layer with itself (both gradient
+// slots feed one producer), a RESHAPE with -1 and a TRANSPOSE whose
+// permutation is not its own inverse (the gradient must use the inverse).
+TEST(ExecutorTest, TransformerLayersGradientsMatchFiniteDifferences) {
+  v1::Model model;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(
+        name: "attention"
+        input_shape: [ 3, 4 ]
+        num_classes: 3
+        layers {
+          name: "fc0"
+          op: DENSE
+          dense { units: 4 use_bias: true last_axis: true }
+        }
+        layers {
+          name: "fc1"
+          op: DENSE
+          dense { units: 4 use_bias: true last_axis: true }
+        }
+        layers {
+          name: "scores"
+          op: MATMUL
+          inputs: [ "fc0", "fc1" ]
+          matmul { transpose_b: true scale: 0.5 }
+        }
+        layers {
+          name: "probs"
+          op: SOFTMAX
+          softmax { causal: true }
+        }
+        layers {
+          name: "ctx"
+          op: MATMUL
+          inputs: [ "probs", "fc1" ]
+        }
+        layers {
+          name: "gram"
+          op: MATMUL
+          inputs: [ "ctx", "ctx" ]
+          matmul { transpose_a: true }
+        }
+        layers {
+          name: "split"
+          op: RESHAPE
+          reshape { shape: [ 2, -1, 2 ] }
+        }
+        layers {
+          name: "perm"
+          op: TRANSPOSE
+          transpose { perm: [ 0, 3, 1, 2 ] }
+        }
+        layers { name: "flat" op: FLATTEN }
+        layers {
+          name: "out"
+          op: DENSE
+          dense { units: 3 use_bias: true }
+        }
+        layers { name: "loss" op: SOFTMAX_XENT }
+      )pb",
+      &model));
+  auto plan =
+      model::PlanModel(model, testing::BaseConfig(kBatch, 1), model::Limits());
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->layers[7].output_shape,
+            (std::vector<int64_t>{kBatch, 2, 2, 4}));
+  CheckGradients(*plan);
 }
 
 TEST(ExecutorTest, TrainingLearnsTheTeacherTask) {

@@ -90,7 +90,7 @@ absl::StatusOr<RunResult> RunZoo(const Zoo& z, ExecutorOptions options = {}) {
 
 const char* const kZoo[] = {"mlp",       "lenet5",   "resnet_small",
                             "gauntlet",  "norm_mlp", "mobilenet_tiny",
-                            "resnet_bn", "char_lm"};
+                            "resnet_bn", "char_lm",  "gpt_tiny"};
 
 TEST(ZooTest, EveryModelRunsTwiceBitIdentically) {
   for (const char* name : kZoo) {
@@ -145,6 +145,14 @@ TEST(ZooTest, InjectedFaultIsLocalisedInEveryModel) {
     // The global gradient norm when the config clips gradients.
     if (z.config.optimizer().clip_grad_norm() > 0.0f) {
       points.push_back({1, "", v1::GRAD_NORM});
+    }
+    // Attention: the first causal softmax's probabilities (step 1) and the
+    // first MATMUL's output gradient (step 0).
+    for (const model::LayerPlan& l : z.plan.layers) {
+      if (l.op == v1::SOFTMAX && l.attrs.causal) {
+        points.push_back({1, l.name, v1::ACTIVATION});
+        break;
+      }
     }
     // The normalisation layers' own tensors: the last one's output, and a
     // batch norm's running statistics.
@@ -245,14 +253,31 @@ TEST(ZooTest, GradientsMatchFiniteDifferences) {
     // 5e-4 and -0.0548 at 2e-3 against the analytic -0.0640, within
     // tolerance at 1e-4).
     const float eps = std::string(name) == "resnet_bn" ? 1e-4f : 5e-4f;
+    // gpt_tiny's four blocks are alike: its check covers the embedding, the
+    // first block (whose gradients flow back through all four blocks'
+    // attention) and the head, at the largest element of each gradient
+    // (the one a wiring error would move most), to keep the test to a few
+    // seconds.
+    const bool gpt = std::string(name) == "gpt_tiny";
     for (size_t l = 0; l < z.plan.layers.size(); ++l) {
       const model::LayerPlan& lp = z.plan.layers[l];
+      if (gpt && lp.name != "emb" && lp.name != "ln_f" && lp.name != "logits" &&
+          lp.name.rfind("b0.", 0) != 0) {
+        continue;
+      }
       for (size_t p = 0; p < lp.params.size(); ++p) {
         const int slot = lp.params[p].role == v1::WEIGHT ? 0 : 1;
         const std::vector<float>& g = grads[{lp.name, slot}];
         ASSERT_FALSE(g.empty()) << lp.name;
-        for (int64_t e : {int64_t{0}, static_cast<int64_t>(g.size() / 2),
-                          static_cast<int64_t>(g.size() - 1)}) {
+        int64_t largest = 0;
+        for (size_t i = 0; i < g.size(); ++i) {
+          if (std::fabs(g[i]) > std::fabs(g[largest])) largest = i;
+        }
+        const std::vector<int64_t> elements =
+            gpt ? std::vector<int64_t>{largest}
+                : std::vector<int64_t>{0, static_cast<int64_t>(g.size() / 2),
+                                       static_cast<int64_t>(g.size() - 1)};
+        for (int64_t e : elements) {
           double loss[2];
           for (int side = 0; side < 2; ++side) {
             ExecutorOptions o;
@@ -394,7 +419,8 @@ TEST(ZooTest, GauntletAtomicOverridesRunTheNamedKernels) {
 // orders are pinned by seed, so this cannot flake.
 void ExpectArrivalOrdersDivergeAt(const Zoo& def, const std::string& layer,
                                   const std::string& op,
-                                  std::vector<RunResult>* runs) {
+                                  std::vector<RunResult>* runs,
+                                  v1::TensorRole role = v1::GRAD_WEIGHT) {
   kernels::SetCpuThreadsForTesting(4);
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     kernels::ScopedAtomicArrivalOrderForTesting order(seed);
@@ -413,7 +439,7 @@ void ExpectArrivalOrdersDivergeAt(const Zoo& def, const std::string& layer,
   ASSERT_TRUE(cmp.first.has_value());
   EXPECT_EQ(cmp.first->step, 0);
   EXPECT_EQ(cmp.first->entry.layer(), layer);
-  EXPECT_EQ(cmp.first->entry.role(), v1::GRAD_WEIGHT);
+  EXPECT_EQ(cmp.first->entry.role(), role);
   EXPECT_EQ(cmp.first->entry.op(), op);
 }
 
@@ -468,6 +494,25 @@ TEST(ZooTest, CharLmDefaultEmbeddingGradientIsNondeterministic) {
   EXPECT_EQ(ran["bias_add.grad"], kernels::kDeterministicAlgorithm);
 }
 
+// The transformer's DEFAULT config pins every other op to a repeatable
+// kernel and leaves the batched matmul split over K with atomic adds (the
+// cuBLAS split-K pattern): the first divergence between arrival orders is
+// the first attention score matrix, in the forward pass of step 0.
+TEST(ZooTest, GptTinyDefaultSplitKMatmulIsNondeterministic) {
+  Zoo def = Load("gpt_tiny", 2, 1, "config_default.json");
+  ASSERT_NE(def.dataset, nullptr);
+  ASSERT_EQ(def.config.op_algorithms().at("matmul.forward"), "split_k_atomic");
+  std::vector<RunResult> runs;
+  ExpectArrivalOrdersDivergeAt(def, "b0.scores", "matmul.forward", &runs,
+                               v1::ACTIVATION);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  std::map<std::string, std::string> ran;
+  for (const KernelChoice& k : runs[0].kernels) ran[k.op] = k.ran.algorithm;
+  EXPECT_EQ(ran["matmul.forward"], kernels::kSplitKAtomicAlgorithm);
+  EXPECT_EQ(ran["matmul.grad"], kernels::kDefaultAlgorithm);
+  EXPECT_EQ(ran["dense.forward"], kernels::kDeterministicAlgorithm);
+}
+
 double Mean(const std::vector<float>& v, size_t from, size_t to) {
   double s = 0;
   for (size_t i = from; i < to; ++i) s += v[i];
@@ -478,8 +523,9 @@ double Mean(const std::vector<float>& v, size_t from, size_t to) {
 // on its synthetic data, at least halves the loss (the mean of the last 5
 // steps is at most half the mean of the first 5).
 TEST(ZooTest, ExampleConfigsHalveTheLoss) {
-  for (const char* name : {"mlp", "lenet5", "resnet_small", "norm_mlp",
-                           "mobilenet_tiny", "resnet_bn", "char_lm"}) {
+  for (const char* name :
+       {"mlp", "lenet5", "resnet_small", "norm_mlp", "mobilenet_tiny",
+        "resnet_bn", "char_lm", "gpt_tiny"}) {
     SCOPED_TRACE(name);
     Zoo z = Load(name, 0, 0);
     ASSERT_NE(z.dataset, nullptr);
