@@ -13,15 +13,16 @@ which the spec bounds element by element:
 
 with cond and k per error family (docs/parity.md, "One op at a time"):
 
-  linear     sums and dot products (dense, conv2d, pooling, resize, bias,
-             add, flatten, embedding, dropout): cond = the op applied to the
+  linear     sums and dot products (dense, conv2d, matmul, pooling, resize,
+             bias, add, flatten, embedding, dropout): cond = the op applied to the
              absolute values of its inputs (forward) or the vector-Jacobian
              product of |inputs| with |dy| (backward), i.e. sum |terms|;
              k = 256 (a chain) + 32 (the pairwise tree of up to 2^32
              chains) + 2 (bias add or division) = 290.
-  select     copies chosen by comparisons (relu, max pooling): forward
-             exact (k = 0); backward sums of the selected dy: cond from
-             |dy|, k = 290.
+  select     copies chosen by comparisons or moved (relu, max pooling,
+             transpose, reshape): forward exact (k = 0); backward sums of
+             the selected dy: cond from |dy|, k = 290 (transpose and reshape
+             move dy back unchanged, well within it).
   pointwise  portable-math activations: forward 16 U max(|y|, 1) (spec
              3.8); backward dy * f'(x): cond = |dy| max(|f'(x)|, 1), k = 17.
   compound   softmax, layer norm, batch norm, softmax cross-entropy: rows
@@ -30,8 +31,11 @@ with cond and k per error family (docs/parity.md, "One op at a time"):
              reductions of <= 256-term chains at ~sqrt(256) U each plus the
              elementwise roundings).
   optimizer  SGD / momentum / Adam / AdamW, clipping included: weights
-             cond = |w_prev| + |update|, state cond = the magnitudes of the
-             two terms it sums; k = 16 (<= 14 roundings on the longest path:
+             cond = |w_prev| + the update with every term in absolute value
+             (lr (beta1 |m_prev| + (1 - beta1) |g|) / (1 - beta1^t) /
+             (sqrt(v_hat) + eps) + lr decay |w_prev| for Adam(W): a first
+             moment that nearly cancels passes its terms' rounding on), state
+             cond = the magnitudes of the two terms it sums; k = 16 (<= 14 roundings on the longest path:
              clip 3, decay 2, Adam 8, final subtraction 1).
 """
 
@@ -52,8 +56,9 @@ FAMILY = {
     "DENSE": "linear", "CONV2D": "linear", "AVG_POOL2D": "linear",
     "GLOBAL_AVG_POOL": "linear", "FLATTEN": "linear", "ADD": "linear",
     "RESIZE_BILINEAR": "linear", "BIAS_ADD": "linear", "EMBEDDING": "linear",
-    "DROPOUT": "linear",
+    "DROPOUT": "linear", "MATMUL": "linear",
     "RELU": "select", "MAX_POOL2D": "select",
+    "TRANSPOSE": "select", "RESHAPE": "select",
     "SIGMOID": "pointwise", "TANH": "pointwise", "SILU": "pointwise",
     "GELU": "pointwise", "GELU_TANH": "pointwise",
     "SOFTMAX": "compound", "LAYER_NORM": "compound", "BATCH_NORM": "compound",
@@ -269,14 +274,31 @@ def local_check(model, config, dump, init_params):
                 last = (e.layer, e.role)
             elif e.role == "OPTIMIZER_STATE":
                 state_of[last + (e.slot,)] = e
+        lr = ref.f32(o["learning_rate"])
+        eps = ref.f32(o.get("epsilon") or 1e-7)
+        decay = ref.f32(o.get("weight_decay") or 0.01) if kind == "ADAMW" else 0.0
         for key in keys:
             w = leaves[key].detach()
             got = ctx.dumped(key[0], key[1])
-            delta = (w - prev_w[key]).abs()
+            g = gr[key].reshape(w.shape)
+            # The update's terms in absolute value: a first moment (or
+            # velocity) that nearly cancels -- beta1 m + (1 - beta1) g with
+            # opposite signs -- carries the rounding of its terms, not of
+            # its small result, into lr m / (sqrt(v) + eps).
+            old = {sl: prev_state.get(key + (sl,)) for sl in slots}
+            old = {sl: torch.zeros_like(w) if t is None else t for sl, t in old.items()}
+            if kind in ("ADAM", "ADAMW"):
+                t = step + 1
+                m_abs = (b1 * old["m"].abs() + (1 - b1) * g.abs()) / (1 - b1 ** t)
+                v_hat = opt.state[leaves[key]]["exp_avg_sq"] / (1 - b2 ** t)
+                upd_abs = lr * m_abs / (v_hat.sqrt() + eps) + lr * decay * prev_w[key].abs()
+            elif kind == "MOMENTUM":
+                upd_abs = lr * (mu * old["velocity"].abs() + g.abs())
+            else:
+                upd_abs = lr * g.abs()
             what = "step %d layer \"%s\" %s" % (step, key[0], key[1])
             chk.elementwise(what, kind.lower() + ".update", got, w.numpy(), K_OPT,
-                            (prev_w[key].abs() + delta).numpy())
-            g = gr[key].reshape(w.shape)
+                            (prev_w[key].abs() + upd_abs).numpy())
             for s in slots:
                 new = opt.state[leaves[key]][ref.STATE_NAMES[s]]
                 old = prev_state.get(key + (s,))

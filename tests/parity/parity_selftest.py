@@ -91,10 +91,10 @@ def main():
           local_problems[:1])
 
     try:
-        ref.check_ops({"layers": [{"name": "mm", "op": "MATMUL"}]})
+        ref.check_ops({"layers": [{"name": "conv3", "op": "CONV3D"}]})
         check(False, "an unknown op is refused")
     except NotImplementedError as e:
-        check("unsupported op MATMUL (layer \"mm\")" in str(e),
+        check("unsupported op CONV3D (layer \"conv3\")" in str(e),
               "an unknown op is refused: %s" % e)
 
     if FAILED:
