@@ -92,14 +92,18 @@ ABSL_FLAG(std::string, worker_ca, "",
           "must present a certificate it signed, and its --name must be the "
           "certificate's CN or a SAN");
 ABSL_FLAG(bool, allow_plaintext, false,
-          "serve without TLS on a non-loopback --listen or --http_listen "
-          "address (logged as a warning); without TLS and without this flag "
-          "only loopback addresses are accepted");
+          "serve without TLS, on loopback --listen and --http_listen "
+          "addresses only (development and single-machine use); without "
+          "TLS and without this flag the coordinator refuses to start");
+ABSL_FLAG(bool, force_plaintext, false,
+          "serve without TLS on any address, non-loopback ones included "
+          "(implies --allow_plaintext; logged as a warning at every start): "
+          "only inside a network you trust");
 ABSL_FLAG(std::string, auth, "",
           "\"tokens\": every call needs a bearer token whose role allows it "
           "(lockstep-coordinator tokens create); \"none\": no tokens, every "
           "caller is an admin; empty (default): tokens, except in loopback "
-          "development mode (no TLS and loopback listen addresses)");
+          "development mode (--allow_plaintext on loopback addresses)");
 ABSL_FLAG(int64_t, quota_jobs, 0,
           "unfinished jobs each principal (token) may have; 0: no quota");
 ABSL_FLAG(int64_t, quota_runs, 0,
@@ -324,8 +328,9 @@ int CertsMain() {
 }
 
 // Applies the transport and token flags to `options`: TLS files, the
-// plaintext rule (loopback only unless --allow_plaintext) and the --auth
-// mode. Returns false after printing why the flags are refused.
+// plaintext rule (TLS, or --allow_plaintext on loopback, or
+// --force_plaintext anywhere) and the --auth mode. Returns false after printing
+// why the flags are refused.
 bool ApplySecurityFlags(lockstep::server::CoordinatorOptions* options) {
   options->tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options->tls_key_file = absl::GetFlag(FLAGS_tls_key);
@@ -334,20 +339,28 @@ bool ApplySecurityFlags(lockstep::server::CoordinatorOptions* options) {
   const bool loopback = lockstep::IsLoopbackAddress(options->listen_address) &&
                         (options->http_listen.empty() ||
                          lockstep::IsLoopbackAddress(options->http_listen));
+  const bool force = absl::GetFlag(FLAGS_force_plaintext);
+  if (!tls && !force && !absl::GetFlag(FLAGS_allow_plaintext)) {
+    std::fprintf(stderr,
+                 "lockstep-coordinator: no --tls_cert is set: give --tls_cert "
+                 "and --tls_key (see `lockstep-coordinator certs`), or "
+                 "--allow_plaintext to serve in the clear on loopback\n");
+    return false;
+  }
   if (!tls && !loopback) {
-    if (!absl::GetFlag(FLAGS_allow_plaintext)) {
+    if (!force) {
       std::fprintf(stderr,
                    "lockstep-coordinator: --listen=%s%s%s is not a loopback "
                    "address and no --tls_cert is set: give --tls_cert and "
                    "--tls_key (see `lockstep-coordinator certs`), or "
-                   "--allow_plaintext to serve in the clear anyway\n",
+                   "--force_plaintext to serve in the clear anyway\n",
                    options->listen_address.c_str(),
                    options->http_listen.empty() ? "" : " / --http_listen=",
                    options->http_listen.c_str());
       return false;
     }
     LS_LOG(WARNING) << "PLAINTEXT on a non-loopback address "
-                    << "(--allow_plaintext): tokens and fingerprints cross "
+                    << "(--force_plaintext): tokens and fingerprints cross "
                     << "the network unencrypted and workers are not "
                     << "authenticated by certificate; use --tls_cert, "
                     << "--tls_key and --worker_ca outside a trusted network";

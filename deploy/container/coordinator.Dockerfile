@@ -55,5 +55,5 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=5s --retries=3 \
 ENTRYPOINT ["/usr/local/bin/lockstep-coordinator"]
 # Plaintext without tokens, explicitly allowed (a trusted network only; see
 # docs/security.md for --tls_cert, --tls_key, --worker_ca and tokens).
-CMD ["--allow_plaintext", "--auth=none", "--listen=0.0.0.0:7070", "--db=/var/lib/lockstep/lockstep.db", \
+CMD ["--force_plaintext", "--auth=none", "--listen=0.0.0.0:7070", "--db=/var/lib/lockstep/lockstep.db", \
      "--zoo_dir=/usr/local/share/lockstep/examples", "--http_listen=0.0.0.0:8080"]

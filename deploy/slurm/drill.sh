@@ -185,7 +185,8 @@ done
 [[ "${idle}" -eq "${#nodes[@]}" ]] || fail "only ${idle} of ${#nodes[@]} nodes came up idle"
 say "Slurm is up: slurmctld and ${#nodes[@]} slurmd ($((SECONDS - start_s)) s)"
 
-"${coordinator_bin}" --listen=127.0.0.1:0 --port_file="${work}/port" \
+"${coordinator_bin}" --listen=127.0.0.1:0 --allow_plaintext \
+  --port_file="${work}/port" \
   --db="${work}/lockstep.db" --zoo_dir="${root}/examples" \
   --heartbeat_interval_ms=500 --heartbeat_timeout_ms=3000 \
   >"${work}/log/coordinator.log" 2>&1 &

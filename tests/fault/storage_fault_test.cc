@@ -179,7 +179,7 @@ TEST_F(StorageFaultTest, CorruptFileIsRefusedUntouchedAndABackupRestores) {
   }
   const std::string damaged = ReadBytes(db);
   testing::CommandResult start =
-      Coordinator({"--listen=127.0.0.1:0", "--db=" + db,
+      Coordinator({"--listen=127.0.0.1:0", "--allow_plaintext", "--db=" + db,
                    "--zoo_dir=" + fc_->cluster().Runfile("examples")});
   EXPECT_EQ(start.exit_code, 1) << start.out << start.err;
   EXPECT_THAT(start.err, HasSubstr(db + " is corrupt"));

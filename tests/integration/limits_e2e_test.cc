@@ -81,9 +81,12 @@ class LimitsE2E : public ::testing::Test {
     const std::string db = dir_ + "/limits.db";
     std::remove(port_file.c_str());
     std::remove(db.c_str());
-    std::vector<std::string> argv = {
-        RunfilePath("server/lockstep-coordinator"), "--listen=127.0.0.1:0",
-        "--db=" + db, "--port_file=" + port_file, "--synchronous=NORMAL"};
+    std::vector<std::string> argv = {RunfilePath("server/lockstep-coordinator"),
+                                     "--listen=127.0.0.1:0",
+                                     "--allow_plaintext",
+                                     "--db=" + db,
+                                     "--port_file=" + port_file,
+                                     "--synchronous=NORMAL"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = Subprocess::Start(argv, dir_ + "/limits-coordinator.log");
     ASSERT_THAT(p, IsOk());
@@ -298,7 +301,8 @@ TEST_F(LimitsE2E, MessageLimitIsConfigurable) {
 TEST_F(LimitsE2E, OutOfRangeMessageLimitIsAUsageError) {
   auto r = lockstep::testing::RunCommand(
       {RunfilePath("server/lockstep-coordinator"), "--listen=127.0.0.1:0",
-       "--db=" + dir_ + "/unused.db", "--max_message_bytes=0"},
+       "--allow_plaintext", "--db=" + dir_ + "/unused.db",
+       "--max_message_bytes=0"},
       absl::Seconds(30));
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 1);

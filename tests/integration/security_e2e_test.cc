@@ -237,30 +237,41 @@ TEST(PlaintextTokensTest, CliSendsItsTokenWithoutTls) {
 }
 
 // Refused before anything listens: no network is touched.
-TEST(SecurityFlagsTest, PlaintextOffLoopbackNeedsAnExplicitFlag) {
+TEST(SecurityFlagsTest, PlaintextOnlyWhenExplicitlyAllowed) {
   const std::string dir = std::getenv("TEST_TMPDIR");
   const std::string bin = RunfilePath("server/lockstep-coordinator");
+  // No TLS and no plaintext flag: refused, on loopback too.
   absl::StatusOr<CommandResult> r =
-      RunCommand({bin, "--listen=0.0.0.0:0", "--db=" + dir + "/flags.db"},
+      RunCommand({bin, "--listen=127.0.0.1:0", "--db=" + dir + "/flags.db"},
+                 absl::Seconds(30));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("no --tls_cert is set: give --tls_cert and "
+                                "--tls_key (see `lockstep-coordinator "
+                                "certs`), or --allow_plaintext"));
+  // --allow_plaintext covers loopback only; elsewhere --force_plaintext.
+  r = RunCommand({bin, "--listen=0.0.0.0:0", "--allow_plaintext",
+                  "--db=" + dir + "/flags.db"},
                  absl::Seconds(30));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->err, HasSubstr("--listen=0.0.0.0:0 is not a loopback "
                                 "address and no --tls_cert is set"));
+  EXPECT_THAT(r->err, HasSubstr("--force_plaintext to serve in the clear"));
   r = RunCommand({bin, "--listen=127.0.0.1:0", "--http_listen=0.0.0.0:0",
-                  "--db=" + dir + "/flags.db"},
+                  "--allow_plaintext", "--db=" + dir + "/flags.db"},
                  absl::Seconds(30));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->err, HasSubstr("--http_listen=0.0.0.0:0"));
-  r = RunCommand(
-      {bin, "--listen=127.0.0.1:0", "--auth=maybe", "--db=" + dir + "/f.db"},
-      absl::Seconds(30));
+  r = RunCommand({bin, "--listen=127.0.0.1:0", "--allow_plaintext",
+                  "--auth=maybe", "--db=" + dir + "/f.db"},
+                 absl::Seconds(30));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->err, HasSubstr("--auth: \"maybe\" is not tokens or none"));
-  r = RunCommand({bin, "--listen=127.0.0.1:0", "--worker_ca=ca.crt",
-                  "--db=" + dir + "/f.db"},
+  r = RunCommand({bin, "--listen=127.0.0.1:0", "--allow_plaintext",
+                  "--worker_ca=ca.crt", "--db=" + dir + "/f.db"},
                  absl::Seconds(30));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);

@@ -84,7 +84,7 @@ class WorkersE2E : public ::testing::Test {
     std::remove(port_file.c_str());
     auto p = Subprocess::Start(
         {coordinator_bin_, absl::StrCat("--listen=127.0.0.1:", port),
-         "--db=" + db_, "--port_file=" + port_file,
+         "--allow_plaintext", "--db=" + db_, "--port_file=" + port_file,
          absl::StrCat("--heartbeat_interval_ms=", kHeartbeatIntervalMs),
          absl::StrCat("--heartbeat_timeout_ms=", kHeartbeatTimeoutMs)},
         dir_ + "/coordinator.log");

@@ -2,8 +2,10 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -41,6 +43,13 @@ int Cluster::StartCoordinator(int port, const std::vector<std::string>& flags) {
   std::vector<std::string> argv = {RunfilePath("server/lockstep-coordinator"),
                                    absl::StrCat("--listen=127.0.0.1:", port),
                                    "--db=" + db_, "--port_file=" + port_file};
+  // Plaintext on loopback must be asked for; a TLS cluster sets its
+  // certificate instead.
+  if (std::none_of(flags.begin(), flags.end(), [](const std::string& f) {
+        return absl::StartsWith(f, "--tls_cert=");
+      })) {
+    argv.push_back("--allow_plaintext");
+  }
   argv.insert(argv.end(), flags.begin(), flags.end());
   auto p = Subprocess::Start(argv, dir_ + "/coordinator.log");
   if (!p.ok()) return 0;
