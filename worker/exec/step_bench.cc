@@ -1,21 +1,30 @@
-// Training-step time of every zoo model with fingerprinting on and off, and
-// the fingerprinting overhead; beside it PyTorch's step time for the same
-// model on one thread when Debian's python3-torch is installed.
+// Training-step time of every zoo model and of the benchmark models of
+// realistic size (worker/exec/bench_models), in CANONICAL, DETERMINISTIC and
+// DEFAULT mode with every tensor of every step fingerprinted, beside
+// PyTorch's step time for the same model on the same number of threads
+// (when Debian's python3-torch is installed), and the share of the step that
+// fingerprinting takes.
 //
-//   bazel run //worker/exec:step_bench -- [--steps=20] [--zoo_dir=DIR]
+//   bazel run -c opt //worker/exec:step_bench -- [--threads=1,2] [--steps=10]
+//       [--models=mlp,resnet18_cifar] [--modes=CANONICAL,DETERMINISTIC,DEFAULT]
 //
-// Run it with LOCKSTEP_CPU_THREADS=1 to compare against PyTorch, which is
-// pinned to one thread (torch.set_num_threads(1)).
+// Lockstep's kernel pool and PyTorch (torch.set_num_threads) run on the same
+// thread count, row by row. Repetitions of the modes are interleaved, the
+// fastest counts.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -27,12 +36,22 @@
 #include "worker/exec/dataset_batches.h"
 #include "worker/exec/executor.h"
 
-ABSL_FLAG(int, steps, 20, "timed steps per measurement");
+ABSL_FLAG(int, steps, 10, "timed steps per measurement");
 ABSL_FLAG(int, repeats, 3, "measurements per setting (the fastest counts)");
 ABSL_FLAG(std::string, zoo_dir, "",
           "examples/ directory (default: the runfiles copy, else ./examples)");
-ABSL_FLAG(std::string, models, "mlp,lenet5,resnet_small,gauntlet",
-          "comma-separated zoo models");
+ABSL_FLAG(std::string, bench_dir, "",
+          "benchmark models (default: the runfiles copy of "
+          "worker/exec/bench_models, else that folder)");
+ABSL_FLAG(std::string, models, "",
+          "comma-separated models, each a folder of the zoo or of the "
+          "benchmark models with model.json and config.json (default: all)");
+ABSL_FLAG(std::string, threads, "1,2",
+          "comma-separated thread counts, for Lockstep and PyTorch alike");
+ABSL_FLAG(std::string, modes, "CANONICAL,DETERMINISTIC,DEFAULT",
+          "comma-separated determinism modes");
+ABSL_FLAG(bool, pytorch, true,
+          "time PyTorch beside Lockstep when python3-torch is installed");
 
 namespace lockstep::worker {
 namespace {
@@ -40,13 +59,29 @@ namespace {
 namespace v1 = ::lockstep::v1;
 using Clock = std::chrono::steady_clock;
 
-std::string ZooDir() {
-  std::string dir = absl::GetFlag(FLAGS_zoo_dir);
-  if (!dir.empty()) return dir;
+// `flag`, else `workspace_path` in the runfiles, else in the current
+// directory.
+std::string DataDir(const std::string& flag,
+                    const std::string& workspace_path) {
+  if (!flag.empty()) return flag;
   if (const char* rf = std::getenv("RUNFILES_DIR")) {
-    return absl::StrCat(rf, "/lockstep/examples");
+    return absl::StrCat(rf, "/lockstep/", workspace_path);
   }
-  return "examples";
+  return workspace_path;
+}
+
+// Folders under `dir` holding model.json and config.json, sorted.
+std::vector<std::string> ModelsIn(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (std::filesystem::exists(e.path() / "model.json") &&
+        std::filesystem::exists(e.path() / "config.json")) {
+      names.push_back(e.path().filename().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 struct Timing {
@@ -111,17 +146,17 @@ bool HaveTorch() {
   return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
 }
 
-// Runs torch_step_bench.py next to this binary's runfiles; returns ms/step
-// or a negative number.
+// Runs torch_step_bench.py from this binary's runfiles on `threads` threads;
+// returns ms/step or a negative number.
 double TorchStepMs(const std::string& model_json,
-                   const std::string& config_json, int steps) {
+                   const std::string& config_json, int steps, int threads) {
   std::string script = "worker/exec/torch_step_bench.py";
   if (const char* rf = std::getenv("RUNFILES_DIR")) {
     script = absl::StrCat(rf, "/lockstep/", script);
   }
   const std::string cmd =
-      absl::StrFormat("/usr/bin/python3 '%s' '%s' '%s' %d 2>/dev/null", script,
-                      model_json, config_json, steps);
+      absl::StrFormat("/usr/bin/python3 '%s' '%s' '%s' %d %d 2>/dev/null",
+                      script, model_json, config_json, steps, threads);
   std::FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return -1;
   double ms = -1;
@@ -130,40 +165,110 @@ double TorchStepMs(const std::string& model_json,
   return ms;
 }
 
+std::string Ms(double ms) {
+  return ms < 0 || ms >= 1e300 ? "-" : absl::StrFormat("%.2f", ms);
+}
+
+std::string Ratio(double a, double b) {
+  return a < 0 || b <= 0 || a >= 1e300 ? "-" : absl::StrFormat("%.2f", a / b);
+}
+
 int Main() {
   kernels::Registry registry;
   if (!kernels::RegisterCpuCanonicalKernels(&registry).ok()) return 1;
   if (!kernels::RegisterCpuDeterministicAndDefaultKernels(&registry).ok()) {
     return 1;
   }
-  const std::string zoo = ZooDir();
+  const std::string zoo = DataDir(absl::GetFlag(FLAGS_zoo_dir), "examples");
+  const std::string bench =
+      DataDir(absl::GetFlag(FLAGS_bench_dir), "worker/exec/bench_models");
   const int steps = absl::GetFlag(FLAGS_steps);
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
-  const bool torch = HaveTorch();
+  std::vector<int> thread_counts;
+  for (absl::string_view t :
+       absl::StrSplit(absl::GetFlag(FLAGS_threads), ',', absl::SkipEmpty())) {
+    int n = 0;
+    if (!absl::SimpleAtoi(t, &n) || n < 1 || n > 256) {
+      std::fprintf(stderr, "--threads: \"%s\" is not a count in 1..256\n",
+                   std::string(t).c_str());
+      return 2;
+    }
+    thread_counts.push_back(n);
+  }
+  std::vector<v1::DeterminismMode> modes;
+  for (absl::string_view m :
+       absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty())) {
+    v1::DeterminismMode mode;
+    if (!v1::DeterminismMode_Parse(std::string(m), &mode) ||
+        mode == v1::DETERMINISM_MODE_UNSPECIFIED) {
+      std::fprintf(stderr,
+                   "--modes: \"%s\" is not CANONICAL, DETERMINISTIC or "
+                   "DEFAULT\n",
+                   std::string(m).c_str());
+      return 2;
+    }
+    modes.push_back(mode);
+  }
+  // name -> folder; zoo models first, then the benchmark models.
+  std::vector<std::pair<std::string, std::string>> models;
+  std::map<std::string, std::string> known;
+  for (const std::string& n : ModelsIn(zoo)) known[n] = zoo + "/" + n;
+  for (const std::string& n : ModelsIn(bench)) known[n] = bench + "/" + n;
+  if (absl::GetFlag(FLAGS_models).empty()) {
+    for (const std::string& n : ModelsIn(zoo)) models.push_back({n, known[n]});
+    for (const std::string& n : ModelsIn(bench)) {
+      models.push_back({n, known[n]});
+    }
+  } else {
+    for (absl::string_view n :
+         absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipEmpty())) {
+      auto it = known.find(std::string(n));
+      if (it == known.end()) {
+        std::fprintf(stderr, "--models: no model \"%s\" in %s or %s\n",
+                     std::string(n).c_str(), zoo.c_str(), bench.c_str());
+        return 2;
+      }
+      models.push_back(*it);
+    }
+  }
+  const bool torch = absl::GetFlag(FLAGS_pytorch) && HaveTorch();
   std::printf(
-      "Lockstep step time, CANONICAL CPU kernels (LOCKSTEP_CPU_THREADS "
-      "threads, default all cores), "
-      "%d timed steps, best of %d\n\n",
-      steps, repeats);
-  std::printf("%-13s %6s %9s %8s %10s %11s %9s %10s %8s %10s\n", "model",
-              "batch", "params", "tensors", "MiB/step", "ms/step fp", "ms/step",
-              "overhead", "hash ms", "hash %");
-  std::vector<std::string> torch_lines;
-  for (absl::string_view name :
-       absl::StrSplit(absl::GetFlag(FLAGS_models), ',')) {
-    const std::string dir = absl::StrCat(zoo, "/", name);
+      "Lockstep training step, CPU kernels, every tensor of every step "
+      "fingerprinted; %d timed steps after 2 warm-up steps, best of %d "
+      "interleaved repetitions; Lockstep and PyTorch on the same thread "
+      "count. PyTorch: %s.\n\n",
+      steps, repeats,
+      torch ? "Debian's python3-torch"
+      : absl::GetFlag(FLAGS_pytorch)
+          ? "not installed (apt-get install --no-install-recommends "
+            "python3-torch)"
+          : "not timed (--pytorch=false)");
+  const std::string first_mode =
+      modes.empty() ? std::string("first")
+                    : absl::AsciiStrToLower(v1::DeterminismMode_Name(modes[0]));
+  std::string header = absl::StrFormat("%-15s %5s %10s %7s", "model", "batch",
+                                       "params", "threads");
+  for (v1::DeterminismMode m : modes) {
+    absl::StrAppendFormat(&header, " %13s",
+                          absl::AsciiStrToLower(v1::DeterminismMode_Name(m)));
+  }
+  absl::StrAppendFormat(&header, " %9s %15s %8s", "pytorch",
+                        absl::StrCat(first_mode, "/torch"), "hash %");
+  std::printf("%s\n", header.c_str());
+  for (const auto& [name, dir] : models) {
     auto model = model::ReadModelFile(dir + "/model.json");
     auto config = model::ReadJobConfigFile(dir + "/config.json");
     if (!model.ok() || !config.ok()) {
       std::printf(
-          "%-13s %s\n", std::string(name).c_str(),
+          "%-15s %s\n", name.c_str(),
           std::string((model.ok() ? config.status() : model.status()).message())
               .c_str());
       continue;
     }
+    config->clear_op_algorithms();
     auto plan = model::PlanModel(*model, *config, model::Limits{});
     if (!plan.ok()) {
-      std::printf("%-13s %s\n", std::string(name).c_str(),
+      std::printf("%-15s %s\n", name.c_str(),
                   std::string(plan.status().message()).c_str());
       continue;
     }
@@ -172,58 +277,62 @@ int Main() {
     auto ds = OpenDataset(config->dataset(), config->seed(), example,
                           plan->num_classes);
     if (!ds.ok()) {
-      std::printf("%-13s %s\n", std::string(name).c_str(),
+      std::printf("%-15s %s\n", name.c_str(),
                   std::string(ds.status().message()).c_str());
       continue;
     }
     std::shared_ptr<Dataset> dataset(std::move(*ds));
-    Timing on, off;
-    on.ms_per_step = off.ms_per_step = 1e300;
-    for (int r = 0; r < repeats; ++r) {
-      auto a =
-          TimeSteps(*plan, *config, *model, registry, dataset, false, steps);
-      auto b =
-          TimeSteps(*plan, *config, *model, registry, dataset, true, steps);
-      if (!a.ok() || !b.ok()) {
-        std::printf(
-            "%-13s %s\n", std::string(name).c_str(),
-            std::string((a.ok() ? b.status() : a.status()).message()).c_str());
-        break;
+    for (int threads : thread_counts) {
+      std::vector<Timing> best(modes.size());
+      for (Timing& t : best) t.ms_per_step = 1e300;
+      std::string error;
+      for (int r = 0; r < repeats && error.empty(); ++r) {
+        for (size_t m = 0; m < modes.size(); ++m) {
+          v1::JobConfig c = *config;
+          c.set_threads(threads);
+          c.set_determinism(modes[m]);
+          auto t = TimeSteps(*plan, c, *model, registry, dataset,
+                             /*fingerprint=*/true, steps);
+          if (!t.ok()) {
+            error = std::string(t.status().message());
+            break;
+          }
+          if (t->ms_per_step < best[m].ms_per_step) best[m] = *t;
+        }
       }
-      if (a->ms_per_step < off.ms_per_step) off = *a;
-      if (b->ms_per_step < on.ms_per_step) on = *b;
-    }
-    std::printf(
-        "%-13s %6d %9lld %8lld %10.3f %11.3f %9.3f %9.1f%% %8.3f %9.2f%%\n",
-        std::string(name).c_str(), config->batch_size(),
-        static_cast<long long>(plan->parameter_count),
-        static_cast<long long>(on.tensors),
-        static_cast<double>(on.bytes) / (1 << 20), on.ms_per_step,
-        off.ms_per_step,
-        100.0 * (on.ms_per_step - off.ms_per_step) / off.ms_per_step,
-        on.hash_ms_per_step, 100.0 * on.hash_ms_per_step / off.ms_per_step);
-    if (torch) {
-      const double ms =
-          TorchStepMs(dir + "/model.json", dir + "/config.json", steps);
-      torch_lines.push_back(
-          ms < 0 ? absl::StrFormat("%-13s torch run failed", name)
-                 : absl::StrFormat("%-13s %11.3f %11.3f %8.1fx", name,
-                                   off.ms_per_step, ms, off.ms_per_step / ms));
+      if (!error.empty()) {
+        std::printf("%-15s %s\n", name.c_str(), error.c_str());
+        continue;
+      }
+      double torch_ms = -1;
+      for (int r = 0; torch && r < repeats; ++r) {
+        const double ms = TorchStepMs(dir + "/model.json", dir + "/config.json",
+                                      steps, threads);
+        if (ms >= 0 && (torch_ms < 0 || ms < torch_ms)) torch_ms = ms;
+      }
+      std::string line = absl::StrFormat(
+          "%-15s %5d %10d %7d", name, config->batch_size(),
+          static_cast<long long>(plan->parameter_count), threads);
+      for (const Timing& t : best) {
+        absl::StrAppendFormat(&line, " %13s", Ms(t.ms_per_step));
+      }
+      const double first = modes.empty() ? -1 : best[0].ms_per_step;
+      absl::StrAppendFormat(
+          &line, " %9s %15s %7.2f%%", torch ? Ms(torch_ms) : "-",
+          Ratio(first, torch_ms),
+          modes.empty() ? 0.0 : 100.0 * best[0].hash_ms_per_step / first);
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
     }
   }
   std::printf(
-      "\nms/step fp: fingerprinting every tensor of every step (EVERY_STEP);"
-      " ms/step: fingerprinting off; overhead: their difference (noisy on a "
-      "shared machine);\nhash ms: FingerprintTensor over one step's tensors "
-      "timed on its own; hash %%: that against ms/step.\n");
-  if (!torch) {
-    std::printf("PyTorch: not installed (apt-get install python3-torch)\n");
-  } else {
-    std::printf("\nPyTorch, 1 thread, same model, batch and optimizer:\n");
-    std::printf("%-13s %11s %11s %9s\n", "model", "lockstep ms", "torch ms",
-                "ratio");
-    for (const std::string& l : torch_lines) std::printf("%s\n", l.c_str());
-  }
+      "\nColumns: ms per training step in each mode (fingerprinting "
+      "included); pytorch: ms per step of the same model, batch and "
+      "optimizer in PyTorch; %s/torch: the first mode's time over "
+      "PyTorch's (<= 1.0: as fast or faster); hash %%: FingerprintTensor "
+      "over one step's tensors, timed on its own, against the first mode's "
+      "step.\n",
+      first_mode.c_str());
   return 0;
 }
 

@@ -1,14 +1,16 @@
 #!/usr/bin/python3
-"""PyTorch step time of a Lockstep zoo model, for step_bench's comparison.
+"""PyTorch step time of a Lockstep model, for step_bench's comparison.
 
-usage: torch_step_bench.py model.json config.json STEPS
+usage: torch_step_bench.py model.json config.json STEPS THREADS
 
-Builds the same layers (NCHW, same shapes, same optimizer and batch size)
-in PyTorch on one CPU thread, trains on random data for 2 warm-up steps and
-STEPS timed steps, and prints the mean milliseconds per step. Numerics are
-not compared: this is only a speed reference.
+Builds the same layers (NCHW, same shapes, same optimizer, gradient clipping
+and batch size) in PyTorch on THREADS CPU threads (torch.set_num_threads),
+trains on random data for 2 warm-up steps and STEPS timed steps, and prints
+the mean milliseconds per step. Numerics are not compared: this is only a
+speed reference. Runs under /usr/bin/python3 (Debian's python3-torch).
 """
 import json
+import math
 import sys
 import time
 
@@ -16,38 +18,55 @@ import torch
 import torch.nn.functional as F
 
 
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 def build(model, batch):
-    """Returns (params, forward(x, labels) -> loss)."""
+    """Returns (params, forward(x, labels) -> loss, token_input)."""
     params = []
     steps = []  # (name, op, input names, fn)
+    layers = model["layers"]
+    # Only the first layer reads the model input: token ids when it is an
+    # EMBEDDING.
+    token_input = layers[0]["op"] == "EMBEDDING"
     shapes = {"__input__": [batch] + list(model["input_shape"])}
     prev = "__input__"
-    for layer in model["layers"]:
+    for layer in layers:
         name, op = layer["name"], layer["op"]
         ins = layer.get("inputs") or [prev]
         shape = shapes[ins[0]]
         fn = None
+        out = shape
         if op == "DENSE":
             p = layer.get("dense", {})
-            features = 1
-            for d in shape[1:]:
-                features *= d
-            w = torch.nn.Parameter(torch.randn(features, p["units"]) * 0.1)
+            last_axis = p.get("last_axis", False)
+            features = shape[-1] if last_axis else numel(shape[1:])
+            bound = math.sqrt(6.0 / (features + p["units"]))
+            w = torch.nn.Parameter((torch.rand(features, p["units"]) * 2 - 1) * bound)
             b = torch.nn.Parameter(torch.zeros(p["units"])) if p.get("use_bias") else None
             params += [w] + ([b] if b is not None else [])
-            fn = (lambda w, b: lambda a: (a.flatten(1) @ w) + (b if b is not None else 0))(w, b)
-            out = [shape[0], p["units"]]
+            if last_axis:
+                fn = (lambda w, b: lambda a: (a @ w) + (b if b is not None else 0))(w, b)
+                out = shape[:-1] + [p["units"]]
+            else:
+                fn = (lambda w, b: lambda a: (a.flatten(1) @ w) + (b if b is not None else 0))(w, b)
+                out = [shape[0], p["units"]]
         elif op == "CONV2D":
             p = layer["conv2d"]
             sh, sw = p.get("stride_h") or 1, p.get("stride_w") or 1
             dh, dw = p.get("dilation_h") or 1, p.get("dilation_w") or 1
             ph, pw = p.get("pad_h", 0), p.get("pad_w", 0)
             kh, kw = p["kernel_h"], p["kernel_w"]
-            w = torch.nn.Parameter(torch.randn(p["filters"], shape[1], kh, kw) * 0.1)
+            groups = p.get("groups") or 1
+            w = torch.nn.Parameter(torch.randn(p["filters"], shape[1] // groups, kh, kw) * 0.1)
             b = torch.nn.Parameter(torch.zeros(p["filters"])) if p.get("use_bias") else None
             params += [w] + ([b] if b is not None else [])
-            fn = (lambda w, b, s, pd, dl: lambda a: F.conv2d(a, w, b, s, pd, dl))(
-                w, b, (sh, sw), (ph, pw), (dh, dw))
+            fn = (lambda w, b, s, pd, dl, g: lambda a: F.conv2d(a, w, b, s, pd, dl, g))(
+                w, b, (sh, sw), (ph, pw), (dh, dw), groups)
             oh = (shape[2] + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
             ow = (shape[3] + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
             out = [shape[0], p["filters"], oh, ow]
@@ -68,16 +87,77 @@ def build(model, batch):
             out = shape[:2]
         elif op == "RELU":
             fn = F.relu
-            out = shape
+        elif op == "SIGMOID":
+            fn = torch.sigmoid
+        elif op == "TANH":
+            fn = torch.tanh
+        elif op == "SILU":
+            fn = F.silu
+        elif op == "GELU":
+            fn = F.gelu
+        elif op == "GELU_TANH":
+            fn = lambda a: F.gelu(a, approximate="tanh")
+        elif op == "SOFTMAX":
+            if layer.get("softmax", {}).get("causal"):
+                t = shape[-1]
+                mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+                fn = (lambda m: lambda a: F.softmax(a.masked_fill(m, float("-inf")), dim=-1))(mask)
+            else:
+                fn = lambda a: F.softmax(a, dim=-1)
+        elif op == "MATMUL":
+            p = layer.get("matmul", {})
+            ta, tb = p.get("transpose_a", False), p.get("transpose_b", False)
+            scale = p.get("scale") or 1.0
+            fn = (lambda ta, tb, sc: lambda a, b: (
+                (a.transpose(-1, -2) if ta else a) @ (b.transpose(-1, -2) if tb else b)) * sc)(
+                    ta, tb, scale)
+            sb = shapes[ins[1]]
+            m = shape[-1] if ta else shape[-2]
+            n = sb[-2] if tb else sb[-1]
+            out = shape[:-2] + [m, n]
+        elif op == "TRANSPOSE":
+            perm = layer["transpose"]["perm"]
+            fn = (lambda perm: lambda a: a.permute(*perm))(perm)
+            out = [shape[d] for d in perm]
+        elif op == "RESHAPE":
+            target = list(layer["reshape"]["shape"])
+            if -1 in target:
+                known = numel([d for d in target if d != -1])
+                target[target.index(-1)] = numel(shape[1:]) // known
+            fn = (lambda t: lambda a: a.reshape([a.shape[0]] + t))(target)
+            out = [shape[0]] + target
+        elif op == "LAYER_NORM":
+            w = torch.nn.Parameter(torch.ones(shape[-1]))
+            b = torch.nn.Parameter(torch.zeros(shape[-1]))
+            params += [w, b]
+            fn = (lambda w, b: lambda a: F.layer_norm(a, a.shape[-1:], w, b, 1e-5))(w, b)
+        elif op == "BATCH_NORM":
+            p = layer.get("batch_norm", {})
+            c = shape[1]
+            w = torch.nn.Parameter(torch.ones(c))
+            b = torch.nn.Parameter(torch.zeros(c))
+            params += [w, b]
+            mean, var = torch.zeros(c), torch.ones(c)
+            training = not p.get("eval", False)
+            momentum = p.get("momentum") or 0.1
+            eps = p.get("epsilon") or 1e-5
+            fn = (lambda w, b, m, v, t, mo, e: lambda a: F.batch_norm(
+                a, m, v, w, b, training=t, momentum=mo, eps=e))(
+                    w, b, mean, var, training, momentum, eps)
+        elif op == "EMBEDDING":
+            p = layer["embedding"]
+            w = torch.nn.Parameter(torch.randn(p["vocab_size"], p["dim"]) * 0.1)
+            params.append(w)
+            fn = (lambda w: lambda ids: F.embedding(ids, w))(w)
+            out = shape + [p["dim"]]
+        elif op == "DROPOUT":
+            rate = layer.get("dropout", {}).get("rate", 0.0)
+            fn = (lambda r: lambda a: F.dropout(a, r, training=True))(rate)
         elif op == "FLATTEN":
             fn = lambda a: a.flatten(1)
-            f = 1
-            for d in shape[1:]:
-                f *= d
-            out = [shape[0], f]
+            out = [shape[0], numel(shape[1:])]
         elif op == "ADD":
             fn = lambda a, b: a + b
-            out = shape
         elif op == "RESIZE_BILINEAR":
             p = layer["resize"]
             size = (p["out_h"], p["out_w"])
@@ -89,9 +169,7 @@ def build(model, batch):
             params.append(b)
             view = [1, shape[1]] + [1] * (len(shape) - 2)
             fn = (lambda b, v: lambda a: a + b.view(v))(b, view)
-            out = shape
         elif op == "SOFTMAX_XENT":
-            fn = None
             out = [1]
         else:
             raise ValueError("unsupported op " + op)
@@ -105,39 +183,56 @@ def build(model, batch):
         for name, op, ins, fn in steps:
             args = [vals[i] for i in ins]
             if op == "SOFTMAX_XENT":
-                loss = F.cross_entropy(args[0], labels)
+                logits = args[0]
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                       labels.reshape(-1))
             else:
                 vals[name] = fn(*args)
         return loss
 
-    return params, forward
+    return params, forward, token_input
 
 
 def main():
     model = json.load(open(sys.argv[1]))
     config = json.load(open(sys.argv[2]))
     steps = int(sys.argv[3])
-    torch.set_num_threads(1)
+    threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    torch.set_num_threads(threads)
     torch.manual_seed(config.get("seed", 0))
     batch = config["batch_size"]
-    params, forward = build(model, batch)
+    params, forward, token_input = build(model, batch)
     opt = config.get("optimizer", {})
     kind, lr = opt.get("kind", "SGD"), opt.get("learning_rate", 0.01)
+    betas = (opt.get("beta1") or 0.9, opt.get("beta2") or 0.999)
+    eps = opt.get("epsilon") or 1e-7
     if kind == "ADAM":
-        optimizer = torch.optim.Adam(params, lr=lr, betas=(opt.get("beta1") or 0.9,
-                                                           opt.get("beta2") or 0.999),
-                                     eps=opt.get("epsilon") or 1e-7)
+        optimizer = torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
+    elif kind == "ADAMW":
+        optimizer = torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps,
+                                      weight_decay=opt.get("weight_decay") or 0.01)
     elif kind == "MOMENTUM":
         optimizer = torch.optim.SGD(params, lr=lr, momentum=opt.get("momentum", 0.0))
     else:
         optimizer = torch.optim.SGD(params, lr=lr)
-    x = torch.rand([batch] + list(model["input_shape"])) * 2 - 1
-    labels = torch.randint(0, model["num_classes"], (batch,))
+    clip = opt.get("clip_grad_norm") or 0.0
+    classes = model["num_classes"]
+    if token_input:
+        # Token ids [N, T] and next-token labels [N, T].
+        vocab = next(l["embedding"]["vocab_size"] for l in model["layers"]
+                     if l["op"] == "EMBEDDING")
+        x = torch.randint(0, vocab, [batch] + list(model["input_shape"]))
+        labels = torch.randint(0, classes, [batch] + list(model["input_shape"]))
+    else:
+        x = torch.rand([batch] + list(model["input_shape"])) * 2 - 1
+        labels = torch.randint(0, classes, (batch,))
 
     def step():
         optimizer.zero_grad()
         loss = forward(x, labels)
         loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip)
         optimizer.step()
 
     for _ in range(2):
