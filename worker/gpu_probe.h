@@ -27,7 +27,7 @@ struct GpuProbeResult {
   std::vector<GpuDevice> devices;
   // Why `devices` is empty, in one line: "no NVIDIA driver: libcuda.so.1:
   // cannot open shared object file: ...", "NVIDIA driver too old: it supports
-  // CUDA 12.4, this worker needs CUDA 13.0 or newer (upgrade the driver)",
+  // CUDA 12.4, this binary needs CUDA 13.0 or newer (upgrade the driver)",
   // otherwise the CUDA error text (e.g. "cudaGetDeviceCount: no CUDA-capable
   // device is detected (cudaErrorNoDevice)"), or "built without CUDA".
   std::string error;
