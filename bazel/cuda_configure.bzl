@@ -1,7 +1,7 @@
 """Repository rule that finds the CUDA toolkit and cuDNN on the build machine.
 
 Generates @local_cuda with:
-  //:cuda_headers, //:cudart, //:cublas, //:cudnn  C++ libraries
+  //:cuda_headers, //:cudart, //:vendor_rpath      C++ libraries
   //:defs.bzl                                      CUDA_ENABLED, NVCC, CUDA_ARCHS,
                                                    CUDA_VERSION, CUDNN_VERSION
 Where no toolkit is found, the libraries are empty and CUDA_ENABLED is False,
@@ -34,8 +34,7 @@ def _disabled(ctx, reason):
     ctx.file("BUILD", """package(default_visibility = ["//visibility:public"])
 cc_library(name = "cuda_headers")
 cc_library(name = "cudart")
-cc_library(name = "cublas")
-cc_library(name = "cudnn")
+cc_library(name = "vendor_rpath")
 """)
     ctx.file("defs.bzl", """CUDA_ENABLED = False
 CUDA_DISABLED_REASON = {reason}
@@ -103,15 +102,11 @@ cc_library(
     deps = [":cuda_headers"],
 )
 
+# cuBLAS and cuDNN are not linked: kernels/cudnn/vendor_libs loads them
+# with dlopen, by soname, through this run path among others.
 cc_library(
-    name = "cublas",
-    linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-lcublasLt", "-lcublas"],
-    deps = [":cuda_headers"],
-)
-
-cc_library(
-    name = "cudnn",
-    linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-lcudnn"],
+    name = "vendor_rpath",
+    linkopts = ["-Wl,-rpath,{libdir}"],
     deps = [":cuda_headers"],
 )
 """.format(libdir = libdir))

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "kernels/canonical/reduce.h"
+#include "kernels/cuda/cuda_version.h"
+#include "kernels/cudnn/vendor_libs.h"
 #include "worker/gpu_probe.h"
 
 namespace lockstep::worker {
@@ -98,12 +100,29 @@ __global__ void CanonicalSumKernel(const float* x, int64_t n, float* out) {
   }
 }
 
+// "no NVIDIA driver: <the loader's message>" when the driver library does
+// not load, "" otherwise. The CUDA runtime loads the same library itself;
+// this only recovers the reason it reports as cudaErrorInsufficientDriver.
+std::string DriverLibraryProblem() {
+  dlerror();
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (cuda != nullptr) {
+    dlclose(cuda);
+    return "";
+  }
+  const char* why = dlerror();
+  return std::string("no NVIDIA driver: ") +
+         (why != nullptr ? why : "libcuda.so.1 not loadable");
+}
+
 }  // namespace
 
 GpuProbeResult ProbeGpus() {
   GpuProbeResult r;
   r.built_with_cuda = true;
   r.runtime_version = CUDART_VERSION;
+  const absl::Status vendor = kernels::vendor::VendorLibrariesStatus();
+  if (!vendor.ok()) r.vendor_libraries_error = std::string(vendor.message());
   int driver = 0;
   if (cudaDriverGetVersion(&driver) == cudaSuccess) r.driver_version = driver;
   int count = 0;
@@ -111,6 +130,14 @@ GpuProbeResult ProbeGpus() {
   if (err != cudaSuccess) {
     r.error = CudaError("cudaGetDeviceCount", err);
     cudaGetLastError();  // clear the non-sticky error
+    if (r.driver_version == 0) {
+      const std::string missing = DriverLibraryProblem();
+      if (!missing.empty()) r.error = missing;
+    } else if (std::string old = kernels::cuda::DriverVersionProblem(
+                   r.driver_version, r.runtime_version);
+               !old.empty()) {
+      r.error = old;
+    }
     return r;
   }
   if (count == 0) {
@@ -135,7 +162,7 @@ GpuProbeResult ProbeGpus() {
     d.mig = IsMigDevice(i);
     r.devices.push_back(d);
   }
-  if (!r.devices.empty()) {
+  if (!r.devices.empty() && vendor.ok()) {
     r.cublas_version = LoadedCublasVersion();
     r.cudnn_version = LoadedCudnnVersion();
   }

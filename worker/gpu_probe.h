@@ -25,22 +25,36 @@ struct GpuDevice {
 struct GpuProbeResult {
   bool built_with_cuda = false;
   std::vector<GpuDevice> devices;
-  // Why `devices` is empty: the CUDA error text (e.g. "cudaGetDeviceCount:
-  // no CUDA-capable device is detected (cudaErrorNoDevice)") or "built
-  // without CUDA".
+  // Why `devices` is empty, in one line: "no NVIDIA driver: libcuda.so.1:
+  // cannot open shared object file: ...", "NVIDIA driver too old: it supports
+  // CUDA 12.4, this binary needs CUDA 13.0 or newer (upgrade the driver)",
+  // otherwise the CUDA error text (e.g. "cudaGetDeviceCount: no CUDA-capable
+  // device is detected (cudaErrorNoDevice)"), or "built without CUDA".
   std::string error;
+  // Why cuBLAS / cuDNN are unusable (kernels/cudnn/vendor_libs.h
+  // VendorLibrariesStatus), e.g. "cuDNN not loaded: libcudnn.so.9: cannot
+  // open shared object file: No such file or directory"; "" when both
+  // loaded. The vendor kernels are registered only when it is "".
+  std::string vendor_libraries_error;
   int driver_version = 0;   // cudaDriverGetVersion; 0 without a driver.
   int runtime_version = 0;  // CUDA runtime the worker was built with.
   // Versions of the libraries loaded at run time, "major.minor.patch"
-  // (cublasGetProperty, cudnnGetVersion); empty without a device.
+  // (cublasGetProperty, cudnnGetVersion); empty without a device or when
+  // the libraries did not load.
   std::string cublas_version;
   std::string cudnn_version;
 };
 
+// Device discovery: cudaDriverGetVersion, cudaGetDeviceCount,
+// cudaGetDeviceProperties and cudaDeviceGetPCIBusId, none of which creates a
+// CUDA context, so a caller (the worker daemon) holds no GPU memory and does
+// not lock its run processes out of a GPU in EXCLUSIVE_PROCESS mode.
 GpuProbeResult ProbeGpus();
 
 // Runs a canonical reduction on device `ordinal` and compares its bits with
-// the host's. Returns "" on agreement, otherwise a description.
+// the host's. Returns "" on agreement, otherwise a description. Creates a
+// CUDA context: call it only in a child process (the selftest's), never in
+// the daemon.
 std::string GpuCanonicalSmokeTest(int ordinal);
 
 }  // namespace lockstep::worker

@@ -136,6 +136,7 @@ class SystemProbe final : public HardwareProbe {
     sw->set_cuda_runtime_version(gpu.runtime_version);
     sw->set_cudnn_version(gpu.cudnn_version);
     sw->set_cublas_version(gpu.cublas_version);
+    sw->set_vendor_libraries_error(gpu.vendor_libraries_error);
     for (const GpuDevice& d : gpu.devices) {
       auto* g = p.add_gpus();
       g->set_ordinal(d.ordinal);

@@ -24,6 +24,7 @@ namespace {
 using ::lockstep::testing::IsOk;
 using ::lockstep::v1::HardwareProfile;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 HardwareProfile CpuProfile() {
@@ -379,6 +380,29 @@ TEST(SystemProbe, GpuWorkerIsIdentifiedByTheGpuUuid) {
   EXPECT_THAT(p->hardware_class(),
               HasSubstr("|gpu=NVIDIA H100 80GB HBM3/sm_90|sms=132|mig=0|"
                         "driver=13000|cuda=13000|cublas=13.0.2|cudnn=9.19.0"));
+}
+
+TEST(SystemProbe, MissingVendorLibrariesAreReportedNotPartOfTheClass) {
+  FakeRoot r;
+  r.Write("/var/lib/dbus/machine-id", "0000000000000000000000000000beef\n");
+  SystemProbeOptions options;
+  options.root = r.root();
+  options.cpus = [] { return std::vector<int>{0}; };
+  options.kernel_path = [] { return std::string("avx512"); };
+  options.gpus = [] {
+    GpuProbeResult g;
+    g.built_with_cuda = true;
+    g.error = "no NVIDIA driver: libcuda.so.1: cannot open shared object file";
+    g.vendor_libraries_error = "cuBLAS not loaded: libcublas.so.13: nope";
+    return g;
+  };
+  auto p = NewSystemProbe(options)->Probe();
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->software().vendor_libraries_error(),
+            "cuBLAS not loaded: libcublas.so.13: nope");
+  EXPECT_EQ(p->gpu_error(),
+            "no NVIDIA driver: libcuda.so.1: cannot open shared object file");
+  EXPECT_THAT(p->hardware_class(), Not(HasSubstr("cuBLAS")));
 }
 
 TEST(MakeDeviceIdentity, FallsBackToTheHostName) {

@@ -10,6 +10,7 @@
 #include <new>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -144,18 +145,26 @@ absl::Status ExecuteAssignment(const v1::RunAssignment& assignment,
   v1::RunFinished finished;
   finished.set_run_id(assignment.run_id());
   finished.set_attempt(assignment.attempt());
+  // The daemon caps the run's memory (worker/run_limits.h); a refused
+  // allocation names the cap.
+  struct rlimit limit;
+  const bool capped =
+      getrlimit(RLIMIT_DATA, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
+  const std::string cap =
+      capped ? absl::StrCat("the run's memory limit is ",
+                            (limit.rlim_cur + (1 << 20) - 1) >> 20, " MiB")
+             : "no memory limit is set";
   absl::Status s;
   try {
     s = Train(assignment, options, out_fd, &finished);
-  } catch (const std::bad_alloc&) {
-    // The daemon caps the run's memory (worker/run_limits.h); name the cap.
-    struct rlimit limit;
-    std::string cap = "no memory limit is set";
-    if (getrlimit(RLIMIT_DATA, &limit) == 0 &&
-        limit.rlim_cur != RLIM_INFINITY) {
-      cap = absl::StrCat("the run's memory limit is ",
-                         (limit.rlim_cur + (1 << 20) - 1) >> 20, " MiB");
+    // A tensor allocation refused without an exception (kernels/tensor.h).
+    if (capped && absl::IsResourceExhausted(s) &&
+        absl::StrContains(s.message(), "cannot allocate ")) {
+      s = absl::ResourceExhaustedError(
+          absl::StrCat("memory limit reached: ", s.message(), " (", cap,
+                       "; the daemon's --run_memory_limit_mb sets it)"));
     }
+  } catch (const std::bad_alloc&) {
     s = absl::ResourceExhaustedError(
         absl::StrCat("memory limit reached: an allocation was refused (", cap,
                      "; the daemon's --run_memory_limit_mb sets it)"));

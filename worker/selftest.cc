@@ -422,6 +422,10 @@ absl::StatusOr<std::vector<SelftestBackend>> RegisterSelftestKernels(
     } else {
       cuda.detail = "device 0";
     }
+    if (!registered.vendor) {
+      absl::StrAppend(&cuda.detail,
+                      "; no cuBLAS / cuDNN kernels: ", registered.vendor_note);
+    }
   } else {
     cuda.available = false;
     cuda.detail = std::string(
@@ -637,6 +641,8 @@ std::string FormatSelftestJson(const SelftestReport& report) {
                                   absl::StrAppend(s, JsonQuote(row->Name()));
                                 }),
                   "],\n");
+  absl::StrAppend(
+      &out, "  \"summary\": ", JsonQuote(SelftestSummaryLine(report)), ",\n");
   absl::StrAppend(&out, "  \"ok\": ", report.ok() ? "true" : "false", "\n}\n");
   return out;
 }

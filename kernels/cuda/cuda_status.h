@@ -6,9 +6,12 @@
 // returns from the enclosing function (which must return absl::Status or
 // absl::StatusOr<T>) with a status naming the call, file and line and the
 // CUDA error's name and text. Codes (see cuda_runtime.h): FAILED_PRECONDITION
-// for a missing device or driver ("no usable CUDA device: ...") and for
-// sticky errors that lose the context ("device unusable: ..."), INTERNAL
-// otherwise.
+// for a missing device or driver ("no usable CUDA device: ..."; a driver
+// older than this binary's CUDA says so and names both versions), for
+// sticky errors that lose the context ("device unusable: ...") and for a
+// device this binary cannot run on ("device unusable: CUDA device 0 (<name>,
+// sm_XY) ..." for cudaErrorNoKernelImageForDevice and
+// cudaErrorUnsupportedPtxVersion, saying what to do); INTERNAL otherwise.
 #ifndef LOCKSTEP_KERNELS_CUDA_CUDA_STATUS_H_
 #define LOCKSTEP_KERNELS_CUDA_CUDA_STATUS_H_
 
@@ -18,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "kernels/cuda/cuda_version.h"
 
 namespace lockstep::kernels::cuda {
 
@@ -50,6 +54,48 @@ inline bool IsNoDeviceCudaError(cudaError_t err) {
          err == cudaErrorCompatNotSupportedOnDevice;
 }
 
+// "CUDA device 0 (NVIDIA H100 80GB HBM3, sm_90)", as far as the runtime
+// can tell.
+inline std::string CurrentCudaDeviceName() {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return "the current CUDA device";
+  }
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return absl::StrFormat("CUDA device %d", device);
+  }
+  return absl::StrFormat("CUDA device %d (%s, sm_%d%d)", device, prop.name,
+                         prop.major, prop.minor);
+}
+
+// What to tell the operator for the errors that mean this binary cannot use
+// the device or the driver at all; "" for other errors.
+inline std::string UnusableDeviceMessage(cudaError_t err) {
+  switch (err) {
+    case cudaErrorNoKernelImageForDevice:
+      return "device unusable: " + CurrentCudaDeviceName() +
+             " has no kernel image in this binary (it carries SASS and PTX "
+             "only for the architectures it was built for, docs/gpu.md): "
+             "rebuild Lockstep for this architecture or use another GPU";
+    case cudaErrorUnsupportedPtxVersion:
+      return "device unusable: the NVIDIA driver cannot compile this "
+             "binary's PTX (CUDA " +
+             CudaVersionString(CUDART_VERSION) + ") for " +
+             CurrentCudaDeviceName() + ": upgrade the driver";
+    case cudaErrorInsufficientDriver: {
+      int driver = 0;
+      if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+      const std::string problem = DriverVersionProblem(driver, CUDART_VERSION);
+      return problem.empty() ? "" : "no usable CUDA device: " + problem;
+    }
+    default:
+      return "";
+  }
+}
+
 inline absl::Status CudaErrorToStatus(cudaError_t err, const char* call,
                                       const char* file, int line) {
   const std::string what =
@@ -60,6 +106,10 @@ inline absl::Status CudaErrorToStatus(cudaError_t err, const char* call,
   }
   // Clear a non-sticky error so that it does not surface at a later call.
   cudaGetLastError();
+  if (const std::string unusable = UnusableDeviceMessage(err);
+      !unusable.empty()) {
+    return absl::FailedPreconditionError(unusable + "; " + what);
+  }
   if (IsNoDeviceCudaError(err)) {
     return absl::FailedPreconditionError("no usable CUDA device: " + what);
   }

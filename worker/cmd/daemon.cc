@@ -19,7 +19,7 @@
 #include "worker/daemon.h"
 #include "worker/data/dataset.h"  // CanonicalDataRoot
 #include "worker/run_limits.h"
-#include "worker/selftest.h"
+#include "worker/selftest_child.h"
 
 namespace lockstep::worker::cmd {
 
@@ -149,7 +149,9 @@ int DaemonMain(const DaemonCommandOptions& flags, HardwareProbe& probe) {
                        : "");
 
   if (flags.selftest) {
-    *profile->mutable_selftest() = RunStartupSelftest();
+    // In a child process: the daemon itself creates no CUDA context.
+    *profile->mutable_selftest() =
+        RunSelftestInChild({self, "selftest", "--json"});
     const lockstep::v1::SelftestResult& st = profile->selftest();
     if (st.passed()) {
       LS_LOG(INFO) << "selftest (" << st.duration_ms()

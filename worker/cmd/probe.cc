@@ -37,6 +37,18 @@ int ProbeMain(const ProbeCommandOptions& options, HardwareProbe& probe,
   std::fprintf(out, "built with:      %s, CUDA %s\n",
                p.software().compiler().c_str(),
                p.software().built_with_cuda() ? "yes" : "no");
+  if (p.software().built_with_cuda()) {
+    const auto& sw = p.software();
+    std::string libs = sw.vendor_libraries_error();
+    if (libs.empty()) {
+      libs = "loaded";
+      if (!sw.cublas_version().empty()) {
+        libs += " (cuBLAS " + sw.cublas_version() + ", cuDNN " +
+                sw.cudnn_version() + ")";
+      }
+    }
+    std::fprintf(out, "vendor libs:     %s\n", libs.c_str());
+  }
   if (p.gpus_size() == 0) {
     std::fprintf(out, "gpus:            none (%s)\n", p.gpu_error().c_str());
   }

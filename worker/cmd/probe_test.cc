@@ -14,6 +14,7 @@ namespace lockstep::worker::cmd {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class FakeProbe : public HardwareProbe {
  public:
@@ -74,6 +75,39 @@ TEST(ProbeCommandTest, PrintsTheProfileAsATable) {
   EXPECT_THAT(o.out, HasSubstr("gpus:            none (no driver)\n"));
   EXPECT_THAT(o.out, HasSubstr("hardware class:  lockstep-class/test\n"));
   EXPECT_THAT(o.out, HasSubstr("class digest:    0123abcd\n"));
+}
+
+TEST(ProbeCommandTest, VendorLibrariesLineOnlyWithCuda) {
+  v1::HardwareProfile p = Profile();
+  {
+    FakeProbe probe(p);
+    EXPECT_THAT(RunProbe({}, probe).out, Not(HasSubstr("vendor libs:")));
+  }
+  p.mutable_software()->set_built_with_cuda(true);
+  p.mutable_software()->set_vendor_libraries_error(
+      "cuDNN not loaded: libcudnn.so.9: cannot open shared object file: No "
+      "such file or directory");
+  {
+    FakeProbe probe(p);
+    EXPECT_THAT(RunProbe({}, probe).out,
+                HasSubstr("vendor libs:     cuDNN not loaded: libcudnn.so.9: "
+                          "cannot open shared object file: No such file or "
+                          "directory\n"));
+  }
+  p.mutable_software()->clear_vendor_libraries_error();
+  {
+    FakeProbe probe(p);
+    EXPECT_THAT(RunProbe({}, probe).out,
+                HasSubstr("vendor libs:     loaded\n"));
+  }
+  p.mutable_software()->set_cublas_version("13.0.2");
+  p.mutable_software()->set_cudnn_version("9.19.0");
+  {
+    FakeProbe probe(p);
+    EXPECT_THAT(
+        RunProbe({}, probe).out,
+        HasSubstr("vendor libs:     loaded (cuBLAS 13.0.2, cuDNN 9.19.0)\n"));
+  }
 }
 
 TEST(ProbeCommandTest, PrintsTheProfileAsJsonWithProtoFieldNames) {

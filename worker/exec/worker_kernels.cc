@@ -5,6 +5,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cudnn/vendor_backend.h"
+#include "kernels/cudnn/vendor_libs.h"
 
 namespace lockstep::worker {
 
@@ -20,8 +21,14 @@ absl::StatusOr<WorkerKernels> RegisterWorkerKernels(
     return out;
   }
   LS_RETURN_IF_ERROR(kernels::RegisterCudaCanonicalKernels(registry));
-  LS_RETURN_IF_ERROR(kernels::RegisterCudaVendorKernels(registry));
   out.cuda = true;
+  const absl::Status vendor = kernels::vendor::VendorLibrariesStatus();
+  if (!vendor.ok()) {
+    out.vendor_note = std::string(vendor.message());
+    return out;
+  }
+  LS_RETURN_IF_ERROR(kernels::RegisterCudaVendorKernels(registry));
+  out.vendor = true;
   return out;
 }
 
