@@ -33,8 +33,9 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 // A model whose live tensors are about 2 x 8192 x 4096 x 4 bytes (the weight
-// and its gradient), far above a 250 MiB limit. (The worker binary itself
-// maps about 190 MiB of private data when it links the CUDA libraries.)
+// and its gradient), far above a 250 MiB limit. (A run process starts with
+// about 1 MiB of private data; the CUDA vendor libraries, when a GPU node
+// loads them, add about 190 MiB.)
 constexpr char kWideModel[] = R"pb(
   name: "wide"
   input_shape: [ 8192 ]
