@@ -182,7 +182,19 @@ void Authorizer::LogAdminAction(const Principal& who, const std::string& action,
 
 absl::Status CheckWorkerName(const Principal& worker,
                              const std::string& hello_name) {
-  if (worker.certificate_identities.empty()) return absl::OkStatus();
+  if (worker.certificate_identities.empty()) {
+    // A worker token names one worker: the token is its identity.
+    if (worker.role == Role::kWorker && !worker.name.empty() &&
+        hello_name != worker.name) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "hello.name: \"", hello_name, "\" is not this worker token's name \"",
+          worker.name,
+          "\"; a worker token names one worker: create one per worker "
+          "(lockstep-coordinator tokens create --name=NAME --role=worker) "
+          "and start the worker with --name=NAME"));
+    }
+    return absl::OkStatus();
+  }
   if (std::find(worker.certificate_identities.begin(),
                 worker.certificate_identities.end(),
                 hello_name) != worker.certificate_identities.end()) {

@@ -136,7 +136,7 @@ const char* WhoName(Who w) {
     case Who::kAdmin:
       return "admin";
     case Who::kWorker:
-      return "worker";
+      return kWorkerName;  // a worker token names its worker
   }
   return "?";
 }
@@ -181,6 +181,18 @@ class AuthTableTest : public ::testing::Test {
     add(Who::kSubmitter, "submitter");
     add(Who::kAdmin, "admin");
     add(Who::kWorker, "worker");
+    {
+      // The worker SetWorkerState acts on, with a token of its own.
+      absl::StatusOr<std::string> token = NewToken();
+      ASSERT_THAT(token, IsOk());
+      store::TokenRecord t;
+      t.name = "known-worker";
+      t.role = "worker";
+      t.token_sha256 = TokenSha256Hex(*token);
+      t.created_unix_ms = 1;
+      ASSERT_THAT(s->InsertToken(t, store::AdminLogEntry()), IsOk());
+      known_worker_token_ = *token;
+    }
     add(Who::kRevoked, "admin");
     ASSERT_THAT(
         s->RevokeToken(WhoName(Who::kRevoked), 2, store::AdminLogEntry()),
@@ -217,6 +229,7 @@ class AuthTableTest : public ::testing::Test {
   std::unique_ptr<Lockstep::Stub> stub_;
   std::unique_ptr<WorkerGateway::Stub> gateway_;
   std::map<Who, std::string> tokens_;
+  std::string known_worker_token_;  // a worker token named "known-worker"
 };
 
 struct Rpc {
@@ -239,7 +252,8 @@ TEST_F(AuthTableTest, EveryRpcChecksItsRole) {
   // A known worker for SetWorkerState: connected once, with the worker
   // token, then gone.
   {
-    auto ctx = Context(Who::kWorker);
+    auto ctx = Context(Who::kNone);
+    ctx->AddMetadata("authorization", "Bearer " + known_worker_token_);
     auto stream = gateway_->Connect(ctx.get());
     WorkerMessage hello;
     *hello.mutable_hello() = MakeHello("known-worker");
@@ -471,6 +485,43 @@ TEST_F(AuthTableTest, EveryRpcChecksItsRole) {
           << "a refused call changed the store";
     }
   }
+}
+
+// A worker token is that worker's identity: a hello under another name is
+// refused, and nothing of it is stored.
+TEST_F(AuthTableTest, AWorkerTokenNamesOneWorker) {
+  const std::string before = DumpStore(db_path_);
+  {
+    auto ctx = Context(Who::kWorker);
+    auto stream = gateway_->Connect(ctx.get());
+    WorkerMessage hello;
+    *hello.mutable_hello() = MakeHello("impostor");
+    stream->Write(hello);
+    stream->WritesDone();
+    CoordinatorMessage msg;
+    while (stream->Read(&msg)) {
+    }
+    grpc::Status st = stream->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(st.error_message(),
+                HasSubstr("hello.name: \"impostor\" is not this worker "
+                          "token's name \"table-worker\""));
+  }
+  EXPECT_TRUE(DumpStore(db_path_) == before)
+      << "a refused hello changed the store";
+  // Under its own name the same token connects.
+  auto ctx = Context(Who::kWorker);
+  auto stream = gateway_->Connect(ctx.get());
+  WorkerMessage hello;
+  *hello.mutable_hello() = MakeHello(kWorkerName);
+  ASSERT_TRUE(stream->Write(hello));
+  CoordinatorMessage msg;
+  ASSERT_TRUE(stream->Read(&msg));
+  EXPECT_TRUE(msg.has_welcome());
+  stream->WritesDone();
+  while (stream->Read(&msg)) {
+  }
+  stream->Finish();
 }
 
 TEST_F(AuthTableTest, AdminActionsAreLoggedAndTheLogIsAppendOnly) {
