@@ -302,7 +302,9 @@ TEST_F(AuthTableTest, EveryRpcChecksItsRole) {
          Job r;
          grpc::Status s = stub_->SubmitJob(ctx.get(), req, &r);
          // The job records who submitted it.
-         if (s.ok()) EXPECT_EQ(r.submitted_by(), WhoName(w));
+         if (s.ok()) {
+           EXPECT_EQ(r.submitted_by(), WhoName(w));
+         }
          return s;
        }},
       {"GetJob", Role::kViewer, C::OK,

@@ -349,13 +349,17 @@ TEST_F(FastKernelsTest, DeterministicAndSplitKMatMulAreRepeatableAndClose) {
             if (first.empty()) first = det;
             ASSERT_TRUE(SameBits(det, first)) << "grad=" << grad;
             ASSERT_TRUE(Close(det, canonical, 1e-4)) << "grad=" << grad;
-            if (ints) ASSERT_TRUE(SameBits(det, canonical));
+            if (ints) {
+              ASSERT_TRUE(SameBits(det, canonical));
+            }
             if (grad) continue;
             const std::vector<float> split =
                 RunMatMul(registry_, false, Mode::kDefault,
                           kSplitKAtomicAlgorithm, in, outs, c.attrs);
             ASSERT_TRUE(Close(split, canonical, 1e-4));
-            if (ints) ASSERT_TRUE(SameBits(split, canonical));
+            if (ints) {
+              ASSERT_TRUE(SameBits(split, canonical));
+            }
           }
         }
       }

@@ -40,11 +40,12 @@ TEST(HttpServer, OffUnlessConfigured) {
 }
 
 TEST(HttpServer, BadOrTakenAddressIsRefused) {
-  for (const std::string& bad : {"nonsense", "127.0.0.1:99999", ":x"}) {
+  for (const char* bad : {"nonsense", "127.0.0.1:99999", ":x"}) {
     auto c = Coordinator::Start(Options(bad));
     ASSERT_FALSE(c.ok()) << bad;
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_THAT(c.status().message(), HasSubstr("http_listen: \"" + bad))
+    EXPECT_THAT(c.status().message(),
+                HasSubstr(std::string("http_listen: \"") + bad))
         << bad;
   }
   auto first = Coordinator::Start(Options("127.0.0.1:0"));
