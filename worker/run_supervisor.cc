@@ -21,8 +21,7 @@
 #include "absl/time/time.h"
 #include "common/logging.h"
 #include "worker/frames.h"
-
-extern char** environ;
+#include "worker/spawn.h"
 
 namespace lockstep::worker {
 namespace {
@@ -93,25 +92,9 @@ absl::StatusOr<std::unique_ptr<RunSupervisor>> RunSupervisor::Start(
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  std::vector<char*> args;
-  for (const std::string& a : options.argv) {
-    args.push_back(const_cast<char*>(a.c_str()));
-  }
-  args.push_back(nullptr);
   pid_t pid = -1;
-  const int rc =
-      posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  const int rc = SpawnChild(options.argv, &actions, &pid);
   posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
   close(in_pipe[0]);
   close(out_pipe[1]);
   if (rc != 0) {

@@ -16,8 +16,7 @@
 #include "absl/strings/strip.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-
-extern char** environ;
+#include "worker/spawn.h"
 
 namespace lockstep::worker {
 namespace {
@@ -139,25 +138,9 @@ v1::SelftestResult RunSelftestInChild(const std::vector<std::string>& argv,
                                    O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
-  // The daemon blocks its stop signals for sigwait; the child must not.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  std::vector<char*> args;
-  for (const std::string& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
   pid_t pid = -1;
-  const int rc =
-      posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  const int rc = SpawnChild(argv, &actions, &pid);
   posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
   close(out_pipe[1]);
   close(err_pipe[1]);
   if (rc != 0) {
