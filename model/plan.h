@@ -47,6 +47,9 @@ struct LayerPlan {
   // Shapes with the batch dimension first.
   std::vector<std::vector<int64_t>> input_shapes;
   std::vector<int64_t> output_shape;  // SOFTMAX_XENT: [1] (the mean loss)
+  // False for an unbatched output (CONSTANT, PARAMETER, and graph ops whose
+  // inputs are all unbatched): output_shape then has no batch dimension.
+  bool batched = true;
   std::vector<ParamPlan> params;      // empty for parameter-free ops
   // Kernel attributes (stride, padding, dilation, window, ...). Dense
   // layers use transpose_x = transpose_w = false with weight [in, units].
