@@ -180,7 +180,9 @@ TEST(ZooTest, ModelsHaveTheirPromisedStructure) {
     for (const char* name : {"resnet_bn", "char_lm", "gpt_tiny"}) {
       for (v1::LayerOp o : Ops(Load(name, "config.json").plan)) v2.insert(o);
     }
-    for (int op = v1::LayerOp_MIN + 1; op <= v1::LayerOp_MAX; ++op) {
+    // Op set v3 (the graph primitives, CONSTANT and later) is what imported
+    // ONNX graphs are made of; the zoo's own JSON models do not use it.
+    for (int op = v1::LayerOp_MIN + 1; op < v1::CONSTANT; ++op) {
       const v1::LayerOp o = static_cast<v1::LayerOp>(op);
       EXPECT_GE(o <= v1::BIAS_ADD ? ops.count(o) : v2.count(o), 1u)
           << v1::LayerOp_Name(o);
