@@ -36,15 +36,20 @@ using ::lockstep::testing::IsOk;
 // the scalar canonical backend this keeps a step well under 100 ms.
 constexpr int64_t kMaxForwardFlops = 5'000'000;
 constexpr int64_t kMaxParameters = 100'000;
-// gpt_tiny (4 blocks of width 128) is bounded by the vectorised GEMM
-// instead: its 40 example steps, every tensor fingerprinted, take about
-// 1.5 s on one AVX2 core.
-constexpr int64_t kMaxGptForwardFlops = 120'000'000;
-constexpr int64_t kMaxGptParameters = 1'000'000;
+// gpt_tiny (4 blocks of width 128), resnet18 and mobilenet_v2 are bounded by
+// the vectorised GEMM and convolutions instead: their 40 example steps,
+// every tensor fingerprinted, take a few seconds on one AVX2 core.
+constexpr int64_t kMaxLargeForwardFlops = 160'000'000;
+constexpr int64_t kMaxLargeParameters = 1'000'000;
 
-const char* const kZoo[] = {"mlp",       "lenet5",   "resnet_small",
-                            "gauntlet",  "norm_mlp", "mobilenet_tiny",
-                            "resnet_bn", "char_lm",  "gpt_tiny"};
+const char* const kZoo[] = {"mlp",       "lenet5",      "resnet_small",
+                            "gauntlet",  "norm_mlp",    "mobilenet_tiny",
+                            "resnet_bn", "char_lm",     "gpt_tiny",
+                            "resnet18",  "mobilenet_v2"};
+
+bool IsLarge(const std::string& name) {
+  return name == "gpt_tiny" || name == "resnet18" || name == "mobilenet_v2";
+}
 
 std::string Examples(const std::string& relative) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
@@ -117,13 +122,13 @@ TEST(ZooTest, EveryModelPlansWithEveryConfig) {
       SCOPED_TRACE(absl::StrCat(name, "/", config));
       const Loaded l = Load(name, config);
       EXPECT_EQ(l.plan.model_name, name);
-      const bool gpt = std::string(name) == "gpt_tiny";
+      const bool large = IsLarge(name);
       EXPECT_GT(l.plan.parameter_count, 0);
       EXPECT_LE(l.plan.parameter_count,
-                gpt ? kMaxGptParameters : kMaxParameters);
+                large ? kMaxLargeParameters : kMaxParameters);
       EXPECT_GT(ForwardFlops(l.plan), 0);
       EXPECT_LE(ForwardFlops(l.plan),
-                gpt ? kMaxGptForwardFlops : kMaxForwardFlops);
+                large ? kMaxLargeForwardFlops : kMaxForwardFlops);
     }
   }
 }
@@ -231,6 +236,51 @@ TEST(ZooTest, GptTinyIsAFourBlockCausalDecoder) {
       EXPECT_TRUE(layer.last_axis) << layer.name;
     }
   }
+}
+
+// resnet18 is ResNet-18 for 32x32 inputs: a 3x3 stem, four stages of two
+// BasicBlocks (the first of stages 2-4 strided, with a 1x1 projection),
+// batch norm after every convolution, at an eighth of the stem width of 64
+// (the benchmark model worker/exec/bench_models/resnet18_cifar is full
+// width).
+TEST(ZooTest, Resnet18HasEighteenWeightedLayers) {
+  const Loaded l = Load("resnet18", "config.json");
+  const auto ops = Ops(l.plan);
+  int three_by_three = 0, strided = 0;
+  for (const LayerPlan& layer : l.plan.layers) {
+    if (layer.op != v1::CONV2D) continue;
+    if (layer.attrs.kernel_h == 3) ++three_by_three;
+    if (layer.attrs.stride_h == 2) ++strided;
+  }
+  // 17 3x3 convolutions and the classifier: the 18 layers; plus 3 1x1
+  // projections.
+  EXPECT_EQ(three_by_three, 17);
+  EXPECT_EQ(ops.count(v1::CONV2D), 20u);
+  EXPECT_EQ(ops.count(v1::DENSE), 1u);
+  EXPECT_EQ(ops.count(v1::BATCH_NORM), 20u);
+  EXPECT_EQ(ops.count(v1::ADD), 8u);
+  EXPECT_EQ(strided, 6);  // 3 first convolutions and 3 projections
+  EXPECT_THAT(l.plan.input_shape, ::testing::ElementsAre(8, 3, 32, 32));
+}
+
+// mobilenet_v2: inverted residual blocks (1x1 expansion, depthwise 3x3,
+// linear 1x1 projection, each with batch norm), residual ADDs where stride
+// and width allow.
+TEST(ZooTest, MobilenetV2HasInvertedResiduals) {
+  const Loaded l = Load("mobilenet_v2", "config.json");
+  const auto ops = Ops(l.plan);
+  int depthwise = 0;
+  for (const LayerPlan& layer : l.plan.layers) {
+    if (layer.op == v1::CONV2D && layer.attrs.groups > 1) {
+      ++depthwise;
+      EXPECT_EQ(layer.attrs.groups, layer.input_shapes[0][1]) << layer.name;
+      EXPECT_EQ(layer.output_shape[1], layer.input_shapes[0][1]) << layer.name;
+    }
+  }
+  EXPECT_EQ(depthwise, 8);
+  EXPECT_EQ(ops.count(v1::ADD), 3u);
+  EXPECT_EQ(ops.count(v1::BATCH_NORM), ops.count(v1::CONV2D));
+  EXPECT_THAT(l.plan.input_shape, ::testing::ElementsAre(16, 3, 32, 32));
 }
 
 TEST(ZooTest, ModelsRoundTripThroughBothFormats) {

@@ -224,7 +224,26 @@ def local_check(model, config, dump, init_params):
                     continue
                 what = tag % (step, name, role + (" " + slot if slot else ""))
                 got = ctx.dumped(name, role, slot)
-                if fwd_k is None:
+                bn_params = (op == "BATCH_NORM" and role in ("GRAD_WEIGHT", "GRAD_BIAS")
+                             and not l.get("batch_norm", {}).get("eval", False))
+                if bn_params:
+                    # A batch norm's scale and shift gradients are plain sums
+                    # over the batch and spatial positions -- sum(dy * xhat)
+                    # and sum(dy) -- held like every sum to k U sum|terms|:
+                    # they may nearly cancel (a batch norm feeding, through a
+                    # per-channel op, another batch norm that undoes its
+                    # scale and shift), which a relative bound cannot allow.
+                    x = ins[0].detach()
+                    axes = [0] + list(range(2, x.dim()))
+                    terms = dy.abs()
+                    if role == "GRAD_WEIGHT":
+                        bn_eps = float(l.get("batch_norm", {}).get("epsilon") or 1e-5)
+                        mean = x.mean(axes, keepdim=True)
+                        var = ((x - mean) ** 2).mean(axes, keepdim=True)
+                        terms = terms * ((x - mean) / torch.sqrt(var + bn_eps)).abs()
+                    chk.elementwise(what, op + " grad", got, g.numpy(), K_SUM,
+                                    terms.sum(axes).numpy())
+                elif fwd_k is None:
                     chk.relative(what, op + " grad", got, g.numpy(), COMPOUND_BOUND)
                 else:
                     chk.elementwise(what, op + " grad", got, g.numpy(), bwd_k,

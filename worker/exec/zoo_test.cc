@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,9 +89,10 @@ absl::StatusOr<RunResult> RunZoo(const Zoo& z, ExecutorOptions options = {}) {
                 std::move(options));
 }
 
-const char* const kZoo[] = {"mlp",       "lenet5",   "resnet_small",
-                            "gauntlet",  "norm_mlp", "mobilenet_tiny",
-                            "resnet_bn", "char_lm",  "gpt_tiny"};
+const char* const kZoo[] = {"mlp",       "lenet5",      "resnet_small",
+                            "gauntlet",  "norm_mlp",    "mobilenet_tiny",
+                            "resnet_bn", "char_lm",     "gpt_tiny",
+                            "resnet18",  "mobilenet_v2"};
 
 TEST(ZooTest, EveryModelRunsTwiceBitIdentically) {
   for (const char* name : kZoo) {
@@ -252,19 +254,36 @@ TEST(ZooTest, GradientsMatchFiniteDifferences) {
     // downstream lies within 5e-4 of stem_bn's bias (numeric -0.0567 at
     // 5e-4 and -0.0548 at 2e-3 against the analytic -0.0640, within
     // tolerance at 1e-4).
-    const float eps = std::string(name) == "resnet_bn" ? 1e-4f : 5e-4f;
+    const bool has_bn = std::string(name) == "resnet_bn" ||
+                        std::string(name) == "resnet18" ||
+                        std::string(name) == "mobilenet_v2";
+    const float eps = has_bn ? 1e-4f : 5e-4f;
     // gpt_tiny's four blocks are alike: its check covers the embedding, the
     // first block (whose gradients flow back through all four blocks'
     // attention) and the head, at the largest element of each gradient
     // (the one a wiring error would move most), to keep the test to a few
     // seconds.
+    // resnet18 and mobilenet_v2 likewise: the stem, one block's every kind
+    // of weighted layer (resnet18's strided projection, mobilenet_v2's
+    // expansion, depthwise and projection) and the classifier.
+    const std::set<std::string> sampled =
+        std::string(name) == "resnet18"
+            ? std::set<std::string>{"conv1",     "bn1",          "l2b0_conv1",
+                                    "l2b0_down", "l2b0_down_bn", "fc"}
+        : std::string(name) == "mobilenet_v2"
+            ? std::set<std::string>{"stem",  "stem_bn",  "b2_expand",
+                                    "b2_dw", "b2_dw_bn", "b2_project",
+                                    "fc"}
+            : std::set<std::string>{};
     const bool gpt = std::string(name) == "gpt_tiny";
+    const bool largest_only = gpt || !sampled.empty();
     for (size_t l = 0; l < z.plan.layers.size(); ++l) {
       const model::LayerPlan& lp = z.plan.layers[l];
       if (gpt && lp.name != "emb" && lp.name != "ln_f" && lp.name != "logits" &&
           lp.name.rfind("b0.", 0) != 0) {
         continue;
       }
+      if (!sampled.empty() && sampled.count(lp.name) == 0) continue;
       for (size_t p = 0; p < lp.params.size(); ++p) {
         const int slot = lp.params[p].role == v1::WEIGHT ? 0 : 1;
         const std::vector<float>& g = grads[{lp.name, slot}];
@@ -274,7 +293,8 @@ TEST(ZooTest, GradientsMatchFiniteDifferences) {
           if (std::fabs(g[i]) > std::fabs(g[largest])) largest = i;
         }
         const std::vector<int64_t> elements =
-            gpt ? std::vector<int64_t>{largest}
+            largest_only
+                ? std::vector<int64_t>{largest}
                 : std::vector<int64_t>{0, static_cast<int64_t>(g.size() / 2),
                                        static_cast<int64_t>(g.size() - 1)};
         for (int64_t e : elements) {
@@ -525,7 +545,7 @@ double Mean(const std::vector<float>& v, size_t from, size_t to) {
 TEST(ZooTest, ExampleConfigsHalveTheLoss) {
   for (const char* name :
        {"mlp", "lenet5", "resnet_small", "norm_mlp", "mobilenet_tiny",
-        "resnet_bn", "char_lm", "gpt_tiny"}) {
+        "resnet_bn", "char_lm", "gpt_tiny", "resnet18", "mobilenet_v2"}) {
     SCOPED_TRACE(name);
     Zoo z = Load(name, 0, 0);
     ASSERT_NE(z.dataset, nullptr);
