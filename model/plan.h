@@ -134,6 +134,7 @@ int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
 //   SOFTMAX_XENT     4 per logit
 //   MATMUL           2*(output elements)*K
 //   FLATTEN, TRANSPOSE, RESHAPE  0
+//   CONSTANT, PARAMETER, GATHER, CONCAT, SLICE  0 (copies)
 // A training step costs roughly 3x the forward pass. Saturates at INT64_MAX.
 int64_t LayerForwardFlops(const LayerPlan& layer);
 // Sum of LayerForwardFlops over the plan (saturating).

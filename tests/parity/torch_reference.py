@@ -185,6 +185,43 @@ def op_dropout(layer, x, p, ctx):
     return x[0] * mask
 
 
+def op_constant(layer, x, p, ctx):
+    c = layer.get("constant", {})
+    values = [f32(v) for v in c.get("values", [])]
+    return torch.tensor(values, dtype=DT).reshape([int(d) for d in c.get("shape", [])])
+
+
+def op_parameter(layer, x, p, ctx):
+    # A node of its own: its gradient is the sum over the uses.
+    return p["WEIGHT"].clone()
+
+
+def _axis(axis, rank):
+    return axis + rank if axis < 0 else axis
+
+
+def op_gather(layer, x, p, ctx):
+    data = x[0]
+    axis = _axis(int(layer.get("gather", {}).get("axis", 0)), data.dim())
+    idx = x[1].detach().long()  # token ids, or a CONSTANT of whole numbers
+    idx = torch.where(idx < 0, idx + data.shape[axis], idx)
+    y = data.index_select(axis, idx.reshape(-1))
+    return y.reshape(data.shape[:axis] + idx.shape + data.shape[axis + 1:])
+
+
+def op_concat(layer, x, p, ctx):
+    return torch.cat(x, dim=int(layer.get("concat", {}).get("axis", 0)))
+
+
+def op_slice(layer, x, p, ctx):
+    # ONNX Slice with a positive step clamps like Python's slices.
+    s = layer["slice"]
+    axis = _axis(int(s.get("axis", 0)), x[0].dim())
+    pos = list(range(x[0].shape[axis]))[
+        slice(int(s.get("start", 0)), int(s.get("end", 0)), int(s.get("step", 0)) or 1)]
+    return x[0].index_select(axis, torch.tensor(pos, dtype=torch.long))
+
+
 def op_softmax_xent(layer, x, p, ctx):
     logits = x[0]
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
@@ -216,7 +253,20 @@ OPS = {
     "MATMUL": op_matmul,
     "TRANSPOSE": op_transpose,
     "RESHAPE": op_reshape,
+    "CONSTANT": op_constant,
+    "PARAMETER": op_parameter,
+    "GATHER": op_gather,
+    "CONCAT": op_concat,
+    "SLICE": op_slice,
 }
+
+MODEL_INPUT = "<input>"  # Layer.inputs' name for the model input
+
+
+def input_names(layers, i):
+    """Producers of layers[i]: layer names, None for the model input."""
+    names = layers[i].get("inputs") or ([layers[i - 1]["name"]] if i else [None])
+    return [None if n == MODEL_INPUT else n for n in names]
 
 # --------------------------------------------------------------------------
 # Bounds, per tensor role, on the relative L2 error ||lockstep - ref|| /
@@ -419,7 +469,7 @@ def reference_run(model, config, dump, init_params):
         outs = {}
         input_clones = {}
         for i, l in enumerate(layers):
-            names = l.get("inputs") or ([layers[i - 1]["name"]] if i else [None])
+            names = input_names(layers, i)
             ins = []
             for k, src in enumerate(names):
                 t = x if src is None else outs[src]
