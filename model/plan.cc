@@ -1043,12 +1043,13 @@ absl::Status Planner::CheckDatasetKind() const {
   if (plan_.input_dtype == kernels::DType::kInt32 && !tokens) {
     return Invalid(
         "config.dataset: the model reads token ids (it has an EMBEDDING "
-        "layer), so the dataset must be dataset.tokens");
+        "layer or a GATHER of \"<input>\"), so the dataset must be "
+        "dataset.tokens");
   }
   if (plan_.input_dtype != kernels::DType::kInt32 && tokens) {
     return Invalid(
         "config.dataset.tokens: token sequences need a model whose input is "
-        "read by an EMBEDDING layer");
+        "read by an EMBEDDING layer or as GATHER's indices");
   }
   return absl::OkStatus();
 }
