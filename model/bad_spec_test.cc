@@ -148,6 +148,17 @@ const BadSpec kBadSpecs[] = {
      "layers[2] \"r\": reshape.shape[2]: a second -1 (shape[0] is already inferred); at most one -1"},
     {"reshape_wrong_count.model.json", kInvalid,
      "layers[2] \"r\": reshape.shape: [5, 5] holds 25 elements per example, but the input [32, 4, 6]"},
+    // Graph primitives (op set v3).
+    {"graph_gather_index.model.json", kInvalid,
+     "layers[2] \"first\": GATHER index -5 (value 0 of layer \"pos\") is not a whole number in "
+     "-4..3 (data [32, 4, 8] along gather.axis 1)"},
+    {"graph_concat_batch_axis.model.json", kInvalid,
+     "layers[2] \"ab\": concat.axis: 0 is the batch axis of a batched input, which this op cannot "
+     "use"},
+    {"graph_unbatched_input.model.json", kInvalid,
+     "layers[1] \"r\": RELU needs batched inputs, but layer \"p\" is unbatched"},
+    {"graph_parameter_init.model.json", kInvalid,
+     "layers[0] \"p\": parameter.init: 7 is not a known ParameterInit"},
     {"causal_not_square.model.json", kInvalid,
      "layers[2] \"p\": softmax.causal: needs [N, ..., T, T] scores (the last two dimensions equal), "
      "got [32, 4, 6]"},

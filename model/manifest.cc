@@ -14,6 +14,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "kernels/backend.h"
+#include "kernels/graph_ops.h"
 
 namespace lockstep::model {
 namespace {
@@ -57,8 +58,14 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: SOFTMAX_XENT must be the last layer and only the last", label));
     }
-    const size_t want_inputs =
-        layer.op == v1::ADD || layer.op == v1::MATMUL ? 2 : 1;
+    size_t want_inputs =
+        layer.op == v1::ADD || layer.op == v1::MATMUL || layer.op == v1::GATHER
+            ? 2
+            : 1;
+    if (layer.op == v1::CONSTANT || layer.op == v1::PARAMETER) want_inputs = 0;
+    if (layer.op == v1::CONCAT && layer.inputs.size() >= 2) {
+      want_inputs = layer.inputs.size();
+    }
     if (layer.inputs.size() != want_inputs) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: takes %d input(s), the plan gives %d", label,
@@ -86,16 +93,16 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
             kernels::ShapeString(expect)));
       }
     }
-    if (layer.output_shape.empty()) {
+    if (layer.output_shape.empty() && layer.batched) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: output_shape is empty", label));
     }
     // Parameters: weight then optional bias for DENSE/CONV2D, weight and
     // bias for LAYER_NORM, exactly one bias for BIAS_ADD, none for the rest.
-    const bool has_weight = layer.op == v1::DENSE || layer.op == v1::CONV2D ||
-                            layer.op == v1::LAYER_NORM ||
-                            layer.op == v1::BATCH_NORM ||
-                            layer.op == v1::EMBEDDING;
+    const bool has_weight =
+        layer.op == v1::DENSE || layer.op == v1::CONV2D ||
+        layer.op == v1::LAYER_NORM || layer.op == v1::BATCH_NORM ||
+        layer.op == v1::EMBEDDING || layer.op == v1::PARAMETER;
     size_t expected = 0;
     if (has_weight) {
       if (layer.params.empty() || layer.params[0].role != v1::WEIGHT) {
@@ -129,7 +136,7 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
                           layer.params.size(), expected));
     }
     for (const ParamPlan& p : layer.params) {
-      if (p.shape.empty()) {
+      if (p.shape.empty() && layer.op != v1::PARAMETER) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "%s: parameter \"%s\" has no shape", label, p.name));
       }
@@ -157,6 +164,46 @@ v1::ManifestEntry MakeEntry(v1::Phase phase, const std::string& layer,
 }  // namespace
 
 std::string InputSlot(int i) { return absl::StrCat("input", i); }
+
+std::vector<bool> CarriesGradient(const ModelPlan& plan) {
+  std::vector<bool> carries(plan.layers.size(), false);
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    const LayerPlan& layer = plan.layers[l];
+    bool c = layer.op < v1::CONSTANT || !layer.params.empty();
+    for (size_t k = 0; !c && k < layer.inputs.size(); ++k) {
+      c = InputTakesGradient(plan, carries, layer, static_cast<int>(k));
+    }
+    carries[l] = c;
+  }
+  return carries;
+}
+
+bool InputTakesGradient(const ModelPlan& plan, const std::vector<bool>& carries,
+                        const LayerPlan& layer, int k) {
+  (void)plan;
+  if (k < 0 || k >= static_cast<int>(layer.inputs.size())) return false;
+  const int src = layer.inputs[k];
+  if (src < 0 || src >= static_cast<int>(carries.size()) || !carries[src]) {
+    return false;
+  }
+  if (layer.op == v1::GATHER && k == 1) return false;  // the indices
+  return true;
+}
+
+std::vector<std::vector<Consumer>> GradientConsumers(const ModelPlan& plan) {
+  const std::vector<bool> carries = CarriesGradient(plan);
+  std::vector<std::vector<Consumer>> consumers = ComputeConsumers(plan);
+  for (std::vector<Consumer>& list : consumers) {
+    std::vector<Consumer> kept;
+    for (const Consumer& c : list) {
+      if (InputTakesGradient(plan, carries, plan.layers[c.layer], c.input)) {
+        kept.push_back(c);
+      }
+    }
+    list = std::move(kept);
+  }
+  return consumers;
+}
 
 std::vector<std::vector<Consumer>> ComputeConsumers(const ModelPlan& plan) {
   std::vector<std::vector<Consumer>> consumers(plan.layers.size());
@@ -234,6 +281,16 @@ absl::StatusOr<LayerOps> OpsOfLayer(v1::LayerOp layer_op) {
     case v1::EMBEDDING:
       // Its input is token ids: no input gradient.
       return LayerOps{op::kEmbeddingForward, "", op::kEmbeddingGradWeight};
+    case v1::CONSTANT:
+      return LayerOps{op::kConstant, "", ""};
+    case v1::PARAMETER:
+      return LayerOps{op::kParameterForward, "", op::kParameterGrad};
+    case v1::GATHER:
+      return LayerOps{op::kGatherForward, op::kGatherGrad, ""};
+    case v1::CONCAT:
+      return LayerOps{op::kConcatForward, op::kConcatGrad, ""};
+    case v1::SLICE:
+      return LayerOps{op::kSliceForward, op::kSliceGrad, ""};
     default:
       return absl::InvalidArgumentError(absl::StrFormat(
           "layer op %s (%d) cannot be executed",
@@ -265,7 +322,8 @@ absl::StatusOr<std::vector<v1::ManifestEntry>> StepTensors(
   LS_RETURN_IF_ERROR(CheckPlanStructure(plan));
   LS_ASSIGN_OR_RETURN(OptimizerOps opt,
                       OpsOfOptimizer(config.optimizer().kind()));
-  const std::vector<std::vector<Consumer>> consumers = ComputeConsumers(plan);
+  const std::vector<std::vector<Consumer>> consumers = GradientConsumers(plan);
+  const std::vector<bool> carries = CarriesGradient(plan);
   const int64_t n = plan.input_shape[0];
   std::vector<v1::ManifestEntry> out;
 
@@ -319,7 +377,9 @@ absl::StatusOr<std::vector<v1::ManifestEntry>> StepTensors(
                               v1::GRAD_WEIGHT, w->shape));
     }
     for (size_t k = 0; k < layer.inputs.size(); ++k) {
-      if (layer.inputs[k] == kModelInput) continue;
+      if (!InputTakesGradient(plan, carries, layer, static_cast<int>(k))) {
+        continue;
+      }
       out.push_back(MakeEntry(v1::PHASE_BACKWARD, layer.name, ops.grad_input,
                               v1::GRAD_ACTIVATION, layer.input_shapes[k],
                               InputSlot(static_cast<int>(k))));

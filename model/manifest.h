@@ -54,6 +54,22 @@ struct Consumer {
 // summed. REQUIRES: plan's input indices in [kModelInput, layer index).
 std::vector<std::vector<Consumer>> ComputeConsumers(const ModelPlan& plan);
 
+// Which layer outputs carry a gradient, per layer: every layer of op sets
+// v1/v2 (so their manifests stay as they were), a layer with parameters
+// (PARAMETER), and a graph op with an input that takes a gradient. A
+// CONSTANT, and graph ops of constants only, carry none.
+std::vector<bool> CarriesGradient(const ModelPlan& plan);
+
+// Whether the backward pass forms a gradient for input `k` of `layer`: its
+// producer carries a gradient (CarriesGradient; never the model input) and
+// the op passes one to that input (not GATHER's indices).
+bool InputTakesGradient(const ModelPlan& plan, const std::vector<bool>& carries,
+                        const LayerPlan& layer, int k);
+
+// ComputeConsumers restricted to the uses whose input takes a gradient: the
+// contributions summed into a layer's output gradient.
+std::vector<std::vector<Consumer>> GradientConsumers(const ModelPlan& plan);
+
 // Kernel op names of a layer kind.
 struct LayerOps {
   const char* forward = "";      // main forward kernel (the ACTIVATION's op)

@@ -23,6 +23,7 @@
 #include "kernels/ops/embedding.h"
 #include "kernels/spatial/validate.h"
 #include "model/check.h"
+#include "model/plan_graph.h"
 
 namespace lockstep::model {
 namespace {
@@ -106,7 +107,19 @@ absl::string_view ParamsCaseName(v1::Layer::ParamsCase c) {
       return "reshape";
     case v1::Layer::kSoftmax:
       return "softmax";
+    case v1::Layer::kConstant:
+      return "constant";
+    case v1::Layer::kParameter:
+      return "parameter";
+    case v1::Layer::kGather:
+      return "gather";
+    case v1::Layer::kConcat:
+      return "concat";
+    case v1::Layer::kSlice:
+      return "slice";
     case v1::Layer::PARAMS_NOT_SET:
+      break;
+    default:
       break;
   }
   return "none";
@@ -132,6 +145,16 @@ v1::Layer::ParamsCase ParamsFor(v1::LayerOp op) {
       return v1::Layer::kTranspose;
     case v1::RESHAPE:
       return v1::Layer::kReshape;
+    case v1::CONSTANT:
+      return v1::Layer::kConstant;
+    case v1::PARAMETER:
+      return v1::Layer::kParameter;
+    case v1::GATHER:
+      return v1::Layer::kGather;
+    case v1::CONCAT:
+      return v1::Layer::kConcat;
+    case v1::SLICE:
+      return v1::Layer::kSlice;
     default:
       return v1::Layer::PARAMS_NOT_SET;
   }
@@ -191,6 +214,7 @@ class Planner {
   absl::Status PlanReshape(int i, LayerPlan* lp);
   absl::Status PlanSoftmax(int i, LayerPlan* lp);
   absl::Status CheckTokenInput(int i, const LayerPlan& lp) const;
+  std::vector<internal::GraphInput> GraphInputs(const LayerPlan& lp) const;
   absl::Status CheckDatasetKind() const;
 
   const v1::Model& model_;
@@ -265,7 +289,26 @@ absl::Status Planner::CheckNames() {
 
 absl::Status Planner::ResolveInputs(int i, LayerPlan* lp) {
   const v1::Layer& layer = model_.layers(i);
-  const int wanted = layer.op() == v1::ADD || layer.op() == v1::MATMUL ? 2 : 1;
+  int wanted = layer.op() == v1::ADD || layer.op() == v1::MATMUL ||
+                       layer.op() == v1::GATHER
+                   ? 2
+                   : 1;
+  if (layer.op() == v1::CONSTANT || layer.op() == v1::PARAMETER) {
+    if (layer.inputs_size() != 0) {
+      return LayerError(i, absl::StrFormat("inputs: %s takes no inputs, got %d",
+                                           v1::LayerOp_Name(layer.op()),
+                                           layer.inputs_size()));
+    }
+    return absl::OkStatus();
+  }
+  if (layer.op() == v1::CONCAT) {
+    if (layer.inputs_size() < 2 || layer.inputs_size() > limits_.max_layers) {
+      return LayerError(
+          i, absl::StrFormat("inputs: CONCAT needs 2 to %d inputs, got %d",
+                             limits_.max_layers, layer.inputs_size()));
+    }
+    wanted = layer.inputs_size();
+  }
   // Checked before the names, so a huge list costs nothing.
   const int given = layer.inputs_size() == 0 ? 1 : layer.inputs_size();
   if (given != wanted) {
@@ -282,6 +325,10 @@ absl::Status Planner::ResolveInputs(int i, LayerPlan* lp) {
     lp->inputs.push_back(i == 0 ? kModelInput : i - 1);
   } else {
     for (const std::string& name : layer.inputs()) {
+      if (name == kModelInputName) {
+        lp->inputs.push_back(kModelInput);
+        continue;
+      }
       const auto it = index_of_.find(name);
       if (it == index_of_.end()) {
         return LayerError(i,
@@ -305,6 +352,18 @@ absl::Status Planner::ResolveInputs(int i, LayerPlan* lp) {
     } else {
       consumed_[producer] = true;
       lp->input_shapes.push_back(plan_.layers[producer].output_shape);
+    }
+  }
+  // Only MATMUL and the graph ops take unbatched inputs.
+  if (layer.op() < v1::CONSTANT && layer.op() != v1::MATMUL) {
+    for (const int producer : lp->inputs) {
+      if (producer != kModelInput && !plan_.layers[producer].batched) {
+        return LayerError(
+            i, absl::StrFormat("%s needs batched inputs, but %s is unbatched "
+                               "(a CONSTANT, PARAMETER or graph op of those)",
+                               v1::LayerOp_Name(layer.op()),
+                               ProducerName(producer)));
+      }
     }
   }
   return absl::OkStatus();
@@ -775,6 +834,17 @@ absl::Status Planner::PlanMatMul(int i, LayerPlan* lp) {
     return LayerError(
         i, absl::StrFormat("matmul.scale: %g is not finite", p.scale()));
   }
+  for (const int producer : lp->inputs) {
+    if (producer != kModelInput && !plan_.layers[producer].batched) {
+      // An unbatched operand (model/plan_graph.h).
+      LS_RETURN_IF_ERROR(Wrap(
+          i, internal::PlanMatMulUnbatched(p, GraphInputs(*lp), limits_, lp)));
+      lp->attrs.transpose_x = p.transpose_a();
+      lp->attrs.transpose_w = p.transpose_b();
+      lp->attrs.scale = p.scale() == 0.0f ? 1.0f : p.scale();
+      return absl::OkStatus();
+    }
+  }
   const std::vector<int64_t>& a = lp->input_shapes[0];
   const std::vector<int64_t>& b = lp->input_shapes[1];
   const std::string inputs = absl::StrFormat(
@@ -928,17 +998,40 @@ absl::Status Planner::PlanSoftmax(int i, LayerPlan* lp) {
   return absl::OkStatus();
 }
 
-// In a token model only EMBEDDING layers may read the model input.
+std::vector<internal::GraphInput> Planner::GraphInputs(
+    const LayerPlan& lp) const {
+  std::vector<internal::GraphInput> out;
+  for (size_t k = 0; k < lp.inputs.size(); ++k) {
+    const int producer = lp.inputs[k];
+    internal::GraphInput g;
+    g.shape = lp.input_shapes[k];
+    g.name = ProducerName(producer);
+    g.model_input = producer == kModelInput;
+    if (producer != kModelInput) {
+      g.batched = plan_.layers[producer].batched;
+      if (model_.layers(producer).op() == v1::CONSTANT) {
+        g.constant = &model_.layers(producer);
+      }
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+// In a token model only EMBEDDING layers and GATHER's indices may read the
+// model input.
 absl::Status Planner::CheckTokenInput(int i, const LayerPlan& lp) const {
   if (plan_.input_dtype != kernels::DType::kInt32 || lp.op == v1::EMBEDDING) {
     return absl::OkStatus();
   }
-  for (const int producer : lp.inputs) {
-    if (producer == kModelInput) {
+  for (size_t k = 0; k < lp.inputs.size(); ++k) {
+    if (lp.op == v1::GATHER && k == 1) continue;
+    if (lp.inputs[k] == kModelInput) {
       return LayerError(
           i, absl::StrFormat("reads the model input, which is int32 token "
-                             "ids in this model (it has an EMBEDDING layer); "
-                             "only EMBEDDING layers can read it"));
+                             "ids in this model (it has an EMBEDDING layer "
+                             "or a GATHER of it); only EMBEDDING layers and "
+                             "GATHER's indices can read it"));
     }
   }
   return absl::OkStatus();
@@ -950,12 +1043,13 @@ absl::Status Planner::CheckDatasetKind() const {
   if (plan_.input_dtype == kernels::DType::kInt32 && !tokens) {
     return Invalid(
         "config.dataset: the model reads token ids (it has an EMBEDDING "
-        "layer), so the dataset must be dataset.tokens");
+        "layer or a GATHER of \"<input>\"), so the dataset must be "
+        "dataset.tokens");
   }
   if (plan_.input_dtype != kernels::DType::kInt32 && tokens) {
     return Invalid(
         "config.dataset.tokens: token sequences need a model whose input is "
-        "read by an EMBEDDING layer");
+        "read by an EMBEDDING layer or as GATHER's indices");
   }
   return absl::OkStatus();
 }
@@ -971,7 +1065,9 @@ absl::StatusOr<ModelPlan> Planner::Run() {
   plan_.layers.reserve(num_layers);
   plan_.label_shape = {plan_.input_shape[0]};
   for (const v1::Layer& layer : model_.layers()) {
-    if (layer.op() == v1::EMBEDDING) {
+    if (layer.op() == v1::EMBEDDING ||
+        (layer.op() == v1::GATHER && layer.inputs_size() == 2 &&
+         layer.inputs(1) == kModelInputName)) {
       plan_.input_dtype = kernels::DType::kInt32;
     }
   }
@@ -1028,6 +1124,7 @@ absl::StatusOr<ModelPlan> Planner::Run() {
     lp.index = i;
     lp.name = layer.name();
     lp.op = op;
+    lp.origin = layer.origin();
     LS_RETURN_IF_ERROR(ResolveInputs(i, &lp));
     LS_RETURN_IF_ERROR(CheckTokenInput(i, lp));
     switch (op) {
@@ -1091,6 +1188,29 @@ absl::StatusOr<ModelPlan> Planner::Run() {
       case v1::EMBEDDING:
         LS_RETURN_IF_ERROR(PlanEmbedding(i, &lp));
         break;
+      case v1::CONSTANT:
+        LS_RETURN_IF_ERROR(
+            Wrap(i, internal::PlanConstant(layer, limits_, &lp)));
+        break;
+      case v1::PARAMETER: {
+        ParamPlan value;
+        LS_RETURN_IF_ERROR(
+            Wrap(i, internal::PlanParameter(layer, limits_, &lp, &value)));
+        LS_RETURN_IF_ERROR(AddParam(i, std::move(value), &lp));
+        break;
+      }
+      case v1::GATHER:
+        LS_RETURN_IF_ERROR(Wrap(
+            i, internal::PlanGather(layer, GraphInputs(lp), limits_, &lp)));
+        break;
+      case v1::CONCAT:
+        LS_RETURN_IF_ERROR(
+            Wrap(i, internal::PlanConcat(layer, GraphInputs(lp), &lp)));
+        break;
+      case v1::SLICE:
+        LS_RETURN_IF_ERROR(
+            Wrap(i, internal::PlanSlice(layer, GraphInputs(lp), &lp)));
+        break;
       case v1::DROPOUT: {
         const float rate = model_.layers(i).dropout().rate();
         if (!(rate >= 0.0f && rate < 1.0f)) {
@@ -1127,7 +1247,7 @@ absl::StatusOr<ModelPlan> Planner::Run() {
   if (plan_.parameter_count == 0) {
     return Invalid(
         "model.layers: the model has no trainable parameters (add a DENSE, "
-        "CONV2D, BIAS_ADD, LAYER_NORM or EMBEDDING layer)");
+        "CONV2D, BIAS_ADD, LAYER_NORM, EMBEDDING or PARAMETER layer)");
   }
   const int64_t bytes = EstimateLiveTensorBytes(plan_, config_);
   if (bytes > limits_.max_total_tensor_bytes) {
@@ -1288,6 +1408,9 @@ std::string DescribePlan(const ModelPlan& plan) {
                           absl::StrJoin(inputs, ","),
                           ShapeToString(l.output_shape),
                           absl::StrJoin(params, " "), LayerForwardFlops(l));
+    if (!l.origin.empty()) {
+      absl::StrAppendFormat(&out, "     from %s\n", l.origin);
+    }
   }
   absl::StrAppendFormat(&out, "parameters: %d, forward FLOPs per step: %d\n",
                         plan.parameter_count, ForwardFlops(plan));

@@ -25,6 +25,9 @@ namespace lockstep::model {
 
 // The batch input is layer index -1.
 inline constexpr int kModelInput = -1;
+// The name by which Layer.inputs names the model input (no layer can be
+// called this: '<' is not allowed in layer names).
+inline constexpr char kModelInputName[] = "<input>";
 
 // One trainable tensor of a layer.
 struct ParamPlan {
@@ -34,7 +37,8 @@ struct ParamPlan {
                                   // conv weight [out, in/groups, kh, kw]
   int64_t fan_in = 0;             // for the initialisers
   int64_t fan_out = 0;
-  bool init_ones = false;  // LAYER_NORM's scale: initialised to 1
+  bool init_ones = false;   // LAYER_NORM's scale: initialised to 1
+  bool init_zeros = false;  // PARAMETER with init ZEROS (a WEIGHT of zeros)
 };
 
 // One layer, with everything resolved.
@@ -50,13 +54,28 @@ struct LayerPlan {
   // False for an unbatched output (CONSTANT, PARAMETER, and graph ops whose
   // inputs are all unbatched): output_shape then has no batch dimension.
   bool batched = true;
-  std::vector<ParamPlan> params;      // empty for parameter-free ops
+  std::vector<ParamPlan> params;  // empty for parameter-free ops
   // Kernel attributes (stride, padding, dilation, window, ...). Dense
   // layers use transpose_x = transpose_w = false with weight [in, units].
   kernels::OpAttrs attrs;
   // DENSE with dense.last_axis: the kernels see the input as
   // [prod(leading), K] and the output as [prod(leading), units].
+  // MATMUL of a batched a and an unbatched 2-D b: the kernels see a as
+  // [prod(leading), K] and the output as [prod(leading), N'].
   bool last_axis = false;
+  // Graph ops (model/plan_graph.h). GATHER, CONCAT, SLICE: the axis over
+  // the whole shape, made non-negative (never the batch axis of a batched
+  // tensor).
+  int axis = 0;
+  // CONSTANT: its values, row-major over output_shape.
+  std::vector<float> constant_values;
+  // GATHER with CONSTANT indices: the indices, negative ones wrapped once
+  // (each in [0, data.shape[axis])); SLICE: the positions it takes along
+  // the axis, in output order. Empty otherwise (GATHER of the model input's
+  // token ids reads them from the batch).
+  std::vector<int32_t> indices;
+  // Layer.origin (e.g. the ONNX node), for plans and divergence reports.
+  std::string origin;
 };
 
 struct ModelPlan {
@@ -115,6 +134,7 @@ int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
 //   SOFTMAX_XENT     4 per logit
 //   MATMUL           2*(output elements)*K
 //   FLATTEN, TRANSPOSE, RESHAPE  0
+//   CONSTANT, PARAMETER, GATHER, CONCAT, SLICE  0 (copies)
 // A training step costs roughly 3x the forward pass. Saturates at INT64_MAX.
 int64_t LayerForwardFlops(const LayerPlan& layer);
 // Sum of LayerForwardFlops over the plan (saturating).

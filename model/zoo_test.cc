@@ -91,10 +91,11 @@ struct Loaded {
   ModelPlan plan;
 };
 
-Loaded Load(const std::string& name, const std::string& config) {
+Loaded Load(const std::string& name, const std::string& config,
+            const std::string& model_file = "model.json") {
   Loaded l;
   absl::StatusOr<v1::Model> model =
-      ReadModelFile(Examples(name + "/model.json"));
+      ReadModelFile(Examples(name + "/" + model_file));
   EXPECT_THAT(model, IsOk());
   absl::StatusOr<v1::JobConfig> cfg =
       ReadJobConfigFile(Examples(name + "/" + config));
@@ -178,7 +179,10 @@ TEST(ZooTest, ModelsHaveTheirPromisedStructure) {
   {
     // The gauntlet holds every op of the first op set (up to BIAS_ADD), and
     // a DENSE with a long K (split-K); norm_mlp, resnet_bn, char_lm and
-    // gpt_tiny every later op.
+    // gpt_tiny every later op of op set v2. Of the graph primitives (op
+    // set v3, from CONSTANT on), gpt_tiny's model_tied.json holds PARAMETER
+    // and GATHER; the others are covered by model/plan_graph_test and
+    // worker/exec/graph_executor_test.
     const ModelPlan plan = Load("gauntlet", "config.json").plan;
     const auto ops = Ops(plan);
     auto v2 = Ops(Load("norm_mlp", "config.json").plan);
@@ -199,6 +203,10 @@ TEST(ZooTest, ModelsHaveTheirPromisedStructure) {
       }
     }
     EXPECT_GE(longest_k, 1024);
+    const auto tied =
+        Ops(Load("gpt_tiny", "config.json", "model_tied.json").plan);
+    EXPECT_EQ(tied.count(v1::PARAMETER), 1u);
+    EXPECT_EQ(tied.count(v1::GATHER), 1u);
   }
 }
 

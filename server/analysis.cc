@@ -710,6 +710,17 @@ absl::StatusOr<std::optional<Divergence>> CompareRunData(
   return CompareRunSteps(manifest, config, a.run, &ra, b.run, &rb);
 }
 
+std::string LayerLabel(const v1::Model& model, const std::string& layer) {
+  std::string label = absl::StrFormat("layer \"%s\"", layer);
+  for (const v1::Layer& l : model.layers()) {
+    if (l.name() == layer && !l.origin().empty()) {
+      absl::StrAppend(&label, " (from ", l.origin(), ")");
+      break;
+    }
+  }
+  return label;
+}
+
 absl::StatusOr<JobVerdict> JudgeJob(
     const Job& job, const TensorManifest& manifest, std::vector<RunSteps> runs,
     const std::map<std::string, std::string>& class_names,
@@ -806,10 +817,11 @@ absl::StatusOr<JobVerdict> JudgeJob(
     const Divergence& d = *earliest;
     report.set_summary(absl::StrFormat(
         "NONDETERMINISTIC: %d of %d runs differ from %s; first at step %d, "
-        "layer \"%s\", %s %s (%s), relative L2 difference %.3g; %d later "
+        "%s, %s %s (%s), relative L2 difference %.3g; %d later "
         "tensors differ too; likely cause %s",
         differing_runs, ok.size() - 1, ref.run_id(), d.step(),
-        d.tensor().layer(), v1::Phase_Name(d.tensor().phase()),
+        LayerLabel(job.spec().model(), d.tensor().layer()),
+        v1::Phase_Name(d.tensor().phase()),
         v1::TensorRole_Name(d.tensor().role()), d.tensor().op(),
         d.magnitude().l2_rel(), d.downstream_differing(), d.cause().id()));
     *report.mutable_divergence() = std::move(*earliest);
@@ -1173,8 +1185,9 @@ absl::Status EvaluateAudit(
   for (const v1::AuditWorkerResult& w : audit->workers()) {
     if (w.health() != v1::OUTLIER) continue;
     absl::StrAppendFormat(
-        &summary, "; outlier %s: step %d, layer \"%s\", %s %s", w.worker_id(),
-        w.divergence().step(), w.divergence().tensor().layer(),
+        &summary, "; outlier %s: step %d, %s, %s %s", w.worker_id(),
+        w.divergence().step(),
+        LayerLabel(job.spec().model(), w.divergence().tensor().layer()),
         v1::TensorRole_Name(w.divergence().tensor().role()),
         w.divergence().tensor().op());
   }

@@ -97,6 +97,12 @@ struct JobVerdict {
   std::vector<lockstep::v1::Certificate> certificates;
 };
 
+// How reports name a layer: `layer "name"`, followed by " (from <origin>)"
+// when `model` gives the layer an origin (Layer.origin, e.g. the ONNX node
+// "/blocks.0/attn/MatMul (MatMul)" it was imported from).
+std::string LayerLabel(const lockstep::v1::Model& model,
+                       const std::string& layer);
+
 // Judges a finished job (SUCCEEDED, FAILED or CANCELLED) over all its runs,
 // streaming every succeeded run's steps side by side: memory for one step
 // of each run, whatever the job's length. `class_names` maps hardware-class

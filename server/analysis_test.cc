@@ -165,6 +165,25 @@ TEST(Analysis, FirstDivergenceAndDownstreamCount) {
   EXPECT_FALSE(same->has_value());
 }
 
+// A layer imported from ONNX is named with its node in the summary.
+TEST(Analysis, DivergenceSummaryNamesTheLayerOrigin) {
+  Job job = MakeJob(CANONICAL);
+  Layer* layer = job.mutable_spec()->mutable_model()->add_layers();
+  layer->set_name("fc1");
+  layer->set_origin("/blocks.0/attn/MatMul (MatMul)");
+  EXPECT_EQ(LayerLabel(job.spec().model(), "fc1"),
+            "layer \"fc1\" (from /blocks.0/attn/MatMul (MatMul))");
+  EXPECT_EQ(LayerLabel(job.spec().model(), "other"), "layer \"other\"");
+  auto v = Judge(job, {MakeRun("r0", 0, "w1", "c1"),
+                       MakeRun("r1", 1, "w1", "c1", /*flip_step=*/1,
+                               /*flip_index=*/1)});
+  ASSERT_THAT(v, IsOk());
+  EXPECT_EQ(v->report.verdict(), NONDETERMINISTIC);
+  EXPECT_THAT(v->report.summary(),
+              HasSubstr("first at step 1, layer \"fc1\" (from "
+                        "/blocks.0/attn/MatMul (MatMul)), PHASE_BACKWARD"));
+}
+
 TEST(Analysis, MisalignedRunsAreAnError) {
   const TensorManifest manifest = MakeManifest();
   RunData a = MakeRun("r0", 0, "w1", "c1");

@@ -19,6 +19,8 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/graph_op_cases.h"
+#include "kernels/graph_ops.h"
 #include "kernels/op_cases.h"
 #include "worker/exec/worker_kernels.h"
 #include "worker/gpu_probe.h"
@@ -37,7 +39,19 @@ using kernels::Tensor;
 
 constexpr char kCpu[] = "cpu";
 
-std::vector<std::string> AllOps() { return kernels::AllOpNames(); }
+// AllOpNames() and the graph data ops (CPU only so far).
+std::vector<std::string> AllOps() {
+  std::vector<std::string> ops = kernels::AllOpNames();
+  for (std::string& op : kernels::GraphDataOpNames()) {
+    ops.push_back(std::move(op));
+  }
+  return ops;
+}
+
+bool IsGraphDataOp(const std::string& op) {
+  const std::vector<std::string> graph = kernels::GraphDataOpNames();
+  return std::find(graph.begin(), graph.end(), op) != graph.end();
+}
 
 // Sets the CPU ISA override and the pool size for as long as it lives, and
 // restores the default ISA and the pool size found at construction.
@@ -335,8 +349,12 @@ absl::StatusOr<SelftestReport> RunSelftest(const kernels::Registry& registry,
     available[b.name] = b.available;
   }
 
-  const std::vector<OpCase> all_cases =
+  std::vector<OpCase> all_cases =
       kernels::OpCases(kernels::InputFamily::kRandom, options.seed);
+  for (OpCase& c :
+       kernels::GraphDataOpCases(kernels::InputFamily::kRandom, options.seed)) {
+    all_cases.push_back(std::move(c));
+  }
   const std::vector<KernelKey> keys = registry.Keys();
 
   for (const std::string& op : ops) {
@@ -368,6 +386,8 @@ absl::StatusOr<SelftestReport> RunSelftest(const kernels::Registry& registry,
     // An available backend without this op's CANONICAL kernel.
     for (const SelftestBackend& b : report.backends) {
       if (!b.available) continue;
+      // The graph data ops have CPU kernels only (kernels/graph_ops.h).
+      if (b.name != kCpu && IsGraphDataOp(op)) continue;
       const KernelKey want{op, Mode::kCanonical, kernels::kCanonicalAlgorithm,
                            b.name};
       if (!registry.Contains(want)) {

@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/graph_ops.h"
 #include "kernels/registry.h"
 #include "tests/testing/subprocess.h"
 
@@ -40,6 +41,7 @@ using kernels::Tensor;
 
 std::vector<std::string> AllOps() {
   std::vector<std::string> ops = kernels::AllOpNames();
+  for (std::string& op : kernels::GraphDataOpNames()) ops.push_back(op);
   return ops;
 }
 
@@ -543,8 +545,9 @@ TEST(SelftestBinaryTest, RealBinaryPassesAndPrintsTheTable) {
       testing::RunCommand({bin, "selftest"}, absl::Seconds(240));
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 0) << r->out << r->err;
+  // AllOpNames() (55) and the graph data ops (9).
   EXPECT_THAT(r->out, HasSubstr("lockstep-worker selftest: seed 1, 3 runs per "
-                                "row, 55 ops\n"));
+                                "row, 64 ops\n"));
   EXPECT_THAT(r->out, HasSubstr("\ncpu: isas scalar"));
   EXPECT_THAT(r->out, HasSubstr("\ncuda: "));
   const std::vector<std::string> lines = absl::StrSplit(r->out, '\n');

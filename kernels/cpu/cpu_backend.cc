@@ -274,7 +274,8 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry) {
   }
   LS_RETURN_IF_ERROR(cpu_internal::RegisterSpatialKernels(registry));
   LS_RETURN_IF_ERROR(cpu_internal::RegisterNnKernels(registry));
-  return cpu_internal::RegisterMatMulCanonicalKernels(registry);
+  LS_RETURN_IF_ERROR(cpu_internal::RegisterMatMulCanonicalKernels(registry));
+  return cpu_internal::RegisterGraphDataKernels(registry);
 }
 
 }  // namespace lockstep::kernels

@@ -39,6 +39,7 @@ inline constexpr char kAtomicAlgorithm[] = "atomic";
 inline constexpr char kSplitKAtomicAlgorithm[] = "split_k_atomic";
 
 // Registers every CANONICAL CPU kernel: AllOpNames() (kernels/backend.h)
+// and GraphDataOpNames() (kernels/graph_ops.h, graph_data_kernels.cc)
 // under "canonical" (NnOpNames() multi-threaded over outputs, nn_kernels.cc),
 // plus the scalar
 // dense.*, conv2d.*, bias_add.grad, max_pool2d.*, avg_pool2d.* and
@@ -102,6 +103,9 @@ absl::Status RegisterMatMulCanonicalKernels(Registry* registry);
 absl::Status RegisterMatMulDeterministicAndDefaultKernels(Registry* registry);
 // The GEMM-based CANONICAL dense kernels (fast_kernels.cc).
 absl::Status RegisterFastCanonicalKernels(Registry* registry);
+// kernels/cpu/graph_data_kernels.cc (kernels/graph_ops.h).
+absl::Status RegisterGraphDataKernels(Registry* registry);
+absl::Status RegisterGraphDataDefaultKernels(Registry* registry);
 }  // namespace cpu_internal
 
 }  // namespace lockstep::kernels

@@ -11,6 +11,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/graph_ops.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
 #include "kernels/ops/optimizers.h"
@@ -82,7 +83,13 @@ TEST_F(CpuBackendTest, RegistersEveryOp) {
         KernelKey{op, Mode::kCanonical, kScalarAlgorithm, "cpu"}))
         << op;
   }
-  EXPECT_EQ(registry_.size(), all.size() + std::size(scalar));
+  for (const std::string& op : GraphDataOpNames()) {
+    EXPECT_TRUE(registry_.Contains(
+        KernelKey{op, Mode::kCanonical, kCanonicalAlgorithm, "cpu"}))
+        << op;
+  }
+  EXPECT_EQ(registry_.size(),
+            all.size() + GraphDataOpNames().size() + std::size(scalar));
   EXPECT_EQ(CpuBackend().name(), "cpu");
   // Registering twice is refused.
   EXPECT_THAT(RegisterCpuCanonicalKernels(&registry_),

@@ -15,6 +15,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/graph_ops.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
 #include "kernels/ops/validate.h"
@@ -208,6 +209,7 @@ absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry) {
   LS_RETURN_IF_ERROR(cpu_internal::RegisterNnDefaultKernels(registry));
   LS_RETURN_IF_ERROR(
       cpu_internal::RegisterMatMulDeterministicAndDefaultKernels(registry));
+  LS_RETURN_IF_ERROR(cpu_internal::RegisterGraphDataDefaultKernels(registry));
   // Every other op: its CANONICAL kernel is the DETERMINISTIC one.
   const absl::string_view own[] = {op::kDenseForward,    op::kDenseGradInput,
                                    op::kDenseGradWeight, op::kConv2dForward,
@@ -215,7 +217,8 @@ absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry) {
                                    op::kMatMulForward,   op::kMatMulGrad};
   Registry canonical;
   LS_RETURN_IF_ERROR(RegisterCpuCanonicalKernels(&canonical));
-  const std::vector<std::string> ops = AllOpNames();
+  std::vector<std::string> ops = AllOpNames();
+  for (std::string& op : GraphDataOpNames()) ops.push_back(std::move(op));
   for (const std::string& op : ops) {
     if (std::find(std::begin(own), std::end(own), op) != std::end(own)) {
       continue;

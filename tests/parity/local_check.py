@@ -57,6 +57,8 @@ FAMILY = {
     "GLOBAL_AVG_POOL": "linear", "FLATTEN": "linear", "ADD": "linear",
     "RESIZE_BILINEAR": "linear", "BIAS_ADD": "linear", "EMBEDDING": "linear",
     "DROPOUT": "linear", "MATMUL": "linear",
+    "CONSTANT": "select", "PARAMETER": "select", "GATHER": "select",
+    "CONCAT": "select", "SLICE": "select",
     "RELU": "select", "MAX_POOL2D": "select",
     "TRANSPOSE": "select", "RESHAPE": "select",
     "SIGMOID": "pointwise", "TANH": "pointwise", "SILU": "pointwise",
@@ -135,7 +137,7 @@ def local_check(model, config, dump, init_params):
     names_of = {}
     consumers = {}
     for i, l in enumerate(layers):
-        names = l.get("inputs") or ([layers[i - 1]["name"]] if i else [None])
+        names = ref.input_names(layers, i)
         names_of[l["name"]] = names
         for k, src in enumerate(names):
             consumers.setdefault(src, []).append((l["name"], k))
@@ -173,6 +175,10 @@ def local_check(model, config, dump, init_params):
                                      ref.initial_running(p["WEIGHT"]))
             y = ref.OPS[op](l, ins, p, ctx)
             got = ctx.dumped(name, out_role)
+            if not y.requires_grad:  # a CONSTANT: exact values, no gradient
+                chk.elementwise(tag % (step, name, out_role), op, got,
+                                y.detach().numpy(), 0, y.detach().abs().numpy())
+                continue
             roles = list(p)
             targets = ins + [p[r] for r in roles]
             # Lockstep's gradient of this layer's output.

@@ -4,7 +4,8 @@
   parity.py --worker=PATH --examples=DIR [--steps=3] [--work=DIR] [--models=a,b]
 
 For every zoo model (every folder of --examples with a model.json and a
-config.json): runs `lockstep-worker run --dump=all` for --steps steps of the
+config.json, plus each model_<variant>.json beside it, e.g. gpt_tiny's
+model_tied.json, run with the folder's config.json): runs `lockstep-worker run --dump=all` for --steps steps of the
 model's config (every step captured), then torch_reference.py's float64
 trajectory from the same initial weights, batches and dropout masks, and
 compares every dumped tensor against its bound; then local_check.py checks
@@ -57,18 +58,19 @@ def run_worker(worker, model_path, config, work, name):
     return ref.load_dump(out)
 
 
-def dump_model(worker, model_dir, steps, work, tag=""):
+def dump_model(worker, model_dir, steps, work, tag="", model_file="model.json"):
     """Runs a zoo model for `steps` steps and once more for its initial
     parameters. Returns (model, config, training dump, initial parameters).
     """
-    model_path = os.path.join(model_dir, "model.json")
+    model_path = os.path.join(model_dir, model_file)
     with open(model_path) as f:
         model = json.load(f)
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
     ref.check_ops(model)
     local_check.check_families(model)
-    name = os.path.basename(os.path.normpath(model_dir)) + tag
+    name = (os.path.basename(os.path.normpath(model_dir)) +
+            model_file[len("model"):-len(".json")] + tag)
     train = dict(config, steps=steps, capture={"kind": "EVERY_STEP"})
     # The same job with an update that leaves every parameter as initialised
     # (initialisation depends on the seed and the model only): its step-0
@@ -84,8 +86,9 @@ def dump_model(worker, model_dir, steps, work, tag=""):
     return model, config, dump, init_params
 
 
-def parity_of_model(worker, model_dir, steps, work):
-    model, config, dump, init_params = dump_model(worker, model_dir, steps, work)
+def parity_of_model(worker, model_dir, steps, work, model_file="model.json"):
+    model, config, dump, init_params = dump_model(worker, model_dir, steps, work,
+                                                  model_file=model_file)
     results, problems = ref.compare(model, config, dump, init_params)
     local, local_problems = local_check.local_check(model, config, dump, init_params)
     return results, problems, local, local_problems
@@ -153,11 +156,19 @@ def main():
     work = a.work or tempfile.mkdtemp(prefix="parity-")
     os.makedirs(work, exist_ok=True)
     failures, maxima = [], {}
+    runs = []  # (name, folder, model file)
     for m in models:
+        for f in sorted(os.listdir(os.path.join(a.examples, m))):
+            if f == "model.json":
+                runs.append((m, m, f))
+            elif f.startswith("model_") and f.endswith(".json"):
+                runs.append((m + "/" + f[:-len(".json")], m, f))
+    for m, folder, model_file in runs:
         t0 = time.time()
         try:
             results, problems, local, local_problems = parity_of_model(
-                a.worker, os.path.join(a.examples, m), a.steps, work)
+                a.worker, os.path.join(a.examples, folder), a.steps, work,
+                model_file)
         except Exception as e:  # a failed model is reported, the rest still run
             failures.append("%s: %s: %s" % (m, type(e).__name__, e))
             print("%s: FAILED: %s" % (m, e))
@@ -176,7 +187,7 @@ def main():
         for f in failures:
             print("  " + f)
         return 1
-    print("\nparity: %d models, every tensor within bounds" % len(models))
+    print("\nparity: %d models, every tensor within bounds" % len(runs))
     return 0
 
 

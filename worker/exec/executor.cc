@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/graph_ops.h"
 #include "kernels/math/portable_math.h"
 #include "kernels/ops/dropout.h"
 #include "model/manifest.h"
@@ -379,7 +380,24 @@ struct LayerState {
   Tensor dy_k;
   // How dy is formed: the list of contributions (consumers' grad_in).
   std::vector<Tensor> dy_parts;
+  // Per input: whether the backward forms its gradient
+  // (model::InputTakesGradient).
+  std::vector<bool> takes_grad;
+  // CONSTANT: its values; GATHER of a CONSTANT, SLICE: the int32 indices.
+  Tensor aux;
 };
+
+bool IsGraphDataOp(v1::LayerOp op) {
+  return op == v1::GATHER || op == v1::SLICE || op == v1::CONCAT;
+}
+
+// `shape` as [A, shape[axis], B] (A, B: the products before and after).
+std::vector<int64_t> AxisView(const std::vector<int64_t>& shape, int axis) {
+  int64_t a = 1, b = 1;
+  for (int d = 0; d < axis; ++d) a *= shape[d];
+  for (size_t d = axis + 1; d < shape.size(); ++d) b *= shape[d];
+  return {a, shape[axis], b};
+}
 
 }  // namespace
 
@@ -563,7 +581,8 @@ absl::Status Executor::State::Setup() {
   }
 
   const std::vector<std::vector<model::Consumer>> consumers =
-      model::ComputeConsumers(plan);
+      model::GradientConsumers(plan);
+  const std::vector<bool> carries = model::CarriesGradient(plan);
   // Plans built by hand may leave the label shape out: one label per
   // example.
   if (plan.label_shape.empty()) plan.label_shape = {plan.input_shape[0]};
@@ -594,9 +613,48 @@ absl::Status Executor::State::Setup() {
       LS_ASSIGN_OR_RETURN(l.out_k,
                           l.out.Reshape({l.out.numel() / units, units}));
     }
+    if (IsGraphDataOp(lp.op)) {
+      // The kernels see [A, V, B] views around the axis (graph_ops.h).
+      std::vector<int64_t> view;
+      if (lp.op == v1::GATHER) {
+        // [A, P, B]: P, the number of indices, replaces data's V.
+        view = AxisView(lp.input_shapes[0], lp.axis);
+        view[1] = l.out.numel() / std::max<int64_t>(1, view[0] * view[2]);
+      } else {
+        view = AxisView(lp.output_shape, lp.axis);
+      }
+      LS_ASSIGN_OR_RETURN(l.out_k, l.out.Reshape(view));
+    }
+    if (lp.op == v1::CONSTANT) {
+      LS_ASSIGN_OR_RETURN(l.aux, Zeros(lp.output_shape, what + " values"));
+      std::copy(lp.constant_values.begin(), lp.constant_values.end(),
+                l.aux.data<float>());
+      l.in.push_back(l.aux);
+    }
+    if (!lp.indices.empty()) {
+      LS_ASSIGN_OR_RETURN(l.aux,
+                          Zeros({static_cast<int64_t>(lp.indices.size())},
+                                what + " indices", kernels::DType::kInt32));
+      std::copy(lp.indices.begin(), lp.indices.end(), l.aux.data<int32_t>());
+    }
     for (size_t k = 0; k < lp.inputs.size(); ++k) {
       const int src = lp.inputs[k];
       Tensor t = src == model::kModelInput ? x : layers[src].out;
+      if (lp.op == v1::GATHER && k == 1) {
+        // The indices: the batch's token ids, or the CONSTANT's, wrapped.
+        if (src == model::kModelInput) {
+          LS_ASSIGN_OR_RETURN(t, t.Reshape({t.numel()}));
+        } else {
+          t = l.aux;
+        }
+      } else if (IsGraphDataOp(lp.op)) {
+        LS_ASSIGN_OR_RETURN(t,
+                            t.Reshape(AxisView(lp.input_shapes[k], lp.axis)));
+      } else if (lp.op == v1::MATMUL && lp.last_axis && k == 0) {
+        // A batched a times an unbatched 2-D b: a as [prod(leading), K].
+        LS_ASSIGN_OR_RETURN(
+            t, t.Reshape({t.numel() / t.shape().back(), t.shape().back()}));
+      }
       if (lp.op == v1::DENSE || lp.op == v1::SOFTMAX_XENT) {
         // DENSE: [N, features], or [prod(leading), K] with last_axis;
         // SOFTMAX_XENT: [N, C], or [N * T, C] for a token model.
@@ -608,6 +666,7 @@ absl::Status Executor::State::Setup() {
       }
       l.in.push_back(t);
     }
+    if (lp.op == v1::SLICE) l.in.push_back(l.aux);
     for (size_t p = 0; p < lp.params.size(); ++p) {
       const model::ParamPlan& pp = lp.params[p];
       if (pp.role == v1::WEIGHT) l.weight = static_cast<int>(p);
@@ -668,14 +727,17 @@ absl::Status Executor::State::Setup() {
         }
       }
       l.dy_k = l.dy;
-      if (lp.last_axis) {
+      if (lp.last_axis || IsGraphDataOp(lp.op)) {
         LS_ASSIGN_OR_RETURN(l.dy_k, l.dy.Reshape(l.out_k.shape()));
       }
     }
     l.grad_in.resize(lp.inputs.size());
     l.grad_in_kernel.resize(lp.inputs.size());
+    l.takes_grad.resize(lp.inputs.size());
     for (size_t k = 0; k < lp.inputs.size(); ++k) {
-      if (lp.inputs[k] == model::kModelInput) continue;
+      l.takes_grad[k] =
+          model::InputTakesGradient(plan, carries, lp, static_cast<int>(k));
+      if (!l.takes_grad[k]) continue;
       if (lp.op == v1::BIAS_ADD) {
         l.grad_in[k] = l.dy;  // d(x + b)/dx = identity: no kernel
       } else {
@@ -683,17 +745,18 @@ absl::Status Executor::State::Setup() {
                             Zeros(lp.input_shapes[k], what + " input grad"));
       }
       l.grad_in_kernel[k] = l.grad_in[k];
-      if (lp.op == v1::DENSE || lp.op == v1::SOFTMAX_XENT) {
+      if (lp.op == v1::DENSE || lp.op == v1::SOFTMAX_XENT ||
+          IsGraphDataOp(lp.op) || (lp.op == v1::MATMUL && lp.last_axis)) {
         LS_ASSIGN_OR_RETURN(l.grad_in_kernel[k],
                             l.grad_in[k].Reshape(l.in[k].shape()));
       }
     }
-    if (lp.op == v1::ADD || lp.op == v1::MATMUL) {
+    if (lp.op == v1::ADD || lp.op == v1::MATMUL || lp.op == v1::CONCAT) {
       l.grad_scratch.resize(lp.inputs.size());
       for (size_t k = 0; k < lp.inputs.size(); ++k) {
-        if (lp.inputs[k] != model::kModelInput) continue;
+        if (l.takes_grad[k]) continue;
         LS_ASSIGN_OR_RETURN(l.grad_scratch[k],
-                            Zeros(lp.input_shapes[k], what + " scratch"));
+                            Zeros(l.in[k].shape(), what + " scratch"));
       }
     }
     l.grad_attrs = lp.attrs;
@@ -764,6 +827,23 @@ absl::Status Executor::State::Forward() {
             Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
         break;
       }
+      case v1::PARAMETER: {
+        const Tensor in[] = {l.params[l.weight]};
+        Tensor out[] = {l.out};
+        LS_RETURN_IF_ERROR(
+            Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
+        break;
+      }
+      case v1::MATMUL:
+      case v1::GATHER:
+      case v1::SLICE:
+      case v1::CONCAT: {  // the kernels' views (out_k is out for MATMUL
+                          // unless b is unbatched)
+        Tensor out[] = {l.out_k};
+        LS_RETURN_IF_ERROR(
+            Call(l.forward, l, l.ops.forward, l.in, out, lp.attrs));
+        break;
+      }
       case v1::DROPOUT: {
         // A fresh mask per layer and step (kernels/ops/dropout.h).
         OpAttrs a = lp.attrs;
@@ -777,7 +857,7 @@ absl::Status Executor::State::Forward() {
         break;
       }
       default: {  // RELU, activations, SOFTMAX, pools, FLATTEN, ADD, RESIZE,
-                  // MATMUL, TRANSPOSE, RESHAPE
+                  // TRANSPOSE, RESHAPE, CONSTANT
         Tensor out[] = {l.out};
         LS_RETURN_IF_ERROR(
             Call(l.forward, l, l.ops.forward, l.in, out, lp.attrs));
@@ -809,8 +889,7 @@ namespace {
 // The tensor a two-input gradient kernel writes input k's gradient into:
 // the input's gradient, or scratch for the model input (no gradient kept).
 Tensor GradOutput(const LayerState& l, int k) {
-  return l.plan->inputs[k] == model::kModelInput ? l.grad_scratch[k]
-                                                 : l.grad_in_kernel[k];
+  return l.takes_grad[k] ? l.grad_in_kernel[k] : l.grad_scratch[k];
 }
 }  // namespace
 
@@ -857,7 +936,16 @@ absl::Status Executor::State::Backward() {
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_BIAS, kernels::op::kBiasAddGrad,
                               "", l.grads[l.bias]));
     }
-    if (l.weight >= 0 && lp.op != v1::LAYER_NORM && lp.op != v1::BATCH_NORM) {
+    if (lp.op == v1::PARAMETER) {
+      // The value's gradient is its output gradient (the fan-out sum).
+      const Tensor in[] = {l.dy};
+      Tensor out[] = {l.grads[l.weight]};
+      LS_RETURN_IF_ERROR(
+          Call(l.grad_weight, l, l.ops.grad_weight, in, out, lp.attrs));
+      LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_WEIGHT, l.ops.grad_weight, "",
+                              l.grads[l.weight]));
+    } else if (l.weight >= 0 && lp.op != v1::LAYER_NORM &&
+               lp.op != v1::BATCH_NORM) {
       const Tensor in[] = {l.in[0], l.dy_k};
       Tensor out[] = {l.grads[l.weight]};
       LS_RETURN_IF_ERROR(
@@ -867,7 +955,7 @@ absl::Status Executor::State::Backward() {
     }
     // Gradients w.r.t. the inputs (none w.r.t. the model input).
     bool any = false;
-    for (int src : lp.inputs) any = any || src != model::kModelInput;
+    for (const bool t : l.takes_grad) any = any || t;
     if (!any) continue;
     switch (lp.op) {
       case v1::DENSE:
@@ -927,8 +1015,26 @@ absl::Status Executor::State::Backward() {
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
         break;
       }
+      case v1::GATHER:
+      case v1::SLICE: {  // only the data (input 0) takes a gradient
+        const Tensor in[] = {l.in[1], l.dy_k};
+        Tensor out[] = {l.grad_in_kernel[0]};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
+      case v1::CONCAT: {
+        const Tensor in[] = {l.dy_k};
+        std::vector<Tensor> out;
+        for (size_t k = 0; k < lp.inputs.size(); ++k) {
+          out.push_back(GradOutput(l, static_cast<int>(k)));
+        }
+        LS_RETURN_IF_ERROR(Call(l.grad_input, l, l.ops.grad_input, in,
+                                absl::MakeSpan(out), lp.attrs));
+        break;
+      }
       case v1::MATMUL: {
-        const Tensor in[] = {l.in[0], l.in[1], l.dy};
+        const Tensor in[] = {l.in[0], l.in[1], l.dy_k};
         Tensor out[] = {GradOutput(l, 0), GradOutput(l, 1)};
         LS_RETURN_IF_ERROR(
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
@@ -953,7 +1059,7 @@ absl::Status Executor::State::Backward() {
       }
     }
     for (size_t k = 0; k < lp.inputs.size(); ++k) {
-      if (lp.inputs[k] == model::kModelInput) continue;
+      if (!l.takes_grad[k]) continue;
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_ACTIVATION, l.ops.grad_input,
                               model::InputSlot(static_cast<int>(k)),
                               l.grad_in[k]));

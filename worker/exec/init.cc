@@ -21,7 +21,7 @@ absl::Status InitializeParam(uint64_t seed, int layer_index, int param_index,
   }
   float* w = out.data<float>();
   const int64_t n = out.numel();
-  if (param.role == v1::BIAS) {
+  if (param.role == v1::BIAS || param.init_zeros) {
     if (n > 0) std::memset(w, 0, n * sizeof(float));
     return absl::OkStatus();
   }

@@ -7,7 +7,9 @@
 //   HE_UNIFORM:               limit = float(sqrt(6.0 / fan_in))
 // (sqrt and the division in float64, IEEE, then one rounding to float32;
 // each element is canonical::PhiloxUniform(seed, stream, i, -limit, limit)).
-// Biases are zero. Optimizer state starts at zero.
+// Biases and PARAMETERs initialised with ZEROS are zero, LAYER_NORM /
+// BATCH_NORM scales and PARAMETERs with ONES are one. Optimizer state
+// starts at zero.
 #ifndef LOCKSTEP_WORKER_EXEC_INIT_H_
 #define LOCKSTEP_WORKER_EXEC_INIT_H_
 
