@@ -14,6 +14,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "kernels/backend.h"
+#include "model/plan_graph_elementwise.h"
 
 namespace lockstep::model {
 namespace {
@@ -57,8 +58,9 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: SOFTMAX_XENT must be the last layer and only the last", label));
     }
-    const size_t want_inputs =
-        layer.op == v1::ADD || layer.op == v1::MATMUL ? 2 : 1;
+    size_t want_inputs = layer.op == v1::ADD || layer.op == v1::MATMUL ? 2 : 1;
+    if (layer.op == v1::BINARY || layer.op == v1::COMPARE) want_inputs = 2;
+    if (layer.op == v1::WHERE) want_inputs = 3;
     if (layer.inputs.size() != want_inputs) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: takes %d input(s), the plan gives %d", label,
@@ -166,7 +168,8 @@ std::vector<std::vector<Consumer>> ComputeConsumers(const ModelPlan& plan) {
     const LayerPlan& layer = plan.layers[l];
     for (size_t k = 0; k < layer.inputs.size(); ++k) {
       const int src = layer.inputs[k];
-      if (src >= 0 && src < static_cast<int>(consumers.size())) {
+      if (src >= 0 && src < static_cast<int>(consumers.size()) &&
+          GraphInputTakesGradient(layer.op, static_cast<int>(k))) {
         consumers[src].push_back(
             Consumer{static_cast<int>(l), static_cast<int>(k)});
       }
@@ -231,6 +234,20 @@ absl::StatusOr<LayerOps> OpsOfLayer(v1::LayerOp layer_op) {
       return LayerOps{op::kTranspose, op::kTranspose, ""};
     case v1::RESHAPE:
       return LayerOps{op::kReshape, op::kReshape, ""};
+    case v1::BINARY:
+      // One gradient call writes both inputs' gradients, each reduced over
+      // its broadcast axes.
+      return LayerOps{op::kBinaryForward, op::kBinaryGrad, ""};
+    case v1::UNARY:
+      return LayerOps{op::kUnaryForward, op::kUnaryGrad, ""};
+    case v1::COMPARE:
+      // No gradient flows through a comparison.
+      return LayerOps{op::kCompare, "", ""};
+    case v1::WHERE:
+      // Gradients to a and b (inputs 1 and 2), none to the condition.
+      return LayerOps{op::kWhereForward, op::kWhereGrad, ""};
+    case v1::REDUCE:
+      return LayerOps{op::kReduceForward, op::kReduceGrad, ""};
     case v1::EMBEDDING:
       // Its input is token ids: no input gradient.
       return LayerOps{op::kEmbeddingForward, "", op::kEmbeddingGradWeight};
@@ -320,6 +337,7 @@ absl::StatusOr<std::vector<v1::ManifestEntry>> StepTensors(
     }
     for (size_t k = 0; k < layer.inputs.size(); ++k) {
       if (layer.inputs[k] == kModelInput) continue;
+      if (!GraphInputTakesGradient(layer.op, static_cast<int>(k))) continue;
       out.push_back(MakeEntry(v1::PHASE_BACKWARD, layer.name, ops.grad_input,
                               v1::GRAD_ACTIVATION, layer.input_shapes[k],
                               InputSlot(static_cast<int>(k))));

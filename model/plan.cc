@@ -23,6 +23,7 @@
 #include "kernels/ops/embedding.h"
 #include "kernels/spatial/validate.h"
 #include "model/check.h"
+#include "model/plan_graph_elementwise.h"
 
 namespace lockstep::model {
 namespace {
@@ -106,6 +107,14 @@ absl::string_view ParamsCaseName(v1::Layer::ParamsCase c) {
       return "reshape";
     case v1::Layer::kSoftmax:
       return "softmax";
+    case v1::Layer::kBinary:
+      return "binary";
+    case v1::Layer::kUnary:
+      return "unary";
+    case v1::Layer::kCompare:
+      return "compare";
+    case v1::Layer::kReduce:
+      return "reduce";
     case v1::Layer::PARAMS_NOT_SET:
       break;
   }
@@ -132,6 +141,14 @@ v1::Layer::ParamsCase ParamsFor(v1::LayerOp op) {
       return v1::Layer::kTranspose;
     case v1::RESHAPE:
       return v1::Layer::kReshape;
+    case v1::BINARY:
+      return v1::Layer::kBinary;
+    case v1::UNARY:
+      return v1::Layer::kUnary;
+    case v1::COMPARE:
+      return v1::Layer::kCompare;
+    case v1::REDUCE:
+      return v1::Layer::kReduce;
     default:
       return v1::Layer::PARAMS_NOT_SET;
   }
@@ -191,6 +208,7 @@ class Planner {
   absl::Status PlanReshape(int i, LayerPlan* lp);
   absl::Status PlanSoftmax(int i, LayerPlan* lp);
   absl::Status CheckTokenInput(int i, const LayerPlan& lp) const;
+  std::vector<GraphInput> GraphInputs(const LayerPlan& lp) const;
   absl::Status CheckDatasetKind() const;
 
   const v1::Model& model_;
@@ -265,7 +283,9 @@ absl::Status Planner::CheckNames() {
 
 absl::Status Planner::ResolveInputs(int i, LayerPlan* lp) {
   const v1::Layer& layer = model_.layers(i);
-  const int wanted = layer.op() == v1::ADD || layer.op() == v1::MATMUL ? 2 : 1;
+  int wanted = layer.op() == v1::ADD || layer.op() == v1::MATMUL ? 2 : 1;
+  if (layer.op() == v1::BINARY || layer.op() == v1::COMPARE) wanted = 2;
+  if (layer.op() == v1::WHERE) wanted = 3;
   // Checked before the names, so a huge list costs nothing.
   const int given = layer.inputs_size() == 0 ? 1 : layer.inputs_size();
   if (given != wanted) {
@@ -928,6 +948,18 @@ absl::Status Planner::PlanSoftmax(int i, LayerPlan* lp) {
   return absl::OkStatus();
 }
 
+// A graph layer's inputs: full shapes, batched or not, and their producers.
+std::vector<GraphInput> Planner::GraphInputs(const LayerPlan& lp) const {
+  std::vector<GraphInput> out;
+  for (size_t k = 0; k < lp.inputs.size(); ++k) {
+    const int p = lp.inputs[k];
+    out.push_back(GraphInput{lp.input_shapes[k],
+                             p == kModelInput || plan_.layers[p].batched,
+                             ProducerName(p)});
+  }
+  return out;
+}
+
 // In a token model only EMBEDDING layers may read the model input.
 absl::Status Planner::CheckTokenInput(int i, const LayerPlan& lp) const {
   if (plan_.input_dtype != kernels::DType::kInt32 || lp.op == v1::EMBEDDING) {
@@ -1078,6 +1110,15 @@ absl::StatusOr<ModelPlan> Planner::Run() {
         break;
       case v1::RESHAPE:
         LS_RETURN_IF_ERROR(PlanReshape(i, &lp));
+        break;
+      case v1::BINARY:
+      case v1::UNARY:
+      case v1::COMPARE:
+      case v1::WHERE:
+      case v1::REDUCE:
+        LS_RETURN_IF_ERROR(
+            Wrap(i, PlanGraphElementwise(layer, GraphInputs(lp), &lp)));
+        LS_RETURN_IF_ERROR(CheckOutputSize(i, lp.output_shape));
         break;
       case v1::LAYER_NORM:
         LS_RETURN_IF_ERROR(PlanLayerNorm(i, &lp));
@@ -1233,7 +1274,14 @@ int64_t LayerForwardFlops(const LayerPlan& layer) {
     case v1::RELU:
     case v1::ADD:
     case v1::BIAS_ADD:
+    case v1::BINARY:
+    case v1::COMPARE:
+    case v1::WHERE:
       return out;
+    case v1::UNARY:
+      return SatMul(out, 8);
+    case v1::REDUCE:
+      return layer.input_shapes.empty() ? 0 : SatProduct(layer.input_shapes[0]);
     case v1::EMBEDDING:
       return 0;  // a copy
     case v1::DROPOUT:

@@ -544,7 +544,7 @@ TEST(SelftestBinaryTest, RealBinaryPassesAndPrintsTheTable) {
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 0) << r->out << r->err;
   EXPECT_THAT(r->out, HasSubstr("lockstep-worker selftest: seed 1, 3 runs per "
-                                "row, 55 ops\n"));
+                                "row, 64 ops\n"));
   EXPECT_THAT(r->out, HasSubstr("\ncpu: isas scalar"));
   EXPECT_THAT(r->out, HasSubstr("\ncuda: "));
   const std::vector<std::string> lines = absl::StrSplit(r->out, '\n');

@@ -274,6 +274,7 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry) {
   }
   LS_RETURN_IF_ERROR(cpu_internal::RegisterSpatialKernels(registry));
   LS_RETURN_IF_ERROR(cpu_internal::RegisterNnKernels(registry));
+  LS_RETURN_IF_ERROR(cpu_internal::RegisterGraphElementwiseKernels(registry));
   return cpu_internal::RegisterMatMulCanonicalKernels(registry);
 }
 

@@ -20,6 +20,7 @@
 #include "kernels/math/portable_math.h"
 #include "kernels/ops/dropout.h"
 #include "model/manifest.h"
+#include "model/plan_graph_elementwise.h"
 #include "worker/exec/init.h"
 
 namespace lockstep::worker {
@@ -676,6 +677,7 @@ absl::Status Executor::State::Setup() {
     l.grad_in_kernel.resize(lp.inputs.size());
     for (size_t k = 0; k < lp.inputs.size(); ++k) {
       if (lp.inputs[k] == model::kModelInput) continue;
+      if (!model::GraphInputTakesGradient(lp.op, static_cast<int>(k))) continue;
       if (lp.op == v1::BIAS_ADD) {
         l.grad_in[k] = l.dy;  // d(x + b)/dx = identity: no kernel
       } else {
@@ -688,7 +690,8 @@ absl::Status Executor::State::Setup() {
                             l.grad_in[k].Reshape(l.in[k].shape()));
       }
     }
-    if (lp.op == v1::ADD || lp.op == v1::MATMUL) {
+    if (lp.op == v1::ADD || lp.op == v1::MATMUL || lp.op == v1::BINARY ||
+        lp.op == v1::WHERE) {
       l.grad_scratch.resize(lp.inputs.size());
       for (size_t k = 0; k < lp.inputs.size(); ++k) {
         if (lp.inputs[k] != model::kModelInput) continue;
@@ -867,7 +870,10 @@ absl::Status Executor::State::Backward() {
     }
     // Gradients w.r.t. the inputs (none w.r.t. the model input).
     bool any = false;
-    for (int src : lp.inputs) any = any || src != model::kModelInput;
+    for (size_t k = 0; k < lp.inputs.size(); ++k) {
+      any = any || (lp.inputs[k] != model::kModelInput &&
+                    model::GraphInputTakesGradient(lp.op, static_cast<int>(k)));
+    }
     if (!any) continue;
     switch (lp.op) {
       case v1::DENSE:
@@ -885,7 +891,8 @@ absl::Status Executor::State::Backward() {
       case v1::GELU:
       case v1::GELU_TANH:
       case v1::SOFTMAX:
-      case v1::MAX_POOL2D: {
+      case v1::MAX_POOL2D:
+      case v1::UNARY: {
         const Tensor in[] = {l.in[0], l.dy};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(
@@ -927,7 +934,8 @@ absl::Status Executor::State::Backward() {
             Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
         break;
       }
-      case v1::MATMUL: {
+      case v1::MATMUL:
+      case v1::BINARY: {
         const Tensor in[] = {l.in[0], l.in[1], l.dy};
         Tensor out[] = {GradOutput(l, 0), GradOutput(l, 1)};
         LS_RETURN_IF_ERROR(
@@ -941,10 +949,17 @@ absl::Status Executor::State::Backward() {
             Call(l.grad_input, l, l.ops.grad_input, in, out, l.grad_attrs));
         break;
       }
+      case v1::WHERE: {
+        const Tensor in[] = {l.in[0], l.dy};
+        Tensor out[] = {GradOutput(l, 1), GradOutput(l, 2)};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
       case v1::BIAS_ADD:
         break;    // grad_in[0] is dy itself
       default: {  // AVG_POOL2D, GLOBAL_AVG_POOL, RESIZE_BILINEAR, FLATTEN,
-                  // RESHAPE
+                  // RESHAPE, REDUCE
         const Tensor in[] = {l.dy};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(
@@ -954,6 +969,7 @@ absl::Status Executor::State::Backward() {
     }
     for (size_t k = 0; k < lp.inputs.size(); ++k) {
       if (lp.inputs[k] == model::kModelInput) continue;
+      if (!model::GraphInputTakesGradient(lp.op, static_cast<int>(k))) continue;
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_ACTIVATION, l.ops.grad_input,
                               model::InputSlot(static_cast<int>(k)),
                               l.grad_in[k]));
