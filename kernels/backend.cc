@@ -58,11 +58,18 @@ std::vector<std::string> TransformerOpNames() {
   return {op::kMatMulForward, op::kMatMulGrad, op::kTranspose, op::kReshape};
 }
 
+std::vector<std::string> GraphElementwiseOpNames() {
+  return {op::kBinaryForward, op::kBinaryGrad,    op::kUnaryForward,
+          op::kUnaryGrad,     op::kCompare,       op::kWhereForward,
+          op::kWhereGrad,     op::kReduceForward, op::kReduceGrad};
+}
+
 std::vector<std::string> AllOpNames() {
   std::vector<std::string> all = DenseFamilyOpNames();
   for (std::string& s : SpatialOpNames()) all.push_back(std::move(s));
   for (std::string& s : NnOpNames()) all.push_back(std::move(s));
   for (std::string& s : TransformerOpNames()) all.push_back(std::move(s));
+  for (std::string& s : GraphElementwiseOpNames()) all.push_back(std::move(s));
   return all;
 }
 

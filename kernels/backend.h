@@ -70,6 +70,16 @@
 //   transpose           in {x}         out {y}       axes permuted by perm
 //   reshape             in {x}         out {y}       same elements, y's shape
 //       (kernels/ops/movement.h)
+//   binary.forward      in {a, b}      out {y}       broadcast; graph_kind
+//   binary.grad         in {a, b, dy}  out {da, db}  reduced to a's, b's shape
+//   unary.forward       in {x}         out {y}       graph_kind
+//   unary.grad          in {x, dy}     out {dx}
+//   compare             in {a, b}      out {y}       1.0f / 0.0f; graph_kind
+//   where.forward       in {cond, a, b} out {y}      cond != 0 ? a : b
+//   where.grad          in {cond, dy}  out {da, db}  reduced to a's, b's shape
+//   reduce.forward      in {x}         out {y}       reduce_axes, graph_kind
+//   reduce.grad         in {dy}        out {dx}      (kernels/ops/
+//                                                    graph_elementwise.h)
 #ifndef LOCKSTEP_KERNELS_BACKEND_H_
 #define LOCKSTEP_KERNELS_BACKEND_H_
 
@@ -157,6 +167,15 @@ inline constexpr char kMatMulForward[] = "matmul.forward";
 inline constexpr char kMatMulGrad[] = "matmul.grad";
 inline constexpr char kTranspose[] = "transpose";
 inline constexpr char kReshape[] = "reshape";
+inline constexpr char kBinaryForward[] = "binary.forward";
+inline constexpr char kBinaryGrad[] = "binary.grad";
+inline constexpr char kUnaryForward[] = "unary.forward";
+inline constexpr char kUnaryGrad[] = "unary.grad";
+inline constexpr char kCompare[] = "compare";
+inline constexpr char kWhereForward[] = "where.forward";
+inline constexpr char kWhereGrad[] = "where.grad";
+inline constexpr char kReduceForward[] = "reduce.forward";
+inline constexpr char kReduceGrad[] = "reduce.grad";
 }  // namespace op
 
 // The dense-family, loss and optimizer ops (kernels/ops/).
@@ -170,8 +189,11 @@ std::vector<std::string> NnOpNames();
 // Transformer primitives: batched matmul, transpose and reshape
 // (kernels/ops/matmul.h, movement.h).
 std::vector<std::string> TransformerOpNames();
+// Graph primitives with broadcasting: binary, unary, compare, where and
+// reduce (kernels/ops/graph_elementwise.h).
+std::vector<std::string> GraphElementwiseOpNames();
 // DenseFamilyOpNames() + SpatialOpNames() + NnOpNames() +
-// TransformerOpNames(), in that order.
+// TransformerOpNames() + GraphElementwiseOpNames(), in that order.
 std::vector<std::string> AllOpNames();
 
 // Attributes of one op call. Each op reads only its own fields (listed per
@@ -227,6 +249,14 @@ struct OpAttrs {
   // transpose: y axis d is x axis perm[d], d < perm_rank (= x's rank).
   int perm_rank = 0;
   int perm[kMaxRank] = {};
+
+  // binary.*, unary.*, compare, reduce.*: the kind, numbered like the
+  // proto's BinaryKind / UnaryKind / CompareKind / ReduceKind.
+  int graph_kind = 0;
+  // reduce.*: bit d set when x's axis d is reduced; keepdims keeps the
+  // reduced axes in y as size 1.
+  uint32_t reduce_axes = 0;
+  bool reduce_keepdims = false;
 };
 
 // INVALID_ARGUMENT "<op>: output O shares storage with input I" when an

@@ -580,6 +580,108 @@ void AddTransformer(Gen& g, std::vector<OpCase>* cases) {
       {"reshape", op::kReshape, {g.Floats({2, 3, 4})}, {Zeros({6, 2, 2})}, {}});
 }
 
+// The broadcasting graph primitives (kernels/ops/graph_elementwise.h):
+// every kind, operands broadcast on leading, middle and trailing axes, a
+// gradient reduction of 600 terms (three chunks), keepdims and not.
+void AddGraphElementwise(Gen& g, std::vector<OpCase>* cases) {
+  auto kind = [](int k) {
+    OpAttrs a;
+    a.graph_kind = k;
+    return a;
+  };
+  // A [1, 4] exponent row holding 2, 0.5 (the exact special cases), a
+  // whole and a fractional power.
+  const Tensor exponents =
+      Tensor::FromValues<float>({1, 4},
+                                std::vector<float>{2.0f, 0.5f, 3.0f, -1.5f})
+          .value();
+  for (int k = 1; k <= 7; ++k) {
+    const bool pow = k == 5;
+    const std::string name = absl::StrCat("kind=", k);
+    cases->push_back(
+        {"binary.forward a=[2,3,4] b=[3,1] " + name,
+         op::kBinaryForward,
+         {g.Floats({2, 3, 4}, pow), pow ? exponents : g.Floats({3, 1})},
+         {Zeros({2, 3, 4})},
+         kind(k)});
+    cases->push_back(
+        {"binary.grad a=[2,1,5] b=[3,1] " + name,
+         op::kBinaryGrad,
+         {g.Floats({2, 1, 5}, pow), g.Floats({3, 1}), g.Floats({2, 3, 5})},
+         {Zeros({2, 1, 5}), Zeros({3, 1})},
+         kind(k)});
+    cases->push_back(
+        {"binary.grad a=[600,4] b=[4] " + name,
+         op::kBinaryGrad,
+         {g.Floats({600, 4}, pow), g.Floats({4}), g.Floats({600, 4})},
+         {Zeros({600, 4}), Zeros({4})},
+         kind(k)});
+  }
+  for (int k = 1; k <= 8; ++k) {
+    const std::string name = absl::StrCat("kind=", k);
+    cases->push_back({"unary.forward x=[3,70] " + name,
+                      op::kUnaryForward,
+                      {g.Floats({3, 70})},
+                      {Zeros({3, 70})},
+                      kind(k)});
+    cases->push_back({"unary.grad x=[3,70] " + name,
+                      op::kUnaryGrad,
+                      {g.Floats({3, 70}), g.Floats({3, 70})},
+                      {Zeros({3, 70})},
+                      kind(k)});
+  }
+  for (int k = 1; k <= 5; ++k) {
+    cases->push_back({absl::StrCat("compare a=[4,5] b=[5] kind=", k),
+                      op::kCompare,
+                      {g.Floats({4, 5}), g.Floats({5})},
+                      {Zeros({4, 5})},
+                      kind(k)});
+  }
+  Tensor cond = g.Floats({3, 1, 5});
+  for (int64_t i = 0; i < cond.numel(); ++i) {
+    cond.data<float>()[i] = cond.data<float>()[i] > 0.0f ? 1.0f : 0.0f;
+  }
+  cases->push_back({"where.forward cond=[3,1,5] a=[4,5] b=[3,1,1]",
+                    op::kWhereForward,
+                    {cond, g.Floats({4, 5}), g.Floats({3, 1, 1})},
+                    {Zeros({3, 4, 5})},
+                    {}});
+  cases->push_back({"where.grad cond=[3,1,5] da=[4,5] db=[3,1,1]",
+                    op::kWhereGrad,
+                    {cond, g.Floats({3, 4, 5})},
+                    {Zeros({4, 5}), Zeros({3, 1, 1})},
+                    {}});
+  struct R {
+    std::vector<int64_t> x;
+    uint32_t axes;
+    bool keepdims;
+    int kind;
+    std::vector<int64_t> y;
+  };
+  const R reduces[] = {{{2, 300, 3}, 0b010, true, 1, {2, 1, 3}},
+                       {{2, 300, 3}, 0b110, false, 2, {2}},
+                       {{2, 3, 4}, 0b100, false, 2, {2, 3}},
+                       {{2, 0, 4}, 0b010, true, 2, {2, 1, 4}}};
+  for (const R& r : reduces) {
+    OpAttrs a = kind(r.kind);
+    a.reduce_axes = r.axes;
+    a.reduce_keepdims = r.keepdims;
+    const std::string label =
+        absl::StrFormat("x=%s axes=0x%x keepdims=%d kind=%d", ShapeString(r.x),
+                        r.axes, r.keepdims, r.kind);
+    cases->push_back({"reduce.forward " + label,
+                      op::kReduceForward,
+                      {g.Floats(r.x)},
+                      {Zeros(r.y)},
+                      a});
+    cases->push_back({"reduce.grad " + label,
+                      op::kReduceGrad,
+                      {g.Floats(r.y)},
+                      {Zeros(r.x)},
+                      a});
+  }
+}
+
 }  // namespace
 
 const char* InputFamilyName(InputFamily family) {
@@ -600,6 +702,7 @@ std::vector<OpCase> OpCases(InputFamily family, uint32_t seed) {
   AddEmbedding(g, &cases);
   AddDropout(g, &cases);
   AddTransformer(g, &cases);
+  AddGraphElementwise(g, &cases);
   return cases;
 }
 

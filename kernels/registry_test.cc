@@ -124,7 +124,8 @@ TEST(RegistryTest, ModeNames) {
   EXPECT_EQ(SpatialOpNames().size(), 11u);
   EXPECT_EQ(NnOpNames().size(), 25u);
   EXPECT_EQ(TransformerOpNames().size(), 4u);
-  EXPECT_EQ(AllOpNames().size(), 55u);
+  EXPECT_EQ(GraphElementwiseOpNames().size(), 9u);
+  EXPECT_EQ(AllOpNames().size(), 64u);
 }
 
 }  // namespace

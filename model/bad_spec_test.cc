@@ -162,6 +162,27 @@ const BadSpec kBadSpecs[] = {
     {"causal_not_square.model.json", kInvalid,
      "layers[2] \"p\": softmax.causal: needs [N, ..., T, T] scores (the last two dimensions equal), "
      "got [32, 4, 6]"},
+    // Broadcasting graph primitives: the field and the limit.
+    {"binary_no_broadcast.model.json", kInvalid,
+     "layers[2] \"mul\": inputs: BINARY inputs do not broadcast (shapes aligned on the right, each "
+     "dimension equal or 1; output dimension 2 is 8, another input has 6): layer \"a\" is [32, 4, 8], "
+     "layer \"b\" is [32, 4, 6]"},
+    {"binary_kind_unset.model.json", kInvalid,
+     "layers[1] \"sq\": binary.kind: 0 is not one of BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV, "
+     "BINARY_POW, BINARY_MAX, BINARY_MIN (1 .. 7)"},
+    {"binary_batched_rank.model.json", kInvalid,
+     "layers[2] \"sub\": inputs: a batched BINARY input must have the output's rank 3 (its axis 0 is "
+     "the batch axis), but layer \"m\" has rank 2"},
+    {"unary_needs_params.model.json", kInvalid, "layers[1] \"e\": UNARY needs unary params"},
+    {"where_two_inputs.model.json", kInvalid, "layers[1] \"w\": WHERE needs exactly 3 inputs, got 2"},
+    {"reduce_batch_axis.model.json", kInvalid,
+     "layers[1] \"s\": reduce.axes[0]: 0 is the batch axis 0 of the input [32, 4, 8] from layer "
+     "\"a\"; the batch axis cannot be reduced"},
+    {"reduce_axis_range.model.json", kInvalid,
+     "layers[1] \"s\": reduce.axes[0]: -4 is outside -3 .. 2 (the input [32, 4, 8] from layer "
+     "\"a\" has rank 3)"},
+    {"reduce_axis_twice.model.json", kInvalid,
+     "layers[1] \"s\": reduce.axes[1]: -1 names axis 2 a second time; axes must be distinct"},
     {"add_three_inputs.model.json", kInvalid, "layers[2] \"add1\": ADD needs exactly 2 inputs, got 3"},
     {"add_mismatch.model.json", kInvalid,
      "layers[2] \"add\": ADD inputs differ in shape: layer \"c1\" is [32, 8, 8, 8], layer "

@@ -15,6 +15,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "kernels/backend.h"
 #include "kernels/graph_ops.h"
+#include "model/plan_graph_elementwise.h"
 
 namespace lockstep::model {
 namespace {
@@ -66,6 +67,8 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
     if (layer.op == v1::CONCAT && layer.inputs.size() >= 2) {
       want_inputs = layer.inputs.size();
     }
+    if (layer.op == v1::BINARY || layer.op == v1::COMPARE) want_inputs = 2;
+    if (layer.op == v1::WHERE) want_inputs = 3;
     if (layer.inputs.size() != want_inputs) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: takes %d input(s), the plan gives %d", label,
@@ -187,7 +190,8 @@ bool InputTakesGradient(const ModelPlan& plan, const std::vector<bool>& carries,
     return false;
   }
   if (layer.op == v1::GATHER && k == 1) return false;  // the indices
-  return true;
+  // COMPARE's inputs and WHERE's condition.
+  return GraphInputTakesGradient(layer.op, k);
 }
 
 std::vector<std::vector<Consumer>> GradientConsumers(const ModelPlan& plan) {
@@ -213,7 +217,8 @@ std::vector<std::vector<Consumer>> ComputeConsumers(const ModelPlan& plan) {
     const LayerPlan& layer = plan.layers[l];
     for (size_t k = 0; k < layer.inputs.size(); ++k) {
       const int src = layer.inputs[k];
-      if (src >= 0 && src < static_cast<int>(consumers.size())) {
+      if (src >= 0 && src < static_cast<int>(consumers.size()) &&
+          GraphInputTakesGradient(layer.op, static_cast<int>(k))) {
         consumers[src].push_back(
             Consumer{static_cast<int>(l), static_cast<int>(k)});
       }
@@ -278,6 +283,20 @@ absl::StatusOr<LayerOps> OpsOfLayer(v1::LayerOp layer_op) {
       return LayerOps{op::kTranspose, op::kTranspose, ""};
     case v1::RESHAPE:
       return LayerOps{op::kReshape, op::kReshape, ""};
+    case v1::BINARY:
+      // One gradient call writes both inputs' gradients, each reduced over
+      // its broadcast axes.
+      return LayerOps{op::kBinaryForward, op::kBinaryGrad, ""};
+    case v1::UNARY:
+      return LayerOps{op::kUnaryForward, op::kUnaryGrad, ""};
+    case v1::COMPARE:
+      // No gradient flows through a comparison.
+      return LayerOps{op::kCompare, "", ""};
+    case v1::WHERE:
+      // Gradients to a and b (inputs 1 and 2), none to the condition.
+      return LayerOps{op::kWhereForward, op::kWhereGrad, ""};
+    case v1::REDUCE:
+      return LayerOps{op::kReduceForward, op::kReduceGrad, ""};
     case v1::EMBEDDING:
       // Its input is token ids: no input gradient.
       return LayerOps{op::kEmbeddingForward, "", op::kEmbeddingGradWeight};

@@ -49,9 +49,10 @@ struct Consumer {
   int input = 0;
 };
 
-// For each layer, the layers that read its output, sorted by (consumer layer
-// index, input position): the order in which gradient contributions are
-// summed. REQUIRES: plan's input indices in [kModelInput, layer index).
+// For each layer, the layers that read its output and pass a gradient back
+// (not COMPARE's inputs or WHERE's condition: GraphInputTakesGradient),
+// sorted by (consumer layer index, input position): the order in which
+// gradient contributions are summed. REQUIRES: plan's input indices in [kModelInput, layer index).
 std::vector<std::vector<Consumer>> ComputeConsumers(const ModelPlan& plan);
 
 // Which layer outputs carry a gradient, per layer: every layer of op sets

@@ -24,6 +24,7 @@
 #include "kernels/spatial/validate.h"
 #include "model/check.h"
 #include "model/plan_graph.h"
+#include "model/plan_graph_elementwise.h"
 
 namespace lockstep::model {
 namespace {
@@ -117,6 +118,14 @@ absl::string_view ParamsCaseName(v1::Layer::ParamsCase c) {
       return "concat";
     case v1::Layer::kSlice:
       return "slice";
+    case v1::Layer::kBinary:
+      return "binary";
+    case v1::Layer::kUnary:
+      return "unary";
+    case v1::Layer::kCompare:
+      return "compare";
+    case v1::Layer::kReduce:
+      return "reduce";
     case v1::Layer::PARAMS_NOT_SET:
       break;
     default:
@@ -155,6 +164,14 @@ v1::Layer::ParamsCase ParamsFor(v1::LayerOp op) {
       return v1::Layer::kConcat;
     case v1::SLICE:
       return v1::Layer::kSlice;
+    case v1::BINARY:
+      return v1::Layer::kBinary;
+    case v1::UNARY:
+      return v1::Layer::kUnary;
+    case v1::COMPARE:
+      return v1::Layer::kCompare;
+    case v1::REDUCE:
+      return v1::Layer::kReduce;
     default:
       return v1::Layer::PARAMS_NOT_SET;
   }
@@ -309,6 +326,8 @@ absl::Status Planner::ResolveInputs(int i, LayerPlan* lp) {
     }
     wanted = layer.inputs_size();
   }
+  if (layer.op() == v1::BINARY || layer.op() == v1::COMPARE) wanted = 2;
+  if (layer.op() == v1::WHERE) wanted = 3;
   // Checked before the names, so a huge list costs nothing.
   const int given = layer.inputs_size() == 0 ? 1 : layer.inputs_size();
   if (given != wanted) {
@@ -1176,6 +1195,15 @@ absl::StatusOr<ModelPlan> Planner::Run() {
       case v1::RESHAPE:
         LS_RETURN_IF_ERROR(PlanReshape(i, &lp));
         break;
+      case v1::BINARY:
+      case v1::UNARY:
+      case v1::COMPARE:
+      case v1::WHERE:
+      case v1::REDUCE:
+        LS_RETURN_IF_ERROR(
+            Wrap(i, PlanGraphElementwise(layer, GraphInputs(lp), &lp)));
+        LS_RETURN_IF_ERROR(CheckOutputSize(i, lp.output_shape));
+        break;
       case v1::LAYER_NORM:
         LS_RETURN_IF_ERROR(PlanLayerNorm(i, &lp));
         break;
@@ -1353,7 +1381,14 @@ int64_t LayerForwardFlops(const LayerPlan& layer) {
     case v1::RELU:
     case v1::ADD:
     case v1::BIAS_ADD:
+    case v1::BINARY:
+    case v1::COMPARE:
+    case v1::WHERE:
       return out;
+    case v1::UNARY:
+      return SatMul(out, 8);
+    case v1::REDUCE:
+      return layer.input_shapes.empty() ? 0 : SatProduct(layer.input_shapes[0]);
     case v1::EMBEDDING:
       return 0;  // a copy
     case v1::DROPOUT:

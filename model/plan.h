@@ -135,6 +135,8 @@ int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
 //   MATMUL           2*(output elements)*K
 //   FLATTEN, TRANSPOSE, RESHAPE  0
 //   CONSTANT, PARAMETER, GATHER, CONCAT, SLICE  0 (copies)
+//   BINARY, COMPARE, WHERE  output elements; UNARY 8 per element;
+//   REDUCE           input elements
 // A training step costs roughly 3x the forward pass. Saturates at INT64_MAX.
 int64_t LayerForwardFlops(const LayerPlan& layer);
 // Sum of LayerForwardFlops over the plan (saturating).

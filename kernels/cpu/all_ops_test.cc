@@ -196,6 +196,16 @@ const std::map<std::string, std::string>& OpGolden() {
       {"tanh.forward", "aa3e8b9aee35bbeab6b403716742640d"},
       {"tanh.grad", "d4ee4a11705d4eb53c2a4976321f6c66"},
       {"transpose", "ed8289371a874d62abd405099fc5575c"},
+      // Graph primitives with broadcasting (op set v3).
+      {"binary.forward", "3729ad6f3d9b091f932cca32d3ca0ce3"},
+      {"binary.grad", "6535cad3399a65bdb659b1384e99b547"},
+      {"compare", "6374c138af9cfae6ea6e4053943af9e9"},
+      {"reduce.forward", "73d3a2ee4a79da549507441aabcce5f0"},
+      {"reduce.grad", "0a6954399bd751c54ee655075cf36945"},
+      {"unary.forward", "47c784b7e56458ca5be6c4e1e3df9308"},
+      {"unary.grad", "3334ef709c9a9ffb8076340d2d13f8e3"},
+      {"where.forward", "a5ac545eb6d9bab33372dbb97f65432a"},
+      {"where.grad", "29124d232a88b488ee92ce8a170c76e9"},
   };
   return *golden;
 }

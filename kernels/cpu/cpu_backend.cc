@@ -275,6 +275,7 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry) {
   LS_RETURN_IF_ERROR(cpu_internal::RegisterSpatialKernels(registry));
   LS_RETURN_IF_ERROR(cpu_internal::RegisterNnKernels(registry));
   LS_RETURN_IF_ERROR(cpu_internal::RegisterMatMulCanonicalKernels(registry));
+  LS_RETURN_IF_ERROR(cpu_internal::RegisterGraphElementwiseKernels(registry));
   return cpu_internal::RegisterGraphDataKernels(registry);
 }
 

@@ -71,6 +71,9 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 //       split over the batch with atomic accumulation, and
 //       embedding.grad_weight, split over the positions with every dy row
 //       added atomically (NONDETERMINISTIC).
+//   DEFAULT "default" and "atomic": binary.grad and where.grad, their
+//       broadcast-gradient reductions cut into 256-term slices added
+//       atomically (NONDETERMINISTIC).
 //   DEFAULT "default", every other op: its DETERMINISTIC kernel (so a
 //       DEFAULT job never falls back either).
 //   DEFAULT "deterministic", every op: its DETERMINISTIC kernel, for a
@@ -101,6 +104,12 @@ absl::Status RegisterSpatialDeterministicAndDefaultKernels(Registry* registry);
 // kernels, and matmul's DETERMINISTIC and DEFAULT ones.
 absl::Status RegisterMatMulCanonicalKernels(Registry* registry);
 absl::Status RegisterMatMulDeterministicAndDefaultKernels(Registry* registry);
+// binary.*, unary.*, compare, where.*, reduce.* (graph_elementwise_kernels.cc):
+// the CANONICAL kernels (which DETERMINISTIC reuses), and the DEFAULT
+// "default" / "atomic" binary.grad and where.grad, whose broadcast-gradient
+// reductions add slices atomically.
+absl::Status RegisterGraphElementwiseKernels(Registry* registry);
+absl::Status RegisterGraphElementwiseDefaultKernels(Registry* registry);
 // The GEMM-based CANONICAL dense kernels (fast_kernels.cc).
 absl::Status RegisterFastCanonicalKernels(Registry* registry);
 // kernels/cpu/graph_data_kernels.cc (kernels/graph_ops.h).

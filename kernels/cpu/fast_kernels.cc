@@ -210,6 +210,8 @@ absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry) {
   LS_RETURN_IF_ERROR(
       cpu_internal::RegisterMatMulDeterministicAndDefaultKernels(registry));
   LS_RETURN_IF_ERROR(cpu_internal::RegisterGraphDataDefaultKernels(registry));
+  LS_RETURN_IF_ERROR(
+      cpu_internal::RegisterGraphElementwiseDefaultKernels(registry));
   // Every other op: its CANONICAL kernel is the DETERMINISTIC one.
   const absl::string_view own[] = {op::kDenseForward,    op::kDenseGradInput,
                                    op::kDenseGradWeight, op::kConv2dForward,

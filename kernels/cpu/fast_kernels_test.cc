@@ -915,11 +915,12 @@ TEST_F(FastKernelsTest, RegistersTheDocumentedKeysOnce) {
         *registry_.Lookup({op, Mode::kCanonical, "canonical", "cpu"});
     EXPECT_EQ(*registry_.Lookup(det) == canonical, !own) << op;
     // And a DEFAULT "default" one: its own (atomic / as DETERMINISTIC) for
-    // dense.*, conv2d.*, bias_add.grad and embedding.grad_weight, else the
-    // DETERMINISTIC kernel.
+    // dense.*, conv2d.*, bias_add.grad, embedding.grad_weight, binary.grad
+    // and where.grad, else the DETERMINISTIC kernel.
     const KernelKey def{op, Mode::kDefault, "default", "cpu"};
     ASSERT_TRUE(registry_.Contains(def)) << op;
-    if (!own && op != op::kBiasAddGrad && op != op::kEmbeddingGradWeight) {
+    if (!own && op != op::kBiasAddGrad && op != op::kEmbeddingGradWeight &&
+        op != op::kBinaryGrad && op != op::kWhereGrad) {
       EXPECT_TRUE(*registry_.Lookup(def) == *registry_.Lookup(det)) << op;
     }
   }

@@ -816,7 +816,17 @@ int64_t BlocksFor(const LaunchConfig& config, int64_t work) {
   return blocks;
 }
 
-std::vector<std::string> CudaCanonicalOpNames() { return AllOpNames(); }
+std::vector<std::string> CudaCanonicalOpNames() {
+  // The broadcasting graph primitives have CPU kernels only so far.
+  const std::vector<std::string> cpu_only = GraphElementwiseOpNames();
+  std::vector<std::string> ops;
+  for (std::string& op : AllOpNames()) {
+    if (std::find(cpu_only.begin(), cpu_only.end(), op) == cpu_only.end()) {
+      ops.push_back(std::move(op));
+    }
+  }
+  return ops;
+}
 
 absl::StatusOr<DeviceCall> PlanCanonicalOp(absl::string_view op,
                                            absl::Span<const Tensor> inputs,

@@ -74,7 +74,9 @@ struct DeviceCall {
   std::vector<Launch> launches;  // run in order on one stream
 };
 
-// The ops PlanCanonicalOp knows: AllOpNames().
+// The ops PlanCanonicalOp knows: AllOpNames() except
+// GraphElementwiseOpNames() (CPU only so far: a CUDA job using them finds no
+// kernel).
 std::vector<std::string> CudaCanonicalOpNames();
 
 // Validates a CANONICAL kernel call and plans it. INVALID_ARGUMENT for a bad

@@ -21,6 +21,7 @@
 #include "kernels/math/portable_math.h"
 #include "kernels/ops/dropout.h"
 #include "model/manifest.h"
+#include "model/plan_graph_elementwise.h"
 #include "worker/exec/init.h"
 
 namespace lockstep::worker {
@@ -751,7 +752,8 @@ absl::Status Executor::State::Setup() {
                             l.grad_in[k].Reshape(l.in[k].shape()));
       }
     }
-    if (lp.op == v1::ADD || lp.op == v1::MATMUL || lp.op == v1::CONCAT) {
+    if (lp.op == v1::ADD || lp.op == v1::MATMUL || lp.op == v1::CONCAT ||
+        lp.op == v1::BINARY || lp.op == v1::WHERE) {
       l.grad_scratch.resize(lp.inputs.size());
       for (size_t k = 0; k < lp.inputs.size(); ++k) {
         if (l.takes_grad[k]) continue;
@@ -973,7 +975,8 @@ absl::Status Executor::State::Backward() {
       case v1::GELU:
       case v1::GELU_TANH:
       case v1::SOFTMAX:
-      case v1::MAX_POOL2D: {
+      case v1::MAX_POOL2D:
+      case v1::UNARY: {
         const Tensor in[] = {l.in[0], l.dy};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(
@@ -1033,7 +1036,8 @@ absl::Status Executor::State::Backward() {
                                 absl::MakeSpan(out), lp.attrs));
         break;
       }
-      case v1::MATMUL: {
+      case v1::MATMUL:
+      case v1::BINARY: {
         const Tensor in[] = {l.in[0], l.in[1], l.dy_k};
         Tensor out[] = {GradOutput(l, 0), GradOutput(l, 1)};
         LS_RETURN_IF_ERROR(
@@ -1047,10 +1051,17 @@ absl::Status Executor::State::Backward() {
             Call(l.grad_input, l, l.ops.grad_input, in, out, l.grad_attrs));
         break;
       }
+      case v1::WHERE: {
+        const Tensor in[] = {l.in[0], l.dy};
+        Tensor out[] = {GradOutput(l, 1), GradOutput(l, 2)};
+        LS_RETURN_IF_ERROR(
+            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        break;
+      }
       case v1::BIAS_ADD:
         break;    // grad_in[0] is dy itself
       default: {  // AVG_POOL2D, GLOBAL_AVG_POOL, RESIZE_BILINEAR, FLATTEN,
-                  // RESHAPE
+                  // RESHAPE, REDUCE
         const Tensor in[] = {l.dy};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(

@@ -494,6 +494,112 @@ TEST(ExecutorTest, TransformerLayersGradientsMatchFiniteDifferences) {
   CheckGradients(*plan);
 }
 
+// The broadcasting graph layers' backward wiring: REDUCE MEAN with
+// keepdims and REDUCE SUM without, BINARY SUB / POW / MUL against [N, T, 1]
+// operands (their gradients reduced over the broadcast axis), UNARY EXP and
+// ERF, a COMPARE (no gradient) feeding WHERE's condition, and WHERE's a and
+// b of different shapes.
+TEST(ExecutorTest, GraphElementwiseLayersGradientsMatchFiniteDifferences) {
+  v1::Model model;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(
+        name: "graph"
+        input_shape: [ 3, 4 ]
+        num_classes: 3
+        layers {
+          name: "h"
+          op: DENSE
+          dense { units: 4 use_bias: true last_axis: true }
+        }
+        layers {
+          name: "g"
+          op: DENSE
+          inputs: [ "h" ]
+          dense { units: 1 use_bias: true last_axis: true }
+        }
+        layers {
+          name: "mean"
+          op: REDUCE
+          inputs: [ "h" ]
+          reduce { kind: REDUCE_MEAN axes: [ -1 ] keepdims: true }
+        }
+        layers {
+          name: "cen"
+          op: BINARY
+          inputs: [ "h", "mean" ]
+          binary { kind: BINARY_SUB }
+        }
+        layers {
+          name: "ex"
+          op: UNARY
+          inputs: [ "cen" ]
+          unary { kind: UNARY_EXP }
+        }
+        layers {
+          name: "pw"
+          op: BINARY
+          inputs: [ "ex", "g" ]
+          binary { kind: BINARY_POW }
+        }
+        layers {
+          name: "prod"
+          op: BINARY
+          inputs: [ "pw", "cen" ]
+          binary { kind: BINARY_MUL }
+        }
+        layers {
+          name: "cmp"
+          op: COMPARE
+          inputs: [ "cen", "g" ]
+          compare { kind: COMPARE_GREATER }
+        }
+        layers {
+          name: "sel"
+          op: WHERE
+          inputs: [ "cmp", "prod", "g" ]
+        }
+        layers {
+          name: "sum"
+          op: REDUCE
+          reduce { kind: REDUCE_SUM axes: [ 1 ] }
+        }
+        layers {
+          name: "erf"
+          op: UNARY
+          unary { kind: UNARY_ERF }
+        }
+        layers {
+          name: "out"
+          op: DENSE
+          dense { units: 3 use_bias: true }
+        }
+        layers { name: "loss" op: SOFTMAX_XENT }
+      )pb",
+      &model));
+  auto plan =
+      model::PlanModel(model, testing::BaseConfig(kBatch, 1), model::Limits());
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->layers[2].output_shape,
+            (std::vector<int64_t>{kBatch, 3, 1}));
+  EXPECT_EQ(plan->layers[8].output_shape,
+            (std::vector<int64_t>{kBatch, 3, 4}));
+  EXPECT_EQ(plan->layers[9].output_shape, (std::vector<int64_t>{kBatch, 4}));
+  EXPECT_TRUE(plan->layers[9].batched);
+  // No gradient into COMPARE's inputs or WHERE's condition: the manifest
+  // lists WHERE's input1 and input2 gradients only, and none for COMPARE.
+  auto tensors = model::StepTensors(*plan, testing::BaseConfig(kBatch, 1));
+  ASSERT_THAT(tensors, IsOk());
+  std::vector<std::string> slots;
+  for (const v1::ManifestEntry& e : *tensors) {
+    if (e.role() != v1::GRAD_ACTIVATION) continue;
+    if (e.layer() == "cmp" || e.layer() == "sel") {
+      slots.push_back(e.layer() + ":" + e.slot());
+    }
+  }
+  EXPECT_EQ(slots, (std::vector<std::string>{"sel:input1", "sel:input2"}));
+  CheckGradients(*plan);
+}
+
 TEST(ExecutorTest, TrainingLearnsTheTeacherTask) {
   const model::ModelPlan plan = testing::MlpPlan(16);
   v1::JobConfig config = testing::BaseConfig(16, 60);
