@@ -4,6 +4,12 @@ namespace lockstep::kernels {
 
 void Gemm(const canonical::MatMulShape& s, const float* a, const float* b,
           float* c, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
+  GemmPacked(s, a, b, c, chunk, GemmPacking(), isa, pool);
+}
+
+void GemmPacked(const canonical::MatMulShape& s, const float* a, const float* b,
+                float* c, int64_t chunk, const GemmPacking& packing, CpuIsa isa,
+                ThreadPool* pool) {
   // Waking the pool costs more than a small product; the bits do not depend
   // on it either way.
   if (s.rows * s.cols * s.depth < kMinParallelFmas) pool = nullptr;
@@ -12,15 +18,15 @@ void Gemm(const canonical::MatMulShape& s, const float* a, const float* b,
   }
   switch (isa) {
     case CpuIsa::kAvx512:
-      cpu_internal::GemmAvx512(s, a, b, c, chunk, pool);
+      cpu_internal::GemmAvx512(s, a, b, c, chunk, packing, pool);
       return;
     case CpuIsa::kAvx2:
-      cpu_internal::GemmAvx2(s, a, b, c, chunk, pool);
+      cpu_internal::GemmAvx2(s, a, b, c, chunk, packing, pool);
       return;
     case CpuIsa::kScalar:
       break;
   }
-  cpu_internal::GemmScalar(s, a, b, c, chunk, pool);
+  cpu_internal::GemmScalar(s, a, b, c, chunk, packing, pool);
 }
 
 }  // namespace lockstep::kernels

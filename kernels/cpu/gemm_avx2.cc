@@ -26,8 +26,10 @@ struct Avx2Vec {
 }  // namespace avx2_isa
 
 void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
-              float* c, int64_t chunk, ThreadPool* pool) {
-  avx2_isa::GemmDriver<avx2_isa::Avx2Vec, 6, 2>::Run(s, a, b, c, chunk, pool);
+              float* c, int64_t chunk, const GemmPacking& packing,
+              ThreadPool* pool) {
+  avx2_isa::GemmDriver<avx2_isa::Avx2Vec, 6, 2>::Run(s, a, b, c, chunk, packing,
+                                                     pool);
 }
 
 }  // namespace lockstep::kernels::cpu_internal
@@ -36,8 +38,9 @@ void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
 
 namespace lockstep::kernels::cpu_internal {
 void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
-              float* c, int64_t chunk, ThreadPool* pool) {
-  GemmScalar(s, a, b, c, chunk, pool);
+              float* c, int64_t chunk, const GemmPacking& packing,
+              ThreadPool* pool) {
+  GemmScalar(s, a, b, c, chunk, packing, pool);
 }
 }  // namespace lockstep::kernels::cpu_internal
 

@@ -27,9 +27,10 @@ struct Avx512Vec {
 }  // namespace avx512_isa
 
 void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
-                float* c, int64_t chunk, ThreadPool* pool) {
+                float* c, int64_t chunk, const GemmPacking& packing,
+                ThreadPool* pool) {
   avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 12, 2>::Run(s, a, b, c, chunk,
-                                                            pool);
+                                                            packing, pool);
 }
 
 }  // namespace lockstep::kernels::cpu_internal
@@ -38,8 +39,9 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
 
 namespace lockstep::kernels::cpu_internal {
 void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
-                float* c, int64_t chunk, ThreadPool* pool) {
-  GemmScalar(s, a, b, c, chunk, pool);
+                float* c, int64_t chunk, const GemmPacking& packing,
+                ThreadPool* pool) {
+  GemmScalar(s, a, b, c, chunk, packing, pool);
 }
 }  // namespace lockstep::kernels::cpu_internal
 

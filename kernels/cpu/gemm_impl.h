@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/dense.h"
@@ -44,14 +45,18 @@ class GemmDriver {
   static constexpr int64_t kBlockK = 256;
 
   static void Run(const canonical::MatMulShape& s, const float* a,
-                  const float* b, float* c, int64_t chunk, ThreadPool* pool) {
+                  const float* b, float* c, int64_t chunk,
+                  const GemmPacking& packing, ThreadPool* pool) {
     const int64_t m = s.rows;
     const int64_t n = s.cols;
     const int64_t k = s.depth;
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {  // empty reduction: +0.0f
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) c[i * s.c_row + j * s.c_col] = 0.0f;
+      alignas(64) float zeros[MR * kNR] = {};
+      for (int64_t t = 0; t * MR < m; ++t) {
+        for (int64_t p = 0; p * kNR < n; ++p) {
+          WriteTile(s, packing, zeros, t, p, c);
+        }
       }
       return;
     }
@@ -64,6 +69,12 @@ class GemmDriver {
 
     auto pack_a = [&](int64_t t) {
       float* dst = ap + t * k * MR;
+      if (packing.pack_a != nullptr) {
+        packing.pack_a(packing.ctx, t * MR,
+                       static_cast<int>(std::min<int64_t>(MR, m - t * MR)), MR,
+                       dst);
+        return;
+      }
       for (int r = 0; r < MR; ++r) {
         const int64_t i = t * MR + r;
         if (i < m) {
@@ -79,6 +90,10 @@ class GemmDriver {
       float* dst = bp + t * k * kNR;
       const int64_t j0 = t * kNR;
       const int64_t cols = std::min<int64_t>(kNR, n - j0);
+      if (packing.pack_b != nullptr) {
+        packing.pack_b(packing.ctx, j0, static_cast<int>(cols), kNR, dst);
+        return;
+      }
       for (int64_t p = 0; p < k; ++p) {
         const float* src = b + p * s.b_depth + j0 * s.b_col;
         float* d = dst + p * kNR;
@@ -147,7 +162,7 @@ class GemmDriver {
               PushPartial(st, blk, acc);
             } else if (last) {
               StoreAcc(tile, acc);
-              WriteTile(s, tile, t, p, c);
+              WriteTile(s, packing, tile, t, p, c);
             } else {
               StoreAcc(st, acc);
             }
@@ -160,7 +175,7 @@ class GemmDriver {
             FoldTree(state.get() + ((p - p0) * nt + (t - t0)) * per_tile,
                      num_blocks, acc);
             StoreAcc(tile, acc);
-            WriteTile(s, tile, t, p, c);
+            WriteTile(s, packing, tile, t, p, c);
           }
         }
       }
@@ -251,13 +266,32 @@ class GemmDriver {
   }
 
   // Copies the MR x kNR tile of row tile t, column panel p into C, clipped
-  // to the matrix.
-  static void WriteTile(const canonical::MatMulShape& s, const float* tile,
+  // to the matrix (and cut at C's column blocks, if any).
+  static void WriteTile(const canonical::MatMulShape& s,
+                        const GemmPacking& packing, const float* tile,
                         int64_t t, int64_t p, float* c) {
     const int64_t i0 = t * MR;
     const int64_t j0 = p * kNR;
     const int rows = static_cast<int>(std::min<int64_t>(MR, s.rows - i0));
     const int64_t cols = std::min<int64_t>(kNR, s.cols - j0);
+    if (packing.c_block > 0) {
+      // Runs of columns within one block.
+      for (int64_t v0 = 0; v0 < cols;) {
+        const int64_t j = j0 + v0;
+        const int64_t in_block = j % packing.c_block;
+        const int64_t run =
+            std::min<int64_t>(cols - v0, packing.c_block - in_block);
+        float* base = c + (j / packing.c_block) * packing.c_block_stride +
+                      in_block * s.c_col;
+        for (int r = 0; r < rows; ++r) {
+          float* dst = base + (i0 + r) * s.c_row;
+          const float* src = tile + r * kNR + v0;
+          for (int64_t v = 0; v < run; ++v) dst[v * s.c_col] = src[v];
+        }
+        v0 += run;
+      }
+      return;
+    }
     for (int r = 0; r < rows; ++r) {
       float* dst = c + (i0 + r) * s.c_row + j0 * s.c_col;
       const float* src = tile + r * kNR;

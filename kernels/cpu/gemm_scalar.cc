@@ -25,9 +25,10 @@ struct ScalarVec {
 }  // namespace scalar_isa
 
 void GemmScalar(const canonical::MatMulShape& s, const float* a, const float* b,
-                float* c, int64_t chunk, ThreadPool* pool) {
+                float* c, int64_t chunk, const GemmPacking& packing,
+                ThreadPool* pool) {
   scalar_isa::GemmDriver<scalar_isa::ScalarVec, 4, 4>::Run(s, a, b, c, chunk,
-                                                           pool);
+                                                           packing, pool);
 }
 
 }  // namespace lockstep::kernels::cpu_internal
