@@ -161,6 +161,18 @@ struct GradInputB {
               for (int t = 0; t < len; ++t) col[t] = 0.0f;
               continue;
             }
+            if (s.stride_w == 1) {
+              // ow = iw + off: the taps t with 0 <= iw0 + off + t < OW.
+              const int64_t off = s.pad_left - kw * s.dilation_w;
+              const int64_t lo = std::clamp<int64_t>(-(iw0 + off), 0, len);
+              const int64_t hi =
+                  std::clamp<int64_t>(f.out_w - (iw0 + off), lo, len);
+              const float* s0 = src + iw0 + off;
+              for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
+              for (int64_t t = lo; t < hi; ++t) col[t] = s0[t];
+              for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
+              continue;
+            }
             const int64_t* ow = f.ow_of + kw * s.w + iw0;
             for (int t = 0; t < len; ++t) {
               col[t] = ow[t] >= 0 ? src[ow[t]] : 0.0f;
