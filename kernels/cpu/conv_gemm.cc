@@ -292,6 +292,11 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
   const int64_t cog = s.c_out / s.groups;
   const int64_t depth = cig * s.k_h * s.k_w;
   if (pix == 0 || cog == 0 || s.n == 0) return;
+  if (cig == 1 && s.groups > 1 && s.k_h * s.k_w <= c::kChunk) {
+    // Depthwise: one chain of at most one chunk per output, no GEMM.
+    DepthwiseConv2dForward(s, x, w, y, isa, pool);
+    return;
+  }
   const int64_t nb = ImagesPerProduct(pix, s.n);
   const int64_t batches = (s.n + nb - 1) / nb;
   // Batches write disjoint outputs: with enough of them, or small ones, one

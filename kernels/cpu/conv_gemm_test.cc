@@ -5,7 +5,9 @@
 // equals one fma chain per output over the spec's term sequence, over the
 // shapes of real networks (3x3 and 1x1, stride 1 and 2, padding, dilation,
 // groups, depthwise) and odd sizes around the micro-kernel's panel widths.
-// Scratch is poisoned, so a packer leaving an element unwritten shows.
+// Depthwise forwards run the direct loop (DepthwiseConv2dForward) up to
+// 256 taps, the GEMM beyond. Scratch is poisoned, so a packer leaving an
+// element unwritten shows.
 #include "kernels/cpu/conv_gemm.h"
 
 #include <cmath>
@@ -175,6 +177,12 @@ const Case kCases[] = {
     {"depthwise s1", 2, 12, 9, 9, 12, 3, 1, 1, 1, 1, 1, 1, 12},
     {"depthwise s2", 2, 7, 8, 8, 7, 3, 2, 1, 1, 1, 1, 1, 7},
     {"depthwise x2", 2, 4, 5, 6, 8, 3, 1, 1, 1, 1, 1, 1, 4},
+    // Depthwise rows straddling the 1/8/16-lane vectors of the direct loop.
+    {"depthwise 37px", 2, 3, 5, 37, 3, 3, 1, 1, 1, 1, 1, 1, 3},
+    {"depthwise s2 35px", 1, 2, 6, 35, 2, 3, 2, 1, 0, 2, 1, 1, 2},
+    {"depthwise dilated x3", 1, 2, 7, 19, 6, 3, 1, 2, 2, 2, 2, 2, 2},
+    {"depthwise 5x5 17px", 2, 4, 17, 17, 4, 5, 1, 2, 2, 2, 2, 1, 4},
+    {"depthwise 17x17 kernel", 1, 2, 17, 17, 2, 17, 1, 0, 0, 0, 0, 1, 2},
     {"taps > 256", 2, 32, 5, 5, 35, 3, 1, 1, 1, 1, 1, 1, 1},
     {"rows > 256", 4, 3, 9, 9, 4, 3, 1, 1, 1, 1, 1, 1, 1},
     {"image batches", 20, 3, 5, 5, 4, 3, 1, 1, 1, 1, 1, 1, 1},

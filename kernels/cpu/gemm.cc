@@ -29,4 +29,23 @@ void GemmPacked(const canonical::MatMulShape& s, const float* a, const float* b,
   cpu_internal::GemmScalar(s, a, b, c, chunk, packing, pool);
 }
 
+void DepthwiseConv2dForward(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, CpuIsa isa,
+                            ThreadPool* pool) {
+  while (isa != CpuIsa::kScalar && !CpuIsaSupported(isa)) {
+    isa = static_cast<CpuIsa>(static_cast<int>(isa) - 1);
+  }
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      cpu_internal::DepthwiseForwardAvx512(s, x, w, y, pool);
+      return;
+    case CpuIsa::kAvx2:
+      cpu_internal::DepthwiseForwardAvx2(s, x, w, y, pool);
+      return;
+    case CpuIsa::kScalar:
+      break;
+  }
+  cpu_internal::DepthwiseForwardScalar(s, x, w, y, pool);
+}
+
 }  // namespace lockstep::kernels

@@ -42,6 +42,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/dense.h"
+#include "kernels/spatial/conv2d.h"
 
 namespace lockstep::kernels {
 
@@ -87,6 +88,16 @@ void GemmPacked(const canonical::MatMulShape& s, const float* a, const float* b,
                 float* c, int64_t chunk, const GemmPacking& packing, CpuIsa isa,
                 ThreadPool* pool);
 
+// Depthwise conv2d forward (groups == c_in, any channel multiplier) without
+// a GEMM: each output is one fma chain from +0.0f over its taps (kh, kw) in
+// the spec's order (docs/canonical-arithmetic.md 4.2), vectorised across
+// neighbouring outputs of a row. With at most canonical::kChunk taps that
+// is the canonical reduction (one chunk) and the single chain alike, so
+// callers use it only when k_h * k_w <= canonical::kChunk.
+void DepthwiseConv2dForward(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, CpuIsa isa,
+                            ThreadPool* pool);
+
 namespace cpu_internal {
 // One per ISA translation unit (gemm_scalar.cc, gemm_avx2.cc,
 // gemm_avx512.cc); call only when the ISA is supported.
@@ -99,6 +110,12 @@ void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
 void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
                 float* c, int64_t chunk, const GemmPacking& packing,
                 ThreadPool* pool);
+void DepthwiseForwardScalar(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, ThreadPool* pool);
+void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
+                          const float* w, float* y, ThreadPool* pool);
+void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, ThreadPool* pool);
 }  // namespace cpu_internal
 
 }  // namespace lockstep::kernels

@@ -32,6 +32,11 @@ void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
                                                      pool);
 }
 
+void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
+                          const float* w, float* y, ThreadPool* pool) {
+  avx2_isa::DepthwiseForward<avx2_isa::Avx2Vec>(s, x, w, y, pool);
+}
+
 }  // namespace lockstep::kernels::cpu_internal
 
 #else  // not built for AVX2: never selected (isa.cc), kept linkable.
@@ -41,6 +46,10 @@ void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
               float* c, int64_t chunk, const GemmPacking& packing,
               ThreadPool* pool) {
   GemmScalar(s, a, b, c, chunk, packing, pool);
+}
+void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
+                          const float* w, float* y, ThreadPool* pool) {
+  DepthwiseForwardScalar(s, x, w, y, pool);
 }
 }  // namespace lockstep::kernels::cpu_internal
 

@@ -33,6 +33,11 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
                                                             packing, pool);
 }
 
+void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, ThreadPool* pool) {
+  avx512_isa::DepthwiseForward<avx512_isa::Avx512Vec>(s, x, w, y, pool);
+}
+
 }  // namespace lockstep::kernels::cpu_internal
 
 #else  // not built for AVX-512: never selected (isa.cc), kept linkable.
@@ -42,6 +47,10 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
                 float* c, int64_t chunk, const GemmPacking& packing,
                 ThreadPool* pool) {
   GemmScalar(s, a, b, c, chunk, packing, pool);
+}
+void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, ThreadPool* pool) {
+  DepthwiseForwardScalar(s, x, w, y, pool);
 }
 }  // namespace lockstep::kernels::cpu_internal
 

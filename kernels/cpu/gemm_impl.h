@@ -19,6 +19,7 @@
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/dense.h"
+#include "kernels/spatial/conv2d.h"
 
 namespace lockstep::kernels::cpu_internal::LS_GEMM_ISA_NS {
 
@@ -303,5 +304,83 @@ class GemmDriver {
     }
   }
 };
+
+// Depthwise conv2d forward (DepthwiseConv2dForward, gemm.h): lanes = kWidth
+// neighbouring outputs of one output row, each one fma chain from +0.0f
+// over the taps (kh, kw) in order, reading a zero-padded copy of its input
+// plane.
+template <class V>
+void DepthwiseForward(const spatial::Conv2dShape& s, const float* x,
+                      const float* w, float* y, ThreadPool* pool) {
+  using T = typename V::T;
+  constexpr int kW = V::kWidth;
+  const int64_t out_h = spatial::Conv2dOutH(s);
+  const int64_t out_w = spatial::Conv2dOutW(s);
+  const int64_t pix = out_h * out_w;
+  const int64_t mult = s.c_out / s.groups;
+  const int64_t kk = s.k_h * s.k_w;
+  if (pix <= 0 || mult <= 0) return;
+  // The padded plane covers every tap of every output, plus the taps of the
+  // lanes past out_w in the last vector (zeros, results dropped).
+  const int64_t rows =
+      (out_h - 1) * s.stride_h + (s.k_h - 1) * s.dilation_h + 1;
+  const int64_t row_len =
+      (out_w + kW - 1) * s.stride_w + (s.k_w - 1) * s.dilation_w + 1;
+  auto plane = [&](int64_t i) {  // i = n * c_in + ci
+    const int64_t n = i / s.c_in;
+    const int64_t ci = i % s.c_in;
+    AlignedFloats padded(rows * row_len);
+    const float* src = x + i * s.h * s.w;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* d = padded.get() + r * row_len;
+      const int64_t ih = r - s.pad_top;
+      if (ih < 0 || ih >= s.h) {
+        for (int64_t c = 0; c < row_len; ++c) d[c] = 0.0f;
+        continue;
+      }
+      const float* sr = src + ih * s.w;
+      for (int64_t c = 0; c < row_len; ++c) {
+        const int64_t iw = c - s.pad_left;
+        d[c] = iw >= 0 && iw < s.w ? sr[iw] : 0.0f;
+      }
+    }
+    alignas(64) float lanes[kW];
+    for (int64_t m = 0; m < mult; ++m) {
+      const int64_t co = ci * mult + m;
+      const float* wk = w + co * kk;
+      float* out = y + (n * s.c_out + co) * pix;
+      for (int64_t oh = 0; oh < out_h; ++oh) {
+        const float* row0 = padded.get() + oh * s.stride_h * row_len;
+        for (int64_t ow = 0; ow < out_w; ow += kW) {
+          T acc = V::Zero();
+          for (int64_t kh = 0; kh < s.k_h; ++kh) {
+            const float* row = row0 + kh * s.dilation_h * row_len;
+            for (int64_t kw = 0; kw < s.k_w; ++kw) {
+              const float* p = row + ow * s.stride_w + kw * s.dilation_w;
+              T xv;
+              if (s.stride_w == 1) {
+                xv = V::Load(p);
+              } else {
+                for (int l = 0; l < kW; ++l) lanes[l] = p[l * s.stride_w];
+                xv = V::Load(lanes);
+              }
+              acc = V::Fma(xv, V::Set1(wk[kh * s.k_w + kw]), acc);
+            }
+          }
+          if (ow + kW <= out_w) {
+            V::Store(out + oh * out_w + ow, acc);
+          } else {
+            V::Store(lanes, acc);
+            for (int64_t l = 0; l < out_w - ow; ++l) {
+              out[oh * out_w + ow + l] = lanes[l];
+            }
+          }
+        }
+      }
+    }
+  };
+  if (s.n * s.c_in * mult * pix * kk < kMinParallelFmas) pool = nullptr;
+  For(pool, s.n * s.c_in, plane);
+}
 
 }  // namespace lockstep::kernels::cpu_internal::LS_GEMM_ISA_NS

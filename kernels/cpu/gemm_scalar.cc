@@ -31,4 +31,9 @@ void GemmScalar(const canonical::MatMulShape& s, const float* a, const float* b,
                                                            packing, pool);
 }
 
+void DepthwiseForwardScalar(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, ThreadPool* pool) {
+  scalar_isa::DepthwiseForward<scalar_isa::ScalarVec>(s, x, w, y, pool);
+}
+
 }  // namespace lockstep::kernels::cpu_internal
