@@ -391,6 +391,11 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
   const int64_t kk = s.k_h * s.k_w;
   const int64_t depth = cog * kk;  // (co, kh, kw)
   if (hw == 0 || s.n == 0) return;
+  if (cig == 1 && s.groups > 1 && depth <= c::kChunk) {
+    // Depthwise: one chain of at most one chunk per output, no GEMM.
+    DepthwiseConv2dGradInput(s, dy, w, dx, isa, pool);
+    return;
+  }
   // wt[g][cl][(co_l, kh, kw)] = w[g * cog + co_l, cl, kh, kw].
   const Floats wt(s.groups * cig * depth);
   for (int64_t g = 0; g < s.groups; ++g) {

@@ -22,9 +22,10 @@
 // Small images are batched: the columns of several images side by side in
 // one product, each image's outputs written to its own block of y or dx
 // (every output keeps its own reduction, so the bits do not change).
-// Depthwise forwards (groups == c_in, at most 256 taps) skip the GEMM:
-// DepthwiseConv2dForward (gemm.h) runs each output's one-chunk chain
-// directly, vectorised across a row's outputs.
+// Depthwise forwards and grad_inputs (groups == c_in, at most 256 terms per
+// output) skip the GEMM: DepthwiseConv2dForward / DepthwiseConv2dGradInput
+// (gemm.h) run each output's one-chunk chain directly, vectorised across a
+// row's outputs.
 // Scratch memory: the GEMM's packed panels (for grad_weight, the whole
 // batch's im2col of one group, packed).
 //

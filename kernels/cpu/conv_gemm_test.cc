@@ -5,9 +5,9 @@
 // equals one fma chain per output over the spec's term sequence, over the
 // shapes of real networks (3x3 and 1x1, stride 1 and 2, padding, dilation,
 // groups, depthwise) and odd sizes around the micro-kernel's panel widths.
-// Depthwise forwards run the direct loop (DepthwiseConv2dForward) up to
-// 256 taps, the GEMM beyond. Scratch is poisoned, so a packer leaving an
-// element unwritten shows.
+// Depthwise forwards and grad_inputs run the direct loops of gemm.h up to
+// 256 terms per output, the GEMM beyond. Scratch is poisoned, so a packer
+// leaving an element unwritten shows.
 #include "kernels/cpu/conv_gemm.h"
 
 #include <cmath>

@@ -1,6 +1,17 @@
 #include "kernels/cpu/gemm.h"
 
 namespace lockstep::kernels {
+namespace {
+
+// isa, lowered to one this machine supports.
+CpuIsa SupportedIsa(CpuIsa isa) {
+  while (isa != CpuIsa::kScalar && !CpuIsaSupported(isa)) {
+    isa = static_cast<CpuIsa>(static_cast<int>(isa) - 1);
+  }
+  return isa;
+}
+
+}  // namespace
 
 void Gemm(const canonical::MatMulShape& s, const float* a, const float* b,
           float* c, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
@@ -13,10 +24,7 @@ void GemmPacked(const canonical::MatMulShape& s, const float* a, const float* b,
   // Waking the pool costs more than a small product; the bits do not depend
   // on it either way.
   if (s.rows * s.cols * s.depth < kMinParallelFmas) pool = nullptr;
-  while (isa != CpuIsa::kScalar && !CpuIsaSupported(isa)) {
-    isa = static_cast<CpuIsa>(static_cast<int>(isa) - 1);
-  }
-  switch (isa) {
+  switch (SupportedIsa(isa)) {
     case CpuIsa::kAvx512:
       cpu_internal::GemmAvx512(s, a, b, c, chunk, packing, pool);
       return;
@@ -32,10 +40,7 @@ void GemmPacked(const canonical::MatMulShape& s, const float* a, const float* b,
 void DepthwiseConv2dForward(const spatial::Conv2dShape& s, const float* x,
                             const float* w, float* y, CpuIsa isa,
                             ThreadPool* pool) {
-  while (isa != CpuIsa::kScalar && !CpuIsaSupported(isa)) {
-    isa = static_cast<CpuIsa>(static_cast<int>(isa) - 1);
-  }
-  switch (isa) {
+  switch (SupportedIsa(isa)) {
     case CpuIsa::kAvx512:
       cpu_internal::DepthwiseForwardAvx512(s, x, w, y, pool);
       return;
@@ -46,6 +51,22 @@ void DepthwiseConv2dForward(const spatial::Conv2dShape& s, const float* x,
       break;
   }
   cpu_internal::DepthwiseForwardScalar(s, x, w, y, pool);
+}
+
+void DepthwiseConv2dGradInput(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, CpuIsa isa,
+                              ThreadPool* pool) {
+  switch (SupportedIsa(isa)) {
+    case CpuIsa::kAvx512:
+      cpu_internal::DepthwiseGradInputAvx512(s, dy, w, dx, pool);
+      return;
+    case CpuIsa::kAvx2:
+      cpu_internal::DepthwiseGradInputAvx2(s, dy, w, dx, pool);
+      return;
+    case CpuIsa::kScalar:
+      break;
+  }
+  cpu_internal::DepthwiseGradInputScalar(s, dy, w, dx, pool);
 }
 
 }  // namespace lockstep::kernels

@@ -98,6 +98,14 @@ void DepthwiseConv2dForward(const spatial::Conv2dShape& s, const float* x,
                             const float* w, float* y, CpuIsa isa,
                             ThreadPool* pool);
 
+// Depthwise conv2d grad_input (groups == c_in) the same way: each dx element
+// is one fma chain from +0.0f over its terms (j, kh, kw) in the spec's order
+// (section 4.3, stride holes and padding reading +0.0f); callers use it
+// only when (c_out / groups) * k_h * k_w <= canonical::kChunk.
+void DepthwiseConv2dGradInput(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, CpuIsa isa,
+                              ThreadPool* pool);
+
 namespace cpu_internal {
 // One per ISA translation unit (gemm_scalar.cc, gemm_avx2.cc,
 // gemm_avx512.cc); call only when the ISA is supported.
@@ -116,6 +124,12 @@ void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
                           const float* w, float* y, ThreadPool* pool);
 void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
                             const float* w, float* y, ThreadPool* pool);
+void DepthwiseGradInputScalar(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, ThreadPool* pool);
+void DepthwiseGradInputAvx2(const spatial::Conv2dShape& s, const float* dy,
+                            const float* w, float* dx, ThreadPool* pool);
+void DepthwiseGradInputAvx512(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, ThreadPool* pool);
 }  // namespace cpu_internal
 
 }  // namespace lockstep::kernels

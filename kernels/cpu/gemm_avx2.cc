@@ -37,6 +37,11 @@ void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
   avx2_isa::DepthwiseForward<avx2_isa::Avx2Vec>(s, x, w, y, pool);
 }
 
+void DepthwiseGradInputAvx2(const spatial::Conv2dShape& s, const float* dy,
+                            const float* w, float* dx, ThreadPool* pool) {
+  avx2_isa::DepthwiseGradInput<avx2_isa::Avx2Vec>(s, dy, w, dx, pool);
+}
+
 }  // namespace lockstep::kernels::cpu_internal
 
 #else  // not built for AVX2: never selected (isa.cc), kept linkable.
@@ -50,6 +55,10 @@ void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
 void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
                           const float* w, float* y, ThreadPool* pool) {
   DepthwiseForwardScalar(s, x, w, y, pool);
+}
+void DepthwiseGradInputAvx2(const spatial::Conv2dShape& s, const float* dy,
+                            const float* w, float* dx, ThreadPool* pool) {
+  DepthwiseGradInputScalar(s, dy, w, dx, pool);
 }
 }  // namespace lockstep::kernels::cpu_internal
 

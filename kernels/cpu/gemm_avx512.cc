@@ -38,6 +38,11 @@ void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
   avx512_isa::DepthwiseForward<avx512_isa::Avx512Vec>(s, x, w, y, pool);
 }
 
+void DepthwiseGradInputAvx512(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, ThreadPool* pool) {
+  avx512_isa::DepthwiseGradInput<avx512_isa::Avx512Vec>(s, dy, w, dx, pool);
+}
+
 }  // namespace lockstep::kernels::cpu_internal
 
 #else  // not built for AVX-512: never selected (isa.cc), kept linkable.
@@ -51,6 +56,10 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
 void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
                             const float* w, float* y, ThreadPool* pool) {
   DepthwiseForwardScalar(s, x, w, y, pool);
+}
+void DepthwiseGradInputAvx512(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, ThreadPool* pool) {
+  DepthwiseGradInputScalar(s, dy, w, dx, pool);
 }
 }  // namespace lockstep::kernels::cpu_internal
 

@@ -383,4 +383,80 @@ void DepthwiseForward(const spatial::Conv2dShape& s, const float* x,
   For(pool, s.n * s.c_in, plane);
 }
 
+// Depthwise conv2d grad_input (DepthwiseConv2dGradInput, gemm.h): lanes =
+// kWidth neighbouring dx elements of one row, each one fma chain from +0.0f
+// over its terms (j, kh, kw) in order. The dy plane of each output channel
+// is first spread into a zero-stuffed, zero-padded plane in which the tap
+// (kh, kw) of dx[ih, iw] sits at [ih + (KH-1-kh) dh, iw + (KW-1-kw) dw],
+// so every tap, stride holes and padding included, is one vector load.
+template <class V>
+void DepthwiseGradInput(const spatial::Conv2dShape& s, const float* dy,
+                        const float* w, float* dx, ThreadPool* pool) {
+  using T = typename V::T;
+  constexpr int kW = V::kWidth;
+  const int64_t out_h = spatial::Conv2dOutH(s);
+  const int64_t out_w = spatial::Conv2dOutW(s);
+  const int64_t pix = out_h * out_w;
+  const int64_t mult = s.c_out / s.groups;
+  const int64_t kk = s.k_h * s.k_w;
+  if (s.h <= 0 || s.w <= 0) return;
+  const int64_t span_h = (s.k_h - 1) * s.dilation_h;
+  const int64_t span_w = (s.k_w - 1) * s.dilation_w;
+  const int64_t rows = s.h + span_h;
+  const int64_t row_len = s.w + span_w + kW;
+  auto plane = [&](int64_t i) {  // i = n * c_in + ci
+    const int64_t n = i / s.c_in;
+    const int64_t ci = i % s.c_in;
+    AlignedFloats stuffed(mult * rows * row_len);
+    for (int64_t j = 0; j < mult; ++j) {
+      const float* src = dy + (n * s.c_out + ci * mult + j) * pix;
+      float* plane_j = stuffed.get() + j * rows * row_len;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* d = plane_j + r * row_len;
+        const int64_t th = r - span_h + s.pad_top;
+        if (th < 0 || th % s.stride_h != 0 || th / s.stride_h >= out_h) {
+          for (int64_t c = 0; c < row_len; ++c) d[c] = 0.0f;
+          continue;
+        }
+        const float* sr = src + th / s.stride_h * out_w;
+        for (int64_t c = 0; c < row_len; ++c) {
+          const int64_t tw = c - span_w + s.pad_left;
+          d[c] = tw >= 0 && tw % s.stride_w == 0 && tw / s.stride_w < out_w
+                     ? sr[tw / s.stride_w]
+                     : 0.0f;
+        }
+      }
+    }
+    alignas(64) float lanes[kW];
+    float* out = dx + i * s.h * s.w;
+    for (int64_t ih = 0; ih < s.h; ++ih) {
+      for (int64_t iw = 0; iw < s.w; iw += kW) {
+        T acc = V::Zero();
+        for (int64_t j = 0; j < mult; ++j) {
+          const float* wk = w + (ci * mult + j) * kk;
+          const float* plane_j = stuffed.get() + j * rows * row_len;
+          for (int64_t kh = 0; kh < s.k_h; ++kh) {
+            const float* row = plane_j +
+                               (ih + span_h - kh * s.dilation_h) * row_len +
+                               iw + span_w;
+            for (int64_t kw = 0; kw < s.k_w; ++kw) {
+              acc = V::Fma(V::Load(row - kw * s.dilation_w),
+                           V::Set1(wk[kh * s.k_w + kw]), acc);
+            }
+          }
+        }
+        if (iw + kW <= s.w) {
+          V::Store(out + ih * s.w + iw, acc);
+        } else {
+          V::Store(lanes, acc);
+          for (int64_t l = 0; l < s.w - iw; ++l)
+            out[ih * s.w + iw + l] = lanes[l];
+        }
+      }
+    }
+  };
+  if (s.n * s.c_in * s.h * s.w * mult * kk < kMinParallelFmas) pool = nullptr;
+  For(pool, s.n * s.c_in, plane);
+}
+
 }  // namespace lockstep::kernels::cpu_internal::LS_GEMM_ISA_NS

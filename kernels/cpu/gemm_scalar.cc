@@ -36,4 +36,9 @@ void DepthwiseForwardScalar(const spatial::Conv2dShape& s, const float* x,
   scalar_isa::DepthwiseForward<scalar_isa::ScalarVec>(s, x, w, y, pool);
 }
 
+void DepthwiseGradInputScalar(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, ThreadPool* pool) {
+  scalar_isa::DepthwiseGradInput<scalar_isa::ScalarVec>(s, dy, w, dx, pool);
+}
+
 }  // namespace lockstep::kernels::cpu_internal
