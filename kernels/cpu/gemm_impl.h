@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
@@ -404,6 +405,20 @@ void DepthwiseGradInput(const spatial::Conv2dShape& s, const float* dy,
   const int64_t span_w = (s.k_w - 1) * s.dilation_w;
   const int64_t rows = s.h + span_h;
   const int64_t row_len = s.w + span_w + kW;
+  // The dy row / column each stuffed row / column holds, or -1.
+  std::vector<int64_t> row_src(rows), col_src(row_len);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t th = r - span_h + s.pad_top;
+    row_src[r] = th >= 0 && th % s.stride_h == 0 && th / s.stride_h < out_h
+                     ? th / s.stride_h
+                     : -1;
+  }
+  for (int64_t c = 0; c < row_len; ++c) {
+    const int64_t tw = c - span_w + s.pad_left;
+    col_src[c] = tw >= 0 && tw % s.stride_w == 0 && tw / s.stride_w < out_w
+                     ? tw / s.stride_w
+                     : -1;
+  }
   auto plane = [&](int64_t i) {  // i = n * c_in + ci
     const int64_t n = i / s.c_in;
     const int64_t ci = i % s.c_in;
@@ -413,17 +428,13 @@ void DepthwiseGradInput(const spatial::Conv2dShape& s, const float* dy,
       float* plane_j = stuffed.get() + j * rows * row_len;
       for (int64_t r = 0; r < rows; ++r) {
         float* d = plane_j + r * row_len;
-        const int64_t th = r - span_h + s.pad_top;
-        if (th < 0 || th % s.stride_h != 0 || th / s.stride_h >= out_h) {
+        if (row_src[r] < 0) {
           for (int64_t c = 0; c < row_len; ++c) d[c] = 0.0f;
           continue;
         }
-        const float* sr = src + th / s.stride_h * out_w;
+        const float* sr = src + row_src[r] * out_w;
         for (int64_t c = 0; c < row_len; ++c) {
-          const int64_t tw = c - span_w + s.pad_left;
-          d[c] = tw >= 0 && tw % s.stride_w == 0 && tw / s.stride_w < out_w
-                     ? sr[tw / s.stride_w]
-                     : 0.0f;
+          d[c] = col_src[c] >= 0 ? sr[col_src[c]] : 0.0f;
         }
       }
     }
