@@ -348,6 +348,11 @@ void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
     for (int64_t i = 0; i < sp::Conv2dWeightSize(s); ++i) dw[i] = 0.0f;
     return;
   }
+  if (cig == 1 && s.groups > 1) {
+    // Depthwise: vectorised across channels, no GEMM.
+    DepthwiseConv2dGradWeight(s, x, dy, dw, chunk, isa, pool);
+    return;
+  }
   // Two orientations of the same products (fma(dy, x, acc) equals
   // fma(x, dy, acc) bit for bit), both operands packed straight from x and
   // dy:

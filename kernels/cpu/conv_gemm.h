@@ -22,10 +22,11 @@
 // Small images are batched: the columns of several images side by side in
 // one product, each image's outputs written to its own block of y or dx
 // (every output keeps its own reduction, so the bits do not change).
-// Depthwise forwards and grad_inputs (groups == c_in, at most 256 terms per
-// output) skip the GEMM: DepthwiseConv2dForward / DepthwiseConv2dGradInput
-// (gemm.h) run each output's one-chunk chain directly, vectorised across a
-// row's outputs.
+// Depthwise convolutions (groups == c_in) skip the GEMM: forward and
+// grad_input with at most 256 terms per output run each output's one-chunk
+// chain directly, vectorised across a row's outputs, and grad_weight runs
+// each output's chunks and tree vectorised across channels
+// (DepthwiseConv2d*, gemm.h).
 // Scratch memory: the GEMM's packed panels (for grad_weight, the whole
 // batch's im2col of one group, packed).
 //

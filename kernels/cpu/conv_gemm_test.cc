@@ -5,8 +5,9 @@
 // equals one fma chain per output over the spec's term sequence, over the
 // shapes of real networks (3x3 and 1x1, stride 1 and 2, padding, dilation,
 // groups, depthwise) and odd sizes around the micro-kernel's panel widths.
-// Depthwise forwards and grad_inputs run the direct loops of gemm.h up to
-// 256 terms per output, the GEMM beyond. Scratch is poisoned, so a packer
+// Depthwise convolutions run the direct loops of gemm.h (forward and
+// grad_input up to 256 terms per output, the GEMM beyond; grad_weight
+// always). Scratch is poisoned, so a packer
 // leaving an element unwritten shows.
 #include "kernels/cpu/conv_gemm.h"
 
@@ -183,6 +184,9 @@ const Case kCases[] = {
     {"depthwise dilated x3", 1, 2, 7, 19, 6, 3, 1, 2, 2, 2, 2, 2, 2},
     {"depthwise 5x5 17px", 2, 4, 17, 17, 4, 5, 1, 2, 2, 2, 2, 1, 4},
     {"depthwise 17x17 kernel", 1, 2, 17, 17, 2, 17, 1, 0, 0, 0, 0, 1, 2},
+    // Depthwise grad_weight: several channel blocks; five chunks of terms.
+    {"depthwise 40ch", 2, 40, 6, 6, 40, 3, 1, 1, 1, 1, 1, 1, 40},
+    {"depthwise 5 chunks", 5, 3, 16, 16, 6, 3, 1, 1, 1, 1, 1, 1, 3},
     {"taps > 256", 2, 32, 5, 5, 35, 3, 1, 1, 1, 1, 1, 1, 1},
     {"rows > 256", 4, 3, 9, 9, 4, 3, 1, 1, 1, 1, 1, 1, 1},
     {"image batches", 20, 3, 5, 5, 4, 3, 1, 1, 1, 1, 1, 1, 1},

@@ -69,4 +69,20 @@ void DepthwiseConv2dGradInput(const spatial::Conv2dShape& s, const float* dy,
   cpu_internal::DepthwiseGradInputScalar(s, dy, w, dx, pool);
 }
 
+void DepthwiseConv2dGradWeight(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               CpuIsa isa, ThreadPool* pool) {
+  switch (SupportedIsa(isa)) {
+    case CpuIsa::kAvx512:
+      cpu_internal::DepthwiseGradWeightAvx512(s, x, dy, dw, chunk, pool);
+      return;
+    case CpuIsa::kAvx2:
+      cpu_internal::DepthwiseGradWeightAvx2(s, x, dy, dw, chunk, pool);
+      return;
+    case CpuIsa::kScalar:
+      break;
+  }
+  cpu_internal::DepthwiseGradWeightScalar(s, x, dy, dw, chunk, pool);
+}
+
 }  // namespace lockstep::kernels

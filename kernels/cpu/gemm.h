@@ -106,6 +106,14 @@ void DepthwiseConv2dGradInput(const spatial::Conv2dShape& s, const float* dy,
                               const float* w, float* dx, CpuIsa isa,
                               ThreadPool* pool);
 
+// Depthwise conv2d grad_weight (groups == c_in) without a GEMM: each dw
+// element's terms (n, oh, ow) in the spec's order (section 4.4), in chunks
+// of `chunk` (canonical::kChunk: CANONICAL, with the pairwise tree;
+// kSingleChain: one chain), vectorised across input channels.
+void DepthwiseConv2dGradWeight(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               CpuIsa isa, ThreadPool* pool);
+
 namespace cpu_internal {
 // One per ISA translation unit (gemm_scalar.cc, gemm_avx2.cc,
 // gemm_avx512.cc); call only when the ISA is supported.
@@ -130,6 +138,15 @@ void DepthwiseGradInputAvx2(const spatial::Conv2dShape& s, const float* dy,
                             const float* w, float* dx, ThreadPool* pool);
 void DepthwiseGradInputAvx512(const spatial::Conv2dShape& s, const float* dy,
                               const float* w, float* dx, ThreadPool* pool);
+void DepthwiseGradWeightScalar(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               ThreadPool* pool);
+void DepthwiseGradWeightAvx2(const spatial::Conv2dShape& s, const float* x,
+                             const float* dy, float* dw, int64_t chunk,
+                             ThreadPool* pool);
+void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               ThreadPool* pool);
 }  // namespace cpu_internal
 
 }  // namespace lockstep::kernels

@@ -42,6 +42,12 @@ void DepthwiseGradInputAvx2(const spatial::Conv2dShape& s, const float* dy,
   avx2_isa::DepthwiseGradInput<avx2_isa::Avx2Vec>(s, dy, w, dx, pool);
 }
 
+void DepthwiseGradWeightAvx2(const spatial::Conv2dShape& s, const float* x,
+                             const float* dy, float* dw, int64_t chunk,
+                             ThreadPool* pool) {
+  avx2_isa::DepthwiseGradWeight<avx2_isa::Avx2Vec>(s, x, dy, dw, chunk, pool);
+}
+
 }  // namespace lockstep::kernels::cpu_internal
 
 #else  // not built for AVX2: never selected (isa.cc), kept linkable.
@@ -59,6 +65,11 @@ void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
 void DepthwiseGradInputAvx2(const spatial::Conv2dShape& s, const float* dy,
                             const float* w, float* dx, ThreadPool* pool) {
   DepthwiseGradInputScalar(s, dy, w, dx, pool);
+}
+void DepthwiseGradWeightAvx2(const spatial::Conv2dShape& s, const float* x,
+                             const float* dy, float* dw, int64_t chunk,
+                             ThreadPool* pool) {
+  DepthwiseGradWeightScalar(s, x, dy, dw, chunk, pool);
 }
 }  // namespace lockstep::kernels::cpu_internal
 

@@ -43,6 +43,13 @@ void DepthwiseGradInputAvx512(const spatial::Conv2dShape& s, const float* dy,
   avx512_isa::DepthwiseGradInput<avx512_isa::Avx512Vec>(s, dy, w, dx, pool);
 }
 
+void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               ThreadPool* pool) {
+  avx512_isa::DepthwiseGradWeight<avx512_isa::Avx512Vec>(s, x, dy, dw, chunk,
+                                                         pool);
+}
+
 }  // namespace lockstep::kernels::cpu_internal
 
 #else  // not built for AVX-512: never selected (isa.cc), kept linkable.
@@ -60,6 +67,11 @@ void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
 void DepthwiseGradInputAvx512(const spatial::Conv2dShape& s, const float* dy,
                               const float* w, float* dx, ThreadPool* pool) {
   DepthwiseGradInputScalar(s, dy, w, dx, pool);
+}
+void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               ThreadPool* pool) {
+  DepthwiseGradWeightScalar(s, x, dy, dw, chunk, pool);
 }
 }  // namespace lockstep::kernels::cpu_internal
 

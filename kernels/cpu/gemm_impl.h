@@ -339,11 +339,14 @@ void DepthwiseForward(const spatial::Conv2dShape& s, const float* x,
         for (int64_t c = 0; c < row_len; ++c) d[c] = 0.0f;
         continue;
       }
-      const float* sr = src + ih * s.w;
-      for (int64_t c = 0; c < row_len; ++c) {
-        const int64_t iw = c - s.pad_left;
-        d[c] = iw >= 0 && iw < s.w ? sr[iw] : 0.0f;
-      }
+      // Columns [lo, hi) hold x's row, iw = c - pad_left.
+      const float* sr = src + ih * s.w - s.pad_left;
+      const int64_t lo = std::min<int64_t>(s.pad_left, row_len);
+      const int64_t hi = std::min<int64_t>(s.pad_left + s.w, row_len);
+      int64_t c = 0;
+      for (; c < lo; ++c) d[c] = 0.0f;
+      for (; c < hi; ++c) d[c] = sr[c];
+      for (; c < row_len; ++c) d[c] = 0.0f;
     }
     alignas(64) float lanes[kW];
     for (int64_t m = 0; m < mult; ++m) {
@@ -433,6 +436,16 @@ void DepthwiseGradInput(const spatial::Conv2dShape& s, const float* dy,
           continue;
         }
         const float* sr = src + row_src[r] * out_w;
+        if (s.stride_w == 1) {  // columns [lo, hi) hold dy's row in order
+          const int64_t shift = span_w - s.pad_left;  // c = tw + shift
+          const int64_t lo = std::clamp<int64_t>(shift, 0, row_len);
+          const int64_t hi = std::clamp<int64_t>(shift + out_w, lo, row_len);
+          int64_t c = 0;
+          for (; c < lo; ++c) d[c] = 0.0f;
+          for (; c < hi; ++c) d[c] = sr[c - shift];
+          for (; c < row_len; ++c) d[c] = 0.0f;
+          continue;
+        }
         for (int64_t c = 0; c < row_len; ++c) {
           d[c] = col_src[c] >= 0 ? sr[col_src[c]] : 0.0f;
         }
@@ -468,6 +481,134 @@ void DepthwiseGradInput(const spatial::Conv2dShape& s, const float* dy,
   };
   if (s.n * s.c_in * s.h * s.w * mult * kk < kMinParallelFmas) pool = nullptr;
   For(pool, s.n * s.c_in, plane);
+}
+
+// Depthwise conv2d grad_weight (DepthwiseConv2dGradWeight, gemm.h): lanes =
+// kWidth input channels, over channel-interleaved copies of x (zero-padded
+// planes) and dy, so that one term of kWidth outputs is one fma of two
+// vector loads. Each output's terms (n, oh, ow) run in order in chunks of
+// `chunk` from +0.0f, and the chunk partials enter the canonical tree as in
+// GemmDriver (a binary counter of perfect subtrees per lane).
+template <class V>
+void DepthwiseGradWeight(const spatial::Conv2dShape& s, const float* x,
+                         const float* dy, float* dw, int64_t chunk,
+                         ThreadPool* pool) {
+  using T = typename V::T;
+  constexpr int kW = V::kWidth;
+  constexpr int kTapsPerTask = 8;
+  const int64_t out_h = spatial::Conv2dOutH(s);
+  const int64_t out_w = spatial::Conv2dOutW(s);
+  const int64_t pix = out_h * out_w;
+  const int64_t mult = s.c_out / s.groups;
+  const int64_t kk = s.k_h * s.k_w;
+  const int64_t terms = s.n * pix;  // > 0 (the caller handles none)
+  const int64_t blocks = (s.c_in + kW - 1) / kW;
+  const int64_t cpad = blocks * kW;
+  const int64_t rows =
+      (out_h - 1) * s.stride_h + (s.k_h - 1) * s.dilation_h + 1;
+  const int64_t row_len =
+      (out_w - 1) * s.stride_w + (s.k_w - 1) * s.dilation_w + 1;
+  // xt[n][r][c][ch]: x[n, ch, r - top, c - left] or zero; dyt[j][n][p][ch]:
+  // dy[n, ch * mult + j, p] (zero for ch >= c_in).
+  AlignedFloats xt(s.n * rows * row_len * cpad);
+  AlignedFloats dyt(mult * s.n * pix * cpad);
+  // Channels innermost: the writes are contiguous and the reads walk
+  // c_in planes in step.
+  auto fill = [&](int64_t n) {
+    const int64_t hw = s.h * s.w;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t ih = r - s.pad_top;
+      for (int64_t c = 0; c < row_len; ++c) {
+        const int64_t iw = c - s.pad_left;
+        float* d = xt.get() + ((n * rows + r) * row_len + c) * cpad;
+        int64_t ch = 0;
+        if (ih >= 0 && ih < s.h && iw >= 0 && iw < s.w) {
+          const float* src = x + n * s.c_in * hw + ih * s.w + iw;
+          for (; ch < s.c_in; ++ch) d[ch] = src[ch * hw];
+        }
+        for (; ch < cpad; ++ch) d[ch] = 0.0f;
+      }
+    }
+    for (int64_t j = 0; j < mult; ++j) {
+      for (int64_t p = 0; p < pix; ++p) {
+        float* d = dyt.get() + ((j * s.n + n) * pix + p) * cpad;
+        const float* src = dy + (n * s.c_out + j) * pix + p;
+        int64_t ch = 0;
+        for (; ch < s.c_in; ++ch) d[ch] = src[ch * mult * pix];
+        for (; ch < cpad; ++ch) d[ch] = 0.0f;
+      }
+    }
+  };
+  For(pool, s.n, fill);
+
+  const int64_t num_chunks = 1 + (terms - 1) / chunk;
+  int levels = 1;
+  while ((int64_t{1} << levels) <= num_chunks) ++levels;
+  const int64_t tap_groups = (kk + kTapsPerTask - 1) / kTapsPerTask;
+  auto task = [&](int64_t id) {  // (j, channel block, tap group)
+    const int64_t g = id % tap_groups;
+    const int64_t b = id / tap_groups % blocks;
+    const int64_t j = id / tap_groups / blocks;
+    const int64_t t0 = g * kTapsPerTask;
+    const int nt = static_cast<int>(std::min<int64_t>(kTapsPerTask, kk - t0));
+    int64_t offset[kTapsPerTask];  // of each tap in xt, from (oh, ow)'s
+    for (int t = 0; t < nt; ++t) {
+      const int64_t kh = (t0 + t) / s.k_w;
+      const int64_t kw = (t0 + t) % s.k_w;
+      offset[t] = (kh * s.dilation_h * row_len + kw * s.dilation_w) * cpad;
+    }
+    AlignedFloats slots(nt * levels * kW);
+    T acc[kTapsPerTask];
+    for (int t = 0; t < nt; ++t) acc[t] = V::Zero();
+    int64_t left = std::min(chunk, terms);  // terms left in this chunk
+    int64_t index = 0;                      // chunks finished
+    const float* dy_j = dyt.get() + j * s.n * pix * cpad + b * kW;
+    for (int64_t n = 0; n < s.n; ++n) {
+      for (int64_t oh = 0; oh < out_h; ++oh) {
+        const float* dyv_p = dy_j + (n * pix + oh * out_w) * cpad;
+        const float* x_p =
+            xt.get() + ((n * rows + oh * s.stride_h) * row_len) * cpad + b * kW;
+        for (int64_t ow = 0; ow < out_w; ++ow) {
+          const T dyv = V::Load(dyv_p + ow * cpad);
+          const float* xb = x_p + ow * s.stride_w * cpad;
+          for (int t = 0; t < nt; ++t) {
+            acc[t] = V::Fma(dyv, V::Load(xb + offset[t]), acc[t]);
+          }
+          if (--left == 0) {
+            for (int t = 0; t < nt; ++t) {
+              // PushPartial of GemmDriver, one vector.
+              float* st = slots.get() + t * levels * kW;
+              int level = 0;
+              for (int64_t bits = index; bits & 1; bits >>= 1, ++level) {
+                acc[t] = V::Add(V::Load(st + level * kW), acc[t]);
+              }
+              V::Store(st + level * kW, acc[t]);
+              acc[t] = V::Zero();
+            }
+            ++index;
+            left = std::min(chunk, terms - index * chunk);
+          }
+        }
+      }
+    }
+    alignas(64) float lanes[kW];
+    for (int t = 0; t < nt; ++t) {
+      // FoldTree of GemmDriver over `index` (= num_chunks) partials.
+      const float* st = slots.get() + t * levels * kW;
+      int level = 0;
+      while (((index >> level) & 1) == 0) ++level;
+      T r = V::Load(st + level * kW);
+      for (++level; (index >> level) != 0; ++level) {
+        if ((index >> level) & 1) r = V::Add(V::Load(st + level * kW), r);
+      }
+      V::Store(lanes, r);
+      for (int l = 0; l < kW && b * kW + l < s.c_in; ++l) {
+        dw[((b * kW + l) * mult + j) * kk + t0 + t] = lanes[l];
+      }
+    }
+  };
+  if (s.n * s.c_out * pix * kk < kMinParallelFmas) pool = nullptr;
+  For(pool, mult * blocks * tap_groups, task);
 }
 
 }  // namespace lockstep::kernels::cpu_internal::LS_GEMM_ISA_NS

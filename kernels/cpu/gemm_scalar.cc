@@ -41,4 +41,11 @@ void DepthwiseGradInputScalar(const spatial::Conv2dShape& s, const float* dy,
   scalar_isa::DepthwiseGradInput<scalar_isa::ScalarVec>(s, dy, w, dx, pool);
 }
 
+void DepthwiseGradWeightScalar(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               ThreadPool* pool) {
+  scalar_isa::DepthwiseGradWeight<scalar_isa::ScalarVec>(s, x, dy, dw, chunk,
+                                                         pool);
+}
+
 }  // namespace lockstep::kernels::cpu_internal
