@@ -97,7 +97,7 @@ struct ForwardB {
         for (int64_t kh = 0; kh < s.k_h; ++kh) {
           const int64_t ih = oh * s.stride_h + kh * s.dilation_h - s.pad_top;
           const bool row_in = ih >= 0 && ih < s.h;
-          const float* src = plane + ih * s.w;
+          const float* src = row_in ? plane + ih * s.w : nullptr;
           for (int64_t kw = 0; kw < s.k_w; ++kw, col += width) {
             if (!row_in) {
               for (int t = 0; t < len; ++t) col[t] = 0.0f;
@@ -110,11 +110,13 @@ struct ForwardB {
             const int64_t hi =
                 std::clamp<int64_t>(f.ow_range->hi[kw] - ow0, lo, len);
             for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
-            const float* s0 = src + ow0 * s.stride_w + off;
+            const int64_t base = ow0 * s.stride_w + off;  // iw of tap t = 0
             if (s.stride_w == 1) {
-              for (int64_t t = lo; t < hi; ++t) col[t] = s0[t];
+              for (int64_t t = lo; t < hi; ++t) col[t] = src[base + t];
             } else {
-              for (int64_t t = lo; t < hi; ++t) col[t] = s0[t * s.stride_w];
+              for (int64_t t = lo; t < hi; ++t) {
+                col[t] = src[base + t * s.stride_w];
+              }
             }
             for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
           }
@@ -155,7 +157,7 @@ struct GradInputB {
         const float* plane = image_dy + jc * pix;
         for (int64_t kh = 0; kh < s.k_h; ++kh) {
           const int64_t oh = f.oh_of[kh * s.h + ih];
-          const float* src = plane + oh * f.out_w;
+          const float* src = oh >= 0 ? plane + oh * f.out_w : nullptr;
           for (int64_t kw = 0; kw < s.k_w; ++kw, col += width) {
             if (oh < 0) {
               for (int t = 0; t < len; ++t) col[t] = 0.0f;
@@ -167,9 +169,8 @@ struct GradInputB {
               const int64_t lo = std::clamp<int64_t>(-(iw0 + off), 0, len);
               const int64_t hi =
                   std::clamp<int64_t>(f.out_w - (iw0 + off), lo, len);
-              const float* s0 = src + iw0 + off;
               for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
-              for (int64_t t = lo; t < hi; ++t) col[t] = s0[t];
+              for (int64_t t = lo; t < hi; ++t) col[t] = src[iw0 + off + t];
               for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
               continue;
             }
@@ -216,13 +217,13 @@ struct GradWeightOperands {
             for (int64_t ow = 0; ow < f.out_w; ++ow) d[ow * width] = 0.0f;
             continue;
           }
-          const float* src = f.x + (n * s.c_in + cl) * plane_size + ih * s.w +
-                             kw * s.dilation_w - s.pad_left;
+          const float* src = f.x + (n * s.c_in + cl) * plane_size + ih * s.w;
+          const int64_t off = kw * s.dilation_w - s.pad_left;
           const int64_t lo = f.ow_range->lo[kw];
           const int64_t hi = f.ow_range->hi[kw];
           for (int64_t ow = 0; ow < lo; ++ow) d[ow * width] = 0.0f;
           for (int64_t ow = lo; ow < hi; ++ow) {
-            d[ow * width] = src[ow * s.stride_w];
+            d[ow * width] = src[ow * s.stride_w + off];
           }
           for (int64_t ow = hi; ow < f.out_w; ++ow) d[ow * width] = 0.0f;
         }

@@ -340,12 +340,12 @@ void DepthwiseForward(const spatial::Conv2dShape& s, const float* x,
         continue;
       }
       // Columns [lo, hi) hold x's row, iw = c - pad_left.
-      const float* sr = src + ih * s.w - s.pad_left;
+      const float* sr = src + ih * s.w;
       const int64_t lo = std::min<int64_t>(s.pad_left, row_len);
       const int64_t hi = std::min<int64_t>(s.pad_left + s.w, row_len);
       int64_t c = 0;
       for (; c < lo; ++c) d[c] = 0.0f;
-      for (; c < hi; ++c) d[c] = sr[c];
+      for (; c < hi; ++c) d[c] = sr[c - s.pad_left];
       for (; c < row_len; ++c) d[c] = 0.0f;
     }
     alignas(64) float lanes[kW];
