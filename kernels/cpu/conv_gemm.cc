@@ -27,42 +27,18 @@ void TapRange(int64_t in, int64_t out, int64_t stride, int64_t off, int64_t* lo,
   *lo = first < *hi ? first : *hi;
 }
 
-// im2col of the group's cig input planes (x_group points at the first):
-// dst[r * row_stride + oh * OW + ow], r = (cl * KH + kh) * KW + kw, holds
-// the zero-padded x tap that y[oh, ow] reads.
-void Im2col(const sp::Conv2dShape& s, const float* x_group, float* dst,
-            int64_t row_stride, ThreadPool* pool) {
-  const int64_t out_h = sp::Conv2dOutH(s);
-  const int64_t out_w = sp::Conv2dOutW(s);
-  const int64_t cig = s.c_in / s.groups;
-  if (cig * s.k_h * s.k_w * out_h * out_w < (int64_t{1} << 16)) pool = nullptr;
-  ParallelFor(pool, cig, [&](int64_t cl) {
-    const float* plane = x_group + cl * s.h * s.w;
-    for (int64_t kh = 0; kh < s.k_h; ++kh) {
-      const int64_t off_h = kh * s.dilation_h - s.pad_top;
-      for (int64_t kw = 0; kw < s.k_w; ++kw) {
-        const int64_t off_w = kw * s.dilation_w - s.pad_left;
-        int64_t ow_lo, ow_hi;
-        TapRange(s.w, out_w, s.stride_w, off_w, &ow_lo, &ow_hi);
-        float* row = dst + ((cl * s.k_h + kh) * s.k_w + kw) * row_stride;
-        for (int64_t oh = 0; oh < out_h; ++oh) {
-          float* r = row + oh * out_w;
-          const int64_t ih = oh * s.stride_h + off_h;
-          if (ih < 0 || ih >= s.h) {
-            for (int64_t ow = 0; ow < out_w; ++ow) r[ow] = 0.0f;
-            continue;
-          }
-          const float* src = plane + ih * s.w;
-          for (int64_t ow = 0; ow < ow_lo; ++ow) r[ow] = 0.0f;
-          for (int64_t ow = ow_lo; ow < ow_hi; ++ow) {
-            r[ow] = src[ow * s.stride_w + off_w];
-          }
-          for (int64_t ow = ow_hi; ow < out_w; ++ow) r[ow] = 0.0f;
-        }
-      }
+// Per kernel column kw: the outputs [lo[kw], hi[kw]) of an axis whose tap
+// o * stride + kw * dilation - pad lies inside [0, in).
+struct TapRanges {
+  std::vector<int64_t> lo, hi;
+  TapRanges(int64_t in, int64_t out, int64_t k_size, int64_t stride,
+            int64_t pad, int64_t dilation)
+      : lo(k_size), hi(k_size) {
+    for (int64_t k = 0; k < k_size; ++k) {
+      TapRange(in, out, stride, k * dilation - pad, &lo[k], &hi[k]);
     }
-  });
-}
+  }
+};
 
 // For grad_input: map[k * in + i] = the output o whose tap k reads input i
 // (o * stride = i + pad - k * dilation, 0 <= o < out), or -1.
@@ -79,6 +55,199 @@ std::vector<int64_t> TapSources(int64_t in, int64_t out, int64_t k_size,
   }
   return map;
 }
+
+// Zeroes lanes [count, width) of `depth` packed rows.
+void ZeroTail(int64_t depth, int count, int width, float* dst) {
+  if (count == width) return;
+  for (int64_t p = 0; p < depth; ++p) {
+    for (int v = count; v < width; ++v) dst[p * width + v] = 0.0f;
+  }
+}
+
+// The packers below write GEMM panels (GemmPackFn, gemm.h) straight from the
+// NCHW tensors, with exactly the values the lowered matrices of the
+// canonical reductions hold (zeros at padding taps and stride holes).
+
+// Forward, B = im2col(x) of one group for images n0 .. n0 + count - 1:
+// rows (cl, kh, kw), columns (image, oh, ow).
+struct ForwardB {
+  const sp::Conv2dShape* s;
+  const float* x;  // image n0, the group's first input plane
+  int64_t out_h, out_w, cig;
+  const TapRanges* ow_range;  // per kw
+
+  static void Pack(const void* ctx, int64_t first, int count, int width,
+                   float* dst) {
+    const ForwardB& f = *static_cast<const ForwardB*>(ctx);
+    const sp::Conv2dShape& s = *f.s;
+    const int64_t pix = f.out_h * f.out_w;
+    const int64_t plane_size = s.h * s.w;
+    // Runs of columns on one output row of one image.
+    for (int v0 = 0; v0 < count;) {
+      const int64_t j = first + v0;
+      const int64_t image = j / pix;
+      const int64_t oh = j % pix / f.out_w;
+      const int64_t ow0 = j % pix % f.out_w;
+      const int len =
+          static_cast<int>(std::min<int64_t>(count - v0, f.out_w - ow0));
+      const float* image_x = f.x + image * s.c_in * plane_size;
+      float* col = dst + v0;
+      for (int64_t cl = 0; cl < f.cig; ++cl) {
+        const float* plane = image_x + cl * plane_size;
+        for (int64_t kh = 0; kh < s.k_h; ++kh) {
+          const int64_t ih = oh * s.stride_h + kh * s.dilation_h - s.pad_top;
+          const bool row_in = ih >= 0 && ih < s.h;
+          const float* src = row_in ? plane + ih * s.w : nullptr;
+          for (int64_t kw = 0; kw < s.k_w; ++kw, col += width) {
+            if (!row_in) {
+              for (int t = 0; t < len; ++t) col[t] = 0.0f;
+              continue;
+            }
+            const int64_t off = kw * s.dilation_w - s.pad_left;
+            // Taps t with ow0 + t in [lo, hi) lie inside the row.
+            const int64_t lo =
+                std::clamp<int64_t>(f.ow_range->lo[kw] - ow0, 0, len);
+            const int64_t hi =
+                std::clamp<int64_t>(f.ow_range->hi[kw] - ow0, lo, len);
+            for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
+            const int64_t base = ow0 * s.stride_w + off;  // iw of tap t = 0
+            if (s.stride_w == 1) {
+              for (int64_t t = lo; t < hi; ++t) col[t] = src[base + t];
+            } else {
+              for (int64_t t = lo; t < hi; ++t) {
+                col[t] = src[base + t * s.stride_w];
+              }
+            }
+            for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
+          }
+        }
+      }
+      v0 += len;
+    }
+    ZeroTail(f.cig * s.k_h * s.k_w, count, width, dst);
+  }
+};
+
+// grad_input, B = gather(dy) of one group for images n0 .. n0 + count - 1:
+// rows (j, kh, kw), columns (image, ih, iw); the dy tap dx[ih, iw] reads,
+// or zero.
+struct GradInputB {
+  const sp::Conv2dShape* s;
+  const float* dy;  // image n0, the group's first output plane
+  int64_t out_h, out_w, cog;
+  const int64_t* oh_of;  // TapSources of the rows
+  const int64_t* ow_of;  // and of the columns
+
+  static void Pack(const void* ctx, int64_t first, int count, int width,
+                   float* dst) {
+    const GradInputB& f = *static_cast<const GradInputB*>(ctx);
+    const sp::Conv2dShape& s = *f.s;
+    const int64_t hw = s.h * s.w;
+    const int64_t pix = f.out_h * f.out_w;
+    for (int v0 = 0; v0 < count;) {
+      const int64_t j = first + v0;
+      const int64_t image = j / hw;
+      const int64_t ih = j % hw / s.w;
+      const int64_t iw0 = j % hw % s.w;
+      const int len =
+          static_cast<int>(std::min<int64_t>(count - v0, s.w - iw0));
+      const float* image_dy = f.dy + image * s.c_out * pix;
+      float* col = dst + v0;
+      for (int64_t jc = 0; jc < f.cog; ++jc) {
+        const float* plane = image_dy + jc * pix;
+        for (int64_t kh = 0; kh < s.k_h; ++kh) {
+          const int64_t oh = f.oh_of[kh * s.h + ih];
+          const float* src = oh >= 0 ? plane + oh * f.out_w : nullptr;
+          for (int64_t kw = 0; kw < s.k_w; ++kw, col += width) {
+            if (oh < 0) {
+              for (int t = 0; t < len; ++t) col[t] = 0.0f;
+              continue;
+            }
+            if (s.stride_w == 1) {
+              // ow = iw + off: the taps t with 0 <= iw0 + off + t < OW.
+              const int64_t off = s.pad_left - kw * s.dilation_w;
+              const int64_t lo = std::clamp<int64_t>(-(iw0 + off), 0, len);
+              const int64_t hi =
+                  std::clamp<int64_t>(f.out_w - (iw0 + off), lo, len);
+              for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
+              for (int64_t t = lo; t < hi; ++t) col[t] = src[iw0 + off + t];
+              for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
+              continue;
+            }
+            const int64_t* ow = f.ow_of + kw * s.w + iw0;
+            for (int t = 0; t < len; ++t) {
+              col[t] = ow[t] >= 0 ? src[ow[t]] : 0.0f;
+            }
+          }
+        }
+      }
+      v0 += len;
+    }
+    ZeroTail(f.cog * s.k_h * s.k_w, count, width, dst);
+  }
+};
+
+// grad_weight of one group: its two operands, each packed with the lanes
+// along its own axis and the rows along (n, oh, ow).
+struct GradWeightOperands {
+  const sp::Conv2dShape* s;
+  const float* x;   // image 0, the group's first input plane
+  const float* dy;  // image 0, the group's first output plane
+  int64_t out_h, out_w;
+  const TapRanges* ow_range;
+
+  // Lanes = taps (cl, kh, kw): im2col(x)^T, the values the forward read.
+  static void PackTaps(const void* ctx, int64_t first, int count, int width,
+                       float* dst) {
+    const GradWeightOperands& f = *static_cast<const GradWeightOperands*>(ctx);
+    const sp::Conv2dShape& s = *f.s;
+    const int64_t plane_size = s.h * s.w;
+    const int64_t kk = s.k_h * s.k_w;
+    for (int64_t n = 0; n < s.n; ++n) {
+      for (int64_t oh = 0; oh < f.out_h; ++oh) {
+        float* rows = dst + ((n * f.out_h + oh) * f.out_w) * width;
+        for (int v = 0; v < count; ++v) {
+          const int64_t tap = first + v;
+          const int64_t cl = tap / kk;
+          const int64_t kh = tap % kk / s.k_w;
+          const int64_t kw = tap % s.k_w;
+          float* d = rows + v;
+          const int64_t ih = oh * s.stride_h + kh * s.dilation_h - s.pad_top;
+          if (ih < 0 || ih >= s.h) {
+            for (int64_t ow = 0; ow < f.out_w; ++ow) d[ow * width] = 0.0f;
+            continue;
+          }
+          const float* src = f.x + (n * s.c_in + cl) * plane_size + ih * s.w;
+          const int64_t off = kw * s.dilation_w - s.pad_left;
+          const int64_t lo = f.ow_range->lo[kw];
+          const int64_t hi = f.ow_range->hi[kw];
+          for (int64_t ow = 0; ow < lo; ++ow) d[ow * width] = 0.0f;
+          for (int64_t ow = lo; ow < hi; ++ow) {
+            d[ow * width] = src[ow * s.stride_w + off];
+          }
+          for (int64_t ow = hi; ow < f.out_w; ++ow) d[ow * width] = 0.0f;
+        }
+      }
+    }
+    ZeroTail(s.n * f.out_h * f.out_w, count, width, dst);
+  }
+
+  // Lanes = the group's output channels: dy.
+  static void PackDy(const void* ctx, int64_t first, int count, int width,
+                     float* dst) {
+    const GradWeightOperands& f = *static_cast<const GradWeightOperands*>(ctx);
+    const sp::Conv2dShape& s = *f.s;
+    const int64_t pix = f.out_h * f.out_w;
+    for (int64_t n = 0; n < s.n; ++n) {
+      float* rows = dst + n * pix * width;
+      for (int v = 0; v < count; ++v) {
+        const float* src = f.dy + (n * s.c_out + first + v) * pix;
+        for (int64_t p = 0; p < pix; ++p) rows[p * width + v] = src[p];
+      }
+    }
+    ZeroTail(s.n * pix, count, width, dst);
+  }
+};
 
 // Scratch floats, left uninitialised (every element is written before it
 // is read), reused between calls (scratch.h).
@@ -117,11 +286,18 @@ c::MatMulShape RowMajor(int64_t rows, int64_t cols, int64_t depth) {
 
 void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
                        float* y, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
-  const int64_t pix = sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  const int64_t out_h = sp::Conv2dOutH(s);
+  const int64_t out_w = sp::Conv2dOutW(s);
+  const int64_t pix = out_h * out_w;
   const int64_t cig = s.c_in / s.groups;
   const int64_t cog = s.c_out / s.groups;
   const int64_t depth = cig * s.k_h * s.k_w;
   if (pix == 0 || cog == 0 || s.n == 0) return;
+  if (cig == 1 && s.groups > 1 && s.k_h * s.k_w <= c::kChunk) {
+    // Depthwise: one chain of at most one chunk per output, no GEMM.
+    DepthwiseConv2dForward(s, x, w, y, isa, pool);
+    return;
+  }
   const int64_t nb = ImagesPerProduct(pix, s.n);
   const int64_t batches = (s.n + nb - 1) / nb;
   // Batches write disjoint outputs: with enough of them, or small ones, one
@@ -129,31 +305,27 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
   const bool per_batch =
       batches >= 2 * Threads(pool) || cog * nb * pix * depth < kMinParallelFmas;
   ThreadPool* inner = per_batch ? nullptr : pool;
+  const TapRanges ow_range(s.w, out_w, s.k_w, s.stride_w, s.pad_left,
+                           s.dilation_w);
   auto batch = [&](int64_t b) {
     const int64_t n0 = b * nb;
     const int64_t count = std::min(nb, s.n - n0);
-    const int64_t cols = count * pix;  // (image, oh, ow)
-    const Floats col(depth * cols);
-    const Floats out(count > 1 ? cog * cols : 0);
-    const c::MatMulShape m = RowMajor(cog, cols, depth);
+    // y[co, (image, oh, ow)] = W[co, (cl, kh, kw)] x im2col(x), B packed
+    // from x, each image's columns landing in its own output block.
+    c::MatMulShape m = RowMajor(cog, count * pix, depth);
+    m.c_row = pix;
     for (int64_t g = 0; g < s.groups; ++g) {
-      for (int64_t i = 0; i < count; ++i) {
-        Im2col(s, x + ((n0 + i) * s.c_in + g * cig) * s.h * s.w,
-               col.data() + i * pix, cols, inner);
-      }
-      float* y_group = y + (n0 * s.c_out + g * cog) * pix;
-      if (count == 1) {
-        Gemm(m, w + g * cog * depth, col.data(), y_group, chunk, isa, inner);
-        continue;
-      }
-      Gemm(m, w + g * cog * depth, col.data(), out.data(), chunk, isa, inner);
-      for (int64_t i = 0; i < count; ++i) {
-        for (int64_t co = 0; co < cog; ++co) {
-          const float* src = out.data() + co * cols + i * pix;
-          float* dst = y_group + (i * s.c_out + co) * pix;
-          for (int64_t p = 0; p < pix; ++p) dst[p] = src[p];
-        }
-      }
+      const ForwardB f{&s,    x + (n0 * s.c_in + g * cig) * s.h * s.w,
+                       out_h, out_w,
+                       cig,   &ow_range};
+      GemmPacking packing;
+      packing.pack_b = &ForwardB::Pack;
+      packing.ctx = &f;
+      packing.c_block = pix;
+      packing.c_block_stride = s.c_out * pix;
+      GemmPacked(m, w + g * cog * depth, nullptr,
+                 y + (n0 * s.c_out + g * cog) * pix, chunk, packing, isa,
+                 inner);
     }
   };
   if (per_batch) {
@@ -166,7 +338,9 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
 void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
                           const float* dy, float* dw, int64_t chunk, CpuIsa isa,
                           ThreadPool* pool) {
-  const int64_t pix = sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  const int64_t out_h = sp::Conv2dOutH(s);
+  const int64_t out_w = sp::Conv2dOutW(s);
+  const int64_t pix = out_h * out_w;
   const int64_t cig = s.c_in / s.groups;
   const int64_t cog = s.c_out / s.groups;
   const int64_t taps = cig * s.k_h * s.k_w;
@@ -175,55 +349,39 @@ void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
     for (int64_t i = 0; i < sp::Conv2dWeightSize(s); ++i) dw[i] = 0.0f;
     return;
   }
+  if (cig == 1 && s.groups > 1) {
+    // Depthwise: vectorised across channels, no GEMM.
+    DepthwiseConv2dGradWeight(s, x, dy, dw, chunk, isa, pool);
+    return;
+  }
   // Two orientations of the same products (fma(dy, x, acc) equals
-  // fma(x, dy, acc) bit for bit):
-  //   dw[co, tap]   = dy[co, (n, pix)] x col[tap, (n, pix)]^T
-  //   dw^T[tap, co] = col[tap, (n, pix)] x dy^T[(n, pix), co]
-  // The second reads both operands along rows when the GEMM packs them;
-  // the first keeps more of the micro-kernel's columns busy when there are
-  // few output channels.
+  // fma(x, dy, acc) bit for bit), both operands packed straight from x and
+  // dy:
+  //   dw[co, tap]   = dy[co, (n, pix)] x im2col(x)^T[(n, pix), tap]
+  //   dw^T[tap, co] = im2col(x)[tap, (n, pix)] x dy^T[(n, pix), co]
+  // The second keeps the micro-kernel's columns busy when there are many
+  // output channels, the first when there are few.
   const bool transposed = cog >= 32;
-  const Floats col(taps * depth);  // [taps][(n, pix)]
-  const Floats dyg(cog * depth);   // [cog][(n, pix)] or [(n, pix)][cog]
-  c::MatMulShape m;
-  m.depth = depth;
-  m.a_row = depth;
-  m.a_depth = 1;
+  c::MatMulShape m =
+      RowMajor(transposed ? taps : cog, transposed ? cog : taps, depth);
   if (transposed) {
-    m.rows = taps;
-    m.cols = cog;
-    m.b_depth = cog;
-    m.b_col = 1;
     m.c_row = 1;
     m.c_col = taps;
-  } else {
-    m.rows = cog;
-    m.cols = taps;
-    m.b_depth = 1;
-    m.b_col = depth;
-    m.c_row = taps;
-    m.c_col = 1;
   }
+  const TapRanges ow_range(s.w, out_w, s.k_w, s.stride_w, s.pad_left,
+                           s.dilation_w);
   for (int64_t g = 0; g < s.groups; ++g) {
-    for (int64_t n = 0; n < s.n; ++n) {
-      Im2col(s, x + (n * s.c_in + g * cig) * s.h * s.w, col.data() + n * pix,
-             depth, pool);
-      for (int64_t i = 0; i < cog; ++i) {
-        const float* src = dy + (n * s.c_out + g * cog + i) * pix;
-        if (transposed) {
-          float* dst = dyg.data() + n * pix * cog + i;
-          for (int64_t p = 0; p < pix; ++p) dst[p * cog] = src[p];
-        } else {
-          float* dst = dyg.data() + i * depth + n * pix;
-          for (int64_t p = 0; p < pix; ++p) dst[p] = src[p];
-        }
-      }
-    }
-    if (transposed) {
-      Gemm(m, col.data(), dyg.data(), dw + g * cog * taps, chunk, isa, pool);
-    } else {
-      Gemm(m, dyg.data(), col.data(), dw + g * cog * taps, chunk, isa, pool);
-    }
+    const GradWeightOperands f{
+        &s,       x + g * cig * s.h * s.w, dy + g * cog * pix, out_h, out_w,
+        &ow_range};
+    GemmPacking packing;
+    packing.pack_a = transposed ? &GradWeightOperands::PackTaps
+                                : &GradWeightOperands::PackDy;
+    packing.pack_b = transposed ? &GradWeightOperands::PackDy
+                                : &GradWeightOperands::PackTaps;
+    packing.ctx = &f;
+    GemmPacked(m, nullptr, nullptr, dw + g * cog * taps, chunk, packing, isa,
+               pool);
   }
 }
 
@@ -239,6 +397,11 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
   const int64_t kk = s.k_h * s.k_w;
   const int64_t depth = cog * kk;  // (co, kh, kw)
   if (hw == 0 || s.n == 0) return;
+  if (cig == 1 && s.groups > 1 && depth <= c::kChunk) {
+    // Depthwise: one chain of at most one chunk per output, no GEMM.
+    DepthwiseConv2dGradInput(s, dy, w, dx, isa, pool);
+    return;
+  }
   // wt[g][cl][(co_l, kh, kw)] = w[g * cog + co_l, cl, kh, kw].
   const Floats wt(s.groups * cig * depth);
   for (int64_t g = 0; g < s.groups; ++g) {
@@ -263,55 +426,22 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
   auto batch = [&](int64_t b) {
     const int64_t n0 = b * nb;
     const int64_t count = std::min(nb, s.n - n0);
-    const int64_t cols = count * hw;  // (image, ih, iw)
-    ThreadPool* gather_pool =
-        depth * cols < (int64_t{1} << 16) ? nullptr : inner;
-    // gat[(co_l, kh, kw)][(image, ih, iw)]: the dy tap dx[ih, iw] reads, or
-    // zero.
-    const Floats gat(depth * cols);
-    const Floats out(count > 1 ? cig * cols : 0);
-    const c::MatMulShape m = RowMajor(cig, cols, depth);
+    // dx[ci, (image, ih, iw)] = W'[ci, (co, kh, kw)] x gather(dy), B packed
+    // from dy, each image's columns landing in its own dx block.
+    c::MatMulShape m = RowMajor(cig, count * hw, depth);
+    m.c_row = hw;
     for (int64_t g = 0; g < s.groups; ++g) {
-      ParallelFor(gather_pool, cog, [&](int64_t j) {
-        for (int64_t i = 0; i < count; ++i) {
-          const float* plane = dy + ((n0 + i) * s.c_out + g * cog + j) * pix;
-          for (int64_t kh = 0; kh < s.k_h; ++kh) {
-            for (int64_t kw = 0; kw < s.k_w; ++kw) {
-              float* row =
-                  gat.data() + (j * kk + kh * s.k_w + kw) * cols + i * hw;
-              const int64_t* ow_map = ow_of.data() + kw * s.w;
-              for (int64_t ih = 0; ih < s.h; ++ih) {
-                float* r = row + ih * s.w;
-                const int64_t oh = oh_of[kh * s.h + ih];
-                if (oh < 0) {
-                  for (int64_t iw = 0; iw < s.w; ++iw) r[iw] = 0.0f;
-                  continue;
-                }
-                const float* src = plane + oh * out_w;
-                for (int64_t iw = 0; iw < s.w; ++iw) {
-                  const int64_t ow = ow_map[iw];
-                  r[iw] = ow >= 0 ? src[ow] : 0.0f;
-                }
-              }
-            }
-          }
-        }
-      });
-      float* dx_group = dx + (n0 * s.c_in + g * cig) * hw;
-      if (count == 1) {
-        Gemm(m, wt.data() + g * cig * depth, gat.data(), dx_group, chunk, isa,
-             inner);
-        continue;
-      }
-      Gemm(m, wt.data() + g * cig * depth, gat.data(), out.data(), chunk, isa,
-           inner);
-      for (int64_t i = 0; i < count; ++i) {
-        for (int64_t cl = 0; cl < cig; ++cl) {
-          const float* src = out.data() + cl * cols + i * hw;
-          float* dst = dx_group + (i * s.c_in + cl) * hw;
-          for (int64_t p = 0; p < hw; ++p) dst[p] = src[p];
-        }
-      }
+      const GradInputB f{&s,          dy + (n0 * s.c_out + g * cog) * pix,
+                         out_h,       out_w,
+                         cog,         oh_of.data(),
+                         ow_of.data()};
+      GemmPacking packing;
+      packing.pack_b = &GradInputB::Pack;
+      packing.ctx = &f;
+      packing.c_block = hw;
+      packing.c_block_stride = s.c_in * hw;
+      GemmPacked(m, wt.data() + g * cig * depth, nullptr,
+                 dx + (n0 * s.c_in + g * cig) * hw, chunk, packing, isa, inner);
     }
   };
   if (per_batch) {

@@ -15,10 +15,20 @@
 //   grad_input   per (n, group): dx[ci, (ih, iw)] = W'[ci, (co, kh, kw)] x
 //                gather(dy)[(co, kh, kw), (ih, iw)]  (zero where the tap
 //                falls on padding or a stride hole)
-// Small images are batched: the lowered matrices of several images side by
-// side as column blocks of one product (the outputs of each keep their own
-// reduction, so the bits do not change). Scratch memory: the lowered
-// matrices (for grad_weight, the whole batch's im2col of one group).
+// The lowered matrices are never materialised: the GEMM's panel packers
+// (GemmPacked, gemm.h) write each packed panel straight from x or dy, with
+// the zeros at padding taps and stride holes, in the layout the GEMM would
+// have packed from the lowered matrix, so the arithmetic is the same.
+// Small images are batched: the columns of several images side by side in
+// one product, each image's outputs written to its own block of y or dx
+// (every output keeps its own reduction, so the bits do not change).
+// Depthwise convolutions (groups == c_in) skip the GEMM: forward and
+// grad_input with at most 256 terms per output run each output's one-chunk
+// chain directly, vectorised across a row's outputs, and grad_weight runs
+// each output's chunks and tree vectorised across channels
+// (DepthwiseConv2d*, gemm.h).
+// Scratch memory: the GEMM's packed panels (for grad_weight, the whole
+// batch's im2col of one group, packed).
 //
 // Preconditions: as the scalar drivers of kernels/spatial/conv2d.h (shape
 // validated, sizes, no overlap). Thread-safety: reentrant.

@@ -21,7 +21,11 @@
 //       bias_add.grad, max_pool2d.*, avg_pool2d.* and global_avg_pool.*: the
 //       scalar spec kernels against the canonical lane kernels
 //       (lane_kernels.h).
-// After Google Benchmark's own report it prints four summary tables, each
+//   shapes/<i>/<op>/{conv,gemm}
+//       CANONICAL conv2d.forward / grad_input / grad_weight of ResNet-18
+//       (CIFAR) shapes and a depthwise one, batch 8, one thread, next to the
+//       canonical GEMM of one group's product at the same M/N/K.
+// After Google Benchmark's own report it prints five summary tables, each
 // figure the best of --reps repetitions (default 5; the repetitions of all
 // benchmarks run interleaved in random order, 0.2 s each, unless
 // --benchmark_enable_random_interleaving / --benchmark_min_time say
@@ -631,6 +635,141 @@ void PrintLanes() {
 }
 
 // ---------------------------------------------------------------------------
+// (e) conv2d per network shape against the GEMM at the same M/N/K.
+
+struct NetShape {
+  std::string name;
+  int64_t c_in, px, c_out, k, stride, pad, groups;
+};
+
+// ResNet-18 (CIFAR) convolutions, and a depthwise one; batch 8 (1 with
+// --quick).
+int64_t NetBatch() { return Opts().quick ? 1 : 8; }
+const std::vector<NetShape>& NetShapes() {
+  static const auto* shapes = new std::vector<NetShape>{
+      {"stem 3x3 3->64 32px", 3, 32, 64, 3, 1, 1, 1},
+      {"3x3 64 32px", 64, 32, 64, 3, 1, 1, 1},
+      {"3x3 128 16px", 128, 16, 128, 3, 1, 1, 1},
+      {"3x3 256 8px", 256, 8, 256, 3, 1, 1, 1},
+      {"3x3 512 4px", 512, 4, 512, 3, 1, 1, 1},
+      {"3x3 s2 64->128 32px", 64, 32, 128, 3, 2, 1, 1},
+      {"3x3 s2 256->512 8px", 256, 8, 512, 3, 2, 1, 1},
+      {"1x1 s2 64->128 32px", 64, 32, 128, 1, 2, 0, 1},
+      {"1x1 s2 256->512 8px", 256, 8, 512, 1, 2, 0, 1},
+      {"dw 3x3 128 16px", 128, 16, 128, 3, 1, 1, 128},
+  };
+  return *shapes;
+}
+
+// One group's product of each op: rows x cols, depth.
+struct Mnk {
+  int64_t m, n, k;
+};
+Mnk NetMnk(const NetShape& s, int op) {
+  const int64_t b = NetBatch();
+  const int64_t out = (s.px + 2 * s.pad - s.k) / s.stride + 1;
+  const int64_t cig = s.c_in / s.groups, cog = s.c_out / s.groups;
+  const int64_t kk = s.k * s.k;
+  if (op == 0) return {cog, b * out * out, cig * kk};
+  if (op == 1) return {cig, b * s.px * s.px, cog * kk};
+  return {cog, cig * kk, b * out * out};
+}
+double NetFlops(const NetShape& s) {
+  const Mnk f = NetMnk(s, 0);
+  return 2.0 * f.m * f.n * f.k * s.groups;  // the same for all three ops
+}
+
+std::string NetName(size_t i, int op, const char* impl) {
+  return absl::StrFormat("shapes/%d/%s/%s", i, kConvOps[op].label, impl);
+}
+
+void RegisterNetShapes() {
+  uint32_t seed = 40;
+  for (size_t i = 0; i < NetShapes().size(); ++i) {
+    const NetShape& s = NetShapes()[i];
+    const int64_t b = NetBatch();
+    const int64_t out = (s.px + 2 * s.pad - s.k) / s.stride + 1;
+    auto d = std::make_shared<ConvData>();
+    d->x = RandomTensor({b, s.c_in, s.px, s.px}, ++seed);
+    d->w = RandomTensor({s.c_out, s.c_in / s.groups, s.k, s.k}, ++seed);
+    d->dy = RandomTensor({b, s.c_out, out, out}, ++seed);
+    d->y = {ZeroTensor({b, s.c_out, out, out})};
+    d->dx = {ZeroTensor({b, s.c_in, s.px, s.px})};
+    d->dw = {ZeroTensor({s.c_out, s.c_in / s.groups, s.k, s.k})};
+    OpAttrs attrs;
+    attrs.stride_h = attrs.stride_w = s.stride;
+    attrs.pad_top = attrs.pad_bottom = attrs.pad_left = attrs.pad_right = s.pad;
+    attrs.groups = s.groups;
+    for (int op = 0; op < 3; ++op) {
+      const KernelFn fn =
+          Kernel(kConvOps[op].op, Mode::kCanonical, kCanonicalAlgorithm);
+      Add(
+          NetName(i, op, "conv"), [] { UseThreads(1); },
+          [d, op, fn, attrs] {
+            Call(fn, d->Inputs(op), d->Output(op), attrs);
+          });
+      const Mnk f = NetMnk(s, op);
+      struct Operands {
+        std::vector<float> a, b, c;
+      };
+      auto g = std::make_shared<Operands>();
+      g->a = Random(f.m * f.k, ++seed);
+      g->b = Random(f.k * f.n, ++seed);
+      g->c.assign(f.m * f.n, 0.0f);
+      c::MatMulShape m;
+      m.rows = f.m;
+      m.cols = f.n;
+      m.depth = f.k;
+      m.a_row = f.k;
+      m.a_depth = 1;
+      m.b_depth = f.n;
+      m.b_col = 1;
+      m.c_row = f.n;
+      m.c_col = 1;
+      Add(
+          NetName(i, op, "gemm"), [] {},
+          [g, m] {
+            CanonicalGemm(m, g->a.data(), g->b.data(), g->c.data(),
+                          ActiveCpuIsa(),
+                          /*pool=*/nullptr);
+            benchmark::DoNotOptimize(g->c.data());
+          });
+    }
+  }
+}
+
+void PrintNetShapes() {
+  std::printf(
+      "\n== (e) CANONICAL conv2d per network shape vs the canonical GEMM at "
+      "the same M/N/K (one group's product), batch %d, 1 thread; GFLOP/s "
+      "(the convolution's own flops), and groups x GEMM time / conv time, "
+      "ISA %s ==\n",
+      static_cast<int>(NetBatch()),
+      std::string(CpuIsaName(ActiveCpuIsa())).c_str());
+  std::printf("%-22s %-12s %18s %8s %8s %10s\n", "shape", "op", "M x N x K",
+              "conv", "gemm", "gemm/conv");
+  for (size_t i = 0; i < NetShapes().size(); ++i) {
+    const NetShape& s = NetShapes()[i];
+    for (int op = 0; op < 3; ++op) {
+      const Mnk f = NetMnk(s, op);
+      const double gc = NetFlops(s) / Seconds(NetName(i, op, "conv")) * 1e-9;
+      const double gg =
+          2.0 * f.m * f.n * f.k / Seconds(NetName(i, op, "gemm")) * 1e-9;
+      // The lowered product's time over the convolution's: 1 is GEMM
+      // efficiency on the canonical term sequence (which for a strided
+      // grad_input includes the stride holes' zero terms).
+      const double ratio = s.groups * Seconds(NetName(i, op, "gemm")) /
+                           Seconds(NetName(i, op, "conv"));
+      std::printf("%-22s %-12s %18s %8s %8s %10s\n", s.name.c_str(),
+                  kConvOps[op].label,
+                  absl::StrFormat("%dx%dx%d", f.m, f.n, f.k).c_str(),
+                  Fmt(gc, "%.1f").c_str(), Fmt(gg, "%.1f").c_str(),
+                  Fmt(ratio, "%.2f").c_str());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 
 int Main(int argc, char** argv) {
   // Our flags first; the rest goes to Google Benchmark, with defaults of
@@ -665,6 +804,7 @@ int Main(int argc, char** argv) {
   RegisterGemm();
   RegisterConv();
   RegisterLanes();
+  RegisterNetShapes();
   CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
@@ -677,6 +817,7 @@ int Main(int argc, char** argv) {
   PrintConv();
   PrintHash();
   PrintLanes();
+  PrintNetShapes();
   std::fflush(stdout);
   return 0;
 }

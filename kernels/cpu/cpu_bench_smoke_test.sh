@@ -15,7 +15,8 @@ for header in \
     "== (b) cost of determinism: conv2d GFLOP/s per mode" \
     "conv2d training step (forward + grad_input + grad_weight)" \
     "== (c) fingerprinting each op's output" \
-    "== (d) bias_add.grad and pooling"; do
+    "== (d) bias_add.grad and pooling" \
+    "== (e) CANONICAL conv2d per network shape"; do
   if ! grep -qF -- "$header" "$out"; then
     echo "cpu_bench --quick did not print \"$header\"; its output:"
     cat "$out"

@@ -22,6 +22,14 @@
 // reduction is ever split. Each ISA (isa.h) has its own translation unit
 // built with its own -m flags; explicit fma intrinsics, never mul + add.
 //
+// Implicit operands (GemmPacked). A caller whose operand is a function of
+// other data (a convolution's im2col matrix) can hand the GEMM a packer that
+// writes the packed panels straight from that data, in the layout the GEMM
+// would have packed from the materialised matrix: the arithmetic, and so
+// every bit, is that of Gemm over the materialised matrix. C may likewise be
+// split into column blocks that land at a stride of their own (a batch of
+// images' outputs side by side).
+//
 // Preconditions: shapes valid, pointers hold the strided extents, C does not
 // overlap A or B. Thread-safety: reentrant; concurrent calls must not share
 // C.
@@ -34,6 +42,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/dense.h"
+#include "kernels/spatial/conv2d.h"
 
 namespace lockstep::kernels {
 
@@ -56,15 +65,88 @@ inline void CanonicalGemm(const canonical::MatMulShape& s, const float* a,
   Gemm(s, a, b, c, canonical::kChunk, isa, pool);
 }
 
+// Writes one packed panel of an operand: for p in [0, depth) and v in
+// [0, width), dst[p * width + v] = A(first + v, p) (an A row tile) or
+// B(p, first + v) (a B column panel), and +0.0f for v >= count. Called
+// concurrently for different panels; ctx is shared, read-only.
+using GemmPackFn = void (*)(const void* ctx, int64_t first, int count,
+                            int width, float* dst);
+
+struct GemmPacking {
+  GemmPackFn pack_a = nullptr;  // null: A from the strided shape
+  GemmPackFn pack_b = nullptr;  // null: B from the strided shape
+  const void* ctx = nullptr;
+  // > 0: column j of C is at c + i * c_row + (j / c_block) * c_block_stride
+  // + (j % c_block) * c_col; 0: at c + i * c_row + j * c_col.
+  int64_t c_block = 0;
+  int64_t c_block_stride = 0;
+};
+
+// Gemm with packers and C blocks as `packing` says (a and b are not read
+// where a packer replaces them and may be null).
+void GemmPacked(const canonical::MatMulShape& s, const float* a, const float* b,
+                float* c, int64_t chunk, const GemmPacking& packing, CpuIsa isa,
+                ThreadPool* pool);
+
+// Depthwise conv2d forward (groups == c_in, any channel multiplier) without
+// a GEMM: each output is one fma chain from +0.0f over its taps (kh, kw) in
+// the spec's order (docs/canonical-arithmetic.md 4.2), vectorised across
+// neighbouring outputs of a row. With at most canonical::kChunk taps that
+// is the canonical reduction (one chunk) and the single chain alike, so
+// callers use it only when k_h * k_w <= canonical::kChunk.
+void DepthwiseConv2dForward(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, CpuIsa isa,
+                            ThreadPool* pool);
+
+// Depthwise conv2d grad_input (groups == c_in) the same way: each dx element
+// is one fma chain from +0.0f over its terms (j, kh, kw) in the spec's order
+// (section 4.3, stride holes and padding reading +0.0f); callers use it
+// only when (c_out / groups) * k_h * k_w <= canonical::kChunk.
+void DepthwiseConv2dGradInput(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, CpuIsa isa,
+                              ThreadPool* pool);
+
+// Depthwise conv2d grad_weight (groups == c_in) without a GEMM: each dw
+// element's terms (n, oh, ow) in the spec's order (section 4.4), in chunks
+// of `chunk` (canonical::kChunk: CANONICAL, with the pairwise tree;
+// kSingleChain: one chain), vectorised across input channels.
+void DepthwiseConv2dGradWeight(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               CpuIsa isa, ThreadPool* pool);
+
 namespace cpu_internal {
 // One per ISA translation unit (gemm_scalar.cc, gemm_avx2.cc,
 // gemm_avx512.cc); call only when the ISA is supported.
 void GemmScalar(const canonical::MatMulShape& s, const float* a, const float* b,
-                float* c, int64_t chunk, ThreadPool* pool);
+                float* c, int64_t chunk, const GemmPacking& packing,
+                ThreadPool* pool);
 void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
-              float* c, int64_t chunk, ThreadPool* pool);
+              float* c, int64_t chunk, const GemmPacking& packing,
+              ThreadPool* pool);
 void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
-                float* c, int64_t chunk, ThreadPool* pool);
+                float* c, int64_t chunk, const GemmPacking& packing,
+                ThreadPool* pool);
+void DepthwiseForwardScalar(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, ThreadPool* pool);
+void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
+                          const float* w, float* y, ThreadPool* pool);
+void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, ThreadPool* pool);
+void DepthwiseGradInputScalar(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, ThreadPool* pool);
+void DepthwiseGradInputAvx2(const spatial::Conv2dShape& s, const float* dy,
+                            const float* w, float* dx, ThreadPool* pool);
+void DepthwiseGradInputAvx512(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, ThreadPool* pool);
+void DepthwiseGradWeightScalar(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               ThreadPool* pool);
+void DepthwiseGradWeightAvx2(const spatial::Conv2dShape& s, const float* x,
+                             const float* dy, float* dw, int64_t chunk,
+                             ThreadPool* pool);
+void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               ThreadPool* pool);
 }  // namespace cpu_internal
 
 }  // namespace lockstep::kernels

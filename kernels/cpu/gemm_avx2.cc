@@ -26,8 +26,26 @@ struct Avx2Vec {
 }  // namespace avx2_isa
 
 void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
-              float* c, int64_t chunk, ThreadPool* pool) {
-  avx2_isa::GemmDriver<avx2_isa::Avx2Vec, 6, 2>::Run(s, a, b, c, chunk, pool);
+              float* c, int64_t chunk, const GemmPacking& packing,
+              ThreadPool* pool) {
+  avx2_isa::GemmDriver<avx2_isa::Avx2Vec, 6, 2>::Run(s, a, b, c, chunk, packing,
+                                                     pool);
+}
+
+void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
+                          const float* w, float* y, ThreadPool* pool) {
+  avx2_isa::DepthwiseForward<avx2_isa::Avx2Vec>(s, x, w, y, pool);
+}
+
+void DepthwiseGradInputAvx2(const spatial::Conv2dShape& s, const float* dy,
+                            const float* w, float* dx, ThreadPool* pool) {
+  avx2_isa::DepthwiseGradInput<avx2_isa::Avx2Vec>(s, dy, w, dx, pool);
+}
+
+void DepthwiseGradWeightAvx2(const spatial::Conv2dShape& s, const float* x,
+                             const float* dy, float* dw, int64_t chunk,
+                             ThreadPool* pool) {
+  avx2_isa::DepthwiseGradWeight<avx2_isa::Avx2Vec>(s, x, dy, dw, chunk, pool);
 }
 
 }  // namespace lockstep::kernels::cpu_internal
@@ -36,8 +54,22 @@ void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
 
 namespace lockstep::kernels::cpu_internal {
 void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
-              float* c, int64_t chunk, ThreadPool* pool) {
-  GemmScalar(s, a, b, c, chunk, pool);
+              float* c, int64_t chunk, const GemmPacking& packing,
+              ThreadPool* pool) {
+  GemmScalar(s, a, b, c, chunk, packing, pool);
+}
+void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
+                          const float* w, float* y, ThreadPool* pool) {
+  DepthwiseForwardScalar(s, x, w, y, pool);
+}
+void DepthwiseGradInputAvx2(const spatial::Conv2dShape& s, const float* dy,
+                            const float* w, float* dx, ThreadPool* pool) {
+  DepthwiseGradInputScalar(s, dy, w, dx, pool);
+}
+void DepthwiseGradWeightAvx2(const spatial::Conv2dShape& s, const float* x,
+                             const float* dy, float* dw, int64_t chunk,
+                             ThreadPool* pool) {
+  DepthwiseGradWeightScalar(s, x, dy, dw, chunk, pool);
 }
 }  // namespace lockstep::kernels::cpu_internal
 

@@ -27,9 +27,27 @@ struct Avx512Vec {
 }  // namespace avx512_isa
 
 void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
-                float* c, int64_t chunk, ThreadPool* pool) {
+                float* c, int64_t chunk, const GemmPacking& packing,
+                ThreadPool* pool) {
   avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 12, 2>::Run(s, a, b, c, chunk,
-                                                            pool);
+                                                            packing, pool);
+}
+
+void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, ThreadPool* pool) {
+  avx512_isa::DepthwiseForward<avx512_isa::Avx512Vec>(s, x, w, y, pool);
+}
+
+void DepthwiseGradInputAvx512(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, ThreadPool* pool) {
+  avx512_isa::DepthwiseGradInput<avx512_isa::Avx512Vec>(s, dy, w, dx, pool);
+}
+
+void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               ThreadPool* pool) {
+  avx512_isa::DepthwiseGradWeight<avx512_isa::Avx512Vec>(s, x, dy, dw, chunk,
+                                                         pool);
 }
 
 }  // namespace lockstep::kernels::cpu_internal
@@ -38,8 +56,22 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
 
 namespace lockstep::kernels::cpu_internal {
 void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
-                float* c, int64_t chunk, ThreadPool* pool) {
-  GemmScalar(s, a, b, c, chunk, pool);
+                float* c, int64_t chunk, const GemmPacking& packing,
+                ThreadPool* pool) {
+  GemmScalar(s, a, b, c, chunk, packing, pool);
+}
+void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, ThreadPool* pool) {
+  DepthwiseForwardScalar(s, x, w, y, pool);
+}
+void DepthwiseGradInputAvx512(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, ThreadPool* pool) {
+  DepthwiseGradInputScalar(s, dy, w, dx, pool);
+}
+void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               ThreadPool* pool) {
+  DepthwiseGradWeightScalar(s, x, dy, dw, chunk, pool);
 }
 }  // namespace lockstep::kernels::cpu_internal
 

@@ -14,10 +14,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/dense.h"
+#include "kernels/spatial/conv2d.h"
 
 namespace lockstep::kernels::cpu_internal::LS_GEMM_ISA_NS {
 
@@ -44,14 +47,18 @@ class GemmDriver {
   static constexpr int64_t kBlockK = 256;
 
   static void Run(const canonical::MatMulShape& s, const float* a,
-                  const float* b, float* c, int64_t chunk, ThreadPool* pool) {
+                  const float* b, float* c, int64_t chunk,
+                  const GemmPacking& packing, ThreadPool* pool) {
     const int64_t m = s.rows;
     const int64_t n = s.cols;
     const int64_t k = s.depth;
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {  // empty reduction: +0.0f
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) c[i * s.c_row + j * s.c_col] = 0.0f;
+      alignas(64) float zeros[MR * kNR] = {};
+      for (int64_t t = 0; t * MR < m; ++t) {
+        for (int64_t p = 0; p * kNR < n; ++p) {
+          WriteTile(s, packing, zeros, t, p, c);
+        }
       }
       return;
     }
@@ -64,6 +71,12 @@ class GemmDriver {
 
     auto pack_a = [&](int64_t t) {
       float* dst = ap + t * k * MR;
+      if (packing.pack_a != nullptr) {
+        packing.pack_a(packing.ctx, t * MR,
+                       static_cast<int>(std::min<int64_t>(MR, m - t * MR)), MR,
+                       dst);
+        return;
+      }
       for (int r = 0; r < MR; ++r) {
         const int64_t i = t * MR + r;
         if (i < m) {
@@ -79,6 +92,10 @@ class GemmDriver {
       float* dst = bp + t * k * kNR;
       const int64_t j0 = t * kNR;
       const int64_t cols = std::min<int64_t>(kNR, n - j0);
+      if (packing.pack_b != nullptr) {
+        packing.pack_b(packing.ctx, j0, static_cast<int>(cols), kNR, dst);
+        return;
+      }
       for (int64_t p = 0; p < k; ++p) {
         const float* src = b + p * s.b_depth + j0 * s.b_col;
         float* d = dst + p * kNR;
@@ -147,7 +164,7 @@ class GemmDriver {
               PushPartial(st, blk, acc);
             } else if (last) {
               StoreAcc(tile, acc);
-              WriteTile(s, tile, t, p, c);
+              WriteTile(s, packing, tile, t, p, c);
             } else {
               StoreAcc(st, acc);
             }
@@ -160,7 +177,7 @@ class GemmDriver {
             FoldTree(state.get() + ((p - p0) * nt + (t - t0)) * per_tile,
                      num_blocks, acc);
             StoreAcc(tile, acc);
-            WriteTile(s, tile, t, p, c);
+            WriteTile(s, packing, tile, t, p, c);
           }
         }
       }
@@ -251,13 +268,32 @@ class GemmDriver {
   }
 
   // Copies the MR x kNR tile of row tile t, column panel p into C, clipped
-  // to the matrix.
-  static void WriteTile(const canonical::MatMulShape& s, const float* tile,
+  // to the matrix (and cut at C's column blocks, if any).
+  static void WriteTile(const canonical::MatMulShape& s,
+                        const GemmPacking& packing, const float* tile,
                         int64_t t, int64_t p, float* c) {
     const int64_t i0 = t * MR;
     const int64_t j0 = p * kNR;
     const int rows = static_cast<int>(std::min<int64_t>(MR, s.rows - i0));
     const int64_t cols = std::min<int64_t>(kNR, s.cols - j0);
+    if (packing.c_block > 0) {
+      // Runs of columns within one block.
+      for (int64_t v0 = 0; v0 < cols;) {
+        const int64_t j = j0 + v0;
+        const int64_t in_block = j % packing.c_block;
+        const int64_t run =
+            std::min<int64_t>(cols - v0, packing.c_block - in_block);
+        float* base = c + (j / packing.c_block) * packing.c_block_stride +
+                      in_block * s.c_col;
+        for (int r = 0; r < rows; ++r) {
+          float* dst = base + (i0 + r) * s.c_row;
+          const float* src = tile + r * kNR + v0;
+          for (int64_t v = 0; v < run; ++v) dst[v * s.c_col] = src[v];
+        }
+        v0 += run;
+      }
+      return;
+    }
     for (int r = 0; r < rows; ++r) {
       float* dst = c + (i0 + r) * s.c_row + j0 * s.c_col;
       const float* src = tile + r * kNR;
@@ -269,5 +305,310 @@ class GemmDriver {
     }
   }
 };
+
+// Depthwise conv2d forward (DepthwiseConv2dForward, gemm.h): lanes = kWidth
+// neighbouring outputs of one output row, each one fma chain from +0.0f
+// over the taps (kh, kw) in order, reading a zero-padded copy of its input
+// plane.
+template <class V>
+void DepthwiseForward(const spatial::Conv2dShape& s, const float* x,
+                      const float* w, float* y, ThreadPool* pool) {
+  using T = typename V::T;
+  constexpr int kW = V::kWidth;
+  const int64_t out_h = spatial::Conv2dOutH(s);
+  const int64_t out_w = spatial::Conv2dOutW(s);
+  const int64_t pix = out_h * out_w;
+  const int64_t mult = s.c_out / s.groups;
+  const int64_t kk = s.k_h * s.k_w;
+  if (pix <= 0 || mult <= 0) return;
+  // The padded plane covers every tap of every output, plus the taps of the
+  // lanes past out_w in the last vector (zeros, results dropped).
+  const int64_t rows =
+      (out_h - 1) * s.stride_h + (s.k_h - 1) * s.dilation_h + 1;
+  const int64_t row_len =
+      (out_w + kW - 1) * s.stride_w + (s.k_w - 1) * s.dilation_w + 1;
+  auto plane = [&](int64_t i) {  // i = n * c_in + ci
+    const int64_t n = i / s.c_in;
+    const int64_t ci = i % s.c_in;
+    AlignedFloats padded(rows * row_len);
+    const float* src = x + i * s.h * s.w;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* d = padded.get() + r * row_len;
+      const int64_t ih = r - s.pad_top;
+      if (ih < 0 || ih >= s.h) {
+        for (int64_t c = 0; c < row_len; ++c) d[c] = 0.0f;
+        continue;
+      }
+      // Columns [lo, hi) hold x's row, iw = c - pad_left.
+      const float* sr = src + ih * s.w;
+      const int64_t lo = std::min<int64_t>(s.pad_left, row_len);
+      const int64_t hi = std::min<int64_t>(s.pad_left + s.w, row_len);
+      int64_t c = 0;
+      for (; c < lo; ++c) d[c] = 0.0f;
+      for (; c < hi; ++c) d[c] = sr[c - s.pad_left];
+      for (; c < row_len; ++c) d[c] = 0.0f;
+    }
+    alignas(64) float lanes[kW];
+    for (int64_t m = 0; m < mult; ++m) {
+      const int64_t co = ci * mult + m;
+      const float* wk = w + co * kk;
+      float* out = y + (n * s.c_out + co) * pix;
+      for (int64_t oh = 0; oh < out_h; ++oh) {
+        const float* row0 = padded.get() + oh * s.stride_h * row_len;
+        for (int64_t ow = 0; ow < out_w; ow += kW) {
+          T acc = V::Zero();
+          for (int64_t kh = 0; kh < s.k_h; ++kh) {
+            const float* row = row0 + kh * s.dilation_h * row_len;
+            for (int64_t kw = 0; kw < s.k_w; ++kw) {
+              const float* p = row + ow * s.stride_w + kw * s.dilation_w;
+              T xv;
+              if (s.stride_w == 1) {
+                xv = V::Load(p);
+              } else {
+                for (int l = 0; l < kW; ++l) lanes[l] = p[l * s.stride_w];
+                xv = V::Load(lanes);
+              }
+              acc = V::Fma(xv, V::Set1(wk[kh * s.k_w + kw]), acc);
+            }
+          }
+          if (ow + kW <= out_w) {
+            V::Store(out + oh * out_w + ow, acc);
+          } else {
+            V::Store(lanes, acc);
+            for (int64_t l = 0; l < out_w - ow; ++l) {
+              out[oh * out_w + ow + l] = lanes[l];
+            }
+          }
+        }
+      }
+    }
+  };
+  if (s.n * s.c_in * mult * pix * kk < kMinParallelFmas) pool = nullptr;
+  For(pool, s.n * s.c_in, plane);
+}
+
+// Depthwise conv2d grad_input (DepthwiseConv2dGradInput, gemm.h): lanes =
+// kWidth neighbouring dx elements of one row, each one fma chain from +0.0f
+// over its terms (j, kh, kw) in order. The dy plane of each output channel
+// is first spread into a zero-stuffed, zero-padded plane in which the tap
+// (kh, kw) of dx[ih, iw] sits at [ih + (KH-1-kh) dh, iw + (KW-1-kw) dw],
+// so every tap, stride holes and padding included, is one vector load.
+template <class V>
+void DepthwiseGradInput(const spatial::Conv2dShape& s, const float* dy,
+                        const float* w, float* dx, ThreadPool* pool) {
+  using T = typename V::T;
+  constexpr int kW = V::kWidth;
+  const int64_t out_h = spatial::Conv2dOutH(s);
+  const int64_t out_w = spatial::Conv2dOutW(s);
+  const int64_t pix = out_h * out_w;
+  const int64_t mult = s.c_out / s.groups;
+  const int64_t kk = s.k_h * s.k_w;
+  if (s.h <= 0 || s.w <= 0) return;
+  const int64_t span_h = (s.k_h - 1) * s.dilation_h;
+  const int64_t span_w = (s.k_w - 1) * s.dilation_w;
+  const int64_t rows = s.h + span_h;
+  const int64_t row_len = s.w + span_w + kW;
+  // The dy row / column each stuffed row / column holds, or -1.
+  std::vector<int64_t> row_src(rows), col_src(row_len);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t th = r - span_h + s.pad_top;
+    row_src[r] = th >= 0 && th % s.stride_h == 0 && th / s.stride_h < out_h
+                     ? th / s.stride_h
+                     : -1;
+  }
+  for (int64_t c = 0; c < row_len; ++c) {
+    const int64_t tw = c - span_w + s.pad_left;
+    col_src[c] = tw >= 0 && tw % s.stride_w == 0 && tw / s.stride_w < out_w
+                     ? tw / s.stride_w
+                     : -1;
+  }
+  auto plane = [&](int64_t i) {  // i = n * c_in + ci
+    const int64_t n = i / s.c_in;
+    const int64_t ci = i % s.c_in;
+    AlignedFloats stuffed(mult * rows * row_len);
+    for (int64_t j = 0; j < mult; ++j) {
+      const float* src = dy + (n * s.c_out + ci * mult + j) * pix;
+      float* plane_j = stuffed.get() + j * rows * row_len;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* d = plane_j + r * row_len;
+        if (row_src[r] < 0) {
+          for (int64_t c = 0; c < row_len; ++c) d[c] = 0.0f;
+          continue;
+        }
+        const float* sr = src + row_src[r] * out_w;
+        if (s.stride_w == 1) {  // columns [lo, hi) hold dy's row in order
+          const int64_t shift = span_w - s.pad_left;  // c = tw + shift
+          const int64_t lo = std::clamp<int64_t>(shift, 0, row_len);
+          const int64_t hi = std::clamp<int64_t>(shift + out_w, lo, row_len);
+          int64_t c = 0;
+          for (; c < lo; ++c) d[c] = 0.0f;
+          for (; c < hi; ++c) d[c] = sr[c - shift];
+          for (; c < row_len; ++c) d[c] = 0.0f;
+          continue;
+        }
+        for (int64_t c = 0; c < row_len; ++c) {
+          d[c] = col_src[c] >= 0 ? sr[col_src[c]] : 0.0f;
+        }
+      }
+    }
+    alignas(64) float lanes[kW];
+    float* out = dx + i * s.h * s.w;
+    for (int64_t ih = 0; ih < s.h; ++ih) {
+      for (int64_t iw = 0; iw < s.w; iw += kW) {
+        T acc = V::Zero();
+        for (int64_t j = 0; j < mult; ++j) {
+          const float* wk = w + (ci * mult + j) * kk;
+          const float* plane_j = stuffed.get() + j * rows * row_len;
+          for (int64_t kh = 0; kh < s.k_h; ++kh) {
+            const float* row = plane_j +
+                               (ih + span_h - kh * s.dilation_h) * row_len +
+                               iw + span_w;
+            for (int64_t kw = 0; kw < s.k_w; ++kw) {
+              acc = V::Fma(V::Load(row - kw * s.dilation_w),
+                           V::Set1(wk[kh * s.k_w + kw]), acc);
+            }
+          }
+        }
+        if (iw + kW <= s.w) {
+          V::Store(out + ih * s.w + iw, acc);
+        } else {
+          V::Store(lanes, acc);
+          for (int64_t l = 0; l < s.w - iw; ++l)
+            out[ih * s.w + iw + l] = lanes[l];
+        }
+      }
+    }
+  };
+  if (s.n * s.c_in * s.h * s.w * mult * kk < kMinParallelFmas) pool = nullptr;
+  For(pool, s.n * s.c_in, plane);
+}
+
+// Depthwise conv2d grad_weight (DepthwiseConv2dGradWeight, gemm.h): lanes =
+// kWidth input channels, over channel-interleaved copies of x (zero-padded
+// planes) and dy, so that one term of kWidth outputs is one fma of two
+// vector loads. Each output's terms (n, oh, ow) run in order in chunks of
+// `chunk` from +0.0f, and the chunk partials enter the canonical tree as in
+// GemmDriver (a binary counter of perfect subtrees per lane).
+template <class V>
+void DepthwiseGradWeight(const spatial::Conv2dShape& s, const float* x,
+                         const float* dy, float* dw, int64_t chunk,
+                         ThreadPool* pool) {
+  using T = typename V::T;
+  constexpr int kW = V::kWidth;
+  constexpr int kTapsPerTask = 8;
+  const int64_t out_h = spatial::Conv2dOutH(s);
+  const int64_t out_w = spatial::Conv2dOutW(s);
+  const int64_t pix = out_h * out_w;
+  const int64_t mult = s.c_out / s.groups;
+  const int64_t kk = s.k_h * s.k_w;
+  const int64_t terms = s.n * pix;  // > 0 (the caller handles none)
+  const int64_t blocks = (s.c_in + kW - 1) / kW;
+  const int64_t cpad = blocks * kW;
+  const int64_t rows =
+      (out_h - 1) * s.stride_h + (s.k_h - 1) * s.dilation_h + 1;
+  const int64_t row_len =
+      (out_w - 1) * s.stride_w + (s.k_w - 1) * s.dilation_w + 1;
+  // xt[n][r][c][ch]: x[n, ch, r - top, c - left] or zero; dyt[j][n][p][ch]:
+  // dy[n, ch * mult + j, p] (zero for ch >= c_in).
+  AlignedFloats xt(s.n * rows * row_len * cpad);
+  AlignedFloats dyt(mult * s.n * pix * cpad);
+  // Channels innermost: the writes are contiguous and the reads walk
+  // c_in planes in step.
+  auto fill = [&](int64_t n) {
+    const int64_t hw = s.h * s.w;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t ih = r - s.pad_top;
+      for (int64_t c = 0; c < row_len; ++c) {
+        const int64_t iw = c - s.pad_left;
+        float* d = xt.get() + ((n * rows + r) * row_len + c) * cpad;
+        int64_t ch = 0;
+        if (ih >= 0 && ih < s.h && iw >= 0 && iw < s.w) {
+          const float* src = x + n * s.c_in * hw + ih * s.w + iw;
+          for (; ch < s.c_in; ++ch) d[ch] = src[ch * hw];
+        }
+        for (; ch < cpad; ++ch) d[ch] = 0.0f;
+      }
+    }
+    for (int64_t j = 0; j < mult; ++j) {
+      for (int64_t p = 0; p < pix; ++p) {
+        float* d = dyt.get() + ((j * s.n + n) * pix + p) * cpad;
+        const float* src = dy + (n * s.c_out + j) * pix + p;
+        int64_t ch = 0;
+        for (; ch < s.c_in; ++ch) d[ch] = src[ch * mult * pix];
+        for (; ch < cpad; ++ch) d[ch] = 0.0f;
+      }
+    }
+  };
+  For(pool, s.n, fill);
+
+  const int64_t num_chunks = 1 + (terms - 1) / chunk;
+  int levels = 1;
+  while ((int64_t{1} << levels) <= num_chunks) ++levels;
+  const int64_t tap_groups = (kk + kTapsPerTask - 1) / kTapsPerTask;
+  auto task = [&](int64_t id) {  // (j, channel block, tap group)
+    const int64_t g = id % tap_groups;
+    const int64_t b = id / tap_groups % blocks;
+    const int64_t j = id / tap_groups / blocks;
+    const int64_t t0 = g * kTapsPerTask;
+    const int nt = static_cast<int>(std::min<int64_t>(kTapsPerTask, kk - t0));
+    int64_t offset[kTapsPerTask];  // of each tap in xt, from (oh, ow)'s
+    for (int t = 0; t < nt; ++t) {
+      const int64_t kh = (t0 + t) / s.k_w;
+      const int64_t kw = (t0 + t) % s.k_w;
+      offset[t] = (kh * s.dilation_h * row_len + kw * s.dilation_w) * cpad;
+    }
+    AlignedFloats slots(nt * levels * kW);
+    T acc[kTapsPerTask];
+    for (int t = 0; t < nt; ++t) acc[t] = V::Zero();
+    int64_t left = std::min(chunk, terms);  // terms left in this chunk
+    int64_t index = 0;                      // chunks finished
+    const float* dy_j = dyt.get() + j * s.n * pix * cpad + b * kW;
+    for (int64_t n = 0; n < s.n; ++n) {
+      for (int64_t oh = 0; oh < out_h; ++oh) {
+        const float* dyv_p = dy_j + (n * pix + oh * out_w) * cpad;
+        const float* x_p =
+            xt.get() + ((n * rows + oh * s.stride_h) * row_len) * cpad + b * kW;
+        for (int64_t ow = 0; ow < out_w; ++ow) {
+          const T dyv = V::Load(dyv_p + ow * cpad);
+          const float* xb = x_p + ow * s.stride_w * cpad;
+          for (int t = 0; t < nt; ++t) {
+            acc[t] = V::Fma(dyv, V::Load(xb + offset[t]), acc[t]);
+          }
+          if (--left == 0) {
+            for (int t = 0; t < nt; ++t) {
+              // PushPartial of GemmDriver, one vector.
+              float* st = slots.get() + t * levels * kW;
+              int level = 0;
+              for (int64_t bits = index; bits & 1; bits >>= 1, ++level) {
+                acc[t] = V::Add(V::Load(st + level * kW), acc[t]);
+              }
+              V::Store(st + level * kW, acc[t]);
+              acc[t] = V::Zero();
+            }
+            ++index;
+            left = std::min(chunk, terms - index * chunk);
+          }
+        }
+      }
+    }
+    alignas(64) float lanes[kW];
+    for (int t = 0; t < nt; ++t) {
+      // FoldTree of GemmDriver over `index` (= num_chunks) partials.
+      const float* st = slots.get() + t * levels * kW;
+      int level = 0;
+      while (((index >> level) & 1) == 0) ++level;
+      T r = V::Load(st + level * kW);
+      for (++level; (index >> level) != 0; ++level) {
+        if ((index >> level) & 1) r = V::Add(V::Load(st + level * kW), r);
+      }
+      V::Store(lanes, r);
+      for (int l = 0; l < kW && b * kW + l < s.c_in; ++l) {
+        dw[((b * kW + l) * mult + j) * kk + t0 + t] = lanes[l];
+      }
+    }
+  };
+  if (s.n * s.c_out * pix * kk < kMinParallelFmas) pool = nullptr;
+  For(pool, mult * blocks * tap_groups, task);
+}
 
 }  // namespace lockstep::kernels::cpu_internal::LS_GEMM_ISA_NS

@@ -25,9 +25,27 @@ struct ScalarVec {
 }  // namespace scalar_isa
 
 void GemmScalar(const canonical::MatMulShape& s, const float* a, const float* b,
-                float* c, int64_t chunk, ThreadPool* pool) {
+                float* c, int64_t chunk, const GemmPacking& packing,
+                ThreadPool* pool) {
   scalar_isa::GemmDriver<scalar_isa::ScalarVec, 4, 4>::Run(s, a, b, c, chunk,
-                                                           pool);
+                                                           packing, pool);
+}
+
+void DepthwiseForwardScalar(const spatial::Conv2dShape& s, const float* x,
+                            const float* w, float* y, ThreadPool* pool) {
+  scalar_isa::DepthwiseForward<scalar_isa::ScalarVec>(s, x, w, y, pool);
+}
+
+void DepthwiseGradInputScalar(const spatial::Conv2dShape& s, const float* dy,
+                              const float* w, float* dx, ThreadPool* pool) {
+  scalar_isa::DepthwiseGradInput<scalar_isa::ScalarVec>(s, dy, w, dx, pool);
+}
+
+void DepthwiseGradWeightScalar(const spatial::Conv2dShape& s, const float* x,
+                               const float* dy, float* dw, int64_t chunk,
+                               ThreadPool* pool) {
+  scalar_isa::DepthwiseGradWeight<scalar_isa::ScalarVec>(s, x, dy, dw, chunk,
+                                                         pool);
 }
 
 }  // namespace lockstep::kernels::cpu_internal

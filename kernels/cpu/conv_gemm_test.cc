@@ -1,0 +1,255 @@
+// The implicit-GEMM convolutions (conv_gemm.h), called directly on every
+// supported ISA (the scalar GEMM included) with 1, 2, 3 and 8 threads:
+// CANONICAL (chunk = canonical::kChunk) equals the scalar spec drivers of
+// kernels/spatial/conv2d.h bit for bit, and DETERMINISTIC (kSingleChain)
+// equals one fma chain per output over the spec's term sequence, over the
+// shapes of real networks (3x3 and 1x1, stride 1 and 2, padding, dilation,
+// groups, depthwise) and odd sizes around the micro-kernel's panel widths.
+// Depthwise convolutions run the direct loops of gemm.h (forward and
+// grad_input up to 256 terms per output, the GEMM beyond; grad_weight
+// always). Scratch is poisoned, so a packer
+// leaving an element unwritten shows.
+#include "kernels/cpu/conv_gemm.h"
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "kernels/canonical/reduce.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/scratch.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/spatial/conv2d.h"
+#include "kernels/testing/float_test_util.h"
+
+namespace lockstep::kernels {
+namespace {
+
+namespace sp = ::lockstep::spatial;
+using ::lockstep::testing::BitsEqual;
+using ::lockstep::testing::RandomFloats;
+using ::lockstep::testing::SmallInts;
+
+struct Case {
+  const char* label;
+  int64_t n, c_in, h, w, c_out, k;  // k x k kernel
+  int64_t stride, pad_t, pad_b, pad_l, pad_r, dil, groups;
+};
+
+sp::Conv2dShape Shape(const Case& c) {
+  sp::Conv2dShape s;
+  s.n = c.n;
+  s.c_in = c.c_in;
+  s.h = c.h;
+  s.w = c.w;
+  s.c_out = c.c_out;
+  s.k_h = s.k_w = c.k;
+  s.stride_h = s.stride_w = c.stride;
+  s.pad_top = c.pad_t;
+  s.pad_bottom = c.pad_b;
+  s.pad_left = c.pad_l;
+  s.pad_right = c.pad_r;
+  s.dilation_h = s.dilation_w = c.dil;
+  s.groups = c.groups;
+  return s;
+}
+
+// The single-chain (DETERMINISTIC) reference: each output is one fma chain
+// from +0.0f over the spec's term sequence (docs/canonical-arithmetic.md
+// 4.2-4.4), taps outside the input reading +0.0f.
+float XTap(const sp::Conv2dShape& s, const float* x, int64_t n, int64_t ci,
+           int64_t oh, int64_t ow, int64_t kh, int64_t kw) {
+  const int64_t ih = oh * s.stride_h - s.pad_top + kh * s.dilation_h;
+  const int64_t iw = ow * s.stride_w - s.pad_left + kw * s.dilation_w;
+  if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) return 0.0f;
+  return x[((n * s.c_in + ci) * s.h + ih) * s.w + iw];
+}
+
+std::vector<float> ChainForward(const sp::Conv2dShape& s, const float* x,
+                                const float* w) {
+  const int64_t oh_n = sp::Conv2dOutH(s), ow_n = sp::Conv2dOutW(s);
+  const int64_t cg = s.c_in / s.groups, og = s.c_out / s.groups;
+  std::vector<float> y(sp::Conv2dOutputSize(s));
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t co = 0; co < s.c_out; ++co) {
+      for (int64_t oh = 0; oh < oh_n; ++oh) {
+        for (int64_t ow = 0; ow < ow_n; ++ow) {
+          float acc = 0.0f;
+          for (int64_t c = 0; c < cg; ++c) {
+            for (int64_t kh = 0; kh < s.k_h; ++kh) {
+              for (int64_t kw = 0; kw < s.k_w; ++kw) {
+                acc =
+                    std::fma(XTap(s, x, n, co / og * cg + c, oh, ow, kh, kw),
+                             w[((co * cg + c) * s.k_h + kh) * s.k_w + kw], acc);
+              }
+            }
+          }
+          y[((n * s.c_out + co) * oh_n + oh) * ow_n + ow] = acc;
+        }
+      }
+    }
+  }
+  return y;
+}
+
+std::vector<float> ChainGradInput(const sp::Conv2dShape& s, const float* dy,
+                                  const float* w) {
+  const int64_t oh_n = sp::Conv2dOutH(s), ow_n = sp::Conv2dOutW(s);
+  const int64_t cg = s.c_in / s.groups, og = s.c_out / s.groups;
+  std::vector<float> dx(sp::Conv2dInputSize(s));
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t ci = 0; ci < s.c_in; ++ci) {
+      const int64_t g = ci / cg, c = ci % cg;
+      for (int64_t ih = 0; ih < s.h; ++ih) {
+        for (int64_t iw = 0; iw < s.w; ++iw) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < og; ++j) {
+            const int64_t co = g * og + j;
+            for (int64_t kh = 0; kh < s.k_h; ++kh) {
+              for (int64_t kw = 0; kw < s.k_w; ++kw) {
+                const int64_t th = ih + s.pad_top - kh * s.dilation_h;
+                const int64_t tw = iw + s.pad_left - kw * s.dilation_w;
+                float v = 0.0f;
+                if (th >= 0 && th % s.stride_h == 0 && th / s.stride_h < oh_n &&
+                    tw >= 0 && tw % s.stride_w == 0 && tw / s.stride_w < ow_n) {
+                  v = dy[((n * s.c_out + co) * oh_n + th / s.stride_h) * ow_n +
+                         tw / s.stride_w];
+                }
+                acc = std::fma(v, w[((co * cg + c) * s.k_h + kh) * s.k_w + kw],
+                               acc);
+              }
+            }
+          }
+          dx[((n * s.c_in + ci) * s.h + ih) * s.w + iw] = acc;
+        }
+      }
+    }
+  }
+  return dx;
+}
+
+std::vector<float> ChainGradWeight(const sp::Conv2dShape& s, const float* x,
+                                   const float* dy) {
+  const int64_t oh_n = sp::Conv2dOutH(s), ow_n = sp::Conv2dOutW(s);
+  const int64_t cg = s.c_in / s.groups, og = s.c_out / s.groups;
+  std::vector<float> dw(sp::Conv2dWeightSize(s));
+  for (int64_t co = 0; co < s.c_out; ++co) {
+    for (int64_t c = 0; c < cg; ++c) {
+      for (int64_t kh = 0; kh < s.k_h; ++kh) {
+        for (int64_t kw = 0; kw < s.k_w; ++kw) {
+          float acc = 0.0f;
+          for (int64_t n = 0; n < s.n; ++n) {
+            for (int64_t oh = 0; oh < oh_n; ++oh) {
+              for (int64_t ow = 0; ow < ow_n; ++ow) {
+                acc = std::fma(dy[((n * s.c_out + co) * oh_n + oh) * ow_n + ow],
+                               XTap(s, x, n, co / og * cg + c, oh, ow, kh, kw),
+                               acc);
+              }
+            }
+          }
+          dw[((co * cg + c) * s.k_h + kh) * s.k_w + kw] = acc;
+        }
+      }
+    }
+  }
+  return dw;
+}
+
+// ResNet-like geometries, scaled down, plus the edge cases. Micro-kernel
+// panels are 4 (scalar), 16 (AVX2) and 32 (AVX-512) columns wide with 4, 6
+// and 12 rows: output pixel counts and channel counts straddle them.
+const Case kCases[] = {
+    // label, n, c_in, h, w, c_out, k, stride, pads t b l r, dil, groups
+    {"3x3 s1 p1", 2, 3, 8, 8, 16, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"3x3 s1 p1 odd", 3, 5, 7, 9, 13, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"3x3 s2 p1", 3, 8, 9, 9, 16, 3, 2, 1, 1, 1, 1, 1, 1},
+    {"3x3 s2 p1 even", 2, 6, 8, 8, 7, 3, 2, 1, 1, 1, 1, 1, 1},
+    {"1x1 s1", 2, 40, 6, 6, 24, 1, 1, 0, 0, 0, 0, 1, 1},
+    {"1x1 s1 17px", 2, 9, 1, 17, 25, 1, 1, 0, 0, 0, 0, 1, 1},
+    {"1x1 s2 projection", 2, 16, 7, 7, 33, 1, 2, 0, 0, 0, 0, 1, 1},
+    {"3x3 dilated", 2, 4, 10, 11, 6, 3, 1, 2, 2, 2, 2, 2, 1},
+    {"asymmetric pad", 2, 3, 6, 7, 5, 3, 2, 0, 2, 1, 0, 1, 1},
+    {"pad beyond kernel", 1, 2, 3, 3, 3, 3, 1, 4, 1, 3, 2, 1, 1},
+    {"groups 2", 2, 8, 6, 6, 12, 3, 1, 1, 1, 1, 1, 1, 2},
+    {"depthwise s1", 2, 12, 9, 9, 12, 3, 1, 1, 1, 1, 1, 1, 12},
+    {"depthwise s2", 2, 7, 8, 8, 7, 3, 2, 1, 1, 1, 1, 1, 7},
+    {"depthwise x2", 2, 4, 5, 6, 8, 3, 1, 1, 1, 1, 1, 1, 4},
+    // Depthwise rows straddling the 1/8/16-lane vectors of the direct loop.
+    {"depthwise 37px", 2, 3, 5, 37, 3, 3, 1, 1, 1, 1, 1, 1, 3},
+    {"depthwise s2 35px", 1, 2, 6, 35, 2, 3, 2, 1, 0, 2, 1, 1, 2},
+    {"depthwise dilated x3", 1, 2, 7, 19, 6, 3, 1, 2, 2, 2, 2, 2, 2},
+    {"depthwise 5x5 17px", 2, 4, 17, 17, 4, 5, 1, 2, 2, 2, 2, 1, 4},
+    {"depthwise 17x17 kernel", 1, 2, 17, 17, 2, 17, 1, 0, 0, 0, 0, 1, 2},
+    // Depthwise grad_weight: several channel blocks; five chunks of terms.
+    {"depthwise 40ch", 2, 40, 6, 6, 40, 3, 1, 1, 1, 1, 1, 1, 40},
+    {"depthwise 5 chunks", 5, 3, 16, 16, 6, 3, 1, 1, 1, 1, 1, 1, 3},
+    {"taps > 256", 2, 32, 5, 5, 35, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"rows > 256", 4, 3, 9, 9, 4, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"image batches", 20, 3, 5, 5, 4, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"one pixel", 3, 2, 1, 1, 3, 1, 1, 0, 0, 0, 0, 1, 1},
+};
+
+TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
+  SetScratchPoisonForTesting(true);
+  std::unique_ptr<ThreadPool> pools[] = {
+      nullptr, std::make_unique<ThreadPool>(2), std::make_unique<ThreadPool>(3),
+      std::make_unique<ThreadPool>(8)};
+  uint32_t seed = 1300;
+  for (const Case& cc : kCases) {
+    const sp::Conv2dShape s = Shape(cc);
+    for (bool ints : {false, true}) {
+      auto gen = [&](int64_t count) {
+        ++seed;
+        return ints ? SmallInts(count, seed) : RandomFloats(count, seed);
+      };
+      const std::vector<float> x = gen(sp::Conv2dInputSize(s));
+      const std::vector<float> w = gen(sp::Conv2dWeightSize(s));
+      const std::vector<float> dy = gen(sp::Conv2dOutputSize(s));
+      std::vector<float> spec[3] = {
+          std::vector<float>(sp::Conv2dOutputSize(s)),
+          std::vector<float>(sp::Conv2dInputSize(s)),
+          std::vector<float>(sp::Conv2dWeightSize(s))};
+      sp::Conv2dForward(s, x.data(), w.data(), spec[0].data());
+      sp::Conv2dGradInput(s, dy.data(), w.data(), spec[1].data());
+      sp::Conv2dGradWeight(s, x.data(), dy.data(), spec[2].data());
+      const std::vector<float> chain[3] = {
+          ChainForward(s, x.data(), w.data()),
+          ChainGradInput(s, dy.data(), w.data()),
+          ChainGradWeight(s, x.data(), dy.data())};
+      for (CpuIsa isa : SupportedCpuIsas()) {
+        for (const auto& pool : pools) {
+          const int threads = pool == nullptr ? 1 : pool->num_threads();
+          for (int64_t chunk : {canonical::kChunk, kSingleChain}) {
+            const std::vector<float>* want =
+                chunk == canonical::kChunk ? spec : chain;
+            std::vector<float> got[3] = {
+                std::vector<float>(spec[0].size(), -1.0f),
+                std::vector<float>(spec[1].size(), -1.0f),
+                std::vector<float>(spec[2].size(), -1.0f)};
+            Conv2dForwardGemm(s, x.data(), w.data(), got[0].data(), chunk, isa,
+                              pool.get());
+            Conv2dGradInputGemm(s, dy.data(), w.data(), got[1].data(), chunk,
+                                isa, pool.get());
+            Conv2dGradWeightGemm(s, x.data(), dy.data(), got[2].data(), chunk,
+                                 isa, pool.get());
+            const char* ops[3] = {"forward", "grad_input", "grad_weight"};
+            for (int op = 0; op < 3; ++op) {
+              ASSERT_TRUE(BitsEqual(got[op], want[op])) << absl::StrFormat(
+                  "%s %s, ints=%d isa=%s threads=%d %s", cc.label, ops[op],
+                  ints, CpuIsaName(isa), threads,
+                  chunk == canonical::kChunk ? "canonical" : "single chain");
+            }
+          }
+        }
+      }
+    }
+  }
+  SetScratchPoisonForTesting(false);
+}
+
+}  // namespace
+}  // namespace lockstep::kernels
