@@ -22,6 +22,7 @@ PACKAGES=(
   libbenchmark-dev         # Google Benchmark 1.7
   libxxhash-dev            # xxHash 0.8 (fingerprints)
   libcpp-httplib-dev       # HTTP dashboard and metrics
+  libonnx-dev              # onnx.proto: `lockstep import` of ONNX models
   libssl-dev               # libcrypto: SHA-256 of bearer tokens (libgrpc links it)
   openssl                  # lockstep-coordinator certs: a test CA and certificates
   prometheus               # promtool: checks /metrics and the scrape config
