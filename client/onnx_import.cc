@@ -31,6 +31,13 @@ constexpr int64_t kBatchDim = -1;
 // A symbolic batch size inside folded shape arithmetic (the result of
 // Shape on a batched value whose batch is not fixed).
 constexpr double kSymbolicBatch = -1125899906842624.0;  // -2^50
+// Largest dimension, stride, pad or kernel the importer accepts.
+constexpr int64_t kMaxDim = int64_t{1} << 24;
+// Largest number of elements of one example of any imported tensor.
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+// The default-domain opsets whose op definitions the importer follows.
+constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMaxOpset = 18;
 // Largest tensor folded at import time.
 constexpr int64_t kMaxFoldedElements = int64_t{1} << 22;
 // Placeholder for "the model input" in Layer.inputs until layers are final.
@@ -174,6 +181,21 @@ class Importer {
   }
   void SetOut(const onnx::NodeProto& n, int i, const v1::Layer& l,
               std::vector<int64_t> shape, bool batched) {
+    // Shapes stay small enough that no product overflows; PlanModel applies
+    // the real limits.
+    int64_t elems = 1;
+    for (size_t j = batched ? 1 : 0; j < shape.size(); ++j) {
+      if (shape[j] < 1 || shape[j] > kMaxDim || elems > kMaxElements) {
+        if (shape_error_.ok()) {
+          shape_error_ = NodeError(
+              n, absl::StrFormat("output shape %s: every dimension must be in "
+                                 "1..%d and an example at most %d elements",
+                                 ShapeStr(shape), kMaxDim, kMaxElements));
+        }
+        break;
+      }
+      elems *= shape[j];
+    }
     Value v;
     v.layer = l.name();
     v.shape = std::move(shape);
@@ -195,6 +217,7 @@ class Importer {
 
   // --- per-op mapping --------------------------------------------------------
   absl::Status MapNode(const onnx::NodeProto& n);
+  void WarnTransposedCopies();
   absl::Status Fold(const onnx::NodeProto& n, bool* folded);
   absl::Status MapConv(const onnx::NodeProto& n);
   absl::Status MapGemm(const onnx::NodeProto& n);
@@ -245,6 +268,7 @@ class Importer {
   std::map<std::string, Value> values_;
   absl::flat_hash_map<std::string, int> init_uses_;  // uses by node inputs
   std::set<std::string> consumed_outputs_;           // every name a node reads
+  absl::Status shape_error_;  // the first output shape out of range
   absl::flat_hash_set<std::string> names_;
   std::map<std::string, const onnx::TensorProto*> inits_;
   v1::Model model_;
@@ -280,6 +304,42 @@ absl::StatusOr<Known> Importer::ToKnown(const onnx::TensorProto& t,
     return absl::InvalidArgumentError(absl::StrFormat(
         "onnx: %s: %d values for shape %s", what, got, ShapeStr(k.dims)));
   };
+  // Check the payload against the shape before allocating for it.
+  int64_t width = 0, field = 0;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT:
+      width = 4;
+      field = t.float_data_size();
+      break;
+    case onnx::TensorProto::DOUBLE:
+      width = 8;
+      field = t.double_data_size();
+      break;
+    case onnx::TensorProto::INT64:
+      width = 8;
+      field = t.int64_data_size();
+      break;
+    case onnx::TensorProto::INT32:
+      width = 4;
+      field = t.int32_data_size();
+      break;
+    case onnx::TensorProto::BOOL:
+    case onnx::TensorProto::INT8:
+    case onnx::TensorProto::UINT8:
+      width = 1;
+      field = t.int32_data_size();
+      break;
+    default:
+      break;
+  }
+  if (width > 0) {
+    const int64_t have =
+        has_raw ? static_cast<int64_t>(raw.size()) / width : field;
+    if (have != n ||
+        (has_raw && static_cast<int64_t>(raw.size()) != width * n)) {
+      return fail_count(have);
+    }
+  }
   k.v.resize(n);
   switch (t.data_type()) {
     case onnx::TensorProto::FLOAT: {
@@ -650,8 +710,9 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
       "Identity", "Cast", "Relu", "Sigmoid",    "Tanh", "Not"};
   if (kBinary.count(op)) {
     const int arity = op == "Where" ? 3 : 2;
-    if (n.input_size() != arity || ks[arity - 1] == nullptr) {
-      return absl::OkStatus();
+    if (n.input_size() != arity) return absl::OkStatus();
+    for (int i = 0; i < arity; ++i) {
+      if (ks[i] == nullptr) return absl::OkStatus();
     }
     size_t rank = 0;
     for (int i = 0; i < arity; ++i) rank = std::max(rank, ks[i]->dims.size());
@@ -780,6 +841,7 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
       for (int64_t ax : axes) {
         absl::StatusOr<int> x = Axis(n, ax, r, "axes");
         if (!x.ok()) return x.status();
+        if (d[*x] == 1) return NodeError(n, "axes: an axis appears twice");
         d[*x] = 1;
       }
       size_t j = 0;
@@ -822,6 +884,9 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
       return NodeError(n, "shape does not match the constant's elements");
     }
   } else if (op == "Gather") {
+    if (n.input_size() != 2 || ks[1] == nullptr) {
+      return NodeError(n, "needs data and indices");
+    }
     absl::StatusOr<int> axis =
         Axis(n, AttrInt(n, "axis", 0), a.dims.size(), "axis");
     if (!axis.ok()) return axis.status();
@@ -838,6 +903,9 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
     out.v.clear();
     for (int64_t o = 0; o < outer; ++o) {
       for (double id : idx.v) {
+        if (!IsWhole(id)) {
+          return NodeError(n, "indices must be whole numbers");
+        }
         int64_t i = static_cast<int64_t>(id);
         if (i < 0) i += len;
         if (i < 0 || i >= len) {
@@ -855,7 +923,17 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
     if (!axis.ok()) return axis.status();
     out.dims = a.dims;
     out.dims[*axis] = 0;
-    for (const Known* k : ks) out.dims[*axis] += k->dims[*axis];
+    for (const Known* k : ks) {
+      if (k == nullptr || k->dims.size() != a.dims.size()) {
+        return NodeError(n, "inputs must have the same number of axes");
+      }
+      for (size_t j = 0; j < a.dims.size(); ++j) {
+        if (static_cast<int>(j) != *axis && k->dims[j] != a.dims[j]) {
+          return NodeError(n, "input shapes differ outside the axis");
+        }
+      }
+      out.dims[*axis] += k->dims[*axis];
+    }
     const int64_t outer =
         Product(std::vector<int64_t>(a.dims.begin(), a.dims.begin() + *axis));
     out.v.clear();
@@ -885,6 +963,10 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
       steps = *x;
     } else {
       steps.assign(starts->size(), 1);
+    }
+    if (ends->size() != starts->size() || axes.size() != starts->size() ||
+        steps.size() != starts->size()) {
+      return NodeError(n, "starts, ends, axes and steps differ in length");
     }
     out = a;
     for (size_t j = 0; j < axes.size(); ++j) {
@@ -919,6 +1001,15 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
     if (perm.empty()) {
       for (int j = r - 1; j >= 0; --j) perm.push_back(j);
     }
+    std::set<int64_t> seen;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= r || !seen.insert(p).second) {
+        return NodeError(n, "perm must name every axis once");
+      }
+    }
+    if (static_cast<int>(perm.size()) != r) {
+      return NodeError(n, "perm must name every axis once");
+    }
     out.dims.clear();
     for (int64_t p : perm) out.dims.push_back(a.dims[p]);
     const std::vector<int64_t> ist = strides(a.dims), ost = strides(out.dims);
@@ -931,7 +1022,17 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
   } else if (op == "ConstantOfShape") {
     absl::StatusOr<std::vector<int64_t>> shape = KnownInts(n, 0, "shape");
     if (!shape.ok()) return shape.status();
-    if (Product(*shape) > kMaxFoldedElements) return absl::OkStatus();
+    for (int64_t d : *shape) {
+      if (d < 0 || d > kMaxFoldedElements) {
+        return NodeError(n, absl::StrFormat("shape entry %d is outside [0, "
+                                            "%d]",
+                                            d, kMaxFoldedElements));
+      }
+    }
+    if (Product(*shape) > kMaxFoldedElements) {
+      return NodeError(
+          n, absl::StrFormat("more than %d elements", kMaxFoldedElements));
+    }
     double fill = 0;
     out.is_float = true;
     if (const auto* v = Attr(n, "value"); v != nullptr && v->has_t()) {
@@ -947,12 +1048,18 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
       absl::Status s = no_symbolic(*ks[i]);
       if (!s.ok()) return s;
     }
-    const double start = a.v.at(0), limit = ks[1]->v.at(0),
-                 delta = ks[2]->v.at(0);
+    if (n.input_size() != 3 || ks[1] == nullptr || ks[2] == nullptr ||
+        a.v.size() != 1 || ks[1]->v.size() != 1 || ks[2]->v.size() != 1) {
+      return NodeError(n, "start, limit and delta must be scalars");
+    }
+    const double start = a.v[0], limit = ks[1]->v[0], delta = ks[2]->v[0];
     if (delta == 0) return NodeError(n, "delta is 0");
     for (double x = start; delta > 0 ? x < limit : x > limit; x += delta) {
       out.v.push_back(x);
-      if (static_cast<int64_t>(out.v.size()) > kMaxFoldedElements) break;
+      if (static_cast<int64_t>(out.v.size()) > kMaxFoldedElements) {
+        return NodeError(
+            n, absl::StrFormat("more than %d elements", kMaxFoldedElements));
+      }
     }
     out.dims = {static_cast<int64_t>(out.v.size())};
   } else {
@@ -1000,6 +1107,14 @@ absl::Status Importer::MapConv(const onnx::NodeProto& n) {
   if (dil.empty()) dil = {1, 1};
   if (pads.size() != 4 || strides.size() != 2 || dil.size() != 2) {
     return NodeError(n, "pads, strides and dilations must be 2-D");
+  }
+  for (int j = 0; j < 2; ++j) {
+    if (strides[j] < 1 || dil[j] < 1 || pads[j] < 0 || pads[j + 2] < 0 ||
+        strides[j] > kMaxDim || dil[j] > kMaxDim || pads[j] > kMaxDim) {
+      return NodeError(n, absl::StrFormat("strides and dilations must be in "
+                                          "1..%d, pads in 0..%d",
+                                          kMaxDim, kMaxDim));
+    }
   }
   if (pads[0] != pads[2] || pads[1] != pads[3]) {
     return NodeError(n, absl::StrFormat("pads [%s]: only symmetric padding is "
@@ -1654,6 +1769,7 @@ absl::Status Importer::MapReshapeLike(const onnx::NodeProto& n) {
         if (batched && *ax == 0) {
           return NodeError(n, "axes: 0 would move the batch axis");
         }
+        if (d[*ax] == 1) return NodeError(n, "axes: an axis appears twice");
         d[*ax] = 1;
       }
       size_t j = 0;
@@ -1920,6 +2036,14 @@ absl::Status Importer::MapPool(const onnx::NodeProto& n) {
   if (k.size() != 2 || s.size() != 2 || p.size() != 4) {
     return NodeError(n, "kernel_shape, strides and pads must be 2-D");
   }
+  for (int j = 0; j < 2; ++j) {
+    if (k[j] < 1 || s[j] < 1 || p[j] < 0 || p[j + 2] < 0 || k[j] > kMaxDim ||
+        s[j] > kMaxDim || p[j] > kMaxDim) {
+      return NodeError(n, absl::StrFormat("kernel_shape and strides must be "
+                                          "in 1..%d, pads in 0..%d",
+                                          kMaxDim, kMaxDim));
+    }
+  }
   for (int64_t v : d) {
     if (v != 1)
       return NodeError(n,
@@ -1947,6 +2071,9 @@ absl::Status Importer::MapPool(const onnx::NodeProto& n) {
                      "window)");
   }
   const std::vector<int64_t> in = (*x)->shape;
+  if (in[2] + 2 * p[0] < k[0] || in[3] + 2 * p[1] < k[1]) {
+    return NodeError(n, "the window is larger than the padded input");
+  }
   const int64_t oh = (in[2] + 2 * p[0] - k[0]) / s[0] + 1;
   const int64_t ow = (in[3] + 2 * p[1] - k[1]) / s[1] + 1;
   const std::string xl = (*x)->layer;
@@ -2079,6 +2206,42 @@ bool Differentiable(const std::string& t, int input) {
   return true;
 }
 
+// torch.onnx.export with constant folding writes a weight tied to another
+// one as a transposed copy. The file no longer says they are one tensor;
+// say what it looks like.
+void Importer::WarnTransposedCopies() {
+  std::vector<const Value*> mats;
+  for (const auto& [name, t] : inits_) {
+    const Value& v = values_[name];
+    if (!v.parameter || v.k.dims.size() != 2) continue;
+    bool distinct = false;
+    for (double x : v.k.v) distinct = distinct || x != v.k.v[0];
+    if (distinct) mats.push_back(&v);
+  }
+  for (const Value* a : mats) {
+    for (const Value* b : mats) {
+      if (a == b || a->k.dims[0] != b->k.dims[1] ||
+          a->k.dims[1] != b->k.dims[0] || a->init_name > b->init_name) {
+        continue;
+      }
+      const int64_t rows = a->k.dims[0], cols = a->k.dims[1];
+      bool same = true;
+      for (int64_t i = 0; i < rows && same; ++i) {
+        for (int64_t j = 0; j < cols && same; ++j) {
+          same = a->k.v[i * cols + j] == b->k.v[j * rows + i];
+        }
+      }
+      if (same) {
+        warnings_.push_back(absl::StrFormat(
+            "initializers \"%s\" and \"%s\" are transposes of each other "
+            "(tied in PyTorch? constant folding wrote a copy): they are "
+            "imported as two parameters, trained separately",
+            a->init_name, b->init_name));
+      }
+    }
+  }
+}
+
 absl::StatusOr<ImportedModel> Importer::Run() {
   for (const auto& os : m_.opset_import()) {
     if (os.domain().empty() || os.domain() == "ai.onnx") opset_ = os.version();
@@ -2086,6 +2249,12 @@ absl::StatusOr<ImportedModel> Importer::Run() {
   if (opset_ == 0) {
     return absl::InvalidArgumentError(
         "onnx: the model imports no default-domain (ai.onnx) opset");
+  }
+  if (opset_ < kMinOpset || opset_ > kMaxOpset) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "onnx: opset_import: ai.onnx opset %d is outside the supported "
+        "%d..%d (export with opset_version=14)",
+        opset_, kMinOpset, kMaxOpset));
   }
   if (g_.node_size() > options_.max_nodes) {
     return absl::ResourceExhaustedError(
@@ -2184,11 +2353,11 @@ absl::StatusOr<ImportedModel> Importer::Run() {
       if (d.has_dim_value()) fixed_batch_ = d.dim_value();
       continue;
     }
-    if (!d.has_dim_value() || d.dim_value() < 1) {
+    if (!d.has_dim_value() || d.dim_value() < 1 || d.dim_value() > kMaxDim) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "onnx: input \"%s\": dimension %d must be fixed (only the batch "
-          "dimension, 0, may be symbolic)",
-          input->name(), j));
+          "onnx: input \"%s\": dimension %d must be fixed, in 1..%d (only "
+          "the batch dimension, 0, may be symbolic)",
+          input->name(), j, kMaxDim));
     }
     in.shape.push_back(d.dim_value());
     model_.add_input_shape(d.dim_value());
@@ -2236,6 +2405,7 @@ absl::StatusOr<ImportedModel> Importer::Run() {
     v.parameter = v.k.is_float && live.count(name) > 0;
     values_[name] = std::move(v);
   }
+  WarnTransposedCopies();
 
   for (int i = 0; i < g_.node_size(); ++i) {
     node_index_ = i;
@@ -2257,6 +2427,7 @@ absl::StatusOr<ImportedModel> Importer::Run() {
     }
     s = MapNode(n);
     if (!s.ok()) return s;
+    if (!shape_error_.ok()) return shape_error_;
   }
 
   // The logits and the loss.
