@@ -1946,13 +1946,20 @@ absl::Status Importer::MapBatchNorm(const onnx::NodeProto& n) {
   auto* p = l->mutable_batch_norm();
   p->set_epsilon(AttrFloat(n, "epsilon", 1e-5f));
   // ONNX: running = m * running + (1 - m) * batch. Lockstep (PyTorch):
-  // running = (1 - momentum) * running + momentum * batch. 1 - m is
-  // rounded to 6 significant digits, so PyTorch's momentum 0.1 (exported
-  // as 0.9) comes back as 0.1.
-  const double m = AttrFloat(n, "momentum", 0.9f);
+  // running = (1 - momentum) * running + momentum * batch. 1 - m is taken
+  // of the shortest decimal that is m as a float (the number the exporter
+  // wrote), so PyTorch's momentum 0.1, exported as 0.9f, comes back as
+  // 0.1f and not as the float below it.
+  const float m = AttrFloat(n, "momentum", 0.9f);
+  if (!(m >= 0.0f && m <= 1.0f)) {
+    return NodeError(n, absl::StrFormat("momentum %g is outside [0, 1]", m));
+  }
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.6g", 1.0 - m);
-  p->set_momentum(std::strtof(buf, nullptr));
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, static_cast<double>(m));
+    if (std::strtof(buf, nullptr) == m) break;
+  }
+  p->set_momentum(static_cast<float>(1.0 - std::strtod(buf, nullptr)));
   if (!training) {
     p->set_eval(true);
     warnings_.push_back(absl::StrFormat(

@@ -5,7 +5,9 @@ usage: export_models.py OUT_DIR
 
 Every model is exported the way docs/bring-your-own-model.md tells users to:
 torch.onnx.export with opset 14, constant folding on and
-training=TrainingMode.PRESERVE (batch norm and dropout stay in the graph).
+training=TrainingMode.PRESERVE (batch norm and dropout stay in the graph);
+gpt_nofold.onnx is the GPT block without constant folding (tied weights
+stay tied) and unsupported.onnx needs opset 16 for grid_sample.
 Weights come from fixed seeds, so the files are the same on every run.
 """
 import math
@@ -118,7 +120,7 @@ class WithLstm(nn.Module):
         return self.fc(y[:, -1, :])
 
 
-def export(model, example, path, dynamic_batch, opset=14):
+def export(model, example, path, dynamic_batch, opset=14, fold=True):
     model.train()
     kwargs = {}
     if dynamic_batch:
@@ -128,7 +130,7 @@ def export(model, example, path, dynamic_batch, opset=14):
         torch.onnx.export(
             model, example, path,
             opset_version=opset,
-            do_constant_folding=True,
+            do_constant_folding=fold,
             training=torch.onnx.TrainingMode.PRESERVE,
             input_names=["input"], output_names=["logits"],
             **kwargs)
@@ -145,6 +147,10 @@ def main():
     torch.manual_seed(3)
     export(TinyGpt(), torch.randint(0, 32, (2, 8)),
            os.path.join(out, "gpt.onnx"), True)
+    # Without constant folding the tie of lm_head to the embedding stays.
+    torch.manual_seed(3)
+    export(TinyGpt(), torch.randint(0, 32, (2, 8)),
+           os.path.join(out, "gpt_nofold.onnx"), True, fold=False)
     torch.manual_seed(4)
     export(WithLstm(), torch.randn(2, 6, 4),
            os.path.join(out, "unsupported.onnx"), False, opset=16)

@@ -397,6 +397,45 @@ TEST_F(OnnxImportTest, GptBlockFromPrimitives) {
   ExpectPlans(model, true);
 }
 
+TEST_F(OnnxImportTest, GptWarnsAboutTheUntiedCopyOfTheEmbedding) {
+  absl::StatusOr<ImportedModel> m = ImportOnnxFile(Path("gpt"));
+  ASSERT_THAT(m, IsOk());
+  ASSERT_EQ(m->warnings.size(), 1u);
+  EXPECT_THAT(m->warnings[0], HasSubstr("\"wte.weight\" are transposes of "
+                                        "each other"));
+}
+
+// Without constant folding the graph keeps lm_head tied to the embedding:
+// one PARAMETER read by the GATHER and, transposed, by the MATMUL.
+TEST_F(OnnxImportTest, TiedEmbeddingStaysOneParameter) {
+  absl::StatusOr<ImportedModel> m = ImportOnnxFile(Path("gpt_nofold"));
+  ASSERT_THAT(m, IsOk());
+  EXPECT_TRUE(m->warnings.empty());
+  const v1::Model& model = m->model;
+  const v1::Layer* table = FindLayer(model, "wte.weight");
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(table->op(), v1::PARAMETER);
+  std::vector<std::string> readers;
+  for (const auto& l : model.layers()) {
+    for (const std::string& in : l.inputs()) {
+      if (in == "wte.weight") readers.push_back(v1::LayerOp_Name(l.op()));
+    }
+  }
+  EXPECT_THAT(readers, ::testing::ElementsAre("GATHER", "TRANSPOSE"));
+  // The token ids have two readers' worth of wiring: the GATHER reads them
+  // through the identity layer that comes first.
+  EXPECT_EQ(model.layers(0).name(), "input");
+  EXPECT_EQ(model.layers(0).unary().kind(), v1::UNARY_IDENTITY);
+  const v1::ParameterTensor* v =
+      FindTensor(m->parameters, "wte.weight", "value");
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(Bits(v->data()), Bits(Init(Onnx("gpt_nofold"), "wte.weight")));
+  ExpectEveryInitializerLanded(Onnx("gpt_nofold"), m->parameters,
+                               {"attn.mask"});
+  // Not planned here: PlanModel lets only an EMBEDDING layer read token
+  // ids, and this model reads them with a GATHER.
+}
+
 TEST_F(OnnxImportTest, UnsupportedNodesAreAllListedInOneError) {
   absl::StatusOr<ImportedModel> m = ImportOnnxFile(Path("unsupported"));
   ASSERT_FALSE(m.ok());
@@ -535,6 +574,36 @@ TEST(OnnxImportErrorsTest, LimitsAreNamed) {
                        HasSubstr("graph.initializer: more than the limit of "
                                  "100 bytes")));
   EXPECT_THAT(Import(m), IsOk());
+}
+
+TEST(OnnxImportErrorsTest, OpsetOutsideTheSupportedRange) {
+  onnx::ModelProto m = Graph(19);
+  AddNode(&m, "Relu", "relu", {"x"}, "y");
+  SetOutput(&m, "y");
+  EXPECT_THAT(Import(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("ai.onnx opset 19 is outside the "
+                                            "supported 7..18")));
+}
+
+TEST(OnnxImportErrorsTest, FrozenBatchNormIsImportedWithAWarning) {
+  onnx::ModelProto m = Graph();
+  for (const char* name : {"s", "b", "mean", "var"}) {
+    AddFloatInit(&m, name, {3}, 1.0f);
+  }
+  auto* n = AddNode(&m, "BatchNormalization", "/bn",
+                    {"x", "s", "b", "mean", "var"}, "y");
+  auto* mom = n->add_attribute();
+  mom->set_name("momentum");
+  mom->set_type(onnx::AttributeProto::FLOAT);
+  mom->set_f(0.99f);
+  SetOutput(&m, "y");
+  absl::StatusOr<ImportedModel> r = Import(m);
+  ASSERT_THAT(r, IsOk());
+  const v1::Layer& bn = r->model.layers(0);
+  EXPECT_TRUE(bn.batch_norm().eval());
+  EXPECT_EQ(bn.batch_norm().momentum(), 0.01f);
+  ASSERT_EQ(r->warnings.size(), 1u);
+  EXPECT_THAT(r->warnings[0], HasSubstr("training_mode is 0"));
 }
 
 TEST(OnnxImportErrorsTest, AsymmetricConvPadsNameTheNode) {
