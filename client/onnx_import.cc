@@ -234,6 +234,7 @@ class Importer {
   absl::Status MapReshapeLike(const onnx::NodeProto& n);
   absl::Status MapTranspose(const onnx::NodeProto& n);
   absl::Status MapBatchNorm(const onnx::NodeProto& n);
+  absl::Status MapLayerNorm(const onnx::NodeProto& n);
   absl::Status MapDropout(const onnx::NodeProto& n);
   absl::Status MapPool(const onnx::NodeProto& n);
   absl::Status MapGlobalAvgPool(const onnx::NodeProto& n);
@@ -1976,6 +1977,71 @@ absl::Status Importer::MapBatchNorm(const onnx::NodeProto& n) {
   return absl::OkStatus();
 }
 
+// Opset 17's LayerNormalization over the last axis, with Lockstep's
+// epsilon, is one LAYER_NORM layer (the decomposition of earlier opsets
+// maps op by op).
+absl::Status Importer::MapLayerNorm(const onnx::NodeProto& n) {
+  absl::StatusOr<Value*> x = In(n, 0);
+  if (!x.ok()) return x.status();
+  if (!(*x)->batched || (*x)->shape.size() < 2) {
+    return NodeError(n, "input must be batched [N, ..., D]");
+  }
+  const int rank = (*x)->shape.size();
+  absl::StatusOr<int> axis = Axis(n, AttrInt(n, "axis", -1), rank, "axis");
+  if (!axis.ok()) return axis.status();
+  if (*axis != rank - 1) {
+    return NodeError(n, absl::StrFormat("axis %d: only the last axis (%d) is "
+                                        "supported",
+                                        AttrInt(n, "axis", -1), rank - 1));
+  }
+  const float eps = AttrFloat(n, "epsilon", 1e-5f);
+  if (eps != 1e-5f) {
+    return NodeError(n, absl::StrFormat("epsilon %g: Lockstep's LAYER_NORM "
+                                        "uses 1e-5",
+                                        eps));
+  }
+  if (AttrInt(n, "stash_type", 1) != 1) {
+    return NodeError(n, "stash_type other than 1 (float) is not supported");
+  }
+  for (int o = 1; o < n.output_size(); ++o) {
+    if (!n.output(o).empty() && consumed_outputs_.count(n.output(o))) {
+      return NodeError(n,
+                       "the Mean and InvStdDev outputs cannot be read by "
+                       "other nodes");
+    }
+  }
+  const int64_t d = (*x)->shape.back();
+  std::vector<float> w(d, 1.0f), b(d, 0.0f);
+  static constexpr const char* kRoles[] = {"", "Scale", "B"};
+  for (int i = 1; i <= 2; ++i) {
+    if (!HasIn(n, i)) {
+      if (i == 1) return NodeError(n, "Scale (input 1) is missing");
+      continue;
+    }
+    if (init_uses_[n.input(i)] != 1) {
+      return NodeError(n, absl::StrFormat("%s (input %d) must be an "
+                                          "initializer used by this node "
+                                          "only",
+                                          kRoles[i], i));
+    }
+    absl::StatusOr<std::vector<float>> f = OwnedFloats(n, i, kRoles[i]);
+    if (!f.ok()) return f.status();
+    if (static_cast<int64_t>(f->size()) != d) {
+      return NodeError(n, absl::StrFormat("%s has %d values, not %d", kRoles[i],
+                                          f->size(), d));
+    }
+    (i == 1 ? w : b) = *f;
+  }
+  const std::string xl = (*x)->layer;
+  const std::vector<int64_t> shape = (*x)->shape;
+  v1::Layer* l = NewLayer(n, "", v1::LAYER_NORM);
+  l->add_inputs(xl);
+  AddTensor(l->name(), "weight", {d}, w);
+  AddTensor(l->name(), "bias", {d}, b);
+  SetOut(n, 0, *l, shape, true);
+  return absl::OkStatus();
+}
+
 absl::Status Importer::MapDropout(const onnx::NodeProto& n) {
   absl::StatusOr<Value*> x = In(n, 0);
   if (!x.ok()) return x.status();
@@ -2152,6 +2218,7 @@ absl::Status Importer::MapNode(const onnx::NodeProto& n) {
   }
   if (t == "Transpose") return MapTranspose(n);
   if (t == "BatchNormalization") return MapBatchNorm(n);
+  if (t == "LayerNormalization") return MapLayerNorm(n);
   if (t == "Dropout") return MapDropout(n);
   if (t == "MaxPool" || t == "AveragePool") return MapPool(n);
   if (t == "GlobalAveragePool") return MapGlobalAvgPool(n);
@@ -2171,21 +2238,22 @@ const std::set<std::string>& SupportedOps() {
       "Flatten",     "Gather",
       "Gemm",        "GlobalAveragePool",
       "Greater",     "GreaterOrEqual",
-      "Identity",    "Less",
-      "LessOrEqual", "Log",
-      "MatMul",      "Max",
-      "MaxPool",     "Min",
-      "Mul",         "Neg",
-      "Not",         "Pow",
-      "Range",       "Reciprocal",
-      "ReduceMean",  "ReduceSum",
-      "Relu",        "Reshape",
-      "Shape",       "Sigmoid",
-      "Slice",       "Softmax",
-      "Split",       "Sqrt",
-      "Squeeze",     "Sub",
-      "Tanh",        "Transpose",
-      "Unsqueeze",   "Where"};
+      "Identity",    "LayerNormalization",
+      "Less",        "LessOrEqual",
+      "Log",         "MatMul",
+      "Max",         "MaxPool",
+      "Min",         "Mul",
+      "Neg",         "Not",
+      "Pow",         "Range",
+      "Reciprocal",  "ReduceMean",
+      "ReduceSum",   "Relu",
+      "Reshape",     "Shape",
+      "Sigmoid",     "Slice",
+      "Softmax",     "Split",
+      "Sqrt",        "Squeeze",
+      "Sub",         "Tanh",
+      "Transpose",   "Unsqueeze",
+      "Where"};
   return kOps;
 }
 
@@ -2209,7 +2277,9 @@ bool Differentiable(const std::string& t, int input) {
       t == "Flatten" || t == "Transpose") {
     return input == 0;
   }
-  if (t == "BatchNormalization") return input <= 2;
+  if (t == "BatchNormalization" || t == "LayerNormalization") {
+    return input <= 2;
+  }
   return true;
 }
 

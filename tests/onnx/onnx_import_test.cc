@@ -606,6 +606,33 @@ TEST(OnnxImportErrorsTest, FrozenBatchNormIsImportedWithAWarning) {
   EXPECT_THAT(r->warnings[0], HasSubstr("training_mode is 0"));
 }
 
+TEST(OnnxImportErrorsTest, Opset17LayerNormalizationIsOneLayerNorm) {
+  onnx::ModelProto m = Graph(17);
+  AddFloatInit(&m, "gamma", {8}, 1.5f);
+  AddFloatInit(&m, "beta", {8}, -0.25f);
+  AddNode(&m, "LayerNormalization", "/ln", {"x", "gamma", "beta"}, "n");
+  AddNode(&m, "Flatten", "/flat", {"n"}, "y");
+  SetOutput(&m, "y");
+  absl::StatusOr<ImportedModel> r = Import(m);
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->model.layers_size(), 3);
+  EXPECT_EQ(r->model.layers(0).op(), v1::LAYER_NORM);
+  EXPECT_EQ(r->model.layers(1).op(), v1::FLATTEN);
+  const v1::ParameterTensor* b = FindTensor(r->parameters, "ln", "bias");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(Bits(b->data()), std::vector<uint32_t>(8, 0xbe800000u));  // -0.25
+  EXPECT_THAT(model::PlanModel(r->model, Config(false), model::Limits()),
+              IsOk());
+  // Another epsilon is not Lockstep's LAYER_NORM.
+  auto* eps = m.mutable_graph()->mutable_node(0)->add_attribute();
+  eps->set_name("epsilon");
+  eps->set_type(onnx::AttributeProto::FLOAT);
+  eps->set_f(1e-6f);
+  EXPECT_THAT(Import(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("epsilon 1e-06: Lockstep's "
+                                            "LAYER_NORM uses 1e-5")));
+}
+
 TEST(OnnxImportErrorsTest, AsymmetricConvPadsNameTheNode) {
   onnx::ModelProto m = Graph();
   AddFloatInit(&m, "w", {4, 3, 3, 3}, 0.5f);
