@@ -130,8 +130,10 @@ int RunImport(const std::vector<std::string>& args,
   }
   const std::string blob_path =
       params_path.empty() ? ParamsPathFor(json_path) : params_path;
-  if (blob_path == json_path) {
-    std::fprintf(err, "lockstep: import: --params must differ from -o\n");
+  if (blob_path == json_path || json_path == args[0] || blob_path == args[0]) {
+    std::fprintf(err,
+                 "lockstep: import: -o, --params and the .onnx file must be "
+                 "three different files\n");
     return kExitUsage;
   }
   absl::StatusOr<ImportedModel> m = ImportOnnxFile(args[0]);

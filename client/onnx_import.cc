@@ -1700,9 +1700,13 @@ absl::Status Importer::MapSplit(const onnx::NodeProto& n) {
   }
   int64_t start = 0;
   for (int i = 0; i < outs; ++i) {
-    absl::Status st =
-        EmitSlice(n, *x, i, {start}, {start + split[i]}, {*axis}, {1});
-    if (!st.ok()) return st;
+    // An output nobody reads gets no layer (it would be a dead layer).
+    if (!n.output(i).empty() && (consumed_outputs_.count(n.output(i)) ||
+                                 n.output(i) == g_.output(0).name())) {
+      absl::Status st =
+          EmitSlice(n, *x, i, {start}, {start + split[i]}, {*axis}, {1});
+      if (!st.ok()) return st;
+    }
     start += split[i];
   }
   return absl::OkStatus();

@@ -633,6 +633,33 @@ TEST(OnnxImportErrorsTest, Opset17LayerNormalizationIsOneLayerNorm) {
                                             "LAYER_NORM uses 1e-5")));
 }
 
+TEST(OnnxImportErrorsTest, SplitMakesSlicesOnlyForOutputsThatAreRead) {
+  onnx::ModelProto m = Graph();
+  auto* sizes = m.mutable_graph()->add_initializer();
+  sizes->set_name("sizes");
+  sizes->set_data_type(onnx::TensorProto::INT64);
+  sizes->add_dims(2);
+  sizes->add_int64_data(1);
+  sizes->add_int64_data(2);
+  auto* split = AddNode(&m, "Split", "/split", {"x", "sizes"}, "a");
+  split->add_output("b");
+  auto* axis = split->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(1);
+  AddNode(&m, "Flatten", "/flat", {"b"}, "y");
+  SetOutput(&m, "y");
+  absl::StatusOr<ImportedModel> r = Import(m);
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->model.layers_size(), 3);
+  const v1::Layer& slice = r->model.layers(0);
+  EXPECT_EQ(slice.name(), "split.1");
+  EXPECT_EQ(slice.slice().axis(), 1);
+  EXPECT_EQ(slice.slice().start(), 1);
+  EXPECT_EQ(slice.slice().end(), 3);
+  EXPECT_EQ(r->model.num_classes(), 2 * 8 * 8);
+}
+
 TEST(OnnxImportErrorsTest, AsymmetricConvPadsNameTheNode) {
   onnx::ModelProto m = Graph();
   AddFloatInit(&m, "w", {4, 3, 3, 3}, 0.5f);
