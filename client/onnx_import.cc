@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/sha256.h"
+#include "common/utf8.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "onnx/onnx.pb.h"
@@ -67,6 +68,26 @@ struct Value {
   bool parameter = false;
   std::string init_name;
 };
+
+// Text from the ONNX file (node and graph names) as it goes into the
+// model: well-formed UTF-8 without control characters, at most 256 bytes
+// (anything else becomes '?').
+std::string Printable(absl::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && out.size() < 256;) {
+    const int len = Utf8SequenceLength(s, i);
+    if (len == 0 || (len == 1 && static_cast<unsigned char>(s[i]) < 0x20)) {
+      out.push_back('?');
+      ++i;
+    } else if (out.size() + len <= 256) {
+      out.append(s.data() + i, len);
+      i += len;
+    } else {
+      break;
+    }
+  }
+  return out;
+}
 
 std::string ShapeStr(const std::vector<int64_t>& s) {
   std::vector<std::string> parts;
@@ -172,7 +193,7 @@ class Importer {
     l->set_name(UniqueName(
         suffix.empty() ? NodeBase(n) : absl::StrCat(NodeBase(n), ".", suffix)));
     l->set_op(op);
-    l->set_origin(absl::StrFormat("%s (%s)", n.name(), n.op_type()));
+    l->set_origin(Printable(absl::StrFormat("%s (%s)", n.name(), n.op_type())));
     return l;
   }
   std::string NodeBase(const onnx::NodeProto& n) const {
@@ -512,7 +533,7 @@ absl::StatusOr<std::string> Importer::AsLayer(const onnx::NodeProto& n,
     v1::Layer* l = model_.add_layers();
     l->set_name(UniqueName(v->init_name));
     l->set_op(v1::PARAMETER);
-    l->set_origin(absl::StrFormat("%s (initializer)", v->init_name));
+    l->set_origin(Printable(absl::StrFormat("%s (initializer)", v->init_name)));
     std::vector<float> data;
     for (double x : v->k.v) {
       if (!std::isfinite(x)) {
@@ -534,9 +555,9 @@ absl::StatusOr<std::string> Importer::AsLayer(const onnx::NodeProto& n,
     v1::Layer* l = model_.add_layers();
     l->set_name(UniqueName(v->origin));
     l->set_op(v1::CONSTANT);
-    l->set_origin(
+    l->set_origin(Printable(
         absl::StrFormat("%s (%s)", v->origin,
-                        inits_.count(v->origin) ? "initializer" : "Constant"));
+                        inits_.count(v->origin) ? "initializer" : "Constant")));
     auto* c = l->mutable_constant();
     for (int64_t d : v->k.dims) c->add_shape(d);
     for (double x : v->k.v) {
@@ -2530,7 +2551,8 @@ absl::StatusOr<ImportedModel> Importer::Run() {
   loss->set_name(UniqueName("loss"));
   loss->set_op(v1::SOFTMAX_XENT);
   loss->add_inputs(logits.layer);
-  loss->set_origin(absl::StrFormat("%s (Lockstep loss)", g_.output(0).name()));
+  loss->set_origin(
+      Printable(absl::StrFormat("%s (Lockstep loss)", g_.output(0).name())));
 
   // The model input is reached through the first layer only: move its one
   // reader there, or read it through an identity layer.
@@ -2559,7 +2581,8 @@ absl::StatusOr<ImportedModel> Importer::Run() {
     first.set_name(UniqueName(input->name()));
     first.set_op(v1::UNARY);
     first.mutable_unary()->set_kind(v1::UNARY_IDENTITY);
-    first.set_origin(absl::StrFormat("%s (model input)", input->name()));
+    first.set_origin(
+        Printable(absl::StrFormat("%s (model input)", input->name())));
     for (auto& l : *model_.mutable_layers()) {
       for (std::string& s : *l.mutable_inputs()) {
         if (s == kInputRef) s = first.name();
@@ -2572,9 +2595,9 @@ absl::StatusOr<ImportedModel> Importer::Run() {
     }
   }
 
-  model_.set_name(!options_.model_name.empty() ? options_.model_name
-                  : !g_.name().empty()         ? g_.name()
-                                               : "onnx_model");
+  model_.set_name(Printable(!options_.model_name.empty() ? options_.model_name
+                            : !g_.name().empty()         ? g_.name()
+                                                         : "onnx_model"));
   ImportedModel out;
   out.parameters_bytes = SerializeParameterSet(params_);
   model_.set_parameters_digest(ParametersDigest(out.parameters_bytes));

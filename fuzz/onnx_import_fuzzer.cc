@@ -8,7 +8,7 @@
 //   - layer names are unique and match [A-Za-z0-9_.-]{1,64}; every input
 //     names an earlier layer; the first layer reads the model input (no
 //     inputs) and no other layer does; the last layer is the SOFTMAX_XENT
-//     loss.
+//     loss; names and origins are UTF-8 (origins at most 256 bytes).
 // Every refusal is INVALID_ARGUMENT or RESOURCE_EXHAUSTED starting "onnx: ".
 #include <cmath>
 #include <cstddef>
@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "client/onnx_import.h"
 #include "common/sha256.h"
+#include "common/utf8.h"
 #include "fuzz/fuzz_check.h"
 
 using ::lockstep::client::ImportedModel;
@@ -77,6 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(std::isfinite(f), "a parameter value is not finite");
     }
   }
+  FUZZ_CHECK(lockstep::IsUtf8(m->model.name()), "model name is not UTF-8");
   const auto& layers = m->model.layers();
   FUZZ_CHECK(layers.size() >= 2, "fewer than two layers");
   FUZZ_CHECK(layers[0].inputs().empty(), "the first layer names inputs");
@@ -90,6 +92,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                      " is not an earlier layer");
     }
     FUZZ_CHECK(seen.insert(l.name()).second, "duplicate name " + l.name());
+    FUZZ_CHECK(lockstep::IsUtf8(l.origin()) && l.origin().size() <= 256,
+               "origin is not UTF-8 of at most 256 bytes");
   }
   return 0;
 }

@@ -660,6 +660,19 @@ TEST(OnnxImportErrorsTest, SplitMakesSlicesOnlyForOutputsThatAreRead) {
   EXPECT_EQ(r->model.num_classes(), 2 * 8 * 8);
 }
 
+TEST(OnnxImportErrorsTest, NamesFromTheFileBecomeValidNamesAndUtf8) {
+  onnx::ModelProto m = Graph();
+  m.mutable_graph()->set_name("bad\xff name");
+  AddNode(&m, "Relu", "/blocks.0/act\xfe", {"x"}, "r");
+  AddNode(&m, "Flatten", "/flat", {"r"}, "y");
+  SetOutput(&m, "y");
+  absl::StatusOr<ImportedModel> r = Import(m);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->model.name(), "bad? name");
+  EXPECT_EQ(r->model.layers(0).name(), "blocks.0.act_");
+  EXPECT_EQ(r->model.layers(0).origin(), "/blocks.0/act? (Relu)");
+}
+
 TEST(OnnxImportErrorsTest, AsymmetricConvPadsNameTheNode) {
   onnx::ModelProto m = Graph();
   AddFloatInit(&m, "w", {4, 3, 3, 3}, 0.5f);
