@@ -33,7 +33,7 @@ PACKAGES=(
   munge                    # Slurm's authentication daemon
   python3-kubernetes       # offline validation of the Kubernetes manifests
   python3-yaml             # reads the manifests and compose file
-  python3-torch            # PyTorch 1.13: the float64 parity reference (tests/parity)
+  python3-torch            # PyTorch 1.13: the float64 parity reference (tests/parity), ONNX test exports (tests/onnx)
   python3-numpy            # reads the .npy tensor dumps in tests/parity
 )
 
