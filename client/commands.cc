@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/onnx_cli.h"
 #include "common/digest.h"
 #include "common/json.h"
 #include "model/spec_io.h"
@@ -247,8 +248,29 @@ absl::StatusOr<v1::SubmitJobRequest> Commands::BuildRequest(
     return absl::InvalidArgumentError(
         "expected MODEL CONFIG (files) or a zoo name");
   }
-  absl::StatusOr<v1::Model> model = model::ReadModelFile(model_path);
-  if (!model.ok()) return model.status();
+  absl::StatusOr<v1::Model> model;
+  std::string parameter_blob;  // the ParameterSet bytes, when the model has
+                               // initial parameter values
+  if (IsOnnxPath(model_path)) {
+    absl::StatusOr<ImportedModel> imported = ImportOnnxFile(model_path);
+    if (!imported.ok()) return imported.status();
+    model = imported->model;
+    parameter_blob = std::move(imported->parameters_bytes);
+  } else {
+    model = model::ReadModelFile(model_path);
+    if (!model.ok()) return model.status();
+    if (!model->parameters_digest().empty()) {
+      absl::StatusOr<std::string> blob = ReadParameterBlob(
+          ParamsPathFor(model_path), model->parameters_digest());
+      if (!blob.ok()) return blob.status();
+      parameter_blob = *std::move(blob);
+    }
+  }
+  if (!model->parameters_digest().empty()) {
+    absl::Status uploaded =
+        UploadParameters(model->parameters_digest(), parameter_blob);
+    if (!uploaded.ok()) return uploaded;
+  }
   absl::StatusOr<v1::JobConfig> config = model::ReadJobConfigFile(config_path);
   if (!config.ok()) return config.status();
   v1::SubmitJobRequest req;
@@ -284,6 +306,18 @@ absl::StatusOr<v1::SubmitJobRequest> Commands::BuildRequest(
   if (!s.ok()) return s;
   req.set_idempotency_key(options_.idempotency_key);
   return req;
+}
+
+// The one place where a model's initial parameter values (a ParameterSet,
+// content-addressed by `digest`) go to the coordinator before the job that
+// names them is submitted.
+absl::Status Commands::UploadParameters(const std::string& digest,
+                                        const std::string& blob) {
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "the model has initial parameter values (parameters_digest %s, %d "
+      "bytes): the coordinator needs the parameter blob; upload is not "
+      "available in this version, so the job was not submitted",
+      digest, blob.size()));
 }
 
 absl::StatusOr<Job> Commands::WatchUntilDone(const std::string& job_id) {
@@ -661,6 +695,12 @@ int Commands::Audit(const std::vector<std::string>& args) {
   if (action != "start")
     return Usage("audit: unknown action \"" + action + "\"");
   if (args.size() != 2) return Usage("audit start: expected WORKLOAD");
+  if (IsOnnxPath(args[1])) {
+    return Usage(
+        "audit start: a fleet audit runs a standard workload by name; audit "
+        "an ONNX model with `lockstep check MODEL.onnx CONFIG "
+        "--scope=across_classes`");
+  }
   v1::StartAuditRequest req;
   req.mutable_spec()->set_workload(args[1]);
   req.mutable_spec()->set_quarantine_outliers(options_.quarantine);

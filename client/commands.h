@@ -69,10 +69,14 @@ class Commands {
   int Audit(const std::vector<std::string>& args);
 
  private:
-  // MODEL CONFIG, or ZOO_NAME (examples/<name>/{model,config}.json).
+  // MODEL CONFIG, or ZOO_NAME (examples/<name>/{model,config}.json). A
+  // MODEL ending in .onnx is imported in memory (onnx_cli.h).
   absl::StatusOr<lockstep::v1::SubmitJobRequest> BuildRequest(
       const std::vector<std::string>& args);
   absl::StatusOr<lockstep::v1::Job> WatchUntilDone(const std::string& job_id);
+  // Sends a model's ParameterSet to the coordinator (see commands.cc).
+  absl::Status UploadParameters(const std::string& digest,
+                                const std::string& blob);
   int Fail(const absl::Status& s);
   int Usage(const std::string& why);
 

@@ -8,6 +8,7 @@
 #include "absl/flags/usage.h"
 #include "client/client.h"
 #include "client/commands.h"
+#include "client/onnx_cli.h"
 #include "common/grpc_limits.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
@@ -55,6 +56,12 @@ ABSL_FLAG(std::string, workers, "",
           "audit start: comma-separated worker names or ids (default: all)");
 ABSL_FLAG(bool, quarantine, false, "audit start: quarantine every outlier");
 ABSL_FLAG(bool, wait, true, "audit start: wait for the result");
+ABSL_FLAG(std::string, o, "",
+          "import: the model JSON to write (default: MODEL.json next to "
+          "MODEL.onnx)");
+ABSL_FLAG(std::string, params, "",
+          "import: the ParameterSet file to write (default: the -o path with "
+          ".json replaced by .params)");
 
 namespace {
 
@@ -77,6 +84,9 @@ constexpr char kUsage[] =
     "  audit start WORKLOAD [--workers=a,b | --worker_labels=k=v] "
     "[--quarantine] [--wait=false]\n"
     "  audit show AUDIT | audit list\n"
+    "  import MODEL.onnx [-o MODEL.json] [--params FILE]   ONNX to a Lockstep "
+    "model and its initial weights (no coordinator needed); submit and check "
+    "also take MODEL.onnx\n"
     "Exit codes: 0 ok / reproducible; 1 nondeterministic; 2 numerics changed "
     "vs golden; 3 could not run; 64 usage.";
 
@@ -91,6 +101,11 @@ int main(int argc, char** argv) {
   }
   const std::string command = positional[1];
   std::vector<std::string> args(positional.begin() + 2, positional.end());
+  if (command == "import") {
+    return lockstep::client::RunImport(args, absl::GetFlag(FLAGS_o),
+                                       absl::GetFlag(FLAGS_params), stdout,
+                                       stderr);
+  }
   if (absl::GetFlag(FLAGS_timeout_ms) <= 0) {
     std::fprintf(stderr, "lockstep: --timeout_ms must be > 0\n");
     return lockstep::client::kExitUsage;

@@ -22,6 +22,7 @@ PACKAGES=(
   libbenchmark-dev         # Google Benchmark 1.7
   libxxhash-dev            # xxHash 0.8 (fingerprints)
   libcpp-httplib-dev       # HTTP dashboard and metrics
+  libonnx-dev              # onnx.proto: `lockstep import` of ONNX models
   libssl-dev               # libcrypto: SHA-256 of bearer tokens (libgrpc links it)
   openssl                  # lockstep-coordinator certs: a test CA and certificates
   prometheus               # promtool: checks /metrics and the scrape config
@@ -32,7 +33,7 @@ PACKAGES=(
   munge                    # Slurm's authentication daemon
   python3-kubernetes       # offline validation of the Kubernetes manifests
   python3-yaml             # reads the manifests and compose file
-  python3-torch            # PyTorch 1.13: the float64 parity reference (tests/parity)
+  python3-torch            # PyTorch 1.13: the float64 parity reference (tests/parity), ONNX test exports (tests/onnx)
   python3-numpy            # reads the .npy tensor dumps in tests/parity
 )
 

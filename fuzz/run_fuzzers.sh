@@ -23,7 +23,7 @@ if ! [[ "$seconds" =~ ^[1-9][0-9]*$ ]]; then
 fi
 
 all_harnesses=(model_spec job_config json_quote npy idx dataset fault_spec
-               drill_flags worker_message http_query)
+               drill_flags worker_message http_query onnx_import)
 read -r -a harnesses <<<"${FUZZ_HARNESSES:-${all_harnesses[*]}}"
 
 base="${XDG_CACHE_HOME:-$HOME/.cache}/lockstep-fuzz"

@@ -1,7 +1,6 @@
 #include "server/auth.h"
 
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 
 #include <algorithm>
 
@@ -12,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/logging.h"
+#include "common/sha256.h"
 
 namespace lockstep::server {
 namespace {
@@ -70,13 +70,7 @@ absl::StatusOr<std::string> NewToken() {
                         reinterpret_cast<const char*>(bytes), sizeof(bytes))));
 }
 
-std::string TokenSha256Hex(absl::string_view token) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(),
-         digest);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
-}
+std::string TokenSha256Hex(absl::string_view token) { return Sha256Hex(token); }
 
 absl::StatusOr<Principal> Authorizer::FromToken(absl::string_view authorization,
                                                 Role needed) const {
