@@ -6,7 +6,8 @@
 // broadcast-gradient reduction (and REDUCE SUM / MEAN) runs blocks of
 // kLanes outputs per task: every output of a block runs its own canonical
 // chain (chunks of 256 terms from +0.0f, then the pairwise tree), the
-// block's chains advanced together term by term, so the bits equal the
+// block's chains advanced together term by term (vectorised by the
+// compiler when the block's outputs are contiguous), so the bits equal the
 // scalar spec loop (canonical::SumToElement) for every ISA and thread
 // count. The CANONICAL kernels serve DETERMINISTIC too; DEFAULT "default"
 // and "atomic" binary.grad and where.grad split each reduction into slices
@@ -188,6 +189,19 @@ SumToPlan PlanSumTo(absl::Span<const int64_t> y, absl::Span<const int64_t> x) {
   return p;
 }
 
+// One chunk of kLanes chains over kLanes consecutive outputs of t (their
+// terms contiguous for every k): acc[l] += row[l], term by term. The fixed
+// trip count and restrict pointers let the compiler vectorise across the
+// lanes; each lane's additions stay in order, so the bits do not change.
+void ContiguousChains(const float* __restrict t,
+                      const int64_t* __restrict term_offset, int64_t begin,
+                      int64_t end, int64_t base0, float* __restrict acc) {
+  for (int64_t k = begin; k < end; ++k) {
+    const float* __restrict row = t + term_offset[k] + base0;
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] = acc[l] + row[l];
+  }
+}
+
 // x[j] = canonical sum of t's terms (section 11.4), kLanes outputs per
 // task, their chains advanced together.
 void SumToCanonical(const SumToPlan& p, const float* t, float* x,
@@ -202,14 +216,22 @@ void SumToCanonical(const SumToPlan& p, const float* t, float* x,
     const int64_t j0 = task * kLanes;
     const int64_t lanes = std::min(kLanes, outputs - j0);
     const int64_t* base = p.out_base.data() + j0;
+    bool contiguous = lanes == kLanes;
+    for (int64_t l = 1; contiguous && l < lanes; ++l) {
+      contiguous = base[l] == base[0] + l;
+    }
     float acc[kLanes];
     std::vector<c::TreeAccumulator> tree(p.n > c::kChunk ? lanes : 0);
     for (int64_t begin = 0; begin < p.n || begin == 0; begin += c::kChunk) {
       const int64_t end = std::min(p.n, begin + c::kChunk);
       for (int64_t l = 0; l < lanes; ++l) acc[l] = 0.0f;
-      for (int64_t k = begin; k < end; ++k) {
-        const float* row = t + p.term_offset[k];
-        for (int64_t l = 0; l < lanes; ++l) acc[l] = acc[l] + row[base[l]];
+      if (contiguous) {
+        ContiguousChains(t, p.term_offset.data(), begin, end, base[0], acc);
+      } else {
+        for (int64_t k = begin; k < end; ++k) {
+          const float* row = t + p.term_offset[k];
+          for (int64_t l = 0; l < lanes; ++l) acc[l] = acc[l] + row[base[l]];
+        }
       }
       if (p.n <= c::kChunk) break;
       for (int64_t l = 0; l < lanes; ++l) tree[l].Push(acc[l]);
