@@ -36,19 +36,21 @@ using ::lockstep::testing::IsOk;
 // the scalar canonical backend this keeps a step well under 100 ms.
 constexpr int64_t kMaxForwardFlops = 5'000'000;
 constexpr int64_t kMaxParameters = 100'000;
-// gpt_tiny (4 blocks of width 128), resnet18 and mobilenet_v2 are bounded by
+// gpt_tiny (4 blocks of width 128), resnet18, mobilenet_v2 and vit_tiny are
+// bounded by
 // the vectorised GEMM and convolutions instead: their 40 example steps,
 // every tensor fingerprinted, take a few seconds on one AVX2 core.
 constexpr int64_t kMaxLargeForwardFlops = 160'000'000;
 constexpr int64_t kMaxLargeParameters = 1'000'000;
 
-const char* const kZoo[] = {"mlp",       "lenet5",      "resnet_small",
-                            "gauntlet",  "norm_mlp",    "mobilenet_tiny",
-                            "resnet_bn", "char_lm",     "gpt_tiny",
-                            "resnet18",  "mobilenet_v2"};
+const char* const kZoo[] = {"mlp",       "lenet5",       "resnet_small",
+                            "gauntlet",  "norm_mlp",     "mobilenet_tiny",
+                            "resnet_bn", "char_lm",      "gpt_tiny",
+                            "resnet18",  "mobilenet_v2", "vit_tiny"};
 
 bool IsLarge(const std::string& name) {
-  return name == "gpt_tiny" || name == "resnet18" || name == "mobilenet_v2";
+  return name == "gpt_tiny" || name == "resnet18" || name == "mobilenet_v2" ||
+         name == "vit_tiny";
 }
 
 std::string Examples(const std::string& relative) {
@@ -289,6 +291,41 @@ TEST(ZooTest, MobilenetV2HasInvertedResiduals) {
   EXPECT_EQ(ops.count(v1::ADD), 3u);
   EXPECT_EQ(ops.count(v1::BATCH_NORM), ops.count(v1::CONV2D));
   EXPECT_THAT(l.plan.input_shape, ::testing::ElementsAre(16, 3, 32, 32));
+}
+
+// vit_tiny is a Vision Transformer: 4x4 patches embedded by a strided
+// convolution into 64 tokens of width 64, a learned positional embedding
+// (a PARAMETER added with broadcasting over the batch), 2 pre-LayerNorm
+// blocks of bidirectional 4-head attention and GELU MLPs, the mean over
+// tokens (REDUCE) and a linear head.
+TEST(ZooTest, VitTinyIsAPatchTransformer) {
+  const Loaded l = Load("vit_tiny", "config.json");
+  const auto ops = Ops(l.plan);
+  EXPECT_EQ(ops.count(v1::CONV2D), 1u);
+  EXPECT_EQ(ops.count(v1::PARAMETER), 1u);
+  EXPECT_EQ(ops.count(v1::BINARY), 1u);
+  EXPECT_EQ(ops.count(v1::REDUCE), 1u);
+  EXPECT_EQ(ops.count(v1::MATMUL), 4u);
+  EXPECT_EQ(ops.count(v1::SOFTMAX), 2u);
+  EXPECT_EQ(ops.count(v1::LAYER_NORM), 5u);
+  const int64_t n = l.plan.input_shape[0];
+  for (const LayerPlan& layer : l.plan.layers) {
+    if (layer.op == v1::SOFTMAX) {
+      EXPECT_FALSE(layer.attrs.causal) << layer.name;
+      EXPECT_THAT(layer.output_shape, ::testing::ElementsAre(n, 4, 64, 64));
+    }
+    if (layer.name == "pos") {
+      EXPECT_FALSE(layer.batched);
+      EXPECT_THAT(layer.output_shape, ::testing::ElementsAre(64, 64));
+    }
+    if (layer.name == "embed") {
+      EXPECT_TRUE(layer.batched);
+      EXPECT_THAT(layer.output_shape, ::testing::ElementsAre(n, 64, 64));
+    }
+    if (layer.name == "pool") {
+      EXPECT_THAT(layer.output_shape, ::testing::ElementsAre(n, 64));
+    }
+  }
 }
 
 TEST(ZooTest, ModelsRoundTripThroughBothFormats) {

@@ -57,6 +57,9 @@ FAMILY = {
     "GLOBAL_AVG_POOL": "linear", "FLATTEN": "linear", "ADD": "linear",
     "RESIZE_BILINEAR": "linear", "BIAS_ADD": "linear", "EMBEDDING": "linear",
     "DROPOUT": "linear", "MATMUL": "linear",
+    "REDUCE": "linear", "WHERE": "select", "COMPARE": "select",
+    # Quotients, powers and math functions: no elementwise bound claimed.
+    "BINARY": "compound", "UNARY": "compound",
     "CONSTANT": "select", "PARAMETER": "select", "GATHER": "select",
     "CONCAT": "select", "SLICE": "select",
     "RELU": "select", "MAX_POOL2D": "select",

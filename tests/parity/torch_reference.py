@@ -222,6 +222,54 @@ def op_slice(layer, x, p, ctx):
     return x[0].index_select(axis, torch.tensor(pos, dtype=torch.long))
 
 
+_BINARY = {
+    "BINARY_ADD": torch.add, "BINARY_SUB": torch.sub, "BINARY_MUL": torch.mul,
+    "BINARY_DIV": torch.div, "BINARY_POW": torch.pow,
+    "BINARY_MAX": torch.maximum, "BINARY_MIN": torch.minimum,
+}
+_UNARY = {
+    "UNARY_NEG": torch.neg, "UNARY_ABS": torch.abs, "UNARY_SQRT": torch.sqrt,
+    "UNARY_RECIPROCAL": torch.reciprocal, "UNARY_EXP": torch.exp,
+    "UNARY_LOG": torch.log, "UNARY_ERF": torch.erf,
+    "UNARY_IDENTITY": lambda t: t.clone(),
+}
+_COMPARE = {
+    "COMPARE_EQUAL": torch.eq, "COMPARE_LESS": torch.lt,
+    "COMPARE_LESS_EQUAL": torch.le, "COMPARE_GREATER": torch.gt,
+    "COMPARE_GREATER_EQUAL": torch.ge,
+}
+
+
+def op_binary(layer, x, p, ctx):
+    # NumPy broadcasting, as Lockstep's (an unbatched operand lines up on
+    # the right). MAX/MIN ties differ (torch splits the gradient, Lockstep
+    # sends it to the first input) only on exactly equal elements.
+    return _BINARY[layer["binary"]["kind"]](x[0], x[1])
+
+
+def op_unary(layer, x, p, ctx):
+    return _UNARY[layer["unary"]["kind"]](x[0])
+
+
+def op_compare(layer, x, p, ctx):
+    return _COMPARE[layer["compare"]["kind"]](x[0].detach(), x[1].detach()).to(DT)
+
+
+def op_where(layer, x, p, ctx):
+    return torch.where(x[0].detach() != 0, x[1], x[2])
+
+
+def op_reduce(layer, x, p, ctx):
+    r = layer.get("reduce", {})
+    axes = [_axis(int(a), x[0].dim()) for a in r.get("axes", [])]
+    if not axes:  # every axis but the batch axis
+        axes = list(range(1, x[0].dim()))
+    keep = bool(r.get("keepdims", False))
+    if r.get("kind") == "REDUCE_MEAN":
+        return x[0].mean(dim=axes, keepdim=keep)
+    return x[0].sum(dim=axes, keepdim=keep)
+
+
 def op_softmax_xent(layer, x, p, ctx):
     logits = x[0]
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
@@ -258,6 +306,11 @@ OPS = {
     "GATHER": op_gather,
     "CONCAT": op_concat,
     "SLICE": op_slice,
+    "BINARY": op_binary,
+    "UNARY": op_unary,
+    "COMPARE": op_compare,
+    "WHERE": op_where,
+    "REDUCE": op_reduce,
 }
 
 MODEL_INPUT = "<input>"  # Layer.inputs' name for the model input
@@ -265,6 +318,8 @@ MODEL_INPUT = "<input>"  # Layer.inputs' name for the model input
 
 def input_names(layers, i):
     """Producers of layers[i]: layer names, None for the model input."""
+    if layers[i]["op"] in ("CONSTANT", "PARAMETER"):
+        return []  # no inputs, wherever they stand
     names = layers[i].get("inputs") or ([layers[i - 1]["name"]] if i else [None])
     return [None if n == MODEL_INPUT else n for n in names]
 

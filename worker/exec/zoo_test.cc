@@ -90,10 +90,10 @@ absl::StatusOr<RunResult> RunZoo(const Zoo& z, ExecutorOptions options = {}) {
                 std::move(options));
 }
 
-const char* const kZoo[] = {"mlp",       "lenet5",      "resnet_small",
-                            "gauntlet",  "norm_mlp",    "mobilenet_tiny",
-                            "resnet_bn", "char_lm",     "gpt_tiny",
-                            "resnet18",  "mobilenet_v2"};
+const char* const kZoo[] = {"mlp",       "lenet5",       "resnet_small",
+                            "gauntlet",  "norm_mlp",     "mobilenet_tiny",
+                            "resnet_bn", "char_lm",      "gpt_tiny",
+                            "resnet18",  "mobilenet_v2", "vit_tiny"};
 
 // gpt_tiny with tied embeddings (examples/gpt_tiny/model_tied.json): one
 // PARAMETER table feeds the token GATHER and the logits MATMUL
@@ -307,9 +307,10 @@ TEST(ZooTest, GradientsMatchFiniteDifferences) {
     // attention) and the head, at the largest element of each gradient
     // (the one a wiring error would move most), to keep the test to a few
     // seconds.
-    // resnet18 and mobilenet_v2 likewise: the stem, one block's every kind
-    // of weighted layer (resnet18's strided projection, mobilenet_v2's
-    // expansion, depthwise and projection) and the classifier.
+    // resnet18, mobilenet_v2 and vit_tiny likewise: the stem, one block's
+    // every kind of weighted layer (resnet18's strided projection,
+    // mobilenet_v2's expansion, depthwise and projection, vit_tiny's
+    // positional embedding and attention) and the classifier.
     const std::set<std::string> sampled =
         std::string(name) == "resnet18"
             ? std::set<std::string>{"conv1",     "bn1",          "l2b0_conv1",
@@ -318,6 +319,10 @@ TEST(ZooTest, GradientsMatchFiniteDifferences) {
             ? std::set<std::string>{"stem",  "stem_bn",  "b2_expand",
                                     "b2_dw", "b2_dw_bn", "b2_project",
                                     "fc"}
+        : std::string(name) == "vit_tiny"
+            ? std::set<std::string>{"patch",   "pos",  "b0.ln1",
+                                    "b0.q",    "b0.k", "b0.fc",
+                                    "b1.proj", "ln_f", "head"}
             : std::set<std::string>{};
     const bool gpt = std::string(name) == "gpt_tiny";
     const bool largest_only = gpt || !sampled.empty();
@@ -587,9 +592,9 @@ double Mean(const std::vector<float>& v, size_t from, size_t to) {
 // on its synthetic data, at least halves the loss (the mean of the last 5
 // steps is at most half the mean of the first 5).
 TEST(ZooTest, ExampleConfigsHalveTheLoss) {
-  for (const char* name :
-       {"mlp", "lenet5", "resnet_small", "norm_mlp", "mobilenet_tiny",
-        "resnet_bn", "char_lm", "gpt_tiny", "resnet18", "mobilenet_v2"}) {
+  for (const char* name : {"mlp", "lenet5", "resnet_small", "norm_mlp",
+                           "mobilenet_tiny", "resnet_bn", "char_lm", "gpt_tiny",
+                           "resnet18", "mobilenet_v2", "vit_tiny"}) {
     SCOPED_TRACE(name);
     Zoo z = Load(name, 0, 0);
     ASSERT_NE(z.dataset, nullptr);
