@@ -13,8 +13,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/blob_digest.h"
 #include "common/digest.h"
 #include "common/json.h"
+#include "lockstep/v1/parameters.pb.h"
 #include "model/spec_io.h"
 
 namespace lockstep::client {
@@ -24,6 +26,24 @@ using ::lockstep::v1::JobEvent;
 using ::lockstep::v1::Report;
 
 namespace {
+
+// Uploads at least this large report their progress.
+constexpr int64_t kProgressBytes = int64_t{8} << 20;
+
+// The bytes of the file at `path`; NOT_FOUND naming `flag` and the path.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path,
+                                          const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
+  }
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat(flag, ": error reading ", path));
+  }
+  return bytes;
+}
 
 absl::Status ParseLabels(const std::string& text, const char* flag,
                          google::protobuf::Map<std::string, std::string>* out) {
@@ -251,6 +271,10 @@ absl::StatusOr<v1::SubmitJobRequest> Commands::BuildRequest(
   if (!model.ok()) return model.status();
   absl::StatusOr<v1::JobConfig> config = model::ReadJobConfigFile(config_path);
   if (!config.ok()) return config.status();
+  if (!model->parameters_digest().empty()) {
+    absl::Status up = UploadParameters(model_path, model->parameters_digest());
+    if (!up.ok()) return up;
+  }
   v1::SubmitJobRequest req;
   *req.mutable_spec()->mutable_model() = *model;
   *req.mutable_spec()->mutable_config() = *config;
@@ -284,6 +308,96 @@ absl::StatusOr<v1::SubmitJobRequest> Commands::BuildRequest(
   if (!s.ok()) return s;
   req.set_idempotency_key(options_.idempotency_key);
   return req;
+}
+
+absl::Status Commands::UploadParameters(const std::string& model_path,
+                                        const std::string& digest) {
+  std::string path = options_.params;
+  if (path.empty()) {
+    path = model_path;
+    if (absl::EndsWith(path, ".json")) path.resize(path.size() - 5);
+    path += ".params";
+  }
+  absl::StatusOr<std::string> bytes = ReadWholeFile(path, "--params");
+  if (!bytes.ok()) return bytes.status();
+  if (const std::string got = BlobDigest(*bytes); got != digest) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--params: ", path, " hashes to ", got,
+                     "; the model's parameters_digest is ", digest));
+  }
+  v1::ParameterSet set;
+  if (!set.ParseFromString(*bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--params: ", path, " is not a lockstep.v1.ParameterSet"));
+  }
+  const int64_t size = static_cast<int64_t>(bytes->size());
+  int last_tenth = 0;
+  auto progress = [&](int64_t sent, int64_t total) {
+    if (total < kProgressBytes || options_.json) return;
+    const int tenth = static_cast<int>(sent * 10 / total);
+    if (tenth == last_tenth) return;
+    last_tenth = tenth;
+    std::fprintf(err_, "uploading parameters: %lld/%lld MiB\n",
+                 static_cast<long long>(sent >> 20),
+                 static_cast<long long>(total >> 20));
+  };
+  bool uploaded = false;
+  absl::StatusOr<std::string> stored =
+      client_->EnsureBlob(*bytes, progress, &uploaded);
+  if (!stored.ok()) return stored.status();
+  if (!options_.json) {
+    std::fprintf(err_, "parameters %s (%lld bytes): %s\n", digest.c_str(),
+                 static_cast<long long>(size),
+                 uploaded ? "uploaded" : "already on the coordinator");
+  }
+  return absl::OkStatus();
+}
+
+int Commands::Blobs(const std::vector<std::string>& args) {
+  if (args.size() == 2 && args[0] == "upload") {
+    absl::StatusOr<std::string> bytes = ReadWholeFile(args[1], "FILE");
+    if (!bytes.ok()) return Fail(bytes.status());
+    bool uploaded = false;
+    absl::StatusOr<std::string> digest =
+        client_->EnsureBlob(*bytes, nullptr, &uploaded);
+    if (!digest.ok()) return Fail(digest.status());
+    std::fprintf(out_, "%s %s\n", digest->c_str(),
+                 uploaded ? "uploaded" : "already stored");
+    return kExitOk;
+  }
+  if (args.size() == 2 && args[0] == "stat") {
+    auto r = client_->StatBlob(args[1]);
+    if (!r.ok()) return Fail(r.status());
+    if (options_.json) {
+      std::fputs(FormatJson(*r).c_str(), out_);
+    } else if (!r->exists()) {
+      std::fprintf(out_, "%s: not stored\n", args[1].c_str());
+    } else {
+      std::fprintf(
+          out_, "%s: %lld bytes, uploaded by %s, %d unfinished jobs\n",
+          r->blob().digest().c_str(), static_cast<long long>(r->blob().size()),
+          r->blob().uploaded_by().empty() ? "anonymous"
+                                          : r->blob().uploaded_by().c_str(),
+          r->blob().referencing_jobs());
+    }
+    return r->exists() ? kExitOk : kExitCouldNotRun;
+  }
+  if (args.size() == 1 && args[0] == "gc") {
+    auto r = client_->CollectBlobs();
+    if (!r.ok()) return Fail(r.status());
+    if (options_.json) {
+      std::fputs(FormatJson(*r).c_str(), out_);
+      return kExitOk;
+    }
+    for (const std::string& d : r->deleted_digests()) {
+      std::fprintf(out_, "deleted %s\n", d.c_str());
+    }
+    std::fprintf(out_, "%d blobs, %lld bytes deleted\n",
+                 r->deleted_digests_size(),
+                 static_cast<long long>(r->deleted_bytes()));
+    return kExitOk;
+  }
+  return Usage("expected blobs upload FILE | blobs stat DIGEST | blobs gc");
 }
 
 absl::StatusOr<Job> Commands::WatchUntilDone(const std::string& job_id) {

@@ -49,6 +49,10 @@ struct CommandOptions {
   std::string workers;  // comma-separated worker names or ids
   bool quarantine = false;
   bool wait = true;
+  // submit / check: the ParameterSet file of a model that sets
+  // parameters_digest; empty: the model path with .json replaced by
+  // .params.
+  std::string params;
 };
 
 class Commands {
@@ -67,11 +71,21 @@ class Commands {
   int Check(const std::vector<std::string>& args);
   // audit start WORKLOAD | show AUDIT | list
   int Audit(const std::vector<std::string>& args);
+  // blobs upload FILE | stat DIGEST | gc
+  int Blobs(const std::vector<std::string>& args);
 
  private:
-  // MODEL CONFIG, or ZOO_NAME (examples/<name>/{model,config}.json).
+  // MODEL CONFIG, or ZOO_NAME (examples/<name>/{model,config}.json). A
+  // model that sets parameters_digest has its ParameterSet file checked
+  // and uploaded unless the coordinator has it (UploadParameters).
   absl::StatusOr<lockstep::v1::SubmitJobRequest> BuildRequest(
       const std::vector<std::string>& args);
+  // Reads the ParameterSet of the model at `model_path` (options_.params
+  // or the .params file next to it), checks that it parses and hashes to
+  // `digest`, and uploads it if the coordinator lacks it, with progress on
+  // err_ for large blobs.
+  absl::Status UploadParameters(const std::string& model_path,
+                                const std::string& digest);
   absl::StatusOr<lockstep::v1::Job> WatchUntilDone(const std::string& job_id);
   int Fail(const absl::Status& s);
   int Usage(const std::string& why);

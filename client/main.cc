@@ -55,6 +55,9 @@ ABSL_FLAG(std::string, workers, "",
           "audit start: comma-separated worker names or ids (default: all)");
 ABSL_FLAG(bool, quarantine, false, "audit start: quarantine every outlier");
 ABSL_FLAG(bool, wait, true, "audit start: wait for the result");
+ABSL_FLAG(std::string, params, "",
+          "submit/check: the model's ParameterSet file when the model sets "
+          "parameters_digest (default: MODEL with .json replaced by .params)");
 
 namespace {
 
@@ -77,6 +80,7 @@ constexpr char kUsage[] =
     "  audit start WORKLOAD [--workers=a,b | --worker_labels=k=v] "
     "[--quarantine] [--wait=false]\n"
     "  audit show AUDIT | audit list\n"
+    "  blobs upload FILE | blobs stat DIGEST | blobs gc\n"
     "Exit codes: 0 ok / reproducible; 1 nondeterministic; 2 numerics changed "
     "vs golden; 3 could not run; 64 usage.";
 
@@ -147,6 +151,7 @@ int main(int argc, char** argv) {
   c.workers = absl::GetFlag(FLAGS_workers);
   c.quarantine = absl::GetFlag(FLAGS_quarantine);
   c.wait = absl::GetFlag(FLAGS_wait);
+  c.params = absl::GetFlag(FLAGS_params);
   lockstep::client::Commands commands(&client, c, stdout, stderr);
 
   if (command == "workers") return commands.Workers(args);
@@ -159,6 +164,7 @@ int main(int argc, char** argv) {
   if (command == "certificates") return commands.Certificates(args);
   if (command == "check") return commands.Check(args);
   if (command == "audit") return commands.Audit(args);
+  if (command == "blobs") return commands.Blobs(args);
   std::fprintf(stderr, "lockstep: unknown command \"%s\"\n%s\n",
                command.c_str(), kUsage);
   return lockstep::client::kExitUsage;
