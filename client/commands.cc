@@ -333,7 +333,7 @@ absl::Status Commands::UploadParameters(const std::string& model_path,
   const int64_t size = static_cast<int64_t>(bytes->size());
   int last_tenth = 0;
   auto progress = [&](int64_t sent, int64_t total) {
-    if (total < kProgressBytes || options_.json) return;
+    if (total < kProgressBytes) return;
     const int tenth = static_cast<int>(sent * 10 / total);
     if (tenth == last_tenth) return;
     last_tenth = tenth;
@@ -345,11 +345,10 @@ absl::Status Commands::UploadParameters(const std::string& model_path,
   absl::StatusOr<std::string> stored =
       client_->EnsureBlob(*bytes, progress, &uploaded);
   if (!stored.ok()) return stored.status();
-  if (!options_.json) {
-    std::fprintf(err_, "parameters %s (%lld bytes): %s\n", digest.c_str(),
-                 static_cast<long long>(size),
-                 uploaded ? "uploaded" : "already on the coordinator");
-  }
+  // On stderr, also with --json (stdout stays one JSON document).
+  std::fprintf(err_, "parameters %s (%lld bytes): %s\n", digest.c_str(),
+               static_cast<long long>(size),
+               uploaded ? "uploaded" : "already on the coordinator");
   return absl::OkStatus();
 }
 

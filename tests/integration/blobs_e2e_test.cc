@@ -340,7 +340,7 @@ TEST_F(BlobsE2E, AWorkerFetchesOnceAppliesAndCachesTheParameters) {
   ASSERT_THAT(r, IsOk());
   EXPECT_NE(r->exit_code, 0);
   const std::string all = r->out + r->err;
-  EXPECT_THAT(all, HasSubstr("layer \\\"fc2\\\""));
+  EXPECT_THAT(all, HasSubstr("layer \"fc2\", param \"weight\""));
   EXPECT_THAT(all, HasSubstr("shape [32, 64]"));
   EXPECT_THAT(all, HasSubstr("planned shape is [64, 32]"));
 }
