@@ -1,7 +1,11 @@
 #include "server/coordinator.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -112,6 +116,18 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
                                           SystemClockMs);
   BlobStoreOptions bopts = options.blobs;
   if (bopts.dir.empty()) bopts.dir = DefaultBlobDir(options.store.path);
+  if (bopts.dir.empty()) {
+    // An in-memory database (tests): blobs as short-lived as it, in a
+    // temporary folder removed at destruction.
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        absl::StrCat(tmp == nullptr ? "/tmp" : tmp, "/lockstep-blobs-XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("cannot create a folder like ", pattern));
+    }
+    bopts.dir = c->temporary_blob_dir_ = pattern;
+  }
   LS_ASSIGN_OR_RETURN(c->blobs_,
                       BlobStore::Open(bopts, c->store_.get(), SystemClockMs));
   c->lockstep_service_ = std::make_unique<LockstepService>(
@@ -219,6 +235,10 @@ Coordinator::~Coordinator() {
   // Also when Start failed half-way: no verdict may reach a destroyed
   // audit manager.
   if (jobs_ != nullptr) jobs_->Shutdown();
+  if (!temporary_blob_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(temporary_blob_dir_, ignored);
+  }
 }
 
 }  // namespace lockstep::server

@@ -61,7 +61,8 @@ struct CoordinatorOptions {
   // Bearer tokens (require_tokens) and worker certificates.
   AuthOptions auth;
   // The blob store (models' initial parameters): folder, limits, grace.
-  // An empty dir means the database path + ".blobs".
+  // An empty dir means the database path + ".blobs" (for ":memory:", a
+  // temporary folder removed with the coordinator).
   BlobStoreOptions blobs;
   // How often unreferenced blobs past their grace period are deleted.
   // Default 10 minutes.
@@ -110,6 +111,8 @@ class Coordinator {
   absl::Notification stop_;
   std::thread sweeper_;
   bool shut_down_ = false;
+  // The blob folder of an in-memory database, removed at destruction.
+  std::string temporary_blob_dir_;
 };
 
 }  // namespace lockstep::server

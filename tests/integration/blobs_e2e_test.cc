@@ -3,6 +3,7 @@
 // when corrupt or over quota, collected when unreferenced, and fetched,
 // cached and applied by a worker.
 #include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -305,6 +306,22 @@ TEST_F(BlobsE2E, UnreferencedBlobsAreCollectedAfterTheGracePeriod) {
   ASSERT_EQ(cancelled->exit_code, 0) << cancelled->err;
   EXPECT_TRUE(
       PollUntil(absl::Seconds(20), [&] { return !Stat(digest).exists(); }));
+  EXPECT_EQ(CountFiles(BlobDir() + "/sha256"), 0);
+
+  // `lockstep-coordinator gc-blobs` on the database of a stopped one.
+  const std::string late = "uploaded just before the stop";
+  ASSERT_TRUE(Upload(BlobDigest(late), late.size(), late, &info).ok());
+  cluster_->coordinator()->Signal(SIGTERM);
+  ASSERT_TRUE(cluster_->coordinator()->Wait(absl::Seconds(30)).has_value());
+  EXPECT_EQ(CountFiles(BlobDir() + "/sha256"), 1);
+  auto gc = testing::RunCommand(
+      {cluster_->Runfile("server/lockstep-coordinator"), "gc-blobs",
+       "--db=" + cluster_->db(), "--blob_gc_grace_ms=0"},
+      absl::Seconds(60));
+  ASSERT_THAT(gc, IsOk());
+  EXPECT_EQ(gc->exit_code, 0) << gc->err;
+  EXPECT_THAT(gc->out, HasSubstr("deleted " + BlobDigest(late)));
+  EXPECT_THAT(gc->out, HasSubstr("1 blobs"));
   EXPECT_EQ(CountFiles(BlobDir() + "/sha256"), 0);
 }
 
