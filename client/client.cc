@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/blob_upload.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace lockstep::client {
@@ -206,6 +207,40 @@ absl::StatusOr<lockstep::v1::ListAuditsResponse> Client::ListAudits() {
               lockstep::v1::ListAuditsResponse>(
       &lockstep::v1::Lockstep::Stub::ListAudits,
       lockstep::v1::ListAuditsRequest());
+}
+
+absl::StatusOr<std::string> Client::EnsureBlob(
+    const std::string& bytes,
+    const std::function<void(int64_t, int64_t)>& progress, bool* uploaded) {
+  BlobUploadOptions o;
+  o.prepare = [this](grpc::ClientContext* ctx) {
+    AttachToken(options_.security, ctx);
+  };
+  o.timeout_ms = options_.timeout_ms;
+  o.progress = progress;
+  o.uploaded = uploaded;
+  absl::StatusOr<std::string> digest = EnsureBlobUploaded(*stub_, bytes, o);
+  if (!digest.ok()) {
+    const absl::Status& s = digest.status();
+    return Convert(grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+                                std::string(s.message())));
+  }
+  return digest;
+}
+
+absl::StatusOr<lockstep::v1::StatBlobResponse> Client::StatBlob(
+    const std::string& digest) {
+  lockstep::v1::StatBlobRequest req;
+  req.set_digest(digest);
+  return Call<lockstep::v1::StatBlobRequest, lockstep::v1::StatBlobResponse>(
+      &lockstep::v1::Lockstep::Stub::StatBlob, req);
+}
+
+absl::StatusOr<lockstep::v1::CollectBlobsResponse> Client::CollectBlobs() {
+  return Call<lockstep::v1::CollectBlobsRequest,
+              lockstep::v1::CollectBlobsResponse>(
+      &lockstep::v1::Lockstep::Stub::CollectBlobs,
+      lockstep::v1::CollectBlobsRequest());
 }
 
 absl::StatusOr<lockstep::v1::Job> Client::Watch(

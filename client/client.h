@@ -73,6 +73,15 @@ class Client {
       const lockstep::v1::StartAuditRequest& request);
   absl::StatusOr<lockstep::v1::Audit> GetAudit(const std::string& audit_id);
   absl::StatusOr<lockstep::v1::ListAuditsResponse> ListAudits();
+  // Blobs: EnsureBlobUploaded with this client's token and deadline (the
+  // upload's deadline grows with the size); `uploaded` (may be null) says
+  // whether bytes were sent.
+  absl::StatusOr<std::string> EnsureBlob(
+      const std::string& bytes,
+      const std::function<void(int64_t, int64_t)>& progress, bool* uploaded);
+  absl::StatusOr<lockstep::v1::StatBlobResponse> StatBlob(
+      const std::string& digest);
+  absl::StatusOr<lockstep::v1::CollectBlobsResponse> CollectBlobs();
   // Streams the job's events to `on_event` until the final one (returns
   // the last job snapshot), the stream fails, or `timeout_ms` (0: none)
   // passes (DEADLINE_EXCEEDED).

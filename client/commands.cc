@@ -14,8 +14,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/onnx_cli.h"
+#include "common/blob_digest.h"
 #include "common/digest.h"
 #include "common/json.h"
+#include "lockstep/v1/parameters.pb.h"
 #include "model/spec_io.h"
 
 namespace lockstep::client {
@@ -25,6 +27,24 @@ using ::lockstep::v1::JobEvent;
 using ::lockstep::v1::Report;
 
 namespace {
+
+// Uploads at least this large report their progress.
+constexpr int64_t kProgressBytes = int64_t{8} << 20;
+
+// The bytes of the file at `path`; NOT_FOUND naming `flag` and the path.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path,
+                                          const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
+  }
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat(flag, ": error reading ", path));
+  }
+  return bytes;
+}
 
 absl::Status ParseLabels(const std::string& text, const char* flag,
                          google::protobuf::Map<std::string, std::string>* out) {
@@ -261,7 +281,8 @@ absl::StatusOr<v1::SubmitJobRequest> Commands::BuildRequest(
     if (!model.ok()) return model.status();
     if (!model->parameters_digest().empty()) {
       absl::StatusOr<std::string> blob = ReadParameterBlob(
-          ParamsPathFor(model_path), model->parameters_digest());
+          options_.params.empty() ? ParamsPathFor(model_path) : options_.params,
+          model->parameters_digest());
       if (!blob.ok()) return blob.status();
       parameter_blob = *std::move(blob);
     }
@@ -309,15 +330,89 @@ absl::StatusOr<v1::SubmitJobRequest> Commands::BuildRequest(
 }
 
 // The one place where a model's initial parameter values (a ParameterSet,
-// content-addressed by `digest`) go to the coordinator before the job that
-// names them is submitted.
+// content-addressed by `digest`; read from the .params file and checked
+// against the digest, or imported from an .onnx file) go to the coordinator
+// before the job that names them is submitted: uploaded unless the
+// coordinator has them, with progress on stderr for large files.
 absl::Status Commands::UploadParameters(const std::string& digest,
                                         const std::string& blob) {
-  return absl::FailedPreconditionError(absl::StrFormat(
-      "the model has initial parameter values (parameters_digest %s, %d "
-      "bytes): the coordinator needs the parameter blob; upload is not "
-      "available in this version, so the job was not submitted",
-      digest, blob.size()));
+  if (const std::string got = BlobDigest(blob); got != digest) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters: the ParameterSet hashes to ", got,
+                     "; the model's parameters_digest is ", digest));
+  }
+  v1::ParameterSet set;
+  if (!set.ParseFromString(blob)) {
+    return absl::InvalidArgumentError(
+        "parameters: the file is not a lockstep.v1.ParameterSet");
+  }
+  const int64_t size = static_cast<int64_t>(blob.size());
+  int last_tenth = 0;
+  auto progress = [&](int64_t sent, int64_t total) {
+    if (total < kProgressBytes) return;
+    const int tenth = static_cast<int>(sent * 10 / total);
+    if (tenth == last_tenth) return;
+    last_tenth = tenth;
+    std::fprintf(err_, "uploading parameters: %lld/%lld MiB\n",
+                 static_cast<long long>(sent >> 20),
+                 static_cast<long long>(total >> 20));
+  };
+  bool uploaded = false;
+  absl::StatusOr<std::string> stored =
+      client_->EnsureBlob(blob, progress, &uploaded);
+  if (!stored.ok()) return stored.status();
+  // On stderr, also with --json (stdout stays one JSON document).
+  std::fprintf(err_, "parameters %s (%lld bytes): %s\n", digest.c_str(),
+               static_cast<long long>(size),
+               uploaded ? "uploaded" : "already on the coordinator");
+  return absl::OkStatus();
+}
+
+int Commands::Blobs(const std::vector<std::string>& args) {
+  if (args.size() == 2 && args[0] == "upload") {
+    absl::StatusOr<std::string> bytes = ReadWholeFile(args[1], "FILE");
+    if (!bytes.ok()) return Fail(bytes.status());
+    bool uploaded = false;
+    absl::StatusOr<std::string> digest =
+        client_->EnsureBlob(*bytes, nullptr, &uploaded);
+    if (!digest.ok()) return Fail(digest.status());
+    std::fprintf(out_, "%s %s\n", digest->c_str(),
+                 uploaded ? "uploaded" : "already stored");
+    return kExitOk;
+  }
+  if (args.size() == 2 && args[0] == "stat") {
+    auto r = client_->StatBlob(args[1]);
+    if (!r.ok()) return Fail(r.status());
+    if (options_.json) {
+      std::fputs(FormatJson(*r).c_str(), out_);
+    } else if (!r->exists()) {
+      std::fprintf(out_, "%s: not stored\n", args[1].c_str());
+    } else {
+      std::fprintf(
+          out_, "%s: %lld bytes, uploaded by %s, %d unfinished jobs\n",
+          r->blob().digest().c_str(), static_cast<long long>(r->blob().size()),
+          r->blob().uploaded_by().empty() ? "anonymous"
+                                          : r->blob().uploaded_by().c_str(),
+          r->blob().referencing_jobs());
+    }
+    return r->exists() ? kExitOk : kExitCouldNotRun;
+  }
+  if (args.size() == 1 && args[0] == "gc") {
+    auto r = client_->CollectBlobs();
+    if (!r.ok()) return Fail(r.status());
+    if (options_.json) {
+      std::fputs(FormatJson(*r).c_str(), out_);
+      return kExitOk;
+    }
+    for (const std::string& d : r->deleted_digests()) {
+      std::fprintf(out_, "deleted %s\n", d.c_str());
+    }
+    std::fprintf(out_, "%d blobs, %lld bytes deleted\n",
+                 r->deleted_digests_size(),
+                 static_cast<long long>(r->deleted_bytes()));
+    return kExitOk;
+  }
+  return Usage("expected blobs upload FILE | blobs stat DIGEST | blobs gc");
 }
 
 absl::StatusOr<Job> Commands::WatchUntilDone(const std::string& job_id) {

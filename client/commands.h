@@ -49,6 +49,10 @@ struct CommandOptions {
   std::string workers;  // comma-separated worker names or ids
   bool quarantine = false;
   bool wait = true;
+  // submit / check: the ParameterSet file of a model that sets
+  // parameters_digest; empty: the model path with .json replaced by
+  // .params.
+  std::string params;
 };
 
 class Commands {
@@ -67,14 +71,20 @@ class Commands {
   int Check(const std::vector<std::string>& args);
   // audit start WORKLOAD | show AUDIT | list
   int Audit(const std::vector<std::string>& args);
+  // blobs upload FILE | stat DIGEST | gc
+  int Blobs(const std::vector<std::string>& args);
 
  private:
   // MODEL CONFIG, or ZOO_NAME (examples/<name>/{model,config}.json). A
-  // MODEL ending in .onnx is imported in memory (onnx_cli.h).
+  // MODEL ending in .onnx is imported in memory (onnx_cli.h). A
+  // model that sets parameters_digest has its ParameterSet file checked
+  // and uploaded unless the coordinator has it (UploadParameters).
   absl::StatusOr<lockstep::v1::SubmitJobRequest> BuildRequest(
       const std::vector<std::string>& args);
   absl::StatusOr<lockstep::v1::Job> WatchUntilDone(const std::string& job_id);
-  // Sends a model's ParameterSet to the coordinator (see commands.cc).
+  // Checks that `blob` parses as a ParameterSet and hashes to `digest`, and
+  // uploads it if the coordinator lacks it, with progress on err_ for large
+  // blobs.
   absl::Status UploadParameters(const std::string& digest,
                                 const std::string& blob);
   int Fail(const absl::Status& s);

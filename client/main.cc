@@ -61,6 +61,8 @@ ABSL_FLAG(std::string, o, "",
           "MODEL.onnx)");
 ABSL_FLAG(std::string, params, "",
           "import: the ParameterSet file to write (default: the -o path with "
+          ".json replaced by .params); submit/check: the model's ParameterSet "
+          "file when the model sets parameters_digest (default: MODEL with "
           ".json replaced by .params)");
 
 namespace {
@@ -87,6 +89,7 @@ constexpr char kUsage[] =
     "  import MODEL.onnx [-o MODEL.json] [--params FILE]   ONNX to a Lockstep "
     "model and its initial weights (no coordinator needed); submit and check "
     "also take MODEL.onnx\n"
+    "  blobs upload FILE | blobs stat DIGEST | blobs gc\n"
     "Exit codes: 0 ok / reproducible; 1 nondeterministic; 2 numerics changed "
     "vs golden; 3 could not run; 64 usage.";
 
@@ -162,6 +165,7 @@ int main(int argc, char** argv) {
   c.workers = absl::GetFlag(FLAGS_workers);
   c.quarantine = absl::GetFlag(FLAGS_quarantine);
   c.wait = absl::GetFlag(FLAGS_wait);
+  c.params = absl::GetFlag(FLAGS_params);
   lockstep::client::Commands commands(&client, c, stdout, stderr);
 
   if (command == "workers") return commands.Workers(args);
@@ -174,6 +178,7 @@ int main(int argc, char** argv) {
   if (command == "certificates") return commands.Certificates(args);
   if (command == "check") return commands.Check(args);
   if (command == "audit") return commands.Audit(args);
+  if (command == "blobs") return commands.Blobs(args);
   std::fprintf(stderr, "lockstep: unknown command \"%s\"\n%s\n",
                command.c_str(), kUsage);
   return lockstep::client::kExitUsage;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/blob_digest.h"
 #include "common/digest.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -404,6 +405,55 @@ TEST_F(AuthTableTest, EveryRpcChecksItsRole) {
          auto ctx = Context(w);
          ListAuditsResponse r;
          return stub_->ListAudits(ctx.get(), ListAuditsRequest(), &r);
+       }},
+      {"UploadBlob", Role::kSubmitter, C::OK,
+       [&](Who w) {
+         // Each caller its own bytes, so that each allowed upload stores.
+         const std::string bytes = absl::StrCat("blob of ", WhoName(w));
+         auto ctx = Context(w);
+         BlobInfo r;
+         auto writer = stub_->UploadBlob(ctx.get(), &r);
+         UploadBlobRequest req;
+         req.mutable_header()->set_digest(BlobDigest(bytes));
+         req.mutable_header()->set_size(bytes.size());
+         writer->Write(req);
+         req.set_chunk(bytes);
+         writer->Write(req);
+         writer->WritesDone();
+         grpc::Status s = writer->Finish();
+         if (s.ok()) {
+           EXPECT_EQ(r.uploaded_by(), WhoName(w));
+           EXPECT_EQ(r.digest(), BlobDigest(bytes));
+         }
+         return s;
+       }},
+      {"StatBlob", Role::kViewer, C::OK,
+       [&](Who w) {
+         auto ctx = Context(w);
+         StatBlobRequest req;
+         req.set_digest(BlobDigest("no such blob"));
+         StatBlobResponse r;
+         grpc::Status s = stub_->StatBlob(ctx.get(), req, &r);
+         EXPECT_FALSE(r.exists());
+         return s;
+       }},
+      {"CollectBlobs", Role::kAdmin, C::OK,
+       [&](Who w) {
+         auto ctx = Context(w);
+         CollectBlobsResponse r;
+         return stub_->CollectBlobs(ctx.get(), CollectBlobsRequest(), &r);
+       }},
+      {"WorkerGateway.FetchBlob", Role::kWorker, C::NOT_FOUND,
+       [&](Who w) {
+         auto ctx = Context(w);
+         FetchBlobRequest req;
+         req.set_worker_name(kWorkerName);
+         req.set_digest(BlobDigest("no such blob"));
+         auto reader = gateway_->FetchBlob(ctx.get(), req);
+         BlobChunk chunk;
+         while (reader->Read(&chunk)) {
+         }
+         return reader->Finish();
        }},
       {"WorkerGateway.Connect", Role::kWorker, C::OK,
        [&](Who w) {

@@ -1,7 +1,11 @@
 #include "server/coordinator.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -110,15 +114,32 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   LS_RETURN_IF_ERROR(c->audits_->Recover());
   c->auth_ = std::make_unique<Authorizer>(c->store_.get(), c->options_.auth,
                                           SystemClockMs);
+  BlobStoreOptions bopts = options.blobs;
+  if (bopts.dir.empty()) bopts.dir = DefaultBlobDir(options.store.path);
+  if (bopts.dir.empty()) {
+    // An in-memory database (tests): blobs as short-lived as it, in a
+    // temporary folder removed at destruction.
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        absl::StrCat(tmp == nullptr ? "/tmp" : tmp, "/lockstep-blobs-XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("cannot create a folder like ", pattern));
+    }
+    bopts.dir = c->temporary_blob_dir_ = pattern;
+  }
+  LS_ASSIGN_OR_RETURN(c->blobs_,
+                      BlobStore::Open(bopts, c->store_.get(), SystemClockMs));
   c->lockstep_service_ = std::make_unique<LockstepService>(
-      c->registry_.get(), c->jobs_.get(), c->audits_.get(), c->auth_.get(),
-      SystemClockMs);
+      c->registry_.get(), c->jobs_.get(), c->audits_.get(), c->blobs_.get(),
+      c->auth_.get(), SystemClockMs);
   GatewayOptions gopts;
   gopts.heartbeat_interval_ms = options.heartbeat_interval_ms;
   gopts.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
   gopts.max_message_bytes = options.max_message_bytes;
   c->gateway_service_ = std::make_unique<WorkerGatewayService>(
-      c->registry_.get(), c->jobs_.get(), c->auth_.get(), gopts);
+      c->registry_.get(), c->jobs_.get(), c->blobs_.get(), c->auth_.get(),
+      gopts);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -172,9 +193,20 @@ void Coordinator::SweepLoop() {
       std::max<int64_t>(50, std::min(options_.heartbeat_timeout_ms,
                                      options_.jobs.scheduler.lease_ms) /
                                 4);
+  // Blobs are collected every blob_gc_interval_ms.
+  const int64_t blob_period =
+      std::max<int64_t>(50, options_.blob_gc_interval_ms);
+  absl::Time next_blob_sweep = absl::Now() + absl::Milliseconds(blob_period);
   while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(period))) {
     registry_->Sweep();
     jobs_->Sweep();
+    if (absl::Now() >= next_blob_sweep) {
+      next_blob_sweep = absl::Now() + absl::Milliseconds(blob_period);
+      absl::StatusOr<std::vector<store::BlobRecord>> gone = blobs_->Collect();
+      if (!gone.ok()) {
+        LS_LOG(WARNING) << "blob collection failed: " << gone.status();
+      }
+    }
   }
 }
 
@@ -203,6 +235,10 @@ Coordinator::~Coordinator() {
   // Also when Start failed half-way: no verdict may reach a destroyed
   // audit manager.
   if (jobs_ != nullptr) jobs_->Shutdown();
+  if (!temporary_blob_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(temporary_blob_dir_, ignored);
+  }
 }
 
 }  // namespace lockstep::server

@@ -17,6 +17,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/audit_manager.h"
 #include "server/auth.h"
+#include "server/blob_store.h"
 #include "server/gateway_service.h"
 #include "server/http/http_server.h"
 #include "server/job_manager.h"
@@ -59,6 +60,13 @@ struct CoordinatorOptions {
   std::string worker_ca_file;
   // Bearer tokens (require_tokens) and worker certificates.
   AuthOptions auth;
+  // The blob store (models' initial parameters): folder, limits, grace.
+  // An empty dir means the database path + ".blobs" (for ":memory:", a
+  // temporary folder removed with the coordinator).
+  BlobStoreOptions blobs;
+  // How often unreferenced blobs past their grace period are deleted.
+  // Default 10 minutes.
+  int64_t blob_gc_interval_ms = 10 * 60 * 1000;
 };
 
 class Coordinator {
@@ -82,6 +90,7 @@ class Coordinator {
   JobManager* jobs() { return jobs_.get(); }
   store::Store* store() { return store_.get(); }
   const Authorizer* authorizer() const { return auth_.get(); }
+  BlobStore* blobs() { return blobs_.get(); }
 
  private:
   Coordinator() = default;
@@ -93,6 +102,7 @@ class Coordinator {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<AuditManager> audits_;
   std::unique_ptr<Authorizer> auth_;
+  std::unique_ptr<BlobStore> blobs_;
   std::unique_ptr<LockstepService> lockstep_service_;
   std::unique_ptr<WorkerGatewayService> gateway_service_;
   std::unique_ptr<grpc::Server> server_;
@@ -101,6 +111,8 @@ class Coordinator {
   absl::Notification stop_;
   std::thread sweeper_;
   bool shut_down_ = false;
+  // The blob folder of an in-memory database, removed at destruction.
+  std::string temporary_blob_dir_;
 };
 
 }  // namespace lockstep::server

@@ -21,6 +21,7 @@
 #include "common/grpc_limits.h"
 #include "lockstep/v1/worker_gateway.grpc.pb.h"
 #include "server/auth.h"
+#include "server/blob_store.h"
 #include "server/job_manager.h"
 #include "server/worker_registry.h"
 
@@ -73,9 +74,11 @@ class WorkerGatewayService final
   // (Authorizer::AuthorizeWorker); a worker known by its certificate must
   // say hello with one of the certificate's identities as its name.
   WorkerGatewayService(WorkerRegistry* registry, JobManager* jobs,
-                       const Authorizer* auth, GatewayOptions options)
+                       BlobStore* blobs, const Authorizer* auth,
+                       GatewayOptions options)
       : registry_(registry),
         jobs_(jobs),
+        blobs_(blobs),
         auth_(auth),
         options_(options),
         store_pool_(std::make_unique<TaskPool>(options.store_threads)) {}
@@ -84,12 +87,19 @@ class WorkerGatewayService final
                           lockstep::v1::CoordinatorMessage>*
   Connect(grpc::CallbackServerContext* context) override;
 
+  // gateway_service_blobs.cc: a worker fetches the parameters of a job it
+  // runs.
+  grpc::ServerWriteReactor<lockstep::v1::BlobChunk>* FetchBlob(
+      grpc::CallbackServerContext* context,
+      const lockstep::v1::FetchBlobRequest* request) override;
+
   // Waits for messages being handled; call once the server has stopped.
   void Drain() { store_pool_->Stop(); }
 
  private:
   WorkerRegistry* const registry_;
   JobManager* const jobs_;
+  BlobStore* const blobs_;
   const Authorizer* const auth_;
   const GatewayOptions options_;
   const std::unique_ptr<TaskPool> store_pool_;

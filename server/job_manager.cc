@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/blob_digest.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -76,6 +77,11 @@ absl::StatusOr<Job> JobManager::SubmitFrom(const v1::SubmitJobRequest& request,
                                            const std::string& submitted_by) {
   const std::string& key = request.idempotency_key();
   LS_RETURN_IF_ERROR(ValidateIdempotencyKey(key));
+  if (const std::string& digest = request.spec().model().parameters_digest();
+      !digest.empty()) {
+    LS_RETURN_IF_ERROR(
+        ValidateBlobDigest(digest, "spec.model.parameters_digest"));
+  }
   if (!key.empty()) {
     LS_ASSIGN_OR_RETURN(std::optional<std::string> existing,
                         store_->FindJobByIdempotencyKey(key));
@@ -103,6 +109,11 @@ absl::StatusOr<Job> JobManager::SubmitFrom(const v1::SubmitJobRequest& request,
   scheduler_->Add(s.job, s.manifest);
   std::optional<Job> now = scheduler_->Find(s.job.job_id(), nullptr);
   return now.has_value() ? *now : s.job;
+}
+
+bool JobManager::WorkerRunsBlob(const std::string& worker_id,
+                                const std::string& digest) {
+  return scheduler_->WorkerRunsBlob(worker_id, digest);
 }
 
 absl::StatusOr<Job> JobManager::GetJob(const std::string& job_id) {

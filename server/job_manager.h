@@ -76,6 +76,9 @@ class JobManager final : public WorkerRegistry::Listener {
   absl::StatusOr<lockstep::v1::Job> SubmitInternal(
       const lockstep::v1::SubmitJobRequest& request);
   absl::StatusOr<lockstep::v1::Job> GetJob(const std::string& job_id);
+  // Whether `worker_id` holds a run of a job whose parameters are blob
+  // `digest` (WorkerGateway.FetchBlob).
+  bool WorkerRunsBlob(const std::string& worker_id, const std::string& digest);
   absl::StatusOr<lockstep::v1::ListJobsResponse> ListJobs(
       const lockstep::v1::ListJobsRequest& request);
   absl::StatusOr<lockstep::v1::Job> Cancel(const std::string& job_id,

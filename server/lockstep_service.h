@@ -8,6 +8,7 @@
 #include "lockstep/v1/lockstep_service.grpc.pb.h"
 #include "server/audit_manager.h"
 #include "server/auth.h"
+#include "server/blob_store.h"
 #include "server/job_manager.h"
 #include "server/worker_registry.h"
 
@@ -15,15 +16,18 @@ namespace lockstep::server {
 
 class LockstepService final : public lockstep::v1::Lockstep::CallbackService {
  public:
-  // `registry`, `jobs`, `audits` and `auth` must outlive the service. Every
-  // RPC is authorised by `auth` first: reads need viewer, SubmitJob and
-  // CancelJob submitter, SetWorkerState and StartAudit admin (both are
-  // recorded in the admin log).
+  // `registry`, `jobs`, `audits`, `blobs` and `auth` must outlive the
+  // service. Every RPC is authorised by `auth` first: reads (and StatBlob)
+  // need viewer, SubmitJob, CancelJob and UploadBlob submitter,
+  // SetWorkerState, StartAudit and CollectBlobs admin (recorded in the
+  // admin log).
   LockstepService(WorkerRegistry* registry, JobManager* jobs,
-                  AuditManager* audits, const Authorizer* auth, Clock clock)
+                  AuditManager* audits, BlobStore* blobs,
+                  const Authorizer* auth, Clock clock)
       : registry_(registry),
         jobs_(jobs),
         audits_(audits),
+        blobs_(blobs),
         auth_(auth),
         clock_(std::move(clock)) {}
 
@@ -77,6 +81,18 @@ class LockstepService final : public lockstep::v1::Lockstep::CallbackService {
       const lockstep::v1::ListAuditsRequest*,
       lockstep::v1::ListAuditsResponse*) override;
 
+  // Blobs (lockstep_service_blobs.cc).
+  grpc::ServerReadReactor<lockstep::v1::UploadBlobRequest>* UploadBlob(
+      grpc::CallbackServerContext* context,
+      lockstep::v1::BlobInfo* response) override;
+  grpc::ServerUnaryReactor* StatBlob(grpc::CallbackServerContext* context,
+                                     const lockstep::v1::StatBlobRequest*,
+                                     lockstep::v1::StatBlobResponse*) override;
+  grpc::ServerUnaryReactor* CollectBlobs(
+      grpc::CallbackServerContext* context,
+      const lockstep::v1::CollectBlobsRequest*,
+      lockstep::v1::CollectBlobsResponse*) override;
+
  private:
   // The refusal when the caller may not do what needs `needed` (the
   // reactor to return), or nullptr with `*who` set.
@@ -86,12 +102,16 @@ class LockstepService final : public lockstep::v1::Lockstep::CallbackService {
   WorkerRegistry* const registry_;
   JobManager* const jobs_;
   AuditManager* const audits_;
+  BlobStore* const blobs_;
   const Authorizer* const auth_;
   const Clock clock_;
 };
 
 // absl::Status -> grpc::Status, keeping code and message.
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// The public form of a blob row.
+lockstep::v1::BlobInfo ToBlobInfo(const store::BlobRecord& r);
 
 }  // namespace lockstep::server
 

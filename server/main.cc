@@ -122,6 +122,21 @@ ABSL_FLAG(std::string, workers, "",
           "separated");
 ABSL_FLAG(int, days, 365, "certs: validity of every certificate, days");
 ABSL_FLAG(int, limit, 50, "admin-log: entries to show, newest first");
+ABSL_FLAG(std::string, blob_dir, "",
+          "folder of the blob store (models' initial parameters); default: "
+          "the --db path + \".blobs\"");
+ABSL_FLAG(int64_t, max_blob_bytes, int64_t{1} << 30,
+          "largest blob an upload may store, bytes");
+ABSL_FLAG(int64_t, quota_blob_bytes, 0,
+          "bytes of stored blobs each principal (token) may have uploaded; "
+          "0: no quota");
+ABSL_FLAG(int64_t, max_blob_store_bytes, 0,
+          "bytes of all stored blobs; 0: no limit but the disk's");
+ABSL_FLAG(int64_t, blob_gc_grace_ms, int64_t{24} * 3600 * 1000,
+          "a blob that no unfinished job references is deleted once it was "
+          "last referenced this long ago");
+ABSL_FLAG(int64_t, blob_gc_interval_ms, 10 * 60 * 1000,
+          "how often the coordinator deletes such blobs");
 
 namespace {
 
@@ -190,6 +205,19 @@ std::string LocalPrincipal() {
 }
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+lockstep::server::BlobStoreOptions BlobFlags() {
+  lockstep::server::BlobStoreOptions o;
+  o.dir = absl::GetFlag(FLAGS_blob_dir);
+  if (o.dir.empty()) {
+    o.dir = lockstep::server::DefaultBlobDir(absl::GetFlag(FLAGS_db));
+  }
+  o.max_blob_bytes = absl::GetFlag(FLAGS_max_blob_bytes);
+  o.max_bytes_per_principal = absl::GetFlag(FLAGS_quota_blob_bytes);
+  o.max_total_bytes = absl::GetFlag(FLAGS_max_blob_store_bytes);
+  o.gc_grace_ms = absl::GetFlag(FLAGS_blob_gc_grace_ms);
+  return o;
+}
 
 // Opens --db for a maintenance subcommand (created and migrated if new).
 absl::StatusOr<std::unique_ptr<lockstep::store::Store>> OpenDb() {
@@ -309,6 +337,51 @@ int AdminLogMain() {
   return 0;
 }
 
+// `lockstep-coordinator gc-blobs [--db=FILE] [--blob_dir=DIR]`: deletes the
+// blobs no unfinished job references and that were last referenced more
+// than --blob_gc_grace_ms ago (what the coordinator's periodic sweep does).
+// For a stopped coordinator; a running one collects with the CollectBlobs
+// RPC (`lockstep blobs gc`).
+int GcBlobsMain() {
+  auto store = OpenDb();
+  if (!store.ok()) {
+    std::fprintf(stderr, "gc-blobs: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  auto blobs =
+      lockstep::server::BlobStore::Open(BlobFlags(), store->get(), NowMs);
+  if (!blobs.ok()) {
+    std::fprintf(stderr, "gc-blobs: %s\n", blobs.status().ToString().c_str());
+    return 1;
+  }
+  auto gone = (*blobs)->Collect();
+  lockstep::store::AdminLogEntry e;
+  e.at_unix_ms = NowMs();
+  e.principal = LocalPrincipal();
+  e.action = "collect_blobs";
+  e.target = "blobs";
+  int64_t bytes = 0;
+  if (gone.ok()) {
+    for (const auto& b : *gone) bytes += b.size;
+    e.detail = absl::StrCat(gone->size(), " blobs, ", bytes, " bytes");
+  }
+  e.outcome = gone.ok() ? "ok" : gone.status().ToString();
+  if (absl::Status s = (*store)->AppendAdminLog(e); !s.ok()) {
+    std::fprintf(stderr, "gc-blobs: admin log: %s\n", s.ToString().c_str());
+  }
+  if (!gone.ok()) {
+    std::fprintf(stderr, "gc-blobs: %s\n", gone.status().ToString().c_str());
+    return 1;
+  }
+  for (const auto& b : *gone) {
+    std::printf("deleted %s (%lld bytes)\n", b.digest.c_str(),
+                static_cast<long long>(b.size));
+  }
+  std::printf("gc-blobs: %zu blobs, %lld bytes deleted\n", gone->size(),
+              static_cast<long long>(bytes));
+  return 0;
+}
+
 // `lockstep-coordinator certs --out_dir=DIR [--hosts=...] [--workers=...]`.
 int CertsMain() {
   lockstep::server::CertsOptions o;
@@ -398,6 +471,8 @@ int main(int argc, char** argv) {
       "  lockstep-coordinator tokens create --name=N --role=R | list | "
       "revoke --name=N  [--db=FILE]\n"
       "  lockstep-coordinator admin-log [--db=FILE] [--limit=N]\n"
+      "  lockstep-coordinator gc-blobs [--db=FILE] [--blob_dir=DIR] "
+      "[--blob_gc_grace_ms=MS]\n"
       "  lockstep-coordinator certs --out_dir=DIR [--hosts=H,...] "
       "[--workers=W,...]");
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
@@ -407,11 +482,12 @@ int main(int argc, char** argv) {
     if (args.size() == 2 && command == "backup") return BackupMain();
     if (args.size() == 3 && command == "tokens") return TokensMain(args[2]);
     if (args.size() == 2 && command == "admin-log") return AdminLogMain();
+    if (args.size() == 2 && command == "gc-blobs") return GcBlobsMain();
     if (args.size() == 2 && command == "certs") return CertsMain();
     std::fprintf(stderr,
                  "lockstep-coordinator: unknown subcommand or extra argument "
                  "\"%s\" (subcommands: verify-db, backup, tokens "
-                 "create|list|revoke, admin-log, certs)\n",
+                 "create|list|revoke, admin-log, gc-blobs, certs)\n",
                  args.size() == 2 ? command.c_str() : args.back());
     return 2;
   }
@@ -448,6 +524,8 @@ int main(int argc, char** argv) {
   options.jobs.quotas.max_runs = absl::GetFlag(FLAGS_quota_runs);
   options.jobs.quotas.max_fingerprint_bytes =
       absl::GetFlag(FLAGS_quota_fingerprint_bytes);
+  options.blobs = BlobFlags();
+  options.blob_gc_interval_ms = absl::GetFlag(FLAGS_blob_gc_interval_ms);
   options.zoo_dir = absl::GetFlag(FLAGS_zoo_dir);
   options.http_listen = absl::GetFlag(FLAGS_http_listen);
   if (!ApplySecurityFlags(&options)) return 1;

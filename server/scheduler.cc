@@ -141,6 +141,21 @@ std::optional<Job> Scheduler::Find(const std::string& job_id,
   return it->second.job;
 }
 
+bool Scheduler::WorkerRunsBlob(const std::string& worker_id,
+                               const std::string& digest) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, js] : jobs_) {
+    if (js.job.spec().model().parameters_digest() != digest) continue;
+    for (const Run& r : js.job.runs()) {
+      if (r.worker_id() == worker_id &&
+          (r.state() == v1::RUN_ASSIGNED || r.state() == v1::RUN_RUNNING)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 size_t Scheduler::JobsInMemory() const {
   absl::MutexLock lock(&mu_);
   return jobs_.size();

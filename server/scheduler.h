@@ -123,6 +123,10 @@ class Scheduler {
                                         bool* final) const;
   absl::StatusOr<lockstep::v1::Job> Cancel(const std::string& job_id,
                                            const std::string& reason);
+  // Whether a run assigned to or running on `worker_id` belongs to a job
+  // whose model's parameters_digest is `digest`.
+  bool WorkerRunsBlob(const std::string& worker_id,
+                      const std::string& digest) const;
   // A verdict was stored (report OK) or not (error: retried by Sweep).
   void OnVerdict(const lockstep::v1::Job& job,
                  const absl::StatusOr<lockstep::v1::Report>& report);

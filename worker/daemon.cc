@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "common/grpc_limits.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace lockstep::worker {
 
@@ -176,6 +177,20 @@ void WorkerDaemon::StartRun(const v1::RunAssignment& a) {
         reap_.push_back(std::move(it->second.supervisor));
       }
       runs_.erase(it);
+    }
+  }
+  if (const std::string& digest = a.model().parameters_digest();
+      !digest.empty() && !options_.run_argv.empty()) {
+    absl::StatusOr<std::string> path = Parameters(digest);
+    if (!path.ok()) {
+      WorkerMessage m;
+      m.mutable_finished()->set_run_id(a.run_id());
+      m.mutable_finished()->set_attempt(a.attempt());
+      m.mutable_finished()->set_failure_reason(
+          absl::StrCat("cannot get the model's parameters ", digest, ": ",
+                       path.status().ToString()));
+      Send(m);
+      return;
     }
   }
   if (options_.run_argv.empty()) {
@@ -375,6 +390,7 @@ absl::Status WorkerDaemon::Run() {
   if (!creds.ok()) return creds.status();
   auto channel = grpc::CreateCustomChannel(options_.coordinator, *creds, args);
   auto stub = lockstep::v1::WorkerGateway::NewStub(channel);
+  stub_ = stub.get();
 
   std::mt19937_64 rng(std::random_device{}());
   int64_t backoff = options_.initial_backoff_ms;
@@ -415,6 +431,55 @@ absl::Status WorkerDaemon::Run() {
     }
     backoff = std::min(backoff * 2, options_.max_backoff_ms);
   }
+}
+
+absl::StatusOr<std::string> WorkerDaemon::Parameters(
+    const std::string& digest) {
+  BlobCache* cache = nullptr;
+  {
+    absl::MutexLock lock(&cache_mu_);
+    if (options_.blob_cache.dir.empty()) {
+      return absl::FailedPreconditionError(
+          "this worker has no blob cache (--blob_cache_dir)");
+    }
+    if (blob_cache_ == nullptr) {
+      LS_ASSIGN_OR_RETURN(blob_cache_, BlobCache::Open(options_.blob_cache));
+    }
+    cache = blob_cache_.get();
+  }
+  auto fetch = [this](const std::string& d) -> absl::StatusOr<std::string> {
+    lockstep::v1::WorkerGateway::Stub* stub = stub_;
+    grpc::ClientContext ctx;
+    AttachToken(options_.security, &ctx);
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::minutes(10));
+    lockstep::v1::FetchBlobRequest req;
+    req.set_worker_name(options_.name);
+    req.set_digest(d);
+    auto reader = stub->FetchBlob(&ctx, req);
+    lockstep::v1::BlobChunk chunk;
+    std::string bytes;
+    bool first = true;
+    while (reader->Read(&chunk)) {
+      if (first) bytes.reserve(chunk.size());
+      first = false;
+      bytes += chunk.data();
+    }
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                          absl::StrCat("FetchBlob: ", s.error_message()));
+    }
+    return bytes;
+  };
+  bool fetched = false;
+  absl::StatusOr<std::string> path = cache->Get(digest, fetch, &fetched);
+  if (path.ok()) {
+    LS_LOG(INFO) << "parameters " << digest << ": "
+                 << (fetched ? "fetched from the coordinator"
+                             : "read from the cache");
+  }
+  return path;
 }
 
 grpc::Status WorkerDaemon::Session(lockstep::v1::WorkerGateway::Stub* stub) {

@@ -24,6 +24,7 @@
 #ifndef LOCKSTEP_WORKER_DAEMON_H_
 #define LOCKSTEP_WORKER_DAEMON_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -40,6 +41,7 @@
 #include "grpcpp/grpcpp.h"
 #include "lockstep/v1/worker.pb.h"
 #include "lockstep/v1/worker_gateway.grpc.pb.h"
+#include "worker/blob_cache.h"
 #include "worker/run_supervisor.h"
 
 namespace lockstep::worker {
@@ -74,6 +76,10 @@ struct DaemonOptions {
   // TLS files and the bearer token (common/transport.h). Default:
   // plaintext, no token.
   ChannelSecurity security;
+  // The cache of models' initial parameters, fetched with
+  // WorkerGateway.FetchBlob before a run that needs them starts. An empty
+  // dir: no cache, and such runs fail.
+  BlobCacheOptions blob_cache;
 };
 
 class WorkerDaemon {
@@ -124,6 +130,9 @@ class WorkerDaemon {
 
   // One session; returns the status the stream ended with.
   grpc::Status Session(lockstep::v1::WorkerGateway::Stub* stub);
+  // The path of the verified blob `digest` in the cache, fetched from the
+  // coordinator if absent.
+  absl::StatusOr<std::string> Parameters(const std::string& digest);
   void OnCoordinatorMessage(const lockstep::v1::CoordinatorMessage& m);
   void OnRunMessage(const std::string& run_id, lockstep::v1::WorkerMessage m);
   void StartRun(const lockstep::v1::RunAssignment& a);
@@ -144,6 +153,11 @@ class WorkerDaemon {
   const DaemonOptions options_;
   const lockstep::v1::HardwareProfile profile_;
 
+  // Opened when a run first needs it.
+  absl::Mutex cache_mu_;
+  std::unique_ptr<BlobCache> blob_cache_ ABSL_GUARDED_BY(cache_mu_);
+  // The gateway stub of Run(), for FetchBlob; set before the first session.
+  std::atomic<lockstep::v1::WorkerGateway::Stub*> stub_{nullptr};
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* active_ ABSL_GUARDED_BY(mu_) = nullptr;

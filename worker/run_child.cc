@@ -17,9 +17,11 @@
 #include "common/status_macros.h"
 #include "kernels/registry.h"
 #include "model/plan.h"
+#include "worker/blob_cache.h"
 #include "worker/data/dataset.h"
 #include "worker/exec/dataset_batches.h"
 #include "worker/exec/executor.h"
+#include "worker/exec/parameters.h"
 #include "worker/exec/worker_kernels.h"
 #include "worker/frames.h"
 
@@ -56,6 +58,31 @@ absl::Status Train(const v1::RunAssignment& a, const ChildOptions& child,
   v1::FingerprintBatch current;
   ExecutorOptions options;
   options.initializer = a.model().initializer();
+  v1::ParameterSet parameters;
+  if (const std::string& digest = a.model().parameters_digest();
+      !digest.empty()) {
+    if (child.blob_cache_dir.empty()) {
+      return absl::FailedPreconditionError(
+          "model.parameters_digest is set but this worker has no blob cache "
+          "(lockstep-worker daemon --blob_cache_dir)");
+    }
+    LS_ASSIGN_OR_RETURN(
+        std::string bytes,
+        ReadVerifiedBlob(BlobCachePath(child.blob_cache_dir, digest), digest));
+    if (!parameters.ParseFromString(bytes)) {
+      finished->set_input_error(true);
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.parameters_digest: blob ", digest,
+                       " is not a lockstep.v1.ParameterSet"));
+    }
+    // A tensor that does not fit the model fails every attempt alike.
+    absl::Status fits = ValidateParameterSet(plan, parameters);
+    if (!fits.ok()) {
+      finished->set_input_error(true);
+      return fits;
+    }
+    options.parameters = &parameters;
+  }
   options.fault = fault;
   options.keep_fingerprints = false;
   options.observer = [&current](int step, const v1::ManifestEntry& entry,

@@ -35,6 +35,10 @@ struct ChildOptions {
   // The canonical directory file datasets are read from
   // (DatasetOptions::data_root); empty: file datasets are refused.
   std::string data_root;
+  // The daemon's blob cache (worker/blob_cache.h): a model with
+  // parameters_digest reads its verified ParameterSet from there. Empty:
+  // such models fail.
+  std::string blob_cache_dir;
 };
 
 // Executes `assignment`, writing frames to `out_fd`. Returns the status the

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -114,8 +115,10 @@ TEST_F(MaintenanceTest, VerifyPassesASoundDatabase) {
   const VerifyResult r = VerifyDatabase(path_);
   EXPECT_TRUE(r.ok) << r.summary;
   EXPECT_THAT(r.summary, StartsWith("OK: " + path_));
-  EXPECT_THAT(r.summary, HasSubstr("schema version 6, 1 jobs, 1 runs, 5 "
-                                   "stored steps"));
+  EXPECT_THAT(r.summary,
+              HasSubstr(absl::StrCat("schema version ", kSchemaVersion,
+                                     ", 1 jobs, 1 runs, 5 "
+                                     "stored steps")));
   EXPECT_EQ(r.summary.find('\n'), std::string::npos);
 }
 

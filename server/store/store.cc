@@ -158,6 +158,24 @@ BEGIN SELECT RAISE(ABORT, 'admin_log is append-only'); END;
 CREATE TRIGGER admin_log_no_delete BEFORE DELETE ON admin_log
 BEGIN SELECT RAISE(ABORT, 'admin_log is append-only'); END;
 )sql",
+    // 7: content-addressed blobs (their bytes are files next to the
+    // database) and the jobs that reference them.
+    R"sql(
+CREATE TABLE blobs (
+  digest TEXT PRIMARY KEY,            -- "sha256:" + 64 lowercase hex
+  size INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  uploaded_by TEXT NOT NULL,
+  last_referenced_ms INTEGER NOT NULL
+) STRICT;
+CREATE INDEX blobs_by_uploader ON blobs(uploaded_by);
+CREATE TABLE job_blobs (
+  job_id TEXT NOT NULL REFERENCES jobs(job_id),
+  digest TEXT NOT NULL,
+  PRIMARY KEY (digest, job_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX job_blobs_by_job ON job_blobs(job_id);
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion,
               "one migration per schema version");
@@ -812,6 +830,7 @@ absl::Status Store::InsertJobUnchecked(const v1::Job& job,
       return row.status();
     }
   }
+  LS_RETURN_IF_ERROR(ReferenceBlobLocked(job));
   for (const v1::Run& run : job.runs()) {
     Statement* st = stmts_[kInsertRun].get();
     ScopedReset reset(st);
@@ -1014,6 +1033,7 @@ absl::Status Store::FinishJobUnchecked(
   for (const v1::Certificate& c : certificates) {
     LS_RETURN_IF_ERROR(InsertCertificateLocked(c));
   }
+  LS_RETURN_IF_ERROR(TouchJobBlobsLocked(job));
   return tx.Commit();
 }
 

@@ -37,7 +37,7 @@ inline constexpr int32_t kApplicationId = 0x4c4b5350;
 
 // The schema version this build writes. Migrations 1..kSchemaVersion are
 // listed in store.cc, in order.
-inline constexpr int kSchemaVersion = 6;
+inline constexpr int kSchemaVersion = 7;
 
 struct StoreOptions {
   // Database file; ":memory:" for tests. Default: ./lockstep.db.
@@ -124,6 +124,18 @@ struct AdminLogEntry {
   std::string target;   // What it acted on: a worker, workload or token.
   std::string detail;   // Human-readable arguments.
   std::string outcome;  // "ok" or the error code and message.
+};
+
+// One stored blob (schema version 7).
+struct BlobRecord {
+  std::string digest;  // "sha256:" + 64 lowercase hex
+  int64_t size = 0;
+  int64_t created_unix_ms = 0;
+  std::string uploaded_by;
+  // Last submission or end of a job that references it.
+  int64_t last_referenced_unix_ms = 0;
+  // Unfinished jobs (queued or running) that reference it.
+  int64_t referencing_jobs = 0;
 };
 
 class Store {
@@ -304,6 +316,25 @@ class Store {
   // Newest first, at most `limit`.
   absl::StatusOr<std::vector<AdminLogEntry>> ListAdminLog(int limit);
 
+  // Blobs (store_blobs.cc). The bytes live in files (server/blob_store.h);
+  // these rows say which blobs exist, who uploaded them and which jobs
+  // reference them.
+  //
+  // Adds `blob` unless its digest is present (then nothing changes and the
+  // result is false).
+  absl::StatusOr<bool> InsertBlob(const BlobRecord& blob);
+  absl::StatusOr<std::optional<BlobRecord>> GetBlob(const std::string& digest);
+  // Bytes of the blobs `uploaded_by` uploaded, and of all blobs.
+  absl::StatusOr<int64_t> BlobBytesOf(const std::string& uploaded_by);
+  absl::StatusOr<int64_t> TotalBlobBytes();
+  // Deletes, in one transaction, the rows of the blobs that no unfinished
+  // job references and that were last referenced (or created) before
+  // `cutoff_unix_ms`; returns them. A job submitted at the same time either
+  // finds its blob and references it first, or finds it gone.
+  absl::StatusOr<std::vector<BlobRecord>> DeleteUnreferencedBlobs(
+      int64_t cutoff_unix_ms);
+  absl::StatusOr<std::vector<BlobRecord>> ListBlobs();
+
   absl::Status AppendWorkerEvent(const std::string& worker_id,
                                  int64_t at_unix_ms, const std::string& kind,
                                  const std::string& detail);
@@ -349,6 +380,13 @@ class Store {
       Statement* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::optional<lockstep::v1::Job>> GetJobLocked(
       const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // InsertJob: a job whose model names a parameters blob references it
+  // (FAILED_PRECONDITION naming the digest when the store lacks it).
+  absl::Status ReferenceBlobLocked(const lockstep::v1::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FinishJob: the job's blob was last referenced when it finished.
+  absl::Status TouchJobBlobsLocked(const lockstep::v1::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AppendAdminLogLocked(const AdminLogEntry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AppendWorkerEventLocked(const std::string& worker_id,

@@ -73,6 +73,15 @@ int DaemonMain(const DaemonCommandOptions& flags, HardwareProbe& probe) {
   options.run_argv = {self, "execute"};
   if (!data_root.empty())
     options.run_argv.push_back("--data_root=" + data_root);
+  options.blob_cache.dir = flags.blob_cache_dir;
+  options.blob_cache.max_bytes = flags.blob_cache_bytes;
+  if (!options.blob_cache.dir.empty() && options.blob_cache.dir[0] != '/') {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof(cwd)) != nullptr) {
+      options.blob_cache.dir = std::string(cwd) + "/" + options.blob_cache.dir;
+    }
+  }
+  options.run_argv.push_back("--blob_cache_dir=" + options.blob_cache.dir);
   if (fault.has_value()) {
     options.run_argv.push_back("--inject_fault=" + flags.inject_fault);
     auto* f = profile->mutable_injecting_fault();

@@ -35,6 +35,10 @@ struct DaemonCommandOptions {
   // The directory file datasets are read from (absolute; passed to every
   // run process). Empty: file datasets are refused.
   std::string data_root;
+  // The blob cache of models' initial parameters (worker/blob_cache.h):
+  // its folder (passed to every run process) and the bytes it keeps.
+  std::string blob_cache_dir = "lockstep-blob-cache";
+  int64_t blob_cache_bytes = int64_t{4} << 30;
   // Run the selftest at start and report it in the hardware profile.
   bool selftest = true;
   // Wall-clock limit of one run, s.

@@ -26,6 +26,7 @@ int ExecuteMain(const ExecuteCommandOptions& options) {
     }
     child.data_root = *root;
   }
+  child.blob_cache_dir = options.blob_cache_dir;
   return RunChildMain(child);
 }
 

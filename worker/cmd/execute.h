@@ -16,6 +16,9 @@ struct ExecuteCommandOptions {
   // The directory file datasets are read from (--data_root); empty: file
   // datasets are refused.
   std::string data_root;
+  // The daemon's blob cache folder (--blob_cache_dir); empty: models with
+  // parameters_digest fail.
+  std::string blob_cache_dir;
 };
 
 // Exit 0 when the run succeeded, 1 when it failed, 64 when a drill spec or

@@ -52,6 +52,12 @@ ABSL_FLAG(std::string, data_root, "",
           "run, daemon: the directory file datasets are read from: "
           "dataset.file paths must resolve, symbolic links included, to "
           "regular files under it (empty: file datasets are refused)");
+ABSL_FLAG(std::string, blob_cache_dir, "lockstep-blob-cache",
+          "daemon/execute: folder of the cache of models' initial parameters "
+          "fetched from the coordinator");
+ABSL_FLAG(int64_t, blob_cache_bytes, int64_t{4} << 30,
+          "daemon: bytes the parameter cache keeps (least recently used "
+          "blobs are evicted first)");
 ABSL_FLAG(bool, selftest, true,
           "daemon: run the selftest (as `lockstep-worker selftest`) at start "
           "and report it in the hardware profile; the coordinator "
@@ -102,6 +108,7 @@ ExecuteCommandOptions ExecuteOptionsFromFlags() {
   options.inject_fault = absl::GetFlag(FLAGS_inject_fault);
   options.inject_stall = absl::GetFlag(FLAGS_inject_stall);
   options.data_root = absl::GetFlag(FLAGS_data_root);
+  options.blob_cache_dir = absl::GetFlag(FLAGS_blob_cache_dir);
   return options;
 }
 
@@ -118,6 +125,8 @@ DaemonCommandOptions DaemonOptionsFromFlags() {
   options.allow_drills = absl::GetFlag(FLAGS_allow_drills);
   options.data_root = absl::GetFlag(FLAGS_data_root);
   options.selftest = absl::GetFlag(FLAGS_selftest);
+  options.blob_cache_dir = absl::GetFlag(FLAGS_blob_cache_dir);
+  options.blob_cache_bytes = absl::GetFlag(FLAGS_blob_cache_bytes);
   options.run_timeout_s = absl::GetFlag(FLAGS_run_timeout_s);
   options.run_memory_limit_mb = absl::GetFlag(FLAGS_run_memory_limit_mb);
   options.run_cpu_limit_s = absl::GetFlag(FLAGS_run_cpu_limit_s);

@@ -23,6 +23,7 @@
 #include "model/manifest.h"
 #include "model/plan_graph_elementwise.h"
 #include "worker/exec/init.h"
+#include "worker/exec/parameters.h"
 
 namespace lockstep::worker {
 
@@ -673,7 +674,10 @@ absl::Status Executor::State::Setup() {
       if (pp.role == v1::WEIGHT) l.weight = static_cast<int>(p);
       if (pp.role == v1::BIAS) l.bias = static_cast<int>(p);
       LS_ASSIGN_OR_RETURN(Tensor w, Zeros(pp.shape, what + " " + pp.name));
-      if (options.param_init) {
+      if (const v1::ParameterTensor* given =
+              FindParameterTensor(options.parameters, lp.name, pp.name)) {
+        LS_RETURN_IF_ERROR(CopyParameterTensor(*given, w));
+      } else if (options.param_init) {
         LS_RETURN_IF_ERROR(options.param_init(i, static_cast<int>(p), w));
       } else {
         LS_RETURN_IF_ERROR(InitializeParam(
@@ -695,6 +699,10 @@ absl::Status Executor::State::Setup() {
                           Zeros({2, channels}, what + " running statistics"));
       float* r = l.running.data<float>();
       for (int64_t c = 0; c < channels; ++c) r[channels + c] = 1.0f;
+      if (const v1::ParameterTensor* given = FindParameterTensor(
+              options.parameters, lp.name, kRunningStatsParam)) {
+        LS_RETURN_IF_ERROR(CopyParameterTensor(*given, l.running));
+      }
     }
     if (lp.op == v1::DROPOUT) {
       LS_ASSIGN_OR_RETURN(l.mask, Zeros(lp.output_shape, what + " mask"));
@@ -1181,6 +1189,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   state->registry = registry;
   state->batches = std::move(batches);
   state->options = std::move(options);
+  if (state->options.parameters != nullptr) {
+    LS_RETURN_IF_ERROR(
+        ValidateParameterSet(state->plan, *state->options.parameters));
+  }
   LS_RETURN_IF_ERROR(state->Setup());
   return std::unique_ptr<Executor>(new Executor(std::move(state)));
 }

@@ -35,6 +35,7 @@
 #include "kernels/tensor.h"
 #include "lockstep/v1/fingerprint.pb.h"
 #include "lockstep/v1/job.pb.h"
+#include "lockstep/v1/parameters.pb.h"
 #include "model/plan.h"
 #include "worker/exec/fault.h"
 
@@ -71,6 +72,11 @@ struct ExecutorOptions {
   std::function<absl::Status(int layer_index, int param_index,
                              kernels::Tensor& param)>
       param_init;
+  // The model's initial parameters (Model.parameters_digest's blob), applied
+  // over the seeded initialisation (worker/exec/parameters.h); checked
+  // against the plan when the executor is created. Null: none. Must
+  // outlive Create().
+  const lockstep::v1::ParameterSet* parameters = nullptr;
   // A bit flip to inject; unset: none.
   std::optional<FaultSpec> fault;
   // Sees every captured tensor (fingerprint streaming, --dump); may be null.
