@@ -436,29 +436,33 @@ void Scheduler::OnHeartbeat(const std::string& worker_id,
 bool Scheduler::SubmitBatch(const std::string& worker_id,
                             v1::FingerprintBatch batch, BatchDone done) {
   int entries = 0;
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
     JobState* js = nullptr;
     Run* run = FindRunLocked(batch.run_id(), &js);
     if (run == nullptr) {
-      done(absl::NotFoundError(absl::StrCat("batch.run_id: \"", batch.run_id(),
-                                            "\" is not an active run")));
-      return true;
-    }
-    if (run->worker_id() != worker_id || active_.count(batch.run_id()) == 0) {
-      done(absl::AbortedError(
+      refused = absl::NotFoundError(absl::StrCat(
+          "batch.run_id: \"", batch.run_id(), "\" is not an active run"));
+    } else if (run->worker_id() != worker_id ||
+               active_.count(batch.run_id()) == 0) {
+      refused = absl::AbortedError(
           absl::StrCat("batch.run_id: run ", batch.run_id(),
-                       " is not assigned to this worker (it was re-queued)")));
-      return true;
+                       " is not assigned to this worker (it was re-queued)"));
+    } else {
+      const std::vector<int> captured =
+          model::ExpandCapturedSteps(js->manifest);
+      if (!std::binary_search(captured.begin(), captured.end(), batch.step())) {
+        refused = absl::InvalidArgumentError(absl::StrFormat(
+            "batch.step: %d is not a captured step of this job (steps 0..%d)",
+            batch.step(), js->manifest.steps() - 1));
+      }
+      entries = js->manifest.entries_size();
     }
-    const std::vector<int> captured = model::ExpandCapturedSteps(js->manifest);
-    if (!std::binary_search(captured.begin(), captured.end(), batch.step())) {
-      done(absl::InvalidArgumentError(absl::StrFormat(
-          "batch.step: %d is not a captured step of this job (steps 0..%d)",
-          batch.step(), js->manifest.steps() - 1)));
-      return true;
-    }
-    entries = js->manifest.entries_size();
+  }
+  if (!refused.ok()) {
+    done(refused);  // answered here, outside the lock
+    return true;
   }
   // Pending state writes first, so the run's record is current when the
   // committer checks the batch against it (usually nothing is pending).
