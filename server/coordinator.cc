@@ -225,6 +225,9 @@ void Coordinator::Shutdown() {
   server_->Wait();
   // Messages still being handled on the gateway's store pool finish first.
   gateway_service_->Drain();
+  // Batches queued for the store's committer are committed (or refused)
+  // and answered while the scheduler and the sessions they answer live.
+  store_->StopIngest();
   // Verdicts already queued are stored before the store closes.
   jobs_->Shutdown();
   LS_LOG(INFO) << "coordinator stopped";

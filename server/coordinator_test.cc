@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/digest.h"
 #include "common/grpc_limits.h"
@@ -357,6 +358,114 @@ TEST_F(CoordinatorTest, SetWorkerStateValidates) {
   grpc::Status s = stub_->SetWorkerState(&ctx, req, &w);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(s.error_message(), HasSubstr("w-unknown"));
+}
+
+// A worker streams batches without waiting for acknowledgements: those
+// stored are acknowledged after their commits, one refused before reaching
+// the store is answered in its place in the stream's order, never ahead of
+// the batches before it.
+TEST(CoordinatorIngest, PipelinedBatchesAreAnsweredInStreamOrder) {
+  CoordinatorOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.store.path = ":memory:";
+  o.heartbeat_timeout_ms = 60000;
+  auto c = Coordinator::Start(o);
+  ASSERT_THAT(c, IsOk());
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string((*c)->port()),
+                          grpc::InsecureChannelCredentials());
+  auto gateway = WorkerGateway::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = gateway->Connect(&ctx);
+  WorkerMessage hello;
+  hello.mutable_hello()->set_name("pipeliner");
+  hello.mutable_hello()->set_slots(1);
+  hello.mutable_hello()->mutable_profile()->set_hardware_class(
+      "lockstep-class/v1|cpu=test");
+  hello.mutable_hello()->mutable_profile()->set_hardware_class_digest(
+      Digest128Hex("lockstep-class/v1|cpu=test"));
+  ASSERT_TRUE(stream->Write(hello));
+  CoordinatorMessage msg;
+  ASSERT_TRUE(stream->Read(&msg));
+  ASSERT_TRUE(msg.has_welcome());
+
+  SubmitJobRequest req;
+  Model* m = req.mutable_spec()->mutable_model();
+  m->set_name("tiny");
+  m->add_input_shape(4);
+  m->set_num_classes(2);
+  Layer* fc = m->add_layers();
+  fc->set_name("fc");
+  fc->set_op(DENSE);
+  fc->mutable_dense()->set_units(2);
+  Layer* loss = m->add_layers();
+  loss->set_name("loss");
+  loss->set_op(SOFTMAX_XENT);
+  JobConfig* config = req.mutable_spec()->mutable_config();
+  config->set_seed(1);
+  config->set_batch_size(2);
+  config->set_steps(4);
+  config->mutable_optimizer()->set_kind(SGD);
+  config->mutable_optimizer()->set_learning_rate(0.1f);
+  req.mutable_spec()->mutable_placement()->set_runs(1);
+  auto stub = Lockstep::NewStub(channel);
+  grpc::ClientContext submit_ctx;
+  Job job;
+  grpc::Status submitted = stub->SubmitJob(&submit_ctx, req, &job);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  RunAssignment assignment;
+  while (stream->Read(&msg)) {
+    if (msg.has_assignment()) {
+      assignment = msg.assignment();
+      break;
+    }
+  }
+  ASSERT_FALSE(assignment.run_id().empty());
+  const int entries = assignment.manifest().entries_size();
+  ASSERT_GT(entries, 0);
+
+  auto batch = [&](int64_t sequence, int step) {
+    WorkerMessage w;
+    FingerprintBatch* b = w.mutable_batch();
+    b->set_run_id(assignment.run_id());
+    b->set_attempt(assignment.attempt());
+    b->set_sequence(sequence);
+    b->set_step(step);
+    for (int i = 0; i < entries; ++i) {
+      TensorFingerprint* f = b->add_fingerprints();
+      f->set_index(i);
+      f->set_hash_hi(step * 100 + i);
+    }
+    b->set_step_complete(true);
+    b->set_step_digest("0123456789abcdef0123456789abcdef");
+    return w;
+  };
+  // Three batches, one for a step the job does not capture (refused by the
+  // scheduler at once), then the next step: all written before any answer
+  // is read.
+  for (int s = 0; s < 3; ++s) ASSERT_TRUE(stream->Write(batch(s, s)));
+  ASSERT_TRUE(stream->Write(batch(3, 99)));
+  ASSERT_TRUE(stream->Write(batch(3, 3)));
+  std::vector<std::string> answers;
+  while (answers.size() < 5 && stream->Read(&msg)) {
+    if (msg.has_ack()) {
+      answers.push_back("ack " + std::to_string(msg.ack().sequence()));
+    } else if (msg.has_rejected()) {
+      answers.push_back("rejected " + std::to_string(msg.rejected().code()) +
+                        " " + msg.rejected().message());
+    }
+  }
+  ASSERT_EQ(answers.size(), 5u);
+  EXPECT_EQ(answers[0], "ack 0");
+  EXPECT_EQ(answers[1], "ack 1");
+  EXPECT_EQ(answers[2], "ack 2");
+  EXPECT_THAT(answers[3],
+              HasSubstr("rejected 3 batch.step: 99 is not a captured step"));
+  EXPECT_EQ(answers[4], "ack 3");
+  ctx.TryCancel();
+  (void)stream->Finish();
+  (*c)->Shutdown();
 }
 
 TEST(CoordinatorStart, RejectsBadOptions) {

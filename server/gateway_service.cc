@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -32,7 +34,8 @@ struct SessionHandle {
 
 // One worker stream. Reads are kept outstanding one at a time; writes go
 // through a queue so at most one StartWrite is in flight. Deletes itself in
-// OnDone.
+// OnDone, or once the work still using it (store pool tasks, batches
+// waiting for their commit) is done.
 class Session final
     : public grpc::ServerBidiReactor<WorkerMessage, CoordinatorMessage> {
  public:
@@ -61,28 +64,24 @@ class Session final
     }
     RenewOnActivity(in_.kind_case());
     // Messages that wait on the store go to the store pool; the next read
-    // starts once they are handled, so a stream's messages stay in order
-    // and gRPC's callback threads stay free for other streams.
+    // starts once they are handled (a batch: once it is queued for the
+    // store's committer), so a stream's messages stay in order and gRPC's
+    // callback threads stay free for other streams. A run's result waits
+    // until every batch before it is answered, so its check reads them.
+    const WorkerMessage::KindCase kind = in_.kind_case();
+    if (kind == WorkerMessage::kFinished) {
+      absl::MutexLock lock(&mu_);
+      if (next_ticket_ != next_reply_) {
+        finished_waiting_ = true;  // handled by the batch answered last
+        return;
+      }
+    }
     // (A batch refused for its shape never reaches the store: answered
     // here.)
-    const WorkerMessage::KindCase kind = in_.kind_case();
     if (kind == WorkerMessage::kHello || kind == WorkerMessage::kFinished ||
         (kind == WorkerMessage::kBatch &&
          ValidateBatchShape(in_.batch()).ok())) {
-      {
-        absl::MutexLock lock(&mu_);
-        in_pool_ = true;
-      }
-      pool_->Run([this] {
-        HandleAndReadNext();
-        bool release;
-        {
-          absl::MutexLock lock(&mu_);
-          in_pool_ = false;
-          release = done_;
-        }
-        if (release) delete this;  // OnDone came meanwhile
-      });
+      RunOnPool([this] { HandleAndReadNext(); });
       return;
     }
     HandleAndReadNext();
@@ -116,11 +115,11 @@ class Session final
     }
     if (session_id != 0) registry_->Disconnect(worker_id, session_id, reason);
     {
-      // A message still being handled on the store pool deletes the
-      // session when it is done.
+      // A message still being handled on the store pool, or a batch still
+      // waiting for its commit, deletes the session when it is done.
       absl::MutexLock lock(&mu_);
       done_ = true;
-      if (in_pool_) return;
+      if (pending_ > 0) return;
     }
     delete this;
   }
@@ -138,6 +137,62 @@ class Session final
   }
 
  private:
+  // Runs `task` on the store pool, keeping the session alive until it is
+  // done.
+  void RunOnPool(std::function<void()> task) {
+    Hold();
+    pool_->Run([this, task = std::move(task)] {
+      task();
+      Release();
+    });
+  }
+
+  // Work that uses the session after OnDone (a task on the store pool, a
+  // batch waiting for its commit) holds it; the last release after OnDone
+  // deletes it.
+  void Hold() {
+    absl::MutexLock lock(&mu_);
+    ++pending_;
+  }
+  void Release() {
+    bool release;
+    {
+      absl::MutexLock lock(&mu_);
+      release = --pending_ == 0 && done_;
+    }
+    if (release) delete this;
+  }
+
+  // Answers to batches go out in the order the batches came, whether they
+  // were refused at once or answered after their commit: each batch takes
+  // a ticket, and an answer waits for those of earlier tickets.
+  int64_t TakeTicket() {
+    absl::MutexLock lock(&mu_);
+    return next_ticket_++;
+  }
+  void Answer(int64_t ticket, CoordinatorMessage msg) {
+    bool resume_reading = false, handle_finished = false;
+    {
+      absl::MutexLock lock(&mu_);
+      answers_.emplace(ticket, std::move(msg));
+      for (auto it = answers_.begin();
+           it != answers_.end() && it->first == next_reply_;
+           it = answers_.erase(it)) {
+        ++next_reply_;
+        SendLocked(std::move(it->second));
+      }
+      if (next_ticket_ == next_reply_) {
+        // Every batch is answered: a paused stream reads on, a waiting
+        // run result is handled.
+        resume_reading = reading_paused_;
+        handle_finished = finished_waiting_;
+        reading_paused_ = finished_waiting_ = false;
+      }
+      if (resume_reading && !finished_) StartRead(&in_);
+    }
+    if (handle_finished) RunOnPool([this] { HandleAndReadNext(); });
+  }
+
   // A stream's messages are handled in order, so under heavy ingest its
   // heartbeat may wait behind its own batches; any message of a live
   // session proves the worker alive, so receiving one renews the session
@@ -158,10 +213,31 @@ class Session final
 
   // Handles in_, then starts the next read (or ends the stream).
   void HandleAndReadNext() {
-    grpc::Status error = Handle(in_);
-    if (!error.ok()) {
-      End(error, std::string(error.error_message()));
-      return;
+    std::string worker_id;
+    bool session;
+    {
+      absl::MutexLock lock(&mu_);
+      worker_id = worker_id_;
+      session = session_id_ != 0;
+    }
+    if (session && in_.kind_case() == WorkerMessage::kBatch) {
+      if (!HandleBatch(worker_id)) {
+        // The store's queue is full: read on once this stream's batches
+        // are answered (back-pressure through gRPC's flow control).
+        absl::MutexLock lock(&mu_);
+        if (next_ticket_ != next_reply_) {
+          reading_paused_ = true;
+          return;
+        }
+        if (!finished_) StartRead(&in_);
+        return;
+      }
+    } else {
+      grpc::Status error = Handle(in_);
+      if (!error.ok()) {
+        End(error, std::string(error.error_message()));
+        return;
+      }
     }
     // Checked and started under the lock so no read starts after Finish.
     // gRPC never runs a reaction inline from StartRead/StartWrite, so
@@ -223,23 +299,8 @@ class Session final
         jobs_->OnHeartbeat(worker_id, hb);
         return grpc::Status::OK;
       }
-      case WorkerMessage::kBatch: {
-        absl::Status valid = ValidateBatchShape(msg.batch());
-        const absl::Time start = absl::Now();
-        absl::StatusOr<lockstep::v1::BatchAck> ack =
-            valid.ok() ? jobs_->OnBatch(worker_id, msg.batch())
-                       : absl::StatusOr<lockstep::v1::BatchAck>(valid);
-        RecordBatch(msg.batch(), ack.ok(), absl::Now() - start);
-        CoordinatorMessage out;
-        if (ack.ok()) {
-          *out.mutable_ack() = *ack;
-        } else {
-          Reject(msg.batch().run_id(), msg.batch().attempt(), ack.status(),
-                 &out);
-        }
-        Send(std::move(out));
-        return grpc::Status::OK;
-      }
+      case WorkerMessage::kBatch:
+        return grpc::Status::OK;  // HandleBatch
       case WorkerMessage::kFinished: {
         absl::Status s = ValidateRunFinishedShape(msg.finished());
         if (s.ok()) {
@@ -268,19 +329,64 @@ class Session final
     return grpc::Status::OK;
   }
 
+  // Queues in_'s batch for the store (or refuses it), answering it in
+  // order once it is committed. Returns false when the store's queue is
+  // full.
+  bool HandleBatch(const std::string& worker_id) {
+    const int64_t ticket = TakeTicket();
+    lockstep::v1::FingerprintBatch& batch = *in_.mutable_batch();
+    absl::Status valid = RefuseUnknownFields(in_, "");
+    if (valid.ok()) valid = ValidateBatchShape(batch);
+    if (!valid.ok()) {
+      RecordBatch(batch, false, absl::ZeroDuration());
+      CoordinatorMessage out;
+      Reject(batch.run_id(), batch.attempt(), valid, &out);
+      Answer(ticket, std::move(out));
+      return true;
+    }
+    const std::string run_id = batch.run_id();
+    const int32_t attempt = batch.attempt();
+    const int fingerprints = batch.fingerprints_size();
+    const double bytes = FingerprintBytes(batch);
+    const absl::Time start = absl::Now();
+    Hold();  // until the batch is answered
+    return jobs_->SubmitBatch(
+        worker_id, std::move(batch),
+        [this, ticket, run_id, attempt, fingerprints, bytes,
+         start](absl::StatusOr<lockstep::v1::BatchAck> ack) {
+          RecordBatch(ack.ok(), fingerprints, bytes, absl::Now() - start);
+          CoordinatorMessage out;
+          if (ack.ok()) {
+            *out.mutable_ack() = *ack;
+          } else {
+            Reject(run_id, attempt, ack.status(), &out);
+          }
+          Answer(ticket, std::move(out));
+          Release();
+        });
+  }
+
   // Ingest metrics of one batch: its result, and for an acknowledged one
   // its latency, fingerprints and bytes (a batch resent after a lost
   // acknowledgement is counted again).
-  static void RecordBatch(const lockstep::v1::FingerprintBatch& batch,
-                          bool stored, absl::Duration took) {
+  static void RecordBatch(bool stored, int fingerprints, double bytes,
+                          absl::Duration took) {
     Metrics& m = GlobalMetrics();
     m.batches.Add({stored ? "acknowledged" : "refused"});
     if (!stored) return;
     m.ingest_latency.Observe({}, absl::ToDoubleSeconds(took));
-    m.fingerprints_ingested.Add({}, batch.fingerprints_size());
+    m.fingerprints_ingested.Add({}, fingerprints);
+    m.fingerprint_bytes.Add({}, bytes);
+  }
+  static void RecordBatch(const lockstep::v1::FingerprintBatch& batch,
+                          bool stored, absl::Duration took) {
+    RecordBatch(stored, batch.fingerprints_size(), FingerprintBytes(batch),
+                took);
+  }
+  static double FingerprintBytes(const lockstep::v1::FingerprintBatch& batch) {
     double bytes = 0;
     for (const auto& f : batch.fingerprints()) bytes += f.ByteSizeLong();
-    m.fingerprint_bytes.Add({}, bytes);
+    return bytes;
   }
 
   static grpc::Status ToGrpc(const absl::Status& s) {
@@ -342,6 +448,9 @@ class Session final
 
   void Send(CoordinatorMessage msg) {
     absl::MutexLock lock(&mu_);
+    SendLocked(std::move(msg));
+  }
+  void SendLocked(CoordinatorMessage msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     out_.push_back(std::move(msg));
     if (!writing_) {
@@ -366,10 +475,19 @@ class Session final
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::string end_reason_ ABSL_GUARDED_BY(mu_);
-  // A message of this stream is on the store pool.
-  bool in_pool_ ABSL_GUARDED_BY(mu_) = false;
-  // OnDone ran (its deletion waits for the message on the pool).
+  // Tasks on the store pool and batches waiting for their commit.
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  // OnDone ran (its deletion waits for the pending work).
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+  // Batch answers: the next ticket to hand out, the next to send, and
+  // those ready but waiting for an earlier one.
+  int64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_reply_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, CoordinatorMessage> answers_ ABSL_GUARDED_BY(mu_);
+  // No read is outstanding because the store's queue was full.
+  bool reading_paused_ ABSL_GUARDED_BY(mu_) = false;
+  // in_ holds a run result waiting for the batches before it.
+  bool finished_waiting_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A stream refused before its first read (no or a wrong credential).

@@ -36,10 +36,12 @@ struct GatewayOptions {
   // (RESOURCE_EXHAUSTED naming both sizes). Default 16 MiB: a batch at
   // kMaxFingerprintsPerBatch is about 4 MiB.
   int max_message_bytes = kDefaultMaxMessageBytes;
-  // Threads that handle the messages that wait on the store (hellos,
-  // batches, run results), so gRPC's callback threads never block on a
-  // commit and heartbeats of other streams are read meanwhile. Each stream
-  // still handles its messages one at a time, in order. Default 16.
+  // Threads that handle the messages that wait on the store (hellos, run
+  // results; batches until they are queued for the store's committer,
+  // which answers them after its commit), so gRPC's callback threads never
+  // block on the store and heartbeats of other streams are read meanwhile.
+  // Each stream still handles its messages one at a time, in order, and
+  // its batches are answered in order. Default 16.
   int store_threads = 16;
 };
 

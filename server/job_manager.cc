@@ -205,6 +205,12 @@ void JobManager::OnHeartbeat(const std::string& worker_id,
   scheduler_->OnHeartbeat(worker_id, heartbeat);
 }
 
+bool JobManager::SubmitBatch(const std::string& worker_id,
+                             v1::FingerprintBatch batch,
+                             Scheduler::BatchDone done) {
+  return scheduler_->SubmitBatch(worker_id, std::move(batch), std::move(done));
+}
+
 absl::StatusOr<v1::BatchAck> JobManager::OnBatch(
     const std::string& worker_id, const v1::FingerprintBatch& batch) {
   return scheduler_->OnBatch(worker_id, batch);

@@ -102,6 +102,12 @@ class JobManager final : public WorkerRegistry::Listener {
   void OnWorkerDisconnected(const std::string& worker_id) override;
   void OnHeartbeat(const std::string& worker_id,
                    const lockstep::v1::Heartbeat& heartbeat);
+  // Queues the batch for storing; `done` receives the ack to send once it
+  // is committed, or why it was refused (see Scheduler::SubmitBatch).
+  // Returns false when the store's ingest queue is full.
+  bool SubmitBatch(const std::string& worker_id,
+                   lockstep::v1::FingerprintBatch batch,
+                   Scheduler::BatchDone done);
   // Stores the batch; returns the ack to send. Errors become Rejected.
   absl::StatusOr<lockstep::v1::BatchAck> OnBatch(
       const std::string& worker_id, const lockstep::v1::FingerprintBatch& b);

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "model/manifest.h"
@@ -447,61 +448,99 @@ void Scheduler::OnHeartbeat(const std::string& worker_id,
   events_->Publish(out.events);
 }
 
-absl::StatusOr<v1::BatchAck> Scheduler::OnBatch(
-    const std::string& worker_id, const v1::FingerprintBatch& batch) {
+bool Scheduler::SubmitBatch(const std::string& worker_id,
+                            v1::FingerprintBatch batch, BatchDone done) {
   int entries = 0;
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
     JobState* js = nullptr;
     Run* run = FindRunLocked(batch.run_id(), &js);
     if (run == nullptr) {
-      return absl::NotFoundError(absl::StrCat(
+      refused = absl::NotFoundError(absl::StrCat(
           "batch.run_id: \"", batch.run_id(), "\" is not an active run"));
-    }
-    if (run->worker_id() != worker_id || active_.count(batch.run_id()) == 0) {
-      return absl::AbortedError(
+    } else if (run->worker_id() != worker_id ||
+               active_.count(batch.run_id()) == 0) {
+      refused = absl::AbortedError(
           absl::StrCat("batch.run_id: run ", batch.run_id(),
                        " is not assigned to this worker (it was re-queued)"));
+    } else {
+      const std::vector<int> captured =
+          model::ExpandCapturedSteps(js->manifest);
+      if (!std::binary_search(captured.begin(), captured.end(), batch.step())) {
+        refused = absl::InvalidArgumentError(absl::StrFormat(
+            "batch.step: %d is not a captured step of this job (steps 0..%d)",
+            batch.step(), js->manifest.steps() - 1));
+      }
+      entries = js->manifest.entries_size();
     }
-    const std::vector<int> captured = model::ExpandCapturedSteps(js->manifest);
-    if (!std::binary_search(captured.begin(), captured.end(), batch.step())) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "batch.step: %d is not a captured step of this job (steps 0..%d)",
-          batch.step(), js->manifest.steps() - 1));
-    }
-    entries = js->manifest.entries_size();
   }
-  // Pending state writes first, so the run's record is current; the store
-  // serialises batches itself.
+  if (!refused.ok()) {
+    done(refused);  // answered here, outside the lock
+    return true;
+  }
+  // Pending state writes first, so the run's record is current when the
+  // committer checks the batch against it (usually nothing is pending).
   (void)writer_.Flush();
-  LS_ASSIGN_OR_RETURN(store::IngestResult result,
-                      store_->IngestBatch(batch, entries));
+  const std::string run_id = batch.run_id();
+  const int32_t attempt = batch.attempt();
+  const int32_t step = batch.step();
+  const int64_t sequence = batch.sequence();
+  return store_->SubmitIngest(
+      std::move(batch), entries,
+      [this, run_id, attempt, step, sequence,
+       done = std::move(done)](absl::StatusOr<store::IngestResult> result) {
+        if (!result.ok()) return done(result.status());
+        done(BatchStored(run_id, attempt, step, sequence, *result));
+      });
+}
+
+absl::StatusOr<v1::BatchAck> Scheduler::OnBatch(
+    const std::string& worker_id, const v1::FingerprintBatch& batch) {
+  absl::Notification answered;
+  absl::StatusOr<v1::BatchAck> ack;
+  SubmitBatch(worker_id, batch, [&](absl::StatusOr<v1::BatchAck> a) {
+    ack = std::move(a);
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  return ack;
+}
+
+v1::BatchAck Scheduler::BatchStored(const std::string& run_id, int32_t attempt,
+                                    int32_t step, int64_t sequence,
+                                    const store::IngestResult& result) {
   Outbox out;
   {
     absl::MutexLock lock(&mu_);
     JobState* js = nullptr;
-    Run* run = FindRunLocked(batch.run_id(), &js);
-    auto active = active_.find(batch.run_id());
+    Run* run = FindRunLocked(run_id, &js);
+    auto active = active_.find(run_id);
     if (run != nullptr && active != active_.end() &&
-        run->attempt() == batch.attempt()) {
+        run->attempt() == attempt) {
       active->second.lease_expires_ms = clock_() + options_.lease_ms;
       if (run->state() == v1::RUN_ASSIGNED) {
+        // Written by the next flush (the run's next batch or result, or
+        // any other state change): this runs on the store's committer
+        // thread, which must not wait for a commit of its own. Until then
+        // the stored run is ASSIGNED, which accepts batches and is
+        // recovered after a restart exactly like RUNNING.
         run->set_state(v1::RUN_RUNNING);
         run->set_started_unix_ms(clock_());
         PersistRunLocked(*run);
         EventLocked(*js, run->run_id(),
                     absl::StrCat("run ", run->index(), " started"), &out);
       }
-      if (result.step_completed && batch.step() + 1 > run->steps_done()) {
-        run->set_steps_done(batch.step() + 1);
+      if (result.step_completed && step + 1 > run->steps_done()) {
+        run->set_steps_done(step + 1);
       }
     }
   }
-  (void)Deliver(std::move(out));
+  events_->Publish(out.events);
   v1::BatchAck ack;
-  ack.set_run_id(batch.run_id());
-  ack.set_attempt(batch.attempt());
-  ack.set_sequence(batch.sequence());
+  ack.set_run_id(run_id);
+  ack.set_attempt(attempt);
+  ack.set_sequence(sequence);
   return ack;
 }
 

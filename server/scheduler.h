@@ -135,6 +135,19 @@ class Scheduler {
   void AssignQueued();
   void OnHeartbeat(const std::string& worker_id,
                    const lockstep::v1::Heartbeat& heartbeat);
+  // Receives a batch's acknowledgement, or why it was refused.
+  using BatchDone = std::function<void(absl::StatusOr<lockstep::v1::BatchAck>)>;
+  // Checks a batch against its run in memory (active, assigned to this
+  // worker, a captured step), then queues it for the store's committer.
+  // `done` runs inline for a batch refused here, otherwise on the
+  // committer thread once the batch's transaction has committed (or the
+  // store refused it); batches submitted in order are answered in order.
+  // Never waits for a commit. Returns false when the committer's queue is
+  // full (Store::SubmitIngest): submit no more until `done` has run for the
+  // batches already submitted.
+  bool SubmitBatch(const std::string& worker_id,
+                   lockstep::v1::FingerprintBatch batch, BatchDone done);
+  // SubmitBatch, waiting for the answer.
   absl::StatusOr<lockstep::v1::BatchAck> OnBatch(
       const std::string& worker_id, const lockstep::v1::FingerprintBatch& b);
   // Records a run's result; OK only once the result is committed to the
@@ -149,6 +162,12 @@ class Scheduler {
   size_t JobsInMemory() const;
 
  private:
+  // After a batch was stored: renews the run's lease, marks it running
+  // and counts its completed steps; queues the state write (written by the
+  // next flush) and publishes the events, never touching the store itself.
+  lockstep::v1::BatchAck BatchStored(const std::string& run_id, int32_t attempt,
+                                     int32_t step, int64_t sequence,
+                                     const store::IngestResult& result);
   struct JobState {
     lockstep::v1::Job job;
     lockstep::v1::TensorManifest manifest;

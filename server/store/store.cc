@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -461,7 +462,7 @@ absl::Status Store::NameFull(absl::Status s) {
 Store::Store(StoreOptions options, std::unique_ptr<Database> db, int version)
     : options_(std::move(options)), db_(std::move(db)), version_(version) {}
 
-Store::~Store() = default;
+Store::~Store() { StopIngest(); }
 
 int Store::schema_version() const { return version_; }
 
@@ -1120,44 +1121,100 @@ absl::Status Store::RestartRunUnchecked(const v1::Run& run) {
   return tx.Commit();
 }
 
-// One IngestBatch call waiting for its group's commit.
+// One batch waiting for the committer.
 struct Store::PendingIngest {
-  const v1::FingerprintBatch* batch;
-  int entries;
+  v1::FingerprintBatch batch;
+  int entries = 0;
+  int64_t bytes = 0;
+  IngestDone done;
   absl::StatusOr<IngestResult> result = absl::UnknownError("not ingested");
-  bool done = false;
 };
+
+bool Store::SubmitIngest(v1::FingerprintBatch batch, int entries,
+                         IngestDone done) {
+  auto p = std::make_unique<PendingIngest>();
+  p->bytes = static_cast<int64_t>(batch.ByteSizeLong());
+  p->batch = std::move(batch);
+  p->entries = entries;
+  p->done = std::move(done);
+  {
+    absl::MutexLock lock(&ingest_mu_);
+    if (!ingest_stopping_) {
+      if (!committer_.joinable()) {
+        committer_ = std::thread([this] { CommitLoop(); });
+      }
+      ingest_bytes_ += p->bytes;
+      ingest_queue_.push_back(std::move(p));
+      return ingest_bytes_ < options_.max_ingest_queue_bytes;
+    }
+  }
+  p->done(absl::UnavailableError(
+      "batch: the coordinator's store is closing; resend the batch"));
+  return true;
+}
 
 absl::StatusOr<IngestResult> Store::IngestBatch(
     const v1::FingerprintBatch& batch, int entries) {
-  PendingIngest me{&batch, entries};
-  std::vector<PendingIngest*> group;
-  {
-    absl::MutexLock lock(&ingest_mu_);
-    ingest_queue_.push_back(&me);
-    while (!me.done && ingest_leader_active_) ingest_cv_.Wait(&ingest_mu_);
-    if (me.done) return std::move(me.result);
-    // Leader: take every batch queued so far (this one included).
-    ingest_leader_active_ = true;
-    group.swap(ingest_queue_);
-  }
-  IngestGroup(group);
-  for (PendingIngest* p : group) {
-    if (!p->result.ok()) p->result = NameFull(p->result.status());
-  }
-  {
-    absl::MutexLock lock(&ingest_mu_);
-    for (PendingIngest* p : group) p->done = true;
-    ingest_leader_active_ = false;
-  }
-  ingest_cv_.SignalAll();
-  return std::move(me.result);
+  absl::Notification stored;
+  absl::StatusOr<IngestResult> result;
+  SubmitIngest(batch, entries, [&](absl::StatusOr<IngestResult> r) {
+    result = std::move(r);
+    stored.Notify();
+  });
+  stored.WaitForNotification();
+  return result;
 }
 
-void Store::IngestGroup(const std::vector<PendingIngest*>& group) {
+void Store::StopIngest() {
+  std::thread committer;
+  {
+    absl::MutexLock lock(&ingest_mu_);
+    ingest_stopping_ = true;
+    committer.swap(committer_);
+  }
+  if (committer.joinable()) committer.join();
+}
+
+void Store::PauseIngestForTesting(bool paused) {
+  absl::MutexLock lock(&ingest_mu_);
+  ingest_paused_ = paused;
+}
+
+int64_t Store::IngestQueueBytes() {
+  absl::MutexLock lock(&ingest_mu_);
+  return ingest_bytes_;
+}
+
+void Store::CommitLoop() {
+  while (true) {
+    std::vector<std::unique_ptr<PendingIngest>> group;
+    {
+      absl::MutexLock lock(&ingest_mu_);
+      ingest_mu_.Await(absl::Condition(this, &Store::CommitterReady));
+      if (ingest_queue_.empty()) return;  // stopping, and nothing is left
+      // Everything queued so far: one transaction, one sync.
+      group.swap(ingest_queue_);
+    }
+    IngestGroup(group);
+    int64_t bytes = 0;
+    for (const auto& p : group) {
+      if (!p->result.ok()) p->result = NameFull(p->result.status());
+      bytes += p->bytes;
+    }
+    {
+      absl::MutexLock lock(&ingest_mu_);
+      ingest_bytes_ -= bytes;
+    }
+    // Committed (or refused): acknowledged in submission order.
+    for (const auto& p : group) p->done(std::move(p->result));
+  }
+}
+
+void Store::IngestGroup(
+    const std::vector<std::unique_ptr<PendingIngest>>& group) {
   absl::MutexLock lock(&mu_);
   auto fail_all = [&](const absl::Status& s) {
-    for (PendingIngest* p : group) p->result = s;
+    for (const auto& p : group) p->result = s;
   };
   if (stmts_.empty()) {
     return fail_all(absl::FailedPreconditionError(
@@ -1168,18 +1225,19 @@ void Store::IngestGroup(const std::vector<PendingIngest*>& group) {
   bool wrote = false;
   if (group.size() == 1) {
     // A refused batch leaves the transaction to roll back unchanged.
-    PendingIngest* p = group[0];
-    p->result = IngestBatchLocked(*p->batch, p->entries);
+    PendingIngest* p = group[0].get();
+    p->result = IngestBatchLocked(p->batch, p->entries);
     wrote = p->result.ok() && !p->result->duplicate;
   } else {
-    // Each batch in its own savepoint, in arrival order, so that a refused
-    // one leaves no trace and the others see exactly the state they would
-    // have seen one transaction each.
-    for (PendingIngest* p : group) {
+    // Each batch in its own savepoint, in submission order, so that a
+    // refused one (by a check or by a constraint of the schema) leaves no
+    // trace and the others see exactly the state they would have seen one
+    // transaction each.
+    for (const auto& p : group) {
       if (absl::Status s = db_->Exec("SAVEPOINT ingest_batch"); !s.ok()) {
         return fail_all(s);
       }
-      p->result = IngestBatchLocked(*p->batch, p->entries);
+      p->result = IngestBatchLocked(p->batch, p->entries);
       const bool keep = p->result.ok() && !p->result->duplicate;
       absl::Status s =
           keep ? absl::OkStatus() : db_->Exec("ROLLBACK TO ingest_batch");
@@ -1192,7 +1250,7 @@ void Store::IngestGroup(const std::vector<PendingIngest*>& group) {
   // One commit (one WAL sync under synchronous=FULL) for the whole group;
   // no batch is acknowledged before it returns.
   if (absl::Status s = tx.Commit(); !s.ok()) {
-    for (PendingIngest* p : group) {
+    for (const auto& p : group) {
       if (p->result.ok()) p->result = s;
     }
   }

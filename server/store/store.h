@@ -7,15 +7,19 @@
 // default, so every call that returned OK is durable (survives a crash of
 // the coordinator process and of the machine).
 //
-// Thread-safe: every public method takes the store's mutex.
+// Thread-safe: every public method takes the store's mutex. Fingerprint
+// batches are written by one committer thread (SubmitIngest, IngestBatch),
+// started with the first batch and stopped by StopIngest or the destructor.
 #ifndef LOCKSTEP_SERVER_STORE_STORE_H_
 #define LOCKSTEP_SERVER_STORE_STORE_H_
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -62,6 +66,10 @@ struct StoreOptions {
   // Run PRAGMA quick_check on an existing file before using it; a corrupt
   // file is refused with DATA_LOSS naming it, unmodified. Default: true.
   bool check_on_open = true;
+  // Bytes of fingerprint batches (their encoded size) queued for the
+  // ingest committer or being committed, from which SubmitIngest reports
+  // the queue full (back-pressure). Default 64 MiB.
+  int64_t max_ingest_queue_bytes = int64_t{64} << 20;
 };
 
 // The message every refusal of a corrupt or unreadable database file ends
@@ -84,6 +92,10 @@ struct IngestResult {
   // The batch completed its step (now in run_steps).
   bool step_completed = false;
 };
+
+// Receives a submitted batch's outcome (SubmitIngest): OK only once the
+// transaction holding the batch has committed.
+using IngestDone = std::function<void(absl::StatusOr<IngestResult>)>;
 
 // Filters and paging of ListJobs (newest first).
 struct JobQuery {
@@ -204,12 +216,19 @@ class Store {
   // deletes every fingerprint of earlier attempts, in one transaction.
   absl::Status RestartRun(const lockstep::v1::Run& run);
 
-  // Stores one fingerprint batch durably (committed before it returns).
-  // Batches that arrive from several threads while a commit is under way are
-  // stored together in the next transaction (group commit: one WAL sync for
-  // all of them), each in its own savepoint and in arrival order, so every
-  // batch gets the result it would get alone, and none returns before the
-  // transaction holding it has committed.
+  // Queues one fingerprint batch for the ingest committer, a single thread
+  // that takes every batch queued so far, writes them in ONE transaction,
+  // each in its own savepoint and in submission order (so every batch gets
+  // the result it would get alone, and a refused one leaves no trace and
+  // fails nothing else), commits once (one WAL sync under
+  // synchronous=FULL), and only then runs each batch's `done`, in
+  // submission order, on the committer thread. `done` must not block on
+  // the store's ingest (no IngestBatch, no StopIngest); it may submit.
+  // Returns true while the queue has room; false once the batches queued or
+  // being committed hold max_ingest_queue_bytes or more: the batch is queued
+  // all the same, and the caller should submit no more until some of its
+  // batches are done (back-pressure). After StopIngest, `done` runs at once
+  // with UNAVAILABLE.
   // `entries` is the manifest's entry count per step. Checks, in order:
   // the run exists (NOT_FOUND), the attempt is the run's current one
   // (ABORTED), the run accepts batches (FAILED_PRECONDITION), the sequence
@@ -217,6 +236,11 @@ class Store {
   // then the fingerprints: consecutive indices continuing the step's
   // earlier batches, never past `entries`; a completed step must have all
   // `entries` (INVALID_ARGUMENT naming the field and the limit).
+  bool SubmitIngest(lockstep::v1::FingerprintBatch batch, int entries,
+                    IngestDone done);
+  // SubmitIngest, waiting for the result: stores one batch durably
+  // (committed before it returns). Batches from several threads share
+  // commits.
   absl::StatusOr<IngestResult> IngestBatch(
       const lockstep::v1::FingerprintBatch& batch, int entries);
   // Completed steps of a run attempt, ordered by step. Holds every step in
@@ -246,6 +270,17 @@ class Store {
   // Ids of finished jobs without a stored report, oldest first (for
   // recovery at start-up).
   absl::StatusOr<std::vector<std::string>> ListJobsAwaitingVerdict();
+
+  // Stops the ingest committer: every batch already queued is committed (or
+  // refused) and its `done` run; later batches are refused at once with
+  // UNAVAILABLE. Returns once the committer has ended. The destructor calls
+  // it; call it earlier while the objects the `done` callbacks use live.
+  void StopIngest();
+  // Holds the committer before its next group (true) or lets it go on;
+  // for tests of grouping and back-pressure. StopIngest lets it go on.
+  void PauseIngestForTesting(bool paused);
+  // Bytes of the batches queued for the committer or being committed.
+  int64_t IngestQueueBytes();
 
   // Makes every later write fail (PRAGMA query_only) or work again; for
   // tests of the paths where the database refuses a write.
@@ -358,8 +393,13 @@ class Store {
       const std::vector<lockstep::v1::Certificate>& certs);
   absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct PendingIngest;
-  // Stores `group` in one transaction (IngestBatch's leader).
-  void IngestGroup(const std::vector<PendingIngest*>& group)
+  // The committer thread: stores what is queued, group by group.
+  void CommitLoop() ABSL_LOCKS_EXCLUDED(ingest_mu_, mu_);
+  bool CommitterReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(ingest_mu_) {
+    return ingest_stopping_ || (!ingest_paused_ && !ingest_queue_.empty());
+  }
+  // Stores `group` in one transaction.
+  void IngestGroup(const std::vector<std::unique_ptr<PendingIngest>>& group)
       ABSL_LOCKS_EXCLUDED(mu_);
   // IngestBatch's checks and writes inside an open transaction.
   absl::StatusOr<IngestResult> IngestBatchLocked(
@@ -403,13 +443,16 @@ class Store {
   // Prepared statements, indexed by the Slot enum in store.cc.
   std::vector<std::unique_ptr<Statement>> stmts_ ABSL_GUARDED_BY(mu_);
 
-  // Group commit of IngestBatch: batches waiting for the next transaction,
-  // and whether a leader is storing a group now. Never held with mu_ taken
-  // first (the leader takes mu_ after releasing ingest_mu_).
+  // The ingest committer's queue. Never held with mu_ taken first (the
+  // committer takes mu_ after releasing ingest_mu_).
   absl::Mutex ingest_mu_;
-  absl::CondVar ingest_cv_;
-  std::vector<PendingIngest*> ingest_queue_ ABSL_GUARDED_BY(ingest_mu_);
-  bool ingest_leader_active_ ABSL_GUARDED_BY(ingest_mu_) = false;
+  std::vector<std::unique_ptr<PendingIngest>> ingest_queue_
+      ABSL_GUARDED_BY(ingest_mu_);
+  // Bytes queued or being committed.
+  int64_t ingest_bytes_ ABSL_GUARDED_BY(ingest_mu_) = 0;
+  bool ingest_paused_ ABSL_GUARDED_BY(ingest_mu_) = false;
+  bool ingest_stopping_ ABSL_GUARDED_BY(ingest_mu_) = false;
+  std::thread committer_ ABSL_GUARDED_BY(ingest_mu_);
 };
 
 }  // namespace lockstep::store
