@@ -108,8 +108,8 @@ absl::StatusOr<std::string> ReadParameterBlob(const std::string& path,
   const std::string got = ParametersDigest(*bytes);
   if (got != digest) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "parameters %s: its digest is %s but the model's parameters_digest is "
-        "%s (re-run lockstep import)",
+        "--params: %s hashes to %s but the model's parameters_digest is %s "
+        "(re-run lockstep import, or pass the matching --params FILE)",
         path, got, digest));
   }
   return bytes;
