@@ -5,8 +5,8 @@
 // "scalar"; max, average and global average pooling run on the lane kernels
 // (lane_kernels.h) as "canonical" and on the scalar bodies as "scalar". The
 // DEFAULT atomic conv2d.grad_weight is here too.
+#include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -16,6 +16,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/lane_kernels.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/validate.h"
 #include "kernels/spatial/conv2d.h"
@@ -102,10 +103,12 @@ absl::Status Conv2dGradWeightKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
-// DEFAULT conv2d.grad_weight, "atomic": one task per batch element computes
-// that element's dw contribution (the GEMM lowering, one fma chain per
-// output) and adds it into dw with atomic CAS in arrival order
-// (nondeterministic with more than one thread).
+// DEFAULT conv2d.grad_weight, "atomic": the batch is split into one range
+// per pool thread (as cuDNN's atomic filter-gradient algorithms split the
+// N.OH.OW reduction into tiles); each task computes its range's dw
+// contribution (the GEMM lowering, one fma chain per output) and adds it
+// into dw with atomic CAS in arrival order (nondeterministic with more than
+// one thread).
 absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
                                           absl::Span<Tensor> out,
                                           const OpAttrs& a) {
@@ -120,12 +123,19 @@ absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
   one.n = 1;
   const int64_t x_stride = sp::Conv2dInputSize(one);
   const int64_t dy_stride = sp::Conv2dOutputSize(one);
-  AtomicParallelFor(CpuThreadPool(), s.n, [&](int64_t n) {
-    std::vector<float> part(dw_size);
-    Conv2dGradWeightGemm(one, x + n * x_stride, dy + n * dy_stride, part.data(),
-                         kSingleChain, ActiveCpuIsa(),
+  const int64_t tasks = std::max<int64_t>(
+      1, std::min<int64_t>(s.n, CpuThreadPool()->num_threads()));
+  AtomicParallelFor(CpuThreadPool(), tasks, [&](int64_t t) {
+    const int64_t begin = s.n * t / tasks;
+    const int64_t end = s.n * (t + 1) / tasks;
+    sp::Conv2dShape range = s;
+    range.n = end - begin;
+    ScratchFloats part(dw_size);
+    Conv2dGradWeightGemm(range, x + begin * x_stride, dy + begin * dy_stride,
+                         part.data(), kSingleChain, ActiveCpuIsa(),
                          /*pool=*/nullptr);
-    for (int64_t i = 0; i < dw_size; ++i) AtomicAddFloat(dw + i, part[i]);
+    for (int64_t i = 0; i < dw_size; ++i)
+      AtomicAddFloat(dw + i, part.data()[i]);
   });
   return absl::OkStatus();
 }
