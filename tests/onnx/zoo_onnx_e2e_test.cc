@@ -30,7 +30,7 @@ using ::lockstep::testing::TempDir;
 using ::testing::HasSubstr;
 
 constexpr const char* kZooOnnxModels[] = {"resnet18", "mobilenet_v2",
-                                          "vit_tiny"};
+                                          "vit_tiny", "gpt_tiny"};
 
 class ZooOnnxE2E : public ::testing::Test {
  protected:
