@@ -115,7 +115,8 @@ const BadSpec kBadSpecs[] = {
      "layers[0] \"up\": output [32, 3, 100000, 100000] exceeds the limit of 268435456 "
      "elements"},
     {"one_class.model.json", kInvalid, "model.num_classes: 1 is outside 2..100000"},
-    {"too_many_layers.model.txtpb", kInvalid, "model.layers: 302 layers exceeds the limit of 256"},
+    // 2100 RELUs between the input and the head: more than max_layers.
+    {"too_many_layers.model.txtpb", kInvalid, "model.layers: 2102 layers exceeds the limit of 2048"},
     {"no_layers.model.json", kInvalid, "model.layers: the model has no layers"},
     {"no_parameters.model.json", kInvalid, "model.layers: the model has no trainable parameters"},
     // The graph.

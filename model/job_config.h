@@ -15,7 +15,7 @@ namespace lockstep::model {
 struct Limits {
   int64_t max_batch = 4096;               // config.batch_size
   int64_t max_steps = 100000;             // config.steps
-  int64_t max_layers = 256;               // model.layers
+  int64_t max_layers = 2048;              // model.layers
   int64_t max_classes = 100000;           // model.num_classes
   int64_t max_tensor_elements = 1 << 28;  // any activation, incl. batch dim
   int64_t max_parameters = 1 << 28;       // sum over all parameter tensors

@@ -24,7 +24,7 @@
 namespace lockstep::server {
 
 inline constexpr size_t kMaxRunIdBytes = 128;
-// Above any manifest's entries per step (256 layers of a few tensors each).
+// Above any manifest's entries per step (2048 layers of a few tensors each).
 inline constexpr int kMaxFingerprintsPerBatch = 65536;
 inline constexpr size_t kMaxFailureReasonBytes = 4096;
 inline constexpr size_t kMaxDatasetDigestBytes = 128;
