@@ -692,7 +692,9 @@ TEST(EmbeddingTest, ForwardAndGradAgainstFloat64AndFiniteDifferences) {
                 LsFloatToBits(CanonicalSum(
                     terms.data(), static_cast<int64_t>(terms.size()), 1)))
           << "v=" << v << " d=" << d;
-      if (terms.empty()) EXPECT_EQ(LsFloatToBits(got), 0u);
+      if (terms.empty()) {
+        EXPECT_EQ(LsFloatToBits(got), 0u);
+      }
       // n terms of magnitude <= 1: |error| <= n * 2^-24 * sum|r| bound.
       EXPECT_NEAR(got, want, 1e-6 * static_cast<double>(terms.size()) + 1e-7);
       // Central difference of L = sum(y * r) in float64 along w[v, d].
