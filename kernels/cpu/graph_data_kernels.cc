@@ -29,21 +29,6 @@ namespace {
 
 namespace c = ::lockstep::canonical;
 
-// Runs fn(begin, end) over [0, n) in blocks of `block` on the process pool.
-template <typename Fn>
-void ForRowBlocks(int64_t n, int64_t block, const Fn& fn) {
-  if (n <= 0) return;
-  const int64_t tasks = (n + block - 1) / block;
-  if (tasks == 1) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  ParallelFor(CpuThreadPool(), tasks, [&](int64_t t) {
-    const int64_t begin = t * block;
-    fn(begin, std::min(n, begin + block));
-  });
-}
-
 int64_t RowsPerTask(int64_t width) {
   return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, width));
 }
@@ -121,13 +106,15 @@ absl::Status GatherForwardKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   const int32_t* ids = in[1].data<int32_t>();
   float* y = out[0].data<float>();
-  ForRowBlocks(s.a * s.p, RowsPerTask(s.b), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t a = r / s.p;
-      const int64_t p = r - a * s.p;
-      std::copy_n(x + (a * s.v + ids[p]) * s.b, s.b, y + r * s.b);
-    }
-  });
+  ParallelForBlocks(CpuThreadPool(), s.a * s.p, RowsPerTask(s.b),
+                    [&](int64_t r0, int64_t r1) {
+                      for (int64_t r = r0; r < r1; ++r) {
+                        const int64_t a = r / s.p;
+                        const int64_t p = r - a * s.p;
+                        std::copy_n(x + (a * s.v + ids[p]) * s.b, s.b,
+                                    y + r * s.b);
+                      }
+                    });
   return absl::OkStatus();
 }
 
@@ -145,17 +132,19 @@ absl::Status GatherGradKernel(absl::Span<const Tensor> in,
   c::SortPositionsById(e, in[0].data<int32_t>(), offsets.data(), order.data());
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
-  ForRowBlocks(s.a * s.v, RowsPerTask(s.b), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t a = r / s.v;
-      const int64_t v = r - a * s.v;
-      const float* dy_a = dy + a * s.p * s.b;
-      for (int64_t b = 0; b < s.b; ++b) {
-        dx[r * s.b + b] = c::EmbeddingGradElement(e, order.data(), offsets[v],
-                                                  offsets[v + 1], dy_a, b);
-      }
-    }
-  });
+  ParallelForBlocks(CpuThreadPool(), s.a * s.v, RowsPerTask(s.b),
+                    [&](int64_t r0, int64_t r1) {
+                      for (int64_t r = r0; r < r1; ++r) {
+                        const int64_t a = r / s.v;
+                        const int64_t v = r - a * s.v;
+                        const float* dy_a = dy + a * s.p * s.b;
+                        for (int64_t b = 0; b < s.b; ++b) {
+                          dx[r * s.b + b] = c::EmbeddingGradElement(
+                              e, order.data(), offsets[v], offsets[v + 1], dy_a,
+                              b);
+                        }
+                      }
+                    });
   return absl::OkStatus();
 }
 
@@ -206,15 +195,16 @@ absl::Status SliceGradKernel(absl::Span<const Tensor> in,
   }
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
-  ForRowBlocks(s.a, RowsPerTask(s.v * s.b), [&](int64_t a0, int64_t a1) {
-    for (int64_t a = a0; a < a1; ++a) {
-      std::fill_n(dx + a * s.v * s.b, s.v * s.b, 0.0f);
-      for (int64_t p = 0; p < s.p; ++p) {
-        std::copy_n(dy + (a * s.p + p) * s.b, s.b,
-                    dx + (a * s.v + ids[p]) * s.b);
-      }
-    }
-  });
+  ParallelForBlocks(CpuThreadPool(), s.a, RowsPerTask(s.v * s.b),
+                    [&](int64_t a0, int64_t a1) {
+                      for (int64_t a = a0; a < a1; ++a) {
+                        std::fill_n(dx + a * s.v * s.b, s.v * s.b, 0.0f);
+                        for (int64_t p = 0; p < s.p; ++p) {
+                          std::copy_n(dy + (a * s.p + p) * s.b, s.b,
+                                      dx + (a * s.v + ids[p]) * s.b);
+                        }
+                      }
+                    });
   return absl::OkStatus();
 }
 
@@ -262,15 +252,16 @@ absl::Status ConcatForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kConcatForward, in, out));
   const int64_t a_dim = out[0].dim(0), c = out[0].dim(1), b = out[0].dim(2);
   float* y = out[0].data<float>();
-  ForRowBlocks(a_dim, RowsPerTask(c * b), [&](int64_t a0, int64_t a1) {
-    for (int64_t a = a0; a < a1; ++a) {
-      for (size_t k = 0; k < in.size(); ++k) {
-        const int64_t ck = in[k].dim(1);
-        std::copy_n(in[k].data<float>() + a * ck * b, ck * b,
-                    y + (a * c + offsets[k]) * b);
-      }
-    }
-  });
+  ParallelForBlocks(CpuThreadPool(), a_dim, RowsPerTask(c * b),
+                    [&](int64_t a0, int64_t a1) {
+                      for (int64_t a = a0; a < a1; ++a) {
+                        for (size_t k = 0; k < in.size(); ++k) {
+                          const int64_t ck = in[k].dim(1);
+                          std::copy_n(in[k].data<float>() + a * ck * b, ck * b,
+                                      y + (a * c + offsets[k]) * b);
+                        }
+                      }
+                    });
   return absl::OkStatus();
 }
 
@@ -287,15 +278,16 @@ absl::Status ConcatGradKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kConcatGrad, in, out));
   const int64_t a_dim = in[0].dim(0), c = in[0].dim(1), b = in[0].dim(2);
   const float* dy = in[0].data<float>();
-  ForRowBlocks(a_dim, RowsPerTask(c * b), [&](int64_t a0, int64_t a1) {
-    for (int64_t a = a0; a < a1; ++a) {
-      for (size_t k = 0; k < out.size(); ++k) {
-        const int64_t ck = out[k].dim(1);
-        std::copy_n(dy + (a * c + offsets[k]) * b, ck * b,
-                    out[k].data<float>() + a * ck * b);
-      }
-    }
-  });
+  ParallelForBlocks(CpuThreadPool(), a_dim, RowsPerTask(c * b),
+                    [&](int64_t a0, int64_t a1) {
+                      for (int64_t a = a0; a < a1; ++a) {
+                        for (size_t k = 0; k < out.size(); ++k) {
+                          const int64_t ck = out[k].dim(1);
+                          std::copy_n(dy + (a * c + offsets[k]) * b, ck * b,
+                                      out[k].data<float>() + a * ck * b);
+                        }
+                      }
+                    });
   return absl::OkStatus();
 }
 

@@ -38,21 +38,6 @@ namespace {
 
 namespace c = ::lockstep::canonical;
 
-// Runs fn(begin, end) over [0, n) in blocks of `block` on the process pool.
-template <typename Fn>
-void ForBlocks(int64_t n, int64_t block, const Fn& fn) {
-  if (n <= 0) return;
-  const int64_t tasks = (n + block - 1) / block;
-  if (tasks == 1) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  ParallelFor(CpuThreadPool(), tasks, [&](int64_t t) {
-    const int64_t begin = t * block;
-    fn(begin, std::min(n, begin + block));
-  });
-}
-
 // Rows per task so that one task touches about 64 K elements.
 int64_t RowBlock(int64_t d) { return std::max<int64_t>(1, 65536 / d); }
 
@@ -97,9 +82,10 @@ absl::Status ActivationForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, t, names));
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
-  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
-    c::ActivationForward(kAct, x + b, y + b, e - b);
-  });
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
+                    [&](int64_t b, int64_t e) {
+                      c::ActivationForward(kAct, x + b, y + b, e - b);
+                    });
   return absl::OkStatus();
 }
 
@@ -119,9 +105,10 @@ absl::Status ActivationGradKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
-  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
-    c::ActivationGrad(kAct, x + b, dy + b, dx + b, e - b);
-  });
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
+                    [&](int64_t b, int64_t e) {
+                      c::ActivationGrad(kAct, x + b, dy + b, dx + b, e - b);
+                    });
   return absl::OkStatus();
 }
 
@@ -135,9 +122,11 @@ absl::Status SoftmaxForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kSoftmaxForward, in, out));
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
-  ForBlocks(s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) c::SoftmaxLastForwardRow(s, x, y, r);
-  });
+  ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
+                    [&](int64_t b, int64_t e) {
+                      for (int64_t r = b; r < e; ++r)
+                        c::SoftmaxLastForwardRow(s, x, y, r);
+                    });
   return absl::OkStatus();
 }
 
@@ -152,9 +141,11 @@ absl::Status SoftmaxGradKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
-  ForBlocks(s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) c::SoftmaxLastGradRow(s, x, dy, dx, r);
-  });
+  ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
+                    [&](int64_t b, int64_t e) {
+                      for (int64_t r = b; r < e; ++r)
+                        c::SoftmaxLastGradRow(s, x, dy, dx, r);
+                    });
   return absl::OkStatus();
 }
 
@@ -172,11 +163,12 @@ absl::Status LayerNormForwardKernel(absl::Span<const Tensor> in,
   const float* gamma = in[1].data<float>();
   const float* beta = in[2].data<float>();
   float* y = out[0].data<float>();
-  ForBlocks(s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      c::LayerNormForwardRow(s, x, gamma, beta, y, r);
-    }
-  });
+  ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
+                    [&](int64_t b, int64_t e) {
+                      for (int64_t r = b; r < e; ++r) {
+                        c::LayerNormForwardRow(s, x, gamma, beta, y, r);
+                      }
+                    });
   return absl::OkStatus();
 }
 
@@ -195,11 +187,12 @@ absl::Status LayerNormGradInputKernel(absl::Span<const Tensor> in,
   const float* gamma = in[1].data<float>();
   const float* dy = in[2].data<float>();
   float* dx = out[0].data<float>();
-  ForBlocks(s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      c::LayerNormGradInputRow(s, x, gamma, dy, dx, r);
-    }
-  });
+  ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
+                    [&](int64_t b, int64_t e) {
+                      for (int64_t r = b; r < e; ++r) {
+                        c::LayerNormGradInputRow(s, x, gamma, dy, dx, r);
+                      }
+                    });
   return absl::OkStatus();
 }
 
@@ -221,13 +214,14 @@ absl::Status LayerNormGradParamsKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
   std::vector<c::LayerNormRowStats> stats(static_cast<size_t>(s.rows));
-  ForBlocks(s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r)
-      stats[r] = c::LayerNormStatsOf(s, x + r * s.d);
-  });
+  ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
+                    [&](int64_t b, int64_t e) {
+                      for (int64_t r = b; r < e; ++r)
+                        stats[r] = c::LayerNormStatsOf(s, x + r * s.d);
+                    });
   float* dgamma = out[0].data<float>();
   float* dbeta = out[1].data<float>();
-  ForBlocks(s.d, 16, [&](int64_t b, int64_t e) {
+  ParallelForBlocks(CpuThreadPool(), s.d, 16, [&](int64_t b, int64_t e) {
     for (int64_t j = b; j < e; ++j) {
       c::LayerNormGradParamsColumn(s, x, dy, stats.data(), dgamma, dbeta, j);
     }
@@ -256,11 +250,12 @@ absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
   const float* beta = in[2].data<float>();
   float* y = out[0].data<float>();
   float* running = out[1].data<float>();
-  ForBlocks(s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
-    for (int64_t ch = b; ch < e; ++ch) {
-      c::BatchNormForwardChannel(s, x, gamma, beta, y, running, ch);
-    }
-  });
+  ParallelForBlocks(
+      CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
+        for (int64_t ch = b; ch < e; ++ch) {
+          c::BatchNormForwardChannel(s, x, gamma, beta, y, running, ch);
+        }
+      });
   return absl::OkStatus();
 }
 
@@ -280,11 +275,12 @@ absl::Status BatchNormGradInputKernel(absl::Span<const Tensor> in,
   const float* dy = in[2].data<float>();
   const float* running = in[3].data<float>();
   float* dx = out[0].data<float>();
-  ForBlocks(s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
-    for (int64_t ch = b; ch < e; ++ch) {
-      c::BatchNormGradInputChannel(s, x, gamma, dy, running, dx, ch);
-    }
-  });
+  ParallelForBlocks(
+      CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
+        for (int64_t ch = b; ch < e; ++ch) {
+          c::BatchNormGradInputChannel(s, x, gamma, dy, running, dx, ch);
+        }
+      });
   return absl::OkStatus();
 }
 
@@ -308,11 +304,12 @@ absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
   const float* running = in[2].data<float>();
   float* dgamma = out[0].data<float>();
   float* dbeta = out[1].data<float>();
-  ForBlocks(s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
-    for (int64_t ch = b; ch < e; ++ch) {
-      c::BatchNormGradParamsChannel(s, x, dy, running, dgamma, dbeta, ch);
-    }
-  });
+  ParallelForBlocks(
+      CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
+        for (int64_t ch = b; ch < e; ++ch) {
+          c::BatchNormGradParamsChannel(s, x, dy, running, dgamma, dbeta, ch);
+        }
+      });
   return absl::OkStatus();
 }
 
@@ -327,9 +324,10 @@ absl::Status AdamWKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   float* m = out[1].data<float>();
   float* v = out[2].data<float>();
   const float* g = in[0].data<float>();
-  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
-    c::AdamUpdate(s, w + b, m + b, v + b, g + b, e - b);
-  });
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
+                    [&](int64_t b, int64_t e) {
+                      c::AdamUpdate(s, w + b, m + b, v + b, g + b, e - b);
+                    });
   return absl::OkStatus();
 }
 
@@ -367,9 +365,10 @@ absl::Status ScaleKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   }
   const float* g = in[0].data<float>();
   float* y = out[0].data<float>();
-  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = g[i] * a.scale;
-  });
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
+                    [&](int64_t b, int64_t e) {
+                      for (int64_t i = b; i < e; ++i) y[i] = g[i] * a.scale;
+                    });
   return absl::OkStatus();
 }
 
@@ -384,12 +383,13 @@ absl::Status EmbeddingForwardKernel(absl::Span<const Tensor> in,
   const int32_t* ids = in[0].data<int32_t>();
   const float* w = in[1].data<float>();
   float* y = out[0].data<float>();
-  ForBlocks(s.positions, RowBlock(s.dim), [&](int64_t b, int64_t e) {
-    for (int64_t p = b; p < e; ++p) {
-      std::copy_n(w + static_cast<int64_t>(ids[p]) * s.dim, s.dim,
-                  y + p * s.dim);
-    }
-  });
+  ParallelForBlocks(CpuThreadPool(), s.positions, RowBlock(s.dim),
+                    [&](int64_t b, int64_t e) {
+                      for (int64_t p = b; p < e; ++p) {
+                        std::copy_n(w + static_cast<int64_t>(ids[p]) * s.dim,
+                                    s.dim, y + p * s.dim);
+                      }
+                    });
   return absl::OkStatus();
 }
 
@@ -453,13 +453,14 @@ absl::Status EmbeddingGradWeightKernel(absl::Span<const Tensor> in,
   c::SortPositionsById(s, in[0].data<int32_t>(), offsets.data(), order.data());
   const float* dy = in[1].data<float>();
   float* dw = out[0].data<float>();
-  ForBlocks(s.vocab, RowBlock(s.dim), [&](int64_t b, int64_t e) {
-    std::vector<float> stack;
-    for (int64_t v = b; v < e; ++v) {
-      EmbeddingGradRow(s, order.data(), offsets[v], offsets[v + 1], dy,
-                       dw + v * s.dim, &stack);
-    }
-  });
+  ParallelForBlocks(
+      CpuThreadPool(), s.vocab, RowBlock(s.dim), [&](int64_t b, int64_t e) {
+        std::vector<float> stack;
+        for (int64_t v = b; v < e; ++v) {
+          EmbeddingGradRow(s, order.data(), offsets[v], offsets[v + 1], dy,
+                           dw + v * s.dim, &stack);
+        }
+      });
   return absl::OkStatus();
 }
 
@@ -481,12 +482,13 @@ absl::Status DropoutForwardKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
   float* mask = out[1].data<float>();
-  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      mask[i] = c::DropoutMaskElement(p, i);
-      y[i] = x[i] * mask[i];
-    }
-  });
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
+                    [&](int64_t b, int64_t e) {
+                      for (int64_t i = b; i < e; ++i) {
+                        mask[i] = c::DropoutMaskElement(p, i);
+                        y[i] = x[i] * mask[i];
+                      }
+                    });
   return absl::OkStatus();
 }
 
@@ -502,9 +504,10 @@ absl::Status DropoutGradKernel(absl::Span<const Tensor> in,
   const float* mask = in[0].data<float>();
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
-  ForBlocks(in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * mask[i];
-  });
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
+                    [&](int64_t b, int64_t e) {
+                      for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * mask[i];
+                    });
   return absl::OkStatus();
 }
 

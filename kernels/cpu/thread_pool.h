@@ -16,6 +16,7 @@
 #ifndef LOCKSTEP_KERNELS_CPU_THREAD_POOL_H_
 #define LOCKSTEP_KERNELS_CPU_THREAD_POOL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -63,6 +64,23 @@ class ThreadPool {
 // Runs fn over [0, num_tasks) on pool, or inline when pool is null.
 void ParallelFor(ThreadPool* pool, int64_t num_tasks,
                  const std::function<void(int64_t)>& fn);
+
+// Runs fn(begin, end) over [0, n) in blocks of `block` elements on pool,
+// one task per block; a single block runs inline.
+template <typename Fn>
+void ParallelForBlocks(ThreadPool* pool, int64_t n, int64_t block,
+                       const Fn& fn) {
+  if (n <= 0) return;
+  const int64_t tasks = (n + block - 1) / block;
+  if (tasks == 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  ParallelFor(pool, tasks, [&](int64_t t) {
+    const int64_t begin = t * block;
+    fn(begin, std::min(n, begin + block));
+  });
+}
 
 // The same with a plain function pointer, for translation units built with
 // ISA flags (gemm_*.cc) that must not instantiate std::function themselves.
