@@ -658,6 +658,20 @@ TEST(CauseFor, NamesTheAtomicVariantThatRan) {
                RunWith("c1", "dense.forward", "cpu/default/split_k_atomic"));
   EXPECT_EQ(h.id(), "ND-CPU-ATOMIC-ACCUMULATION");
   EXPECT_THAT(h.text(), HasSubstr("cpu/default/split_k_atomic"));
+  // The depthwise-only atomic weight gradient (examples/mobilenet_v2's
+  // DEFAULT config) and the embedding's atomic scatter-add.
+  const std::string dw = "cpu/avx2/default/atomic_depthwise";
+  h = CauseFor(Entry("conv2d.grad_weight"), Config(DEFAULT, CPU),
+               RunWith("c1", "conv2d.grad_weight", dw),
+               RunWith("c1", "conv2d.grad_weight", dw));
+  EXPECT_EQ(h.id(), "ND-CPU-ATOMIC-ACCUMULATION");
+  EXPECT_THAT(h.text(), HasSubstr(dw));
+  const std::string emb = "cpu/avx2/default/atomic";
+  h = CauseFor(Entry("embedding.grad_weight"), Config(DEFAULT, CPU),
+               RunWith("c1", "embedding.grad_weight", emb),
+               RunWith("c1", "embedding.grad_weight", emb));
+  EXPECT_EQ(h.id(), "ND-CPU-ATOMIC-ACCUMULATION");
+  EXPECT_THAT(h.text(), HasSubstr(emb));
   // Only one side ran the atomic variant: it is the one named.
   h = CauseFor(Entry("bias_add.grad"), Config(DEFAULT, CUDA),
                RunWith("c1", "bias_add.grad", "cuda/deterministic/tree"),

@@ -37,6 +37,10 @@ inline constexpr char kDeterministicAlgorithm[] = "deterministic";
 inline constexpr char kDefaultAlgorithm[] = "default";
 inline constexpr char kAtomicAlgorithm[] = "atomic";
 inline constexpr char kSplitKAtomicAlgorithm[] = "split_k_atomic";
+// conv2d.grad_weight in DEFAULT mode: "atomic" for depthwise calls
+// (groups == input channels), "deterministic" for every other call, as a
+// framework that sends depthwise convolutions to their own kernels does.
+inline constexpr char kAtomicDepthwiseAlgorithm[] = "atomic_depthwise";
 
 // Registers every CANONICAL CPU kernel: AllOpNames() (kernels/backend.h)
 // and GraphDataOpNames() (kernels/graph_ops.h, graph_data_kernels.cc)

@@ -140,6 +140,21 @@ absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// DEFAULT conv2d.grad_weight, "atomic_depthwise": the atomic kernel above for
+// depthwise calls (groups == c_in), the deterministic kernel for the others.
+// A model's depthwise layers are then its only nondeterministic weight
+// gradients, so a divergence names the depthwise site.
+absl::Status Conv2dGradWeightAtomicDepthwiseKernel(absl::Span<const Tensor> in,
+                                                   absl::Span<Tensor> out,
+                                                   const OpAttrs& a) {
+  LS_ASSIGN_OR_RETURN(sp::Conv2dShape s,
+                      ValidateConv2dCall(op::kConv2dGradWeight, in, out, a));
+  if (s.groups > 1 && s.groups == s.c_in) {
+    return Conv2dGradWeightAtomicKernel(in, out, a);
+  }
+  return Conv2dGradWeightKernel<ConvPath::kDeterministic>(in, out, a);
+}
+
 // kLanes: the lane kernels (lane_kernels.h); else the scalar spec body.
 // Same bits either way.
 template <bool kLanes>
@@ -336,6 +351,10 @@ absl::Status RegisterSpatialDeterministicAndDefaultKernels(Registry* registry) {
                                      algorithm, kCpuBackendName},
                            &Conv2dGradWeightAtomicKernel));
   }
+  LS_RETURN_IF_ERROR(registry->Register(
+      KernelKey{op::kConv2dGradWeight, Mode::kDefault,
+                kAtomicDepthwiseAlgorithm, kCpuBackendName},
+      &Conv2dGradWeightAtomicDepthwiseKernel));
   return absl::OkStatus();
 }
 

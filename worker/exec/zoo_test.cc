@@ -546,6 +546,43 @@ TEST(ZooTest, MobilenetDefaultDepthwiseGradientIsNondeterministic) {
   EXPECT_EQ(digests[0], digests[1]);
 }
 
+// mobilenet_v2's DEFAULT config makes only the depthwise weight gradients
+// atomic ("atomic_depthwise": every other convolution's takes the
+// deterministic kernel, dense and bias gradients are pinned too): the first
+// divergence between arrival orders is the last depthwise layer's weight
+// gradient, b8_dw, in the backward pass of step 0.
+TEST(ZooTest, MobilenetV2DefaultDepthwiseGradientIsNondeterministic) {
+  Zoo def = Load("mobilenet_v2", 8, 1, "config_default.json");
+  ASSERT_NE(def.dataset, nullptr);
+  ASSERT_EQ(def.config.op_algorithms().at("conv2d.grad_weight"),
+            kernels::kAtomicDepthwiseAlgorithm);
+  std::vector<RunResult> runs;
+  ExpectArrivalOrdersDivergeAt(def, "b8_dw", "conv2d.grad_weight", &runs);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  std::map<std::string, std::string> ran;
+  for (const KernelChoice& k : runs[0].kernels) ran[k.op] = k.ran.algorithm;
+  EXPECT_EQ(ran["conv2d.grad_weight"], kernels::kAtomicDepthwiseAlgorithm);
+  EXPECT_EQ(ran["dense.forward"], kernels::kDeterministicAlgorithm);
+}
+
+// gpt_tiny's embedding config leaves only the token embedding's
+// scatter-add atomic (the index_add / embedding-backward site users hit in
+// practice): the first divergence is emb's weight gradient, the last
+// gradient of step 0's backward pass.
+TEST(ZooTest, GptTinyDefaultEmbeddingGradientIsNondeterministic) {
+  Zoo def = Load("gpt_tiny", 4, 1, "config_default_embedding.json");
+  ASSERT_NE(def.dataset, nullptr);
+  ASSERT_EQ(def.config.op_algorithms().at("embedding.grad_weight"), "atomic");
+  std::vector<RunResult> runs;
+  ExpectArrivalOrdersDivergeAt(def, "emb", "embedding.grad_weight", &runs);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  std::map<std::string, std::string> ran;
+  for (const KernelChoice& k : runs[0].kernels) ran[k.op] = k.ran.algorithm;
+  EXPECT_EQ(ran["embedding.grad_weight"], kernels::kAtomicAlgorithm);
+  EXPECT_EQ(ran["matmul.forward"], kernels::kDeterministicAlgorithm);
+  EXPECT_EQ(ran["dense.forward"], kernels::kDeterministicAlgorithm);
+}
+
 // The token model's DEFAULT config pins dense.forward and bias_add.grad to
 // their deterministic kernels and leaves the embedding's scatter-add
 // atomic: the first divergence between arrival orders is that gradient.
