@@ -216,7 +216,10 @@ std::string CheckJUnit(const std::string& job_id, int exit_code,
 std::string FormatAudit(const v1::Audit& a) {
   std::string s = absl::StrFormat("audit %s  %s  workload %s  job %s\n%s\n",
                                   a.audit_id(), v1::AuditState_Name(a.state()),
-                                  a.spec().workload(), a.job_id(), a.summary());
+                                  a.spec().workload().empty()
+                                      ? "(model) " + a.spec().model_name()
+                                      : a.spec().workload(),
+                                  a.job_id(), a.summary());
   for (const auto& c : a.classes()) {
     absl::StrAppendFormat(
         &s, "class %s: %d/%d agree on %s%s\n",
@@ -268,35 +271,11 @@ absl::StatusOr<v1::SubmitJobRequest> Commands::BuildRequest(
     return absl::InvalidArgumentError(
         "expected MODEL CONFIG (files) or a zoo name");
   }
-  absl::StatusOr<v1::Model> model;
-  std::string parameter_blob;  // the ParameterSet bytes, when the model has
-                               // initial parameter values
-  if (IsOnnxPath(model_path)) {
-    absl::StatusOr<ImportedModel> imported = ImportOnnxFile(model_path);
-    if (!imported.ok()) return imported.status();
-    model = imported->model;
-    parameter_blob = std::move(imported->parameters_bytes);
-  } else {
-    model = model::ReadModelFile(model_path);
-    if (!model.ok()) return model.status();
-    if (!model->parameters_digest().empty()) {
-      absl::StatusOr<std::string> blob = ReadParameterBlob(
-          options_.params.empty() ? ParamsPathFor(model_path) : options_.params,
-          model->parameters_digest());
-      if (!blob.ok()) return blob.status();
-      parameter_blob = *std::move(blob);
-    }
-  }
-  if (!model->parameters_digest().empty()) {
-    absl::Status uploaded =
-        UploadParameters(model->parameters_digest(), parameter_blob);
-    if (!uploaded.ok()) return uploaded;
-  }
-  absl::StatusOr<v1::JobConfig> config = model::ReadJobConfigFile(config_path);
-  if (!config.ok()) return config.status();
   v1::SubmitJobRequest req;
-  *req.mutable_spec()->mutable_model() = *model;
-  *req.mutable_spec()->mutable_config() = *config;
+  absl::Status loaded = LoadModelAndConfig(
+      model_path, config_path, req.mutable_spec()->mutable_model(),
+      req.mutable_spec()->mutable_config());
+  if (!loaded.ok()) return loaded;
   if (!options_.mode.empty()) {
     v1::DeterminismMode mode;
     if (!v1::DeterminismMode_Parse(absl::AsciiStrToUpper(options_.mode),
@@ -327,6 +306,41 @@ absl::StatusOr<v1::SubmitJobRequest> Commands::BuildRequest(
   if (!s.ok()) return s;
   req.set_idempotency_key(options_.idempotency_key);
   return req;
+}
+
+absl::Status Commands::LoadModelAndConfig(const std::string& model_path,
+                                          const std::string& config_path,
+                                          v1::Model* model,
+                                          v1::JobConfig* config) {
+  std::string parameter_blob;  // the ParameterSet bytes, when the model has
+                               // initial parameter values
+  if (IsOnnxPath(model_path)) {
+    absl::StatusOr<ImportedModel> imported = ImportOnnxFile(model_path);
+    if (!imported.ok()) return imported.status();
+    *model = std::move(imported->model);
+    parameter_blob = std::move(imported->parameters_bytes);
+  } else {
+    absl::StatusOr<v1::Model> read = model::ReadModelFile(model_path);
+    if (!read.ok()) return read.status();
+    *model = *std::move(read);
+    if (!model->parameters_digest().empty()) {
+      absl::StatusOr<std::string> blob = ReadParameterBlob(
+          options_.params.empty() ? ParamsPathFor(model_path) : options_.params,
+          model->parameters_digest());
+      if (!blob.ok()) return blob.status();
+      parameter_blob = *std::move(blob);
+    }
+  }
+  if (!model->parameters_digest().empty()) {
+    absl::Status uploaded =
+        UploadParameters(model->parameters_digest(), parameter_blob);
+    if (!uploaded.ok()) return uploaded;
+  }
+  absl::StatusOr<v1::JobConfig> read_config =
+      model::ReadJobConfigFile(config_path);
+  if (!read_config.ok()) return read_config.status();
+  *config = *std::move(read_config);
+  return absl::OkStatus();
 }
 
 // The one place where a model's initial parameter values (a ParameterSet,
@@ -789,15 +803,23 @@ int Commands::Audit(const std::vector<std::string>& args) {
   }
   if (action != "start")
     return Usage("audit: unknown action \"" + action + "\"");
-  if (args.size() != 2) return Usage("audit start: expected WORKLOAD");
-  if (IsOnnxPath(args[1])) {
-    return Usage(
-        "audit start: a fleet audit runs a standard workload by name; audit "
-        "an ONNX model with `lockstep check MODEL.onnx CONFIG "
-        "--scope=across_classes`");
+  if (args.size() != 2 && args.size() != 3) {
+    return Usage("audit start: expected WORKLOAD, or MODEL CONFIG");
   }
   v1::StartAuditRequest req;
-  req.mutable_spec()->set_workload(args[1]);
+  if (args.size() == 3) {
+    // The team's own model (.json or .onnx), its parameters uploaded first.
+    absl::Status loaded = LoadModelAndConfig(
+        args[1], args[2], req.mutable_spec()->mutable_model(),
+        req.mutable_spec()->mutable_config());
+    if (!loaded.ok()) return Fail(loaded);
+  } else if (IsOnnxPath(args[1])) {
+    return Usage(
+        "audit start: an ONNX model needs its config: audit start MODEL.onnx "
+        "CONFIG");
+  } else {
+    req.mutable_spec()->set_workload(args[1]);
+  }
   req.mutable_spec()->set_quarantine_outliers(options_.quarantine);
   absl::Status labels =
       ParseLabels(options_.worker_labels, "--worker_labels",

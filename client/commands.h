@@ -69,7 +69,7 @@ class Commands {
   int Diff(const std::vector<std::string>& args);
   int Certificates(const std::vector<std::string>& args);
   int Check(const std::vector<std::string>& args);
-  // audit start WORKLOAD | show AUDIT | list
+  // audit start WORKLOAD | start MODEL CONFIG | show AUDIT | list
   int Audit(const std::vector<std::string>& args);
   // blobs upload FILE | stat DIGEST | gc
   int Blobs(const std::vector<std::string>& args);
@@ -81,6 +81,13 @@ class Commands {
   // and uploaded unless the coordinator has it (UploadParameters).
   absl::StatusOr<lockstep::v1::SubmitJobRequest> BuildRequest(
       const std::vector<std::string>& args);
+  // The model and config of MODEL CONFIG (a .json or .onnx model), with the
+  // model's initial parameters uploaded when it has them: BuildRequest's
+  // and `audit start MODEL CONFIG`'s common part.
+  absl::Status LoadModelAndConfig(const std::string& model_path,
+                                  const std::string& config_path,
+                                  lockstep::v1::Model* model,
+                                  lockstep::v1::JobConfig* config);
   absl::StatusOr<lockstep::v1::Job> WatchUntilDone(const std::string& job_id);
   // Checks that `blob` parses as a ParameterSet and hashes to `digest`, and
   // uploads it if the coordinator lacks it, with progress on err_ for large

@@ -33,26 +33,58 @@ AuditManager::AuditManager(store::Store* store, WorkerRegistry* registry,
 absl::StatusOr<Audit> AuditManager::Start(
     const v1::StartAuditRequest& request) {
   const v1::AuditSpec& spec = request.spec();
-  const std::string& name = spec.workload();
-  if (name.empty() || name.size() > 64) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "spec.workload: length %d is outside 1..64", name.size()));
-  }
-  for (char c : name) {
-    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
-          c == '-')) {
+  absl::StatusOr<v1::Model> model;
+  absl::StatusOr<v1::JobConfig> config;
+  std::string name;  // what the log and the stored spec call the workload
+  if (spec.has_model()) {
+    // The team's own model: validated with the job, by SubmitInternal.
+    if (!spec.workload().empty()) {
       return absl::InvalidArgumentError(
-          "spec.workload: only A-Z a-z 0-9 _ - are allowed (a model-zoo name)");
+          "spec: set either workload (a standard workload) or model, not "
+          "both");
     }
-  }
-  absl::StatusOr<v1::Model> model =
-      model::ReadModelFile(absl::StrCat(zoo_dir_, "/", name, "/model.json"));
-  absl::StatusOr<v1::JobConfig> config = model::ReadJobConfigFile(
-      absl::StrCat(zoo_dir_, "/", name, "/config.json"));
-  if (!model.ok() || !config.ok()) {
-    return absl::NotFoundError(absl::StrCat(
-        "spec.workload: no standard workload \"", name, "\" in ", zoo_dir_,
-        " (", (!model.ok() ? model.status() : config.status()).message(), ")"));
+    if (!spec.has_config()) {
+      return absl::InvalidArgumentError(
+          "spec.config: required with spec.model");
+    }
+    model = spec.model();
+    config = spec.config();
+    name = spec.model().name().empty() ? "unnamed model" : spec.model().name();
+    if (name.size() > 64) name = name.substr(0, 64);
+    if (!spec.model().parameters_digest().empty()) {
+      absl::StrAppend(&name, " (parameters ",
+                      spec.model().parameters_digest().substr(0, 19), ")");
+    }
+  } else {
+    if (spec.has_config()) {
+      return absl::InvalidArgumentError(
+          "spec.config: only with spec.model (a standard workload brings its "
+          "own)");
+    }
+    name = spec.workload();
+    if (name.empty() || name.size() > 64) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "spec.workload: length %d is outside 1..64 (or set spec.model)",
+          name.size()));
+    }
+    for (char c : name) {
+      if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+            c == '-')) {
+        return absl::InvalidArgumentError(
+            "spec.workload: only A-Z a-z 0-9 _ - are allowed (a model-zoo "
+            "name)");
+      }
+    }
+    model =
+        model::ReadModelFile(absl::StrCat(zoo_dir_, "/", name, "/model.json"));
+    config = model::ReadJobConfigFile(
+        absl::StrCat(zoo_dir_, "/", name, "/config.json"));
+    if (!model.ok() || !config.ok()) {
+      return absl::NotFoundError(absl::StrCat(
+          "spec.workload: no standard workload \"", name, "\" in ", zoo_dir_,
+          " (", (!model.ok() ? model.status() : config.status()).message(),
+          ")"));
+    }
   }
   // The selected workers: connected, matching, in name order.
   std::vector<LiveWorker> selected;
@@ -97,6 +129,12 @@ absl::StatusOr<Audit> AuditManager::Start(
   audit.set_audit_id(
       absl::StrFormat("audit-%016x", absl::Uniform<uint64_t>(gen)));
   *audit.mutable_spec() = spec;
+  if (spec.has_model()) {
+    // The job keeps the model and config; the audit record names them.
+    audit.mutable_spec()->clear_model();
+    audit.mutable_spec()->clear_config();
+    audit.mutable_spec()->set_model_name(name);
+  }
   audit.set_state(v1::AUDIT_RUNNING);
   audit.set_started_unix_ms(clock_());
 

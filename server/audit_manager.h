@@ -8,8 +8,10 @@
 // worker's health history.
 //
 // A workload is a folder of the model zoo (<zoo_dir>/<name>/model.json and
-// config.json), run with determinism CANONICAL, every tensor of every step
-// captured and no algorithm overrides, whatever its config says.
+// config.json), or the team's own model and config sent in the request
+// (AuditSpec.model; its parameters uploaded first, validated with the job),
+// run with determinism CANONICAL, every tensor of every step captured and no
+// algorithm overrides, whatever its config says.
 //
 // Thread-safe.
 #ifndef LOCKSTEP_SERVER_AUDIT_MANAGER_H_

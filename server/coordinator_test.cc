@@ -137,6 +137,29 @@ TEST_F(CoordinatorTest, AuditRpcsValidate) {
   s = stub_->StartAudit(&ctx2, req, &audit);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
+  // The team's own model: exactly one of workload and model, and a config
+  // with the model.
+  grpc::ClientContext ctx_both;
+  req.mutable_spec()->set_workload("mlp");
+  req.mutable_spec()->mutable_model()->set_name("mine");
+  s = stub_->StartAudit(&ctx_both, req, &audit);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("not both"));
+
+  grpc::ClientContext ctx_no_config;
+  req.mutable_spec()->clear_workload();
+  s = stub_->StartAudit(&ctx_no_config, req, &audit);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("spec.config: required"));
+
+  grpc::ClientContext ctx_config_only;
+  req.mutable_spec()->clear_model();
+  req.mutable_spec()->set_workload("mlp");
+  req.mutable_spec()->mutable_config()->set_steps(1);
+  s = stub_->StartAudit(&ctx_config_only, req, &audit);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("spec.config: only with"));
+
   grpc::ClientContext ctx3;
   GetAuditRequest get;
   get.set_audit_id("audit-nope");

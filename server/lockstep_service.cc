@@ -275,7 +275,10 @@ grpc::ServerUnaryReactor* LockstepService::StartAudit(
   if (grpc::Status s = Unknown(*request); !s.ok()) return Done(context, s);
   absl::StatusOr<Audit> audit = audits_->Start(*request);
   auth_->LogAdminAction(
-      who, "start_audit", request->spec().workload(),
+      who, "start_audit",
+      request->spec().has_model()
+          ? absl::StrCat("model:", request->spec().model().name())
+          : request->spec().workload(),
       absl::StrCat(
           audit.ok() ? absl::StrCat("audit_id=", audit->audit_id(), " ") : "",
           "quarantine_outliers=",

@@ -112,6 +112,30 @@ TEST_F(OnnxE2E, ImportedModelsAreCertifiedWithTheirOnnxWeights) {
   }
 }
 
+// A fleet audit of the team's own model: `audit start MODEL.onnx CONFIG`
+// imports it, uploads its initializers and runs it CANONICAL on the selected
+// workers; the audit names the model and its job carries the parameters.
+TEST_F(OnnxE2E, AuditRunsTheImportedModelWithItsWeights) {
+  const std::string onnx = dir_ + "/cnn.onnx";
+  auto audit = cluster_->Cli(
+      {"audit", "start", onnx, Config(false), "--workers=w1", "--json"});
+  ASSERT_THAT(audit, IsOk());
+  ASSERT_EQ(audit->exit_code, 0) << audit->out << audit->err;
+  EXPECT_THAT(audit->err, HasSubstr("uploaded"));
+  EXPECT_THAT(audit->out,
+              HasSubstr("\"model_name\": \"cnn (parameters sha256:"));
+  EXPECT_THAT(audit->out, HasSubstr("\"state\": \"AUDIT_DONE\""));
+  // The audit's job ran the imported model on w1: one run, with a digest.
+  EXPECT_THAT(audit->out, HasSubstr("\"run_digest\": \""));
+  EXPECT_THAT(audit->out, HasSubstr("\"health\": \"HEALTHY\""));
+
+  // Without a config the ONNX file is refused before anything is sent.
+  auto bare = cluster_->Cli({"audit", "start", onnx, "--workers=w1"});
+  ASSERT_THAT(bare, IsOk());
+  EXPECT_EQ(bare->exit_code, 64);
+  EXPECT_THAT(bare->err, HasSubstr("audit start MODEL.onnx CONFIG"));
+}
+
 TEST_F(OnnxE2E, UnsupportedOpsAreListedAndNothingIsWritten) {
   const std::string json = dir_ + "/unsupported.json";
   auto r = cluster_->Cli({"import", dir_ + "/unsupported.onnx", "-o", json});

@@ -385,7 +385,7 @@ function tensorText(d) {
 function auditDetail(a) {
   return h('div', {class: 'panel audit', 'data-audit': a.auditId},
     h('h2', {}, h('a', {href: '#/audits/' + a.auditId, class: 'mono'}, a.auditId), ' ', badge(a.state),
-      ' ', h('span', {class: 'muted'}, (a.spec.workload || '') + ' · ' + when(a.startedUnixMs))),
+      ' ', h('span', {class: 'muted'}, (a.spec.workload || (a.spec.modelName ? 'model ' + a.spec.modelName : '')) + ' · ' + when(a.startedUnixMs))),
     h('p', {}, a.summary, a.noMajority ? h('b', {class: 'warn'}, ' (no majority)') : null),
     h('table', {}, h('tr', {}, ['Worker', 'Class', 'Vote', 'First tensor leaving the majority', 'Quarantined'].map((t) => h('th', {}, t))),
       (a.workers || []).map((r) => h('tr', {'data-worker': r.workerName, 'data-health': r.health},
