@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/sha256.h"
 
 namespace lockstep {
 
@@ -34,9 +35,7 @@ std::string BlobHasher::Finish() {
 }
 
 std::string BlobDigest(absl::string_view bytes) {
-  BlobHasher h;
-  h.Update(bytes);
-  return h.Finish();
+  return absl::StrCat(kBlobDigestPrefix, Sha256Hex(bytes));
 }
 
 absl::Status ValidateBlobDigest(absl::string_view digest,

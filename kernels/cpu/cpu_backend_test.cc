@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -167,6 +168,29 @@ TEST_F(CpuBackendTest, ElementwiseOpsThroughRegistry) {
   ASSERT_THAT(Run("relu.grad", {T({2, 3, 4, 5}, x), T({2, 3, 4, 5}, x)}, {dr}),
               IsOk());
   EXPECT_TRUE(BitsEqualRounded(V(dr), reference::ReluGrad(x, x)));
+
+  // The vectorised relu loops on the special values, at every offset of a
+  // 4-wide vector and in the scalar tail: the spec's bits (NaN payloads and
+  // signs kept, -0 to +0, subnormals kept).
+  {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<float> xs = {-0.0f, 0.0f,      nan,        -nan, inf,
+                             -inf,  0x1p-149f, -0x1p-149f, 2.5f, -2.5f};
+    std::vector<float> sx;
+    for (int rep = 0; rep < 4; ++rep) sx.insert(sx.end(), xs.begin(), xs.end());
+    sx.push_back(nan);  // 41 elements: a tail of one
+    const std::vector<float> sdy = SmallInts(sx.size(), 3);
+    const int64_t n = static_cast<int64_t>(sx.size());
+    std::vector<float> want_y(n), want_dx(n);
+    c::ReluForward(sx.data(), want_y.data(), n);
+    c::ReluGrad(sx.data(), sdy.data(), want_dx.data(), n);
+    Tensor sy = Z({n}), sdx = Z({n});
+    ASSERT_THAT(Run("relu.forward", {T({n}, sx)}, {sy}), IsOk());
+    EXPECT_TRUE(BitsEqual(V(sy), want_y));
+    ASSERT_THAT(Run("relu.grad", {T({n}, sx), T({n}, sdy)}, {sdx}), IsOk());
+    EXPECT_TRUE(BitsEqual(V(sdx), want_dx));
+  }
 
   Tensor flat = Z({2, 60});
   ASSERT_THAT(Run("flatten", {T({2, 3, 4, 5}, x)}, {flat}), IsOk());

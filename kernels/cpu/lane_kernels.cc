@@ -59,6 +59,24 @@ void BiasAddGradLanes(const canonical::BiasShape& s, const float* dy, float* db,
   KernelsFor(isa).bias_grad(g, dy, db, pool);
 }
 
+void BatchNormVarSumLanes(const canonical::BiasShape& s, const float* x,
+                          const float* mean, float* var_sum, CpuIsa isa,
+                          ThreadPool* pool) {
+  if (s.c <= 0) return;
+  const cpu_internal::LaneBiasGeometry g{s.n, s.c, s.spatial};
+  KernelsFor(isa).batch_norm_var_sum(g, x, mean, var_sum, pool);
+}
+
+void BatchNormGradChainsLanes(const canonical::BiasShape& s, const float* x,
+                              const float* dy, const float* mean,
+                              const float* rstd, const float* scale, float* dot,
+                              float* sum, CpuIsa isa, ThreadPool* pool) {
+  if (s.c <= 0) return;
+  const cpu_internal::LaneBiasGeometry g{s.n, s.c, s.spatial};
+  KernelsFor(isa).batch_norm_grad_chains(g, x, dy, mean, rstd, scale, dot, sum,
+                                         pool);
+}
+
 void MaxPool2dForwardLanes(const sp::Pool2dShape& s, const float* x, float* y,
                            CpuIsa isa, ThreadPool* pool) {
   const cpu_internal::LanePoolGeometry g = Geometry(s);

@@ -1,5 +1,6 @@
-// CANONICAL bias_add.grad and the pooling ops (max_pool2d, avg_pool2d,
-// global_avg_pool; forward and backward), vectorised ACROSS outputs, the way
+// CANONICAL bias_add.grad, batch_norm's channel reductions and the pooling
+// ops (max_pool2d, avg_pool2d, global_avg_pool; forward and backward),
+// vectorised ACROSS outputs, the way
 // the GEMM is (gemm.h): each vector lane computes a different output element
 // and runs that element's canonical sequence of operations unchanged, so the
 // bits equal the scalar spec code (canonical::BiasAddGrad, the spatial::
@@ -13,6 +14,11 @@
 //                   batch row holds one term of every channel; with
 //                   spatial > 1 a channel's terms are contiguous, and blocks
 //                   of lanes x lanes terms are transposed in registers.
+//   batch_norm      lanes = channels, walked as bias_add.grad's with x and
+//                   dy side by side: the variance's dot of (x - mean) with
+//                   itself, and the backward passes' sum of g = dy * scale
+//                   with the dot of (g, xhat), each lane one chain of fmas
+//                   or adds per chunk of 256, then the tree.
 //   max_pool2d      lanes = image planes (n, c): a block of planes is
 //                   interleaved (transposed in registers), so every lane has
 //                   the same window geometry and each tap is one vector
@@ -95,6 +101,22 @@ void GlobalAvgPool2dGradLanes(const spatial::GlobalPool2dShape& s,
                               const float* dy, float* dx, CpuIsa isa,
                               ThreadPool* pool);
 
+// batch_norm's per-channel reductions in training mode (kernels/ops/norm.h),
+// over x and dy of shape [n, c, spatial] in the canonical (n, spatial)
+// order, lanes = channels (bias_add.grad's walk, W x W blocks transposed in
+// registers); the channel sums themselves are BiasAddGradLanes.
+//   var_sum[ch] = canonical dot of (d, d), d = x - mean[ch]
+void BatchNormVarSumLanes(const canonical::BiasShape& s, const float* x,
+                          const float* mean, float* var_sum, CpuIsa isa,
+                          ThreadPool* pool);
+//   g = dy * scale[ch] (dy itself when scale is null),
+//   xhat = (x - mean[ch]) * rstd[ch]:
+//   dot[ch] = canonical dot of (g, xhat), sum[ch] = canonical sum of g
+void BatchNormGradChainsLanes(const canonical::BiasShape& s, const float* x,
+                              const float* dy, const float* mean,
+                              const float* rstd, const float* scale, float* dot,
+                              float* sum, CpuIsa isa, ThreadPool* pool);
+
 namespace cpu_internal {
 
 // Plain geometry handed to the ISA translation units (computed outside
@@ -132,6 +154,13 @@ struct LaneKernelSet {
                               float* y, ThreadPool* pool);
   void (*global_pool_grad)(const LaneGlobalGeometry& g, const float* dy,
                            float* dx, ThreadPool* pool);
+  void (*batch_norm_var_sum)(const LaneBiasGeometry& g, const float* x,
+                             const float* mean, float* var_sum,
+                             ThreadPool* pool);
+  void (*batch_norm_grad_chains)(const LaneBiasGeometry& g, const float* x,
+                                 const float* dy, const float* mean,
+                                 const float* rstd, const float* scale,
+                                 float* dot, float* sum, ThreadPool* pool);
 };
 const LaneKernelSet& LaneKernelsScalar();
 const LaneKernelSet& LaneKernelsAvx2();

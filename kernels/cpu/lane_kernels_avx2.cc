@@ -20,7 +20,10 @@ struct Avx2Lanes {
   static T Load(const float* p) { return _mm256_loadu_ps(p); }
   static void Store(float* p, T v) { _mm256_storeu_ps(p, v); }
   static T Add(T a, T b) { return _mm256_add_ps(a, b); }
+  static T Sub(T a, T b) { return _mm256_sub_ps(a, b); }
+  static T Mul(T a, T b) { return _mm256_mul_ps(a, b); }
   static T Div(T a, T b) { return _mm256_div_ps(a, b); }
+  static T Fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T Set1(float v) { return _mm256_set1_ps(v); }
   static M Replaces(T best, T v) {
     const __m256 greater = _mm256_cmp_ps(v, best, _CMP_GT_OQ);

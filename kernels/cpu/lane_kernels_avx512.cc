@@ -24,7 +24,10 @@ struct Avx512Lanes {
   static T Load(const float* p) { return _mm512_loadu_ps(p); }
   static void Store(float* p, T v) { _mm512_storeu_ps(p, v); }
   static T Add(T a, T b) { return _mm512_add_ps(a, b); }
+  static T Sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static T Mul(T a, T b) { return _mm512_mul_ps(a, b); }
   static T Div(T a, T b) { return _mm512_div_ps(a, b); }
+  static T Fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   static T Set1(float v) { return _mm512_set1_ps(v); }
   static M Replaces(T best, T v) {
     const __mmask16 greater = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);

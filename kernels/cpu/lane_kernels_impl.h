@@ -8,7 +8,8 @@
 // for another ISA; for the same reason nothing here calls an inline function
 // or template of a shared header on floats. The vector type V supplies:
 //   T (floats), M (lane mask), I (int32 lanes), kWidth,
-//   Zero(), Set1(f), Load(p), Store(p, v), Add(a, b), Div(a, b),
+//   Zero(), Set1(f), Load(p), Store(p, v), Add(a, b), Sub(a, b), Mul(a, b),
+//   Div(a, b), Fma(a, b, c)   a * b + c rounded once,
 //   Replaces(best, v)    v > best, or v is NaN and best is not,
 //   Select(m, a, b)      b where m, else a (bit copies); SelectI likewise,
 //   Set1I(k), StoreI(p, v),
@@ -67,7 +68,10 @@ struct ScalarLanes {
   static T Load(const float* p) { return *p; }
   static void Store(float* p, T v) { *p = v; }
   static T Add(T a, T b) { return a + b; }
+  static T Sub(T a, T b) { return a - b; }
+  static T Mul(T a, T b) { return a * b; }
   static T Div(T a, T b) { return a / b; }
+  static T Fma(T a, T b, T c) { return __builtin_fmaf(a, b, c); }
   static T Set1(float v) { return v; }
   static M Replaces(T best, T v) {
     return v > best || (v != v && best == best);
@@ -611,6 +615,174 @@ void AvgPoolGrad(const LanePoolGeometry& g, const float* dy, float* dx,
 }
 
 // ---------------------------------------------------------------------------
+// batch_norm's per-channel chains (training mode, kernels/ops/norm.h):
+// BiasGradPlanes' walk, lanes = channels c0 .. c0 + W - 1, with two sources
+// (x and dy) and the terms of the spec.
+
+// Calls term.Step(x, dy) with one vector per term (lane l: channel c0 + l)
+// in the canonical (n, spatial) order, and term.Close() after every
+// kLaneChunk terms and after the last (short) chunk. Without kDy, dy is not
+// read and Step gets x twice.
+template <class V, bool kDy, class Term>
+void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
+                  int64_t c0, Term& term) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  const int64_t s = g.spatial;
+  int64_t left = kLaneChunk;  // terms left in the current chunk
+  for (int64_t n = 0; n < g.n; ++n) {
+    const int64_t offset = (n * g.c + c0) * s;
+    int64_t i = 0;
+    for (; i + W <= s; i += W) {
+      T rx[W];
+      T rd[kDy ? W : 1];
+      for (int l = 0; l < W; ++l) rx[l] = V::Load(x + offset + l * s + i);
+      V::Transpose(rx);
+      if (kDy) {
+        for (int l = 0; l < W; ++l) rd[l] = V::Load(dy + offset + l * s + i);
+        V::Transpose(rd);
+      }
+      for (int j = 0; j < W; ++j) {
+        term.Step(rx[j], kDy ? rd[j] : rx[j]);
+        if (--left == 0) {
+          term.Close();
+          left = kLaneChunk;
+        }
+      }
+    }
+    for (; i < s; ++i) {
+      alignas(64) float lx[W];
+      alignas(64) float ld[W];
+      for (int l = 0; l < W; ++l) {
+        lx[l] = x[offset + l * s + i];
+        ld[l] = kDy ? dy[offset + l * s + i] : 0.0f;
+      }
+      term.Step(V::Load(lx), V::Load(kDy ? ld : lx));
+      if (--left == 0) {
+        term.Close();
+        left = kLaneChunk;
+      }
+    }
+  }
+  if (left != kLaneChunk) term.Close();
+}
+
+// var_sum: chain fma(d, d), d = x - mean.
+template <class V>
+struct VarSumTerm {
+  using T = typename V::T;
+  T mean;
+  T acc = V::Zero();
+  VecTree<V> tree;
+  void Step(T x, T) {
+    const T d = V::Sub(x, mean);
+    acc = V::Fma(d, d, acc);
+  }
+  void Close() {
+    tree.Push(acc);
+    acc = V::Zero();
+  }
+};
+
+// g = dy * scale (dy when unscaled), xhat = (x - mean) * rstd:
+// dot = chain fma(g, xhat), sum = chain g.
+template <class V>
+struct GradTerm {
+  using T = typename V::T;
+  T mean, rstd, scale;
+  bool scaled;
+  T dot = V::Zero();
+  T sum = V::Zero();
+  VecTree<V> dot_tree;
+  VecTree<V> sum_tree;
+  void Step(T x, T dy) {
+    const T g = scaled ? V::Mul(dy, scale) : dy;
+    sum = V::Add(sum, g);
+    dot = V::Fma(g, V::Mul(V::Sub(x, mean), rstd), dot);
+  }
+  void Close() {
+    dot_tree.Push(dot);
+    sum_tree.Push(sum);
+    dot = V::Zero();
+    sum = V::Zero();
+  }
+};
+
+// Runs block(V or ScalarLanes, c0) over blocks of W channels and the
+// channels left over, on the pool.
+template <class V, class Block>
+void ForChannelBlocks(const LaneBiasGeometry& g, ThreadPool* pool,
+                      Block& block) {
+  constexpr int W = V::kWidth;
+  if (g.n * g.c * g.spatial < kMinParallelElements) pool = nullptr;
+  const int64_t blocks = g.c / W;
+  const int64_t rest = blocks * W;
+  auto task = [&](int64_t t) {
+    if (t < blocks) {
+      block.template Run<V>(t * W);
+      return;
+    }
+    for (int64_t c = rest; c < g.c; ++c) block.template Run<ScalarLanes>(c);
+  };
+  For(pool, blocks + (rest < g.c ? 1 : 0), task);
+}
+
+// One block of channels of BatchNormVarSum (lanes VV: V, or ScalarLanes for
+// the channels left over).
+struct VarSumBlock {
+  const LaneBiasGeometry& g;
+  const float* x;
+  const float* mean;
+  float* var_sum;
+  template <class VV>
+  void Run(int64_t c0) {
+    VarSumTerm<VV> term;
+    term.mean = VV::Load(mean + c0);
+    WalkChannels<VV, false>(g, x, nullptr, c0, term);
+    VV::Store(var_sum + c0, term.tree.Result());
+  }
+};
+
+template <class V>
+void BatchNormVarSum(const LaneBiasGeometry& g, const float* x,
+                     const float* mean, float* var_sum, ThreadPool* pool) {
+  VarSumBlock block{g, x, mean, var_sum};
+  ForChannelBlocks<V>(g, pool, block);
+}
+
+// One block of channels of BatchNormGradChains.
+struct GradChainsBlock {
+  const LaneBiasGeometry& g;
+  const float* x;
+  const float* dy;
+  const float* mean;
+  const float* rstd;
+  const float* scale;
+  float* dot;
+  float* sum;
+  template <class VV>
+  void Run(int64_t c0) {
+    GradTerm<VV> term;
+    term.mean = VV::Load(mean + c0);
+    term.rstd = VV::Load(rstd + c0);
+    term.scaled = scale != nullptr;
+    term.scale = term.scaled ? VV::Load(scale + c0) : VV::Zero();
+    WalkChannels<VV, true>(g, x, dy, c0, term);
+    VV::Store(dot + c0, term.dot_tree.Result());
+    VV::Store(sum + c0, term.sum_tree.Result());
+  }
+};
+
+template <class V>
+void BatchNormGradChains(const LaneBiasGeometry& g, const float* x,
+                         const float* dy, const float* mean, const float* rstd,
+                         const float* scale, float* dot, float* sum,
+                         ThreadPool* pool) {
+  GradChainsBlock block{g, x, dy, mean, rstd, scale, dot, sum};
+  ForChannelBlocks<V>(g, pool, block);
+}
+
+// ---------------------------------------------------------------------------
 // global_avg_pool
 
 // y[p] = canonical sum of plane p / area: the sums are bias_add.grad's with
@@ -653,10 +825,10 @@ void GlobalPoolGrad(const LaneGlobalGeometry& g, const float* dy, float* dx,
 
 template <class V>
 const LaneKernelSet& KernelSet() {
-  static const LaneKernelSet set = {&BiasGrad<V>,      &MaxPoolForward<V>,
-                                    &MaxPoolGrad<V>,   &AvgPoolForward<V>,
-                                    &AvgPoolGrad<V>,   &GlobalPoolForward<V>,
-                                    &GlobalPoolGrad<V>};
+  static const LaneKernelSet set = {
+      &BiasGrad<V>,       &MaxPoolForward<V>,  &MaxPoolGrad<V>,
+      &AvgPoolForward<V>, &AvgPoolGrad<V>,     &GlobalPoolForward<V>,
+      &GlobalPoolGrad<V>, &BatchNormVarSum<V>, &BatchNormGradChains<V>};
   return set;
 }
 

@@ -6,7 +6,9 @@
 // OUTPUTS only: blocks of elements (activations), blocks of rows (softmax,
 // layer_norm forward and grad_input), blocks of columns
 // (layer_norm.grad_params, after the per-row statistics), blocks of
-// channels (batch_norm.*), or blocks of embedding rows
+// channels (batch_norm.*; in training mode the per-channel reductions run
+// on the lane kernels first, lanes = channels, kernels/cpu/lane_kernels.h),
+// or blocks of embedding rows
 // (embedding.grad_weight, after the sort of the positions by id). No
 // reduction is split, so the bits do not depend on the thread count or the
 // ISA.
@@ -25,6 +27,8 @@
 #include "kernels/canonical/reduce.h"
 #include "kernels/cpu/atomic_float.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/lane_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/activations.h"
 #include "kernels/ops/dropout.h"
@@ -234,6 +238,45 @@ int64_t ChannelBlock(const c::ChannelShape& s) {
   return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, s.n * s.spatial));
 }
 
+// Training mode's per-channel statistics from the lane kernels: the mean
+// from the channel sums, then the variance's dot (kernels/ops/norm.h's
+// BatchNormStatsOf, every channel at once).
+std::vector<c::BatchNormChannelStats> TrainingStats(const c::ChannelShape& s,
+                                                    const float* x) {
+  const c::BiasShape shape{s.n, s.c, s.spatial};
+  std::vector<float> mean(s.c);
+  std::vector<float> var_sum(s.c);
+  BiasAddGradLanes(shape, x, mean.data(), ActiveCpuIsa(), CpuThreadPool());
+  for (int64_t ch = 0; ch < s.c; ++ch)
+    mean[ch] = c::BatchNormMeanOf(s, mean[ch]);
+  BatchNormVarSumLanes(shape, x, mean.data(), var_sum.data(), ActiveCpuIsa(),
+                       CpuThreadPool());
+  std::vector<c::BatchNormChannelStats> stats(s.c);
+  for (int64_t ch = 0; ch < s.c; ++ch) {
+    stats[ch] = c::BatchNormStatsFrom(s, mean[ch], var_sum[ch]);
+  }
+  return stats;
+}
+
+// The backward passes' two chains per channel, g = dy * scale (dy when
+// scale is null): dot of (g, xhat) and sum of g.
+void GradChains(const c::ChannelShape& s, const float* x, const float* dy,
+                const std::vector<c::BatchNormChannelStats>& stats,
+                const float* scale, std::vector<float>* dot,
+                std::vector<float>* sum) {
+  std::vector<float> mean(s.c);
+  std::vector<float> rstd(s.c);
+  for (int64_t ch = 0; ch < s.c; ++ch) {
+    mean[ch] = stats[ch].mean;
+    rstd[ch] = stats[ch].rstd;
+  }
+  dot->resize(s.c);
+  sum->resize(s.c);
+  BatchNormGradChainsLanes(c::BiasShape{s.n, s.c, s.spatial}, x, dy,
+                           mean.data(), rstd.data(), scale, dot->data(),
+                           sum->data(), ActiveCpuIsa(), CpuThreadPool());
+}
+
 // running is in/out: updated in training, read in eval.
 absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
                                     absl::Span<Tensor> out, const OpAttrs& a) {
@@ -250,12 +293,23 @@ absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
   const float* beta = in[2].data<float>();
   float* y = out[0].data<float>();
   float* running = out[1].data<float>();
-  ParallelForBlocks(
-      CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
-        for (int64_t ch = b; ch < e; ++ch) {
-          c::BatchNormForwardChannel(s, x, gamma, beta, y, running, ch);
-        }
-      });
+  if (s.eval) {
+    ParallelForBlocks(
+        CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
+          for (int64_t ch = b; ch < e; ++ch) {
+            c::BatchNormForwardChannel(s, x, gamma, beta, y, running, ch);
+          }
+        });
+    return absl::OkStatus();
+  }
+  const std::vector<c::BatchNormChannelStats> stats = TrainingStats(s, x);
+  ParallelForBlocks(CpuThreadPool(), s.c, ChannelBlock(s),
+                    [&](int64_t b, int64_t e) {
+                      for (int64_t ch = b; ch < e; ++ch) {
+                        c::BatchNormApplyChannel(s, x, gamma, beta, y, running,
+                                                 ch, stats[ch]);
+                      }
+                    });
   return absl::OkStatus();
 }
 
@@ -275,10 +329,23 @@ absl::Status BatchNormGradInputKernel(absl::Span<const Tensor> in,
   const float* dy = in[2].data<float>();
   const float* running = in[3].data<float>();
   float* dx = out[0].data<float>();
+  if (s.eval) {
+    ParallelForBlocks(
+        CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
+          for (int64_t ch = b; ch < e; ++ch) {
+            c::BatchNormGradInputChannel(s, x, gamma, dy, running, dx, ch);
+          }
+        });
+    return absl::OkStatus();
+  }
+  const std::vector<c::BatchNormChannelStats> stats = TrainingStats(s, x);
+  std::vector<float> dot_gx, sum_g;
+  GradChains(s, x, dy, stats, gamma, &dot_gx, &sum_g);
   ParallelForBlocks(
       CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
         for (int64_t ch = b; ch < e; ++ch) {
-          c::BatchNormGradInputChannel(s, x, gamma, dy, running, dx, ch);
+          c::BatchNormGradInputApplyChannel(s, x, gamma, dy, dx, ch, stats[ch],
+                                            sum_g[ch], dot_gx[ch]);
         }
       });
   return absl::OkStatus();
@@ -304,12 +371,22 @@ absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
   const float* running = in[2].data<float>();
   float* dgamma = out[0].data<float>();
   float* dbeta = out[1].data<float>();
-  ParallelForBlocks(
-      CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
-        for (int64_t ch = b; ch < e; ++ch) {
-          c::BatchNormGradParamsChannel(s, x, dy, running, dgamma, dbeta, ch);
-        }
-      });
+  if (s.eval) {
+    ParallelForBlocks(
+        CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
+          for (int64_t ch = b; ch < e; ++ch) {
+            c::BatchNormGradParamsChannel(s, x, dy, running, dgamma, dbeta, ch);
+          }
+        });
+    return absl::OkStatus();
+  }
+  // dgamma: the dot of (dy, xhat); dbeta: the sum of dy.
+  std::vector<float> dot, sum;
+  GradChains(s, x, dy, TrainingStats(s, x), /*scale=*/nullptr, &dot, &sum);
+  for (int64_t ch = 0; ch < s.c; ++ch) {
+    dgamma[ch] = c::norm_internal::CanonicalNanOf(dot[ch]);
+    dbeta[ch] = c::norm_internal::CanonicalNanOf(sum[ch]);
+  }
   return absl::OkStatus();
 }
 

@@ -297,42 +297,60 @@ LS_HD_INLINE int64_t ChannelIndex(const ChannelShape& s, int64_t c, int64_t n,
 
 }  // namespace norm_internal
 
+// The statistics of a channel from its two training-mode reductions: sum =
+// the canonical sum of its x, var_sum = the canonical dot of (d, d), d =
+// x - mean (below, and the CPU's lane kernels, kernels/cpu/lane_kernels.h).
+LS_HD_INLINE float BatchNormMeanOf(const ChannelShape& s, float sum) {
+  return sum / static_cast<float>(s.n * s.spatial);
+}
+LS_HD_INLINE BatchNormChannelStats BatchNormStatsFrom(const ChannelShape& s,
+                                                      float mean,
+                                                      float var_sum) {
+  const float m = static_cast<float>(s.n * s.spatial);
+  BatchNormChannelStats st;
+  st.mean = mean;
+  st.var_sum = var_sum;
+  st.rstd = 1.0f / CanonicalSqrt(var_sum / m + s.epsilon);
+  return st;
+}
+LS_HD_INLINE BatchNormChannelStats BatchNormEvalStats(const ChannelShape& s,
+                                                      const float* running,
+                                                      int64_t c) {
+  BatchNormChannelStats st;
+  st.mean = running[c];
+  st.rstd = 1.0f / CanonicalSqrt(running[s.c + c] + s.epsilon);
+  st.var_sum = 0.0f;
+  return st;
+}
+
 LS_HD_INLINE BatchNormChannelStats BatchNormStatsOf(const ChannelShape& s,
                                                     const float* x,
                                                     const float* running,
                                                     int64_t c) {
-  BatchNormChannelStats st;
-  if (s.eval) {
-    st.mean = running[c];
-    st.rstd = 1.0f / CanonicalSqrt(running[s.c + c] + s.epsilon);
-    st.var_sum = 0.0f;
-    return st;
-  }
-  const float m = static_cast<float>(s.n * s.spatial);
+  if (s.eval) return BatchNormEvalStats(s, running, c);
   GatherChain sum;
   for (int64_t n = 0; n < s.n; ++n) {
     for (int64_t k = 0; k < s.spatial; ++k) {
       sum.Add(x[norm_internal::ChannelIndex(s, c, n, k)]);
     }
   }
-  st.mean = sum.Finish() / m;
+  const float mean = BatchNormMeanOf(s, sum.Finish());
   GatherChain sq;
   for (int64_t n = 0; n < s.n; ++n) {
     for (int64_t k = 0; k < s.spatial; ++k) {
-      const float d = x[norm_internal::ChannelIndex(s, c, n, k)] - st.mean;
+      const float d = x[norm_internal::ChannelIndex(s, c, n, k)] - mean;
       sq.Fma(d, d);
     }
   }
-  st.var_sum = sq.Finish();
-  st.rstd = 1.0f / CanonicalSqrt(st.var_sum / m + s.epsilon);
-  return st;
+  return BatchNormStatsFrom(s, mean, sq.Finish());
 }
 
-// Channel c of y, and (training) channel c of the running statistics.
-LS_HD_INLINE void BatchNormForwardChannel(const ChannelShape& s, const float* x,
-                                          const float* gamma, const float* beta,
-                                          float* y, float* running, int64_t c) {
-  const BatchNormChannelStats st = BatchNormStatsOf(s, x, running, c);
+// Channel c of y, and (training) channel c of the running statistics, from
+// the channel's statistics.
+LS_HD_INLINE void BatchNormApplyChannel(const ChannelShape& s, const float* x,
+                                        const float* gamma, const float* beta,
+                                        float* y, float* running, int64_t c,
+                                        const BatchNormChannelStats& st) {
   for (int64_t n = 0; n < s.n; ++n) {
     for (int64_t k = 0; k < s.spatial; ++k) {
       const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
@@ -349,6 +367,46 @@ LS_HD_INLINE void BatchNormForwardChannel(const ChannelShape& s, const float* x,
   }
 }
 
+// Channel c of y, and (training) channel c of the running statistics.
+LS_HD_INLINE void BatchNormForwardChannel(const ChannelShape& s, const float* x,
+                                          const float* gamma, const float* beta,
+                                          float* y, float* running, int64_t c) {
+  BatchNormApplyChannel(s, x, gamma, beta, y, running, c,
+                        BatchNormStatsOf(s, x, running, c));
+}
+
+// Eval mode's dx for channel c.
+LS_HD_INLINE void BatchNormGradInputEvalChannel(
+    const ChannelShape& s, const float* gamma, const float* dy, float* dx,
+    int64_t c, const BatchNormChannelStats& st) {
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t k = 0; k < s.spatial; ++k) {
+      const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
+      dx[i] = norm_internal::CanonicalNanOf((dy[i] * gamma[c]) * st.rstd);
+    }
+  }
+}
+
+// Training mode's dx for channel c from its statistics and its two
+// reductions: sum_g = the canonical sum of g = dy * gamma[c], dot_gx = the
+// canonical dot of (g, xhat).
+LS_HD_INLINE void BatchNormGradInputApplyChannel(
+    const ChannelShape& s, const float* x, const float* gamma, const float* dy,
+    float* dx, int64_t c, const BatchNormChannelStats& st, float sum_g,
+    float dot_gx) {
+  const float m = static_cast<float>(s.n * s.spatial);
+  const float a = sum_g / m;
+  const float b = dot_gx / m;
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t k = 0; k < s.spatial; ++k) {
+      const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
+      const float g = dy[i] * gamma[c];
+      const float xhat = (x[i] - st.mean) * st.rstd;
+      dx[i] = norm_internal::CanonicalNanOf(((g - a) - xhat * b) * st.rstd);
+    }
+  }
+}
+
 LS_HD_INLINE void BatchNormGradInputChannel(const ChannelShape& s,
                                             const float* x, const float* gamma,
                                             const float* dy,
@@ -356,15 +414,9 @@ LS_HD_INLINE void BatchNormGradInputChannel(const ChannelShape& s,
                                             int64_t c) {
   const BatchNormChannelStats st = BatchNormStatsOf(s, x, running, c);
   if (s.eval) {
-    for (int64_t n = 0; n < s.n; ++n) {
-      for (int64_t k = 0; k < s.spatial; ++k) {
-        const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
-        dx[i] = norm_internal::CanonicalNanOf((dy[i] * gamma[c]) * st.rstd);
-      }
-    }
+    BatchNormGradInputEvalChannel(s, gamma, dy, dx, c, st);
     return;
   }
-  const float m = static_cast<float>(s.n * s.spatial);
   GatherChain sum_g;
   GatherChain dot_gx;
   for (int64_t n = 0; n < s.n; ++n) {
@@ -375,16 +427,8 @@ LS_HD_INLINE void BatchNormGradInputChannel(const ChannelShape& s,
       dot_gx.Fma(g, (x[i] - st.mean) * st.rstd);
     }
   }
-  const float a = sum_g.Finish() / m;
-  const float b = dot_gx.Finish() / m;
-  for (int64_t n = 0; n < s.n; ++n) {
-    for (int64_t k = 0; k < s.spatial; ++k) {
-      const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
-      const float g = dy[i] * gamma[c];
-      const float xhat = (x[i] - st.mean) * st.rstd;
-      dx[i] = norm_internal::CanonicalNanOf(((g - a) - xhat * b) * st.rstd);
-    }
-  }
+  BatchNormGradInputApplyChannel(s, x, gamma, dy, dx, c, st, sum_g.Finish(),
+                                 dot_gx.Finish());
 }
 
 LS_HD_INLINE void BatchNormGradParamsChannel(const ChannelShape& s,

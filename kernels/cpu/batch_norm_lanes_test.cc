@@ -1,0 +1,183 @@
+// The CANONICAL batch_norm kernels in training mode run their per-channel
+// reductions on the lane kernels (lanes = channels, blocks transposed in
+// registers): on every ISA path this CPU has and on 1, 2, 3 and 8 threads
+// their bits equal the spec code of kernels/ops/norm.h (GatherChain, one
+// channel at a time), on shapes whose channel counts leave tails of every
+// width, whose planes are shorter and longer than a vector and not a
+// multiple of it, and whose reductions cross the 256-term chunk boundary
+// inside a transposed block; with NaN, infinities, -0 and subnormals.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/types/span.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/ops/norm.h"
+#include "kernels/registry.h"
+#include "kernels/tensor.h"
+
+namespace lockstep::kernels {
+namespace {
+
+namespace c = ::lockstep::canonical;
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+std::vector<float> RandomFloats(int64_t n, uint32_t seed, bool specials) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = u(gen);
+  if (specials && n > 40) {
+    v[3] = -0.0f;
+    v[7] = 1e-40f;  // subnormal
+    v[11] = std::numeric_limits<float>::infinity();
+    v[n - 5] = std::numeric_limits<float>::quiet_NaN();
+    v[n / 2] = -std::numeric_limits<float>::infinity();
+  }
+  return v;
+}
+
+Tensor T(std::vector<int64_t> shape, const std::vector<float>& v) {
+  return *Tensor::FromValues<float>(std::move(shape), v);
+}
+
+void ExpectSameBits(const Tensor& got, const std::vector<float>& want,
+                    const std::string& what) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
+  const float* g = got.data<float>();
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (Bits(g[i]) != Bits(want[i])) {
+      ADD_FAILURE() << what << ": element " << i << " is " << g[i] << " (0x"
+                    << std::hex << Bits(g[i]) << "), the spec gives " << want[i]
+                    << " (0x" << Bits(want[i]) << ")";
+      return;
+    }
+  }
+}
+
+class BatchNormLanesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(RegisterCpuCanonicalKernels(&registry_).ok());
+  }
+  void TearDown() override {
+    SetCpuIsaForTesting(std::nullopt);
+    SetCpuThreadsForTesting(0);
+  }
+
+  KernelFn Kernel(const char* op) {
+    absl::StatusOr<KernelFn> k = registry_.Lookup(
+        KernelKey{op, Mode::kCanonical, kCanonicalAlgorithm, kCpuBackendName});
+    EXPECT_TRUE(k.ok()) << op;
+    return *k;
+  }
+
+  Registry registry_;
+};
+
+TEST_F(BatchNormLanesTest, EveryIsaAndThreadCountGivesTheSpecBits) {
+  // [n, c, spatial...]: c = 37 and 20 leave tails after blocks of 8 and 16;
+  // planes of 63, 110, 4 and 1 elements; 189, 550, 2048, 600 and 300 terms
+  // per channel (550 and 600 cross chunk boundaries inside a block).
+  const std::vector<std::vector<int64_t>> shapes = {
+      {3, 37, 7, 9},   {5, 20, 10, 11}, {2, 16, 32, 32},
+      {150, 24, 2, 2}, {300, 9},        {4, 3, 5, 5}};
+  uint32_t seed = 1;
+  for (const std::vector<int64_t>& shape : shapes) {
+    for (const bool specials : {false, true}) {
+      const std::string label =
+          absl::StrCat("shape [", absl::StrJoin(shape, ","), "]",
+                       specials ? " specials" : "");
+      int64_t numel = 1;
+      for (int64_t d : shape) numel *= d;
+      const int64_t ch = shape[1];
+      c::ChannelShape s;
+      s.n = shape[0];
+      s.c = ch;
+      s.spatial = numel / (s.n * s.c);
+      s.epsilon = 1e-5f;
+      s.momentum = 0.1f;
+      const std::vector<float> x = RandomFloats(numel, seed++, specials);
+      const std::vector<float> dy = RandomFloats(numel, seed++, specials);
+      const std::vector<float> gamma = RandomFloats(ch, seed++, false);
+      const std::vector<float> beta = RandomFloats(ch, seed++, false);
+      std::vector<float> running(2 * ch);
+      for (int64_t i = 0; i < ch; ++i) {
+        running[i] = 0.25f;
+        running[ch + i] = 1.5f;
+      }
+      // The spec.
+      std::vector<float> want_y(numel), want_running = running, want_dx(numel),
+                                        want_dg(ch), want_db(ch);
+      c::BatchNormForward(s, x.data(), gamma.data(), beta.data(), want_y.data(),
+                          want_running.data());
+      c::BatchNormGradInput(s, x.data(), gamma.data(), dy.data(),
+                            running.data(), want_dx.data());
+      c::BatchNormGradParams(s, x.data(), dy.data(), running.data(),
+                             want_dg.data(), want_db.data());
+
+      OpAttrs attrs;
+      attrs.batch_norm_eval = false;
+      attrs.norm_epsilon = s.epsilon;
+      attrs.batch_norm_momentum = s.momentum;
+      for (CpuIsa isa : SupportedCpuIsas()) {
+        SetCpuIsaForTesting(isa);
+        for (int threads : {1, 2, 3, 8}) {
+          SetCpuThreadsForTesting(threads);
+          const std::string where = absl::StrCat(
+              label, ", isa ", CpuIsaName(isa), ", ", threads, " threads");
+          {
+            Tensor in[] = {T(shape, x), T({ch}, gamma), T({ch}, beta)};
+            Tensor out[] = {T(shape, std::vector<float>(numel)),
+                            T({2, ch}, running)};
+            ASSERT_TRUE(Kernel(op::kBatchNormForward)(
+                            absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                            .ok())
+                << where;
+            ExpectSameBits(out[0], want_y, "y, " + where);
+            ExpectSameBits(out[1], want_running, "running, " + where);
+          }
+          {
+            Tensor in[] = {T(shape, x), T({ch}, gamma), T(shape, dy),
+                           T({2, ch}, running)};
+            Tensor out[] = {T(shape, std::vector<float>(numel))};
+            ASSERT_TRUE(Kernel(op::kBatchNormGradInput)(
+                            absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                            .ok())
+                << where;
+            ExpectSameBits(out[0], want_dx, "dx, " + where);
+          }
+          {
+            Tensor in[] = {T(shape, x), T(shape, dy), T({2, ch}, running)};
+            Tensor out[] = {T({ch}, std::vector<float>(ch)),
+                            T({ch}, std::vector<float>(ch))};
+            ASSERT_TRUE(Kernel(op::kBatchNormGradParams)(
+                            absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                            .ok())
+                << where;
+            ExpectSameBits(out[0], want_dg, "dgamma, " + where);
+            ExpectSameBits(out[1], want_db, "dbeta, " + where);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::kernels
