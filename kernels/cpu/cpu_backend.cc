@@ -78,6 +78,10 @@ absl::Status DenseGradWeightKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// Elements per task of the elementwise kernels (bias_add.forward, relu):
+// independent outputs, so any split gives the same bits.
+constexpr int64_t kElementwiseBlock = 32768;
+
 absl::Status BiasAddForwardKernel(absl::Span<const Tensor> in,
                                   absl::Span<Tensor> out, const OpAttrs&) {
   LS_RETURN_IF_ERROR(CheckArity(op::kBiasAddForward, in, 2, out, 1));
@@ -86,9 +90,25 @@ absl::Status BiasAddForwardKernel(absl::Span<const Tensor> in,
     return absl::InvalidArgumentError(
         "bias_add.forward: y must not share storage with b");
   }
-  // y may alias x: each element is read once, then written.
-  c::BiasAddForward(s, in[0].data<float>(), in[1].data<float>(),
-                    out[0].data<float>());
+  // y may alias x: each element is read once, then written. Rows of one
+  // (n, c) plane at a time: c::BiasAddElement's x + b[c] without its
+  // per-element division.
+  const float* x = in[0].data<float>();
+  const float* b = in[1].data<float>();
+  float* y = out[0].data<float>();
+  const int64_t planes = s.n * s.c;
+  const int64_t block =
+      std::max<int64_t>(1, kElementwiseBlock / std::max<int64_t>(1, s.spatial));
+  ParallelForBlocks(CpuThreadPool(), planes, block,
+                    [&](int64_t p0, int64_t p1) {
+                      for (int64_t p = p0; p < p1; ++p) {
+                        const float bias = b[p % s.c];
+                        const float* xp = x + p * s.spatial;
+                        float* yp = y + p * s.spatial;
+                        for (int64_t k = 0; k < s.spatial; ++k)
+                          yp[k] = xp[k] + bias;
+                      }
+                    });
   return absl::OkStatus();
 }
 
@@ -112,10 +132,6 @@ absl::Status BiasAddGradKernel(absl::Span<const Tensor> in,
   }
   return absl::OkStatus();
 }
-
-// Elements per task of the elementwise relu kernels (independent outputs:
-// any split gives the same bits).
-constexpr int64_t kReluBlock = 32768;
 
 // c::ReluForward's loop, four elements at a time where SSE2 exists (every
 // x86-64 CPU): ReluElement(x) = x <= 0 ? +0 : x is andnot(x <= 0, x) bit for
@@ -155,7 +171,7 @@ absl::Status ReluForwardKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
   ParallelForBlocks(
-      CpuThreadPool(), in[0].numel(), kReluBlock,
+      CpuThreadPool(), in[0].numel(), kElementwiseBlock,
       [&](int64_t b, int64_t e) { c::ReluForward(x + b, y + b, e - b); });
   return absl::OkStatus();
 }
@@ -170,7 +186,7 @@ absl::Status ReluGradKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
   ParallelForBlocks(
-      CpuThreadPool(), in[0].numel(), kReluBlock,
+      CpuThreadPool(), in[0].numel(), kElementwiseBlock,
       [&](int64_t b, int64_t e) { c::ReluGrad(x + b, dy + b, dx + b, e - b); });
   return absl::OkStatus();
 }

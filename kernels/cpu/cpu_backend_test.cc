@@ -12,9 +12,11 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/graph_ops.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
+#include "kernels/ops/movement.h"
 #include "kernels/ops/optimizers.h"
 #include "kernels/ops/reference.h"
 #include "kernels/ops/softmax_xent.h"
@@ -412,6 +414,59 @@ TEST_F(CpuBackendTest, SpatialOpsMatchTheirBodies) {
               IsOk());
   sp::ResizeBilinearGrad(rs, rdy.data(), want_rdx.data());
   EXPECT_TRUE(BitsEqual(V(rdx), want_rdx));
+}
+
+// transpose and bias_add.forward on tensors of several 64 Ki-element
+// blocks (block edges fall inside runs of the last axis), on 1 and 3
+// threads: the spec's bits.
+TEST_F(CpuBackendTest, LargeTransposesAndBiasAddMatchTheirBodies) {
+  struct Case {
+    std::vector<int64_t> shape;
+    std::vector<int> perm;
+  };
+  const Case cases[] = {{{8, 37, 41, 13}, {0, 2, 1, 3}},
+                        {{8, 37, 41, 13}, {0, 3, 1, 2}},
+                        {{301, 700}, {1, 0}},
+                        {{5, 7, 11, 13, 17}, {4, 0, 3, 1, 2}}};
+  for (int threads : {1, 3}) {
+    SetCpuThreadsForTesting(threads);
+    for (const Case& c : cases) {
+      int64_t numel = 1;
+      for (int64_t d : c.shape) numel *= d;
+      const std::vector<float> x = RandomFloats(numel, 41);
+      OpAttrs a;
+      a.perm_rank = static_cast<int>(c.perm.size());
+      c::TransposeShape ts;
+      ts.rank = a.perm_rank;
+      ts.numel = numel;
+      std::vector<int64_t> ys, strides(c.shape.size(), 1);
+      for (int d = static_cast<int>(c.shape.size()) - 2; d >= 0; --d) {
+        strides[d] = strides[d + 1] * c.shape[d + 1];
+      }
+      for (size_t i = 0; i < c.perm.size(); ++i) {
+        a.perm[i] = c.perm[i];
+        ys.push_back(c.shape[c.perm[i]]);
+        ts.out_dims[i] = c.shape[c.perm[i]];
+        ts.src_strides[i] = strides[c.perm[i]];
+      }
+      Tensor y = Z(ys);
+      ASSERT_THAT(Run("transpose", {T(c.shape, x)}, {y}, a), IsOk());
+      std::vector<float> want(numel);
+      c::Transpose(ts, reinterpret_cast<const uint32_t*>(x.data()),
+                   reinterpret_cast<uint32_t*>(want.data()));
+      EXPECT_TRUE(BitsEqual(V(y), want)) << threads << " threads";
+    }
+    const std::vector<float> x = RandomFloats(32 * 48 * 33, 42);
+    const std::vector<float> b = RandomFloats(48, 43);
+    Tensor y = Z({32, 48, 33});
+    ASSERT_THAT(Run("bias_add.forward", {T({32, 48, 33}, x), T({48}, b)}, {y}),
+                IsOk());
+    std::vector<float> want(x.size());
+    c::BiasAddForward(c::BiasShape{32, 48, 33}, x.data(), b.data(),
+                      want.data());
+    EXPECT_TRUE(BitsEqual(V(y), want)) << threads << " threads";
+  }
+  SetCpuThreadsForTesting(0);
 }
 
 TEST_F(CpuBackendTest, RunTwiceSameBits) {

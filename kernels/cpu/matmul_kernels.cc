@@ -160,8 +160,43 @@ absl::Status TransposeKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kTranspose, in, out));
   const uint32_t* x = static_cast<const uint32_t*>(in[0].raw_data());
   uint32_t* y = static_cast<uint32_t*>(out[0].raw_data());
+  if (s.rank == 0) {
+    c::Transpose(s, x, y);
+    return absl::OkStatus();
+  }
+  // Each block walks its outputs in order with an odometer over y's axes
+  // (c::TransposeSource's index for the first, then runs along the last
+  // axis and carries), instead of a division per axis per element.
+  const int last = s.rank - 1;
+  const int64_t inner = s.out_dims[last];
+  const int64_t inner_stride = s.src_strides[last];
   ForMoveBlocks(s.numel, [&](int64_t b, int64_t e) {
-    for (int64_t o = b; o < e; ++o) y[o] = x[c::TransposeSource(s, o)];
+    int64_t idx[c::kMaxMovementRank];
+    int64_t rest = b;
+    for (int d = last; d >= 0; --d) {
+      idx[d] = rest % s.out_dims[d];
+      rest /= s.out_dims[d];
+    }
+    int64_t src = c::TransposeSource(s, b);
+    for (int64_t o = b; o < e;) {
+      const int64_t run = std::min(inner - idx[last], e - o);
+      const uint32_t* from = x + src;
+      if (inner_stride == 1) {
+        std::memcpy(y + o, from, static_cast<size_t>(run) * sizeof(uint32_t));
+      } else {
+        for (int64_t r = 0; r < run; ++r) y[o + r] = from[r * inner_stride];
+      }
+      o += run;
+      src += run * inner_stride;
+      idx[last] += run;
+      // Carry into the outer axes.
+      for (int d = last; d > 0 && idx[d] == s.out_dims[d]; --d) {
+        src -= s.out_dims[d] * s.src_strides[d];
+        idx[d] = 0;
+        ++idx[d - 1];
+        src += s.src_strides[d - 1];
+      }
+    }
   });
   return absl::OkStatus();
 }
