@@ -96,9 +96,22 @@ absl::Status BiasAddForwardKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   const float* b = in[1].data<float>();
   float* y = out[0].data<float>();
+  if (s.n * s.c * s.spatial == 0) return absl::OkStatus();
+  if (s.spatial == 1) {
+    // [n, c] rows: b added along each row.
+    const int64_t rows =
+        std::max<int64_t>(1, kElementwiseBlock / std::max<int64_t>(1, s.c));
+    ParallelForBlocks(CpuThreadPool(), s.n, rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * s.c;
+        float* yr = y + r * s.c;
+        for (int64_t j = 0; j < s.c; ++j) yr[j] = xr[j] + b[j];
+      }
+    });
+    return absl::OkStatus();
+  }
   const int64_t planes = s.n * s.c;
-  const int64_t block =
-      std::max<int64_t>(1, kElementwiseBlock / std::max<int64_t>(1, s.spatial));
+  const int64_t block = std::max<int64_t>(1, kElementwiseBlock / s.spatial);
   ParallelForBlocks(CpuThreadPool(), planes, block,
                     [&](int64_t p0, int64_t p1) {
                       for (int64_t p = p0; p < p1; ++p) {

@@ -465,6 +465,17 @@ TEST_F(CpuBackendTest, LargeTransposesAndBiasAddMatchTheirBodies) {
     c::BiasAddForward(c::BiasShape{32, 48, 33}, x.data(), b.data(),
                       want.data());
     EXPECT_TRUE(BitsEqual(V(y), want)) << threads << " threads";
+    // [n, c] rows (spatial 1).
+    const std::vector<float> rows = RandomFloats(700 * 301, 44);
+    const std::vector<float> rb = RandomFloats(301, 45);
+    Tensor ry = Z({700, 301});
+    ASSERT_THAT(
+        Run("bias_add.forward", {T({700, 301}, rows), T({301}, rb)}, {ry}),
+        IsOk());
+    std::vector<float> want_rows(rows.size());
+    c::BiasAddForward(c::BiasShape{700, 301, 1}, rows.data(), rb.data(),
+                      want_rows.data());
+    EXPECT_TRUE(BitsEqual(V(ry), want_rows)) << threads << " threads";
   }
   SetCpuThreadsForTesting(0);
 }
