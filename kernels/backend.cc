@@ -35,7 +35,8 @@ std::vector<std::string> SpatialOpNames() {
           op::kMaxPool2dGrad,     op::kAvgPool2dForward,
           op::kAvgPool2dGrad,     op::kGlobalAvgPoolForward,
           op::kGlobalAvgPoolGrad, op::kResizeBilinearForward,
-          op::kResizeBilinearGrad};
+          op::kResizeBilinearGrad, op::kConvTranspose2dForward,
+          op::kConvTranspose2dGradInput, op::kConvTranspose2dGradWeight};
 }
 
 std::vector<std::string> NnOpNames() {
