@@ -105,9 +105,9 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
     // BIAS_ADD, none for the rest.
     const bool has_weight =
         layer.op == v1::DENSE || layer.op == v1::CONV2D ||
-        layer.op == v1::CONV_TRANSPOSE2D ||
-        layer.op == v1::LAYER_NORM || layer.op == v1::BATCH_NORM ||
-        layer.op == v1::EMBEDDING || layer.op == v1::PARAMETER;
+        layer.op == v1::CONV_TRANSPOSE2D || layer.op == v1::LAYER_NORM ||
+        layer.op == v1::BATCH_NORM || layer.op == v1::EMBEDDING ||
+        layer.op == v1::PARAMETER;
     size_t expected = 0;
     if (has_weight) {
       if (layer.params.empty() || layer.params[0].role != v1::WEIGHT) {

@@ -4,8 +4,8 @@
 // kernels/spatial/validate.h) and then computes. CANONICAL kernels are
 // registered under (op, Mode::kCanonical, "canonical", "cpu"): dense.* and
 // conv2d.* run the register-blocked, multi-threaded GEMM of gemm.h (conv2d
-// as an implicit GEMM, conv_gemm.h) on the ISA isa.h picks, bit-identical to the
-// scalar spec code (on the scalar ISA they run that code directly);
+// as an implicit GEMM, conv_gemm.h) on the ISA isa.h picks, bit-identical to
+// the scalar spec code (on the scalar ISA they run that code directly);
 // bias_add.grad, max_pool2d.*, avg_pool2d.* and global_avg_pool.* run the
 // multi-threaded kernels of lane_kernels.h, vectorised across outputs and
 // bit-identical to the spec code as well; every other op runs the canonical
