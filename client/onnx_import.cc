@@ -240,7 +240,20 @@ class Importer {
   absl::Status MapNode(const onnx::NodeProto& n);
   void WarnTransposedCopies();
   absl::Status Fold(const onnx::NodeProto& n, bool* folded);
+  // Conv and ConvTranspose: the shared inputs and attributes, checked.
+  struct ConvGeometry {
+    Value* x = nullptr;
+    std::vector<int64_t> w;  // W's dims
+    std::vector<int64_t> pads, strides, dil;
+    int64_t groups = 1;
+  };
+  absl::Status ConvInputs(const onnx::NodeProto& n, ConvGeometry* g);
+  // Sets every conv2d field but filters and output_padding from g, W and B
+  // (the bias has conv2d.filters values).
+  absl::Status AddConvParams(const onnx::NodeProto& n, const ConvGeometry& g,
+                             v1::Layer* l);
   absl::Status MapConv(const onnx::NodeProto& n);
+  absl::Status MapConvTranspose(const onnx::NodeProto& n);
   absl::Status MapGemm(const onnx::NodeProto& n);
   absl::Status MapMatMul(const onnx::NodeProto& n);
   absl::Status MapElementwise(const onnx::NodeProto& n, v1::LayerOp op,
@@ -1098,7 +1111,7 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
 // ---------------------------------------------------------------------------
 // Layers.
 
-absl::Status Importer::MapConv(const onnx::NodeProto& n) {
+absl::Status Importer::ConvInputs(const onnx::NodeProto& n, ConvGeometry* g) {
   absl::StatusOr<Value*> x = In(n, 0);
   if (!x.ok()) return x.status();
   absl::StatusOr<Value*> w = In(n, 1);
@@ -1120,62 +1133,45 @@ absl::Status Importer::MapConv(const onnx::NodeProto& n) {
                                         "(NOTSET and VALID are)",
                                         auto_pad));
   }
-  const std::vector<int64_t>& wd = (*w)->k.dims;
-  std::vector<int64_t> pads = AttrInts(n, "pads");
-  if (pads.empty()) pads = {0, 0, 0, 0};
-  std::vector<int64_t> strides = AttrInts(n, "strides");
-  if (strides.empty()) strides = {1, 1};
-  std::vector<int64_t> dil = AttrInts(n, "dilations");
-  if (dil.empty()) dil = {1, 1};
-  if (pads.size() != 4 || strides.size() != 2 || dil.size() != 2) {
+  g->x = *x;
+  g->w = (*w)->k.dims;
+  g->pads = AttrInts(n, "pads");
+  if (g->pads.empty()) g->pads = {0, 0, 0, 0};
+  g->strides = AttrInts(n, "strides");
+  if (g->strides.empty()) g->strides = {1, 1};
+  g->dil = AttrInts(n, "dilations");
+  if (g->dil.empty()) g->dil = {1, 1};
+  if (g->pads.size() != 4 || g->strides.size() != 2 || g->dil.size() != 2) {
     return NodeError(n, "pads, strides and dilations must be 2-D");
   }
   for (int j = 0; j < 2; ++j) {
-    if (strides[j] < 1 || dil[j] < 1 || pads[j] < 0 || pads[j + 2] < 0 ||
-        strides[j] > kMaxDim || dil[j] > kMaxDim || pads[j] > kMaxDim) {
+    if (g->strides[j] < 1 || g->dil[j] < 1 || g->pads[j] < 0 ||
+        g->pads[j + 2] < 0 || g->strides[j] > kMaxDim || g->dil[j] > kMaxDim ||
+        g->pads[j] > kMaxDim) {
       return NodeError(n, absl::StrFormat("strides and dilations must be in "
                                           "1..%d, pads in 0..%d",
                                           kMaxDim, kMaxDim));
     }
   }
-  if (pads[0] != pads[2] || pads[1] != pads[3]) {
-    return NodeError(n, absl::StrFormat("pads [%s]: only symmetric padding is "
-                                        "supported (top = bottom, left = "
-                                        "right)",
-                                        absl::StrJoin(pads, ", ")));
-  }
-  const int64_t groups = AttrInt(n, "group", 1);
-  const std::vector<int64_t>& in = (*x)->shape;
-  if (groups < 1 || in[1] % groups != 0 || wd[1] * groups != in[1]) {
-    return NodeError(n, absl::StrFormat("W %s and group %d do not fit input "
-                                        "channels %d",
-                                        ShapeStr(wd), groups, in[1]));
-  }
+  g->groups = AttrInt(n, "group", 1);
+  return absl::OkStatus();
+}
+
+absl::Status Importer::AddConvParams(const onnx::NodeProto& n,
+                                     const ConvGeometry& g, v1::Layer* l) {
   absl::StatusOr<std::vector<float>> wv = OwnedFloats(n, 1, "W");
   if (!wv.ok()) return wv.status();
-  const int64_t oh =
-      (in[2] + 2 * pads[0] - dil[0] * (wd[2] - 1) - 1) / strides[0] + 1;
-  const int64_t ow =
-      (in[3] + 2 * pads[1] - dil[1] * (wd[3] - 1) - 1) / strides[1] + 1;
-  if (oh < 1 || ow < 1) {
-    return NodeError(n,
-                     absl::StrFormat("output would be empty (%dx%d)", oh, ow));
-  }
-  const std::string xl = (*x)->layer;
-  v1::Layer* l = NewLayer(n, "", v1::CONV2D);
-  l->add_inputs(xl);
-  auto* c = l->mutable_conv2d();
-  c->set_filters(wd[0]);
-  c->set_kernel_h(wd[2]);
-  c->set_kernel_w(wd[3]);
-  c->set_stride_h(strides[0]);
-  c->set_stride_w(strides[1]);
-  c->set_pad_h(pads[0]);
-  c->set_pad_w(pads[1]);
-  c->set_dilation_h(dil[0]);
-  c->set_dilation_w(dil[1]);
-  c->set_groups(groups);
-  AddTensor(l->name(), "weight", wd, *wv);
+  v1::Conv2dParams* c = l->mutable_conv2d();
+  c->set_kernel_h(g.w[2]);
+  c->set_kernel_w(g.w[3]);
+  c->set_stride_h(g.strides[0]);
+  c->set_stride_w(g.strides[1]);
+  c->set_pad_h(g.pads[0]);
+  c->set_pad_w(g.pads[1]);
+  c->set_dilation_h(g.dil[0]);
+  c->set_dilation_w(g.dil[1]);
+  c->set_groups(g.groups);
+  AddTensor(l->name(), "weight", g.w, *wv);
   if (HasIn(n, 2)) {
     if (init_uses_[n.input(2)] != 1) {
       return NodeError(n,
@@ -1184,13 +1180,125 @@ absl::Status Importer::MapConv(const onnx::NodeProto& n) {
     }
     absl::StatusOr<std::vector<float>> bv = OwnedFloats(n, 2, "B");
     if (!bv.ok()) return bv.status();
-    if (static_cast<int64_t>(bv->size()) != wd[0]) {
+    if (static_cast<int64_t>(bv->size()) != c->filters()) {
       return NodeError(n, "B must have one value per output channel");
     }
     c->set_use_bias(true);
-    AddTensor(l->name(), "bias", {wd[0]}, *bv);
+    AddTensor(l->name(), "bias", {c->filters()}, *bv);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Importer::MapConv(const onnx::NodeProto& n) {
+  ConvGeometry g;
+  if (absl::Status st = ConvInputs(n, &g); !st.ok()) return st;
+  const std::vector<int64_t>& pads = g.pads;
+  if (pads[0] != pads[2] || pads[1] != pads[3]) {
+    return NodeError(n, absl::StrFormat("pads [%s]: only symmetric padding is "
+                                        "supported (top = bottom, left = "
+                                        "right)",
+                                        absl::StrJoin(pads, ", ")));
+  }
+  const std::vector<int64_t>& wd = g.w;
+  const std::vector<int64_t>& in = g.x->shape;
+  if (g.groups < 1 || in[1] % g.groups != 0 || wd[1] * g.groups != in[1]) {
+    return NodeError(n, absl::StrFormat("W %s and group %d do not fit input "
+                                        "channels %d",
+                                        ShapeStr(wd), g.groups, in[1]));
+  }
+  const int64_t oh =
+      (in[2] + 2 * pads[0] - g.dil[0] * (wd[2] - 1) - 1) / g.strides[0] + 1;
+  const int64_t ow =
+      (in[3] + 2 * pads[1] - g.dil[1] * (wd[3] - 1) - 1) / g.strides[1] + 1;
+  if (oh < 1 || ow < 1) {
+    return NodeError(n,
+                     absl::StrFormat("output would be empty (%dx%d)", oh, ow));
+  }
+  const std::string xl = g.x->layer;
+  v1::Layer* l = NewLayer(n, "", v1::CONV2D);
+  l->add_inputs(xl);
+  l->mutable_conv2d()->set_filters(wd[0]);
+  if (absl::Status st = AddConvParams(n, g, l); !st.ok()) return st;
   SetOut(n, 0, *l, {kBatchDim, wd[0], oh, ow}, true);
+  return absl::OkStatus();
+}
+
+// ConvTranspose: W is [C_in, C_out / group, kh, kw], PyTorch's layout and
+// CONV_TRANSPOSE2D's. Asymmetric pads (begin, end) become pad = begin and
+// an output padding of output_padding + begin - end, which must lie below
+// the stride (the same output elements); an output_shape attribute sets the
+// pads as ONNX derives them.
+absl::Status Importer::MapConvTranspose(const onnx::NodeProto& n) {
+  ConvGeometry g;
+  if (absl::Status st = ConvInputs(n, &g); !st.ok()) return st;
+  const std::vector<int64_t>& wd = g.w;
+  const std::vector<int64_t>& in = g.x->shape;
+  if (g.groups < 1 || in[1] % g.groups != 0 || wd[0] != in[1]) {
+    return NodeError(n, absl::StrFormat("W %s and group %d do not fit input "
+                                        "channels %d (W is [C_in, C_out / "
+                                        "group, kh, kw])",
+                                        ShapeStr(wd), g.groups, in[1]));
+  }
+  std::vector<int64_t> out_pad = AttrInts(n, "output_padding");
+  if (out_pad.empty()) out_pad = {0, 0};
+  if (out_pad.size() != 2 || out_pad[0] < 0 || out_pad[1] < 0) {
+    return NodeError(n, absl::StrFormat("output_padding [%s] must be 2 "
+                                        "values, each 0 or more",
+                                        absl::StrJoin(out_pad, ", ")));
+  }
+  const std::vector<int64_t> out_shape = AttrInts(n, "output_shape");
+  if (!out_shape.empty()) {
+    if (out_shape.size() != 2) {
+      return NodeError(n, absl::StrFormat("output_shape [%s] must be the 2 "
+                                          "spatial sizes",
+                                          absl::StrJoin(out_shape, ", ")));
+    }
+    for (int j = 0; j < 2; ++j) {
+      const int64_t total = g.strides[j] * (in[2 + j] - 1) + out_pad[j] +
+                            (wd[2 + j] - 1) * g.dil[j] + 1 - out_shape[j];
+      if (total < 0) {
+        return NodeError(
+            n, absl::StrFormat("output_shape [%s] is larger than the full "
+                               "transposed convolution (%d more along axis "
+                               "%d): it needs a larger output_padding",
+                               absl::StrJoin(out_shape, ", "), -total, 2 + j));
+      }
+      g.pads[j] = total - total / 2;
+      g.pads[j + 2] = total / 2;
+    }
+  }
+  int64_t out[2];
+  for (int j = 0; j < 2; ++j) {
+    const int64_t op = out_pad[j] + g.pads[j] - g.pads[j + 2];
+    if (op < 0 || op >= g.strides[j]) {
+      return NodeError(
+          n, absl::StrFormat(
+                 "pads [%s] with output_padding [%s] and strides [%s] give "
+                 "an output padding of %d along axis %d; it must lie in "
+                 "0..%d (the stride - 1; the end pad may exceed the begin "
+                 "pad only by the output padding)",
+                 absl::StrJoin(g.pads, ", "), absl::StrJoin(out_pad, ", "),
+                 absl::StrJoin(g.strides, ", "), op, 2 + j, g.strides[j] - 1));
+    }
+    out_pad[j] = op;
+    out[j] = (in[2 + j] - 1) * g.strides[j] - 2 * g.pads[j] +
+             g.dil[j] * (wd[2 + j] - 1) + 1 + op;
+    if (out[j] < 1) {
+      return NodeError(n, absl::StrFormat("output would be empty along axis "
+                                          "%d (%d)",
+                                          2 + j, out[j]));
+    }
+  }
+  const int64_t filters = wd[1] * g.groups;
+  const std::string xl = g.x->layer;
+  v1::Layer* l = NewLayer(n, "", v1::CONV_TRANSPOSE2D);
+  l->add_inputs(xl);
+  v1::Conv2dParams* c = l->mutable_conv2d();
+  c->set_filters(filters);
+  c->set_output_padding_h(out_pad[0]);
+  c->set_output_padding_w(out_pad[1]);
+  if (absl::Status st = AddConvParams(n, g, l); !st.ok()) return st;
+  SetOut(n, 0, *l, {kBatchDim, filters, out[0], out[1]}, true);
   return absl::OkStatus();
 }
 
@@ -2213,6 +2321,7 @@ absl::Status Importer::MapGlobalAvgPool(const onnx::NodeProto& n) {
 absl::Status Importer::MapNode(const onnx::NodeProto& n) {
   const std::string& t = n.op_type();
   if (t == "Conv") return MapConv(n);
+  if (t == "ConvTranspose") return MapConvTranspose(n);
   if (t == "Gemm") return MapGemm(n);
   if (t == "MatMul") return MapMatMul(n);
   if (t == "Add" || t == "Sub" || t == "Mul" || t == "Div" || t == "Pow" ||
@@ -2252,33 +2361,58 @@ absl::Status Importer::MapNode(const onnx::NodeProto& n) {
 
 // Ops the importer maps (as layers or folded at import time).
 const std::set<std::string>& SupportedOps() {
-  static const std::set<std::string> kOps = {
-      "Abs",         "Add",
-      "AveragePool", "BatchNormalization",
-      "Cast",        "Concat",
-      "Constant",    "ConstantOfShape",
-      "Conv",        "Div",
-      "Dropout",     "Equal",
-      "Erf",         "Exp",
-      "Flatten",     "Gather",
-      "Gemm",        "GlobalAveragePool",
-      "Greater",     "GreaterOrEqual",
-      "Identity",    "LayerNormalization",
-      "Less",        "LessOrEqual",
-      "Log",         "MatMul",
-      "Max",         "MaxPool",
-      "Min",         "Mul",
-      "Neg",         "Not",
-      "Pow",         "Range",
-      "Reciprocal",  "ReduceMean",
-      "ReduceSum",   "Relu",
-      "Reshape",     "Shape",
-      "Sigmoid",     "Slice",
-      "Softmax",     "Split",
-      "Sqrt",        "Squeeze",
-      "Sub",         "Tanh",
-      "Transpose",   "Unsqueeze",
-      "Where"};
+  static const std::set<std::string> kOps = {"Abs",
+                                             "Add",
+                                             "AveragePool",
+                                             "BatchNormalization",
+                                             "Cast",
+                                             "Concat",
+                                             "Constant",
+                                             "ConstantOfShape",
+                                             "Conv",
+                                             "ConvTranspose",
+                                             "Div",
+                                             "Dropout",
+                                             "Equal",
+                                             "Erf",
+                                             "Exp",
+                                             "Flatten",
+                                             "Gather",
+                                             "Gemm",
+                                             "GlobalAveragePool",
+                                             "Greater",
+                                             "GreaterOrEqual",
+                                             "Identity",
+                                             "LayerNormalization",
+                                             "Less",
+                                             "LessOrEqual",
+                                             "Log",
+                                             "MatMul",
+                                             "Max",
+                                             "MaxPool",
+                                             "Min",
+                                             "Mul",
+                                             "Neg",
+                                             "Not",
+                                             "Pow",
+                                             "Range",
+                                             "Reciprocal",
+                                             "ReduceMean",
+                                             "ReduceSum",
+                                             "Relu",
+                                             "Reshape",
+                                             "Shape",
+                                             "Sigmoid",
+                                             "Slice",
+                                             "Softmax",
+                                             "Split",
+                                             "Sqrt",
+                                             "Squeeze",
+                                             "Sub",
+                                             "Tanh",
+                                             "Transpose",
+                                             "Unsqueeze",
+                                             "Where"};
   return kOps;
 }
 

@@ -30,12 +30,20 @@ std::vector<std::string> DenseFamilyOpNames() {
 }
 
 std::vector<std::string> SpatialOpNames() {
-  return {op::kConv2dForward,     op::kConv2dGradInput,
-          op::kConv2dGradWeight,  op::kMaxPool2dForward,
-          op::kMaxPool2dGrad,     op::kAvgPool2dForward,
-          op::kAvgPool2dGrad,     op::kGlobalAvgPoolForward,
-          op::kGlobalAvgPoolGrad, op::kResizeBilinearForward,
-          op::kResizeBilinearGrad};
+  return {op::kConv2dForward,
+          op::kConv2dGradInput,
+          op::kConv2dGradWeight,
+          op::kMaxPool2dForward,
+          op::kMaxPool2dGrad,
+          op::kAvgPool2dForward,
+          op::kAvgPool2dGrad,
+          op::kGlobalAvgPoolForward,
+          op::kGlobalAvgPoolGrad,
+          op::kResizeBilinearForward,
+          op::kResizeBilinearGrad,
+          op::kConvTranspose2dForward,
+          op::kConvTranspose2dGradInput,
+          op::kConvTranspose2dGradWeight};
 }
 
 std::vector<std::string> NnOpNames() {

@@ -39,6 +39,10 @@
 //   conv2d.forward      in {x, w}      out {y}       (spatial ops: see
 //   conv2d.grad_input   in {dy, w}     out {dx}       kernels/spatial/SPEC.md
 //   conv2d.grad_weight  in {x, dy}     out {dw}       for the arithmetic)
+//   conv_transpose2d.forward     in {x, w}  out {y}   the input gradient,
+//   conv_transpose2d.grad_input  in {dy, w} out {dx}  forward and weight
+//   conv_transpose2d.grad_weight in {x, dy} out {dw}  gradient of the conv2d
+//       over y (w [C_in, C_out / groups, kh, kw]; attrs those of that conv2d)
 //   max_pool2d.forward  in {x}         out {y}
 //   max_pool2d.grad     in {x, dy}     out {dx}
 //   avg_pool2d.forward  in {x}         out {y}
@@ -130,6 +134,11 @@ inline constexpr char kAdamUpdate[] = "adam.update";
 inline constexpr char kConv2dForward[] = "conv2d.forward";
 inline constexpr char kConv2dGradInput[] = "conv2d.grad_input";
 inline constexpr char kConv2dGradWeight[] = "conv2d.grad_weight";
+inline constexpr char kConvTranspose2dForward[] = "conv_transpose2d.forward";
+inline constexpr char kConvTranspose2dGradInput[] =
+    "conv_transpose2d.grad_input";
+inline constexpr char kConvTranspose2dGradWeight[] =
+    "conv_transpose2d.grad_weight";
 inline constexpr char kMaxPool2dForward[] = "max_pool2d.forward";
 inline constexpr char kMaxPool2dGrad[] = "max_pool2d.grad";
 inline constexpr char kAvgPool2dForward[] = "avg_pool2d.forward";

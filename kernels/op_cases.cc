@@ -187,24 +187,28 @@ void AddOptimizers(Gen& g, std::vector<OpCase>* cases) {
                     a});
 }
 
-void AddConv(Gen& g, std::vector<OpCase>* cases) {
-  struct C {
-    std::vector<int64_t> x, w;
-    OpAttrs a;
-  };
-  std::vector<C> convs;
+// The convolution geometries of the conv2d and conv_transpose2d cases:
+// input x, weight w, output ys.
+struct ConvCase {
+  std::vector<int64_t> x, w, ys;
+  OpAttrs a;
+  std::string label;
+};
+
+std::vector<ConvCase> ConvCases() {
+  std::vector<ConvCase> convs;
   {  // forward reduction 30 * 3 * 3 = 270 terms
-    C c{{2, 30, 6, 6}, {4, 30, 3, 3}, {}};
+    ConvCase c{{2, 30, 6, 6}, {4, 30, 3, 3}, {}, {}, ""};
     c.a.pad_top = c.a.pad_bottom = c.a.pad_left = c.a.pad_right = 1;
     convs.push_back(c);
   }
   {  // grad_input 30 * 9 = 270 terms, grad_weight 2 * 13 * 13 = 338 terms
-    C c{{2, 3, 13, 13}, {30, 3, 3, 3}, {}};
+    ConvCase c{{2, 3, 13, 13}, {30, 3, 3, 3}, {}, {}, ""};
     c.a.pad_top = c.a.pad_bottom = c.a.pad_left = c.a.pad_right = 1;
     convs.push_back(c);
   }
   {  // groups, stride, dilation, asymmetric padding
-    C c{{1, 4, 9, 8}, {6, 2, 3, 2}, {}};
+    ConvCase c{{1, 4, 9, 8}, {6, 2, 3, 2}, {}, {}, ""};
     c.a.groups = 2;
     c.a.stride_h = 2;
     c.a.dilation_h = 2;
@@ -212,29 +216,60 @@ void AddConv(Gen& g, std::vector<OpCase>* cases) {
     c.a.pad_right = 1;
     convs.push_back(c);
   }
-  for (const C& c : convs) {
+  for (ConvCase& c : convs) {
     const int64_t kh_eff = c.a.dilation_h * (c.w[2] - 1) + 1;
     const int64_t kw_eff = c.a.dilation_w * (c.w[3] - 1) + 1;
     const int64_t oh =
         (c.x[2] + c.a.pad_top + c.a.pad_bottom - kh_eff) / c.a.stride_h + 1;
     const int64_t ow =
         (c.x[3] + c.a.pad_left + c.a.pad_right - kw_eff) / c.a.stride_w + 1;
-    const std::vector<int64_t> ys = {c.x[0], c.w[0], oh, ow};
-    const std::string label = absl::StrFormat(
-        "x=%s w=%s groups=%d", ShapeString(c.x), ShapeString(c.w), c.a.groups);
-    cases->push_back({"conv2d.forward " + label,
+    c.ys = {c.x[0], c.w[0], oh, ow};
+    c.label = absl::StrFormat("x=%s w=%s groups=%d", ShapeString(c.x),
+                              ShapeString(c.w), c.a.groups);
+  }
+  return convs;
+}
+
+void AddConv(Gen& g, std::vector<OpCase>* cases) {
+  for (const ConvCase& c : ConvCases()) {
+    cases->push_back({"conv2d.forward " + c.label,
                       op::kConv2dForward,
                       {g.Floats(c.x), g.Floats(c.w)},
-                      {Zeros(ys)},
+                      {Zeros(c.ys)},
                       c.a});
-    cases->push_back({"conv2d.grad_input " + label,
+    cases->push_back({"conv2d.grad_input " + c.label,
                       op::kConv2dGradInput,
-                      {g.Floats(ys), g.Floats(c.w)},
+                      {g.Floats(c.ys), g.Floats(c.w)},
                       {Zeros(c.x)},
                       c.a});
-    cases->push_back({"conv2d.grad_weight " + label,
+    cases->push_back({"conv2d.grad_weight " + c.label,
                       op::kConv2dGradWeight,
-                      {g.Floats(c.x), g.Floats(ys)},
+                      {g.Floats(c.x), g.Floats(c.ys)},
+                      {Zeros(c.w)},
+                      c.a});
+  }
+}
+
+// The transposed convolutions of the same geometries map ys to x (in the
+// third, the stride leaves an output-padding row: 3 rows give 9). Drawn
+// last, so that the other cases' inputs stay as they were.
+void AddConvTranspose(Gen& g, std::vector<OpCase>* cases) {
+  for (const ConvCase& c : ConvCases()) {
+    const std::string label = absl::StrFormat(
+        "x=%s w=%s groups=%d", ShapeString(c.ys), ShapeString(c.w), c.a.groups);
+    cases->push_back({"conv_transpose2d.forward " + label,
+                      op::kConvTranspose2dForward,
+                      {g.Floats(c.ys), g.Floats(c.w)},
+                      {Zeros(c.x)},
+                      c.a});
+    cases->push_back({"conv_transpose2d.grad_input " + label,
+                      op::kConvTranspose2dGradInput,
+                      {g.Floats(c.x), g.Floats(c.w)},
+                      {Zeros(c.ys)},
+                      c.a});
+    cases->push_back({"conv_transpose2d.grad_weight " + label,
+                      op::kConvTranspose2dGradWeight,
+                      {g.Floats(c.ys), g.Floats(c.x)},
                       {Zeros(c.w)},
                       c.a});
   }
@@ -703,6 +738,7 @@ std::vector<OpCase> OpCases(InputFamily family, uint32_t seed) {
   AddDropout(g, &cases);
   AddTransformer(g, &cases);
   AddGraphElementwise(g, &cases);
+  AddConvTranspose(g, &cases);
   return cases;
 }
 

@@ -121,11 +121,11 @@ TEST(RegistryTest, ModeNames) {
   EXPECT_EQ(ModeName(Mode::kDeterministic), "DETERMINISTIC");
   EXPECT_EQ(ModeName(Mode::kDefault), "DEFAULT");
   EXPECT_EQ(DenseFamilyOpNames().size(), 15u);
-  EXPECT_EQ(SpatialOpNames().size(), 11u);
+  EXPECT_EQ(SpatialOpNames().size(), 14u);
   EXPECT_EQ(NnOpNames().size(), 25u);
   EXPECT_EQ(TransformerOpNames().size(), 4u);
   EXPECT_EQ(GraphElementwiseOpNames().size(), 9u);
-  EXPECT_EQ(AllOpNames().size(), 64u);
+  EXPECT_EQ(AllOpNames().size(), 67u);
 }
 
 }  // namespace

@@ -93,6 +93,25 @@ const BadSpec kBadSpecs[] = {
      "layers[0] \"conv\": conv2d.stride_w: -2 is outside 0..1048576"},
     {"resize_zero.model.json", kInvalid,
      "layers[0] \"up\": resize.out_h: 0 is outside 1..1048576"},
+    {"convt_output_padding_stride.model.json", kInvalid,
+     "layers[0] \"up\": conv2d.output_padding_h: 2 must be smaller than conv2d.stride_h 2"},
+    {"convt_output_padding_dilation.model.json", kInvalid,
+     "layers[0] \"up\": conv2d.output_padding_w: 1 must be smaller than conv2d.stride_w 1 "
+     "(smaller than the dilation is not enough, unlike in PyTorch)"},
+    {"convt_negative_output_padding.model.json", kInvalid,
+     "layers[0] \"up\": conv2d.output_padding_h: -1 is outside 0..1048576"},
+    {"convt_groups.model.json", kInvalid,
+     "layers[0] \"up\": conv2d.groups: 2 must divide both the input channels (2) and "
+     "conv2d.filters (3)"},
+    {"convt_pad_too_big.model.json", kInvalid,
+     "layers[0] \"up\": conv2d.pad_h: 2 leaves an output height of 0 (input 4, stride 1, "
+     "kernel 1, dilation 1, output padding 0): it must be at least 1"},
+    {"convt_on_flat.model.json", kInvalid,
+     "layers[0] \"up\": CONV_TRANSPOSE2D needs a 4-D [N, C, H, W] input, got [32, 8] from "
+     "the model input"},
+    {"conv_output_padding.model.json", kInvalid,
+     "layers[0] \"c\": conv2d.output_padding_h: 1 must be 0 for CONV2D (only "
+     "CONV_TRANSPOSE2D has an output padding)"},
     {"conv_on_flat.model.json", kInvalid,
      "layers[1] \"conv\": CONV2D needs a 4-D [N, C, H, W] input, got [32, 10] from layer \"fc\""},
     // Sizes.

@@ -100,12 +100,14 @@ absl::Status CheckPlanStructure(const ModelPlan& plan) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: output_shape is empty", label));
     }
-    // Parameters: weight then optional bias for DENSE/CONV2D, weight and
-    // bias for LAYER_NORM, exactly one bias for BIAS_ADD, none for the rest.
+    // Parameters: weight then optional bias for DENSE/CONV2D/
+    // CONV_TRANSPOSE2D, weight and bias for LAYER_NORM, exactly one bias for
+    // BIAS_ADD, none for the rest.
     const bool has_weight =
         layer.op == v1::DENSE || layer.op == v1::CONV2D ||
-        layer.op == v1::LAYER_NORM || layer.op == v1::BATCH_NORM ||
-        layer.op == v1::EMBEDDING || layer.op == v1::PARAMETER;
+        layer.op == v1::CONV_TRANSPOSE2D || layer.op == v1::LAYER_NORM ||
+        layer.op == v1::BATCH_NORM || layer.op == v1::EMBEDDING ||
+        layer.op == v1::PARAMETER;
     size_t expected = 0;
     if (has_weight) {
       if (layer.params.empty() || layer.params[0].role != v1::WEIGHT) {
@@ -235,6 +237,10 @@ absl::StatusOr<LayerOps> OpsOfLayer(v1::LayerOp layer_op) {
     case v1::CONV2D:
       return LayerOps{op::kConv2dForward, op::kConv2dGradInput,
                       op::kConv2dGradWeight};
+    case v1::CONV_TRANSPOSE2D:
+      return LayerOps{op::kConvTranspose2dForward,
+                      op::kConvTranspose2dGradInput,
+                      op::kConvTranspose2dGradWeight};
     case v1::RELU:
       return LayerOps{op::kReluForward, op::kReluGrad, ""};
     case v1::MAX_POOL2D:

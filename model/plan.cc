@@ -140,6 +140,7 @@ v1::Layer::ParamsCase ParamsFor(v1::LayerOp op) {
     case v1::DENSE:
       return v1::Layer::kDense;
     case v1::CONV2D:
+    case v1::CONV_TRANSPOSE2D:
       return v1::Layer::kConv2D;
     case v1::MAX_POOL2D:
     case v1::AVG_POOL2D:
@@ -218,7 +219,15 @@ class Planner {
   absl::Status Need4d(int i, const LayerPlan& lp) const;
 
   absl::Status PlanDense(int i, LayerPlan* lp);
+  // Range checks of the conv2d params shared by CONV2D and
+  // CONV_TRANSPOSE2D.
+  absl::Status CheckConvRanges(int i) const;
+  // The weight (and bias) of the convolution s and its attrs; for
+  // CONV_TRANSPOSE2D, s is the CONV2D whose input gradient it is.
+  absl::Status AddConvParams(int i, const spatial::Conv2dShape& s,
+                             LayerPlan* lp);
   absl::Status PlanConv2d(int i, LayerPlan* lp);
+  absl::Status PlanConvTranspose2d(int i, LayerPlan* lp);
   absl::Status PlanPool2d(int i, LayerPlan* lp);
   absl::Status PlanGlobalAvgPool(int i, LayerPlan* lp);
   absl::Status PlanResize(int i, LayerPlan* lp);
@@ -467,7 +476,7 @@ absl::Status Planner::PlanDense(int i, LayerPlan* lp) {
   return absl::OkStatus();
 }
 
-absl::Status Planner::PlanConv2d(int i, LayerPlan* lp) {
+absl::Status Planner::CheckConvRanges(int i) const {
   const v1::Conv2dParams& p = model_.layers(i).conv2d();
   const int64_t kMax = limits_.max_dim;
   LS_RETURN_IF_ERROR(
@@ -487,6 +496,65 @@ absl::Status Planner::PlanConv2d(int i, LayerPlan* lp) {
   LS_RETURN_IF_ERROR(
       Wrap(i, CheckRange("conv2d.dilation_w", p.dilation_w(), 0, kMax)));
   LS_RETURN_IF_ERROR(Wrap(i, CheckRange("conv2d.groups", p.groups(), 0, kMax)));
+  if (model_.layers(i).op() == v1::CONV2D) {
+    for (const auto& [field, value] :
+         {std::pair<const char*, int32_t>{"conv2d.output_padding_h",
+                                          p.output_padding_h()},
+          {"conv2d.output_padding_w", p.output_padding_w()}}) {
+      if (value != 0) {
+        return LayerError(
+            i, absl::StrFormat("%s: %d must be 0 for CONV2D (only "
+                               "CONV_TRANSPOSE2D has an output padding)",
+                               field, value));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Planner::AddConvParams(int i, const spatial::Conv2dShape& s,
+                                    LayerPlan* lp) {
+  const bool transposed = model_.layers(i).op() == v1::CONV_TRANSPOSE2D;
+  // CONV2D: [filters, in / groups, kh, kw] over its input s.c_in. The
+  // transposed convolution's weight is that of the CONV2D whose input
+  // gradient it is, s: [in, filters / groups, kh, kw]; its fans are those of
+  // the weight tensor, as PyTorch counts them.
+  ParamPlan w;
+  w.name = "weight";
+  w.role = v1::WEIGHT;
+  w.shape = {s.c_out, s.c_in / s.groups, s.k_h, s.k_w};
+  w.fan_in = SatProduct({s.c_in / s.groups, s.k_h, s.k_w});
+  w.fan_out = SatProduct({s.c_out, s.k_h, s.k_w});
+  const int64_t fan_in = w.fan_in;
+  const int64_t fan_out = w.fan_out;
+  LS_RETURN_IF_ERROR(AddParam(i, std::move(w), lp));
+  if (model_.layers(i).conv2d().use_bias()) {
+    ParamPlan b;
+    b.name = "bias";
+    b.role = v1::BIAS;
+    b.shape = {transposed ? s.c_in : s.c_out};
+    b.fan_in = fan_in;
+    b.fan_out = fan_out;
+    LS_RETURN_IF_ERROR(AddParam(i, std::move(b), lp));
+  }
+  kernels::OpAttrs& a = lp->attrs;
+  a.kernel_h = s.k_h;
+  a.kernel_w = s.k_w;
+  a.stride_h = s.stride_h;
+  a.stride_w = s.stride_w;
+  a.pad_top = s.pad_top;
+  a.pad_bottom = s.pad_bottom;
+  a.pad_left = s.pad_left;
+  a.pad_right = s.pad_right;
+  a.dilation_h = s.dilation_h;
+  a.dilation_w = s.dilation_w;
+  a.groups = s.groups;
+  return absl::OkStatus();
+}
+
+absl::Status Planner::PlanConv2d(int i, LayerPlan* lp) {
+  const v1::Conv2dParams& p = model_.layers(i).conv2d();
+  LS_RETURN_IF_ERROR(CheckConvRanges(i));
   LS_RETURN_IF_ERROR(Need4d(i, *lp));
   const std::vector<int64_t>& in = lp->input_shapes[0];
 
@@ -541,37 +609,81 @@ absl::Status Planner::PlanConv2d(int i, LayerPlan* lp) {
   lp->output_shape = {s.n, s.c_out, spatial::Conv2dOutH(s),
                       spatial::Conv2dOutW(s)};
   LS_RETURN_IF_ERROR(CheckOutputSize(i, lp->output_shape));
-  ParamPlan w;
-  w.name = "weight";
-  w.role = v1::WEIGHT;
-  w.shape = {s.c_out, s.c_in / s.groups, s.k_h, s.k_w};
-  w.fan_in = SatProduct({s.c_in / s.groups, s.k_h, s.k_w});
-  w.fan_out = SatProduct({s.c_out, s.k_h, s.k_w});
-  const int64_t fan_in = w.fan_in;
-  const int64_t fan_out = w.fan_out;
-  LS_RETURN_IF_ERROR(AddParam(i, std::move(w), lp));
-  if (p.use_bias()) {
-    ParamPlan b;
-    b.name = "bias";
-    b.role = v1::BIAS;
-    b.shape = {s.c_out};
-    b.fan_in = fan_in;
-    b.fan_out = fan_out;
-    LS_RETURN_IF_ERROR(AddParam(i, std::move(b), lp));
+  return AddConvParams(i, s, lp);
+}
+
+absl::Status Planner::PlanConvTranspose2d(int i, LayerPlan* lp) {
+  const v1::Conv2dParams& p = model_.layers(i).conv2d();
+  LS_RETURN_IF_ERROR(CheckConvRanges(i));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("conv2d.output_padding_h", p.output_padding_h(), 0,
+                         limits_.max_dim)));
+  LS_RETURN_IF_ERROR(
+      Wrap(i, CheckRange("conv2d.output_padding_w", p.output_padding_w(), 0,
+                         limits_.max_dim)));
+  LS_RETURN_IF_ERROR(Need4d(i, *lp));
+  const std::vector<int64_t>& in = lp->input_shapes[0];
+
+  // s is the CONV2D whose input gradient this layer computes: its input is
+  // this layer's output, its output this layer's input.
+  spatial::Conv2dShape s;
+  s.n = in[0];
+  s.c_out = in[1];
+  s.c_in = p.filters();
+  s.k_h = p.kernel_h();
+  s.k_w = p.kernel_w();
+  s.stride_h = p.stride_h() == 0 ? 1 : p.stride_h();
+  s.stride_w = p.stride_w() == 0 ? 1 : p.stride_w();
+  s.pad_top = s.pad_bottom = p.pad_h();
+  s.pad_left = s.pad_right = p.pad_w();
+  s.dilation_h = p.dilation_h() == 0 ? 1 : p.dilation_h();
+  s.dilation_w = p.dilation_w() == 0 ? 1 : p.dilation_w();
+  s.groups = p.groups() == 0 ? 1 : p.groups();
+  if (s.groups > s.c_out || s.c_out % s.groups != 0 || s.c_in % s.groups != 0) {
+    return LayerError(
+        i, absl::StrFormat("conv2d.groups: %d must divide both the input "
+                           "channels (%d) and conv2d.filters (%d)",
+                           p.groups(), s.c_out, s.c_in));
   }
-  kernels::OpAttrs& a = lp->attrs;
-  a.kernel_h = s.k_h;
-  a.kernel_w = s.k_w;
-  a.stride_h = s.stride_h;
-  a.stride_w = s.stride_w;
-  a.pad_top = s.pad_top;
-  a.pad_bottom = s.pad_bottom;
-  a.pad_left = s.pad_left;
-  a.pad_right = s.pad_right;
-  a.dilation_h = s.dilation_h;
-  a.dilation_w = s.dilation_w;
-  a.groups = s.groups;
-  return absl::OkStatus();
+  // All fields are <= 2^20 here, so nothing below overflows.
+  for (const auto& [axis, k, dilation, stride, size, pad, out_pad] :
+       {std::tuple<const char*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                   int64_t>{"h", s.k_h, s.dilation_h, s.stride_h, in[2],
+                            s.pad_top, p.output_padding_h()},
+        {"w", s.k_w, s.dilation_w, s.stride_w, in[3], s.pad_left,
+         p.output_padding_w()}}) {
+    // PyTorch also takes output_padding < dilation; then the output is no
+    // longer the input gradient of a CONV2D over it, so it is refused.
+    if (out_pad >= stride) {
+      return LayerError(
+          i, absl::StrFormat(
+                 "conv2d.output_padding_%s: %d must be smaller than "
+                 "conv2d.stride_%s %d%s",
+                 axis, out_pad, axis, stride,
+                 out_pad < dilation ? " (smaller than the dilation is not "
+                                      "enough, unlike in PyTorch)"
+                                    : ""));
+    }
+    const int64_t out =
+        (size - 1) * stride - 2 * pad + dilation * (k - 1) + 1 + out_pad;
+    if (out < 1) {
+      return LayerError(
+          i, absl::StrFormat("conv2d.pad_%s: %d leaves an output %s of %d "
+                             "(input %d, stride %d, kernel %d, dilation %d, "
+                             "output padding %d): it must be at least 1",
+                             axis, pad, axis[0] == 'h' ? "height" : "width",
+                             out, size, stride, k, dilation, out_pad));
+    }
+    (axis[0] == 'h' ? s.h : s.w) = out;
+  }
+  LS_RETURN_IF_ERROR(Wrap(i, spatial::ValidateConv2dShape(s)));
+  if (spatial::Conv2dOutH(s) != in[2] || spatial::Conv2dOutW(s) != in[3]) {
+    return absl::InternalError(absl::StrFormat(
+        "layers[%d]: transposed convolution geometry does not invert", i));
+  }
+  lp->output_shape = {s.n, s.c_in, s.h, s.w};
+  LS_RETURN_IF_ERROR(CheckOutputSize(i, lp->output_shape));
+  return AddConvParams(i, s, lp);
 }
 
 absl::Status Planner::PlanPool2d(int i, LayerPlan* lp) {
@@ -1153,6 +1265,9 @@ absl::StatusOr<ModelPlan> Planner::Run() {
       case v1::CONV2D:
         LS_RETURN_IF_ERROR(PlanConv2d(i, &lp));
         break;
+      case v1::CONV_TRANSPOSE2D:
+        LS_RETURN_IF_ERROR(PlanConvTranspose2d(i, &lp));
+        break;
       case v1::MAX_POOL2D:
       case v1::AVG_POOL2D:
         LS_RETURN_IF_ERROR(PlanPool2d(i, &lp));
@@ -1275,7 +1390,8 @@ absl::StatusOr<ModelPlan> Planner::Run() {
   if (plan_.parameter_count == 0) {
     return Invalid(
         "model.layers: the model has no trainable parameters (add a DENSE, "
-        "CONV2D, BIAS_ADD, LAYER_NORM, EMBEDDING or PARAMETER layer)");
+        "CONV2D, CONV_TRANSPOSE2D, BIAS_ADD, LAYER_NORM, EMBEDDING or "
+        "PARAMETER layer)");
   }
   const int64_t bytes = EstimateLiveTensorBytes(plan_, config_);
   if (bytes > limits_.max_total_tensor_bytes) {
@@ -1368,6 +1484,16 @@ int64_t LayerForwardFlops(const LayerPlan& layer) {
       if (layer.params.empty()) return 0;
       const std::vector<int64_t>& w = layer.params[0].shape;  // [F, C, KH, KW]
       int64_t f = SatMul(out, SatMul(2, SatProduct({w[1], w[2], w[3]})));
+      if (layer.params.size() > 1) f = SatAdd(f, out);
+      return f;
+    }
+    case v1::CONV_TRANSPOSE2D: {
+      // 2 * input elements * (F/groups) * KH * KW: every input element
+      // meets every tap of its group's filters.
+      if (layer.params.empty() || layer.input_shapes.empty()) return 0;
+      const std::vector<int64_t>& w = layer.params[0].shape;  // [C, F/g, ..]
+      int64_t f = SatMul(SatProduct(layer.input_shapes[0]),
+                         SatMul(2, SatProduct({w[1], w[2], w[3]})));
       if (layer.params.size() > 1) f = SatAdd(f, out);
       return f;
     }

@@ -124,6 +124,7 @@ int64_t EstimateLiveTensorBytes(const ModelPlan& plan,
 // (batch included), a multiply-add counting as 2:
 //   DENSE            2*N*K*U (+ N*U with bias)
 //   CONV2D           2*N*F*OH*OW*C*KH*KW (+ N*F*OH*OW with bias)
+//   CONV_TRANSPOSE2D 2*N*C*H*W*(F/groups)*KH*KW over its input (+ bias)
 //   MAX/AVG_POOL2D   output elements * KH*KW
 //   GLOBAL_AVG_POOL  input elements
 //   RESIZE_BILINEAR  8 per output element (4 taps)

@@ -167,6 +167,56 @@ TEST(PlanModelTest, Conv2dShapesParamsAndAttrs) {
   EXPECT_EQ(plan.parameter_count, 4 * 3 * 3 * 5 + 4 + 144 * 3);
 }
 
+TEST(PlanModelTest, ConvTranspose2dShapesParamsAndAttrs) {
+  const ModelPlan plan = MustPlan(WithHead("[ 4, 5, 3 ]", R"pb(
+    layers {
+      name: "up"
+      op: CONV_TRANSPOSE2D
+      conv2d {
+        filters: 6
+        kernel_h: 3
+        kernel_w: 2
+        stride_h: 2
+        stride_w: 3
+        pad_h: 1
+        dilation_w: 2
+        output_padding_h: 1
+        output_padding_w: 2
+        groups: 2
+        use_bias: true
+      }
+    }
+  )pb"));
+  const LayerPlan& up = plan.layers[0];
+  // H: (5 - 1) * 2 - 2 + 1 * (3 - 1) + 1 + 1 = 10;
+  // W: (3 - 1) * 3 - 0 + 2 * (2 - 1) + 1 + 2 = 11.
+  EXPECT_THAT(up.output_shape, ElementsAre(4, 6, 10, 11));
+  ASSERT_EQ(up.params.size(), 2u);
+  // [in_channels, filters / groups, kh, kw], PyTorch's layout and fans.
+  EXPECT_THAT(up.params[0].shape, ElementsAre(4, 3, 3, 2));
+  EXPECT_EQ(up.params[0].fan_in, 3 * 3 * 2);
+  EXPECT_EQ(up.params[0].fan_out, 4 * 3 * 2);
+  EXPECT_THAT(up.params[1].shape, ElementsAre(6));
+  EXPECT_EQ(up.params[1].role, v1::BIAS);
+  // The attrs are those of the conv2d whose input gradient it is.
+  const kernels::OpAttrs& a = up.attrs;
+  EXPECT_EQ(a.kernel_h, 3);
+  EXPECT_EQ(a.kernel_w, 2);
+  EXPECT_EQ(a.stride_h, 2);
+  EXPECT_EQ(a.stride_w, 3);
+  EXPECT_EQ(a.pad_top, 1);
+  EXPECT_EQ(a.pad_bottom, 1);
+  EXPECT_EQ(a.pad_left, 0);
+  EXPECT_EQ(a.dilation_h, 1);
+  EXPECT_EQ(a.dilation_w, 2);
+  EXPECT_EQ(a.groups, 2);
+  // 2 * input elements * (F / groups) * kh * kw + the bias.
+  EXPECT_EQ(LayerForwardFlops(up),
+            2 * (4 * 4 * 5 * 3) * 3 * 3 * 2 + 4 * 6 * 10 * 11);
+  EXPECT_THAT(DescribePlan(plan), HasSubstr("CONV_TRANSPOSE2D"));
+  EXPECT_EQ(plan.parameter_count, 4 * 3 * 3 * 2 + 6 + 6 * 10 * 11 * 3);
+}
+
 TEST(PlanModelTest, Conv2dKernelMayEqualThePaddedInput) {
   const ModelPlan plan = MustPlan(WithHead("[ 1, 4, 4 ]", R"pb(
     layers {

@@ -43,10 +43,19 @@ constexpr int64_t kMaxParameters = 100'000;
 constexpr int64_t kMaxLargeForwardFlops = 160'000'000;
 constexpr int64_t kMaxLargeParameters = 1'000'000;
 
-const char* const kZoo[] = {"mlp",       "lenet5",       "resnet_small",
-                            "gauntlet",  "norm_mlp",     "mobilenet_tiny",
-                            "resnet_bn", "char_lm",      "gpt_tiny",
-                            "resnet18",  "mobilenet_v2", "vit_tiny"};
+const char* const kZoo[] = {"mlp",
+                            "lenet5",
+                            "resnet_small",
+                            "gauntlet",
+                            "norm_mlp",
+                            "mobilenet_tiny",
+                            "resnet_bn",
+                            "char_lm",
+                            "gpt_tiny",
+                            "resnet18",
+                            "mobilenet_v2",
+                            "vit_tiny",
+                            "conv_autoencoder"};
 
 bool IsLarge(const std::string& name) {
   return name == "gpt_tiny" || name == "resnet18" || name == "mobilenet_v2" ||
@@ -180,20 +189,24 @@ TEST(ZooTest, ModelsHaveTheirPromisedStructure) {
   }
   {
     // The gauntlet holds every op of the first op set (up to BIAS_ADD), and
-    // a DENSE with a long K (split-K); norm_mlp, resnet_bn, char_lm and
-    // gpt_tiny every later op of op set v2. Of the graph primitives (op
-    // set v3, from CONSTANT on), gpt_tiny's model_tied.json holds PARAMETER
-    // and GATHER; the others are covered by model/plan_graph_test and
-    // worker/exec/graph_executor_test.
+    // a DENSE with a long K (split-K); norm_mlp, resnet_bn, char_lm,
+    // gpt_tiny and conv_autoencoder every later op of op set v2. Of the graph
+    // primitives (op set v3, from CONSTANT on), gpt_tiny's model_tied.json
+    // holds PARAMETER and GATHER; the others are covered by
+    // model/plan_graph_test and worker/exec/graph_executor_test.
     const ModelPlan plan = Load("gauntlet", "config.json").plan;
     const auto ops = Ops(plan);
     auto v2 = Ops(Load("norm_mlp", "config.json").plan);
-    for (const char* name : {"resnet_bn", "char_lm", "gpt_tiny"}) {
+    for (const char* name :
+         {"resnet_bn", "char_lm", "gpt_tiny", "conv_autoencoder"}) {
       for (v1::LayerOp o : Ops(Load(name, "config.json").plan)) v2.insert(o);
     }
-    // Op set v3 (the graph primitives, CONSTANT and later) is what imported
+    // Op set v3 (the graph primitives, CONSTANT .. SLICE) is what imported
     // ONNX graphs are made of; the zoo's own JSON models do not use it.
-    for (int op = v1::LayerOp_MIN + 1; op < v1::CONSTANT; ++op) {
+    // CONV_TRANSPOSE2D (op set v2, numbered after them) is in
+    // conv_autoencoder.
+    for (int op = v1::LayerOp_MIN + 1; op <= v1::LayerOp_MAX; ++op) {
+      if (op >= v1::CONSTANT && op != v1::CONV_TRANSPOSE2D) continue;
       const v1::LayerOp o = static_cast<v1::LayerOp>(op);
       EXPECT_GE(o <= v1::BIAS_ADD ? ops.count(o) : v2.count(o), 1u)
           << v1::LayerOp_Name(o);

@@ -109,13 +109,15 @@ CauseHint GpuAtomicSource(const std::string& op, const std::string& ran) {
                              "arrival order (",
                              ran, ")"));
   }
-  if (op == "conv2d.grad_weight") {
+  // A transposed convolution runs cuDNN's convolution backward-filter for
+  // its weight gradient and backward-data for its forward.
+  if (op == "conv2d.grad_weight" || op == "conv_transpose2d.grad_weight") {
     return Hint("ND-CUDNN-CONV-GRAD-WEIGHT",
                 absl::StrCat("convolution weight gradient reduced over the "
                              "batch with atomics (",
                              ran, ")"));
   }
-  if (op == "conv2d.grad_input") {
+  if (op == "conv2d.grad_input" || op == "conv_transpose2d.forward") {
     return Hint("ND-CUDNN-CONV-GRAD-INPUT",
                 absl::StrCat("convolution input gradient accumulated with "
                              "atomics (",
@@ -218,10 +220,15 @@ CauseHint CanonicalMismatch(const std::string& detail) {
 // Ops whose DEFAULT kernel accumulates in arrival order (the catalogue's
 // "Lockstep DEFAULT variant" column).
 bool HasAtomicDefault(const std::string& op) {
-  static const char* const kOps[] = {
-      "bias_add.grad",       "conv2d.grad_weight",          "conv2d.grad_input",
-      "max_pool2d.grad",     "resize_bilinear.grad",        "dense.forward",
-      "segment_sum.forward", "depthwise_conv2d.grad_weight"};
+  static const char* const kOps[] = {"bias_add.grad",
+                                     "conv2d.grad_weight",
+                                     "conv2d.grad_input",
+                                     "max_pool2d.grad",
+                                     "resize_bilinear.grad",
+                                     "dense.forward",
+                                     "segment_sum.forward",
+                                     "depthwise_conv2d.grad_weight",
+                                     "conv_transpose2d.grad_weight"};
   for (const char* o : kOps) {
     if (op == o) return true;
   }

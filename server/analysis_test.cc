@@ -683,11 +683,25 @@ TEST(CauseFor, NamesTheAtomicVariantThatRan) {
       RunWith("c1", "conv2d.grad_weight", "cudnn/default/atomic_algo0"),
       RunWith("c1", "conv2d.grad_weight", "cudnn/default/atomic_algo0"));
   EXPECT_EQ(h.id(), "ND-CUDNN-CONV-GRAD-WEIGHT");
+  // The transposed convolution's weight gradient is cuDNN's backward-filter
+  // and its forward cuDNN's backward-data.
+  h = CauseFor(Entry("conv_transpose2d.grad_weight"), Config(DEFAULT, CUDA),
+               RunWith("c1", "conv_transpose2d.grad_weight",
+                       "cudnn/default/atomic_algo0"),
+               RunWith("c1", "conv_transpose2d.grad_weight",
+                       "cudnn/default/atomic_algo0"));
+  EXPECT_EQ(h.id(), "ND-CUDNN-CONV-GRAD-WEIGHT");
+  h = CauseFor(
+      Entry("conv_transpose2d.forward"), Config(DEFAULT, CUDA),
+      RunWith("c1", "conv_transpose2d.forward", "cudnn/default/atomic_algo0"),
+      RunWith("c1", "conv_transpose2d.forward", "cudnn/default/atomic_algo0"));
+  EXPECT_EQ(h.id(), "ND-CUDNN-CONV-GRAD-INPUT");
 }
 
 TEST(CauseFor, CpuJobNeverNamesCudnn) {
-  for (const char* op : {"conv2d.grad_weight", "conv2d.grad_input",
-                         "max_pool2d.grad", "dense.forward"}) {
+  for (const char* op :
+       {"conv2d.grad_weight", "conv2d.grad_input", "max_pool2d.grad",
+        "dense.forward", "conv_transpose2d.grad_weight"}) {
     // Recorded variant.
     CauseHint h = CauseFor(Entry(op), Config(DEFAULT, CPU),
                            RunWith("c1", op, "cpu/default/atomic"),

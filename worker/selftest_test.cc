@@ -545,10 +545,10 @@ TEST(SelftestBinaryTest, RealBinaryPassesAndPrintsTheTable) {
       testing::RunCommand({bin, "selftest"}, absl::Seconds(240));
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 0) << r->out << r->err;
-  // AllOpNames() (55 and the 9 broadcasting graph ops) and the graph data
+  // AllOpNames() (58 and the 9 broadcasting graph ops) and the graph data
   // ops (9).
   EXPECT_THAT(r->out, HasSubstr("lockstep-worker selftest: seed 1, 3 runs per "
-                                "row, 73 ops\n"));
+                                "row, 76 ops\n"));
   EXPECT_THAT(r->out, HasSubstr("\ncpu: isas scalar"));
   EXPECT_THAT(r->out, HasSubstr("\ncuda: "));
   const std::vector<std::string> lines = absl::StrSplit(r->out, '\n');

@@ -4,8 +4,8 @@
 // kernels/spatial/validate.h) and then computes. CANONICAL kernels are
 // registered under (op, Mode::kCanonical, "canonical", "cpu"): dense.* and
 // conv2d.* run the register-blocked, multi-threaded GEMM of gemm.h (conv2d
-// as an implicit GEMM, conv_gemm.h) on the ISA isa.h picks, bit-identical to the
-// scalar spec code (on the scalar ISA they run that code directly);
+// as an implicit GEMM, conv_gemm.h) on the ISA isa.h picks, bit-identical to
+// the scalar spec code (on the scalar ISA they run that code directly);
 // bias_add.grad, max_pool2d.*, avg_pool2d.* and global_avg_pool.* run the
 // multi-threaded kernels of lane_kernels.h, vectorised across outputs and
 // bit-identical to the spec code as well; every other op runs the canonical
@@ -46,8 +46,8 @@ inline constexpr char kAtomicDepthwiseAlgorithm[] = "atomic_depthwise";
 // and GraphDataOpNames() (kernels/graph_ops.h, graph_data_kernels.cc)
 // under "canonical" (NnOpNames() multi-threaded over outputs, nn_kernels.cc),
 // plus the scalar
-// dense.*, conv2d.*, bias_add.grad, max_pool2d.*, avg_pool2d.* and
-// global_avg_pool.* kernels under "scalar".
+// dense.*, conv2d.*, conv_transpose2d.*, bias_add.grad, max_pool2d.*,
+// avg_pool2d.* and global_avg_pool.* kernels under "scalar".
 // ALREADY_EXISTS if one is there.
 absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 
@@ -55,8 +55,10 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 //   DETERMINISTIC "deterministic", for every op of AllOpNames() (so a
 //       DETERMINISTIC job never falls back):
 //     dense.forward, dense.grad_input, dense.grad_weight, conv2d.forward,
-//       conv2d.grad_input, conv2d.grad_weight: the GEMM (conv2d through the
-//       lowering of conv_gemm.h) with one fma chain per output over the
+//       conv2d.grad_input, conv2d.grad_weight and conv_transpose2d.* (the
+//       conv2d kernels on the conv2d whose input gradient it is): the GEMM
+//       (conv2d through the lowering of conv_gemm.h) with one fma chain
+//       per output over the
 //       whole reduction (no chunks, no tree). Fixed order for any thread
 //       count, so repeatable on one machine; the bits may differ between
 //       ISAs (vector blocking) and from CANONICAL.
@@ -70,8 +72,10 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 //       matmul.forward split over K, partials added into y with atomic CAS
 //       in arrival order (NONDETERMINISTIC with more than one thread).
 //   DEFAULT "default": dense.grad_input, dense.grad_weight, matmul.grad,
-//       conv2d.forward, conv2d.grad_input: as DETERMINISTIC.
-//   DEFAULT "default" and "atomic": bias_add.grad and conv2d.grad_weight,
+//       conv2d.forward, conv2d.grad_input, conv_transpose2d.forward,
+//       conv_transpose2d.grad_input: as DETERMINISTIC.
+//   DEFAULT "default" and "atomic": bias_add.grad, conv2d.grad_weight and
+//       conv_transpose2d.grad_weight,
 //       split over the batch with atomic accumulation, and
 //       embedding.grad_weight, split over the positions with every dy row
 //       added atomically (NONDETERMINISTIC).

@@ -75,12 +75,22 @@ TEST_F(CpuBackendTest, RegistersEveryOp) {
         << op;
   }
   // Plus the scalar spec-code kernels of the ops with fast ones.
-  const char* const scalar[] = {
-      op::kDenseForward,     op::kDenseGradInput,   op::kDenseGradWeight,
-      op::kConv2dForward,    op::kConv2dGradInput,  op::kConv2dGradWeight,
-      op::kBiasAddGrad,      op::kMaxPool2dForward, op::kMaxPool2dGrad,
-      op::kAvgPool2dForward, op::kAvgPool2dGrad,    op::kGlobalAvgPoolForward,
-      op::kGlobalAvgPoolGrad};
+  const char* const scalar[] = {op::kDenseForward,
+                                op::kDenseGradInput,
+                                op::kDenseGradWeight,
+                                op::kConv2dForward,
+                                op::kConv2dGradInput,
+                                op::kConv2dGradWeight,
+                                op::kBiasAddGrad,
+                                op::kMaxPool2dForward,
+                                op::kMaxPool2dGrad,
+                                op::kAvgPool2dForward,
+                                op::kAvgPool2dGrad,
+                                op::kGlobalAvgPoolForward,
+                                op::kGlobalAvgPoolGrad,
+                                op::kConvTranspose2dForward,
+                                op::kConvTranspose2dGradInput,
+                                op::kConvTranspose2dGradWeight};
   for (const char* op : scalar) {
     EXPECT_TRUE(registry_.Contains(
         KernelKey{op, Mode::kCanonical, kScalarAlgorithm, "cpu"}))

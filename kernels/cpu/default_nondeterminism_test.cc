@@ -57,6 +57,8 @@ struct AtomicCase {
 std::vector<AtomicCase> Cases() {
   OpAttrs pad1;
   pad1.pad_top = pad1.pad_bottom = pad1.pad_left = pad1.pad_right = 1;
+  OpAttrs pad1_stride2 = pad1;
+  pad1_stride2.stride_h = pad1_stride2.stride_w = 2;
   return {
       {"bias_add.grad",
        op::kBiasAddGrad,
@@ -82,6 +84,13 @@ std::vector<AtomicCase> Cases() {
        {{32, 8, 12, 12}, {32, 8, 12, 12}},
        {8, 8, 3, 3},
        pad1},
+      // Stride 2 with an output-padding row: x [32, 8, 6, 6] -> y [.., 12, 12].
+      {"conv_transpose2d.grad_weight",
+       op::kConvTranspose2dGradWeight,
+       kAtomicAlgorithm,
+       {{32, 8, 6, 6}, {32, 8, 12, 12}},
+       {8, 8, 3, 3},
+       pad1_stride2},
       {"embedding.grad_weight",
        op::kEmbeddingGradWeight,
        kAtomicAlgorithm,

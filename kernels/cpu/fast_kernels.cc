@@ -213,10 +213,17 @@ absl::Status RegisterCpuDeterministicAndDefaultKernels(Registry* registry) {
   LS_RETURN_IF_ERROR(
       cpu_internal::RegisterGraphElementwiseDefaultKernels(registry));
   // Every other op: its CANONICAL kernel is the DETERMINISTIC one.
-  const absl::string_view own[] = {op::kDenseForward,    op::kDenseGradInput,
-                                   op::kDenseGradWeight, op::kConv2dForward,
-                                   op::kConv2dGradInput, op::kConv2dGradWeight,
-                                   op::kMatMulForward,   op::kMatMulGrad};
+  const absl::string_view own[] = {op::kDenseForward,
+                                   op::kDenseGradInput,
+                                   op::kDenseGradWeight,
+                                   op::kConv2dForward,
+                                   op::kConv2dGradInput,
+                                   op::kConv2dGradWeight,
+                                   op::kConvTranspose2dForward,
+                                   op::kConvTranspose2dGradInput,
+                                   op::kConvTranspose2dGradWeight,
+                                   op::kMatMulForward,
+                                   op::kMatMulGrad};
   Registry canonical;
   LS_RETURN_IF_ERROR(RegisterCpuCanonicalKernels(&canonical));
   std::vector<std::string> ops = AllOpNames();

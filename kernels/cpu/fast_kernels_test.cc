@@ -909,8 +909,9 @@ TEST_F(FastKernelsTest, RegistersTheDocumentedKeysOnce) {
   for (const std::string& op : ops) {
     const KernelKey det{op, Mode::kDeterministic, "deterministic", "cpu"};
     ASSERT_TRUE(registry_.Contains(det)) << op;
-    const bool own = op.rfind("dense.", 0) == 0 ||
-                     op.rfind("conv2d.", 0) == 0 || op.rfind("matmul.", 0) == 0;
+    const bool own =
+        op.rfind("dense.", 0) == 0 || op.rfind("conv2d.", 0) == 0 ||
+        op.rfind("conv_transpose2d.", 0) == 0 || op.rfind("matmul.", 0) == 0;
     const KernelFn canonical =
         *registry_.Lookup({op, Mode::kCanonical, "canonical", "cpu"});
     EXPECT_EQ(*registry_.Lookup(det) == canonical, !own) << op;

@@ -4,7 +4,9 @@
 // "deterministic" (one chain per output), and on the scalar bodies as
 // "scalar"; max, average and global average pooling run on the lane kernels
 // (lane_kernels.h) as "canonical" and on the scalar bodies as "scalar". The
-// DEFAULT atomic conv2d.grad_weight is here too.
+// DEFAULT atomic conv2d.grad_weight is here too. The transposed convolution
+// (conv_transpose2d.*) runs the same kernels on the conv2d whose input
+// gradient it is.
 #include <algorithm>
 #include <cstdint>
 
@@ -53,19 +55,44 @@ int64_t GemmChunk() {
   return 0;
 }
 
+// The three conv2d directions on the geometry s, by path.
+template <ConvPath kPath>
+void RunConvForward(const sp::Conv2dShape& s, const float* x, const float* w,
+                    float* y) {
+  if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
+    Conv2dForwardGemm(s, x, w, y, chunk, ActiveCpuIsa(), CpuThreadPool());
+  } else {
+    sp::Conv2dForward(s, x, w, y);
+  }
+}
+
+template <ConvPath kPath>
+void RunConvGradInput(const sp::Conv2dShape& s, const float* dy, const float* w,
+                      float* dx) {
+  if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
+    Conv2dGradInputGemm(s, dy, w, dx, chunk, ActiveCpuIsa(), CpuThreadPool());
+  } else {
+    sp::Conv2dGradInput(s, dy, w, dx);
+  }
+}
+
+template <ConvPath kPath>
+void RunConvGradWeight(const sp::Conv2dShape& s, const float* x,
+                       const float* dy, float* dw) {
+  if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
+    Conv2dGradWeightGemm(s, x, dy, dw, chunk, ActiveCpuIsa(), CpuThreadPool());
+  } else {
+    sp::Conv2dGradWeight(s, x, dy, dw);
+  }
+}
+
 template <ConvPath kPath>
 absl::Status Conv2dForwardKernel(absl::Span<const Tensor> in,
                                  absl::Span<Tensor> out, const OpAttrs& a) {
   LS_ASSIGN_OR_RETURN(sp::Conv2dShape s,
                       ValidateConv2dCall(op::kConv2dForward, in, out, a));
-  if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
-    Conv2dForwardGemm(s, in[0].data<float>(), in[1].data<float>(),
-                      out[0].data<float>(), chunk, ActiveCpuIsa(),
-                      CpuThreadPool());
-  } else {
-    sp::Conv2dForward(s, in[0].data<float>(), in[1].data<float>(),
-                      out[0].data<float>());
-  }
+  RunConvForward<kPath>(s, in[0].data<float>(), in[1].data<float>(),
+                        out[0].data<float>());
   return absl::OkStatus();
 }
 
@@ -75,14 +102,8 @@ absl::Status Conv2dGradInputKernel(absl::Span<const Tensor> in,
                                    absl::Span<Tensor> out, const OpAttrs& a) {
   LS_ASSIGN_OR_RETURN(sp::Conv2dShape s,
                       ValidateConv2dCall(op::kConv2dGradInput, in, out, a));
-  if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
-    Conv2dGradInputGemm(s, in[0].data<float>(), in[1].data<float>(),
-                        out[0].data<float>(), chunk, ActiveCpuIsa(),
-                        CpuThreadPool());
-  } else {
-    sp::Conv2dGradInput(s, in[0].data<float>(), in[1].data<float>(),
-                        out[0].data<float>());
-  }
+  RunConvGradInput<kPath>(s, in[0].data<float>(), in[1].data<float>(),
+                          out[0].data<float>());
   return absl::OkStatus();
 }
 
@@ -92,14 +113,49 @@ absl::Status Conv2dGradWeightKernel(absl::Span<const Tensor> in,
                                     absl::Span<Tensor> out, const OpAttrs& a) {
   LS_ASSIGN_OR_RETURN(sp::Conv2dShape s,
                       ValidateConv2dCall(op::kConv2dGradWeight, in, out, a));
-  if (const int64_t chunk = GemmChunk<kPath>(); chunk > 0) {
-    Conv2dGradWeightGemm(s, in[0].data<float>(), in[1].data<float>(),
-                         out[0].data<float>(), chunk, ActiveCpuIsa(),
-                         CpuThreadPool());
-  } else {
-    sp::Conv2dGradWeight(s, in[0].data<float>(), in[1].data<float>(),
-                         out[0].data<float>());
-  }
+  RunConvGradWeight<kPath>(s, in[0].data<float>(), in[1].data<float>(),
+                           out[0].data<float>());
+  return absl::OkStatus();
+}
+
+// The transposed convolution, in {x, w}, out {y}: the input gradient of the
+// conv2d s over y (docs/canonical-arithmetic.md, "Transposed convolution").
+template <ConvPath kPath>
+absl::Status ConvTranspose2dForwardKernel(absl::Span<const Tensor> in,
+                                          absl::Span<Tensor> out,
+                                          const OpAttrs& a) {
+  LS_ASSIGN_OR_RETURN(
+      sp::Conv2dShape s,
+      ValidateConv2dCall(op::kConvTranspose2dForward, in, out, a));
+  RunConvGradInput<kPath>(s, in[0].data<float>(), in[1].data<float>(),
+                          out[0].data<float>());
+  return absl::OkStatus();
+}
+
+// in {dy, w}, out {dx}: s's forward over dy.
+template <ConvPath kPath>
+absl::Status ConvTranspose2dGradInputKernel(absl::Span<const Tensor> in,
+                                            absl::Span<Tensor> out,
+                                            const OpAttrs& a) {
+  LS_ASSIGN_OR_RETURN(
+      sp::Conv2dShape s,
+      ValidateConv2dCall(op::kConvTranspose2dGradInput, in, out, a));
+  RunConvForward<kPath>(s, in[0].data<float>(), in[1].data<float>(),
+                        out[0].data<float>());
+  return absl::OkStatus();
+}
+
+// in {x, dy}, out {dw}: s's weight gradient with dy as its input and x as
+// its output gradient.
+template <ConvPath kPath>
+absl::Status ConvTranspose2dGradWeightKernel(absl::Span<const Tensor> in,
+                                             absl::Span<Tensor> out,
+                                             const OpAttrs& a) {
+  LS_ASSIGN_OR_RETURN(
+      sp::Conv2dShape s,
+      ValidateConv2dCall(op::kConvTranspose2dGradWeight, in, out, a));
+  RunConvGradWeight<kPath>(s, in[1].data<float>(), in[0].data<float>(),
+                           out[0].data<float>());
   return absl::OkStatus();
 }
 
@@ -109,16 +165,22 @@ absl::Status Conv2dGradWeightKernel(absl::Span<const Tensor> in,
 // contribution (the GEMM lowering, one fma chain per output) and adds it
 // into dw with atomic CAS in arrival order (nondeterministic with more than
 // one thread).
+// conv_transpose2d.grad_weight "atomic" is the same over its conv2d s, with
+// the operands swapped (kTransposed).
+template <bool kTransposed>
 absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
                                           absl::Span<Tensor> out,
                                           const OpAttrs& a) {
-  LS_ASSIGN_OR_RETURN(sp::Conv2dShape s,
-                      ValidateConv2dCall(op::kConv2dGradWeight, in, out, a));
+  LS_ASSIGN_OR_RETURN(
+      sp::Conv2dShape s,
+      ValidateConv2dCall(
+          kTransposed ? op::kConvTranspose2dGradWeight : op::kConv2dGradWeight,
+          in, out, a));
   const int64_t dw_size = sp::Conv2dWeightSize(s);
   float* dw = out[0].data<float>();
   for (int64_t i = 0; i < dw_size; ++i) dw[i] = 0.0f;
-  const float* x = in[0].data<float>();
-  const float* dy = in[1].data<float>();
+  const float* x = in[kTransposed ? 1 : 0].data<float>();
+  const float* dy = in[kTransposed ? 0 : 1].data<float>();
   sp::Conv2dShape one = s;
   one.n = 1;
   const int64_t x_stride = sp::Conv2dInputSize(one);
@@ -289,6 +351,12 @@ absl::Status RegisterSpatialKernels(Registry* registry) {
       {op::kConv2dForward, &Conv2dForwardKernel<ConvPath::kScalar>},
       {op::kConv2dGradInput, &Conv2dGradInputKernel<ConvPath::kScalar>},
       {op::kConv2dGradWeight, &Conv2dGradWeightKernel<ConvPath::kScalar>},
+      {op::kConvTranspose2dForward,
+       &ConvTranspose2dForwardKernel<ConvPath::kScalar>},
+      {op::kConvTranspose2dGradInput,
+       &ConvTranspose2dGradInputKernel<ConvPath::kScalar>},
+      {op::kConvTranspose2dGradWeight,
+       &ConvTranspose2dGradWeightKernel<ConvPath::kScalar>},
       {op::kMaxPool2dForward, &MaxPoolForwardKernel<false>},
       {op::kMaxPool2dGrad, &MaxPoolGradKernel<false>},
       {op::kAvgPool2dForward, &AvgPoolForwardKernel<false>},
@@ -305,6 +373,12 @@ absl::Status RegisterSpatialKernels(Registry* registry) {
       {op::kConv2dForward, &Conv2dForwardKernel<ConvPath::kCanonical>},
       {op::kConv2dGradInput, &Conv2dGradInputKernel<ConvPath::kCanonical>},
       {op::kConv2dGradWeight, &Conv2dGradWeightKernel<ConvPath::kCanonical>},
+      {op::kConvTranspose2dForward,
+       &ConvTranspose2dForwardKernel<ConvPath::kCanonical>},
+      {op::kConvTranspose2dGradInput,
+       &ConvTranspose2dGradInputKernel<ConvPath::kCanonical>},
+      {op::kConvTranspose2dGradWeight,
+       &ConvTranspose2dGradWeightKernel<ConvPath::kCanonical>},
       {op::kMaxPool2dForward, &MaxPoolForwardKernel<true>},
       {op::kMaxPool2dGrad, &MaxPoolGradKernel<true>},
       {op::kAvgPool2dForward, &AvgPoolForwardKernel<true>},
@@ -332,6 +406,12 @@ absl::Status RegisterSpatialDeterministicAndDefaultKernels(Registry* registry) {
   const KernelFn fwd = &Conv2dForwardKernel<ConvPath::kDeterministic>;
   const KernelFn gin = &Conv2dGradInputKernel<ConvPath::kDeterministic>;
   const KernelFn gw = &Conv2dGradWeightKernel<ConvPath::kDeterministic>;
+  const KernelFn t_fwd =
+      &ConvTranspose2dForwardKernel<ConvPath::kDeterministic>;
+  const KernelFn t_gin =
+      &ConvTranspose2dGradInputKernel<ConvPath::kDeterministic>;
+  const KernelFn t_gw =
+      &ConvTranspose2dGradWeightKernel<ConvPath::kDeterministic>;
   const Entry entries[] = {
       {op::kConv2dForward, Mode::kDeterministic, kDeterministicAlgorithm, fwd},
       {op::kConv2dGradInput, Mode::kDeterministic, kDeterministicAlgorithm,
@@ -340,6 +420,14 @@ absl::Status RegisterSpatialDeterministicAndDefaultKernels(Registry* registry) {
        gw},
       {op::kConv2dForward, Mode::kDefault, kDefaultAlgorithm, fwd},
       {op::kConv2dGradInput, Mode::kDefault, kDefaultAlgorithm, gin},
+      {op::kConvTranspose2dForward, Mode::kDeterministic,
+       kDeterministicAlgorithm, t_fwd},
+      {op::kConvTranspose2dGradInput, Mode::kDeterministic,
+       kDeterministicAlgorithm, t_gin},
+      {op::kConvTranspose2dGradWeight, Mode::kDeterministic,
+       kDeterministicAlgorithm, t_gw},
+      {op::kConvTranspose2dForward, Mode::kDefault, kDefaultAlgorithm, t_fwd},
+      {op::kConvTranspose2dGradInput, Mode::kDefault, kDefaultAlgorithm, t_gin},
   };
   for (const Entry& e : entries) {
     LS_RETURN_IF_ERROR(registry->Register(
@@ -349,7 +437,11 @@ absl::Status RegisterSpatialDeterministicAndDefaultKernels(Registry* registry) {
     LS_RETURN_IF_ERROR(
         registry->Register(KernelKey{op::kConv2dGradWeight, Mode::kDefault,
                                      algorithm, kCpuBackendName},
-                           &Conv2dGradWeightAtomicKernel));
+                           &Conv2dGradWeightAtomicKernel<false>));
+    LS_RETURN_IF_ERROR(registry->Register(
+        KernelKey{op::kConvTranspose2dGradWeight, Mode::kDefault, algorithm,
+                  kCpuBackendName},
+        &Conv2dGradWeightAtomicKernel<true>));
   }
   LS_RETURN_IF_ERROR(registry->Register(
       KernelKey{op::kConv2dGradWeight, Mode::kDefault,

@@ -337,20 +337,25 @@ absl::Status PlanConv(absl::string_view name, absl::Span<const Tensor> in,
                       sp::ValidateConv2dCall(name, in, out, a));
   DeviceOp dop;
   int64_t work;
-  if (name == op::kConv2dForward) {
+  // The transposed convolution runs the thread bodies of the conv2d s whose
+  // input gradient it is; its grad_weight swaps the operands.
+  bool swap = false;
+  if (name == op::kConv2dForward || name == op::kConvTranspose2dGradInput) {
     dop = DeviceOp::kConv2dForward;
     work = sp::Conv2dOutputSize(s);
-  } else if (name == op::kConv2dGradInput) {
+  } else if (name == op::kConv2dGradInput ||
+             name == op::kConvTranspose2dForward) {
     dop = DeviceOp::kConv2dGradInput;
     work = sp::Conv2dInputSize(s);
   } else {
     dop = DeviceOp::kConv2dGradWeight;
     work = sp::Conv2dWeightSize(s);
+    swap = name == op::kConvTranspose2dGradWeight;
   }
   const int i0 = AddIn(call, in[0]);
   const int i1 = AddIn(call, in[1]);
   const int o = AddOut(call, out[0]);
-  AddLaunch(call, dop, work, {i0, i1}, {o}).conv = s;
+  AddLaunch(call, dop, work, {swap ? i1 : i0, swap ? i0 : i1}, {o}).conv = s;
   return absl::OkStatus();
 }
 
@@ -787,7 +792,9 @@ absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
     return PlanOptimizer(name, in, out, a, call);
   }
   if (name == op::kConv2dForward || name == op::kConv2dGradInput ||
-      name == op::kConv2dGradWeight) {
+      name == op::kConv2dGradWeight || name == op::kConvTranspose2dForward ||
+      name == op::kConvTranspose2dGradInput ||
+      name == op::kConvTranspose2dGradWeight) {
     return PlanConv(name, in, out, a, call);
   }
   if (name == op::kMaxPool2dForward || name == op::kMaxPool2dGrad ||

@@ -169,6 +169,27 @@ absl::Status CudnnConvKernel(absl::Span<const Tensor> in,
                              in[1].span<float>(), out[0].span<float>());
 }
 
+// The transposed convolution on cuDNN: the conv2d direction kDir of the
+// conv2d s whose input gradient it is (forward: kGradInput; grad_input:
+// kForward; grad_weight: kGradWeight with dy as s's input and x as s's
+// output gradient).
+template <ConvDirection kDir, Mode kMode>
+absl::Status CudnnConvTransposeKernel(absl::Span<const Tensor> in,
+                                      absl::Span<Tensor> out,
+                                      const OpAttrs& a) {
+  const char* name =
+      kDir == ConvDirection::kGradInput ? op::kConvTranspose2dForward
+      : kDir == ConvDirection::kForward ? op::kConvTranspose2dGradInput
+                                        : op::kConvTranspose2dGradWeight;
+  LS_ASSIGN_OR_RETURN(const sp::Conv2dShape s,
+                      sp::ValidateConv2dCall(name, in, out, a));
+  LS_RETURN_IF_ERROR(vendor::CheckCudnnConv2d(name, s));
+  const bool swap = kDir == ConvDirection::kGradWeight;
+  return vendor::CudnnConv2d(kMode, kDir, s, in[swap ? 1 : 0].span<float>(),
+                             in[swap ? 0 : 1].span<float>(),
+                             out[0].span<float>());
+}
+
 absl::Status AtomicBiasAddGradKernel(absl::Span<const Tensor> in,
                                      absl::Span<Tensor> out, const OpAttrs&) {
   LS_RETURN_IF_ERROR(CheckArity(op::kBiasAddGrad, in, 1, out, 1));
@@ -235,6 +256,12 @@ absl::Status RegisterCudaVendorKernels(Registry* registry) {
       &CudnnConvKernel<ConvDirection::kGradInput, kDef>;
   const KernelFn def_conv_gw =
       &CudnnConvKernel<ConvDirection::kGradWeight, kDef>;
+  const KernelFn def_convt_fwd =
+      &CudnnConvTransposeKernel<ConvDirection::kGradInput, kDef>;
+  const KernelFn def_convt_gin =
+      &CudnnConvTransposeKernel<ConvDirection::kForward, kDef>;
+  const KernelFn def_convt_gw =
+      &CudnnConvTransposeKernel<ConvDirection::kGradWeight, kDef>;
   const Entry entries[] = {
       // DETERMINISTIC.
       {op::kDenseForward, kDet, kCublasAlgorithm,
@@ -249,6 +276,12 @@ absl::Status RegisterCudaVendorKernels(Registry* registry) {
        &CudnnConvKernel<ConvDirection::kGradInput, kDet>},
       {op::kConv2dGradWeight, kDet, kCudnnAlgorithm,
        &CudnnConvKernel<ConvDirection::kGradWeight, kDet>},
+      {op::kConvTranspose2dForward, kDet, kCudnnAlgorithm,
+       &CudnnConvTransposeKernel<ConvDirection::kGradInput, kDet>},
+      {op::kConvTranspose2dGradInput, kDet, kCudnnAlgorithm,
+       &CudnnConvTransposeKernel<ConvDirection::kForward, kDet>},
+      {op::kConvTranspose2dGradWeight, kDet, kCudnnAlgorithm,
+       &CudnnConvTransposeKernel<ConvDirection::kGradWeight, kDet>},
       {op::kBiasAddGrad, kDet, kGatherAlgorithm,
        &GatherKernel<op::kBiasAddGrad>},
       {op::kMaxPool2dGrad, kDet, kGatherAlgorithm,
@@ -271,6 +304,15 @@ absl::Status RegisterCudaVendorKernels(Registry* registry) {
       {op::kConv2dGradInput, kDef, kVendorDefaultAlgorithm, def_conv_gin},
       {op::kConv2dGradWeight, kDef, kCudnnFindAlgorithm, def_conv_gw},
       {op::kConv2dGradWeight, kDef, kVendorDefaultAlgorithm, def_conv_gw},
+      {op::kConvTranspose2dForward, kDef, kCudnnFindAlgorithm, def_convt_fwd},
+      {op::kConvTranspose2dForward, kDef, kVendorDefaultAlgorithm,
+       def_convt_fwd},
+      {op::kConvTranspose2dGradInput, kDef, kCudnnFindAlgorithm, def_convt_gin},
+      {op::kConvTranspose2dGradInput, kDef, kVendorDefaultAlgorithm,
+       def_convt_gin},
+      {op::kConvTranspose2dGradWeight, kDef, kCudnnFindAlgorithm, def_convt_gw},
+      {op::kConvTranspose2dGradWeight, kDef, kVendorDefaultAlgorithm,
+       def_convt_gw},
       {op::kBiasAddGrad, kDef, kVendorAtomicAlgorithm,
        &AtomicBiasAddGradKernel},
       {op::kBiasAddGrad, kDef, kVendorDefaultAlgorithm,

@@ -16,6 +16,10 @@
 //         the first that cuDNN's heuristics (cudnnGet*Algorithm_v7) report
 //         as deterministic and successful within a 256 MiB workspace cap;
 //         never timed
+//     conv_transpose2d.forward, .grad_input, .grad_weight       "cudnn"
+//         the same cuDNN calls on the conv2d whose input gradient it is
+//         (its forward is that conv2d's backward-data, its grad_input the
+//         conv2d's forward, its grad_weight the conv2d's backward-filter)
 //     bias_add.grad, max_pool2d.grad                            "gather"
 //         the CANONICAL CUDA kernels (one thread per output, no atomics;
 //         kernels/cuda/): deterministic by construction, and bit-identical
@@ -35,6 +39,8 @@
 //         nondeterministic ones included, once per shape per process
 //         (NONDETERMINISTIC: the choice depends on timings, and the chosen
 //         algorithm may use atomics)
+//     conv_transpose2d.forward, .grad_input, .grad_weight  "cudnn_find"
+//         the same, on the conv2d whose input gradient it is
 //     bias_add.grad                                             "atomic"
 //         our kernel: per-slice sums added into db with atomicAdd
 //         (NONDETERMINISTIC)
@@ -44,16 +50,16 @@
 //     embedding.grad_weight                                     "atomic"
 //         our scatter: each dy element added into dw[ids[p]] with
 //         atomicAdd (NONDETERMINISTIC when an id repeats)
-//     and, for each of those nine ops, "default": the kernel the worker
+//     and, for each of those twelve ops, "default": the kernel the worker
 //     runs for DEFAULT when no algorithm is named; split_k_atomic for
 //     dense.forward (as on the CPU), cublas for dense.grad_*, cudnn_find
-//     for conv2d.*, atomic for bias_add.grad, max_pool2d.grad and
-//     embedding.grad_weight;
+//     for conv2d.* and conv_transpose2d.*, atomic for bias_add.grad,
+//     max_pool2d.grad and embedding.grad_weight;
 //     and "deterministic" for each op with a DETERMINISTIC kernel above:
 //     that kernel, for a DEFAULT job that pins single ops to repeatable
 //     kernels (config.op_algorithms).
 //
-// 35 keys in all. Registration needs no device. Every kernel validates its
+// 56 keys in all. Registration needs no device. Every kernel validates its
 // call exactly as the CPU backend does (same validators, same
 // INVALID_ARGUMENT messages) before touching the device; the cuDNN kernels
 // then return UNIMPLEMENTED for what legacy cuDNN cannot express

@@ -72,6 +72,18 @@ std::vector<std::string> DocumentedKeys() {
       "matmul.grad/DEFAULT/default/cuda",
       "matmul.forward/DEFAULT/deterministic/cuda",
       "matmul.grad/DEFAULT/deterministic/cuda",
+      "conv_transpose2d.forward/DETERMINISTIC/cudnn/cuda",
+      "conv_transpose2d.grad_input/DETERMINISTIC/cudnn/cuda",
+      "conv_transpose2d.grad_weight/DETERMINISTIC/cudnn/cuda",
+      "conv_transpose2d.forward/DEFAULT/cudnn_find/cuda",
+      "conv_transpose2d.forward/DEFAULT/default/cuda",
+      "conv_transpose2d.grad_input/DEFAULT/cudnn_find/cuda",
+      "conv_transpose2d.grad_input/DEFAULT/default/cuda",
+      "conv_transpose2d.grad_weight/DEFAULT/cudnn_find/cuda",
+      "conv_transpose2d.grad_weight/DEFAULT/default/cuda",
+      "conv_transpose2d.forward/DEFAULT/deterministic/cuda",
+      "conv_transpose2d.grad_input/DEFAULT/deterministic/cuda",
+      "conv_transpose2d.grad_weight/DEFAULT/deterministic/cuda",
   };
   std::sort(keys.begin(), keys.end());
   return keys;
@@ -99,7 +111,7 @@ TEST(VendorBackendTest, RegistersExactlyTheDocumentedKeysOrReportsNoCuda) {
   for (const KernelKey& k : registry.Keys()) got.push_back(k.DebugString());
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, DocumentedKeys());
-  EXPECT_EQ(registry.size(), 44u);
+  EXPECT_EQ(registry.size(), 56u);
   EXPECT_EQ(RegisterCudaVendorKernels(&registry).code(),
             absl::StatusCode::kAlreadyExists);
 }
@@ -181,6 +193,15 @@ Call ValidCall(const std::string& op) {
   } else if (op == op::kConv2dGradWeight) {
     c.in = {Filled({1, 2, 5, 5}, 1), Filled({1, 3, 5, 5}, -1)};
     c.out = {Filled({3, 2, 3, 3}, 7)};
+  } else if (op == op::kConvTranspose2dForward) {
+    c.in = {Filled({1, 3, 5, 5}, 1), Filled({3, 2, 3, 3}, -1)};
+    c.out = {Filled({1, 2, 5, 5}, 7)};
+  } else if (op == op::kConvTranspose2dGradInput) {
+    c.in = {Filled({1, 2, 5, 5}, 1), Filled({3, 2, 3, 3}, -1)};
+    c.out = {Filled({1, 3, 5, 5}, 7)};
+  } else if (op == op::kConvTranspose2dGradWeight) {
+    c.in = {Filled({1, 3, 5, 5}, 1), Filled({1, 2, 5, 5}, -1)};
+    c.out = {Filled({3, 2, 3, 3}, 7)};
   } else if (op == op::kBiasAddGrad) {
     c.in = {Filled({2, 3, 4}, 1)};
     c.out = {Filled({3}, 7)};
@@ -202,7 +223,7 @@ Call ValidCall(const std::string& op) {
     c.out = {Filled({2, 3, 4}, 7), Filled({2, 4, 2}, 7)};
     c.attrs.scale = 0.5f;
   }
-  if (op.rfind("conv2d.", 0) == 0) {
+  if (op.rfind("conv2d.", 0) == 0 || op.rfind("conv_transpose2d.", 0) == 0) {
     c.attrs.pad_top = c.attrs.pad_bottom = 1;
     c.attrs.pad_left = c.attrs.pad_right = 1;
   }
@@ -284,7 +305,8 @@ TEST(VendorBackendTest, BadCallsAreInvalidArgumentWithTheSharedMessages) {
       Call c = ValidCall(key.op);
       if (key.op.rfind("dense.", 0) == 0 || key.op.rfind("matmul.", 0) == 0) {
         c.attrs.transpose_x = true;  // op(x) / op(a) no longer matches
-      } else if (key.op.rfind("conv2d.", 0) == 0) {
+      } else if (key.op.rfind("conv2d.", 0) == 0 ||
+                 key.op.rfind("conv_transpose2d.", 0) == 0) {
         c.attrs.stride_h = 0;
       } else if (key.op == op::kMaxPool2dGrad) {
         c.attrs.kernel_h = 0;
@@ -316,7 +338,7 @@ TEST(VendorBackendTest, BadCallsAreInvalidArgumentWithTheSharedMessages) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 44 * 4 + 5);  // + aliasing for 5 dense.forward keys
+  EXPECT_EQ(checked, 56 * 4 + 5);  // + aliasing for 5 dense.forward keys
 }
 
 // The dense kernels' messages are the shared validator's own.

@@ -49,6 +49,7 @@ enum class Kind {
   kConvForward,
   kConvGradInput,
   kConvGradWeight,
+  kConvTransposeGradWeight,  // conv2d grad_weight, inputs {dy, x}
   kBiasAddGrad,
   kMaxPoolGrad,
   kMatMulForward,
@@ -180,6 +181,31 @@ std::vector<Case> ConvCases(const sp::Conv2dShape& s, uint32_t seed) {
   return cases;
 }
 
+// The transposed convolution whose conv2d is s (docs/canonical-arithmetic.md
+// 4.12): x is s's output shape, y s's input shape.
+std::vector<Case> ConvTransposeCases(const sp::Conv2dShape& s, uint32_t seed) {
+  std::vector<Case> cases;
+  for (const Case& c : ConvCases(s, seed)) {
+    Case t = c;
+    const std::string dims = c.label.substr(c.label.find(' '));
+    if (c.kind == Kind::kConvGradInput) {  // in {x := dy, w}, out {y}
+      t.label = "conv_transpose2d.forward" + dims;
+      t.op = op::kConvTranspose2dForward;
+    } else if (c.kind == Kind::kConvForward) {  // in {dy := x, w}, out {dx}
+      t.label = "conv_transpose2d.grad_input" + dims;
+      t.op = op::kConvTranspose2dGradInput;
+    } else {  // in {x := s's dy, dy := s's x}, out {dw}
+      t.label = "conv_transpose2d.grad_weight" + dims;
+      t.op = op::kConvTranspose2dGradWeight;
+      t.kind = Kind::kConvTransposeGradWeight;
+      std::swap(t.in_shapes[0], t.in_shapes[1]);
+      std::swap(t.in[0], t.in[1]);
+    }
+    cases.push_back(std::move(t));
+  }
+  return cases;
+}
+
 sp::Conv2dShape ConvShape(int64_t n, int64_t ci, int64_t h, int64_t w,
                           int64_t co, int64_t kh, int64_t kw, int64_t sh,
                           int64_t sw, int64_t ph, int64_t pw, int64_t dh,
@@ -285,6 +311,14 @@ std::vector<Case> AllCases() {
     for (const Case& k : ConvCases(s, seed)) cases.push_back(k);
     seed += 10;
   }
+  // Transposed convolutions: stride 2 with an output-padding row (x 5x5 ->
+  // y 10x9); grouped and dilated.
+  for (const sp::Conv2dShape& s :
+       {ConvShape(2, 4, 10, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1),
+        ConvShape(1, 6, 11, 9, 4, 3, 2, 2, 1, 1, 0, 1, 2, 2)}) {
+    for (const Case& k : ConvTransposeCases(s, seed)) cases.push_back(k);
+    seed += 10;
+  }
   cases.push_back(BiasGradCase({4, 5, 6, 7}, 200));
   cases.push_back(BiasGradCase({64, 10}, 201));
   cases.push_back(MaxPoolGradCase(2, 3, 9, 9, 3, 2, 1, 300));
@@ -313,6 +347,9 @@ std::vector<float> Reference(const Case& k,
     case Kind::kConvGradWeight:
       sp::Conv2dGradWeight(k.conv, in[0].data(), in[1].data(), out.data());
       break;
+    case Kind::kConvTransposeGradWeight:
+      sp::Conv2dGradWeight(k.conv, in[1].data(), in[0].data(), out.data());
+      break;
     case Kind::kBiasAddGrad:
       c::BiasAddGrad(k.bias, in[0].data(), out.data());
       break;
@@ -338,7 +375,8 @@ struct Tolerance {
 Tolerance ToleranceFor(const KernelKey& key, const Case& k) {
   Tolerance t;
   t.relative = 2.0 * static_cast<double>(k.terms + 2) * kFloatU;
-  if (key.op.rfind("conv2d.", 0) == 0) {
+  if (key.op.rfind("conv2d.", 0) == 0 ||
+      key.op.rfind("conv_transpose2d.", 0) == 0) {
     t.global = 1e-4;
     if (key.mode == Mode::kDefault) {
       t.relative += std::ldexp(1.0, -9);

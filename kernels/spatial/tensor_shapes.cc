@@ -162,6 +162,19 @@ absl::StatusOr<Conv2dShape> ValidateConv2dCall(absl::string_view op,
     LS_ASSIGN_OR_RETURN(s, ConvShape(op, in[0], out[0], a, "x", "dw"));
     LS_RETURN_IF_ERROR(CheckNchw(op, in[1], "dy"));
     LS_RETURN_IF_ERROR(ExpectShape(op, in[1], ConvOutShape(s), "dy"));
+  } else if (op == kop::kConvTranspose2dForward) {
+    // s is the conv2d over y whose input gradient this is.
+    LS_ASSIGN_OR_RETURN(s, ConvShape(op, out[0], in[1], a, "y", "w"));
+    LS_RETURN_IF_ERROR(CheckNchw(op, in[0], "x"));
+    LS_RETURN_IF_ERROR(ExpectShape(op, in[0], ConvOutShape(s), "x"));
+  } else if (op == kop::kConvTranspose2dGradInput) {
+    LS_ASSIGN_OR_RETURN(s, ConvShape(op, in[0], in[1], a, "dy", "w"));
+    LS_RETURN_IF_ERROR(CheckNchw(op, out[0], "dx"));
+    LS_RETURN_IF_ERROR(ExpectShape(op, out[0], ConvOutShape(s), "dx"));
+  } else if (op == kop::kConvTranspose2dGradWeight) {
+    LS_ASSIGN_OR_RETURN(s, ConvShape(op, in[1], out[0], a, "dy", "dw"));
+    LS_RETURN_IF_ERROR(CheckNchw(op, in[0], "x"));
+    LS_RETURN_IF_ERROR(ExpectShape(op, in[0], ConvOutShape(s), "x"));
   } else {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: not a conv2d op", op));

@@ -48,8 +48,10 @@ std::vector<int64_t> PoolOutShape(const Pool2dShape& s);
 // A whole conv2d.* call, as every backend checks it before computing:
 // arity, ranks, dtypes, shapes and aliasing, in that order. op is
 // conv2d.forward (in {x, w}, out {y}), conv2d.grad_input (in {dy, w},
-// out {dx}) or conv2d.grad_weight (in {x, dy}, out {dw}); anything else is
-// INVALID_ARGUMENT.
+// out {dx}) or conv2d.grad_weight (in {x, dy}, out {dw}), or a
+// conv_transpose2d.* op with the same arguments: then the shape returned is
+// that of the conv2d whose input gradient the transposed convolution is
+// (its input is y, dy; its output x). Anything else is INVALID_ARGUMENT.
 absl::StatusOr<Conv2dShape> ValidateConv2dCall(absl::string_view op,
                                                absl::Span<const Tensor> in,
                                                absl::Span<Tensor> out,

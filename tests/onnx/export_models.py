@@ -56,6 +56,27 @@ class SmallCnn(nn.Module):
         return self.head(self.drop(h))
 
 
+class ConvAutoencoder(nn.Module):
+    """A tiny conv encoder-decoder: stride-2 convolutions down, transposed
+    convolutions (stride 2, output_padding 1) up, with batch norm, and a
+    linear head on the reconstruction."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Conv2d(3, 6, 3, stride=2, padding=1)
+        self.bn1 = nn.BatchNorm2d(6)
+        self.dec = nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1,
+                                      output_padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(4)
+        self.up = nn.ConvTranspose2d(4, 2, 2, stride=1, groups=2)
+        self.head = nn.Linear(2 * 9 * 9, 3)
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.enc(x)))
+        h = F.relu(self.bn2(self.dec(h)))
+        return self.head(self.up(h).flatten(1))
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, dim, heads, block):
         super().__init__()
@@ -144,6 +165,9 @@ def main():
     torch.manual_seed(2)
     export(SmallCnn(), torch.randn(2, 3, 8, 8),
            os.path.join(out, "cnn.onnx"), True)
+    torch.manual_seed(5)
+    export(ConvAutoencoder(), torch.randn(2, 3, 8, 8),
+           os.path.join(out, "autoencoder.onnx"), True)
     torch.manual_seed(3)
     export(TinyGpt(), torch.randint(0, 32, (2, 8)),
            os.path.join(out, "gpt.onnx"), True)

@@ -72,13 +72,15 @@ TEST_F(OnnxE2E, ImportedModelsAreCertifiedWithTheirOnnxWeights) {
     const char* name;
     bool tokens;
   };
-  // cnn: batch norm, a depthwise residual block, dropout; gpt: a GPT block
+  // cnn: batch norm, a depthwise residual block, dropout; autoencoder:
+  // transposed convolutions (stride 2, output padding 1; grouped, with a
+  // bias) after batch norm; gpt: a GPT block
   // from primitives (decomposed LayerNorm, erf GELU, causal mask through
   // WHERE, Split into SLICEs). (gpt_nofold, exported without constant
   // folding, reads its token ids through an identity layer, which the
   // planner does not accept as a token model yet.)
-  for (const Case& c :
-       {Case{"mlp", false}, Case{"cnn", false}, Case{"gpt", true}}) {
+  for (const Case& c : {Case{"mlp", false}, Case{"cnn", false},
+                        Case{"autoencoder", false}, Case{"gpt", true}}) {
     SCOPED_TRACE(c.name);
     const std::string onnx = absl::StrCat(dir_, "/", c.name, ".onnx");
     const std::string json = absl::StrCat(dir_, "/", c.name, ".json");

@@ -318,6 +318,71 @@ TEST_F(OnnxImportTest, CnnKeepsBatchNormDropoutAndDepthwiseConv) {
   ExpectPlans(model, false);
 }
 
+TEST_F(OnnxImportTest, AutoencoderMapsConvTranspose) {
+  absl::StatusOr<ImportedModel> m = ImportOnnxFile(Path("autoencoder"));
+  ASSERT_THAT(m, IsOk());
+  const v1::Model& model = m->model;
+  const std::map<std::string, int> counts = OpCounts(model);
+  EXPECT_EQ(counts.at("CONV2D"), 1);
+  EXPECT_EQ(counts.at("CONV_TRANSPOSE2D"), 2);
+  EXPECT_EQ(counts.at("BATCH_NORM"), 2);
+  // nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1, output_padding=1,
+  // bias=False): 4x4 -> 8x8.
+  const v1::Layer* dec = FindLayer(model, "dec.ConvTranspose");
+  ASSERT_NE(dec, nullptr);
+  EXPECT_EQ(dec->op(), v1::CONV_TRANSPOSE2D);
+  const v1::Conv2dParams& d = dec->conv2d();
+  EXPECT_EQ(d.filters(), 4);
+  EXPECT_EQ(d.kernel_h(), 3);
+  EXPECT_EQ(d.kernel_w(), 3);
+  EXPECT_EQ(d.stride_h(), 2);
+  EXPECT_EQ(d.stride_w(), 2);
+  EXPECT_EQ(d.pad_h(), 1);
+  EXPECT_EQ(d.pad_w(), 1);
+  EXPECT_EQ(d.output_padding_h(), 1);
+  EXPECT_EQ(d.output_padding_w(), 1);
+  EXPECT_EQ(d.groups(), 1);
+  EXPECT_FALSE(d.use_bias());
+  // nn.ConvTranspose2d(4, 2, 2, groups=2) with its bias: 8x8 -> 9x9.
+  const v1::Layer* up = FindLayer(model, "up.ConvTranspose");
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(up->conv2d().filters(), 2);
+  EXPECT_EQ(up->conv2d().groups(), 2);
+  EXPECT_EQ(up->conv2d().output_padding_h(), 0);
+  EXPECT_TRUE(up->conv2d().use_bias());
+
+  // The weights keep PyTorch's [C_in, C_out / groups, kh, kw] layout.
+  const onnx::ModelProto onnx_model = Onnx("autoencoder");
+  const v1::ParameterTensor* w =
+      FindTensor(m->parameters, "dec.ConvTranspose", "weight");
+  ASSERT_NE(w, nullptr);
+  EXPECT_THAT(w->shape(), ::testing::ElementsAre(6, 4, 3, 3));
+  EXPECT_EQ(Bits(w->data()), Bits(Init(onnx_model, "dec.weight")));
+  const v1::ParameterTensor* uw =
+      FindTensor(m->parameters, "up.ConvTranspose", "weight");
+  ASSERT_NE(uw, nullptr);
+  EXPECT_THAT(uw->shape(), ::testing::ElementsAre(4, 1, 2, 2));
+  const v1::ParameterTensor* ub =
+      FindTensor(m->parameters, "up.ConvTranspose", "bias");
+  ASSERT_NE(ub, nullptr);
+  EXPECT_EQ(Bits(ub->data()), Bits(Init(onnx_model, "up.bias")));
+  ExpectEveryInitializerLanded(onnx_model, m->parameters, {});
+
+  // It plans, with the shapes PyTorch computed.
+  absl::StatusOr<model::ModelPlan> plan =
+      model::PlanModel(model, Config(false), model::Limits());
+  ASSERT_THAT(plan, IsOk());
+  for (const model::LayerPlan& l : plan->layers) {
+    if (l.name == "dec.ConvTranspose") {
+      EXPECT_THAT(l.output_shape, ::testing::ElementsAre(4, 4, 8, 8));
+      EXPECT_THAT(l.params[0].shape, ::testing::ElementsAre(6, 4, 3, 3));
+    }
+    if (l.name == "up.ConvTranspose") {
+      EXPECT_THAT(l.output_shape, ::testing::ElementsAre(4, 2, 9, 9));
+    }
+  }
+}
+
 TEST_F(OnnxImportTest, GptBlockFromPrimitives) {
   absl::StatusOr<ImportedModel> m = ImportOnnxFile(Path("gpt"));
   ASSERT_THAT(m, IsOk());
@@ -683,6 +748,81 @@ TEST(OnnxImportErrorsTest, AsymmetricConvPadsNameTheNode) {
                                   HasSubstr("node \"/block/conv\" (Conv): "
                                             "pads [0, 0, 1, 1]: only "
                                             "symmetric padding")));
+}
+
+void AddInts(onnx::NodeProto* n, const std::string& name,
+             std::vector<int64_t> values) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t v : values) a->add_ints(v);
+}
+
+TEST(OnnxImportErrorsTest, ConvTransposeOutputPaddingMustStayBelowTheStride) {
+  onnx::ModelProto m = Graph();
+  AddFloatInit(&m, "w", {3, 2, 3, 3}, 0.5f);
+  auto* n = AddNode(&m, "ConvTranspose", "/up", {"x", "w"}, "y");
+  AddInts(n, "strides", {2, 2});
+  AddInts(n, "output_padding", {2, 0});
+  SetOutput(&m, "y");
+  EXPECT_THAT(
+      Import(m),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("node \"/up\" (ConvTranspose): pads [0, 0, 0, 0] "
+                         "with output_padding [2, 0] and strides [2, 2] give "
+                         "an output padding of 2 along axis 2; it must lie "
+                         "in 0..1")));
+  // W's first dimension is the input channel count.
+  onnx::ModelProto m2 = Graph();
+  AddFloatInit(&m2, "w", {4, 2, 3, 3}, 0.5f);
+  AddNode(&m2, "ConvTranspose", "/up", {"x", "w"}, "y");
+  SetOutput(&m2, "y");
+  EXPECT_THAT(Import(m2), StatusIs(absl::StatusCode::kInvalidArgument,
+                                   HasSubstr("W [4, 2, 3, 3] and group 1 do "
+                                             "not fit input channels 3")));
+  // An output_shape larger than the full output is refused.
+  onnx::ModelProto m3 = Graph();
+  AddFloatInit(&m3, "w", {3, 2, 3, 3}, 0.5f);
+  n = AddNode(&m3, "ConvTranspose", "/up", {"x", "w"}, "y");
+  AddInts(n, "strides", {2, 2});
+  AddInts(n, "output_shape", {18, 17});
+  SetOutput(&m3, "y");
+  EXPECT_THAT(Import(m3),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("output_shape [18, 17] is larger than the "
+                                 "full transposed convolution (1 more along "
+                                 "axis 2)")));
+}
+
+// Asymmetric pads (begin, end) and output_shape become a symmetric pad and
+// an output padding with the same output elements.
+TEST(OnnxImportErrorsTest, ConvTransposePadsAndOutputShapeMapToOutputPadding) {
+  for (const bool by_shape : {false, true}) {
+    onnx::ModelProto m = Graph();
+    AddFloatInit(&m, "w", {3, 2, 3, 3}, 0.5f);
+    auto* n = AddNode(&m, "ConvTranspose", "/up", {"x", "w"}, "y");
+    AddInts(n, "strides", {2, 2});
+    // 8 -> 2 * 7 + 3 = 17 before padding; 16 = 17 - (1 + 0).
+    if (by_shape) {
+      AddInts(n, "output_shape", {16, 16});
+    } else {
+      AddInts(n, "pads", {1, 1, 0, 0});
+    }
+    AddFloatInit(&m, "fw", {2 * 16 * 16, 3}, 0.25f);
+    AddNode(&m, "Flatten", "/flat", {"y"}, "f");
+    AddNode(&m, "Gemm", "/fc", {"f", "fw"}, "z");
+    SetOutput(&m, "z");
+    absl::StatusOr<ImportedModel> im = Import(m);
+    ASSERT_THAT(im, IsOk()) << by_shape;
+    const v1::Layer* up = FindLayer(im->model, "up");
+    ASSERT_NE(up, nullptr);
+    EXPECT_EQ(up->conv2d().pad_h(), 1);
+    EXPECT_EQ(up->conv2d().pad_w(), 1);
+    EXPECT_EQ(up->conv2d().output_padding_h(), 1);
+    EXPECT_EQ(up->conv2d().output_padding_w(), 1);
+    EXPECT_THAT(model::PlanModel(im->model, Config(false), model::Limits()),
+                IsOk());
+  }
 }
 
 TEST(OnnxImportErrorsTest, ShapeOperandMustBeConstant) {

@@ -13,8 +13,9 @@ which the spec bounds element by element:
 
 with cond and k per error family (docs/parity.md, "One op at a time"):
 
-  linear     sums and dot products (dense, conv2d, matmul, pooling, resize,
-             bias, add, flatten, embedding, dropout): cond = the op applied to the
+  linear     sums and dot products (dense, conv2d, conv_transpose2d, matmul,
+             pooling, resize, bias, add, flatten, embedding, dropout): cond
+             = the op applied to the
              absolute values of its inputs (forward) or the vector-Jacobian
              product of |inputs| with |dy| (backward), i.e. sum |terms|;
              k = 256 (a chain) + 32 (the pairwise tree of up to 2^32
@@ -53,7 +54,8 @@ K_OPT = 16
 TINY = 2.0 ** -140  # absolute slack: subnormal results round by 2^-150
 
 FAMILY = {
-    "DENSE": "linear", "CONV2D": "linear", "AVG_POOL2D": "linear",
+    "DENSE": "linear", "CONV2D": "linear", "CONV_TRANSPOSE2D": "linear",
+    "AVG_POOL2D": "linear",
     "GLOBAL_AVG_POOL": "linear", "FLATTEN": "linear", "ADD": "linear",
     "RESIZE_BILINEAR": "linear", "BIAS_ADD": "linear", "EMBEDDING": "linear",
     "DROPOUT": "linear", "MATMUL": "linear",

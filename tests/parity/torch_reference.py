@@ -62,6 +62,20 @@ def op_conv2d(layer, x, p, ctx):
     return y
 
 
+def op_conv_transpose2d(layer, x, p, ctx):
+    # Weight [in_channels, filters / groups, kh, kw], PyTorch's layout.
+    c = layer.get("conv2d", {})
+    y = F.conv_transpose2d(
+        x[0], p["WEIGHT"], p.get("BIAS"),
+        stride=(c.get("stride_h") or 1, c.get("stride_w") or 1),
+        padding=(c.get("pad_h", 0), c.get("pad_w", 0)),
+        output_padding=(c.get("output_padding_h", 0),
+                        c.get("output_padding_w", 0)),
+        groups=c.get("groups") or 1,
+        dilation=(c.get("dilation_h") or 1, c.get("dilation_w") or 1))
+    return y
+
+
 def _pool_geometry(layer):
     q = layer.get("pool", {})
     k = (q["kernel_h"], q["kernel_w"])
@@ -279,6 +293,7 @@ def op_softmax_xent(layer, x, p, ctx):
 OPS = {
     "DENSE": op_dense,
     "CONV2D": op_conv2d,
+    "CONV_TRANSPOSE2D": op_conv_transpose2d,
     "MAX_POOL2D": op_max_pool2d,
     "AVG_POOL2D": op_avg_pool2d,
     "GLOBAL_AVG_POOL": op_global_avg_pool,

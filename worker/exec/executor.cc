@@ -801,6 +801,7 @@ absl::Status Executor::State::Forward() {
     switch (lp.op) {
       case v1::DENSE:
       case v1::CONV2D:
+      case v1::CONV_TRANSPOSE2D:
       case v1::EMBEDDING: {
         const Tensor in[] = {l.in[0], l.params[l.weight]};
         Tensor out[] = {l.out_k};
@@ -969,7 +970,8 @@ absl::Status Executor::State::Backward() {
     if (!any) continue;
     switch (lp.op) {
       case v1::DENSE:
-      case v1::CONV2D: {
+      case v1::CONV2D:
+      case v1::CONV_TRANSPOSE2D: {
         const Tensor in[] = {l.dy_k, l.params[l.weight]};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(

@@ -90,10 +90,19 @@ absl::StatusOr<RunResult> RunZoo(const Zoo& z, ExecutorOptions options = {}) {
                 std::move(options));
 }
 
-const char* const kZoo[] = {"mlp",       "lenet5",       "resnet_small",
-                            "gauntlet",  "norm_mlp",     "mobilenet_tiny",
-                            "resnet_bn", "char_lm",      "gpt_tiny",
-                            "resnet18",  "mobilenet_v2", "vit_tiny"};
+const char* const kZoo[] = {"mlp",
+                            "lenet5",
+                            "resnet_small",
+                            "gauntlet",
+                            "norm_mlp",
+                            "mobilenet_tiny",
+                            "resnet_bn",
+                            "char_lm",
+                            "gpt_tiny",
+                            "resnet18",
+                            "mobilenet_v2",
+                            "vit_tiny",
+                            "conv_autoencoder"};
 
 // gpt_tiny with tied embeddings (examples/gpt_tiny/model_tied.json): one
 // PARAMETER table feeds the token GATHER and the logits MATMUL
@@ -629,9 +638,10 @@ double Mean(const std::vector<float>& v, size_t from, size_t to) {
 // on its synthetic data, at least halves the loss (the mean of the last 5
 // steps is at most half the mean of the first 5).
 TEST(ZooTest, ExampleConfigsHalveTheLoss) {
-  for (const char* name : {"mlp", "lenet5", "resnet_small", "norm_mlp",
-                           "mobilenet_tiny", "resnet_bn", "char_lm", "gpt_tiny",
-                           "resnet18", "mobilenet_v2", "vit_tiny"}) {
+  for (const char* name :
+       {"mlp", "lenet5", "resnet_small", "norm_mlp", "mobilenet_tiny",
+        "resnet_bn", "char_lm", "gpt_tiny", "resnet18", "mobilenet_v2",
+        "vit_tiny", "conv_autoencoder"}) {
     SCOPED_TRACE(name);
     Zoo z = Load(name, 0, 0);
     ASSERT_NE(z.dataset, nullptr);
