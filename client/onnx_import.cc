@@ -43,6 +43,8 @@ constexpr int64_t kMaxOpset = 18;
 constexpr int64_t kMaxFoldedElements = int64_t{1} << 22;
 // Placeholder for "the model input" in Layer.inputs until layers are final.
 constexpr char kInputRef[] = "\x01input";
+// How a layer names the model input (model::kModelInputName, model/plan.h).
+constexpr char kModelInputName[] = "<input>";
 
 // A tensor known at import time (initializers, Constant nodes, shape
 // arithmetic). Integers are held exactly in doubles (|v| < 2^53).
@@ -2333,8 +2335,17 @@ absl::Status Importer::MapNode(const onnx::NodeProto& n) {
     return MapElementwise(n, v1::COMPARE, 2);
   }
   if (t == "Where") return MapElementwise(n, v1::WHERE, 3);
+  if (t == "Identity") {
+    // No layer: the output names the input's value (so a GATHER behind it
+    // still reads the model's token ids, and a known value stays known).
+    absl::StatusOr<Value*> x = In(n, 0);
+    if (!x.ok()) return x.status();
+    const Value v = **x;
+    values_[n.output(0)] = v;
+    return absl::OkStatus();
+  }
   if (t == "Neg" || t == "Abs" || t == "Sqrt" || t == "Reciprocal" ||
-      t == "Exp" || t == "Log" || t == "Erf" || t == "Identity") {
+      t == "Exp" || t == "Log" || t == "Erf") {
     return MapSimple(n, v1::UNARY);
   }
   if (t == "Cast") return MapCast(n);
@@ -2688,8 +2699,10 @@ absl::StatusOr<ImportedModel> Importer::Run() {
   loss->set_origin(
       Printable(absl::StrFormat("%s (Lockstep loss)", g_.output(0).name())));
 
-  // The model input is reached through the first layer only: move its one
-  // reader there, or read it through an identity layer.
+  // The model input: a single one-input reader becomes the first layer
+  // (which reads the input implicitly, as hand-written models do); every
+  // other reader names it "<input>" (model::kModelInputName), so a GATHER of
+  // token ids reads the ids themselves.
   std::vector<int> readers;
   for (int i = 0; i < model_.layers_size(); ++i) {
     for (const std::string& s : model_.layers(i).inputs()) {
@@ -2711,21 +2724,10 @@ absl::StatusOr<ImportedModel> Importer::Run() {
     for (int i = readers[0]; i > 0; --i) layers->SwapElements(i, i - 1);
     *layers->Mutable(0) = moved;
   } else {
-    v1::Layer first;
-    first.set_name(UniqueName(input->name()));
-    first.set_op(v1::UNARY);
-    first.mutable_unary()->set_kind(v1::UNARY_IDENTITY);
-    first.set_origin(
-        Printable(absl::StrFormat("%s (model input)", input->name())));
     for (auto& l : *model_.mutable_layers()) {
       for (std::string& s : *l.mutable_inputs()) {
-        if (s == kInputRef) s = first.name();
+        if (s == kInputRef) s = kModelInputName;
       }
-    }
-    auto* layers = model_.mutable_layers();
-    *layers->Add() = first;
-    for (int i = layers->size() - 1; i > 0; --i) {
-      layers->SwapElements(i, i - 1);
     }
   }
 

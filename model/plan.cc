@@ -382,8 +382,9 @@ absl::Status Planner::ResolveInputs(int i, LayerPlan* lp) {
       lp->input_shapes.push_back(plan_.layers[producer].output_shape);
     }
   }
-  // Only MATMUL and the graph ops take unbatched inputs.
-  if (layer.op() < v1::CONSTANT && layer.op() != v1::MATMUL) {
+  // Only MATMUL, TRANSPOSE and the graph ops take unbatched inputs.
+  if (layer.op() < v1::CONSTANT && layer.op() != v1::MATMUL &&
+      layer.op() != v1::TRANSPOSE) {
     for (const int producer : lp->inputs) {
       if (producer != kModelInput && !plan_.layers[producer].batched) {
         return LayerError(
@@ -1041,11 +1042,18 @@ absl::Status Planner::PlanTranspose(int i, LayerPlan* lp) {
     }
     seen[v] = true;
   }
-  if (p.perm(0) != 0) {
+  // An unbatched input (a PARAMETER, a CONSTANT or a graph op of those,
+  // e.g. a tied embedding table read transposed) has no batch axis: any
+  // permutation, and the output is unbatched too.
+  const int producer = lp->inputs[0];
+  const bool batched =
+      producer == kModelInput || plan_.layers[producer].batched;
+  if (batched && p.perm(0) != 0) {
     return LayerError(i, absl::StrFormat("transpose.perm[0]: must be 0 (the "
                                          "batch axis stays first), got %d",
                                          p.perm(0)));
   }
+  lp->batched = batched;
   lp->attrs.perm_rank = rank;
   for (int d = 0; d < rank; ++d) {
     lp->attrs.perm[d] = p.perm(d);

@@ -212,7 +212,7 @@ absl::Status Conv2dGradWeightAtomicDepthwiseKernel(absl::Span<const Tensor> in,
   LS_ASSIGN_OR_RETURN(sp::Conv2dShape s,
                       ValidateConv2dCall(op::kConv2dGradWeight, in, out, a));
   if (s.groups > 1 && s.groups == s.c_in) {
-    return Conv2dGradWeightAtomicKernel(in, out, a);
+    return Conv2dGradWeightAtomicKernel<false>(in, out, a);
   }
   return Conv2dGradWeightKernel<ConvPath::kDeterministic>(in, out, a);
 }
@@ -443,10 +443,10 @@ absl::Status RegisterSpatialDeterministicAndDefaultKernels(Registry* registry) {
                   kCpuBackendName},
         &Conv2dGradWeightAtomicKernel<true>));
   }
-  LS_RETURN_IF_ERROR(registry->Register(
-      KernelKey{op::kConv2dGradWeight, Mode::kDefault,
-                kAtomicDepthwiseAlgorithm, kCpuBackendName},
-      &Conv2dGradWeightAtomicDepthwiseKernel));
+  LS_RETURN_IF_ERROR(
+      registry->Register(KernelKey{op::kConv2dGradWeight, Mode::kDefault,
+                                   kAtomicDepthwiseAlgorithm, kCpuBackendName},
+                         &Conv2dGradWeightAtomicDepthwiseKernel));
   return absl::OkStatus();
 }
 

@@ -179,36 +179,9 @@ v1::JobConfig Config(bool tokens) {
   return c;
 }
 
-// PlanModel must accept an imported model. Until the op set v3 graph
-// primitives (CONSTANT and later) are planned, PlanModel refuses the first
-// of them with one of the two refusals of an op it does not know ("op: <n>
-// is not a known LayerOp", or "<OP> takes no params" for an op whose params
-// it does not know yet). Exactly that refusal, on a layer of op set v3, is
-// tolerated; any other error fails the test. The check therefore switches
-// itself on as soon as PlanModel plans the graph ops.
+// PlanModel must accept an imported model.
 void ExpectPlans(const v1::Model& model, bool tokens) {
-  absl::StatusOr<model::ModelPlan> plan =
-      model::PlanModel(model, Config(tokens), model::Limits());
-  if (plan.ok()) return;
-  const std::string msg(plan.status().message());
-  int index = -1;
-  const size_t open = msg.find("layers[");
-  const size_t close = msg.find(']', open);
-  bool pending_graph_op = false;
-  if (open == 0 && close != std::string::npos &&
-      absl::SimpleAtoi(msg.substr(7, close - 7), &index) && index >= 0 &&
-      index < model.layers_size()) {
-    const v1::LayerOp op = model.layers(index).op();
-    pending_graph_op =
-        op >= v1::CONSTANT &&
-        (absl::StrContains(msg, "is not a known LayerOp") ||
-         absl::StrContains(msg, v1::LayerOp_Name(op) + " takes no params"));
-  }
-  EXPECT_TRUE(pending_graph_op) << plan.status();
-  if (pending_graph_op) {
-    std::printf("PlanModel check pending (graph op not planned yet): %s\n",
-                msg.c_str());
-  }
+  EXPECT_THAT(model::PlanModel(model, Config(tokens), model::Limits()), IsOk());
 }
 
 TEST_F(OnnxImportTest, MlpMapsGemmToDense) {
@@ -487,18 +460,22 @@ TEST_F(OnnxImportTest, TiedEmbeddingStaysOneParameter) {
     }
   }
   EXPECT_THAT(readers, ::testing::ElementsAre("GATHER", "TRANSPOSE"));
-  // The token ids have two readers' worth of wiring: the GATHER reads them
-  // through the identity layer that comes first.
-  EXPECT_EQ(model.layers(0).name(), "input");
-  EXPECT_EQ(model.layers(0).unary().kind(), v1::UNARY_IDENTITY);
+  // The token ids go straight to the GATHER, which names the model input.
+  int gathers = 0;
+  for (const auto& l : model.layers()) {
+    if (l.op() != v1::GATHER) continue;
+    ++gathers;
+    EXPECT_EQ(l.inputs(1), "<input>") << l.name();
+  }
+  EXPECT_EQ(gathers, 1);
   const v1::ParameterTensor* v =
       FindTensor(m->parameters, "wte.weight", "value");
   ASSERT_NE(v, nullptr);
   EXPECT_EQ(Bits(v->data()), Bits(Init(Onnx("gpt_nofold"), "wte.weight")));
   ExpectEveryInitializerLanded(Onnx("gpt_nofold"), m->parameters,
                                {"attn.mask"});
-  // Not planned here: PlanModel lets only an EMBEDDING layer read token
-  // ids, and this model reads them with a GATHER.
+  // The table read transposed (an unbatched TRANSPOSE) plans.
+  ExpectPlans(model, true);
 }
 
 TEST_F(OnnxImportTest, UnsupportedNodesAreAllListedInOneError) {
@@ -862,17 +839,18 @@ TEST(OnnxImportErrorsTest, InfiniteConstantIsRefused) {
                                   HasSubstr("Lockstep constants are finite")));
 }
 
-TEST(OnnxImportErrorsTest, ModelInputReadTwiceGoesThroughAnIdentity) {
-  // x + x: the model input has two readers, so an identity layer reads it.
+TEST(OnnxImportErrorsTest, ModelInputReadTwiceIsNamedByItsReader) {
+  // x + x: the model input has two readers' worth of wiring; the BINARY
+  // names it "<input>" twice (no identity layer in between).
   onnx::ModelProto m = Graph();
   AddNode(&m, "Add", "/add", {"x", "x"}, "y");
   SetOutput(&m, "y");
   absl::StatusOr<ImportedModel> r = Import(m);
   ASSERT_THAT(r, IsOk());
-  ASSERT_EQ(r->model.layers_size(), 3);
-  EXPECT_EQ(r->model.layers(0).name(), "x");
-  EXPECT_EQ(r->model.layers(0).unary().kind(), v1::UNARY_IDENTITY);
-  EXPECT_THAT(r->model.layers(1).inputs(), ::testing::ElementsAre("x", "x"));
+  ASSERT_EQ(r->model.layers_size(), 2);
+  EXPECT_EQ(r->model.layers(0).op(), v1::BINARY);
+  EXPECT_THAT(r->model.layers(0).inputs(),
+              ::testing::ElementsAre("<input>", "<input>"));
   EXPECT_EQ(r->model.num_classes(), 8);
 }
 

@@ -106,10 +106,41 @@ constexpr char kTiedModel[] = R"pb(
   layers { name: "loss" op: SOFTMAX_XENT }
 )pb";
 
-model::ModelPlan TiedPlan() {
+// The same model with the table read through an unbatched TRANSPOSE (as
+// an ONNX export without constant folding writes it) instead of
+// transpose_b.
+v1::Model TransposedTableModel() {
   v1::Model model;
   EXPECT_TRUE(
       google::protobuf::TextFormat::ParseFromString(kTiedModel, &model));
+  v1::Model out = model;
+  out.clear_layers();
+  for (const v1::Layer& l : model.layers()) {
+    if (l.name() == "logits") {
+      v1::Layer* t = out.add_layers();
+      t->set_name("table_t");
+      t->set_op(v1::TRANSPOSE);
+      t->add_inputs("table");
+      t->mutable_transpose()->add_perm(1);
+      t->mutable_transpose()->add_perm(0);
+      v1::Layer* m = out.add_layers();
+      *m = l;
+      m->clear_inputs();
+      m->add_inputs("mixed");
+      m->add_inputs("table_t");
+      m->mutable_matmul()->set_transpose_b(false);
+      continue;
+    }
+    *out.add_layers() = l;
+  }
+  return out;
+}
+
+model::ModelPlan TiedPlan(bool transposed_table = false) {
+  v1::Model model;
+  EXPECT_TRUE(
+      google::protobuf::TextFormat::ParseFromString(kTiedModel, &model));
+  if (transposed_table) model = TransposedTableModel();
   v1::JobConfig config = model::testing::BaseConfig(kBatch, 1);
   config.mutable_dataset()->mutable_tokens();
   auto plan = model::PlanModel(model, config, model::Limits());
@@ -221,8 +252,10 @@ TEST(GraphExecutorTest, LossFallsAndModesRun) {
 // Central finite differences of the step-0 loss against the recorded
 // GRAD_WEIGHT / GRAD_BIAS of every parameter: the tied table's gradient is
 // the sum of its GATHER and MATMUL contributions.
-TEST(GraphExecutorTest, GradientsMatchFiniteDifferences) {
-  const model::ModelPlan plan = TiedPlan();
+class GradientsTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GradientsTest, GradientsMatchFiniteDifferences) {
+  const model::ModelPlan plan = TiedPlan(GetParam());
   const v1::JobConfig config = Config(1);
   auto init = [&](int layer, int param, int64_t element, float delta) {
     return [&plan, &config, layer, param, element, delta](
@@ -271,6 +304,43 @@ TEST(GraphExecutorTest, GradientsMatchFiniteDifferences) {
     }
   }
   EXPECT_GT(checked, 15);
+}
+
+// false: the table read with transpose_b; true: through an unbatched
+// TRANSPOSE, whose gradient (the inverse transpose) joins the GATHER's in
+// the table's fan-out sum.
+INSTANTIATE_TEST_SUITE_P(TableReads, GradientsTest, ::testing::Bool());
+
+// The transposed-table variant: the same logits, bit for bit, as
+// transpose_b (both read table[v][d] for logit v), and its run is identical
+// over threads and ISAs.
+TEST(GraphExecutorTest, UnbatchedTransposeOfTheTableMatchesTransposeB) {
+  const model::ModelPlan plan = TiedPlan(true);
+  int transposes = 0;
+  for (const auto& lp : plan.layers) {
+    if (lp.op == v1::TRANSPOSE) {
+      ++transposes;
+      EXPECT_FALSE(lp.batched);
+      EXPECT_EQ(lp.output_shape, (std::vector<int64_t>{3, 5}));
+    }
+  }
+  EXPECT_EQ(transposes, 1);
+  auto ref = RunTied(plan, Config(3));
+  ASSERT_THAT(ref, IsOk());
+  auto tied = RunTied(TiedPlan(false), Config(3));
+  ASSERT_THAT(tied, IsOk());
+  for (size_t i = 0; i < ref->losses.size(); ++i) {
+    EXPECT_EQ(ref->losses[i], tied->losses[i]) << "step " << i;
+  }
+  for (kernels::CpuIsa isa : kernels::SupportedCpuIsas()) {
+    kernels::SetCpuIsaForTesting(isa);
+    kernels::SetCpuThreadsForTesting(3);
+    auto r = RunTied(plan, Config(3));
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->run_digest, ref->run_digest) << kernels::CpuIsaName(isa);
+  }
+  kernels::SetCpuIsaForTesting(std::nullopt);
+  kernels::SetCpuThreadsForTesting(0);
 }
 
 }  // namespace
