@@ -271,6 +271,27 @@ LS_HD_INLINE float CompareElement(CompareKind k, float a, float b) {
   return r ? 1.0f : 0.0f;
 }
 
+// where.forward: a word select, every bit of the chosen operand kept.
+LS_HD_INLINE uint32_t WhereElement(float cond, uint32_t a, uint32_t b) {
+  return cond != 0.0f ? a : b;
+}
+
+// where.grad: the unreduced gradient term of operand k (0: a, 1: b).
+LS_HD_INLINE float WhereGradTerm(float cond, float dy, int k) {
+  const bool take_a = cond != 0.0f;
+  return take_a == (k == 0) ? dy : 0.0f;
+}
+
+// REDUCE MEAN: the canonical sum of n elements divided by n.
+LS_HD_INLINE float ReduceMeanElement(float sum, float n) {
+  return graph_internal::Canon(sum / n);
+}
+
+// reduce.grad: dy broadcast back (MEAN: dy / n, one division).
+LS_HD_INLINE float ReduceGradElement(bool mean, float dy, float n) {
+  return mean ? graph_internal::Canon(dy / n) : dy;
+}
+
 // The reduction of a tensor t of shape y (the broadcast shape) to an
 // operand shape x: x element j is the canonical sum of t over the y
 // elements that broadcast from j. `out_base[j]` is the offset in t of the
