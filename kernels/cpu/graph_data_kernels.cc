@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/atomic_float.h"
 #include "kernels/cpu/cpu_backend.h"

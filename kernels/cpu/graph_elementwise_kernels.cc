@@ -15,11 +15,8 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
-#include <string>
 #include <vector>
 
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/atomic_float.h"
 #include "kernels/cpu/cpu_backend.h"

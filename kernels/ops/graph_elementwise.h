@@ -22,8 +22,10 @@
 // fixed). REDUCE SUM is the same function.
 //
 // Header-only, LS_HD, raw pointers and shape structs: the CPU kernels
-// (kernels/cpu/graph_elementwise_kernels.cc) run these element functions and
-// test against the scalar loops here.
+// (kernels/cpu/graph_elementwise_kernels.cc) and the CUDA per-thread bodies
+// (kernels/cuda/thread_bodies.h) run these element functions, and the CPU
+// tests check against the scalar loops here. Call validation is in
+// graph_validate.h.
 #ifndef LOCKSTEP_KERNELS_OPS_GRAPH_ELEMENTWISE_H_
 #define LOCKSTEP_KERNELS_OPS_GRAPH_ELEMENTWISE_H_
 
