@@ -42,10 +42,9 @@ inline constexpr char kConcatForward[] = "concat.forward";
 inline constexpr char kConcatGrad[] = "concat.grad";
 }  // namespace op
 
-// The ops above, in that order. Registered by the CPU backend
-// (RegisterCpuGraphDataKernels); not part of AllOpNames() yet, so the CUDA
-// backend has no kernels for them and a CUDA job of such a model fails at
-// kernel resolution with NOT_FOUND naming the op.
+// The ops above, in that order. Not part of AllOpNames(); registered by the
+// CPU backend (RegisterCpuGraphDataKernels) and the CUDA backend
+// (kernels/cuda/cuda_backend.h, CudaCanonicalOpNames()).
 inline std::vector<std::string> GraphDataOpNames() {
   return {op::kConstant,      op::kParameterForward, op::kParameterGrad,
           op::kGatherForward, op::kGatherGrad,       op::kSliceForward,

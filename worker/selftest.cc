@@ -39,25 +39,13 @@ using kernels::Tensor;
 
 constexpr char kCpu[] = "cpu";
 
-// AllOpNames() and the graph data ops (CPU only so far).
+// AllOpNames() and the graph data ops (kernels/graph_ops.h).
 std::vector<std::string> AllOps() {
   std::vector<std::string> ops = kernels::AllOpNames();
   for (std::string& op : kernels::GraphDataOpNames()) {
     ops.push_back(std::move(op));
   }
   return ops;
-}
-
-bool IsGraphDataOp(const std::string& op) {
-  const std::vector<std::string> graph = kernels::GraphDataOpNames();
-  return std::find(graph.begin(), graph.end(), op) != graph.end();
-}
-
-// The broadcasting graph primitives have no CUDA kernels yet
-// (docs/canonical-arithmetic.md section 11).
-bool CpuOnly(const std::string& op) {
-  const std::vector<std::string> ops = kernels::GraphElementwiseOpNames();
-  return std::find(ops.begin(), ops.end(), op) != ops.end();
 }
 
 // Sets the CPU ISA override and the pool size for as long as it lives, and
@@ -390,25 +378,17 @@ absl::StatusOr<SelftestReport> RunSelftest(const kernels::Registry& registry,
       reference.push_back(std::move(out));
     }
 
-    // An available backend without this op's CANONICAL kernel.
+    // An available backend without this op's CANONICAL kernel: every
+    // backend has one for every op.
     for (const SelftestBackend& b : report.backends) {
       if (!b.available) continue;
-      // The graph data ops have CPU kernels only (kernels/graph_ops.h).
-      if (b.name != kCpu && IsGraphDataOp(op)) continue;
       const KernelKey want{op, Mode::kCanonical, kernels::kCanonicalAlgorithm,
                            b.name};
       if (!registry.Contains(want)) {
         SelftestRow row;
         row.key = want;
-        if (b.name == kernels::kCudaBackendName && CpuOnly(op)) {
-          // Known gap, reported but not a failure.
-          row.calls = row.unsupported_calls = 1;
-          row.unsupported_reason = "CPU-only op, no CUDA kernel yet";
-          row.verdict = RowVerdict::kInfo;
-        } else {
-          row.error = "no kernel registered";
-          row.verdict = RowVerdict::kFail;
-        }
+        row.error = "no kernel registered";
+        row.verdict = RowVerdict::kFail;
         report.rows.push_back(std::move(row));
       }
     }

@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cuda/emulated_backend.h"
 #include "kernels/graph_ops.h"
 #include "kernels/registry.h"
 #include "tests/testing/subprocess.h"
@@ -449,6 +450,39 @@ TEST(SelftestTest, AvailableBackendMissingACanonicalKernelFails) {
   ASSERT_EQ(report->FailingRows().size(), 1u);
   EXPECT_EQ(report->FailingRows()[0]->key.backend, "fakegpu");
   EXPECT_EQ(report->FailingRows()[0]->error, "no kernel registered");
+}
+
+// The graph primitives of op set v3 on a CUDA backend (the emulated one:
+// the CUDA plans and per-thread bodies on the host): one CANONICAL row per
+// op, run and bit-equal to the reference, none left out as unsupported.
+TEST(SelftestTest, CudaRowsCoverTheGraphPrimitives) {
+  Registry registry;
+  ASSERT_THAT(kernels::RegisterCpuCanonicalKernels(&registry), IsOk());
+  ASSERT_THAT(kernels::cuda::RegisterEmulatedCudaKernels(&registry), IsOk());
+  SelftestOptions options;
+  options.ops = kernels::GraphDataOpNames();
+  for (const std::string& op : kernels::GraphElementwiseOpNames()) {
+    options.ops.push_back(op);
+  }
+  options.backends = {{"cuda", true, "emulated"}};
+  absl::StatusOr<SelftestReport> report = RunSelftest(registry, options);
+  ASSERT_THAT(report, IsOk());
+  EXPECT_TRUE(report->ok()) << FormatSelftestTable(*report);
+  std::set<std::string> cuda_ops;
+  for (const SelftestRow& row : report->rows) {
+    if (row.key.backend != "cuda") continue;
+    SCOPED_TRACE(row.Name());
+    EXPECT_TRUE(row.error.empty()) << row.error;
+    EXPECT_EQ(row.unsupported_calls, 0);
+    EXPECT_TRUE(row.bits_equal);
+    EXPECT_TRUE(row.repeatable);
+    EXPECT_EQ(row.verdict, RowVerdict::kPass);
+    EXPECT_TRUE(cuda_ops.insert(row.key.op).second) << "two rows";
+  }
+  EXPECT_EQ(cuda_ops,
+            std::set<std::string>(options.ops.begin(), options.ops.end()));
+  EXPECT_THAT(FormatSelftestTable(*report),
+              Not(HasSubstr("no call supported")));
 }
 
 TEST(SelftestTest, OpsFilter) {

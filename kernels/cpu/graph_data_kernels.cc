@@ -14,13 +14,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/atomic_float.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/graph_ops.h"
 #include "kernels/ops/embedding.h"
+#include "kernels/ops/graph_data.h"
+#include "kernels/ops/graph_validate.h"
 #include "kernels/ops/validate.h"
 #include "kernels/registry.h"
 
@@ -33,27 +34,11 @@ int64_t RowsPerTask(int64_t width) {
   return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, width));
 }
 
-absl::Status NeedFloat(absl::string_view op, const Tensor& t,
-                       absl::string_view name) {
-  if (t.dtype() != DType::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s must be float32, got %s", op, name, t.DebugString()));
-  }
-  return absl::OkStatus();
-}
-
 // constant, parameter.forward, parameter.grad: a copy between tensors of
 // the same element count.
 absl::Status CopyKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
                         const OpAttrs&) {
-  LS_RETURN_IF_ERROR(CheckArity("copy", in, 1, out, 1));
-  LS_RETURN_IF_ERROR(NeedFloat("copy", in[0], "x"));
-  LS_RETURN_IF_ERROR(NeedFloat("copy", out[0], "y"));
-  if (in[0].numel() != out[0].numel()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("copy: x %s and y %s differ in element count",
-                        in[0].DebugString(), out[0].DebugString()));
-  }
+  LS_RETURN_IF_ERROR(ValidateCopyCall(in, out));
   if (in[0].numel() > 0 && !in[0].SharesStorageWith(out[0])) {
     std::memcpy(out[0].data<float>(), in[0].data<float>(),
                 static_cast<size_t>(in[0].bytes()));
@@ -61,48 +46,12 @@ absl::Status CopyKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   return absl::OkStatus();
 }
 
-struct GatherShape {
-  int64_t a = 0, v = 0, p = 0, b = 0;
-};
-
-// x [A, V, B] float32, idx int32 [P] with every index in [0, V), y
-// [A, P, B] float32 (x/dx and y/dy by role).
-absl::StatusOr<GatherShape> ValidateGather(absl::string_view op,
-                                           const Tensor& x, const Tensor& idx,
-                                           const Tensor& y) {
-  LS_RETURN_IF_ERROR(NeedFloat(op, x, "x"));
-  LS_RETURN_IF_ERROR(NeedFloat(op, y, "y"));
-  if (x.rank() != 3 || y.rank() != 3 || idx.rank() != 1 ||
-      idx.dtype() != DType::kInt32 || x.dim(0) != y.dim(0) ||
-      x.dim(2) != y.dim(2) || idx.dim(0) != y.dim(1)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: needs x [A, V, B], int32 indices [P] and y [A, P, B], got x %s, "
-        "indices %s, y %s",
-        op, x.DebugString(), idx.DebugString(), y.DebugString()));
-  }
-  GatherShape s{x.dim(0), x.dim(1), idx.dim(0), x.dim(2)};
-  if (s.v > c::kMaxEmbeddingVocab) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: V = %d exceeds the limit of %d", op, s.v, c::kMaxEmbeddingVocab));
-  }
-  const int32_t* ids = idx.data<int32_t>();
-  for (int64_t p = 0; p < s.p; ++p) {
-    if (ids[p] < 0 || ids[p] >= s.v) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: index %d at position %d is outside [0, %d)", op,
-                          ids[p], p, s.v));
-    }
-  }
-  return s;
-}
-
-// gather.forward and slice.forward.
+// gather.forward and slice.forward (kOp names the op in errors).
+template <const char* kOp>
 absl::Status GatherForwardKernel(absl::Span<const Tensor> in,
                                  absl::Span<Tensor> out, const OpAttrs&) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kGatherForward, in, 2, out, 1));
-  LS_ASSIGN_OR_RETURN(GatherShape s,
-                      ValidateGather(op::kGatherForward, in[0], in[1], out[0]));
-  LS_RETURN_IF_ERROR(CheckNoAlias(op::kGatherForward, in, out));
+  LS_ASSIGN_OR_RETURN(const c::GatherShape s,
+                      ValidateGatherForwardCall(kOp, in, out));
   const float* x = in[0].data<float>();
   const int32_t* ids = in[1].data<int32_t>();
   float* y = out[0].data<float>();
@@ -122,10 +71,8 @@ absl::Status GatherForwardKernel(absl::Span<const Tensor> in,
 // (a, v, b).
 absl::Status GatherGradKernel(absl::Span<const Tensor> in,
                               absl::Span<Tensor> out, const OpAttrs&) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kGatherGrad, in, 2, out, 1));
-  LS_ASSIGN_OR_RETURN(GatherShape s,
-                      ValidateGather(op::kGatherGrad, out[0], in[0], in[1]));
-  LS_RETURN_IF_ERROR(CheckNoAlias(op::kGatherGrad, in, out));
+  LS_ASSIGN_OR_RETURN(const c::GatherShape s,
+                      ValidateGatherGradCall(op::kGatherGrad, in, out));
   const c::EmbeddingShape e{s.p, s.v, s.b};
   std::vector<int64_t> offsets(static_cast<size_t>(s.v + 1));
   std::vector<int64_t> order(static_cast<size_t>(s.p));
@@ -134,15 +81,9 @@ absl::Status GatherGradKernel(absl::Span<const Tensor> in,
   float* dx = out[0].data<float>();
   ParallelForBlocks(CpuThreadPool(), s.a * s.v, RowsPerTask(s.b),
                     [&](int64_t r0, int64_t r1) {
-                      for (int64_t r = r0; r < r1; ++r) {
-                        const int64_t a = r / s.v;
-                        const int64_t v = r - a * s.v;
-                        const float* dy_a = dy + a * s.p * s.b;
-                        for (int64_t b = 0; b < s.b; ++b) {
-                          dx[r * s.b + b] = c::EmbeddingGradElement(
-                              e, order.data(), offsets[v], offsets[v + 1], dy_a,
-                              b);
-                        }
+                      for (int64_t o = r0 * s.b; o < r1 * s.b; ++o) {
+                        dx[o] = c::GatherGradElement(s, offsets.data(),
+                                                     order.data(), dy, o);
                       }
                     });
   return absl::OkStatus();
@@ -151,10 +92,8 @@ absl::Status GatherGradKernel(absl::Span<const Tensor> in,
 // DEFAULT "atomic" gather.grad.
 absl::Status GatherGradAtomicKernel(absl::Span<const Tensor> in,
                                     absl::Span<Tensor> out, const OpAttrs&) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kGatherGrad, in, 2, out, 1));
-  LS_ASSIGN_OR_RETURN(GatherShape s,
-                      ValidateGather(op::kGatherGrad, out[0], in[0], in[1]));
-  LS_RETURN_IF_ERROR(CheckNoAlias(op::kGatherGrad, in, out));
+  LS_ASSIGN_OR_RETURN(const c::GatherShape s,
+                      ValidateGatherGradCall(op::kGatherGrad, in, out));
   const int32_t* ids = in[0].data<int32_t>();
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
@@ -181,18 +120,9 @@ absl::Status GatherGradAtomicKernel(absl::Span<const Tensor> in,
 // slice.grad: the inverse movement; positions must be distinct.
 absl::Status SliceGradKernel(absl::Span<const Tensor> in,
                              absl::Span<Tensor> out, const OpAttrs&) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kSliceGrad, in, 2, out, 1));
-  LS_ASSIGN_OR_RETURN(GatherShape s,
-                      ValidateGather(op::kSliceGrad, out[0], in[0], in[1]));
-  LS_RETURN_IF_ERROR(CheckNoAlias(op::kSliceGrad, in, out));
+  LS_ASSIGN_OR_RETURN(const c::GatherShape s,
+                      ValidateGatherGradCall(op::kSliceGrad, in, out));
   const int32_t* ids = in[0].data<int32_t>();
-  for (int64_t p = 1; p < s.p; ++p) {
-    if (ids[p] <= ids[p - 1]) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "slice.grad: positions must increase, got %d after %d at %d", ids[p],
-          ids[p - 1], p));
-    }
-  }
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
   ParallelForBlocks(CpuThreadPool(), s.a, RowsPerTask(s.v * s.b),
@@ -208,48 +138,10 @@ absl::Status SliceGradKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
-// The parts [A, C_k, B] of a whole [A, C, B]: checks shapes, returns the
-// offsets of each part along C.
-absl::StatusOr<std::vector<int64_t>> ValidateConcat(
-    absl::string_view op, absl::Span<const Tensor> parts, const Tensor& whole) {
-  LS_RETURN_IF_ERROR(NeedFloat(op, whole, "y"));
-  if (parts.size() < 2 || whole.rank() != 3) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: needs two or more parts [A, C_k, B] and a whole [A, C, B], got "
-        "%d parts and %s",
-        op, parts.size(), whole.DebugString()));
-  }
-  std::vector<int64_t> offsets;
-  int64_t c = 0;
-  for (size_t k = 0; k < parts.size(); ++k) {
-    const Tensor& t = parts[k];
-    LS_RETURN_IF_ERROR(NeedFloat(op, t, absl::StrFormat("part %d", k)));
-    if (t.rank() != 3 || t.dim(0) != whole.dim(0) || t.dim(2) != whole.dim(2)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: part %d %s does not fit the whole %s", op, k,
-                          t.DebugString(), whole.DebugString()));
-    }
-    offsets.push_back(c);
-    c += t.dim(1);
-  }
-  if (c != whole.dim(1)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: the parts add up to %d along C, the whole %s has "
-                        "%d",
-                        op, c, whole.DebugString(), whole.dim(1)));
-  }
-  return offsets;
-}
-
 absl::Status ConcatForwardKernel(absl::Span<const Tensor> in,
                                  absl::Span<Tensor> out, const OpAttrs&) {
-  if (out.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "concat.forward: expected 1 output, got %d", out.size()));
-  }
-  LS_ASSIGN_OR_RETURN(std::vector<int64_t> offsets,
-                      ValidateConcat(op::kConcatForward, in, out[0]));
-  LS_RETURN_IF_ERROR(CheckNoAlias(op::kConcatForward, in, out));
+  LS_ASSIGN_OR_RETURN(const std::vector<int64_t> offsets,
+                      ValidateConcatCall(op::kConcatForward, in, out));
   const int64_t a_dim = out[0].dim(0), c = out[0].dim(1), b = out[0].dim(2);
   float* y = out[0].data<float>();
   ParallelForBlocks(CpuThreadPool(), a_dim, RowsPerTask(c * b),
@@ -267,15 +159,8 @@ absl::Status ConcatForwardKernel(absl::Span<const Tensor> in,
 
 absl::Status ConcatGradKernel(absl::Span<const Tensor> in,
                               absl::Span<Tensor> out, const OpAttrs&) {
-  if (in.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "concat.grad: expected 1 input (dy), got %d", in.size()));
-  }
-  LS_ASSIGN_OR_RETURN(
-      std::vector<int64_t> offsets,
-      ValidateConcat(op::kConcatGrad,
-                     absl::Span<const Tensor>(out.data(), out.size()), in[0]));
-  LS_RETURN_IF_ERROR(CheckNoAlias(op::kConcatGrad, in, out));
+  LS_ASSIGN_OR_RETURN(const std::vector<int64_t> offsets,
+                      ValidateConcatCall(op::kConcatGrad, in, out));
   const int64_t a_dim = in[0].dim(0), c = in[0].dim(1), b = in[0].dim(2);
   const float* dy = in[0].data<float>();
   ParallelForBlocks(CpuThreadPool(), a_dim, RowsPerTask(c * b),
@@ -304,9 +189,9 @@ absl::Status RegisterGraphDataKernels(Registry* registry) {
       {op::kConstant, &CopyKernel},
       {op::kParameterForward, &CopyKernel},
       {op::kParameterGrad, &CopyKernel},
-      {op::kGatherForward, &GatherForwardKernel},
+      {op::kGatherForward, &GatherForwardKernel<op::kGatherForward>},
       {op::kGatherGrad, &GatherGradKernel},
-      {op::kSliceForward, &GatherForwardKernel},
+      {op::kSliceForward, &GatherForwardKernel<op::kSliceForward>},
       {op::kSliceGrad, &SliceGradKernel},
       {op::kConcatForward, &ConcatForwardKernel},
       {op::kConcatGrad, &ConcatGradKernel},

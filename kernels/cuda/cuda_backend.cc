@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/plan.h"
+#include "kernels/graph_ops.h"
 
 namespace lockstep::kernels {
 namespace {
@@ -71,6 +72,26 @@ constexpr const char* kOps[] = {
     op::kMatMulGrad,
     op::kTranspose,
     op::kReshape,
+    // Op set v3: GraphElementwiseOpNames() (in AllOpNames()) and
+    // GraphDataOpNames().
+    op::kBinaryForward,
+    op::kBinaryGrad,
+    op::kUnaryForward,
+    op::kUnaryGrad,
+    op::kCompare,
+    op::kWhereForward,
+    op::kWhereGrad,
+    op::kReduceForward,
+    op::kReduceGrad,
+    op::kConstant,
+    op::kParameterForward,
+    op::kParameterGrad,
+    op::kGatherForward,
+    op::kGatherGrad,
+    op::kSliceForward,
+    op::kSliceGrad,
+    op::kConcatForward,
+    op::kConcatGrad,
 };
 constexpr size_t kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 

@@ -24,10 +24,11 @@
 
 namespace lockstep::kernels {
 
-// Registers the CANONICAL CUDA kernel of every op in AllOpNames(). Needs no device (kernels check for one when
-// called). In a build without CUDA registers nothing and returns
-// FAILED_PRECONDITION "cuda backend: built without CUDA". ALREADY_EXISTS if
-// one of the keys is taken.
+// Registers the CANONICAL CUDA kernel of every op in CudaCanonicalOpNames()
+// (plan.h: AllOpNames() and the graph data ops of op set v3). Needs no
+// device (kernels check for one when called). In a build without CUDA
+// registers nothing and returns FAILED_PRECONDITION "cuda backend: built
+// without CUDA". ALREADY_EXISTS if one of the keys is taken.
 absl::Status RegisterCudaCanonicalKernels(Registry* registry);
 
 class CudaBackend final : public Backend {

@@ -1,7 +1,8 @@
 // The GPU suite (tag "gpu"; `bazel test //kernels/cuda/...
 // --test_tag_filters=gpu`): every op through the CUDA registry against the
 // CPU backend's bits, under two launch configurations and twice in a row;
-// device fingerprints against host fingerprints. Skips without a device.
+// the op set v3 graph primitives' edge cases; device fingerprints against
+// host fingerprints. Skips without a device.
 #include <cstring>
 #include <limits>
 #include <random>
@@ -15,6 +16,7 @@
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/plan.h"
 #include "kernels/cuda/test_cases.h"
+#include "kernels/graph_op_cases.h"
 #include "kernels/hash/fingerprint.h"
 #include "kernels/registry.h"
 
@@ -87,6 +89,38 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaGpuTest,
                          [](const ::testing::TestParamInfo<Family>& info) {
                            return std::string(testing::FamilyName(info.param));
                          });
+
+// The op set v3 graph primitives' edge cases (kernels/graph_op_cases.h):
+// NaN, +-Inf, -0 and subnormals where the spec fixes the result's bits
+// (canonical NaN results, copies), rank 0..4 broadcasting, reductions over
+// 256 terms, at a one-thread grid and a grid larger than the work.
+TEST(CudaGpuGraphTest, GraphEdgeCasesMatchCpuBits) {
+  const absl::Status device = CudaDeviceStatus();
+  if (!device.ok()) {
+    GTEST_SKIP() << "no usable CUDA device, skipping: " << device;
+  }
+  Registry cpu;
+  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
+  for (const OpCase& c : GraphEdgeOpCases(2024)) {
+    absl::StatusOr<std::vector<Tensor>> want =
+        RunRegistered(cpu, kCpuBackendName, c);
+    ASSERT_TRUE(want.ok()) << c.label << ": " << want.status();
+    for (const LaunchConfig& config :
+         {LaunchConfig{1, 1}, LaunchConfig{64, 256}}) {
+      SCOPED_TRACE(absl::StrFormat("%s, %d x %d", c.label, config.blocks,
+                                   config.threads_per_block));
+      std::vector<Tensor> got = CloneAll(c.outputs);
+      absl::StatusOr<DeviceCall> call =
+          PlanCanonicalOp(c.op, c.inputs, absl::MakeSpan(got), c.attrs);
+      ASSERT_TRUE(call.ok()) << call.status();
+      const absl::Status s = RunOnDevice(*call, config);
+      ASSERT_TRUE(s.ok()) << s;
+      for (size_t o = 0; o < got.size(); ++o) {
+        EXPECT_TRUE(SameBits(got[o], (*want)[o])) << "output " << o;
+      }
+    }
+  }
+}
 
 TEST(CudaGpuFingerprintTest, DeviceFingerprintEqualsHost) {
   const absl::Status device = CudaDeviceStatus();

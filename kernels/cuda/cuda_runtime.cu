@@ -114,6 +114,19 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kDropoutGrad)
     LS_CASE(kBatchedMatMul)
     LS_CASE(kTranspose)
+    LS_CASE(kGather)
+    LS_CASE(kGatherGrad)
+    LS_CASE(kSliceGrad)
+    LS_CASE(kBlockCopy)
+    LS_CASE(kBinary)
+    LS_CASE(kCompare)
+    LS_CASE(kWhere)
+    LS_CASE(kBinaryGradTerms)
+    LS_CASE(kWhereGradTerms)
+    LS_CASE(kUnary)
+    LS_CASE(kUnaryGrad)
+    LS_CASE(kSumTo)
+    LS_CASE(kReduceGrad)
 #undef LS_CASE
     case DeviceOp::kNumOps:
       break;

@@ -1,6 +1,8 @@
 // The CUDA kernels' per-thread bodies, run on emulated grids on the host,
 // against the CPU backend through the registry: bit for bit, for every op,
-// two input families and two launch configurations.
+// two input families and three launch configurations; the op set v3 graph
+// primitives' edge cases (kernels/graph_op_cases.h) at four more.
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/plan.h"
 #include "kernels/cuda/test_cases.h"
+#include "kernels/graph_op_cases.h"
 #include "kernels/graph_ops.h"
 #include "kernels/registry.h"
 
@@ -36,26 +39,33 @@ class EmulationTest : public ::testing::TestWithParam<Family> {
   Registry cpu_;
 };
 
-TEST_P(EmulationTest, BitIdenticalToCpuBackend) {
-  const std::vector<OpCase> cases = CanonicalOpCases(GetParam(), 1234);
-  for (const OpCase& c : cases) {
-    absl::StatusOr<std::vector<Tensor>> want =
-        RunRegistered(cpu_, kCpuBackendName, c);
-    ASSERT_TRUE(want.ok()) << c.label << ": " << want.status();
-    for (const LaunchConfig& config : kConfigs) {
-      SCOPED_TRACE(absl::StrFormat("%s, %s, %d blocks x %d threads", c.label,
-                                   testing::FamilyName(GetParam()),
-                                   config.blocks, config.threads_per_block));
-      std::vector<Tensor> got = CloneAll(c.outputs);
-      absl::StatusOr<DeviceCall> call =
-          PlanCanonicalOp(c.op, c.inputs, absl::MakeSpan(got), c.attrs);
-      ASSERT_TRUE(call.ok()) << call.status();
-      ASSERT_TRUE(RunEmulated(*call, config).ok());
-      ASSERT_EQ(got.size(), want->size());
-      for (size_t o = 0; o < got.size(); ++o) {
-        EXPECT_TRUE(SameBits(got[o], (*want)[o])) << "output " << o;
-      }
+// Runs `c` through PlanCanonicalOp + RunEmulated at every config of
+// `configs` and compares every output's bits with the CPU kernel's.
+void ExpectCpuBits(const Registry& cpu, const OpCase& c,
+                   absl::Span<const LaunchConfig> configs,
+                   absl::string_view family) {
+  absl::StatusOr<std::vector<Tensor>> want =
+      RunRegistered(cpu, kCpuBackendName, c);
+  ASSERT_TRUE(want.ok()) << c.label << ": " << want.status();
+  for (const LaunchConfig& config : configs) {
+    SCOPED_TRACE(absl::StrFormat("%s, %s, %d blocks x %d threads", c.label,
+                                 family, config.blocks,
+                                 config.threads_per_block));
+    std::vector<Tensor> got = CloneAll(c.outputs);
+    absl::StatusOr<DeviceCall> call =
+        PlanCanonicalOp(c.op, c.inputs, absl::MakeSpan(got), c.attrs);
+    ASSERT_TRUE(call.ok()) << call.status();
+    ASSERT_TRUE(RunEmulated(*call, config).ok());
+    ASSERT_EQ(got.size(), want->size());
+    for (size_t o = 0; o < got.size(); ++o) {
+      EXPECT_TRUE(SameBits(got[o], (*want)[o])) << "output " << o;
     }
+  }
+}
+
+TEST_P(EmulationTest, BitIdenticalToCpuBackend) {
+  for (const OpCase& c : CanonicalOpCases(GetParam(), 1234)) {
+    ExpectCpuBits(cpu_, c, kConfigs, testing::FamilyName(GetParam()));
   }
 }
 
@@ -75,11 +85,50 @@ TEST(EmulationCoverageTest, EveryOpHasACaseAndAKernel) {
   }
   Registry cpu;
   ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
-  // Every CPU op but the graph primitives of op set v3, which have no CUDA
-  // kernels yet (kernels/graph_ops.h, GraphElementwiseOpNames()).
-  EXPECT_EQ(CudaCanonicalOpNames().size() + GraphElementwiseOpNames().size() +
-                GraphDataOpNames().size(),
-            cpu.Ops().size());
+  // Every op with a CANONICAL CPU kernel.
+  EXPECT_EQ(CudaCanonicalOpNames().size(), cpu.Ops().size());
+  // Every graph primitive of op set v3 has edge cases.
+  std::set<std::string> edge;
+  for (const OpCase& c : GraphEdgeOpCases(1)) edge.insert(c.op);
+  for (const std::vector<std::string>& ops :
+       {GraphDataOpNames(), GraphElementwiseOpNames()}) {
+    for (const std::string& op : ops) {
+      EXPECT_TRUE(edge.count(op)) << op << " has no edge case";
+    }
+  }
+}
+
+// The graph primitives' edge cases: one thread for the whole grid, one
+// warp, a ragged grid and a grid larger than most of the work.
+TEST(EmulationEdgeTest, GraphPrimitivesBitIdenticalToCpuBackend) {
+  Registry cpu;
+  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
+  const LaunchConfig configs[] = {{1, 1}, {1, 32}, {3, 64}, {64, 256}};
+  for (const OpCase& c : GraphEdgeOpCases(2024)) {
+    ExpectCpuBits(cpu, c, configs, "edge");
+  }
+}
+
+// A kernel call whose "device" outputs are never written would show the
+// emulator's fill pattern (0xA5A5A5A5); ops that write +0.0f where nothing
+// lands (gather.grad, slice.grad) must still write it.
+TEST(EmulationEdgeTest, EveryOutputElementIsWritten) {
+  for (const OpCase& c : GraphEdgeOpCases(7)) {
+    std::vector<Tensor> got = CloneAll(c.outputs);
+    for (Tensor& t : got) {
+      std::memset(t.raw_data(), 0x5A, static_cast<size_t>(t.bytes()));
+    }
+    DeviceCall call =
+        PlanCanonicalOp(c.op, c.inputs, absl::MakeSpan(got), c.attrs).value();
+    ASSERT_TRUE(RunEmulated(call, {2, 32}).ok());
+    for (const Tensor& t : got) {
+      const uint32_t* w = static_cast<const uint32_t*>(t.raw_data());
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        ASSERT_NE(w[i], 0xA5A5A5A5u) << c.label << " element " << i;
+        ASSERT_NE(w[i], 0x5A5A5A5Au) << c.label << " element " << i;
+      }
+    }
+  }
 }
 
 TEST(EmulationTest, RunningTwiceGivesTheSameBits) {
@@ -127,6 +176,144 @@ TEST(PlanTest, RejectsBadCallsAsTheCpuBackendDoes) {
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
+}
+
+// The graph primitives' bad calls: PlanCanonicalOp refuses each exactly as
+// the CPU kernel does (code and message), before anything is written.
+TEST(PlanTest, RejectsBadGraphCallsAsTheCpuBackendDoes) {
+  Registry cpu;
+  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
+  auto f = [](std::vector<int64_t> s) {
+    return Tensor::Zeros(DType::kFloat32, std::move(s)).value();
+  };
+  auto ints = [](std::vector<int32_t> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    return Tensor::FromValues<int32_t>({n}, v).value();
+  };
+  auto kind = [](int k) {
+    OpAttrs a;
+    a.graph_kind = k;
+    return a;
+  };
+  OpAttrs bad_axes = kind(1);
+  bad_axes.reduce_axes = 0b100;
+  OpAttrs mean_axis0 = kind(2);
+  mean_axis0.reduce_axes = 0b1;
+  const Tensor shared = f({2, 3});
+  struct Bad {
+    std::string what, op;
+    std::vector<Tensor> in, out;
+    OpAttrs attrs;
+  };
+  const Bad bad[] = {
+      {"negative gather index",
+       op::kGatherForward,
+       {f({1, 4, 2}), ints({1, -1})},
+       {f({1, 2, 2})},
+       {}},
+      {"gather index == V",
+       op::kGatherGrad,
+       {ints({0, 4}), f({1, 2, 2})},
+       {f({1, 4, 2})},
+       {}},
+      {"gather of int32 x",
+       op::kGatherForward,
+       {ints({1, 2}), ints({0})},
+       {f({1, 1, 1})},
+       {}},
+      {"slice.grad positions not increasing",
+       op::kSliceGrad,
+       {ints({2, 2}), f({1, 2, 1})},
+       {f({1, 4, 1})},
+       {}},
+      {"slice.forward y of the wrong width",
+       op::kSliceForward,
+       {f({1, 4, 2}), ints({0, 1})},
+       {f({1, 2, 3})},
+       {}},
+      {"concat of one part",
+       op::kConcatForward,
+       {f({2, 1, 3})},
+       {f({2, 1, 3})},
+       {}},
+      {"concat parts do not add up",
+       op::kConcatForward,
+       {f({2, 1, 3}), f({2, 2, 3}), f({2, 1, 3})},
+       {f({2, 5, 3})},
+       {}},
+      {"concat.grad part of another A",
+       op::kConcatGrad,
+       {f({2, 3, 1})},
+       {f({2, 1, 1}), f({3, 2, 1})},
+       {}},
+      {"copy of another element count",
+       op::kParameterForward,
+       {f({2, 3})},
+       {f({5})},
+       {}},
+      {"binary shapes do not broadcast",
+       op::kBinaryForward,
+       {f({2, 3}), f({4})},
+       {f({2, 3})},
+       kind(1)},
+      {"binary kind 0",
+       op::kBinaryForward,
+       {f({2}), f({2})},
+       {f({2})},
+       kind(0)},
+      {"binary y not the broadcast shape",
+       op::kBinaryForward,
+       {f({2, 1}), f({3})},
+       {f({2, 1})},
+       kind(3)},
+      {"binary.grad db of a's shape",
+       op::kBinaryGrad,
+       {f({2, 3}), f({3}), f({2, 3})},
+       {f({2, 3}), f({2, 3})},
+       kind(1)},
+      {"compare kind 6", op::kCompare, {f({2}), f({2})}, {f({2})}, kind(6)},
+      {"unary kind 9", op::kUnaryForward, {f({2})}, {f({2})}, kind(9)},
+      {"unary.grad dy of another shape",
+       op::kUnaryGrad,
+       {f({2}), f({3})},
+       {f({2})},
+       kind(1)},
+      {"where cond does not broadcast",
+       op::kWhereForward,
+       {f({3}), f({2, 2}), f({2})},
+       {f({2, 2})},
+       {}},
+      {"where.grad da and db share storage",
+       op::kWhereGrad,
+       {f({2, 3}), f({2, 3})},
+       {shared, shared},
+       {}},
+      {"reduce axis beyond the rank",
+       op::kReduceForward,
+       {f({2, 3})},
+       {f({2, 3})},
+       bad_axes},
+      {"reduce y of the wrong shape",
+       op::kReduceForward,
+       {f({2, 3})},
+       {f({2, 3})},
+       mean_axis0},
+      {"reduce.grad kind 3", op::kReduceGrad, {f({3})}, {f({2, 3})}, kind(3)},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.what);
+    // Shallow copies: outputs that share storage keep sharing it.
+    std::vector<Tensor> got = b.out;
+    absl::StatusOr<DeviceCall> call =
+        PlanCanonicalOp(b.op, b.in, absl::MakeSpan(got), b.attrs);
+    ASSERT_FALSE(call.ok());
+    EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument);
+    std::vector<Tensor> cpu_out = b.out;
+    KernelFn fn = cpu.Lookup(KernelKey{b.op, Mode::kCanonical,
+                                       kCanonicalAlgorithm, kCpuBackendName})
+                      .value();
+    EXPECT_EQ(fn(b.in, absl::MakeSpan(cpu_out), b.attrs), call.status());
+  }
 }
 
 TEST(PlanTest, RejectsBadLaunchConfigs) {

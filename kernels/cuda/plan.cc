@@ -4,11 +4,17 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/leaf_hash.h"
+#include "kernels/graph_ops.h"
+#include "kernels/ops/embedding.h"
+#include "kernels/ops/graph_validate.h"
 #include "kernels/ops/validate.h"
 #include "kernels/spatial/tensor_shapes.h"
 #include "kernels/spatial/validate.h"
@@ -17,6 +23,10 @@ namespace lockstep::kernels::cuda {
 namespace {
 
 // ---- call building --------------------------------------------------------
+
+bool IsIn(absl::string_view name, const std::vector<std::string>& names) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
 
 int AddBuffer(DeviceCall* call, void* host, int64_t bytes, bool copy_in,
               bool copy_out) {
@@ -742,8 +752,208 @@ absl::Status PlanDropout(absl::string_view name, absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// ---- graph primitives of op set v3 (validators shared with the CPU) -------
+
+// Host data (sorted positions, reduction offsets) copied in as a buffer;
+// the call keeps it alive.
+int AddHostInts(DeviceCall* call, std::vector<int64_t> values) {
+  auto held = std::make_shared<std::vector<int64_t>>(std::move(values));
+  call->host_data.push_back(held);
+  const int64_t bytes =
+      static_cast<int64_t>(held->size()) * int64_t{sizeof(int64_t)};
+  return AddBuffer(call, held->data(), bytes, bytes > 0, false);
+}
+
+absl::Status PlanGraphData(absl::string_view name, absl::Span<const Tensor> in,
+                           absl::Span<Tensor> out, DeviceCall* call) {
+  if (name == op::kConstant || name == op::kParameterForward ||
+      name == op::kParameterGrad) {
+    LS_RETURN_IF_ERROR(ValidateCopyCall(in, out));
+    const int x = AddIn(call, in[0]);
+    const int y = AddOut(call, out[0]);
+    AddCopy(call, x, y, in[0].bytes());
+    return absl::OkStatus();
+  }
+  if (name == op::kGatherForward || name == op::kSliceForward) {
+    LS_ASSIGN_OR_RETURN(const c::GatherShape s,
+                        ValidateGatherForwardCall(name, in, out));
+    const int x = AddIn(call, in[0]);
+    const int ids = AddIn(call, in[1]);
+    const int y = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kGather, s.a * s.p * s.b, {x, ids}, {y})
+        .graph.gather = s;
+    return absl::OkStatus();
+  }
+  if (name == op::kGatherGrad) {
+    LS_ASSIGN_OR_RETURN(const c::GatherShape s,
+                        ValidateGatherGradCall(name, in, out));
+    // EMBEDDING's sorted segments, sorted on the host as for
+    // embedding.grad_weight.
+    std::vector<int64_t> offsets(static_cast<size_t>(s.v + 1));
+    std::vector<int64_t> order(static_cast<size_t>(s.p));
+    c::SortPositionsById(c::EmbeddingShape{s.p, s.v, s.b},
+                         in[0].data<int32_t>(), offsets.data(), order.data());
+    const int off = AddHostInts(call, std::move(offsets));
+    const int ord = AddHostInts(call, std::move(order));
+    const int dy = AddIn(call, in[1]);
+    const int dx = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kGatherGrad, s.a * s.v * s.b, {off, ord, dy},
+              {dx})
+        .graph.gather = s;
+    return absl::OkStatus();
+  }
+  if (name == op::kSliceGrad) {
+    LS_ASSIGN_OR_RETURN(const c::GatherShape s,
+                        ValidateGatherGradCall(name, in, out));
+    std::vector<int64_t> source(static_cast<size_t>(s.v), -1);
+    const int32_t* ids = in[0].data<int32_t>();
+    for (int64_t p = 0; p < s.p; ++p) source[ids[p]] = p;
+    const int src = AddHostInts(call, std::move(source));
+    const int dy = AddIn(call, in[1]);
+    const int dx = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kSliceGrad, s.a * s.v * s.b, {src, dy}, {dx})
+        .graph.gather = s;
+    return absl::OkStatus();
+  }
+  // concat.forward / concat.grad: one block copy per part.
+  LS_ASSIGN_OR_RETURN(const std::vector<int64_t> offsets,
+                      ValidateConcatCall(name, in, out));
+  const bool forward = name == op::kConcatForward;
+  const Tensor& whole = forward ? out[0] : in[0];
+  const int64_t rows = whole.dim(0), c_dim = whole.dim(1), b = whole.dim(2);
+  const int w = forward ? AddOut(call, out[0]) : AddIn(call, in[0]);
+  const size_t parts = forward ? in.size() : out.size();
+  for (size_t k = 0; k < parts; ++k) {
+    const int64_t ck = forward ? in[k].dim(1) : out[k].dim(1);
+    const int part = forward ? AddIn(call, in[k]) : AddOut(call, out[k]);
+    GraphParams g;
+    g.rows = rows;
+    g.width = ck * b;
+    g.src_row = forward ? ck * b : c_dim * b;
+    g.dst_row = forward ? c_dim * b : ck * b;
+    g.src_off = forward ? 0 : offsets[k] * b;
+    g.dst_off = forward ? offsets[k] * b : 0;
+    AddLaunch(call, DeviceOp::kBlockCopy, g.rows * g.width,
+              {forward ? part : w}, {forward ? w : part})
+        .graph = g;
+  }
+  return absl::OkStatus();
+}
+
+// The reduction of the y-shaped buffer `t` (shape `y`) into output buffer
+// `x` of shape `x_shape`: one canonical sum per x element.
+void AddSumTo(DeviceCall* call, int t, int x, absl::Span<const int64_t> y,
+              absl::Span<const int64_t> x_shape, int64_t x_numel, bool mean,
+              float count) {
+  SumToPlan p = PlanSumTo(y, x_shape);
+  GraphParams g;
+  g.identity = p.identity;
+  g.sum_n = p.n;
+  g.mean = mean;
+  g.count = count;
+  const int base = AddHostInts(call, std::move(p.out_base));
+  const int terms = AddHostInts(call, std::move(p.term_offset));
+  AddLaunch(call, DeviceOp::kSumTo, x_numel, {t, base, terms}, {x}).graph = g;
+}
+
+absl::Status PlanGraphElementwise(absl::string_view name,
+                                  absl::Span<const Tensor> in,
+                                  absl::Span<Tensor> out, const OpAttrs& a,
+                                  DeviceCall* call) {
+  GraphParams g;
+  g.kind = a.graph_kind;
+  if (name == op::kBinaryForward || name == op::kCompare) {
+    const bool binary = name == op::kBinaryForward;
+    LS_ASSIGN_OR_RETURN(g.bcast, binary ? ValidateBinaryForwardCall(in, out, a)
+                                        : ValidateCompareCall(in, out, a));
+    const int x0 = AddIn(call, in[0]);
+    const int x1 = AddIn(call, in[1]);
+    const int y = AddOut(call, out[0]);
+    AddLaunch(call, binary ? DeviceOp::kBinary : DeviceOp::kCompare,
+              g.bcast.numel, {x0, x1}, {y})
+        .graph = g;
+    return absl::OkStatus();
+  }
+  if (name == op::kWhereForward) {
+    LS_ASSIGN_OR_RETURN(g.bcast, ValidateWhereForwardCall(in, out));
+    const int cond = AddIn(call, in[0]);
+    const int x0 = AddIn(call, in[1]);
+    const int x1 = AddIn(call, in[2]);
+    const int y = AddOut(call, out[0]);
+    AddLaunch(call, DeviceOp::kWhere, g.bcast.numel, {cond, x0, x1}, {y})
+        .graph = g;
+    return absl::OkStatus();
+  }
+  if (name == op::kBinaryGrad || name == op::kWhereGrad) {
+    const bool binary = name == op::kBinaryGrad;
+    LS_ASSIGN_OR_RETURN(g.bcast, binary ? ValidateBinaryGradCall(in, out, a)
+                                        : ValidateWhereGradCall(in, out));
+    const int64_t terms_bytes = g.bcast.numel * int64_t{sizeof(float)};
+    const int ta = AddScratch(call, terms_bytes);
+    const int tb = AddScratch(call, terms_bytes);
+    if (binary) {
+      const int x0 = AddIn(call, in[0]);
+      const int x1 = AddIn(call, in[1]);
+      const int dy = AddIn(call, in[2]);
+      AddLaunch(call, DeviceOp::kBinaryGradTerms, g.bcast.numel, {x0, x1, dy},
+                {ta, tb})
+          .graph = g;
+    } else {
+      const int cond = AddIn(call, in[0]);
+      const int dy = AddIn(call, in[1]);
+      AddLaunch(call, DeviceOp::kWhereGradTerms, g.bcast.numel, {cond, dy},
+                {ta, tb})
+          .graph = g;
+    }
+    const std::vector<int64_t> y(g.bcast.dims, g.bcast.dims + g.bcast.rank);
+    const int da = AddOut(call, out[0]);
+    const int db = AddOut(call, out[1]);
+    AddSumTo(call, ta, da, y, out[0].shape(), out[0].numel(), false, 1.0f);
+    AddSumTo(call, tb, db, y, out[1].shape(), out[1].numel(), false, 1.0f);
+    return absl::OkStatus();
+  }
+  if (name == op::kUnaryForward || name == op::kUnaryGrad) {
+    const bool grad = name == op::kUnaryGrad;
+    LS_RETURN_IF_ERROR(ValidateUnaryCall(grad, in, out, a));
+    const int x = AddIn(call, in[0]);
+    const int y = AddOut(call, out[0]);
+    if (grad) {
+      const int dy = AddIn(call, in[1]);
+      AddLaunch(call, DeviceOp::kUnaryGrad, in[0].numel(), {x, dy}, {y}).graph =
+          g;
+    } else {
+      AddLaunch(call, DeviceOp::kUnary, in[0].numel(), {x}, {y}).graph = g;
+    }
+    return absl::OkStatus();
+  }
+  if (name == op::kReduceForward) {
+    LS_ASSIGN_OR_RETURN(const ReduceCall r,
+                        ValidateReduceForwardCall(in, out, a));
+    const int x = AddIn(call, in[0]);
+    const int y = AddOut(call, out[0]);
+    AddSumTo(call, x, y, in[0].shape(), r.kept, out[0].numel(), r.mean,
+             r.count);
+    return absl::OkStatus();
+  }
+  // reduce.grad
+  LS_ASSIGN_OR_RETURN(const ReduceCall r, ValidateReduceGradCall(in, out, a));
+  g.bcast = r.grad;
+  g.mean = r.mean;
+  g.count = r.count;
+  const int dy = AddIn(call, in[0]);
+  const int dx = AddOut(call, out[0]);
+  AddLaunch(call, DeviceOp::kReduceGrad, r.grad.numel, {dy}, {dx}).graph = g;
+  return absl::OkStatus();
+}
+
 absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
                   absl::Span<Tensor> out, const OpAttrs& a, DeviceCall* call) {
+  if (IsIn(name, GraphDataOpNames())) {
+    return PlanGraphData(name, in, out, call);
+  }
+  if (IsIn(name, GraphElementwiseOpNames())) {
+    return PlanGraphElementwise(name, in, out, a, call);
+  }
   if (name == op::kDropoutForward || name == op::kDropoutGrad) {
     return PlanDropout(name, in, out, a, call);
   }
@@ -824,14 +1034,8 @@ int64_t BlocksFor(const LaunchConfig& config, int64_t work) {
 }
 
 std::vector<std::string> CudaCanonicalOpNames() {
-  // The broadcasting graph primitives have CPU kernels only so far.
-  const std::vector<std::string> cpu_only = GraphElementwiseOpNames();
-  std::vector<std::string> ops;
-  for (std::string& op : AllOpNames()) {
-    if (std::find(cpu_only.begin(), cpu_only.end(), op) == cpu_only.end()) {
-      ops.push_back(std::move(op));
-    }
-  }
+  std::vector<std::string> ops = AllOpNames();
+  for (std::string& op : GraphDataOpNames()) ops.push_back(std::move(op));
   return ops;
 }
 

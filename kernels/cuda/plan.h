@@ -74,9 +74,9 @@ struct DeviceCall {
   std::vector<Launch> launches;  // run in order on one stream
 };
 
-// The ops PlanCanonicalOp knows: AllOpNames() except
-// GraphElementwiseOpNames() (CPU only so far: a CUDA job using them finds no
-// kernel).
+// The ops PlanCanonicalOp knows: AllOpNames() and the graph data ops of
+// op set v3 (GraphDataOpNames(), kernels/graph_ops.h), in that order: every
+// op the CPU backend has a CANONICAL kernel for.
 std::vector<std::string> CudaCanonicalOpNames();
 
 // Validates a CANONICAL kernel call and plans it. INVALID_ARGUMENT for a bad

@@ -4,7 +4,6 @@
 #ifndef LOCKSTEP_KERNELS_CUDA_TEST_CASES_H_
 #define LOCKSTEP_KERNELS_CUDA_TEST_CASES_H_
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -13,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/graph_op_cases.h"
 #include "kernels/op_cases.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"
@@ -25,15 +25,12 @@ using ::lockstep::kernels::OpCase;
 
 inline const char* FamilyName(Family family) { return InputFamilyName(family); }
 
-// Every op of CudaCanonicalOpNames() at least once: the op cases without
-// the CPU-only broadcasting graph primitives (GraphElementwiseOpNames()).
+// Every op of CudaCanonicalOpNames() at least once: the op cases
+// (kernels/op_cases.h) and the graph data ops' (kernels/graph_op_cases.h).
 inline std::vector<OpCase> CanonicalOpCases(Family family, uint32_t seed) {
-  const std::vector<std::string> cpu_only = GraphElementwiseOpNames();
-  std::vector<OpCase> cases;
-  for (OpCase& c : OpCases(family, seed)) {
-    if (std::find(cpu_only.begin(), cpu_only.end(), c.op) == cpu_only.end()) {
-      cases.push_back(std::move(c));
-    }
+  std::vector<OpCase> cases = OpCases(family, seed);
+  for (OpCase& c : GraphDataOpCases(family, seed)) {
+    cases.push_back(std::move(c));
   }
   return cases;
 }

@@ -30,6 +30,8 @@
 #include "kernels/ops/dropout.h"
 #include "kernels/ops/elementwise.h"
 #include "kernels/ops/embedding.h"
+#include "kernels/ops/graph_data.h"
+#include "kernels/ops/graph_elementwise.h"
 #include "kernels/ops/matmul.h"
 #include "kernels/ops/movement.h"
 #include "kernels/ops/norm.h"
@@ -92,10 +94,41 @@ enum class DeviceOp : int32_t {
   kDropoutGrad,           // in {mask, dy}, out {dx}; work numel
   kBatchedMatMul,         // in {a, b}, out {c}; work batch * rows * cols
   kTranspose,             // in {x}, out {y}; work numel
+  // Graph primitives of op set v3 (shape in KernelParams::graph).
+  kGather,           // in {x, ids}, out {y}; work numel of y
+  kGatherGrad,       // in {offsets, order, dy}, out {dx}; work numel of dx
+  kSliceGrad,        // in {source [V], dy}, out {dx}; work numel of dx
+  kBlockCopy,        // in {src}, out {dst}; work rows * width (words)
+  kBinary,           // in {a, b}, out {y}; work numel of y
+  kCompare,          // in {a, b}, out {y}; work numel of y
+  kWhere,            // in {cond, a, b}, out {y}; work numel of y
+  kBinaryGradTerms,  // in {a, b, dy}, out {ta, tb}; work numel of dy
+  kWhereGradTerms,   // in {cond, dy}, out {ta, tb}; work numel of dy
+  kUnary,            // in {x}, out {y}; work numel
+  kUnaryGrad,        // in {x, dy}, out {dx}; work numel
+  kSumTo,            // in {t, out_base, term_offset}, out {x}; work numel of x
+  kReduceGrad,       // in {dy}, out {dx}; work numel of dx
   kNumOps,
 };
 
 inline constexpr int kMaxKernelBuffers = 4;
+
+// The shape of one graph-primitive launch.
+struct GraphParams {
+  c::BroadcastShape bcast;  // the elementwise ops, kReduceGrad (dy, dx)
+  int kind = 0;             // BinaryKind / UnaryKind / CompareKind value
+  c::GatherShape gather;    // kGather, kGatherGrad, kSliceGrad
+  // kSumTo: x[j] = canonical sum of t[out_base[j] + term_offset[k]], k < n
+  // (identity: x[j] = t[j]); MEAN divides by `count`.
+  int64_t sum_n = 0;
+  bool identity = false;
+  bool mean = false;  // kSumTo, kReduceGrad
+  float count = 1.0f;
+  // kBlockCopy: dst[dst_off + r * dst_row + j] = src[src_off + r * src_row
+  // + j] for r < rows, j < width.
+  int64_t rows = 0, width = 0, src_row = 0, dst_row = 0, src_off = 0,
+          dst_off = 0;
+};
 
 // Everything one launch needs, passed to the __global__ wrapper by value
 // (trivially copyable, well under the 4 KiB parameter limit). Only the shape
@@ -123,6 +156,7 @@ struct KernelParams {
   c::DropoutParams dropout;
   c::BatchedMatMulShape batched_matmul;
   c::TransposeShape transpose;
+  GraphParams graph;
 };
 
 // ---- dense family ---------------------------------------------------------
@@ -551,6 +585,150 @@ LS_HD_INLINE void DropoutGradThread(const float* mask, const float* dy,
   for (int64_t i = thread; i < count; i += num_threads) dx[i] = dy[i] * mask[i];
 }
 
+// ---- graph primitives of op set v3 -----------------------------------------
+
+// gather.forward, slice.forward: y[o] = x[GatherSourceOffset(o)], words.
+LS_HD_INLINE void GatherThread(const c::GatherShape& s, const uint32_t* x,
+                               const int32_t* ids, uint32_t* y, int64_t thread,
+                               int64_t num_threads) {
+  const int64_t total = s.a * s.p * s.b;
+  for (int64_t o = thread; o < total; o += num_threads) {
+    y[o] = x[c::GatherSourceOffset(s, ids, o)];
+  }
+}
+
+// gather.grad: offsets [V + 1] and order [P] are the host's
+// SortPositionsById (EMBEDDING's sorted segment sum).
+LS_HD_INLINE void GatherGradThread(const c::GatherShape& s,
+                                   const int64_t* offsets, const int64_t* order,
+                                   const float* dy, float* dx, int64_t thread,
+                                   int64_t num_threads) {
+  const int64_t total = s.a * s.v * s.b;
+  for (int64_t o = thread; o < total; o += num_threads) {
+    dx[o] = c::GatherGradElement(s, offsets, order, dy, o);
+  }
+}
+
+// slice.grad: source[v] is the position p with idx[p] == v, or -1 (the
+// positions are distinct): dx[a, v, b] = dy[a, p, b], else +0.0f. Words.
+LS_HD_INLINE void SliceGradThread(const c::GatherShape& s,
+                                  const int64_t* source, const uint32_t* dy,
+                                  uint32_t* dx, int64_t thread,
+                                  int64_t num_threads) {
+  const int64_t total = s.a * s.v * s.b;
+  for (int64_t o = thread; o < total; o += num_threads) {
+    const int64_t b = o % s.b;
+    const int64_t v = (o / s.b) % s.v;
+    const int64_t a = o / (s.b * s.v);
+    const int64_t p = source[v];
+    dx[o] = p < 0 ? 0u : dy[(a * s.p + p) * s.b + b];
+  }
+}
+
+// concat.*: one part's block of rows moved into (or out of) the whole.
+LS_HD_INLINE void BlockCopyThread(const GraphParams& g, const uint32_t* src,
+                                  uint32_t* dst, int64_t thread,
+                                  int64_t num_threads) {
+  const int64_t total = g.rows * g.width;
+  for (int64_t i = thread; i < total; i += num_threads) {
+    const int64_t r = i / g.width;
+    const int64_t j = i - r * g.width;
+    dst[g.dst_off + r * g.dst_row + j] = src[g.src_off + r * g.src_row + j];
+  }
+}
+
+LS_HD_INLINE void BinaryThread(const c::BroadcastShape& s, c::BinaryKind k,
+                               const float* a, const float* b, float* y,
+                               int64_t thread, int64_t num_threads) {
+  for (int64_t o = thread; o < s.numel; o += num_threads) {
+    y[o] = c::BinaryElement(k, a[c::BroadcastOffset(s, 0, o)],
+                            b[c::BroadcastOffset(s, 1, o)]);
+  }
+}
+
+LS_HD_INLINE void CompareThread(const c::BroadcastShape& s, c::CompareKind k,
+                                const float* a, const float* b, float* y,
+                                int64_t thread, int64_t num_threads) {
+  for (int64_t o = thread; o < s.numel; o += num_threads) {
+    y[o] = c::CompareElement(k, a[c::BroadcastOffset(s, 0, o)],
+                             b[c::BroadcastOffset(s, 1, o)]);
+  }
+}
+
+LS_HD_INLINE void WhereThread(const c::BroadcastShape& s, const float* cond,
+                              const uint32_t* a, const uint32_t* b, uint32_t* y,
+                              int64_t thread, int64_t num_threads) {
+  for (int64_t o = thread; o < s.numel; o += num_threads) {
+    y[o] = c::WhereElement(cond[c::BroadcastOffset(s, 0, o)],
+                           a[c::BroadcastOffset(s, 1, o)],
+                           b[c::BroadcastOffset(s, 2, o)]);
+  }
+}
+
+// binary.grad's unreduced terms, y-shaped: ta for a, tb for b (kSumTo
+// reduces each to its operand's shape).
+LS_HD_INLINE void BinaryGradTermsThread(const c::BroadcastShape& s,
+                                        c::BinaryKind k, const float* a,
+                                        const float* b, const float* dy,
+                                        float* ta, float* tb, int64_t thread,
+                                        int64_t num_threads) {
+  for (int64_t o = thread; o < s.numel; o += num_threads) {
+    c::BinaryGradTerms(k, a[c::BroadcastOffset(s, 0, o)],
+                       b[c::BroadcastOffset(s, 1, o)], dy[o], ta + o, tb + o);
+  }
+}
+
+LS_HD_INLINE void WhereGradTermsThread(const c::BroadcastShape& s,
+                                       const float* cond, const float* dy,
+                                       float* ta, float* tb, int64_t thread,
+                                       int64_t num_threads) {
+  for (int64_t o = thread; o < s.numel; o += num_threads) {
+    const float k = cond[c::BroadcastOffset(s, 0, o)];
+    ta[o] = c::WhereGradTerm(k, dy[o], 0);
+    tb[o] = c::WhereGradTerm(k, dy[o], 1);
+  }
+}
+
+LS_HD_INLINE void UnaryThread(c::UnaryKind k, const float* x, float* y,
+                              int64_t count, int64_t thread,
+                              int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) {
+    y[i] = c::UnaryElement(k, x[i]);
+  }
+}
+
+LS_HD_INLINE void UnaryGradThread(c::UnaryKind k, const float* x,
+                                  const float* dy, float* dx, int64_t count,
+                                  int64_t thread, int64_t num_threads) {
+  for (int64_t i = thread; i < count; i += num_threads) {
+    dx[i] = c::UnaryGradElement(k, x[i], dy[i]);
+  }
+}
+
+// The broadcast-gradient reduction and REDUCE: one canonical sum
+// (SumToElement) per output of x, then MEAN's division.
+LS_HD_INLINE void SumToThread(const GraphParams& g, const float* t,
+                              const int64_t* out_base,
+                              const int64_t* term_offset, float* x,
+                              int64_t count, int64_t thread,
+                              int64_t num_threads) {
+  for (int64_t j = thread; j < count; j += num_threads) {
+    const float sum =
+        g.identity ? t[j]
+                   : c::SumToElement(t, out_base[j], term_offset, g.sum_n);
+    x[j] = g.mean ? c::ReduceMeanElement(sum, g.count) : sum;
+  }
+}
+
+LS_HD_INLINE void ReduceGradThread(const GraphParams& g, const float* dy,
+                                   float* dx, int64_t thread,
+                                   int64_t num_threads) {
+  for (int64_t o = thread; o < g.bcast.numel; o += num_threads) {
+    dx[o] = c::ReduceGradElement(g.mean, dy[c::BroadcastOffset(g.bcast, 0, o)],
+                                 g.count);
+  }
+}
+
 // ---- dispatch -------------------------------------------------------------
 
 // Runs thread `thread` of `num_threads` of the launch `p`.
@@ -708,6 +886,60 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
     case DeviceOp::kTranspose:
       TransposeThread(p.transpose, static_cast<const uint32_t*>(p.in[0]),
                       static_cast<uint32_t*>(p.out[0]), t, nt);
+      break;
+    case DeviceOp::kGather:
+      GatherThread(p.graph.gather, static_cast<const uint32_t*>(p.in[0]),
+                   static_cast<const int32_t*>(p.in[1]),
+                   static_cast<uint32_t*>(p.out[0]), t, nt);
+      break;
+    case DeviceOp::kGatherGrad:
+      GatherGradThread(p.graph.gather, static_cast<const int64_t*>(p.in[0]),
+                       static_cast<const int64_t*>(p.in[1]), i2, o0, t, nt);
+      break;
+    case DeviceOp::kSliceGrad:
+      SliceGradThread(p.graph.gather, static_cast<const int64_t*>(p.in[0]),
+                      static_cast<const uint32_t*>(p.in[1]),
+                      static_cast<uint32_t*>(p.out[0]), t, nt);
+      break;
+    case DeviceOp::kBlockCopy:
+      BlockCopyThread(p.graph, static_cast<const uint32_t*>(p.in[0]),
+                      static_cast<uint32_t*>(p.out[0]), t, nt);
+      break;
+    case DeviceOp::kBinary:
+      BinaryThread(p.graph.bcast, static_cast<c::BinaryKind>(p.graph.kind), i0,
+                   i1, o0, t, nt);
+      break;
+    case DeviceOp::kCompare:
+      CompareThread(p.graph.bcast, static_cast<c::CompareKind>(p.graph.kind),
+                    i0, i1, o0, t, nt);
+      break;
+    case DeviceOp::kWhere:
+      WhereThread(p.graph.bcast, i0, static_cast<const uint32_t*>(p.in[1]),
+                  static_cast<const uint32_t*>(p.in[2]),
+                  static_cast<uint32_t*>(p.out[0]), t, nt);
+      break;
+    case DeviceOp::kBinaryGradTerms:
+      BinaryGradTermsThread(p.graph.bcast,
+                            static_cast<c::BinaryKind>(p.graph.kind), i0, i1,
+                            i2, o0, o1, t, nt);
+      break;
+    case DeviceOp::kWhereGradTerms:
+      WhereGradTermsThread(p.graph.bcast, i0, i1, o0, o1, t, nt);
+      break;
+    case DeviceOp::kUnary:
+      UnaryThread(static_cast<c::UnaryKind>(p.graph.kind), i0, o0, p.work, t,
+                  nt);
+      break;
+    case DeviceOp::kUnaryGrad:
+      UnaryGradThread(static_cast<c::UnaryKind>(p.graph.kind), i0, i1, o0,
+                      p.work, t, nt);
+      break;
+    case DeviceOp::kSumTo:
+      SumToThread(p.graph, i0, static_cast<const int64_t*>(p.in[1]),
+                  static_cast<const int64_t*>(p.in[2]), o0, p.work, t, nt);
+      break;
+    case DeviceOp::kReduceGrad:
+      ReduceGradThread(p.graph, i0, o0, t, nt);
       break;
     case DeviceOp::kNumOps:
       break;

@@ -22,8 +22,10 @@
 // fixed). REDUCE SUM is the same function.
 //
 // Header-only, LS_HD, raw pointers and shape structs: the CPU kernels
-// (kernels/cpu/graph_elementwise_kernels.cc) run these element functions and
-// test against the scalar loops here.
+// (kernels/cpu/graph_elementwise_kernels.cc) and the CUDA per-thread bodies
+// (kernels/cuda/thread_bodies.h) run these element functions, and the CPU
+// tests check against the scalar loops here. Call validation is in
+// graph_validate.h.
 #ifndef LOCKSTEP_KERNELS_OPS_GRAPH_ELEMENTWISE_H_
 #define LOCKSTEP_KERNELS_OPS_GRAPH_ELEMENTWISE_H_
 
@@ -269,6 +271,27 @@ LS_HD_INLINE float CompareElement(CompareKind k, float a, float b) {
       break;
   }
   return r ? 1.0f : 0.0f;
+}
+
+// where.forward: a word select, every bit of the chosen operand kept.
+LS_HD_INLINE uint32_t WhereElement(float cond, uint32_t a, uint32_t b) {
+  return cond != 0.0f ? a : b;
+}
+
+// where.grad: the unreduced gradient term of operand k (0: a, 1: b).
+LS_HD_INLINE float WhereGradTerm(float cond, float dy, int k) {
+  const bool take_a = cond != 0.0f;
+  return take_a == (k == 0) ? dy : 0.0f;
+}
+
+// REDUCE MEAN: the canonical sum of n elements divided by n.
+LS_HD_INLINE float ReduceMeanElement(float sum, float n) {
+  return graph_internal::Canon(sum / n);
+}
+
+// reduce.grad: dy broadcast back (MEAN: dy / n, one division).
+LS_HD_INLINE float ReduceGradElement(bool mean, float dy, float n) {
+  return mean ? graph_internal::Canon(dy / n) : dy;
 }
 
 // The reduction of a tensor t of shape y (the broadcast shape) to an
