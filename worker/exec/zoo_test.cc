@@ -491,6 +491,13 @@ TEST(ZooTest, GauntletAtomicOverridesRunTheNamedKernels) {
   EXPECT_EQ(ran_overridden, kCpuAtomicOverrides);
 }
 
+// The algorithm that ran for each op of `r` (Run.kernels).
+std::map<std::string, std::string> Algorithms(const RunResult& r) {
+  std::map<std::string, std::string> ran;
+  for (const KernelChoice& k : r.kernels) ran[k.op] = k.ran.algorithm;
+  return ran;
+}
+
 // Runs the DEFAULT config `def` on 4 threads under the pinned arrival
 // orders of seeds 1..8 (into *runs) and expects two of them to diverge,
 // first at step 0 in `layer`'s GRAD_WEIGHT as produced by `op`. Arrival
@@ -568,8 +575,7 @@ TEST(ZooTest, MobilenetV2DefaultDepthwiseGradientIsNondeterministic) {
   std::vector<RunResult> runs;
   ExpectArrivalOrdersDivergeAt(def, "b8_dw", "conv2d.grad_weight", &runs);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
-  std::map<std::string, std::string> ran;
-  for (const KernelChoice& k : runs[0].kernels) ran[k.op] = k.ran.algorithm;
+  std::map<std::string, std::string> ran = Algorithms(runs[0]);
   EXPECT_EQ(ran["conv2d.grad_weight"], kernels::kAtomicDepthwiseAlgorithm);
   EXPECT_EQ(ran["dense.forward"], kernels::kDeterministicAlgorithm);
 }
@@ -585,8 +591,7 @@ TEST(ZooTest, GptTinyDefaultEmbeddingGradientIsNondeterministic) {
   std::vector<RunResult> runs;
   ExpectArrivalOrdersDivergeAt(def, "emb", "embedding.grad_weight", &runs);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
-  std::map<std::string, std::string> ran;
-  for (const KernelChoice& k : runs[0].kernels) ran[k.op] = k.ran.algorithm;
+  std::map<std::string, std::string> ran = Algorithms(runs[0]);
   EXPECT_EQ(ran["embedding.grad_weight"], kernels::kAtomicAlgorithm);
   EXPECT_EQ(ran["matmul.forward"], kernels::kDeterministicAlgorithm);
   EXPECT_EQ(ran["dense.forward"], kernels::kDeterministicAlgorithm);
@@ -602,8 +607,7 @@ TEST(ZooTest, CharLmDefaultEmbeddingGradientIsNondeterministic) {
   std::vector<RunResult> runs;
   ExpectArrivalOrdersDivergeAt(def, "emb", "embedding.grad_weight", &runs);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
-  std::map<std::string, std::string> ran;
-  for (const KernelChoice& k : runs[0].kernels) ran[k.op] = k.ran.algorithm;
+  std::map<std::string, std::string> ran = Algorithms(runs[0]);
   EXPECT_EQ(ran["embedding.grad_weight"], kernels::kAtomicAlgorithm);
   EXPECT_EQ(ran["dense.forward"], kernels::kDeterministicAlgorithm);
   EXPECT_EQ(ran["bias_add.grad"], kernels::kDeterministicAlgorithm);
@@ -621,8 +625,7 @@ TEST(ZooTest, GptTinyDefaultSplitKMatmulIsNondeterministic) {
   ExpectArrivalOrdersDivergeAt(def, "b0.scores", "matmul.forward", &runs,
                                v1::ACTIVATION);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
-  std::map<std::string, std::string> ran;
-  for (const KernelChoice& k : runs[0].kernels) ran[k.op] = k.ran.algorithm;
+  std::map<std::string, std::string> ran = Algorithms(runs[0]);
   EXPECT_EQ(ran["matmul.forward"], kernels::kSplitKAtomicAlgorithm);
   EXPECT_EQ(ran["matmul.grad"], kernels::kDefaultAlgorithm);
   EXPECT_EQ(ran["dense.forward"], kernels::kDeterministicAlgorithm);
