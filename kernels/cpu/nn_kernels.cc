@@ -129,7 +129,7 @@ absl::Status SoftmaxForwardKernel(absl::Span<const Tensor> in,
   ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
                     [&](int64_t b, int64_t e) {
                       for (int64_t r = b; r < e; ++r)
-                        c::SoftmaxLastForwardRow(s, x, y, r);
+                        c::SoftmaxLastForwardRowOnce(s, x, y, r);
                     });
   return absl::OkStatus();
 }
@@ -148,7 +148,7 @@ absl::Status SoftmaxGradKernel(absl::Span<const Tensor> in,
   ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
                     [&](int64_t b, int64_t e) {
                       for (int64_t r = b; r < e; ++r)
-                        c::SoftmaxLastGradRow(s, x, dy, dx, r);
+                        c::SoftmaxLastGradRowOnce(s, x, dy, dx, r);
                     });
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -242,6 +243,38 @@ std::vector<double> RefCausalSoftmax(const std::vector<double>& x, int64_t rows,
 }
 
 uint32_t Bits(float f) { return LsFloatToBits(f); }
+
+// The CPU kernels' rows (each exp once, kept in the output row) give the
+// spec rows' bits: plain and causal rows, a row crossing the 256-term
+// chunk, and rows holding NaN, +-Inf and -0.
+TEST(SoftmaxLastTest, RowsWithOneExpPerElementGiveTheSpecBits) {
+  for (const bool causal : {false, true}) {
+    RowShape s;
+    s.rows = 6;
+    s.d = 300;
+    s.causal = causal;
+    std::vector<float> x = RandomFloats(s.rows * s.d, 21, -6.0f, 6.0f);
+    const std::vector<float> dy = RandomFloats(s.rows * s.d, 22, -1.0f, 1.0f);
+    x[s.d + 3] = std::numeric_limits<float>::quiet_NaN();
+    x[2 * s.d + 1] = std::numeric_limits<float>::infinity();
+    x[3 * s.d + 0] = -std::numeric_limits<float>::infinity();
+    x[4 * s.d + 2] = -0.0f;
+    for (int64_t r = 0; r < s.rows; ++r) {
+      std::vector<float> y(s.rows * s.d, 7.0f), y_once(s.rows * s.d, 7.0f);
+      std::vector<float> dx(s.rows * s.d, 7.0f), dx_once(s.rows * s.d, 7.0f);
+      SoftmaxLastForwardRow(s, x.data(), y.data(), r);
+      SoftmaxLastForwardRowOnce(s, x.data(), y_once.data(), r);
+      SoftmaxLastGradRow(s, x.data(), dy.data(), dx.data(), r);
+      SoftmaxLastGradRowOnce(s, x.data(), dy.data(), dx_once.data(), r);
+      for (int64_t i = 0; i < s.rows * s.d; ++i) {
+        ASSERT_EQ(LsFloatToBits(y_once[i]), LsFloatToBits(y[i]))
+            << "y, causal " << causal << ", row " << r << ", element " << i;
+        ASSERT_EQ(LsFloatToBits(dx_once[i]), LsFloatToBits(dx[i]))
+            << "dx, causal " << causal << ", row " << r << ", element " << i;
+      }
+    }
+  }
+}
 
 TEST(SoftmaxLastTest, CausalAgainstFloat64FiniteDifferencesAndPrefixRows) {
   const int64_t t = 300, rows = 2 * t;  // [2, 300, 300]: rows cross a chunk
