@@ -1,4 +1,5 @@
-// The CANONICAL batch_norm kernels in training mode run their per-channel
+// The CANONICAL batch_norm kernels in training mode (and layer_norm's, over
+// rows) run their per-channel
 // reductions on the lane kernels (lanes = channels, blocks transposed in
 // registers): on every ISA path this CPU has and on 1, 2, 3 and 8 threads
 // their bits equal the spec code of kernels/ops/norm.h (GatherChain, one
@@ -167,6 +168,81 @@ TEST_F(BatchNormLanesTest, EveryIsaAndThreadCountGivesTheSpecBits) {
             Tensor out[] = {T({ch}, std::vector<float>(ch)),
                             T({ch}, std::vector<float>(ch))};
             ASSERT_TRUE(Kernel(op::kBatchNormGradParams)(
+                            absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                            .ok())
+                << where;
+            ExpectSameBits(out[0], want_dg, "dgamma, " + where);
+            ExpectSameBits(out[1], want_db, "dbeta, " + where);
+          }
+        }
+      }
+    }
+  }
+}
+
+// layer_norm's row statistics and grad_input reductions run on the same
+// lane kernels (rows as the channels of one image): the spec's bits on
+// every ISA and thread count, for row counts with tails after blocks of 8
+// and 16 and rows shorter than a vector, crossing a chunk, with specials.
+TEST_F(BatchNormLanesTest, LayerNormGivesTheSpecBitsOnEveryIsaAndThreadCount) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {37, 63}, {4, 5, 300}, {2, 16, 128}, {3, 7}, {1, 600}};
+  uint32_t seed = 100;
+  for (const std::vector<int64_t>& shape : shapes) {
+    for (const bool specials : {false, true}) {
+      const std::string label =
+          absl::StrCat("shape [", absl::StrJoin(shape, ","), "]",
+                       specials ? " specials" : "");
+      int64_t numel = 1;
+      for (int64_t d : shape) numel *= d;
+      c::RowShape s;
+      s.d = shape.back();
+      s.rows = numel / s.d;
+      s.epsilon = 1e-5f;
+      const std::vector<float> x = RandomFloats(numel, seed++, specials);
+      const std::vector<float> dy = RandomFloats(numel, seed++, specials);
+      const std::vector<float> gamma = RandomFloats(s.d, seed++, false);
+      const std::vector<float> beta = RandomFloats(s.d, seed++, false);
+      std::vector<float> want_y(numel), want_dx(numel), want_dg(s.d),
+          want_db(s.d);
+      std::vector<c::LayerNormRowStats> scratch(s.rows);
+      c::LayerNormForward(s, x.data(), gamma.data(), beta.data(),
+                          want_y.data());
+      c::LayerNormGradInput(s, x.data(), gamma.data(), dy.data(),
+                            want_dx.data());
+      c::LayerNormGradParams(s, x.data(), dy.data(), scratch.data(),
+                             want_dg.data(), want_db.data());
+      OpAttrs attrs;
+      attrs.norm_epsilon = s.epsilon;
+      for (CpuIsa isa : SupportedCpuIsas()) {
+        SetCpuIsaForTesting(isa);
+        for (int threads : {1, 2, 3, 8}) {
+          SetCpuThreadsForTesting(threads);
+          const std::string where = absl::StrCat(
+              label, ", isa ", CpuIsaName(isa), ", ", threads, " threads");
+          {
+            Tensor in[] = {T(shape, x), T({s.d}, gamma), T({s.d}, beta)};
+            Tensor out[] = {T(shape, std::vector<float>(numel))};
+            ASSERT_TRUE(Kernel(op::kLayerNormForward)(
+                            absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                            .ok())
+                << where;
+            ExpectSameBits(out[0], want_y, "y, " + where);
+          }
+          {
+            Tensor in[] = {T(shape, x), T({s.d}, gamma), T(shape, dy)};
+            Tensor out[] = {T(shape, std::vector<float>(numel))};
+            ASSERT_TRUE(Kernel(op::kLayerNormGradInput)(
+                            absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                            .ok())
+                << where;
+            ExpectSameBits(out[0], want_dx, "dx, " + where);
+          }
+          {
+            Tensor in[] = {T(shape, x), T(shape, dy)};
+            Tensor out[] = {T({s.d}, std::vector<float>(s.d)),
+                            T({s.d}, std::vector<float>(s.d))};
+            ASSERT_TRUE(Kernel(op::kLayerNormGradParams)(
                             absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
                             .ok())
                 << where;

@@ -153,6 +153,28 @@ absl::Status SoftmaxGradKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// Every row's statistics from the lane kernels: the rows are the channels
+// of one [1, rows, d] image, so the row sums are BiasAddGradLanes' and the
+// variances' dots BatchNormVarSumLanes' (kernels/ops/norm.h's
+// LayerNormStatsOf, 16 rows at a time).
+std::vector<c::LayerNormRowStats> LayerNormStats(const c::RowShape& s,
+                                                 const float* x) {
+  const c::BiasShape shape{1, s.rows, s.d};
+  std::vector<float> mean(s.rows);
+  std::vector<float> var_sum(s.rows);
+  BiasAddGradLanes(shape, x, mean.data(), ActiveCpuIsa(), CpuThreadPool());
+  for (int64_t r = 0; r < s.rows; ++r) {
+    mean[r] = c::LayerNormMeanOf(s, mean[r]);
+  }
+  BatchNormVarSumLanes(shape, x, mean.data(), var_sum.data(), ActiveCpuIsa(),
+                       CpuThreadPool());
+  std::vector<c::LayerNormRowStats> stats(s.rows);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    stats[r] = c::LayerNormStatsFrom(s, mean[r], var_sum[r]);
+  }
+  return stats;
+}
+
 absl::Status LayerNormForwardKernel(absl::Span<const Tensor> in,
                                     absl::Span<Tensor> out, const OpAttrs& a) {
   LS_RETURN_IF_ERROR(CheckArity(op::kLayerNormForward, in, 3, out, 1));
@@ -167,10 +189,11 @@ absl::Status LayerNormForwardKernel(absl::Span<const Tensor> in,
   const float* gamma = in[1].data<float>();
   const float* beta = in[2].data<float>();
   float* y = out[0].data<float>();
+  const std::vector<c::LayerNormRowStats> stats = LayerNormStats(s, x);
   ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
                     [&](int64_t b, int64_t e) {
                       for (int64_t r = b; r < e; ++r) {
-                        c::LayerNormForwardRow(s, x, gamma, beta, y, r);
+                        c::LayerNormApplyRow(s, x, gamma, beta, y, r, stats[r]);
                       }
                     });
   return absl::OkStatus();
@@ -191,12 +214,34 @@ absl::Status LayerNormGradInputKernel(absl::Span<const Tensor> in,
   const float* gamma = in[1].data<float>();
   const float* dy = in[2].data<float>();
   float* dx = out[0].data<float>();
+  const std::vector<c::LayerNormRowStats> stats = LayerNormStats(s, x);
+  // g = dy * gamma, one product per element as the spec forms it, then the
+  // sum of g and the dot of (g, xhat) per row on the lane kernels.
+  std::vector<float> g(static_cast<size_t>(s.rows * s.d));
   ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
                     [&](int64_t b, int64_t e) {
                       for (int64_t r = b; r < e; ++r) {
-                        c::LayerNormGradInputRow(s, x, gamma, dy, dx, r);
+                        for (int64_t j = 0; j < s.d; ++j) {
+                          g[r * s.d + j] = dy[r * s.d + j] * gamma[j];
+                        }
                       }
                     });
+  std::vector<float> mean(s.rows), rstd(s.rows), dot_gx(s.rows), sum_g(s.rows);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    mean[r] = stats[r].mean;
+    rstd[r] = stats[r].rstd;
+  }
+  BatchNormGradChainsLanes(c::BiasShape{1, s.rows, s.d}, x, g.data(),
+                           mean.data(), rstd.data(), /*scale=*/nullptr,
+                           dot_gx.data(), sum_g.data(), ActiveCpuIsa(),
+                           CpuThreadPool());
+  ParallelForBlocks(
+      CpuThreadPool(), s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          c::LayerNormGradInputApplyRow(s, x, gamma, dy, dx, r, stats[r],
+                                        sum_g[r], dot_gx[r]);
+        }
+      });
   return absl::OkStatus();
 }
 
@@ -217,12 +262,7 @@ absl::Status LayerNormGradParamsKernel(absl::Span<const Tensor> in,
   }
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
-  std::vector<c::LayerNormRowStats> stats(static_cast<size_t>(s.rows));
-  ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
-                    [&](int64_t b, int64_t e) {
-                      for (int64_t r = b; r < e; ++r)
-                        stats[r] = c::LayerNormStatsOf(s, x + r * s.d);
-                    });
+  const std::vector<c::LayerNormRowStats> stats = LayerNormStats(s, x);
   float* dgamma = out[0].data<float>();
   float* dbeta = out[1].data<float>();
   ParallelForBlocks(CpuThreadPool(), s.d, 16, [&](int64_t b, int64_t e) {

@@ -217,35 +217,74 @@ struct LayerNormRowStats {
   float rstd;
 };
 
-LS_HD_INLINE LayerNormRowStats LayerNormStatsOf(const RowShape& s,
-                                                const float* row) {
-  const float fd = static_cast<float>(s.d);
-  GatherChain sum;
-  for (int64_t j = 0; j < s.d; ++j) sum.Add(row[j]);
+// A row's statistics from its two reductions: sum = the canonical sum of
+// the row, var_sum = the canonical dot of (d, d), d = x - mean (below, and
+// the CPU's lane kernels, kernels/cpu/lane_kernels.h).
+LS_HD_INLINE float LayerNormMeanOf(const RowShape& s, float sum) {
+  return sum / static_cast<float>(s.d);
+}
+LS_HD_INLINE LayerNormRowStats LayerNormStatsFrom(const RowShape& s, float mean,
+                                                  float var_sum) {
   LayerNormRowStats st;
-  st.mean = sum.Finish() / fd;
-  GatherChain sq;
-  for (int64_t j = 0; j < s.d; ++j) {
-    const float dj = row[j] - st.mean;
-    sq.Fma(dj, dj);
-  }
-  const float var = sq.Finish() / fd;
+  st.mean = mean;
+  const float var = var_sum / static_cast<float>(s.d);
   st.rstd = 1.0f / CanonicalSqrt(var + s.epsilon);
   return st;
+}
+
+LS_HD_INLINE LayerNormRowStats LayerNormStatsOf(const RowShape& s,
+                                                const float* row) {
+  GatherChain sum;
+  for (int64_t j = 0; j < s.d; ++j) sum.Add(row[j]);
+  const float mean = LayerNormMeanOf(s, sum.Finish());
+  GatherChain sq;
+  for (int64_t j = 0; j < s.d; ++j) {
+    const float dj = row[j] - mean;
+    sq.Fma(dj, dj);
+  }
+  return LayerNormStatsFrom(s, mean, sq.Finish());
 }
 
 LS_HD_INLINE float LayerNormXhat(const LayerNormRowStats& st, float x) {
   return (x - st.mean) * st.rstd;
 }
 
-LS_HD_INLINE void LayerNormForwardRow(const RowShape& s, const float* x,
-                                      const float* gamma, const float* beta,
-                                      float* y, int64_t r) {
+// Row r of y from the row's statistics.
+LS_HD_INLINE void LayerNormApplyRow(const RowShape& s, const float* x,
+                                    const float* gamma, const float* beta,
+                                    float* y, int64_t r,
+                                    const LayerNormRowStats& st) {
   const float* row = x + r * s.d;
-  const LayerNormRowStats st = LayerNormStatsOf(s, row);
   for (int64_t j = 0; j < s.d; ++j) {
     const float xhat = LayerNormXhat(st, row[j]);
     y[r * s.d + j] = norm_internal::CanonicalNanOf(xhat * gamma[j] + beta[j]);
+  }
+}
+
+LS_HD_INLINE void LayerNormForwardRow(const RowShape& s, const float* x,
+                                      const float* gamma, const float* beta,
+                                      float* y, int64_t r) {
+  LayerNormApplyRow(s, x, gamma, beta, y, r, LayerNormStatsOf(s, x + r * s.d));
+}
+
+// Row r of dx from the row's statistics and its two reductions: sum_g = the
+// canonical sum of g = dy * gamma, dot_gx = the canonical dot of (g, xhat).
+LS_HD_INLINE void LayerNormGradInputApplyRow(const RowShape& s, const float* x,
+                                             const float* gamma,
+                                             const float* dy, float* dx,
+                                             int64_t r,
+                                             const LayerNormRowStats& st,
+                                             float sum_g, float dot_gx) {
+  const float* row = x + r * s.d;
+  const float* drow = dy + r * s.d;
+  const float fd = static_cast<float>(s.d);
+  const float a = sum_g / fd;
+  const float b = dot_gx / fd;
+  for (int64_t j = 0; j < s.d; ++j) {
+    const float g = drow[j] * gamma[j];
+    const float xhat = LayerNormXhat(st, row[j]);
+    dx[r * s.d + j] =
+        norm_internal::CanonicalNanOf(((g - a) - xhat * b) * st.rstd);
   }
 }
 
@@ -254,7 +293,6 @@ LS_HD_INLINE void LayerNormGradInputRow(const RowShape& s, const float* x,
                                         float* dx, int64_t r) {
   const float* row = x + r * s.d;
   const float* drow = dy + r * s.d;
-  const float fd = static_cast<float>(s.d);
   const LayerNormRowStats st = LayerNormStatsOf(s, row);
   GatherChain sum_g;
   GatherChain dot_gx;
@@ -263,14 +301,8 @@ LS_HD_INLINE void LayerNormGradInputRow(const RowShape& s, const float* x,
     sum_g.Add(g);
     dot_gx.Fma(g, LayerNormXhat(st, row[j]));
   }
-  const float a = sum_g.Finish() / fd;
-  const float b = dot_gx.Finish() / fd;
-  for (int64_t j = 0; j < s.d; ++j) {
-    const float g = drow[j] * gamma[j];
-    const float xhat = LayerNormXhat(st, row[j]);
-    dx[r * s.d + j] =
-        norm_internal::CanonicalNanOf(((g - a) - xhat * b) * st.rstd);
-  }
+  LayerNormGradInputApplyRow(s, x, gamma, dy, dx, r, st, sum_g.Finish(),
+                             dot_gx.Finish());
 }
 
 // dgamma[j] and dbeta[j] for one column j, given every row's stats.
