@@ -82,6 +82,11 @@ absl::Status DenseGradWeightKernel(absl::Span<const Tensor> in,
 // independent outputs, so any split gives the same bits.
 constexpr int64_t kElementwiseBlock = 32768;
 
+// Rows of `width` elements per task of the row-wise kernels.
+int64_t RowsPerTask(int64_t width) {
+  return std::max<int64_t>(1, kElementwiseBlock / std::max<int64_t>(1, width));
+}
+
 absl::Status BiasAddForwardKernel(absl::Span<const Tensor> in,
                                   absl::Span<Tensor> out, const OpAttrs&) {
   LS_RETURN_IF_ERROR(CheckArity(op::kBiasAddForward, in, 2, out, 1));
@@ -99,15 +104,15 @@ absl::Status BiasAddForwardKernel(absl::Span<const Tensor> in,
   if (s.n * s.c * s.spatial == 0) return absl::OkStatus();
   if (s.spatial == 1) {
     // [n, c] rows: b added along each row.
-    const int64_t rows =
-        std::max<int64_t>(1, kElementwiseBlock / std::max<int64_t>(1, s.c));
-    ParallelForBlocks(CpuThreadPool(), s.n, rows, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* xr = x + r * s.c;
-        float* yr = y + r * s.c;
-        for (int64_t j = 0; j < s.c; ++j) yr[j] = xr[j] + b[j];
-      }
-    });
+    ParallelForBlocks(CpuThreadPool(), s.n, RowsPerTask(s.c),
+                      [&](int64_t r0, int64_t r1) {
+                        for (int64_t r = r0; r < r1; ++r) {
+                          const float* xr = x + r * s.c;
+                          float* yr = y + r * s.c;
+                          for (int64_t j = 0; j < s.c; ++j)
+                            yr[j] = xr[j] + b[j];
+                        }
+                      });
     return absl::OkStatus();
   }
   const int64_t planes = s.n * s.c;
@@ -253,9 +258,18 @@ absl::Status SoftmaxXentForwardKernel(absl::Span<const Tensor> in,
         out[0].DebugString()));
   }
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  std::vector<float> scratch(s.n);
-  out[0].data<float>()[0] = c::SoftmaxXentForward(
-      s, in[0].data<float>(), in[1].data<int32_t>(), scratch.data());
+  // The per-example losses on the pool (independent rows), then their
+  // canonical mean: c::SoftmaxXentForward's bits.
+  const float* logits = in[0].data<float>();
+  const int32_t* labels = in[1].data<int32_t>();
+  std::vector<float> losses(s.n);
+  ParallelForBlocks(
+      CpuThreadPool(), s.n, RowsPerTask(s.c), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          losses[i] = c::SoftmaxXentExampleLoss(s, logits, labels, i);
+        }
+      });
+  out[0].data<float>()[0] = c::SoftmaxXentMeanLoss(s, losses.data());
   return absl::OkStatus();
 }
 
@@ -269,8 +283,15 @@ absl::Status SoftmaxXentGradKernel(absl::Span<const Tensor> in,
   const absl::string_view names[] = {"logits", "dlogits"};
   LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, t, names));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  c::SoftmaxXentGrad(s, in[0].data<float>(), in[1].data<int32_t>(),
-                     out[0].data<float>());
+  const float* logits = in[0].data<float>();
+  const int32_t* labels = in[1].data<int32_t>();
+  float* dlogits = out[0].data<float>();
+  ParallelForBlocks(
+      CpuThreadPool(), s.n, RowsPerTask(s.c), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          c::SoftmaxXentGradRowOnce(s, logits, labels, i, dlogits);
+        }
+      });
   return absl::OkStatus();
 }
 

@@ -26,10 +26,10 @@
 
 #include <cstdint>
 
+#include "kernels/canonical/gather.h"
 #include "kernels/canonical/hd.h"
 #include "kernels/canonical/reduce.h"
 #include "kernels/math/portable_math.h"
-#include "kernels/canonical/gather.h"
 
 namespace lockstep::canonical {
 
@@ -78,6 +78,13 @@ LS_HD_INLINE float SoftmaxXentExampleLoss(const SoftmaxShape& s,
   return CanonicalLog(st.sum) - z;
 }
 
+// The mean of the per-example losses losses[0 .. n).
+LS_HD_INLINE float SoftmaxXentMeanLoss(const SoftmaxShape& s,
+                                       const float* losses) {
+  const float total = CanonicalSum(losses, s.n, 1);
+  return total / static_cast<float>(s.n);
+}
+
 // Host driver. scratch: n floats (per-example losses). Returns the mean loss.
 LS_HD_INLINE float SoftmaxXentForward(const SoftmaxShape& s,
                                       const float* logits,
@@ -85,8 +92,7 @@ LS_HD_INLINE float SoftmaxXentForward(const SoftmaxShape& s,
   for (int64_t i = 0; i < s.n; ++i) {
     scratch[i] = SoftmaxXentExampleLoss(s, logits, labels, i);
   }
-  const float total = CanonicalSum(scratch, s.n, 1);
-  return total / static_cast<float>(s.n);
+  return SoftmaxXentMeanLoss(s, scratch);
 }
 
 // d loss / d logits[i, j], given the row's stats.
@@ -109,6 +115,33 @@ LS_HD_INLINE void SoftmaxXentGradRow(const SoftmaxShape& s, const float* logits,
   float* out = dlogits + i * s.c;
   for (int64_t j = 0; j < s.c; ++j) {
     out[j] = SoftmaxXentGradElement(s, row, labels[i], st, j);
+  }
+}
+
+// SoftmaxXentGradRow with each exp computed once: the row's exps wait in
+// the output row between the sum and the outputs. The same operations on
+// the same values in the same order, so the same bits; dlogits must not
+// overlap logits.
+LS_HD_INLINE void SoftmaxXentGradRowOnce(const SoftmaxShape& s,
+                                         const float* logits,
+                                         const int32_t* labels, int64_t i,
+                                         float* dlogits) {
+  const float* row = logits + i * s.c;
+  float* out = dlogits + i * s.c;
+  float m = row[0];
+  for (int64_t j = 1; j < s.c; ++j) {
+    if (row[j] > m) m = row[j];
+  }
+  GatherChain chain;
+  for (int64_t j = 0; j < s.c; ++j) {
+    out[j] = CanonicalExp(row[j] - m);
+    chain.Add(out[j]);
+  }
+  const float sum = chain.Finish();
+  for (int64_t j = 0; j < s.c; ++j) {
+    const float p = out[j] / sum;
+    const float t = (j == labels[i]) ? p - 1.0f : p;
+    out[j] = t / static_cast<float>(s.n);
   }
 }
 

@@ -92,6 +92,28 @@ TEST(SoftmaxXentTest, FollowsWrittenSequenceBitForBit) {
   }
 }
 
+// The CPU kernel's rows (each exp once, kept in the output row) follow the
+// same written sequence: the same bits, also with NaN and +-Inf logits.
+TEST(SoftmaxXentTest, GradRowsWithOneExpPerElementGiveTheSameBits) {
+  uint32_t seed = 50;
+  for (const SoftmaxShape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c=" << s.c);
+    std::vector<float> x = RandomFloats(s.n * s.c, seed++, -6.0f, 6.0f);
+    if (x.size() > 20) {
+      x[3] = std::numeric_limits<float>::quiet_NaN();
+      x[x.size() - 4] = std::numeric_limits<float>::infinity();
+      x[x.size() / 2] = -std::numeric_limits<float>::infinity();
+    }
+    const std::vector<int32_t> y = RandomLabels(s.n, s.c, seed++);
+    std::vector<float> want(x.size()), got(x.size(), 7.0f);
+    SoftmaxXentGrad(s, x.data(), y.data(), want.data());
+    for (int64_t i = 0; i < s.n; ++i) {
+      SoftmaxXentGradRowOnce(s, x.data(), y.data(), i, got.data());
+    }
+    EXPECT_TRUE(BitsEqual(got, want));
+  }
+}
+
 // Bounds (u = 2^-24, z_j = x_j - m, p_j the softmax):
 //   loss_i: u (4 |log s| + 4 |z_y| + 2 max|z| + C + 8)
 //           (rounding of z, exp <= 1 ulp, the canonical sum of C terms,
