@@ -286,10 +286,15 @@ absl::Status SoftmaxXentGradKernel(absl::Span<const Tensor> in,
   const float* logits = in[0].data<float>();
   const int32_t* labels = in[1].data<int32_t>();
   float* dlogits = out[0].data<float>();
+  // The rows' exps on the lane kernels' vector exp (CanonicalExp's bits).
+  const CpuIsa isa = ActiveCpuIsa();
+  const auto exp_row = [isa](float* v, int64_t n) {
+    CanonicalExpLanes(v, v, n, isa);
+  };
   ParallelForBlocks(
       CpuThreadPool(), s.n, RowsPerTask(s.c), [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
-          c::SoftmaxXentGradRowOnce(s, logits, labels, i, dlogits);
+          c::SoftmaxXentGradRowOnce(s, logits, labels, i, dlogits, exp_row);
         }
       });
   return absl::OkStatus();

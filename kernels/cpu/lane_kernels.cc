@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/canonical/reduce.h"
+#include "kernels/math/portable_math.h"
 
 namespace lockstep::kernels {
 namespace {
@@ -57,6 +58,24 @@ void BiasAddGradLanes(const canonical::BiasShape& s, const float* dy, float* db,
   if (s.c <= 0) return;
   const cpu_internal::LaneBiasGeometry g{s.n, s.c, s.spatial};
   KernelsFor(isa).bias_grad(g, dy, db, pool);
+}
+
+void CanonicalExpLanes(const float* x, float* y, int64_t n, CpuIsa isa) {
+  if (n <= 0) return;
+  if (auto* exp = KernelsFor(isa).exp; exp != nullptr) {
+    exp(x, y, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = canonical::CanonicalExp(x[i]);
+}
+
+void CanonicalErfLanes(const float* x, float* y, int64_t n, CpuIsa isa) {
+  if (n <= 0) return;
+  if (auto* erf = KernelsFor(isa).erf; erf != nullptr) {
+    erf(x, y, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = canonical::CanonicalErf(x[i]);
 }
 
 void BatchNormVarSumLanes(const canonical::BiasShape& s, const float* x,

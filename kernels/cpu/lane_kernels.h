@@ -117,6 +117,13 @@ void BatchNormGradChainsLanes(const canonical::BiasShape& s, const float* x,
                               const float* rstd, const float* scale, float* dot,
                               float* sum, CpuIsa isa, ThreadPool* pool);
 
+// y[i] = canonical::CanonicalExp(x[i]) (kernels/math/portable_math.h) for
+// i < n, vectorised with the spec's operations in the spec's order; y may
+// be x. On the calling thread.
+void CanonicalExpLanes(const float* x, float* y, int64_t n, CpuIsa isa);
+// y[i] = canonical::CanonicalErf(x[i]) likewise.
+void CanonicalErfLanes(const float* x, float* y, int64_t n, CpuIsa isa);
+
 namespace cpu_internal {
 
 // Plain geometry handed to the ISA translation units (computed outside
@@ -161,6 +168,10 @@ struct LaneKernelSet {
                                  const float* dy, const float* mean,
                                  const float* rstd, const float* scale,
                                  float* dot, float* sum, ThreadPool* pool);
+  // Null for the scalar set (the caller runs canonical::CanonicalExp and
+  // CanonicalErf).
+  void (*exp)(const float* x, float* y, int64_t n);
+  void (*erf)(const float* x, float* y, int64_t n);
 };
 const LaneKernelSet& LaneKernelsScalar();
 const LaneKernelSet& LaneKernelsAvx2();

@@ -24,6 +24,100 @@ struct Avx2Lanes {
   static T Mul(T a, T b) { return _mm256_mul_ps(a, b); }
   static T Div(T a, T b) { return _mm256_div_ps(a, b); }
   static T Fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  // canonical::CanonicalErf (kernels/math/portable_math.h), 8 lanes: both
+  // branches' operations in the spec's order on every lane, then the
+  // branch each lane takes selected, the sign restored, NaN last.
+  static T Erf(T x) {
+    const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
+    const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    // a < 1.
+    const __m256 z = _mm256_mul_ps(a, a);
+    __m256 p = _mm256_set1_ps(-0x1.51d718p-30f);
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.fcc572p-27f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-0x1.5f742ep-23f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.b9e6cap-20f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-0x1.f4d25cp-17f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.f9a326p-14f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-0x1.c02db4p-11f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.565bcep-8f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-0x1.b82ce4p-6f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.ce2f22p-4f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-0x1.812746p-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.20dd76p+0f));
+    const __m256 small = _mm256_mul_ps(a, p);
+    // 1 <= a < 6.
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 t =
+        _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.5f), a, one));
+    __m256 q = _mm256_set1_ps(0x1.5df28ap-3f);
+    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(-0x1.a4f124p-1f));
+    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(0x1.7d0f60p+0f));
+    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(-0x1.229cbap+0f));
+    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(0x1.1d8f98p-2f));
+    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(-0x1.7d8498p-3f));
+    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(0x1.8c6d92p-4f));
+    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(0x1.7f11f6p-2f));
+    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(0x1.00018ep+0f));
+    const __m256 zz = _mm256_mul_ps(a, a);
+    const __m256 zz_lo = _mm256_fmsub_ps(a, a, zz);
+    const __m256 arg = _mm256_sub_ps(
+        _mm256_sub_ps(_mm256_fmadd_ps(t, q, _mm256_set1_ps(-0x1.43f89cp+0f)),
+                      zz),
+        zz_lo);
+    const __m256 mid = _mm256_sub_ps(one, _mm256_mul_ps(t, Exp(arg)));
+    __m256 y = _mm256_blendv_ps(
+        one, mid, _mm256_cmp_ps(a, _mm256_set1_ps(6.0f), _CMP_LT_OQ));
+    y = _mm256_blendv_ps(y, small, _mm256_cmp_ps(a, one, _CMP_LT_OQ));
+    y = _mm256_or_ps(y, sign);
+    return _mm256_blendv_ps(y,
+                            _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
+                            _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  }
+  // canonical::CanonicalExp (kernels/math/portable_math.h), 8 lanes: the
+  // same operations in the same order, the special cases selected last.
+  static T Exp(T x) {
+    const __m256 kf = _mm256_sub_ps(
+        _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(0x1.715476p+0f)),
+                      _mm256_set1_ps(0x1.8p23f)),
+        _mm256_set1_ps(0x1.8p23f));
+    const __m256 neg_kf = _mm256_xor_ps(kf, _mm256_set1_ps(-0.0f));  // -kf
+    const __m256 r_hi =
+        _mm256_fmadd_ps(neg_kf, _mm256_set1_ps(0x1.62e430p-1f), x);
+    const __m256 r_lo = _mm256_mul_ps(neg_kf, _mm256_set1_ps(-0x1.05c610p-29f));
+    const __m256 r = _mm256_add_ps(r_hi, r_lo);
+    __m256 q = _mm256_set1_ps(0x1.a01a02p-13f);
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0x1.6c16c2p-10f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0x1.111112p-7f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0x1.555556p-5f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0x1.555556p-3f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0x1.0p-1f));
+    const __m256 r2 = _mm256_mul_ps(r, r);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 hi = _mm256_add_ps(one, r_hi);
+    const __m256 lo = _mm256_add_ps(_mm256_sub_ps(one, hi), r_hi);
+    const __m256 tail = _mm256_fmadd_ps(q, r2, _mm256_add_ps(lo, r_lo));
+    const __m256 p = _mm256_add_ps(hi, tail);
+    const __m256i k = _mm256_cvttps_epi32(kf);
+    // k / 2 rounded toward zero, as C++ divides.
+    const __m256i k1 =
+        _mm256_srai_epi32(_mm256_add_epi32(k, _mm256_srli_epi32(k, 31)), 1);
+    const __m256i k2 = _mm256_sub_epi32(k, k1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 pow1 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
+    const __m256 pow2 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, pow1), pow2);
+    y = _mm256_blendv_ps(
+        y, _mm256_setzero_ps(),
+        _mm256_cmp_ps(x, _mm256_set1_ps(-0x1.ap6f), _CMP_LT_OQ));
+    y = _mm256_blendv_ps(
+        y, _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000)),
+        _mm256_cmp_ps(x, _mm256_set1_ps(0x1.64p6f), _CMP_GT_OQ));
+    return _mm256_blendv_ps(y,
+                            _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
+                            _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  }
   static T Set1(float v) { return _mm256_set1_ps(v); }
   static M Replaces(T best, T v) {
     const __m256 greater = _mm256_cmp_ps(v, best, _CMP_GT_OQ);

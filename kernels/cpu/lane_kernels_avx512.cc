@@ -11,6 +11,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace lockstep::kernels::cpu_internal {
 namespace avx512_lanes {
 namespace {
@@ -28,6 +30,103 @@ struct Avx512Lanes {
   static T Mul(T a, T b) { return _mm512_mul_ps(a, b); }
   static T Div(T a, T b) { return _mm512_div_ps(a, b); }
   static T Fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+  // canonical::CanonicalErf (kernels/math/portable_math.h), 16 lanes: both
+  // branches' operations in the spec's order on every lane, then the
+  // branch each lane takes selected, the sign restored, NaN last.
+  static T Erf(T x) {
+    const __m512i bits = _mm512_castps_si512(x);
+    const __m512i sign = _mm512_and_si512(bits, _mm512_set1_epi32(INT32_MIN));
+    const __m512 a = _mm512_castsi512_ps(
+        _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)));
+    // a < 1.
+    const __m512 z = _mm512_mul_ps(a, a);
+    __m512 p = _mm512_set1_ps(-0x1.51d718p-30f);
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(0x1.fcc572p-27f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-0x1.5f742ep-23f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(0x1.b9e6cap-20f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-0x1.f4d25cp-17f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(0x1.f9a326p-14f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-0x1.c02db4p-11f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(0x1.565bcep-8f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-0x1.b82ce4p-6f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(0x1.ce2f22p-4f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-0x1.812746p-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(0x1.20dd76p+0f));
+    const __m512 small = _mm512_mul_ps(a, p);
+    // 1 <= a < 6.
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 t =
+        _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(0.5f), a, one));
+    __m512 q = _mm512_set1_ps(0x1.5df28ap-3f);
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-0x1.a4f124p-1f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0x1.7d0f60p+0f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-0x1.229cbap+0f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0x1.1d8f98p-2f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(-0x1.7d8498p-3f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0x1.8c6d92p-4f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0x1.7f11f6p-2f));
+    q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(0x1.00018ep+0f));
+    const __m512 zz = _mm512_mul_ps(a, a);
+    const __m512 zz_lo = _mm512_fmsub_ps(a, a, zz);
+    const __m512 arg = _mm512_sub_ps(
+        _mm512_sub_ps(_mm512_fmadd_ps(t, q, _mm512_set1_ps(-0x1.43f89cp+0f)),
+                      zz),
+        zz_lo);
+    const __m512 mid = _mm512_sub_ps(one, _mm512_mul_ps(t, Exp(arg)));
+    __m512 y = _mm512_mask_blend_ps(
+        _mm512_cmp_ps_mask(a, _mm512_set1_ps(6.0f), _CMP_LT_OQ), one, mid);
+    y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, one, _CMP_LT_OQ), y, small);
+    y = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), sign));
+    return _mm512_mask_blend_ps(
+        _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y,
+        _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+  }
+  // canonical::CanonicalExp (kernels/math/portable_math.h), 16 lanes: the
+  // same operations in the same order, the special cases selected last.
+  static T Exp(T x) {
+    const __m512 kf = _mm512_sub_ps(
+        _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(0x1.715476p+0f)),
+                      _mm512_set1_ps(0x1.8p23f)),
+        _mm512_set1_ps(0x1.8p23f));
+    const __m512 neg_kf = _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(kf), _mm512_set1_epi32(INT32_MIN)));  // -kf
+    const __m512 r_hi =
+        _mm512_fmadd_ps(neg_kf, _mm512_set1_ps(0x1.62e430p-1f), x);
+    const __m512 r_lo = _mm512_mul_ps(neg_kf, _mm512_set1_ps(-0x1.05c610p-29f));
+    const __m512 r = _mm512_add_ps(r_hi, r_lo);
+    __m512 q = _mm512_set1_ps(0x1.a01a02p-13f);
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0x1.6c16c2p-10f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0x1.111112p-7f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0x1.555556p-5f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0x1.555556p-3f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0x1.0p-1f));
+    const __m512 r2 = _mm512_mul_ps(r, r);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 hi = _mm512_add_ps(one, r_hi);
+    const __m512 lo = _mm512_add_ps(_mm512_sub_ps(one, hi), r_hi);
+    const __m512 tail = _mm512_fmadd_ps(q, r2, _mm512_add_ps(lo, r_lo));
+    const __m512 p = _mm512_add_ps(hi, tail);
+    const __m512i k = _mm512_cvttps_epi32(kf);
+    // k / 2 rounded toward zero, as C++ divides.
+    const __m512i k1 =
+        _mm512_srai_epi32(_mm512_add_epi32(k, _mm512_srli_epi32(k, 31)), 1);
+    const __m512i k2 = _mm512_sub_epi32(k, k1);
+    const __m512i bias = _mm512_set1_epi32(127);
+    const __m512 pow1 =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, bias), 23));
+    const __m512 pow2 =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k2, bias), 23));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, pow1), pow2);
+    y = _mm512_mask_blend_ps(
+        _mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.ap6f), _CMP_LT_OQ), y,
+        _mm512_setzero_ps());
+    y = _mm512_mask_blend_ps(
+        _mm512_cmp_ps_mask(x, _mm512_set1_ps(0x1.64p6f), _CMP_GT_OQ), y,
+        _mm512_castsi512_ps(_mm512_set1_epi32(0x7F800000)));
+    return _mm512_mask_blend_ps(
+        _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y,
+        _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+  }
   static T Set1(float v) { return _mm512_set1_ps(v); }
   static M Replaces(T best, T v) {
     const __mmask16 greater = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);

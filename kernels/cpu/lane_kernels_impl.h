@@ -823,12 +823,59 @@ void GlobalPoolGrad(const LaneGlobalGeometry& g, const float* dy, float* dx,
   For(pool, tasks, task);
 }
 
+// ---------------------------------------------------------------------------
+// exp and erf: y[i] = canonical::CanonicalExp(x[i]) or CanonicalErf(x[i])
+// with V::Exp / V::Erf (vector ISAs only); the tail is one more vector over
+// a padded copy.
+
+enum class MathFn { kExp, kErf };
+
+template <class V, MathFn kFn>
+typename V::T Apply(typename V::T v) {
+  if constexpr (kFn == MathFn::kExp) {
+    return V::Exp(v);
+  } else {
+    return V::Erf(v);
+  }
+}
+
+template <class V, MathFn kFn>
+void MathRow(const float* x, float* y, int64_t n) {
+  constexpr int W = V::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) V::Store(y + i, Apply<V, kFn>(V::Load(x + i)));
+  if (i < n) {
+    alignas(64) float pad[W];
+    for (int l = 0; l < W; ++l) pad[l] = i + l < n ? x[i + l] : 0.0f;
+    V::Store(pad, Apply<V, kFn>(V::Load(pad)));
+    for (int64_t l = 0; i + l < n; ++l) y[i + l] = pad[l];
+  }
+}
+
+using MathRowFn = void (*)(const float*, float*, int64_t);
+
+template <class V, MathFn kFn>
+constexpr MathRowFn MathRowFor() {
+  if constexpr (V::kWidth > 1) {
+    return &MathRow<V, kFn>;
+  } else {
+    return nullptr;
+  }
+}
+
 template <class V>
 const LaneKernelSet& KernelSet() {
-  static const LaneKernelSet set = {
-      &BiasGrad<V>,       &MaxPoolForward<V>,  &MaxPoolGrad<V>,
-      &AvgPoolForward<V>, &AvgPoolGrad<V>,     &GlobalPoolForward<V>,
-      &GlobalPoolGrad<V>, &BatchNormVarSum<V>, &BatchNormGradChains<V>};
+  static const LaneKernelSet set = {&BiasGrad<V>,
+                                    &MaxPoolForward<V>,
+                                    &MaxPoolGrad<V>,
+                                    &AvgPoolForward<V>,
+                                    &AvgPoolGrad<V>,
+                                    &GlobalPoolForward<V>,
+                                    &GlobalPoolGrad<V>,
+                                    &BatchNormVarSum<V>,
+                                    &BatchNormGradChains<V>,
+                                    MathRowFor<V, MathFn::kExp>(),
+                                    MathRowFor<V, MathFn::kErf>()};
   return set;
 }
 

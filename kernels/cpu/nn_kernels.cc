@@ -46,6 +46,8 @@ namespace c = ::lockstep::canonical;
 int64_t RowBlock(int64_t d) { return std::max<int64_t>(1, 65536 / d); }
 
 constexpr int64_t kElementBlock = 16384;
+// Elements per call of the vector erf and exp in the GELU kernels.
+constexpr int64_t kGeluChunk = 256;
 
 template <c::Activation kAct>
 struct ActivationOps;
@@ -86,6 +88,25 @@ absl::Status ActivationForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(ValidateSameShapeFloat(name, t, names));
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
+  if constexpr (kAct == c::Activation::kGelu) {
+    // The erfs of 256 elements at a time on the lane kernels' vector erf.
+    const CpuIsa isa = ActiveCpuIsa();
+    ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
+                      [&](int64_t b, int64_t e) {
+                        float erf[kGeluChunk];
+                        for (int64_t i0 = b; i0 < e; i0 += kGeluChunk) {
+                          const int64_t n = std::min(kGeluChunk, e - i0);
+                          for (int64_t i = 0; i < n; ++i) {
+                            erf[i] = c::GeluErfArg(x[i0 + i]);
+                          }
+                          CanonicalErfLanes(erf, erf, n, isa);
+                          for (int64_t i = 0; i < n; ++i) {
+                            y[i0 + i] = c::GeluFromErf(x[i0 + i], erf[i]);
+                          }
+                        }
+                      });
+    return absl::OkStatus();
+  }
   ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
                     [&](int64_t b, int64_t e) {
                       c::ActivationForward(kAct, x + b, y + b, e - b);
@@ -109,12 +130,45 @@ absl::Status ActivationGradKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
+  if constexpr (kAct == c::Activation::kGelu) {
+    // The erfs and exps of 256 elements at a time on the lane kernels'
+    // vector erf and exp. dx may alias dy: each dy is read before its dx is
+    // written.
+    const CpuIsa isa = ActiveCpuIsa();
+    ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
+                      [&](int64_t b, int64_t e) {
+                        float erf[kGeluChunk];
+                        float exp[kGeluChunk];
+                        for (int64_t i0 = b; i0 < e; i0 += kGeluChunk) {
+                          const int64_t n = std::min(kGeluChunk, e - i0);
+                          for (int64_t i = 0; i < n; ++i) {
+                            erf[i] = c::GeluErfArg(x[i0 + i]);
+                            exp[i] = c::GeluPdfExpArg(x[i0 + i]);
+                          }
+                          CanonicalErfLanes(erf, erf, n, isa);
+                          CanonicalExpLanes(exp, exp, n, isa);
+                          for (int64_t i = 0; i < n; ++i) {
+                            dx[i0 + i] = c::GeluGradFrom(x[i0 + i], dy[i0 + i],
+                                                         erf[i], exp[i]);
+                          }
+                        }
+                      });
+    return absl::OkStatus();
+  }
   ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
                     [&](int64_t b, int64_t e) {
                       c::ActivationGrad(kAct, x + b, dy + b, dx + b, e - b);
                     });
   return absl::OkStatus();
 }
+
+// The rows' exps on the lane kernels' vector exp (CanonicalExp's bits).
+struct LaneExpRow {
+  CpuIsa isa;
+  void operator()(float* v, int64_t n) const {
+    CanonicalExpLanes(v, v, n, isa);
+  }
+};
 
 absl::Status SoftmaxForwardKernel(absl::Span<const Tensor> in,
                                   absl::Span<Tensor> out, const OpAttrs& a) {
@@ -126,11 +180,12 @@ absl::Status SoftmaxForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kSoftmaxForward, in, out));
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
-  ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
-                    [&](int64_t b, int64_t e) {
-                      for (int64_t r = b; r < e; ++r)
-                        c::SoftmaxLastForwardRowOnce(s, x, y, r);
-                    });
+  const CpuIsa isa = ActiveCpuIsa();
+  ParallelForBlocks(
+      CpuThreadPool(), s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r)
+          c::SoftmaxLastForwardRowOnce(s, x, y, r, LaneExpRow{isa});
+      });
   return absl::OkStatus();
 }
 
@@ -145,11 +200,12 @@ absl::Status SoftmaxGradKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
-  ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
-                    [&](int64_t b, int64_t e) {
-                      for (int64_t r = b; r < e; ++r)
-                        c::SoftmaxLastGradRowOnce(s, x, dy, dx, r);
-                    });
+  const CpuIsa isa = ActiveCpuIsa();
+  ParallelForBlocks(
+      CpuThreadPool(), s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r)
+          c::SoftmaxLastGradRowOnce(s, x, dy, dx, r, LaneExpRow{isa});
+      });
   return absl::OkStatus();
 }
 

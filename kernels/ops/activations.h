@@ -69,6 +69,26 @@ LS_HD_INLINE float GeluTanhArg(float x) {
 
 }  // namespace activation_internal
 
+// GELU (erf form) around its erf and exp, for callers that evaluate those
+// elsewhere (the CPU backend's vector erf and exp give the same bits):
+//   forward  y = GeluFromErf(x, CanonicalErf(GeluErfArg(x)))
+//   grad     dx = GeluGradFrom(x, dy, CanonicalErf(GeluErfArg(x)),
+//                              CanonicalExp(GeluPdfExpArg(x)))
+LS_HD_INLINE float GeluErfArg(float x) {
+  return x * activation_internal::kInvSqrt2;
+}
+LS_HD_INLINE float GeluPdfExpArg(float x) { return -0.5f * (x * x); }
+LS_HD_INLINE float GeluFromErf(float x, float erf) {
+  return activation_internal::CanonicalNan((0.5f * x) * (1.0f + erf));
+}
+LS_HD_INLINE float GeluGradFrom(float x, float dy, float erf, float e) {
+  namespace ai = activation_internal;
+  const float cdf = 0.5f * (1.0f + erf);
+  const float pdf = ai::kInvSqrt2Pi * e;
+  const float d = cdf + x * pdf;
+  return ai::CanonicalNan(dy * d);
+}
+
 LS_HD_INLINE float ActivationForwardElement(Activation a, float x) {
   namespace ai = activation_internal;
   float y;
@@ -83,8 +103,7 @@ LS_HD_INLINE float ActivationForwardElement(Activation a, float x) {
       y = x * ai::Sigmoid(x);
       break;
     case Activation::kGelu:
-      y = (0.5f * x) * (1.0f + CanonicalErf(x * ai::kInvSqrt2));
-      break;
+      return GeluFromErf(x, CanonicalErf(GeluErfArg(x)));
     case Activation::kGeluTanh:
     default:
       y = (0.5f * x) * (1.0f + CanonicalTanh(ai::GeluTanhArg(x)));
@@ -112,12 +131,9 @@ LS_HD_INLINE float ActivationGradElement(Activation a, float x, float dy) {
       d = s * (1.0f + x * (1.0f - s));
       break;
     }
-    case Activation::kGelu: {
-      const float cdf = 0.5f * (1.0f + CanonicalErf(x * ai::kInvSqrt2));
-      const float pdf = ai::kInvSqrt2Pi * CanonicalExp(-0.5f * (x * x));
-      d = cdf + x * pdf;
-      break;
-    }
+    case Activation::kGelu:
+      return GeluGradFrom(x, dy, CanonicalErf(GeluErfArg(x)),
+                          CanonicalExp(GeluPdfExpArg(x)));
     case Activation::kGeluTanh:
     default: {
       const float t = CanonicalTanh(ai::GeluTanhArg(x));

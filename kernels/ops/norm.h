@@ -152,21 +152,30 @@ LS_HD_INLINE void SoftmaxLastGradRow(const RowShape& s, const float* x,
   for (int64_t j = n; j < s.d; ++j) dx[r * s.d + j] = 0.0f;
 }
 
+// exp_row(v, n) replaces v[j] by CanonicalExp(v[j]) for j < n: the spec's
+// one at a time, or the CPU's vectorised exp (the same bits).
+struct ScalarExpRow {
+  LS_HD_INLINE void operator()(float* v, int64_t n) const {
+    for (int64_t j = 0; j < n; ++j) v[j] = CanonicalExp(v[j]);
+  }
+};
+
 // The two rows above with each exp computed once instead of two or three
-// times: the row's exps wait in the output row (y, or dx) between the
-// passes. The same operations on the same values in the same order, so the
-// same bits. The output must not overlap x or dy.
+// times: the row's x - max, then its exps, wait in the output row (y, or
+// dx) between the passes. The same operations on the same values in the
+// same order, so the same bits. The output must not overlap x or dy.
+template <typename ExpRow = ScalarExpRow>
 LS_HD_INLINE void SoftmaxLastForwardRowOnce(const RowShape& s, const float* x,
-                                            float* y, int64_t r) {
+                                            float* y, int64_t r,
+                                            const ExpRow& exp_row = {}) {
   const float* row = x + r * s.d;
   float* out = y + r * s.d;
   const int64_t n = RowLength(s, r);
   const float max = norm_internal::RowMax(row, n);
+  for (int64_t j = 0; j < n; ++j) out[j] = row[j] - max;
+  exp_row(out, n);
   GatherChain chain;
-  for (int64_t j = 0; j < n; ++j) {
-    out[j] = CanonicalExp(row[j] - max);
-    chain.Add(out[j]);
-  }
+  for (int64_t j = 0; j < n; ++j) chain.Add(out[j]);
   const float sum = chain.Finish();
   for (int64_t j = 0; j < n; ++j) {
     out[j] = norm_internal::CanonicalNanOf(out[j] / sum);
@@ -174,19 +183,19 @@ LS_HD_INLINE void SoftmaxLastForwardRowOnce(const RowShape& s, const float* x,
   for (int64_t j = n; j < s.d; ++j) out[j] = 0.0f;
 }
 
+template <typename ExpRow = ScalarExpRow>
 LS_HD_INLINE void SoftmaxLastGradRowOnce(const RowShape& s, const float* x,
-                                         const float* dy, float* dx,
-                                         int64_t r) {
+                                         const float* dy, float* dx, int64_t r,
+                                         const ExpRow& exp_row = {}) {
   const float* row = x + r * s.d;
   const float* drow = dy + r * s.d;
   float* out = dx + r * s.d;
   const int64_t n = RowLength(s, r);
   const float max = norm_internal::RowMax(row, n);
+  for (int64_t j = 0; j < n; ++j) out[j] = row[j] - max;
+  exp_row(out, n);
   GatherChain chain;
-  for (int64_t j = 0; j < n; ++j) {
-    out[j] = CanonicalExp(row[j] - max);
-    chain.Add(out[j]);
-  }
+  for (int64_t j = 0; j < n; ++j) chain.Add(out[j]);
   const float sum = chain.Finish();
   GatherChain dot;
   for (int64_t j = 0; j < n; ++j) {

@@ -118,25 +118,34 @@ LS_HD_INLINE void SoftmaxXentGradRow(const SoftmaxShape& s, const float* logits,
   }
 }
 
-// SoftmaxXentGradRow with each exp computed once: the row's exps wait in
-// the output row between the sum and the outputs. The same operations on
-// the same values in the same order, so the same bits; dlogits must not
-// overlap logits.
+// exp_row(v, n) replaces v[j] by CanonicalExp(v[j]) for j < n: the spec's
+// one at a time, or the CPU's vectorised exp (the same bits).
+struct XentScalarExpRow {
+  LS_HD_INLINE void operator()(float* v, int64_t n) const {
+    for (int64_t j = 0; j < n; ++j) v[j] = CanonicalExp(v[j]);
+  }
+};
+
+// SoftmaxXentGradRow with each exp computed once: the row's x - max, then
+// its exps, wait in the output row between the sum and the outputs. The
+// same operations on the same values in the same order, so the same bits;
+// dlogits must not overlap logits.
+template <typename ExpRow = XentScalarExpRow>
 LS_HD_INLINE void SoftmaxXentGradRowOnce(const SoftmaxShape& s,
                                          const float* logits,
                                          const int32_t* labels, int64_t i,
-                                         float* dlogits) {
+                                         float* dlogits,
+                                         const ExpRow& exp_row = {}) {
   const float* row = logits + i * s.c;
   float* out = dlogits + i * s.c;
   float m = row[0];
   for (int64_t j = 1; j < s.c; ++j) {
     if (row[j] > m) m = row[j];
   }
+  for (int64_t j = 0; j < s.c; ++j) out[j] = row[j] - m;
+  exp_row(out, s.c);
   GatherChain chain;
-  for (int64_t j = 0; j < s.c; ++j) {
-    out[j] = CanonicalExp(row[j] - m);
-    chain.Add(out[j]);
-  }
+  for (int64_t j = 0; j < s.c; ++j) chain.Add(out[j]);
   const float sum = chain.Finish();
   for (int64_t j = 0; j < s.c; ++j) {
     const float p = out[j] / sum;
