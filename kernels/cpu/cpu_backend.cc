@@ -190,7 +190,7 @@ absl::Status ReluForwardKernel(absl::Span<const Tensor> in,
   float* y = out[0].data<float>();
   ParallelForBlocks(
       CpuThreadPool(), in[0].numel(), kElementwiseBlock,
-      [&](int64_t b, int64_t e) { c::ReluForward(x + b, y + b, e - b); });
+      [&](int64_t b, int64_t e) { ReluRange(x + b, y + b, e - b); });
   return absl::OkStatus();
 }
 
@@ -203,9 +203,10 @@ absl::Status ReluGradKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
-  ParallelForBlocks(
-      CpuThreadPool(), in[0].numel(), kElementwiseBlock,
-      [&](int64_t b, int64_t e) { c::ReluGrad(x + b, dy + b, dx + b, e - b); });
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementwiseBlock,
+                    [&](int64_t b, int64_t e) {
+                      ReluGradRange(x + b, dy + b, dx + b, e - b);
+                    });
   return absl::OkStatus();
 }
 

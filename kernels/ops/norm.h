@@ -164,19 +164,26 @@ struct ScalarExpRow {
 // times: the row's x - max, then its exps, wait in the output row (y, or
 // dx) between the passes. The same operations on the same values in the
 // same order, so the same bits. The output must not overlap x or dy.
-template <typename ExpRow = ScalarExpRow>
-LS_HD_INLINE void SoftmaxLastForwardRowOnce(const RowShape& s, const float* x,
-                                            float* y, int64_t r,
-                                            const ExpRow& exp_row = {}) {
-  const float* row = x + r * s.d;
-  float* out = y + r * s.d;
-  const int64_t n = RowLength(s, r);
+
+// out[j] = exp(row[j] - max) for j < n; returns their canonical sum.
+template <typename ExpRow>
+LS_HD_INLINE float SoftmaxExpsInto(const float* row, int64_t n, float* out,
+                                   const ExpRow& exp_row) {
   const float max = norm_internal::RowMax(row, n);
   for (int64_t j = 0; j < n; ++j) out[j] = row[j] - max;
   exp_row(out, n);
   GatherChain chain;
   for (int64_t j = 0; j < n; ++j) chain.Add(out[j]);
-  const float sum = chain.Finish();
+  return chain.Finish();
+}
+
+template <typename ExpRow = ScalarExpRow>
+LS_HD_INLINE void SoftmaxLastForwardRowOnce(const RowShape& s, const float* x,
+                                            float* y, int64_t r,
+                                            const ExpRow& exp_row = {}) {
+  float* out = y + r * s.d;
+  const int64_t n = RowLength(s, r);
+  const float sum = SoftmaxExpsInto(x + r * s.d, n, out, exp_row);
   for (int64_t j = 0; j < n; ++j) {
     out[j] = norm_internal::CanonicalNanOf(out[j] / sum);
   }
@@ -187,16 +194,10 @@ template <typename ExpRow = ScalarExpRow>
 LS_HD_INLINE void SoftmaxLastGradRowOnce(const RowShape& s, const float* x,
                                          const float* dy, float* dx, int64_t r,
                                          const ExpRow& exp_row = {}) {
-  const float* row = x + r * s.d;
   const float* drow = dy + r * s.d;
   float* out = dx + r * s.d;
   const int64_t n = RowLength(s, r);
-  const float max = norm_internal::RowMax(row, n);
-  for (int64_t j = 0; j < n; ++j) out[j] = row[j] - max;
-  exp_row(out, n);
-  GatherChain chain;
-  for (int64_t j = 0; j < n; ++j) chain.Add(out[j]);
-  const float sum = chain.Finish();
+  const float sum = SoftmaxExpsInto(x + r * s.d, n, out, exp_row);
   GatherChain dot;
   for (int64_t j = 0; j < n; ++j) {
     out[j] = norm_internal::CanonicalNanOf(out[j] / sum);  // y_j
