@@ -339,6 +339,60 @@ TEST_F(JobManagerTest, ExpiredLeaseRequeuesAFreshAttempt) {
   EXPECT_TRUE(stored->empty());  // the dead attempt's fingerprints are gone
 }
 
+// An assignment lost with its stream (sent as the worker's session broke,
+// or just before a coordinator restart) is sent again, as the same
+// attempt, while the worker neither lists the run in a heartbeat nor sends
+// a batch of it: after resend_unlisted_ms, then after twice that, and never
+// once the run is listed. (The default is a tenth of the lease, at least
+// 500 ms.)
+TEST_F(JobManagerTest, UnlistedAssignmentIsSentAgainAsTheSameAttempt) {
+  MakeManager(
+      256, [](JobManagerOptions* o) { o->scheduler.resend_unlisted_ms = 200; });
+  FakeWorker* a = Connect("a", "class-x");
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(1, SAME_WORKER, CANONICAL);
+  ASSERT_THAT(jobs_->Submit(req), IsOk());
+  auto first = a->TakeAssignments();
+  ASSERT_EQ(first.size(), 1u);
+  // The message is lost: the worker's heartbeats list nothing.
+  Heartbeat empty;
+  now_ += 150;
+  jobs_->OnHeartbeat(a->id, empty);
+  EXPECT_EQ(jobs_->Sweep(), 0);
+  EXPECT_TRUE(a->TakeAssignments().empty());
+  now_ += 51;  // 201 ms
+  EXPECT_EQ(jobs_->Sweep(), 0);
+  auto again = a->TakeAssignments();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].run_id(), first[0].run_id());
+  EXPECT_EQ(again[0].attempt(), first[0].attempt());
+  // Backing off: the next one 400 ms later.
+  now_ += 390;  // 591 ms
+  EXPECT_EQ(jobs_->Sweep(), 0);
+  EXPECT_TRUE(a->TakeAssignments().empty());
+  now_ += 20;  // 611 ms
+  EXPECT_EQ(jobs_->Sweep(), 0);
+  EXPECT_EQ(a->TakeAssignments().size(), 1u);
+  // The worker now runs it and lists it: no more resends, and the lease
+  // stays with it.
+  Heartbeat hb;
+  RunProgress* p = hb.add_runs();
+  p->set_run_id(first[0].run_id());
+  p->set_attempt(first[0].attempt());
+  for (int i = 0; i < 6; ++i) {
+    now_ += 300;
+    jobs_->OnHeartbeat(a->id, hb);
+    EXPECT_EQ(jobs_->Sweep(), 0);
+  }
+  EXPECT_TRUE(a->TakeAssignments().empty());
+  Execute(a, again[0]);
+  auto job = jobs_->GetJob(first[0].job_id());
+  ASSERT_THAT(job, IsOk());
+  ASSERT_EQ(job->runs_size(), 1);
+  EXPECT_EQ(job->runs(0).attempt(), 1);
+  EXPECT_EQ(job->runs(0).state(), RUN_SUCCEEDED);
+}
+
 TEST_F(JobManagerTest, RetriesAreBounded) {
   FakeWorker* a = Connect("a", "class-x");
   SubmitJobRequest req;

@@ -357,22 +357,12 @@ void Scheduler::AssignLocked(Outbox* out) {
     ++load_[best->worker_id];
     ++use.per_worker[best->worker_id];
     ++use.per_class[best->hardware_class_digest];
-    active_[run_id] = RunRef{js->job.job_id(), now + options_.lease_ms, false};
+    active_[run_id] = NewRunRefLocked(js->job.job_id(), now);
     if (js->job.state() == v1::JOB_QUEUED) {
       js->job.set_state(v1::JOB_RUNNING);
       PersistJobLocked(js->job);
     }
-    v1::CoordinatorMessage msg;
-    v1::RunAssignment* a = msg.mutable_assignment();
-    a->set_run_id(run_id);
-    a->set_attempt(run->attempt());
-    a->set_job_id(js->job.job_id());
-    *a->mutable_model() = js->job.spec().model();
-    *a->mutable_config() = js->job.spec().config();
-    *a->mutable_manifest() = js->manifest;
-    a->set_lease_ms(options_.lease_ms);
-    a->set_next_sequence(0);
-    registry_->Send(best->worker_id, std::move(msg));
+    registry_->Send(best->worker_id, AssignmentLocked(*js, *run));
     LS_LOG(INFO) << "run " << run_id << " attempt " << run->attempt()
                  << " assigned to " << best->name;
     ++use.assigned;
@@ -434,6 +424,7 @@ void Scheduler::OnHeartbeat(const std::string& worker_id,
         continue;
       }
       active->second.lease_expires_ms = now + options_.lease_ms;
+      active->second.listed = true;
       if (p.steps_done() > run->steps_done()) {
         run->set_steps_done(p.steps_done());
         EventLocked(
@@ -949,6 +940,49 @@ void Scheduler::RepinLocked(JobState* js, const std::string& vanished,
   EventLocked(*js, "", why, out);
 }
 
+v1::CoordinatorMessage Scheduler::AssignmentLocked(const JobState& js,
+                                                   const Run& run) const {
+  v1::CoordinatorMessage msg;
+  v1::RunAssignment* a = msg.mutable_assignment();
+  a->set_run_id(run.run_id());
+  a->set_attempt(run.attempt());
+  a->set_job_id(js.job.job_id());
+  *a->mutable_model() = js.job.spec().model();
+  *a->mutable_config() = js.job.spec().config();
+  *a->mutable_manifest() = js.manifest;
+  a->set_lease_ms(options_.lease_ms);
+  a->set_next_sequence(0);
+  return msg;
+}
+
+Scheduler::RunRef Scheduler::NewRunRefLocked(const std::string& job_id,
+                                             int64_t now) const {
+  RunRef ref;
+  ref.job_id = job_id;
+  ref.lease_expires_ms = now + options_.lease_ms;
+  ref.resend_gap_ms = options_.resend_unlisted_ms > 0
+                          ? options_.resend_unlisted_ms
+                          : std::max<int64_t>(500, options_.lease_ms / 10);
+  ref.resend_at_ms = now + ref.resend_gap_ms;
+  return ref;
+}
+
+void Scheduler::ResendUnlistedLocked(int64_t now) {
+  for (auto& [run_id, ref] : active_) {
+    if (ref.listed || ref.recording || now < ref.resend_at_ms) continue;
+    JobState* js = nullptr;
+    Run* run = FindRunLocked(run_id, &js);
+    if (run == nullptr || run->state() != v1::RUN_ASSIGNED) continue;
+    ref.resend_gap_ms *= 2;
+    ref.resend_at_ms = now + ref.resend_gap_ms;
+    if (registry_->Send(run->worker_id(), AssignmentLocked(*js, *run))) {
+      LS_LOG(INFO) << "run " << run_id << " attempt " << run->attempt()
+                   << " assigned again to worker " << run->worker_id()
+                   << ": not listed by its heartbeats yet";
+    }
+  }
+}
+
 int Scheduler::Sweep() {
   Outbox out;
   int expired = 0;
@@ -975,6 +1009,7 @@ int Scheduler::Sweep() {
                               /*persisted=*/false, &out);
     }
     EndPinnedWaitsLocked(&out);
+    ResendUnlistedLocked(now);
     // Verdicts that could not be stored are tried again.
     for (auto& [id, js] : jobs_) MaybeFinishJobLocked(&js, &out);
     AssignLocked(&out);
@@ -1038,7 +1073,7 @@ absl::Status Scheduler::Recover() {
           queue_.push_back(r.run_id());
         } else if (r.state() == v1::RUN_ASSIGNED ||
                    r.state() == v1::RUN_RUNNING) {
-          active_[r.run_id()] = RunRef{id, now + options_.lease_ms, false};
+          active_[r.run_id()] = NewRunRefLocked(id, now);
           ++load_[r.worker_id()];
         }
       }

@@ -68,6 +68,13 @@ struct SchedulerOptions {
   // waits for that worker while it is not connected (or, for SAME_WORKER,
   // not ACTIVE). Default 60 s.
   int64_t pinned_wait_ms = 60000;
+  // An assigned run that its worker has neither listed in a heartbeat nor
+  // sent a batch of is assigned to it again (the same attempt; the worker
+  // ignores an attempt it already has) after this long, then after twice
+  // as long, and so on: an assignment lost with a stream that broke as it
+  // was sent (a coordinator restart, a reconnect) is not left to wait for
+  // its lease and run twice. 0: a tenth of lease_ms, at least 500 ms.
+  int64_t resend_unlisted_ms = 0;
 };
 
 // Writes to the store in the order they were queued, on the caller's
@@ -188,6 +195,12 @@ class Scheduler {
     int64_t lease_expires_ms = 0;
     // Its result is being verified and written (not swept meanwhile).
     bool recording = false;
+    // Listed by its worker's heartbeat at least once.
+    bool listed = false;
+    // While unlisted and ASSIGNED: when the assignment is sent again, and
+    // the wait after that.
+    int64_t resend_at_ms = 0;
+    int64_t resend_gap_ms = 0;
   };
   // What a call produced under mu_, delivered after mu_ is released.
   struct Outbox {
@@ -205,6 +218,16 @@ class Scheduler {
   bool EligibleLocked(const JobState& js, const lockstep::v1::Run& run,
                       const LiveWorker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AssignLocked(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The RunAssignment message of `run` (its current attempt).
+  lockstep::v1::CoordinatorMessage AssignmentLocked(
+      const JobState& js, const lockstep::v1::Run& run) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A fresh lease entry for a run assigned (or recovered) at `now`.
+  RunRef NewRunRefLocked(const std::string& job_id, int64_t now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends again the assignments of ASSIGNED runs whose workers have not
+  // listed them (SchedulerOptions::resend_unlisted_ms).
+  void ResendUnlistedLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The record that ends an attempt that did not succeed: a fresh attempt
   // while attempts remain and `retry`, else the failed run.
