@@ -37,8 +37,9 @@ def build(model, batch):
     prev = "__input__"
     for layer in layers:
         name, op = layer["name"], layer["op"]
-        ins = layer.get("inputs") or [prev]
-        shape = shapes[ins[0]]
+        ins = layer.get("inputs") or ([] if op == "PARAMETER" else [prev])
+        ins = ["__input__" if i == "<input>" else i for i in ins]
+        shape = shapes[ins[0]] if ins else None
         fn = None
         out = shape
         if op == "DENSE":
@@ -70,6 +71,54 @@ def build(model, batch):
             oh = (shape[2] + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
             ow = (shape[3] + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
             out = [shape[0], p["filters"], oh, ow]
+        elif op == "CONV_TRANSPOSE2D":
+            # The weight is [C_in, filters / groups, kh, kw], as PyTorch's.
+            p = layer["conv2d"]
+            sh, sw = p.get("stride_h") or 1, p.get("stride_w") or 1
+            dh, dw = p.get("dilation_h") or 1, p.get("dilation_w") or 1
+            ph, pw = p.get("pad_h", 0), p.get("pad_w", 0)
+            oph, opw = p.get("output_padding_h", 0), p.get("output_padding_w", 0)
+            kh, kw = p["kernel_h"], p["kernel_w"]
+            groups = p.get("groups") or 1
+            w = torch.nn.Parameter(
+                torch.randn(shape[1], p["filters"] // groups, kh, kw) * 0.1)
+            b = torch.nn.Parameter(torch.zeros(p["filters"])) if p.get("use_bias") else None
+            params += [w] + ([b] if b is not None else [])
+            fn = (lambda w, b, s, pd, op_, g, dl: lambda a: F.conv_transpose2d(
+                a, w, b, s, pd, op_, g, dl))(
+                    w, b, (sh, sw), (ph, pw), (oph, opw), groups, (dh, dw))
+            oh = (shape[2] - 1) * sh - 2 * ph + dh * (kh - 1) + 1 + oph
+            ow = (shape[3] - 1) * sw - 2 * pw + dw * (kw - 1) + 1 + opw
+            out = [shape[0], p["filters"], oh, ow]
+        elif op == "PARAMETER":
+            pshape = list(layer["parameter"]["shape"])
+            v = torch.nn.Parameter(torch.randn(*pshape) * 0.02)
+            params.append(v)
+            fn = (lambda v: lambda: v)(v)
+            out = pshape
+        elif op == "BINARY":
+            kind = layer.get("binary", {}).get("kind", "BINARY_ADD")
+            fns = {"BINARY_ADD": torch.add, "BINARY_SUB": torch.sub,
+                   "BINARY_MUL": torch.mul, "BINARY_DIV": torch.div,
+                   "BINARY_POW": torch.pow, "BINARY_MAX": torch.maximum,
+                   "BINARY_MIN": torch.minimum}
+            fn = fns[kind]
+            other = shapes[ins[1]]
+            rank = max(len(shape), len(other))
+            a = [1] * (rank - len(shape)) + shape
+            b = [1] * (rank - len(other)) + other
+            out = [max(x, y) for x, y in zip(a, b)]
+        elif op == "REDUCE":
+            p = layer.get("reduce", {})
+            axes = list(p.get("axes") or range(1, len(shape)))
+            axes = [a % len(shape) for a in axes]
+            keep = p.get("keepdims", False)
+            mean = p.get("kind") == "REDUCE_MEAN"
+            fn = (lambda ax, k, m: lambda a: (a.mean(dim=ax, keepdim=k) if m
+                                              else a.sum(dim=ax, keepdim=k)))(
+                                                  tuple(axes), keep, mean)
+            out = [1 if d in axes else n for d, n in enumerate(shape)
+                   if keep or d not in axes]
         elif op in ("MAX_POOL2D", "AVG_POOL2D"):
             p = layer["pool"]
             kh, kw = p["kernel_h"], p["kernel_w"]
