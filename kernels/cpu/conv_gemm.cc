@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -56,17 +57,39 @@ std::vector<int64_t> TapSources(int64_t in, int64_t out, int64_t k_size,
   return map;
 }
 
-// Zeroes lanes [count, width) of `depth` packed rows.
-void ZeroTail(int64_t depth, int count, int width, float* dst) {
+// Zeroes lanes [count, width) of `rows` packed rows.
+void ZeroTail(int64_t rows, int count, int width, float* dst) {
   if (count == width) return;
-  for (int64_t p = 0; p < depth; ++p) {
+  for (int64_t p = 0; p < rows; ++p) {
     for (int v = count; v < width; ++v) dst[p * width + v] = 0.0f;
   }
 }
 
-// The packers below write GEMM panels (GemmPackFn, gemm.h) straight from the
-// NCHW tensors, with exactly the values the lowered matrices of the
-// canonical reductions hold (zeros at padding taps and stride holes).
+// The packers below write k blocks of GEMM panels (GemmPackFn, gemm.h)
+// straight from the NCHW tensors, with exactly the values the lowered
+// matrices of the canonical reductions hold (zeros at padding taps and
+// stride holes).
+
+// The rows [p_begin, p_begin + p_count) of a depth (channel, kh, kw), as
+// calls row(p - p_begin, channel, kh, kw) in order.
+template <class F>
+void ForTapRows(int64_t k_h, int64_t k_w, int64_t p_begin, int64_t p_count,
+                F&& row) {
+  const int64_t kk = k_h * k_w;
+  int64_t ch = p_begin / kk;
+  int64_t kh = p_begin % kk / k_w;
+  int64_t kw = p_begin % k_w;
+  for (int64_t i = 0; i < p_count; ++i) {
+    row(i, ch, kh, kw);
+    if (++kw == k_w) {
+      kw = 0;
+      if (++kh == k_h) {
+        kh = 0;
+        ++ch;
+      }
+    }
+  }
+}
 
 // Forward, B = im2col(x) of one group for images n0 .. n0 + count - 1:
 // rows (cl, kh, kw), columns (image, oh, ow).
@@ -77,7 +100,7 @@ struct ForwardB {
   const TapRanges* ow_range;  // per kw
 
   static void Pack(const void* ctx, int64_t first, int count, int width,
-                   float* dst) {
+                   int64_t p_begin, int64_t p_count, float* dst) {
     const ForwardB& f = *static_cast<const ForwardB*>(ctx);
     const sp::Conv2dShape& s = *f.s;
     const int64_t pix = f.out_h * f.out_w;
@@ -91,18 +114,16 @@ struct ForwardB {
       const int len =
           static_cast<int>(std::min<int64_t>(count - v0, f.out_w - ow0));
       const float* image_x = f.x + image * s.c_in * plane_size;
-      float* col = dst + v0;
-      for (int64_t cl = 0; cl < f.cig; ++cl) {
-        const float* plane = image_x + cl * plane_size;
-        for (int64_t kh = 0; kh < s.k_h; ++kh) {
-          const int64_t ih = oh * s.stride_h + kh * s.dilation_h - s.pad_top;
-          const bool row_in = ih >= 0 && ih < s.h;
-          const float* src = row_in ? plane + ih * s.w : nullptr;
-          for (int64_t kw = 0; kw < s.k_w; ++kw, col += width) {
-            if (!row_in) {
-              for (int t = 0; t < len; ++t) col[t] = 0.0f;
-              continue;
+      ForTapRows(
+          s.k_h, s.k_w, p_begin, p_count,
+          [&](int64_t i, int64_t cl, int64_t kh, int64_t kw) {
+            float* col = dst + i * width + v0;
+            const int64_t ih = oh * s.stride_h + kh * s.dilation_h - s.pad_top;
+            if (ih < 0 || ih >= s.h) {
+              std::memset(col, 0, len * sizeof(float));
+              return;
             }
+            const float* src = image_x + cl * plane_size + ih * s.w;
             const int64_t off = kw * s.dilation_w - s.pad_left;
             // Taps t with ow0 + t in [lo, hi) lie inside the row.
             const int64_t lo =
@@ -110,21 +131,19 @@ struct ForwardB {
             const int64_t hi =
                 std::clamp<int64_t>(f.ow_range->hi[kw] - ow0, lo, len);
             for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
-            const int64_t base = ow0 * s.stride_w + off;  // iw of tap t = 0
+            const int64_t base = ow0 * s.stride_w + off;  // tap t = 0
             if (s.stride_w == 1) {
-              for (int64_t t = lo; t < hi; ++t) col[t] = src[base + t];
+              std::memcpy(col + lo, src + base + lo, (hi - lo) * sizeof(float));
             } else {
               for (int64_t t = lo; t < hi; ++t) {
                 col[t] = src[base + t * s.stride_w];
               }
             }
             for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
-          }
-        }
-      }
+          });
       v0 += len;
     }
-    ZeroTail(f.cig * s.k_h * s.k_w, count, width, dst);
+    ZeroTail(p_count, count, width, dst);
   }
 };
 
@@ -139,7 +158,7 @@ struct GradInputB {
   const int64_t* ow_of;  // and of the columns
 
   static void Pack(const void* ctx, int64_t first, int count, int width,
-                   float* dst) {
+                   int64_t p_begin, int64_t p_count, float* dst) {
     const GradInputB& f = *static_cast<const GradInputB*>(ctx);
     const sp::Conv2dShape& s = *f.s;
     const int64_t hw = s.h * s.w;
@@ -152,40 +171,53 @@ struct GradInputB {
       const int len =
           static_cast<int>(std::min<int64_t>(count - v0, s.w - iw0));
       const float* image_dy = f.dy + image * s.c_out * pix;
-      float* col = dst + v0;
-      for (int64_t jc = 0; jc < f.cog; ++jc) {
-        const float* plane = image_dy + jc * pix;
-        for (int64_t kh = 0; kh < s.k_h; ++kh) {
-          const int64_t oh = f.oh_of[kh * s.h + ih];
-          const float* src = oh >= 0 ? plane + oh * f.out_w : nullptr;
-          for (int64_t kw = 0; kw < s.k_w; ++kw, col += width) {
-            if (oh < 0) {
-              for (int t = 0; t < len; ++t) col[t] = 0.0f;
-              continue;
-            }
-            if (s.stride_w == 1) {
-              // ow = iw + off: the taps t with 0 <= iw0 + off + t < OW.
-              const int64_t off = s.pad_left - kw * s.dilation_w;
-              const int64_t lo = std::clamp<int64_t>(-(iw0 + off), 0, len);
-              const int64_t hi =
-                  std::clamp<int64_t>(f.out_w - (iw0 + off), lo, len);
-              for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
-              for (int64_t t = lo; t < hi; ++t) col[t] = src[iw0 + off + t];
-              for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
-              continue;
-            }
-            const int64_t* ow = f.ow_of + kw * s.w + iw0;
-            for (int t = 0; t < len; ++t) {
-              col[t] = ow[t] >= 0 ? src[ow[t]] : 0.0f;
-            }
-          }
-        }
-      }
+      ForTapRows(s.k_h, s.k_w, p_begin, p_count,
+                 [&](int64_t i, int64_t jc, int64_t kh, int64_t kw) {
+                   float* col = dst + i * width + v0;
+                   const int64_t oh = f.oh_of[kh * s.h + ih];
+                   if (oh < 0) {
+                     std::memset(col, 0, len * sizeof(float));
+                     return;
+                   }
+                   const float* src = image_dy + jc * pix + oh * f.out_w;
+                   if (s.stride_w == 1) {
+                     // ow = iw + off: the taps t with 0 <= iw0 + off + t < OW.
+                     const int64_t off = s.pad_left - kw * s.dilation_w;
+                     const int64_t lo =
+                         std::clamp<int64_t>(-(iw0 + off), 0, len);
+                     const int64_t hi =
+                         std::clamp<int64_t>(f.out_w - (iw0 + off), lo, len);
+                     for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
+                     std::memcpy(col + lo, src + iw0 + off + lo,
+                                 (hi - lo) * sizeof(float));
+                     for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
+                     return;
+                   }
+                   const int64_t* ow = f.ow_of + kw * s.w + iw0;
+                   for (int t = 0; t < len; ++t) {
+                     col[t] = ow[t] >= 0 ? src[ow[t]] : 0.0f;
+                   }
+                 });
       v0 += len;
     }
-    ZeroTail(f.cog * s.k_h * s.k_w, count, width, dst);
+    ZeroTail(p_count, count, width, dst);
   }
 };
+
+// The rows [p_begin, p_begin + p_count) of a depth (n, q) with q in [0,
+// per_image), as calls run(i, n, q0, q1): rows i .. i + q1 - q0 - 1 are
+// image n's q0 .. q1 - 1.
+template <class F>
+void ForImageRuns(int64_t per_image, int64_t p_begin, int64_t p_count,
+                  F&& run) {
+  for (int64_t p = p_begin; p < p_begin + p_count;) {
+    const int64_t n = p / per_image;
+    const int64_t q0 = p % per_image;
+    const int64_t q1 = std::min(per_image, q0 + (p_begin + p_count - p));
+    run(p - p_begin, n, q0, q1);
+    p += q1 - q0;
+  }
+}
 
 // grad_weight of one group: its two operands, each packed with the lanes
 // along its own axis and the rows along (n, oh, ow).
@@ -198,54 +230,70 @@ struct GradWeightOperands {
 
   // Lanes = taps (cl, kh, kw): im2col(x)^T, the values the forward read.
   static void PackTaps(const void* ctx, int64_t first, int count, int width,
-                       float* dst) {
+                       int64_t p_begin, int64_t p_count, float* dst) {
     const GradWeightOperands& f = *static_cast<const GradWeightOperands*>(ctx);
     const sp::Conv2dShape& s = *f.s;
     const int64_t plane_size = s.h * s.w;
     const int64_t kk = s.k_h * s.k_w;
-    for (int64_t n = 0; n < s.n; ++n) {
-      for (int64_t oh = 0; oh < f.out_h; ++oh) {
-        float* rows = dst + ((n * f.out_h + oh) * f.out_w) * width;
-        for (int v = 0; v < count; ++v) {
-          const int64_t tap = first + v;
-          const int64_t cl = tap / kk;
-          const int64_t kh = tap % kk / s.k_w;
-          const int64_t kw = tap % s.k_w;
-          float* d = rows + v;
-          const int64_t ih = oh * s.stride_h + kh * s.dilation_h - s.pad_top;
-          if (ih < 0 || ih >= s.h) {
-            for (int64_t ow = 0; ow < f.out_w; ++ow) d[ow * width] = 0.0f;
-            continue;
-          }
-          const float* src = f.x + (n * s.c_in + cl) * plane_size + ih * s.w;
-          const int64_t off = kw * s.dilation_w - s.pad_left;
-          const int64_t lo = f.ow_range->lo[kw];
-          const int64_t hi = f.ow_range->hi[kw];
-          for (int64_t ow = 0; ow < lo; ++ow) d[ow * width] = 0.0f;
-          for (int64_t ow = lo; ow < hi; ++ow) {
-            d[ow * width] = src[ow * s.stride_w + off];
-          }
-          for (int64_t ow = hi; ow < f.out_w; ++ow) d[ow * width] = 0.0f;
-        }
-      }
-    }
-    ZeroTail(s.n * f.out_h * f.out_w, count, width, dst);
+    const int64_t pix = f.out_h * f.out_w;
+    ForImageRuns(pix, p_begin, p_count,
+                 [&](int64_t i, int64_t n, int64_t q0, int64_t q1) {
+                   // Output rows oh overlapping [q0, q1), each its columns [a,
+                   // b).
+                   for (int64_t oh = q0 / f.out_w; oh * f.out_w < q1; ++oh) {
+                     const int64_t a = std::max<int64_t>(q0 - oh * f.out_w, 0);
+                     const int64_t b =
+                         std::min<int64_t>(q1 - oh * f.out_w, f.out_w);
+                     float* rows = dst + (i + oh * f.out_w + a - q0) * width;
+                     for (int v = 0; v < count; ++v) {
+                       const int64_t tap = first + v;
+                       const int64_t cl = tap / kk;
+                       const int64_t kh = tap % kk / s.k_w;
+                       const int64_t kw = tap % s.k_w;
+                       float* d = rows + v;
+                       const int64_t ih =
+                           oh * s.stride_h + kh * s.dilation_h - s.pad_top;
+                       if (ih < 0 || ih >= s.h) {
+                         for (int64_t ow = a; ow < b; ++ow)
+                           d[(ow - a) * width] = 0.0f;
+                         continue;
+                       }
+                       const float* src =
+                           f.x + (n * s.c_in + cl) * plane_size + ih * s.w;
+                       const int64_t off = kw * s.dilation_w - s.pad_left;
+                       const int64_t lo = std::clamp(f.ow_range->lo[kw], a, b);
+                       const int64_t hi = std::clamp(f.ow_range->hi[kw], lo, b);
+                       for (int64_t ow = a; ow < lo; ++ow)
+                         d[(ow - a) * width] = 0.0f;
+                       for (int64_t ow = lo; ow < hi; ++ow) {
+                         d[(ow - a) * width] = src[ow * s.stride_w + off];
+                       }
+                       for (int64_t ow = hi; ow < b; ++ow)
+                         d[(ow - a) * width] = 0.0f;
+                     }
+                   }
+                 });
+    ZeroTail(p_count, count, width, dst);
   }
 
   // Lanes = the group's output channels: dy.
   static void PackDy(const void* ctx, int64_t first, int count, int width,
-                     float* dst) {
+                     int64_t p_begin, int64_t p_count, float* dst) {
     const GradWeightOperands& f = *static_cast<const GradWeightOperands*>(ctx);
     const sp::Conv2dShape& s = *f.s;
     const int64_t pix = f.out_h * f.out_w;
-    for (int64_t n = 0; n < s.n; ++n) {
-      float* rows = dst + n * pix * width;
-      for (int v = 0; v < count; ++v) {
-        const float* src = f.dy + (n * s.c_out + first + v) * pix;
-        for (int64_t p = 0; p < pix; ++p) rows[p * width + v] = src[p];
-      }
-    }
-    ZeroTail(s.n * pix, count, width, dst);
+    ForImageRuns(pix, p_begin, p_count,
+                 [&](int64_t i, int64_t n, int64_t q0, int64_t q1) {
+                   float* rows = dst + i * width;
+                   for (int v = 0; v < count; ++v) {
+                     const float* src =
+                         f.dy + (n * s.c_out + first + v) * pix + q0;
+                     for (int64_t q = 0; q < q1 - q0; ++q) {
+                       rows[q * width + v] = src[q];
+                     }
+                   }
+                 });
+    ZeroTail(p_count, count, width, dst);
   }
 };
 
@@ -266,6 +314,23 @@ int64_t ImagesPerProduct(int64_t cols_per_image, int64_t n) {
   int64_t nb = kMinProductCols / (cols_per_image > 0 ? cols_per_image : 1);
   if (nb < 1) nb = 1;
   return nb < n ? nb : n;
+}
+
+// How the n images of a forward or grad_input are split into products of
+// `fmas_per_image` multiply-adds each: returns the images per product and
+// sets *per_batch when the products run one per task (with enough of them,
+// or small ones) rather than each spread over the pool. Per-task products
+// take an equal share of the images per thread: the GEMM packs each k
+// block just before using it, so a longer product costs no more memory,
+// and packs its weights once per product.
+int64_t BatchImages(int64_t cols_per_image, int64_t fmas_per_image, int64_t n,
+                    ThreadPool* pool, bool* per_batch) {
+  const int64_t threads = Threads(pool);
+  const int64_t nb = ImagesPerProduct(cols_per_image, n);
+  *per_batch = (n + nb - 1) / nb >= 2 * threads ||
+               nb * fmas_per_image < kMinParallelFmas;
+  if (!*per_batch) return nb;
+  return std::max(nb, (n + threads - 1) / threads);
 }
 
 c::MatMulShape RowMajor(int64_t rows, int64_t cols, int64_t depth) {
@@ -298,12 +363,10 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
     DepthwiseConv2dForward(s, x, w, y, isa, pool);
     return;
   }
-  const int64_t nb = ImagesPerProduct(pix, s.n);
+  // Batches write disjoint outputs.
+  bool per_batch = false;
+  const int64_t nb = BatchImages(pix, cog * pix * depth, s.n, pool, &per_batch);
   const int64_t batches = (s.n + nb - 1) / nb;
-  // Batches write disjoint outputs: with enough of them, or small ones, one
-  // batch per task; otherwise each product is spread over the pool.
-  const bool per_batch =
-      batches >= 2 * Threads(pool) || cog * nb * pix * depth < kMinParallelFmas;
   ThreadPool* inner = per_batch ? nullptr : pool;
   const TapRanges ow_range(s.w, out_w, s.k_w, s.stride_w, s.pad_left,
                            s.dilation_w);
@@ -418,10 +481,9 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
       TapSources(s.h, out_h, s.k_h, s.stride_h, s.pad_top, s.dilation_h);
   const std::vector<int64_t> ow_of =
       TapSources(s.w, out_w, s.k_w, s.stride_w, s.pad_left, s.dilation_w);
-  const int64_t nb = ImagesPerProduct(hw, s.n);
+  bool per_batch = false;
+  const int64_t nb = BatchImages(hw, cig * hw * depth, s.n, pool, &per_batch);
   const int64_t batches = (s.n + nb - 1) / nb;
-  const bool per_batch =
-      batches >= 2 * Threads(pool) || cig * nb * hw * depth < kMinParallelFmas;
   ThreadPool* inner = per_batch ? nullptr : pool;
   auto batch = [&](int64_t b) {
     const int64_t n0 = b * nb;

@@ -27,8 +27,9 @@
 // chain directly, vectorised across a row's outputs, and grad_weight runs
 // each output's chunks and tree vectorised across channels
 // (DepthwiseConv2d*, gemm.h).
-// Scratch memory: the GEMM's packed panels (for grad_weight, the whole
-// batch's im2col of one group, packed).
+// Scratch memory: the GEMM's packed weights and one k block (256 rows) of
+// its other packed panels at a time, so even grad_weight, whose reduction
+// runs over the whole batch, packs its im2col in cache-sized blocks.
 //
 // Preconditions: as the scalar drivers of kernels/spatial/conv2d.h (shape
 // validated, sizes, no overlap). Thread-safety: reentrant.

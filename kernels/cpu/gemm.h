@@ -15,10 +15,13 @@
 // is one sequential fma chain over all of p: a different but fixed order.
 //
 // How. A and B are packed into zero-padded panels (MR rows x depth, and
-// depth x NR columns); a micro-kernel keeps an MR x NR tile of accumulators
-// in vector registers, one lane per output column, so each lane runs its own
-// sequential chain (vectorised ACROSS outputs, never along p). The pool
-// splits the outputs (column panel x group of row tiles) over threads; no
+// depth x NR columns), B (and an A given by a packer) one k block at a time
+// for a super-block of C (at most 64 row tiles x 16 column panels), just
+// before the micro-kernel consumes the block, so the packed operands stay in
+// cache however long the reduction; a micro-kernel keeps an MR x NR tile of
+// accumulators in vector registers, one lane per output column, so each lane
+// runs its own sequential chain (vectorised ACROSS outputs, never along p). The
+// pool splits the outputs (column panel x group of row tiles) over threads; no
 // reduction is ever split. Each ISA (isa.h) has its own translation unit
 // built with its own -m flags; explicit fma intrinsics, never mul + add.
 //
@@ -65,12 +68,16 @@ inline void CanonicalGemm(const canonical::MatMulShape& s, const float* a,
   Gemm(s, a, b, c, canonical::kChunk, isa, pool);
 }
 
-// Writes one packed panel of an operand: for p in [0, depth) and v in
-// [0, width), dst[p * width + v] = A(first + v, p) (an A row tile) or
-// B(p, first + v) (a B column panel), and +0.0f for v >= count. Called
-// concurrently for different panels; ctx is shared, read-only.
+// Writes one k block of one packed panel of an operand: for p in
+// [p_begin, p_begin + p_count) and v in [0, width), dst[(p - p_begin) *
+// width + v] = A(first + v, p) (an A row tile) or B(p, first + v) (a B
+// column panel), and +0.0f for v >= count. The GEMM packs each k block
+// just before it consumes it, so the packed operands stay in cache however
+// long the reduction. Called concurrently for different panels; ctx is
+// shared, read-only.
 using GemmPackFn = void (*)(const void* ctx, int64_t first, int count,
-                            int width, float* dst);
+                            int width, int64_t p_begin, int64_t p_count,
+                            float* dst);
 
 struct GemmPacking {
   GemmPackFn pack_a = nullptr;  // null: A from the strided shape

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -45,6 +46,12 @@ class GemmDriver {
   static constexpr int64_t kMaxPanelsPerTask = 8;
   // k block length of a single-chain product (chunk >= k).
   static constexpr int64_t kBlockK = 256;
+  // A super-block of C: at most this many row tiles and column panels. Its
+  // k blocks are packed and consumed one at a time, so the packed operands
+  // in flight are one k block of the super-block's tiles and panels (a few
+  // hundred KiB) however long the reduction is.
+  static constexpr int64_t kSuperRowTiles = 64;
+  static constexpr int64_t kSuperPanels = 16;
 
   static void Run(const canonical::MatMulShape& s, const float* a,
                   const float* b, float* c, int64_t chunk,
@@ -64,129 +71,181 @@ class GemmDriver {
     }
     const int64_t m_tiles = (m + MR - 1) / MR;
     const int64_t n_panels = (n + kNR - 1) / kNR;
-    AlignedFloats a_packed(m_tiles * k * MR);
-    AlignedFloats b_packed(n_panels * k * kNR);
-    float* ap = a_packed.get();
-    float* bp = b_packed.get();
-
-    auto pack_a = [&](int64_t t) {
-      float* dst = ap + t * k * MR;
-      if (packing.pack_a != nullptr) {
-        packing.pack_a(packing.ctx, t * MR,
-                       static_cast<int>(std::min<int64_t>(MR, m - t * MR)), MR,
-                       dst);
-        return;
-      }
-      for (int r = 0; r < MR; ++r) {
-        const int64_t i = t * MR + r;
-        if (i < m) {
-          const float* src = a + i * s.a_row;
-          for (int64_t p = 0; p < k; ++p) dst[p * MR + r] = src[p * s.a_depth];
-        } else {
-          for (int64_t p = 0; p < k; ++p) dst[p * MR + r] = 0.0f;
-        }
-      }
-    };
-    For(pool, m_tiles, pack_a);
-    auto pack_b = [&](int64_t t) {
-      float* dst = bp + t * k * kNR;
-      const int64_t j0 = t * kNR;
-      const int64_t cols = std::min<int64_t>(kNR, n - j0);
-      if (packing.pack_b != nullptr) {
-        packing.pack_b(packing.ctx, j0, static_cast<int>(cols), kNR, dst);
-        return;
-      }
-      for (int64_t p = 0; p < k; ++p) {
-        const float* src = b + p * s.b_depth + j0 * s.b_col;
-        float* d = dst + p * kNR;
-        if (s.b_col == 1) {
-          for (int64_t v = 0; v < cols; ++v) d[v] = src[v];
-        } else {
-          for (int64_t v = 0; v < cols; ++v) d[v] = src[v * s.b_col];
-        }
-        for (int64_t v = cols; v < kNR; ++v) d[v] = 0.0f;
-      }
-    };
-    For(pool, n_panels, pack_b);
-
     // Blocking along k. In tree mode (chunk < k) a k block is one canonical
     // chunk: its chain starts from +0.0f and its partial enters the
     // canonical tree. Otherwise the whole of k is one chain, cut into
     // blocks of kBlockK whose accumulators are stored and reloaded between
     // blocks (exact), so the bits equal those of one unbroken chain.
     const bool tree = chunk < k;
-    const int64_t kc = tree ? chunk : kBlockK;
+    const int64_t kc = std::min(tree ? chunk : kBlockK, k);
     const int64_t num_blocks = (k + kc - 1) / kc;
     int levels = 1;
     if (tree) {
       while ((int64_t{1} << levels) <= num_blocks) ++levels;
     }
-    // Tasks: a block of row tiles x a block of column panels. Within a task
-    // the k blocks are the outer loop, then panels, then row tiles, so one
-    // panel's B block stays in L1 while the task's A blocks come from L2.
-    const int64_t row_blocks =
-        (m_tiles + kRowTilesPerTask - 1) / kRowTilesPerTask;
-    const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
-    int64_t panels_per_task = kMaxPanelsPerTask;
-    while (panels_per_task > 1 &&
-           row_blocks * ((n_panels + panels_per_task - 1) / panels_per_task) <
-               4 * threads) {
-      panels_per_task /= 2;
+    // A given as a matrix is packed whole, once (it is typically a weight,
+    // reused by every super-block); a packer's A and every B are packed one
+    // k block at a time, just before the block is consumed.
+    const bool a_whole = packing.pack_a == nullptr;
+    const int64_t super_tiles = std::min(m_tiles, kSuperRowTiles);
+    const int64_t super_panels = std::min(n_panels, kSuperPanels);
+    AlignedFloats a_packed(a_whole ? m_tiles * k * MR : super_tiles * kc * MR);
+    AlignedFloats b_packed(super_panels * kc * kNR);
+    float* ap = a_packed.get();
+    float* bp = b_packed.get();
+    if (a_whole) {
+      auto pack_a = [&](int64_t t) {
+        PackRows(s, a, t, 0, k, ap + t * k * MR);
+      };
+      For(pool, m_tiles, pack_a);
     }
-    const int64_t panel_blocks =
-        (n_panels + panels_per_task - 1) / panels_per_task;
-    auto run = [&](int64_t task) {
-      const int64_t t0 = (task % row_blocks) * kRowTilesPerTask;
-      const int64_t t1 = std::min<int64_t>(m_tiles, t0 + kRowTilesPerTask);
-      const int64_t p0 = (task / row_blocks) * panels_per_task;
-      const int64_t p1 = std::min<int64_t>(n_panels, p0 + panels_per_task);
-      const int64_t nt = t1 - t0;
-      const int64_t per_tile = (tree ? levels : 1) * kSlot;
-      // Per (panel, tile): the tree's slots, or the carried chain.
-      AlignedFloats state(num_blocks == 1 ? 0 : (p1 - p0) * nt * per_tile);
-      alignas(64) float tile[MR * kNR];
-      T acc[MR][NV];
-      int64_t blk = 0;
-      for (int64_t begin = 0; begin < k; begin += kc, ++blk) {
-        const int64_t count = std::min(kc, k - begin);
-        const bool last = blk + 1 == num_blocks;
-        for (int64_t p = p0; p < p1; ++p) {
-          const float* b_blk = bp + p * k * kNR + begin * kNR;
-          for (int64_t t = t0; t < t1; ++t) {
-            float* st = state.get() + ((p - p0) * nt + (t - t0)) * per_tile;
-            if (tree || blk == 0) {
-              Zero(acc);
-            } else {
-              LoadAcc(st, acc);
-            }
-            Chain(ap + t * k * MR + begin * MR, b_blk, count, acc);
-            if (tree) {
-              PushPartial(st, blk, acc);
-            } else if (last) {
-              StoreAcc(tile, acc);
-              WriteTile(s, packing, tile, t, p, c);
-            } else {
-              StoreAcc(st, acc);
-            }
+    const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
+    const int64_t per_tile = (tree ? levels : 1) * kSlot;
+    // Per (panel, tile) of a super-block: the tree's slots, or the carried
+    // chain.
+    AlignedFloats state(
+        num_blocks == 1 ? 0 : super_tiles * super_panels * per_tile);
+    for (int64_t t_lo = 0; t_lo < m_tiles; t_lo += kSuperRowTiles) {
+      const int64_t t_hi = std::min(m_tiles, t_lo + kSuperRowTiles);
+      for (int64_t p_lo = 0; p_lo < n_panels; p_lo += kSuperPanels) {
+        const int64_t p_hi = std::min(n_panels, p_lo + kSuperPanels);
+        const int64_t nt = t_hi - t_lo;
+        const int64_t np = p_hi - p_lo;
+        // Tasks: a block of row tiles x a block of column panels. Within a
+        // task and k block, panels then row tiles, so one panel's B block
+        // stays in L1 while the task's A blocks come from L2.
+        const int64_t row_blocks =
+            (nt + kRowTilesPerTask - 1) / kRowTilesPerTask;
+        int64_t panels_per_task = kMaxPanelsPerTask;
+        while (panels_per_task > 1 &&
+               row_blocks * ((np + panels_per_task - 1) / panels_per_task) <
+                   4 * threads) {
+          panels_per_task /= 2;
+        }
+        const int64_t panel_blocks =
+            (np + panels_per_task - 1) / panels_per_task;
+        const int64_t tasks = row_blocks * panel_blocks;
+        // The task's tiles [*t0, *t1) and panels [*p0, *p1).
+        auto task_range = [&](int64_t task, int64_t* t0, int64_t* t1,
+                              int64_t* p0, int64_t* p1) {
+          *t0 = t_lo + (task % row_blocks) * kRowTilesPerTask;
+          *t1 = std::min<int64_t>(t_hi, *t0 + kRowTilesPerTask);
+          *p0 = p_lo + (task / row_blocks) * panels_per_task;
+          *p1 = std::min<int64_t>(p_hi, *p0 + panels_per_task);
+        };
+        auto slots = [&](int64_t t, int64_t p) {
+          return state.get() + ((p - p_lo) * nt + (t - t_lo)) * per_tile;
+        };
+        for (int64_t blk = 0; blk < num_blocks; ++blk) {
+          const int64_t begin = blk * kc;
+          const int64_t count = std::min(kc, k - begin);
+          const bool last = blk + 1 == num_blocks;
+          if (!a_whole) {
+            auto pack_a = [&](int64_t i) {
+              const int64_t t = t_lo + i;
+              packing.pack_a(
+                  packing.ctx, t * MR,
+                  static_cast<int>(std::min<int64_t>(MR, m - t * MR)), MR,
+                  begin, count, ap + i * kc * MR);
+            };
+            For(pool, nt, pack_a);
           }
+          auto pack_b = [&](int64_t i) {
+            const int64_t j0 = (p_lo + i) * kNR;
+            const int cols = static_cast<int>(std::min<int64_t>(kNR, n - j0));
+            float* dst = bp + i * kc * kNR;
+            if (packing.pack_b != nullptr) {
+              packing.pack_b(packing.ctx, j0, cols, kNR, begin, count, dst);
+            } else {
+              PackColumns(s, b, j0, cols, begin, count, dst);
+            }
+          };
+          For(pool, np, pack_b);
+          auto run = [&](int64_t task) {
+            int64_t t0, t1, p0, p1;
+            task_range(task, &t0, &t1, &p0, &p1);
+            alignas(64) float tile[MR * kNR];
+            T acc[MR][NV];
+            for (int64_t p = p0; p < p1; ++p) {
+              const float* b_blk = bp + (p - p_lo) * kc * kNR;
+              for (int64_t t = t0; t < t1; ++t) {
+                const float* a_blk = a_whole ? ap + (t * k + begin) * MR
+                                             : ap + (t - t_lo) * kc * MR;
+                float* st = num_blocks == 1 ? nullptr : slots(t, p);
+                if (tree || blk == 0) {
+                  Zero(acc);
+                } else {
+                  LoadAcc(st, acc);
+                }
+                Chain(a_blk, b_blk, count, acc);
+                if (tree) {
+                  PushPartial(st, blk, acc);
+                } else if (last) {
+                  StoreAcc(tile, acc);
+                  WriteTile(s, packing, tile, t, p, c);
+                } else {
+                  StoreAcc(st, acc);
+                }
+              }
+            }
+          };
+          For(pool, tasks, run);
+        }
+        if (tree) {
+          auto fold = [&](int64_t task) {
+            int64_t t0, t1, p0, p1;
+            task_range(task, &t0, &t1, &p0, &p1);
+            alignas(64) float tile[MR * kNR];
+            T acc[MR][NV];
+            for (int64_t p = p0; p < p1; ++p) {
+              for (int64_t t = t0; t < t1; ++t) {
+                FoldTree(slots(t, p), num_blocks, acc);
+                StoreAcc(tile, acc);
+                WriteTile(s, packing, tile, t, p, c);
+              }
+            }
+          };
+          For(pool, tasks, fold);
         }
       }
-      if (tree) {
-        for (int64_t p = p0; p < p1; ++p) {
-          for (int64_t t = t0; t < t1; ++t) {
-            FoldTree(state.get() + ((p - p0) * nt + (t - t0)) * per_tile,
-                     num_blocks, acc);
-            StoreAcc(tile, acc);
-            WriteTile(s, packing, tile, t, p, c);
-          }
-        }
-      }
-    };
-    For(pool, row_blocks * panel_blocks, run);
+    }
   }
 
  private:
   static constexpr int64_t kSlot = MR * kNR;
+
+  // Packs rows [t * MR, t * MR + MR) of the strided A over p in [begin,
+  // begin + count): dst[(p - begin) * MR + r], zeros past the last row.
+  static void PackRows(const canonical::MatMulShape& s, const float* a,
+                       int64_t t, int64_t begin, int64_t count, float* dst) {
+    const int64_t i0 = t * MR;
+    const int rows = static_cast<int>(std::min<int64_t>(MR, s.rows - i0));
+    const float* src[MR];
+    for (int r = 0; r < rows; ++r) src[r] = a + (i0 + r) * s.a_row;
+    for (int64_t p = begin; p < begin + count; ++p) {
+      float* d = dst + (p - begin) * MR;
+      const int64_t off = p * s.a_depth;
+      for (int r = 0; r < rows; ++r) d[r] = src[r][off];
+      for (int r = rows; r < MR; ++r) d[r] = 0.0f;
+    }
+  }
+
+  // Packs columns [j0, j0 + cols) of the strided B over p in [begin, begin
+  // + count): dst[(p - begin) * kNR + v], zeros past the last column.
+  static void PackColumns(const canonical::MatMulShape& s, const float* b,
+                          int64_t j0, int cols, int64_t begin, int64_t count,
+                          float* dst) {
+    for (int64_t p = begin; p < begin + count; ++p) {
+      const float* src = b + p * s.b_depth + j0 * s.b_col;
+      float* d = dst + (p - begin) * kNR;
+      if (s.b_col == 1) {
+        for (int v = 0; v < cols; ++v) d[v] = src[v];
+      } else {
+        for (int v = 0; v < cols; ++v) d[v] = src[v * s.b_col];
+      }
+      for (int v = cols; v < kNR; ++v) d[v] = 0.0f;
+    }
+  }
 
   static inline void Zero(T (&acc)[MR][NV]) {
 #pragma GCC unroll 32
@@ -276,31 +335,44 @@ class GemmDriver {
     const int64_t j0 = p * kNR;
     const int rows = static_cast<int>(std::min<int64_t>(MR, s.rows - i0));
     const int64_t cols = std::min<int64_t>(kNR, s.cols - j0);
-    if (packing.c_block > 0) {
-      // Runs of columns within one block.
-      for (int64_t v0 = 0; v0 < cols;) {
-        const int64_t j = j0 + v0;
-        const int64_t in_block = j % packing.c_block;
-        const int64_t run =
-            std::min<int64_t>(cols - v0, packing.c_block - in_block);
-        float* base = c + (j / packing.c_block) * packing.c_block_stride +
-                      in_block * s.c_col;
-        for (int r = 0; r < rows; ++r) {
-          float* dst = base + (i0 + r) * s.c_row;
-          const float* src = tile + r * kNR + v0;
-          for (int64_t v = 0; v < run; ++v) dst[v * s.c_col] = src[v];
-        }
-        v0 += run;
-      }
+    if (packing.c_block <= 0) {
+      WriteRun(s, tile, rows, i0, 0, cols, c + j0 * s.c_col);
       return;
     }
-    for (int r = 0; r < rows; ++r) {
-      float* dst = c + (i0 + r) * s.c_row + j0 * s.c_col;
-      const float* src = tile + r * kNR;
-      if (s.c_col == 1) {
-        for (int64_t v = 0; v < cols; ++v) dst[v] = src[v];
-      } else {
-        for (int64_t v = 0; v < cols; ++v) dst[v * s.c_col] = src[v];
+    // Runs of columns within one block.
+    for (int64_t v0 = 0; v0 < cols;) {
+      const int64_t j = j0 + v0;
+      const int64_t in_block = j % packing.c_block;
+      const int64_t run =
+          std::min<int64_t>(cols - v0, packing.c_block - in_block);
+      WriteRun(s, tile, rows, i0, v0, run,
+               c + (j / packing.c_block) * packing.c_block_stride +
+                   in_block * s.c_col);
+      v0 += run;
+    }
+  }
+
+  // Copies tile columns [v0, v0 + run) of the first `rows` rows to C, whose
+  // column v0 is at `base` (row i0 + r at base + (i0 + r) * c_row).
+  static void WriteRun(const canonical::MatMulShape& s, const float* tile,
+                       int rows, int64_t i0, int64_t v0, int64_t run,
+                       float* base) {
+    if (s.c_col == 1) {
+      for (int r = 0; r < rows; ++r) {
+        std::memcpy(base + (i0 + r) * s.c_row, tile + r * kNR + v0,
+                    run * sizeof(float));
+      }
+    } else if (s.c_row == 1) {  // C transposed: a tile column is contiguous
+      for (int64_t v = 0; v < run; ++v) {
+        float* dst = base + v * s.c_col + i0;
+        for (int r = 0; r < rows; ++r) dst[r] = tile[r * kNR + v0 + v];
+      }
+    } else {
+      for (int r = 0; r < rows; ++r) {
+        float* dst = base + (i0 + r) * s.c_row;
+        for (int64_t v = 0; v < run; ++v) {
+          dst[v * s.c_col] = tile[r * kNR + v0 + v];
+        }
       }
     }
   }

@@ -176,6 +176,87 @@ TEST_F(GemmTest, SingleChainIsOneFmaChainOnEveryIsaAndThreadCount) {
   }
 }
 
+// C larger than one super-block of the driver in both directions (more
+// than 64 row tiles and 16 column panels of the ISA's micro-kernel), two k
+// blocks, both orientations of C, and operands fed by
+// packers one k block at a time: the CANONICAL tree and the single chain
+// keep their bits across super-blocks and k blocks.
+struct RowMajorOperands {
+  const float* a;  // m x k
+  const float* b;  // k x n
+  int64_t k, n;
+  static void PackA(const void* ctx, int64_t first, int count, int width,
+                    int64_t p_begin, int64_t p_count, float* dst) {
+    const auto& f = *static_cast<const RowMajorOperands*>(ctx);
+    for (int64_t p = 0; p < p_count; ++p) {
+      for (int v = 0; v < width; ++v) {
+        dst[p * width + v] =
+            v < count ? f.a[(first + v) * f.k + p_begin + p] : 0.0f;
+      }
+    }
+  }
+  static void PackB(const void* ctx, int64_t first, int count, int width,
+                    int64_t p_begin, int64_t p_count, float* dst) {
+    const auto& f = *static_cast<const RowMajorOperands*>(ctx);
+    for (int64_t p = 0; p < p_count; ++p) {
+      for (int v = 0; v < width; ++v) {
+        dst[p * width + v] =
+            v < count ? f.b[(p_begin + p) * f.n + first + v] : 0.0f;
+      }
+    }
+  }
+};
+
+TEST_F(GemmTest, SuperBlocksAndPackedKBlocksKeepTheBits) {
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    // The micro-kernel tile of each ISA (gemm_scalar.cc, gemm_avx2.cc,
+    // gemm_avx512.cc): MR rows x NR columns.
+    const int64_t mr = isa == CpuIsa::kAvx512 ? 12
+                       : isa == CpuIsa::kAvx2 ? 6
+                                              : 4;
+    const int64_t nr = isa == CpuIsa::kAvx512 ? 32 : 16;
+    const int64_t m = 64 * mr + mr + 1, k = 300, n = 16 * nr + nr + 3;
+    const std::vector<float> a = RandomFloats(m * k, 11);
+    const std::vector<float> b = RandomFloats(k * n, 12);
+    const RowMajorOperands operands{a.data(), b.data(), k, n};
+    for (bool transposed_c : {false, true}) {
+      c::MatMulShape s;
+      s.rows = m, s.cols = n, s.depth = k;
+      s.a_row = k, s.a_depth = 1, s.b_depth = n, s.b_col = 1;
+      s.c_row = transposed_c ? 1 : n;
+      s.c_col = transposed_c ? m : 1;
+      std::vector<float> want(m * n), want_chain(m * n);
+      c::MatMul(s, a.data(), b.data(), want.data());
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          want_chain[i * s.c_row + j * s.c_col] =
+              SingleChain(a.data() + i * k, 1, b.data() + j, n, k);
+        }
+      }
+      {
+        for (int pool_index : {0, 2}) {  // 1 and 3 threads
+          ThreadPool* pool = pools_[pool_index].get();
+          for (int packers = 0; packers < 3; ++packers) {  // none, A, A and B
+            GemmPacking packing;
+            packing.ctx = &operands;
+            if (packers >= 1) packing.pack_a = &RowMajorOperands::PackA;
+            if (packers >= 2) packing.pack_b = &RowMajorOperands::PackB;
+            for (int64_t chunk : {c::kChunk, kSingleChain}) {
+              std::vector<float> got(m * n, -1.0f);
+              GemmPacked(s, a.data(), b.data(), got.data(), chunk, packing, isa,
+                         pool);
+              ASSERT_TRUE(SameBits(got, chunk == c::kChunk ? want : want_chain))
+                  << CpuIsaName(isa) << " threads " << pool->num_threads()
+                  << " transposed_c " << transposed_c << " packers " << packers
+                  << (chunk == c::kChunk ? " canonical" : " single chain");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(IsaTest, NamesParseAndScalarIsAlwaysSupported) {
   for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     EXPECT_EQ(ParseCpuIsa(CpuIsaName(isa)), isa);
