@@ -190,6 +190,10 @@ const Case kCases[] = {
     {"taps > 256", 2, 32, 5, 5, 35, 3, 1, 1, 1, 1, 1, 1, 1},
     {"rows > 256", 4, 3, 9, 9, 4, 3, 1, 1, 1, 1, 1, 1, 1},
     {"image batches", 20, 3, 5, 5, 4, 3, 1, 1, 1, 1, 1, 1, 1},
+    // More than one GEMM slab (1,024 terms): grad_weight's 5 x 225 rows
+    // cut mid-image and mid-row; 1,080 taps of the forward and grad_input.
+    {"rows > 1024", 5, 3, 15, 15, 4, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"taps > 1024", 1, 120, 4, 5, 121, 3, 1, 1, 1, 1, 1, 1, 1},
     {"one pixel", 3, 2, 1, 1, 3, 1, 1, 0, 0, 0, 0, 1, 1},
 };
 

@@ -47,11 +47,12 @@ class GemmDriver {
   // k block length of a single-chain product (chunk >= k).
   static constexpr int64_t kBlockK = 256;
   // A super-block of C: at most this many row tiles and column panels. Its
-  // k blocks are packed and consumed one at a time, so the packed operands
-  // in flight are one k block of the super-block's tiles and panels (a few
-  // hundred KiB) however long the reduction is.
+  // operands are packed a slab of whole k blocks (at most kSlabK terms) at
+  // a time, so the packed operands in flight stay within a few MiB however
+  // long the reduction is.
   static constexpr int64_t kSuperRowTiles = 64;
   static constexpr int64_t kSuperPanels = 16;
+  static constexpr int64_t kSlabK = 1024;
 
   static void Run(const canonical::MatMulShape& s, const float* a,
                   const float* b, float* c, int64_t chunk,
@@ -75,7 +76,7 @@ class GemmDriver {
     // chunk: its chain starts from +0.0f and its partial enters the
     // canonical tree. Otherwise the whole of k is one chain, cut into
     // blocks of kBlockK whose accumulators are stored and reloaded between
-    // blocks (exact), so the bits equal those of one unbroken chain.
+    // slabs (exact), so the bits equal those of one unbroken chain.
     const bool tree = chunk < k;
     const int64_t kc = std::min(tree ? chunk : kBlockK, k);
     const int64_t num_blocks = (k + kc - 1) / kc;
@@ -83,14 +84,22 @@ class GemmDriver {
     if (tree) {
       while ((int64_t{1} << levels) <= num_blocks) ++levels;
     }
+    // Slabs of whole k blocks, packed together.
+    const int64_t slab_blocks = std::max<int64_t>(1, kSlabK / kc);
+    const int64_t slab_k = std::min(k, slab_blocks * kc);
+    const int64_t num_slabs = (num_blocks + slab_blocks - 1) / slab_blocks;
     // A given as a matrix is packed whole, once (it is typically a weight,
     // reused by every super-block); a packer's A and every B are packed one
-    // k block at a time, just before the block is consumed.
+    // slab at a time. With several slabs the next one is packed while the
+    // current one is multiplied (two buffers), one pool barrier per slab.
     const bool a_whole = packing.pack_a == nullptr;
     const int64_t super_tiles = std::min(m_tiles, kSuperRowTiles);
     const int64_t super_panels = std::min(n_panels, kSuperPanels);
-    AlignedFloats a_packed(a_whole ? m_tiles * k * MR : super_tiles * kc * MR);
-    AlignedFloats b_packed(super_panels * kc * kNR);
+    const int64_t buffers = num_slabs > 1 ? 2 : 1;
+    const int64_t a_slab = a_whole ? 0 : super_tiles * slab_k * MR;
+    const int64_t b_slab = super_panels * slab_k * kNR;
+    AlignedFloats a_packed(a_whole ? m_tiles * k * MR : buffers * a_slab);
+    AlignedFloats b_packed(buffers * b_slab);
     float* ap = a_packed.get();
     float* bp = b_packed.get();
     if (a_whole) {
@@ -101,10 +110,10 @@ class GemmDriver {
     }
     const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
     const int64_t per_tile = (tree ? levels : 1) * kSlot;
-    // Per (panel, tile) of a super-block: the tree's slots, or the carried
-    // chain.
-    AlignedFloats state(
-        num_blocks == 1 ? 0 : super_tiles * super_panels * per_tile);
+    // Per (panel, tile) of a super-block: the tree's slots, or the chain
+    // carried from one slab to the next.
+    const bool has_state = tree || num_slabs > 1;
+    AlignedFloats state(has_state ? super_tiles * super_panels * per_tile : 0);
     for (int64_t t_lo = 0; t_lo < m_tiles; t_lo += kSuperRowTiles) {
       const int64_t t_hi = std::min(m_tiles, t_lo + kSuperRowTiles);
       for (int64_t p_lo = 0; p_lo < n_panels; p_lo += kSuperPanels) {
@@ -112,8 +121,8 @@ class GemmDriver {
         const int64_t nt = t_hi - t_lo;
         const int64_t np = p_hi - p_lo;
         // Tasks: a block of row tiles x a block of column panels. Within a
-        // task and k block, panels then row tiles, so one panel's B block
-        // stays in L1 while the task's A blocks come from L2.
+        // task and slab, panels then row tiles, so one panel's B slab
+        // stays in cache while the task's A slabs come from L2.
         const int64_t row_blocks =
             (nt + kRowTilesPerTask - 1) / kRowTilesPerTask;
         int64_t panels_per_task = kMaxPanelsPerTask;
@@ -136,60 +145,91 @@ class GemmDriver {
         auto slots = [&](int64_t t, int64_t p) {
           return state.get() + ((p - p_lo) * nt + (t - t_lo)) * per_tile;
         };
-        for (int64_t blk = 0; blk < num_blocks; ++blk) {
-          const int64_t begin = blk * kc;
-          const int64_t count = std::min(kc, k - begin);
-          const bool last = blk + 1 == num_blocks;
+        // Packs row tile t_lo + i (i < nt, packer-fed A only) or column
+        // panel p_lo + i - nt of slab `slab`.
+        const int64_t pack_tasks = (a_whole ? 0 : nt) + np;
+        auto pack = [&](int64_t slab, int64_t i) {
+          const int64_t begin = slab * slab_k;
+          const int64_t count = std::min(slab_k, k - begin);
+          const int64_t buf = slab % buffers;
           if (!a_whole) {
-            auto pack_a = [&](int64_t i) {
+            if (i < nt) {
               const int64_t t = t_lo + i;
               packing.pack_a(
                   packing.ctx, t * MR,
                   static_cast<int>(std::min<int64_t>(MR, m - t * MR)), MR,
-                  begin, count, ap + i * kc * MR);
-            };
-            For(pool, nt, pack_a);
-          }
-          auto pack_b = [&](int64_t i) {
-            const int64_t j0 = (p_lo + i) * kNR;
-            const int cols = static_cast<int>(std::min<int64_t>(kNR, n - j0));
-            float* dst = bp + i * kc * kNR;
-            if (packing.pack_b != nullptr) {
-              packing.pack_b(packing.ctx, j0, cols, kNR, begin, count, dst);
-            } else {
-              PackColumns(s, b, j0, cols, begin, count, dst);
+                  begin, count, ap + buf * a_slab + i * slab_k * MR);
+              return;
             }
-          };
-          For(pool, np, pack_b);
-          auto run = [&](int64_t task) {
-            int64_t t0, t1, p0, p1;
-            task_range(task, &t0, &t1, &p0, &p1);
-            alignas(64) float tile[MR * kNR];
-            T acc[MR][NV];
-            for (int64_t p = p0; p < p1; ++p) {
-              const float* b_blk = bp + (p - p_lo) * kc * kNR;
-              for (int64_t t = t0; t < t1; ++t) {
-                const float* a_blk = a_whole ? ap + (t * k + begin) * MR
-                                             : ap + (t - t_lo) * kc * MR;
-                float* st = num_blocks == 1 ? nullptr : slots(t, p);
-                if (tree || blk == 0) {
+            i -= nt;
+          }
+          const int64_t j0 = (p_lo + i) * kNR;
+          const int cols = static_cast<int>(std::min<int64_t>(kNR, n - j0));
+          float* dst = bp + buf * b_slab + i * slab_k * kNR;
+          if (packing.pack_b != nullptr) {
+            packing.pack_b(packing.ctx, j0, cols, kNR, begin, count, dst);
+          } else {
+            PackColumns(s, b, j0, cols, begin, count, dst);
+          }
+        };
+        // A task's share of slab `slab`: for each of its panels and row
+        // tiles, the slab's k blocks in order (each a tree partial, or the
+        // chain continued); a single chain's last slab writes C.
+        auto multiply = [&](int64_t slab, int64_t task) {
+          int64_t t0, t1, p0, p1;
+          task_range(task, &t0, &t1, &p0, &p1);
+          const int64_t buf = slab % buffers;
+          const int64_t begin = slab * slab_k;
+          const int64_t blk0 = slab * slab_blocks;
+          const int64_t blk1 = std::min(num_blocks, blk0 + slab_blocks);
+          const bool last = slab + 1 == num_slabs;
+          alignas(64) float tile[MR * kNR];
+          T acc[MR][NV];
+          for (int64_t p = p0; p < p1; ++p) {
+            const float* b_slab_p =
+                bp + buf * b_slab + (p - p_lo) * slab_k * kNR;
+            for (int64_t t = t0; t < t1; ++t) {
+              const float* a_slab_t =
+                  a_whole ? ap + (t * k + begin) * MR
+                          : ap + buf * a_slab + (t - t_lo) * slab_k * MR;
+              float* st = has_state ? slots(t, p) : nullptr;
+              if (!tree) {
+                if (slab == 0) {
                   Zero(acc);
                 } else {
                   LoadAcc(st, acc);
                 }
-                Chain(a_blk, b_blk, count, acc);
-                if (tree) {
-                  PushPartial(st, blk, acc);
-                } else if (last) {
-                  StoreAcc(tile, acc);
-                  WriteTile(s, packing, tile, t, p, c);
-                } else {
-                  StoreAcc(st, acc);
-                }
+              }
+              for (int64_t blk = blk0; blk < blk1; ++blk) {
+                const int64_t off = blk * kc - begin;
+                const int64_t count = std::min(kc, k - blk * kc);
+                if (tree) Zero(acc);
+                Chain(a_slab_t + off * MR, b_slab_p + off * kNR, count, acc);
+                if (tree) PushPartial(st, blk, acc);
+              }
+              if (tree) continue;
+              if (last) {
+                StoreAcc(tile, acc);
+                WriteTile(s, packing, tile, t, p, c);
+              } else {
+                StoreAcc(st, acc);
               }
             }
+          }
+        };
+        // Phase ph packs slab ph (if any) and multiplies slab ph - 1 (if
+        // any), as one parallel loop.
+        for (int64_t ph = 0; ph <= num_slabs; ++ph) {
+          const int64_t packs = ph < num_slabs ? pack_tasks : 0;
+          const int64_t mults = ph > 0 ? tasks : 0;
+          auto step = [&](int64_t i) {
+            if (i < packs) {
+              pack(ph, i);
+            } else {
+              multiply(ph - 1, i - packs);
+            }
           };
-          For(pool, tasks, run);
+          For(pool, packs + mults, step);
         }
         if (tree) {
           auto fold = [&](int64_t task) {

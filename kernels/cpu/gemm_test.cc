@@ -176,11 +176,11 @@ TEST_F(GemmTest, SingleChainIsOneFmaChainOnEveryIsaAndThreadCount) {
   }
 }
 
-// C larger than one super-block of the driver in both directions (more
-// than 64 row tiles and 16 column panels of the ISA's micro-kernel), two k
-// blocks, both orientations of C, and operands fed by
-// packers one k block at a time: the CANONICAL tree and the single chain
-// keep their bits across super-blocks and k blocks.
+// C larger than one super-block of the driver (more than 64 row tiles or
+// 16 column panels of the ISA's micro-kernel), with one slab of two k
+// blocks or two slabs (more than 1024 terms), both orientations of C, and
+// operands fed by packers one k block at a time: the CANONICAL tree and the
+// single chain keep their bits across super-blocks and k blocks.
 struct RowMajorOperands {
   const float* a;  // m x k
   const float* b;  // k x n
@@ -215,25 +215,27 @@ TEST_F(GemmTest, SuperBlocksAndPackedKBlocksKeepTheBits) {
                        : isa == CpuIsa::kAvx2 ? 6
                                               : 4;
     const int64_t nr = isa == CpuIsa::kAvx512 ? 32 : 16;
-    const int64_t m = 64 * mr + mr + 1, k = 300, n = 16 * nr + nr + 3;
-    const std::vector<float> a = RandomFloats(m * k, 11);
-    const std::vector<float> b = RandomFloats(k * n, 12);
-    const RowMajorOperands operands{a.data(), b.data(), k, n};
-    for (bool transposed_c : {false, true}) {
-      c::MatMulShape s;
-      s.rows = m, s.cols = n, s.depth = k;
-      s.a_row = k, s.a_depth = 1, s.b_depth = n, s.b_col = 1;
-      s.c_row = transposed_c ? 1 : n;
-      s.c_col = transposed_c ? m : 1;
-      std::vector<float> want(m * n), want_chain(m * n);
-      c::MatMul(s, a.data(), b.data(), want.data());
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          want_chain[i * s.c_row + j * s.c_col] =
-              SingleChain(a.data() + i * k, 1, b.data() + j, n, k);
+    const int64_t big_m = 64 * mr + mr + 1, big_n = 16 * nr + nr + 3;
+    for (const Dims& dims : {Dims{big_m, 300, big_n}, Dims{big_m, 1100, 20},
+                             Dims{5, 1100, big_n}}) {
+      const int64_t m = dims.m, k = dims.k, n = dims.n;
+      const std::vector<float> a = RandomFloats(m * k, 11);
+      const std::vector<float> b = RandomFloats(k * n, 12);
+      const RowMajorOperands operands{a.data(), b.data(), k, n};
+      for (bool transposed_c : {false, true}) {
+        c::MatMulShape s;
+        s.rows = m, s.cols = n, s.depth = k;
+        s.a_row = k, s.a_depth = 1, s.b_depth = n, s.b_col = 1;
+        s.c_row = transposed_c ? 1 : n;
+        s.c_col = transposed_c ? m : 1;
+        std::vector<float> want(m * n), want_chain(m * n);
+        c::MatMul(s, a.data(), b.data(), want.data());
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            want_chain[i * s.c_row + j * s.c_col] =
+                SingleChain(a.data() + i * k, 1, b.data() + j, n, k);
+          }
         }
-      }
-      {
         for (int pool_index : {0, 2}) {  // 1 and 3 threads
           ThreadPool* pool = pools_[pool_index].get();
           for (int packers = 0; packers < 3; ++packers) {  // none, A, A and B
@@ -246,8 +248,9 @@ TEST_F(GemmTest, SuperBlocksAndPackedKBlocksKeepTheBits) {
               GemmPacked(s, a.data(), b.data(), got.data(), chunk, packing, isa,
                          pool);
               ASSERT_TRUE(SameBits(got, chunk == c::kChunk ? want : want_chain))
-                  << CpuIsaName(isa) << " threads " << pool->num_threads()
-                  << " transposed_c " << transposed_c << " packers " << packers
+                  << CpuIsaName(isa) << " m " << m << " k " << k << " n " << n
+                  << " threads " << pool->num_threads() << " transposed_c "
+                  << transposed_c << " packers " << packers
                   << (chunk == c::kChunk ? " canonical" : " single chain");
             }
           }
