@@ -426,6 +426,51 @@ TEST_F(CpuBackendTest, SpatialOpsMatchTheirBodies) {
   EXPECT_TRUE(BitsEqual(V(rdx), want_rdx));
 }
 
+// resize_bilinear.forward / .grad (per-axis tap tables, planes on the
+// pool) against the spec's element functions, bit for bit: up- and
+// down-sampling by integer and non-integer ratios, one-pixel axes, and a
+// tensor large enough to run on the pool, on 1 and 3 threads.
+TEST_F(CpuBackendTest, ResizeBilinearMatchesTheElementFunctions) {
+  struct Case {
+    int64_t n, c, in_h, in_w, out_h, out_w;
+  };
+  const Case cases[] = {{2, 3, 7, 6, 14, 3},  {1, 2, 5, 7, 7, 5},
+                        {2, 2, 9, 4, 3, 11},  {1, 1, 1, 4, 4, 1},
+                        {1, 3, 4, 1, 1, 9},   {2, 8, 16, 16, 32, 32},
+                        {1, 2, 33, 17, 8, 40}};
+  uint32_t seed = 700;
+  for (int threads : {1, 3}) {
+    SetCpuThreadsForTesting(threads);
+    for (const Case& k : cases) {
+      sp::ResizeBilinearShape rs;
+      rs.n = k.n, rs.c = k.c, rs.in_h = k.in_h, rs.in_w = k.in_w;
+      rs.out_h = k.out_h, rs.out_w = k.out_w;
+      const std::vector<float> x =
+          RandomFloats(sp::ResizeBilinearInputSize(rs), ++seed);
+      const std::vector<float> dy =
+          RandomFloats(sp::ResizeBilinearOutputSize(rs), ++seed);
+      std::vector<float> want_y(dy.size()), want_dx(x.size());
+      sp::ResizeBilinearForward(rs, x.data(), want_y.data());
+      sp::ResizeBilinearGrad(rs, dy.data(), want_dx.data());
+      Tensor y = Z({k.n, k.c, k.out_h, k.out_w});
+      Tensor dx = Z({k.n, k.c, k.in_h, k.in_w});
+      ASSERT_THAT(Run("resize_bilinear.forward",
+                      {T({k.n, k.c, k.in_h, k.in_w}, x)}, {y}),
+                  IsOk());
+      ASSERT_THAT(Run("resize_bilinear.grad",
+                      {T({k.n, k.c, k.out_h, k.out_w}, dy)}, {dx}),
+                  IsOk());
+      EXPECT_TRUE(BitsEqual(V(y), want_y))
+          << k.in_h << "x" << k.in_w << " -> " << k.out_h << "x" << k.out_w
+          << " threads " << threads;
+      EXPECT_TRUE(BitsEqual(V(dx), want_dx))
+          << k.in_h << "x" << k.in_w << " -> " << k.out_h << "x" << k.out_w
+          << " threads " << threads;
+    }
+  }
+  SetCpuThreadsForTesting(0);
+}
+
 // transpose and bias_add.forward on tensors of several 64 Ki-element
 // blocks (block edges fall inside runs of the last axis), on 1 and 3
 // threads: the spec's bits.

@@ -9,9 +9,12 @@
 // gradient it is.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "kernels/canonical/gather.h"
+#include "kernels/canonical/hd.h"
 #include "kernels/cpu/atomic_float.h"
 #include "kernels/cpu/conv_gemm.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -315,6 +318,99 @@ absl::Status GlobalAvgPoolGradKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// Bilinear resize with each axis's taps computed once per call instead of
+// once per element: the same BilinearAxis and BilinearTapWeight values, the
+// same terms in the same order through the same chain, so the bits of
+// kernels/spatial/resize_bilinear.h's element functions. Planes run on the
+// pool.
+struct BilinearAxisTable {
+  std::vector<sp::BilinearAxisTaps> taps;  // per output coordinate
+  // Per input coordinate i: the first output whose tap i0 >= i - 1 (the
+  // first that can read i).
+  std::vector<int64_t> first_reader;
+  BilinearAxisTable(int64_t in, int64_t out) : taps(out), first_reader(in) {
+    for (int64_t o = 0; o < out; ++o) taps[o] = sp::BilinearAxis(in, out, o);
+    int64_t o = 0;
+    for (int64_t i = 0; i < in; ++i) {
+      while (o < out && taps[o].i0 < i - 1) ++o;
+      first_reader[i] = o;
+    }
+  }
+};
+
+constexpr int64_t kMinParallelResizeElements = int64_t{1} << 14;
+
+void ResizeBilinearForwardTables(const sp::ResizeBilinearShape& s,
+                                 const float* x, float* y, ThreadPool* pool) {
+  const BilinearAxisTable rows(s.in_h, s.out_h);
+  const BilinearAxisTable cols(s.in_w, s.out_w);
+  auto plane = [&](int64_t p) {
+    const float* xp = x + p * s.in_h * s.in_w;
+    float* yp = y + p * s.out_h * s.out_w;
+    for (int64_t oh = 0; oh < s.out_h; ++oh) {
+      const sp::BilinearAxisTaps& ty = rows.taps[oh];
+      const float* r0 = xp + ty.i0 * s.in_w;
+      const float* r1 = xp + ty.i1 * s.in_w;
+      for (int64_t ow = 0; ow < s.out_w; ++ow) {
+        const sp::BilinearAxisTaps& tx = cols.taps[ow];
+        float acc = 0.0f;
+        acc = canonical::LsFma(sp::BilinearTapWeight(ty.l0, tx.l0), r0[tx.i0],
+                               acc);
+        acc = canonical::LsFma(sp::BilinearTapWeight(ty.l0, tx.l1), r0[tx.i1],
+                               acc);
+        acc = canonical::LsFma(sp::BilinearTapWeight(ty.l1, tx.l0), r1[tx.i0],
+                               acc);
+        acc = canonical::LsFma(sp::BilinearTapWeight(ty.l1, tx.l1), r1[tx.i1],
+                               acc);
+        yp[oh * s.out_w + ow] = acc;
+      }
+    }
+  };
+  if (sp::ResizeBilinearOutputSize(s) < kMinParallelResizeElements) {
+    pool = nullptr;
+  }
+  ParallelFor(pool, s.n * s.c, plane);
+}
+
+void ResizeBilinearGradTables(const sp::ResizeBilinearShape& s, const float* dy,
+                              float* dx, ThreadPool* pool) {
+  const BilinearAxisTable rows(s.in_h, s.out_h);
+  const BilinearAxisTable cols(s.in_w, s.out_w);
+  auto plane = [&](int64_t p) {
+    const float* dyp = dy + p * s.out_h * s.out_w;
+    float* dxp = dx + p * s.in_h * s.in_w;
+    for (int64_t ih = 0; ih < s.in_h; ++ih) {
+      for (int64_t iw = 0; iw < s.in_w; ++iw) {
+        canonical::GatherChain chain;
+        for (int64_t oh = rows.first_reader[ih]; oh < s.out_h; ++oh) {
+          const sp::BilinearAxisTaps& ty = rows.taps[oh];
+          if (ty.i0 > ih) break;
+          const bool row0 = ty.i0 == ih;
+          const bool row1 = ty.i1 == ih;
+          if (!row0 && !row1) continue;
+          for (int64_t ow = cols.first_reader[iw]; ow < s.out_w; ++ow) {
+            const sp::BilinearAxisTaps& tx = cols.taps[ow];
+            if (tx.i0 > iw) break;
+            const bool col0 = tx.i0 == iw;
+            const bool col1 = tx.i1 == iw;
+            if (!col0 && !col1) continue;
+            const float g = dyp[oh * s.out_w + ow];
+            if (row0 && col0) chain.Fma(g, sp::BilinearTapWeight(ty.l0, tx.l0));
+            if (row0 && col1) chain.Fma(g, sp::BilinearTapWeight(ty.l0, tx.l1));
+            if (row1 && col0) chain.Fma(g, sp::BilinearTapWeight(ty.l1, tx.l0));
+            if (row1 && col1) chain.Fma(g, sp::BilinearTapWeight(ty.l1, tx.l1));
+          }
+        }
+        dxp[ih * s.in_w + iw] = chain.Finish();
+      }
+    }
+  };
+  if (sp::ResizeBilinearOutputSize(s) < kMinParallelResizeElements) {
+    pool = nullptr;
+  }
+  ParallelFor(pool, s.n * s.c, plane);
+}
+
 absl::Status ResizeForwardKernel(absl::Span<const Tensor> in,
                                  absl::Span<Tensor> out, const OpAttrs&) {
   const absl::string_view name = op::kResizeBilinearForward;
@@ -322,7 +418,8 @@ absl::Status ResizeForwardKernel(absl::Span<const Tensor> in,
   LS_ASSIGN_OR_RETURN(sp::ResizeBilinearShape s,
                       ResizeShape(name, in[0], out[0], "x", "y"));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  sp::ResizeBilinearForward(s, in[0].data<float>(), out[0].data<float>());
+  ResizeBilinearForwardTables(s, in[0].data<float>(), out[0].data<float>(),
+                              CpuThreadPool());
   return absl::OkStatus();
 }
 
@@ -333,7 +430,8 @@ absl::Status ResizeGradKernel(absl::Span<const Tensor> in,
   LS_ASSIGN_OR_RETURN(sp::ResizeBilinearShape s,
                       ResizeShape(name, out[0], in[0], "dx", "dy"));
   LS_RETURN_IF_ERROR(CheckNoAlias(name, in, out));
-  sp::ResizeBilinearGrad(s, in[0].data<float>(), out[0].data<float>());
+  ResizeBilinearGradTables(s, in[0].data<float>(), out[0].data<float>(),
+                           CpuThreadPool());
   return absl::OkStatus();
 }
 
