@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "kernels/canonical/reduce.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
@@ -55,6 +56,16 @@ std::vector<int64_t> TapSources(int64_t in, int64_t out, int64_t k_size,
     }
   }
   return map;
+}
+
+// dst[0, n) = src[0, n), and dst[0, n) = +0.0f. (libc's memcpy and memset
+// beat a loop even for the 4 - 8 float runs of small images: GCC turns a
+// short zeroing loop into `rep stos`, which costs several times more.)
+inline void CopyRun(float* dst, const float* src, int64_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+inline void ZeroRun(float* dst, int64_t n) {
+  std::memset(dst, 0, n * sizeof(float));
 }
 
 // Zeroes lanes [count, width) of `rows` packed rows.
@@ -114,33 +125,33 @@ struct ForwardB {
       const int len =
           static_cast<int>(std::min<int64_t>(count - v0, f.out_w - ow0));
       const float* image_x = f.x + image * s.c_in * plane_size;
-      ForTapRows(
-          s.k_h, s.k_w, p_begin, p_count,
-          [&](int64_t i, int64_t cl, int64_t kh, int64_t kw) {
-            float* col = dst + i * width + v0;
-            const int64_t ih = oh * s.stride_h + kh * s.dilation_h - s.pad_top;
-            if (ih < 0 || ih >= s.h) {
-              std::memset(col, 0, len * sizeof(float));
-              return;
-            }
-            const float* src = image_x + cl * plane_size + ih * s.w;
-            const int64_t off = kw * s.dilation_w - s.pad_left;
-            // Taps t with ow0 + t in [lo, hi) lie inside the row.
-            const int64_t lo =
-                std::clamp<int64_t>(f.ow_range->lo[kw] - ow0, 0, len);
-            const int64_t hi =
-                std::clamp<int64_t>(f.ow_range->hi[kw] - ow0, lo, len);
-            for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
-            const int64_t base = ow0 * s.stride_w + off;  // tap t = 0
-            if (s.stride_w == 1) {
-              std::memcpy(col + lo, src + base + lo, (hi - lo) * sizeof(float));
-            } else {
-              for (int64_t t = lo; t < hi; ++t) {
-                col[t] = src[base + t * s.stride_w];
-              }
-            }
-            for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
-          });
+      ForTapRows(s.k_h, s.k_w, p_begin, p_count,
+                 [&](int64_t i, int64_t cl, int64_t kh, int64_t kw) {
+                   float* col = dst + i * width + v0;
+                   const int64_t ih =
+                       oh * s.stride_h + kh * s.dilation_h - s.pad_top;
+                   if (ih < 0 || ih >= s.h) {
+                     ZeroRun(col, len);
+                     return;
+                   }
+                   const float* src = image_x + cl * plane_size + ih * s.w;
+                   const int64_t off = kw * s.dilation_w - s.pad_left;
+                   // Taps t with ow0 + t in [lo, hi) lie inside the row.
+                   const int64_t lo =
+                       std::clamp<int64_t>(f.ow_range->lo[kw] - ow0, 0, len);
+                   const int64_t hi =
+                       std::clamp<int64_t>(f.ow_range->hi[kw] - ow0, lo, len);
+                   for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
+                   const int64_t base = ow0 * s.stride_w + off;  // tap t = 0
+                   if (s.stride_w == 1) {
+                     CopyRun(col + lo, src + base + lo, hi - lo);
+                   } else {
+                     for (int64_t t = lo; t < hi; ++t) {
+                       col[t] = src[base + t * s.stride_w];
+                     }
+                   }
+                   for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
+                 });
       v0 += len;
     }
     ZeroTail(p_count, count, width, dst);
@@ -176,7 +187,7 @@ struct GradInputB {
                    float* col = dst + i * width + v0;
                    const int64_t oh = f.oh_of[kh * s.h + ih];
                    if (oh < 0) {
-                     std::memset(col, 0, len * sizeof(float));
+                     ZeroRun(col, len);
                      return;
                    }
                    const float* src = image_dy + jc * pix + oh * f.out_w;
@@ -188,8 +199,7 @@ struct GradInputB {
                      const int64_t hi =
                          std::clamp<int64_t>(f.out_w - (iw0 + off), lo, len);
                      for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
-                     std::memcpy(col + lo, src + iw0 + off + lo,
-                                 (hi - lo) * sizeof(float));
+                     CopyRun(col + lo, src + iw0 + off + lo, hi - lo);
                      for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
                      return;
                    }
@@ -236,6 +246,15 @@ struct GradWeightOperands {
     const int64_t plane_size = s.h * s.w;
     const int64_t kk = s.k_h * s.k_w;
     const int64_t pix = f.out_h * f.out_w;
+    // Each lane's tap (cl, kh, kw), decoded once.
+    absl::InlinedVector<int64_t, 32> lane_cl(count), lane_kh(count),
+        lane_kw(count);
+    for (int v = 0; v < count; ++v) {
+      const int64_t tap = first + v;
+      lane_cl[v] = tap / kk;
+      lane_kh[v] = tap % kk / s.k_w;
+      lane_kw[v] = tap % s.k_w;
+    }
     ForImageRuns(pix, p_begin, p_count,
                  [&](int64_t i, int64_t n, int64_t q0, int64_t q1) {
                    // Output rows oh overlapping [q0, q1), each its columns [a,
@@ -246,10 +265,9 @@ struct GradWeightOperands {
                          std::min<int64_t>(q1 - oh * f.out_w, f.out_w);
                      float* rows = dst + (i + oh * f.out_w + a - q0) * width;
                      for (int v = 0; v < count; ++v) {
-                       const int64_t tap = first + v;
-                       const int64_t cl = tap / kk;
-                       const int64_t kh = tap % kk / s.k_w;
-                       const int64_t kw = tap % s.k_w;
+                       const int64_t cl = lane_cl[v];
+                       const int64_t kh = lane_kh[v];
+                       const int64_t kw = lane_kw[v];
                        float* d = rows + v;
                        const int64_t ih =
                            oh * s.stride_h + kh * s.dilation_h - s.pad_top;
