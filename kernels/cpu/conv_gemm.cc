@@ -365,6 +365,236 @@ c::MatMulShape RowMajor(int64_t rows, int64_t cols, int64_t depth) {
   return m;
 }
 
+// Indirect products: the lowered matrix is never packed; the GEMM reads it
+// in place from a zero-padded (for grad_input also zero-stuffed) copy of x
+// or dy, a row start per output and an offset per reduction step
+// (GemmPacking::a_base, gemm.h), with the output channels (or input
+// channels) as the micro-kernel's vector lanes. Used where those channels
+// fill the lanes (kIndirectMinLanes or more); the terms and their order
+// are those of the packed paths, so are the bits.
+constexpr int64_t kIndirectMinLanes = 32;
+
+// Per-thread tables of the indirect products, reused between calls.
+std::vector<int64_t>& Table(int which) {
+  thread_local std::vector<int64_t> tables[3];
+  return tables[which];
+}
+
+// dst[i][top + sh * r][left + sw * c] = src[i][r][c] for planes i of h x w,
+// wherever that lands inside dst's hp x wp planes; +0.0f everywhere else.
+void SpreadPlanes(const float* src, int64_t planes, int64_t h, int64_t w,
+                  int64_t sh, int64_t sw, int64_t top, int64_t left, int64_t hp,
+                  int64_t wp, float* dst, ThreadPool* pool) {
+  auto plane = [&](int64_t i) {
+    const float* sp = src + i * h * w;
+    float* dp = dst + i * hp * wp;
+    std::memset(dp, 0, hp * wp * sizeof(float));
+    // Columns c in [c0, c1) land inside [0, wp).
+    const int64_t c0 = left >= 0 ? 0 : (-left + sw - 1) / sw;
+    const int64_t c1 = std::min<int64_t>(w, (wp - 1 - left) / sw + 1);
+    for (int64_t r = 0; r < h; ++r) {
+      const int64_t row = top + sh * r;
+      if (row < 0) continue;
+      if (row >= hp) break;
+      float* d = dp + row * wp + left;
+      const float* sr = sp + r * w;
+      if (sw == 1) {
+        if (c1 > c0) std::memcpy(d + c0, sr + c0, (c1 - c0) * sizeof(float));
+      } else {
+        for (int64_t c = c0; c < c1; ++c) d[c * sw] = sr[c];
+      }
+    }
+  };
+  if (planes * hp * wp < kMinParallelFmas) pool = nullptr;
+  ParallelFor(pool, planes, plane);
+}
+
+// The planes an indirect forward or grad_weight reads x from, hp x wp
+// each, holding every tap: tap (oh, kh) is row oh * sh + kh * dh. Returns
+// the floats of a padded copy, or 0 when x itself holds every tap (no
+// padding on the top and left, none read past the bottom and right): then
+// hp x wp are x's own planes.
+int64_t PaddedInputSize(const sp::Conv2dShape& s, int64_t* hp, int64_t* wp) {
+  *hp = (sp::Conv2dOutH(s) - 1) * s.stride_h + (s.k_h - 1) * s.dilation_h + 1;
+  *wp = (sp::Conv2dOutW(s) - 1) * s.stride_w + (s.k_w - 1) * s.dilation_w + 1;
+  if (s.pad_top == 0 && s.pad_left == 0 && *hp <= s.h && *wp <= s.w) {
+    *hp = s.h;
+    *wp = s.w;
+    return 0;
+  }
+  return s.n * s.c_in * *hp * *wp;
+}
+
+// x itself (PaddedInputSize gave 0), or its zero-padded copy in xp.
+const float* PadInput(const sp::Conv2dShape& s, const float* x, int64_t hp,
+                      int64_t wp, float* xp, ThreadPool* pool) {
+  if (hp == s.h && wp == s.w && s.pad_top == 0 && s.pad_left == 0) return x;
+  SpreadPlanes(x, s.n * s.c_in, s.h, s.w, 1, 1, s.pad_top, s.pad_left, hp, wp,
+               xp, pool);
+  return xp;
+}
+
+// The output pixels of a batch as rows: start = image * image_stride +
+// oh * row_step + ow * col_step.
+void PixelRows(int64_t n, int64_t out_h, int64_t out_w, int64_t image_stride,
+               int64_t row_step, int64_t col_step, std::vector<int64_t>* t) {
+  t->resize(n * out_h * out_w);
+  int64_t* p = t->data();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t oh = 0; oh < out_h; ++oh) {
+      for (int64_t ow = 0; ow < out_w; ++ow) {
+        *p++ = i * image_stride + oh * row_step + ow * col_step;
+      }
+    }
+  }
+}
+
+// The taps (channel, kh, kw) of a reduction in order: offset = channel *
+// plane + kh * row_step + kw * col_step.
+void TapOffsets(int64_t channels, int64_t k_h, int64_t k_w, int64_t plane,
+                int64_t row_step, int64_t col_step, std::vector<int64_t>* t) {
+  t->resize(channels * k_h * k_w);
+  int64_t* p = t->data();
+  for (int64_t ch = 0; ch < channels; ++ch) {
+    for (int64_t kh = 0; kh < k_h; ++kh) {
+      for (int64_t kw = 0; kw < k_w; ++kw) {
+        *p++ = ch * plane + kh * row_step + kw * col_step;
+      }
+    }
+  }
+}
+
+// A product of `rows` x `cols`, depth `depth`, with an indirect A and B
+// given as B(p, j) = b[j * b_col + p].
+c::MatMulShape IndirectShape(int64_t rows, int64_t cols, int64_t depth,
+                             int64_t b_col) {
+  c::MatMulShape m;
+  m.rows = rows;
+  m.cols = cols;
+  m.depth = depth;
+  m.b_depth = 1;
+  m.b_col = b_col;
+  return m;
+}
+
+// forward: y^T[(n, oh, ow), co] = im2col(x)^T x W^T, A read from the
+// zero-padded x.
+void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
+                     float* y, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
+  const int64_t out_h = sp::Conv2dOutH(s);
+  const int64_t out_w = sp::Conv2dOutW(s);
+  const int64_t pix = out_h * out_w;
+  const int64_t cig = s.c_in / s.groups;
+  const int64_t cog = s.c_out / s.groups;
+  const int64_t depth = cig * s.k_h * s.k_w;
+  int64_t hp = 0, wp = 0;
+  const Floats xp(PaddedInputSize(s, &hp, &wp));
+  const float* xb = PadInput(s, x, hp, wp, xp.data(), pool);
+  std::vector<int64_t>& rows = Table(0);
+  std::vector<int64_t>& taps = Table(1);
+  std::vector<int64_t>& c_rows = Table(2);
+  PixelRows(s.n, out_h, out_w, s.c_in * hp * wp, s.stride_h * wp, s.stride_w,
+            &rows);
+  TapOffsets(cig, s.k_h, s.k_w, hp * wp, s.dilation_h * wp, s.dilation_w,
+             &taps);
+  PixelRows(s.n, 1, pix, s.c_out * pix, 0, 1, &c_rows);
+  c::MatMulShape m = IndirectShape(s.n * pix, cog, depth, depth);
+  m.c_col = pix;
+  for (int64_t g = 0; g < s.groups; ++g) {
+    GemmPacking packing;
+    packing.a_base = xb + g * cig * hp * wp;
+    packing.a_rows = rows.data();
+    packing.a_offsets = taps.data();
+    packing.c_rows = c_rows.data();
+    GemmPacked(m, nullptr, w + g * cog * depth, y + g * cog * pix, chunk,
+               packing, isa, pool);
+  }
+}
+
+// grad_input: dx^T[(n, ih, iw), ci] = gather(dy)^T x W'^T, A read from dy
+// spread onto a zero grid (stride holes and borders are zeros), B = wt
+// (wt[ci][(co_l, kh, kw)]).
+void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
+                       const float* wt, float* dx, int64_t chunk, CpuIsa isa,
+                       ThreadPool* pool) {
+  const int64_t out_h = sp::Conv2dOutH(s);
+  const int64_t out_w = sp::Conv2dOutW(s);
+  const int64_t hw = s.h * s.w;
+  const int64_t cig = s.c_in / s.groups;
+  const int64_t cog = s.c_out / s.groups;
+  const int64_t depth = cog * s.k_h * s.k_w;
+  // Tap (ih, kh) reads dy row (ih + pad_top - kh * dh) / sh where that
+  // divides and lies in [0, OH): grid row ih + pad_top - kh * dh + off_h,
+  // dy row r at grid row off_h + r * sh.
+  const int64_t off_h = (s.k_h - 1) * s.dilation_h;
+  const int64_t off_w = (s.k_w - 1) * s.dilation_w;
+  const int64_t hd = s.h + s.pad_top + off_h;
+  const int64_t wd = s.w + s.pad_left + off_w;
+  const Floats grid(s.n * s.c_out * hd * wd);
+  SpreadPlanes(dy, s.n * s.c_out, out_h, out_w, s.stride_h, s.stride_w, off_h,
+               off_w, hd, wd, grid.data(), pool);
+  std::vector<int64_t>& rows = Table(0);
+  std::vector<int64_t>& taps = Table(1);
+  std::vector<int64_t>& c_rows = Table(2);
+  PixelRows(s.n, s.h, s.w, s.c_out * hd * wd, wd, 1, &rows);
+  const int64_t first = (s.pad_top + off_h) * wd + s.pad_left + off_w;
+  for (int64_t& r : rows) r += first;
+  TapOffsets(cog, s.k_h, s.k_w, hd * wd, -s.dilation_h * wd, -s.dilation_w,
+             &taps);
+  PixelRows(s.n, 1, hw, s.c_in * hw, 0, 1, &c_rows);
+  c::MatMulShape m = IndirectShape(s.n * hw, cig, depth, depth);
+  m.c_col = hw;
+  for (int64_t g = 0; g < s.groups; ++g) {
+    GemmPacking packing;
+    packing.a_base = grid.data() + g * cog * hd * wd;
+    packing.a_rows = rows.data();
+    packing.a_offsets = taps.data();
+    packing.c_rows = c_rows.data();
+    GemmPacked(m, nullptr, wt + g * cig * depth, dx + g * cig * hw, chunk,
+               packing, isa, pool);
+  }
+}
+
+// grad_weight: dw^T[(cl, kh, kw), co] = im2col(x)[tap, (n, pix)] x
+// dy^T[(n, pix), co], A read from the zero-padded x, B packed from dy.
+void GradWeightIndirect(const sp::Conv2dShape& s, const float* x,
+                        const float* dy, float* dw, int64_t chunk, CpuIsa isa,
+                        ThreadPool* pool) {
+  const int64_t out_h = sp::Conv2dOutH(s);
+  const int64_t out_w = sp::Conv2dOutW(s);
+  const int64_t pix = out_h * out_w;
+  const int64_t cig = s.c_in / s.groups;
+  const int64_t cog = s.c_out / s.groups;
+  const int64_t taps_n = cig * s.k_h * s.k_w;
+  int64_t hp = 0, wp = 0;
+  const Floats xp(PaddedInputSize(s, &hp, &wp));
+  const float* xb = PadInput(s, x, hp, wp, xp.data(), pool);
+  std::vector<int64_t>& taps = Table(0);
+  std::vector<int64_t>& steps = Table(1);
+  TapOffsets(cig, s.k_h, s.k_w, hp * wp, s.dilation_h * wp, s.dilation_w,
+             &taps);
+  PixelRows(s.n, out_h, out_w, s.c_in * hp * wp, s.stride_h * wp, s.stride_w,
+            &steps);
+  const TapRanges ow_range(s.w, out_w, s.k_w, s.stride_w, s.pad_left,
+                           s.dilation_w);
+  c::MatMulShape m = IndirectShape(taps_n, cog, s.n * pix, 0);
+  m.c_row = 1;
+  m.c_col = taps_n;
+  for (int64_t g = 0; g < s.groups; ++g) {
+    const GradWeightOperands f{
+        &s,       x + g * cig * s.h * s.w, dy + g * cog * pix, out_h, out_w,
+        &ow_range};
+    GemmPacking packing;
+    packing.a_base = xb + g * cig * hp * wp;
+    packing.a_rows = taps.data();
+    packing.a_offsets = steps.data();
+    packing.pack_b = &GradWeightOperands::PackDy;
+    packing.ctx = &f;
+    GemmPacked(m, nullptr, nullptr, dw + g * cog * taps_n, chunk, packing, isa,
+               pool);
+  }
+}
+
 }  // namespace
 
 void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
@@ -379,6 +609,10 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
   if (cig == 1 && s.groups > 1 && s.k_h * s.k_w <= c::kChunk) {
     // Depthwise: one chain of at most one chunk per output, no GEMM.
     DepthwiseConv2dForward(s, x, w, y, isa, pool);
+    return;
+  }
+  if (cog >= kIndirectMinLanes) {
+    ForwardIndirect(s, x, w, y, chunk, isa, pool);
     return;
   }
   // Batches write disjoint outputs.
@@ -435,20 +669,15 @@ void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
     DepthwiseConv2dGradWeight(s, x, dy, dw, chunk, isa, pool);
     return;
   }
-  // Two orientations of the same products (fma(dy, x, acc) equals
-  // fma(x, dy, acc) bit for bit), both operands packed straight from x and
-  // dy:
-  //   dw[co, tap]   = dy[co, (n, pix)] x im2col(x)^T[(n, pix), tap]
-  //   dw^T[tap, co] = im2col(x)[tap, (n, pix)] x dy^T[(n, pix), co]
-  // The second keeps the micro-kernel's columns busy when there are many
-  // output channels, the first when there are few.
-  const bool transposed = cog >= 32;
-  c::MatMulShape m =
-      RowMajor(transposed ? taps : cog, transposed ? cog : taps, depth);
-  if (transposed) {
-    m.c_row = 1;
-    m.c_col = taps;
+  if (cog >= kIndirectMinLanes) {
+    GradWeightIndirect(s, x, dy, dw, chunk, isa, pool);
+    return;
   }
+  // Few output channels: dw[co, tap] = dy[co, (n, pix)] x
+  // im2col(x)^T[(n, pix), tap], both operands packed straight from dy and x
+  // (fma(dy, x, acc) equals the indirect path's fma(x, dy, acc) bit for
+  // bit), the taps as the micro-kernel's lanes.
+  const c::MatMulShape m = RowMajor(cog, taps, depth);
   const TapRanges ow_range(s.w, out_w, s.k_w, s.stride_w, s.pad_left,
                            s.dilation_w);
   for (int64_t g = 0; g < s.groups; ++g) {
@@ -456,10 +685,8 @@ void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
         &s,       x + g * cig * s.h * s.w, dy + g * cog * pix, out_h, out_w,
         &ow_range};
     GemmPacking packing;
-    packing.pack_a = transposed ? &GradWeightOperands::PackTaps
-                                : &GradWeightOperands::PackDy;
-    packing.pack_b = transposed ? &GradWeightOperands::PackDy
-                                : &GradWeightOperands::PackTaps;
+    packing.pack_a = &GradWeightOperands::PackDy;
+    packing.pack_b = &GradWeightOperands::PackTaps;
     packing.ctx = &f;
     GemmPacked(m, nullptr, nullptr, dw + g * cog * taps, chunk, packing, isa,
                pool);
@@ -494,6 +721,10 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
         }
       }
     }
+  }
+  if (cig >= kIndirectMinLanes) {
+    GradInputIndirect(s, dy, wt.data(), dx, chunk, isa, pool);
+    return;
   }
   const std::vector<int64_t> oh_of =
       TapSources(s.h, out_h, s.k_h, s.stride_h, s.pad_top, s.dilation_h);

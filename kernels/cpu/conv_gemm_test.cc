@@ -194,6 +194,18 @@ const Case kCases[] = {
     // cut mid-image and mid-row; 1,080 taps of the forward and grad_input.
     {"rows > 1024", 5, 3, 15, 15, 4, 3, 1, 1, 1, 1, 1, 1, 1},
     {"taps > 1024", 1, 120, 4, 5, 121, 3, 1, 1, 1, 1, 1, 1, 1},
+    // 32 or more channels on the lanes' side: the indirect products (A read
+    // in place from padded x, or from dy spread onto a zero grid).
+    {"indirect 3x3 s2 p1", 2, 33, 9, 9, 34, 3, 2, 1, 1, 1, 1, 1, 1},
+    {"indirect 3x3 s2 even", 2, 32, 8, 8, 32, 3, 2, 1, 1, 1, 1, 1, 1},
+    {"indirect dilated", 1, 32, 10, 11, 32, 3, 1, 2, 2, 2, 2, 2, 1},
+    {"indirect asymmetric pad", 2, 32, 6, 7, 33, 3, 2, 0, 2, 1, 0, 1, 1},
+    {"indirect pad beyond kernel", 1, 32, 3, 3, 32, 3, 1, 4, 1, 3, 2, 1, 1},
+    {"indirect groups 2", 2, 64, 5, 5, 66, 3, 1, 1, 1, 1, 1, 1, 2},
+    {"indirect 1x1 s2", 3, 40, 7, 7, 48, 1, 2, 0, 0, 0, 0, 1, 1},
+    // ... with x read in place (no padding needed).
+    {"indirect 1x1 s1 in place", 2, 33, 5, 6, 40, 1, 1, 0, 0, 0, 0, 1, 1},
+    {"indirect 3x3 valid in place", 1, 32, 7, 6, 33, 3, 1, 0, 0, 0, 0, 1, 1},
     {"one pixel", 3, 2, 1, 1, 3, 1, 1, 0, 0, 0, 0, 1, 1},
 };
 

@@ -87,6 +87,16 @@ struct GemmPacking {
   // + (j % c_block) * c_col; 0: at c + i * c_row + j * c_col.
   int64_t c_block = 0;
   int64_t c_block_stride = 0;
+  // Indirect A (a_base non-null): A(i, p) = a_base[a_rows[i] +
+  // a_offsets[p]], read in place, never packed (a and pack_a are not used):
+  // a convolution's lowered matrix read straight from a padded tensor, each
+  // row a start and each reduction step an offset from it.
+  const float* a_base = nullptr;
+  const int64_t* a_rows = nullptr;
+  const int64_t* a_offsets = nullptr;
+  // Non-null: row i of C starts at c + c_rows[i] instead of c + i * c_row
+  // (the rows of a batch of images in NCHW tensors).
+  const int64_t* c_rows = nullptr;
 };
 
 // Gemm with packers and C blocks as `packing` says (a and b are not read

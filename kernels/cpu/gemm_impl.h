@@ -88,18 +88,24 @@ class GemmDriver {
     const int64_t slab_blocks = std::max<int64_t>(1, kSlabK / kc);
     const int64_t slab_k = std::min(k, slab_blocks * kc);
     const int64_t num_slabs = (num_blocks + slab_blocks - 1) / slab_blocks;
-    // A given as a matrix is packed whole, once (it is typically a weight,
-    // reused by every super-block); a packer's A and every B are packed one
-    // slab at a time. With several slabs the next one is packed while the
-    // current one is multiplied (two buffers), one pool barrier per slab.
-    const bool a_whole = packing.pack_a == nullptr;
+    // An indirect A is read in place. A given as a matrix is packed whole,
+    // once (it is typically a weight, reused by every super-block), and so
+    // is a B given as a matrix when more than one row super-block reuses
+    // it; a packer's operand, and a B used by one row super-block, is
+    // packed one slab at a time. With several slabs the next one is packed
+    // while the current one is multiplied (two buffers), one pool barrier
+    // per slab.
+    const bool a_indirect = packing.a_base != nullptr;
+    const bool a_whole = !a_indirect && packing.pack_a == nullptr;
+    const bool a_slabs = !a_indirect && !a_whole;
+    const bool b_whole = packing.pack_b == nullptr && m_tiles > kSuperRowTiles;
     const int64_t super_tiles = std::min(m_tiles, kSuperRowTiles);
     const int64_t super_panels = std::min(n_panels, kSuperPanels);
     const int64_t buffers = num_slabs > 1 ? 2 : 1;
-    const int64_t a_slab = a_whole ? 0 : super_tiles * slab_k * MR;
-    const int64_t b_slab = super_panels * slab_k * kNR;
+    const int64_t a_slab = a_slabs ? super_tiles * slab_k * MR : 0;
+    const int64_t b_slab = b_whole ? 0 : super_panels * slab_k * kNR;
     AlignedFloats a_packed(a_whole ? m_tiles * k * MR : buffers * a_slab);
-    AlignedFloats b_packed(buffers * b_slab);
+    AlignedFloats b_packed(b_whole ? n_panels * k * kNR : buffers * b_slab);
     float* ap = a_packed.get();
     float* bp = b_packed.get();
     if (a_whole) {
@@ -107,6 +113,14 @@ class GemmDriver {
         PackRows(s, a, t, 0, k, ap + t * k * MR);
       };
       For(pool, m_tiles, pack_a);
+    }
+    if (b_whole) {
+      auto pack_b = [&](int64_t i) {
+        const int64_t j0 = i * kNR;
+        PackColumns(s, b, j0, static_cast<int>(std::min<int64_t>(kNR, n - j0)),
+                    0, k, bp + i * k * kNR);
+      };
+      For(pool, n_panels, pack_b);
     }
     const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
     const int64_t per_tile = (tree ? levels : 1) * kSlot;
@@ -147,12 +161,12 @@ class GemmDriver {
         };
         // Packs row tile t_lo + i (i < nt, packer-fed A only) or column
         // panel p_lo + i - nt of slab `slab`.
-        const int64_t pack_tasks = (a_whole ? 0 : nt) + np;
+        const int64_t pack_tasks = (a_slabs ? nt : 0) + (b_whole ? 0 : np);
         auto pack = [&](int64_t slab, int64_t i) {
           const int64_t begin = slab * slab_k;
           const int64_t count = std::min(slab_k, k - begin);
           const int64_t buf = slab % buffers;
-          if (!a_whole) {
+          if (a_slabs) {
             if (i < nt) {
               const int64_t t = t_lo + i;
               packing.pack_a(
@@ -185,13 +199,25 @@ class GemmDriver {
           const bool last = slab + 1 == num_slabs;
           alignas(64) float tile[MR * kNR];
           T acc[MR][NV];
+          Zero(acc);  // (each tile sets it; this keeps GCC's warning quiet)
+          const float* a_tile_rows[MR];
           for (int64_t p = p0; p < p1; ++p) {
             const float* b_slab_p =
-                bp + buf * b_slab + (p - p_lo) * slab_k * kNR;
+                b_whole ? bp + (p * k + begin) * kNR
+                        : bp + buf * b_slab + (p - p_lo) * slab_k * kNR;
             for (int64_t t = t0; t < t1; ++t) {
               const float* a_slab_t =
                   a_whole ? ap + (t * k + begin) * MR
                           : ap + buf * a_slab + (t - t_lo) * slab_k * MR;
+              if (a_indirect) {
+                // Rows past the last one read the last one (results
+                // dropped).
+                for (int r = 0; r < MR; ++r) {
+                  a_tile_rows[r] =
+                      packing.a_base +
+                      packing.a_rows[std::min<int64_t>(t * MR + r, m - 1)];
+                }
+              }
               float* st = has_state ? slots(t, p) : nullptr;
               if (!tree) {
                 if (slab == 0) {
@@ -204,7 +230,12 @@ class GemmDriver {
                 const int64_t off = blk * kc - begin;
                 const int64_t count = std::min(kc, k - blk * kc);
                 if (tree) Zero(acc);
-                Chain(a_slab_t + off * MR, b_slab_p + off * kNR, count, acc);
+                if (a_indirect) {
+                  ChainIndirect(a_tile_rows, packing.a_offsets + blk * kc,
+                                b_slab_p + off * kNR, count, acc);
+                } else {
+                  Chain(a_slab_t + off * MR, b_slab_p + off * kNR, count, acc);
+                }
                 if (tree) PushPartial(st, blk, acc);
               }
               if (tree) continue;
@@ -322,6 +353,25 @@ class GemmDriver {
     }
   }
 
+  // Chain with A(r, p) = rows[r][offsets[p]].
+  static inline void ChainIndirect(const float* const (&rows)[MR],
+                                   const int64_t* offsets, const float* bp,
+                                   int64_t count, T (&acc)[MR][NV]) {
+    for (int64_t p = 0; p < count; ++p) {
+      const int64_t off = offsets[p];
+      T bv[NV];
+#pragma GCC unroll 32
+      for (int v = 0; v < NV; ++v) bv[v] = V::Load(bp + v * kW);
+#pragma GCC unroll 32
+      for (int r = 0; r < MR; ++r) {
+        const T av = V::Set1(rows[r][off]);
+#pragma GCC unroll 32
+        for (int v = 0; v < NV; ++v) acc[r][v] = V::Fma(av, bv[v], acc[r][v]);
+      }
+      bp += kNR;
+    }
+  }
+
   static inline void StoreAcc(float* dst, const T (&acc)[MR][NV]) {
 #pragma GCC unroll 32
     for (int r = 0; r < MR; ++r) {
@@ -375,8 +425,14 @@ class GemmDriver {
     const int64_t j0 = p * kNR;
     const int rows = static_cast<int>(std::min<int64_t>(MR, s.rows - i0));
     const int64_t cols = std::min<int64_t>(kNR, s.cols - j0);
+    // Where each row of the tile starts in C.
+    int64_t row_at[MR];
+    for (int r = 0; r < rows; ++r) {
+      row_at[r] = packing.c_rows != nullptr ? packing.c_rows[i0 + r]
+                                            : (i0 + r) * s.c_row;
+    }
     if (packing.c_block <= 0) {
-      WriteRun(s, tile, rows, i0, 0, cols, c + j0 * s.c_col);
+      WriteRun(s, tile, rows, row_at, 0, cols, c + j0 * s.c_col);
       return;
     }
     // Runs of columns within one block.
@@ -385,7 +441,7 @@ class GemmDriver {
       const int64_t in_block = j % packing.c_block;
       const int64_t run =
           std::min<int64_t>(cols - v0, packing.c_block - in_block);
-      WriteRun(s, tile, rows, i0, v0, run,
+      WriteRun(s, tile, rows, row_at, v0, run,
                c + (j / packing.c_block) * packing.c_block_stride +
                    in_block * s.c_col);
       v0 += run;
@@ -393,26 +449,31 @@ class GemmDriver {
   }
 
   // Copies tile columns [v0, v0 + run) of the first `rows` rows to C, whose
-  // column v0 is at `base` (row i0 + r at base + (i0 + r) * c_row).
+  // column v0 is at `base` (row r at base + row_at[r]).
   static void WriteRun(const canonical::MatMulShape& s, const float* tile,
-                       int rows, int64_t i0, int64_t v0, int64_t run,
+                       int rows, const int64_t* row_at, int64_t v0, int64_t run,
                        float* base) {
     if (s.c_col == 1) {
       for (int r = 0; r < rows; ++r) {
-        std::memcpy(base + (i0 + r) * s.c_row, tile + r * kNR + v0,
-                    run * sizeof(float));
+        std::memcpy(base + row_at[r], tile + r * kNR + v0, run * sizeof(float));
       }
-    } else if (s.c_row == 1) {  // C transposed: a tile column is contiguous
+      return;
+    }
+    bool rows_adjacent = true;  // a tile column is contiguous in C
+    for (int r = 1; r < rows; ++r) {
+      rows_adjacent = rows_adjacent && row_at[r] == row_at[0] + r;
+    }
+    if (rows_adjacent) {
       for (int64_t v = 0; v < run; ++v) {
-        float* dst = base + v * s.c_col + i0;
+        float* dst = base + v * s.c_col + row_at[0];
         for (int r = 0; r < rows; ++r) dst[r] = tile[r * kNR + v0 + v];
       }
-    } else {
-      for (int r = 0; r < rows; ++r) {
-        float* dst = base + (i0 + r) * s.c_row;
-        for (int64_t v = 0; v < run; ++v) {
-          dst[v * s.c_col] = tile[r * kNR + v0 + v];
-        }
+      return;
+    }
+    for (int r = 0; r < rows; ++r) {
+      float* dst = base + row_at[r];
+      for (int64_t v = 0; v < run; ++v) {
+        dst[v * s.c_col] = tile[r * kNR + v0 + v];
       }
     }
   }
