@@ -1,6 +1,7 @@
 #include "kernels/cpu/conv_gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -374,6 +375,13 @@ c::MatMulShape RowMajor(int64_t rows, int64_t cols, int64_t depth) {
 // are those of the packed paths, so are the bits.
 constexpr int64_t kIndirectMinLanes = 32;
 
+bool AllFinite(const float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) return false;
+  }
+  return true;
+}
+
 // Per-thread tables of the indirect products, reused between calls.
 std::vector<int64_t>& Table(int which) {
   thread_local std::vector<int64_t> tables[3];
@@ -555,6 +563,109 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
   }
 }
 
+// grad_input with a stride above 1: the stride holes are left out. A
+// canonical chain starts from +0.0f and so never holds -0.0f, and adding
+// fma(0, w, acc) for a finite w leaves any other acc unchanged, so a hole
+// term changes nothing unless some weight is infinite or NaN (0 * Inf is
+// NaN); the caller checks that. The dx pixels fall into stride_h x
+// stride_w classes by (ih mod sh, iw mod sw); within a class every pixel
+// has the same hole taps, so each class is one indirect product over its
+// kept taps only, in sequence order, with each canonical chunk of the full
+// sequence (holes included) as one block (GemmPacking::k_bounds): the
+// chunks' partials, and so the bits, are those of the full reduction. A
+// kept tap reads dy row a + (ph + pad_top - kh * dh) / sh for class pixel
+// row ih = ph + sh * a (exact division), so dy is only padded, not
+// spread onto a grid of holes.
+void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
+                      const float* wt, float* dx, int64_t chunk, CpuIsa isa,
+                      ThreadPool* pool) {
+  const int64_t out_h = sp::Conv2dOutH(s);
+  const int64_t out_w = sp::Conv2dOutW(s);
+  const int64_t hw = s.h * s.w;
+  const int64_t cig = s.c_in / s.groups;
+  const int64_t cog = s.c_out / s.groups;
+  const int64_t kk = s.k_h * s.k_w;
+  const int64_t depth = cog * kk;
+  const int64_t sh = s.stride_h, sw = s.stride_w;
+  // dy row r at grid row r + gt (the most negative row read is
+  // -(KH - 1) * dh / sh); likewise columns.
+  const int64_t gt = ((s.k_h - 1) * s.dilation_h + sh - 1) / sh;
+  const int64_t gl = ((s.k_w - 1) * s.dilation_w + sw - 1) / sw;
+  const int64_t gh = gt + (s.h - 1 + s.pad_top) / sh + 2;
+  const int64_t gw = gl + (s.w - 1 + s.pad_left) / sw + 2;
+  const Floats grid(s.n * s.c_out * gh * gw);
+  SpreadPlanes(dy, s.n * s.c_out, out_h, out_w, 1, 1, gt, gl, gh, gw,
+               grid.data(), pool);
+  const int64_t chunks = (depth + c::kChunk - 1) / c::kChunk;
+  std::vector<int64_t>& rows = Table(0);
+  std::vector<int64_t>& taps = Table(1);
+  std::vector<int64_t>& c_rows = Table(2);
+  std::vector<int64_t> kept, bounds(chunks + 1);
+  const Floats wk(s.groups * cig * depth);  // the kept columns of W'
+  for (int64_t ph = 0; ph < sh && ph < s.h; ++ph) {
+    for (int64_t pw = 0; pw < sw && pw < s.w; ++pw) {
+      // The class's kept taps (co_l, kh, kw), in order.
+      kept.clear();
+      taps.clear();
+      for (int64_t j = 0; j < cog; ++j) {
+        for (int64_t kh = 0; kh < s.k_h; ++kh) {
+          const int64_t th = ph + s.pad_top - kh * s.dilation_h;
+          if (th % sh != 0) continue;
+          for (int64_t kw = 0; kw < s.k_w; ++kw) {
+            const int64_t tw = pw + s.pad_left - kw * s.dilation_w;
+            if (tw % sw != 0) continue;
+            kept.push_back((j * s.k_h + kh) * s.k_w + kw);
+            taps.push_back(j * gh * gw + th / sh * gw + tw / sw);
+          }
+        }
+      }
+      const int64_t depth_kept = static_cast<int64_t>(kept.size());
+      for (int64_t b = 0, i = 0; b <= chunks; ++b) {
+        while (i < depth_kept && kept[i] < b * c::kChunk) ++i;
+        bounds[b] = i;
+      }
+      // Its pixels (n, ph + sh * a, pw + sw * b).
+      const int64_t rows_a = (s.h - ph + sh - 1) / sh;
+      const int64_t cols_b = (s.w - pw + sw - 1) / sw;
+      rows.resize(s.n * rows_a * cols_b);
+      c_rows.resize(rows.size());
+      for (int64_t i = 0, n = 0; n < s.n; ++n) {
+        for (int64_t a = 0; a < rows_a; ++a) {
+          for (int64_t b = 0; b < cols_b; ++b, ++i) {
+            rows[i] = n * s.c_out * gh * gw + (a + gt) * gw + b + gl;
+            c_rows[i] = n * s.c_in * hw + (ph + sh * a) * s.w + pw + sw * b;
+          }
+        }
+      }
+      if (depth_kept == 0) {  // every term a hole: +0.0f
+        for (int64_t ci = 0; ci < s.c_in; ++ci) {
+          for (int64_t r : c_rows) dx[r + ci * hw] = 0.0f;
+        }
+        continue;
+      }
+      for (int64_t r = 0; r < s.groups * cig; ++r) {
+        for (int64_t q = 0; q < depth_kept; ++q) {
+          wk.data()[r * depth_kept + q] = wt[r * depth + kept[q]];
+        }
+      }
+      c::MatMulShape m = IndirectShape(static_cast<int64_t>(rows.size()), cig,
+                                       depth_kept, depth_kept);
+      m.c_col = hw;
+      for (int64_t g = 0; g < s.groups; ++g) {
+        GemmPacking packing;
+        packing.a_base = grid.data() + g * cog * gh * gw;
+        packing.a_rows = rows.data();
+        packing.a_offsets = taps.data();
+        packing.c_rows = c_rows.data();
+        packing.k_bounds = bounds.data();
+        packing.k_blocks = chunks;
+        GemmPacked(m, nullptr, wk.data() + g * cig * depth_kept,
+                   dx + g * cig * hw, chunk, packing, isa, pool);
+      }
+    }
+  }
+}
+
 // grad_weight: dw^T[(cl, kh, kw), co] = im2col(x)[tap, (n, pix)] x
 // dy^T[(n, pix), co], A read from the zero-padded x, B packed from dy.
 void GradWeightIndirect(const sp::Conv2dShape& s, const float* x,
@@ -723,7 +834,12 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
     }
   }
   if (cig >= kIndirectMinLanes) {
-    GradInputIndirect(s, dy, wt.data(), dx, chunk, isa, pool);
+    if ((s.stride_h > 1 || s.stride_w > 1) &&
+        AllFinite(wt.data(), s.groups * cig * depth)) {
+      GradInputByClass(s, dy, wt.data(), dx, chunk, isa, pool);
+    } else {
+      GradInputIndirect(s, dy, wt.data(), dx, chunk, isa, pool);
+    }
     return;
   }
   const std::vector<int64_t> oh_of =

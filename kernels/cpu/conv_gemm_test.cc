@@ -203,6 +203,7 @@ const Case kCases[] = {
     {"indirect pad beyond kernel", 1, 32, 3, 3, 32, 3, 1, 4, 1, 3, 2, 1, 1},
     {"indirect groups 2", 2, 64, 5, 5, 66, 3, 1, 1, 1, 1, 1, 1, 2},
     {"indirect 1x1 s2", 3, 40, 7, 7, 48, 1, 2, 0, 0, 0, 0, 1, 1},
+    {"indirect s3 dilated", 1, 32, 11, 10, 70, 3, 3, 2, 1, 1, 2, 2, 1},
     // ... with x read in place (no padding needed).
     {"indirect 1x1 s1 in place", 2, 33, 5, 6, 40, 1, 1, 0, 0, 0, 0, 1, 1},
     {"indirect 3x3 valid in place", 1, 32, 7, 6, 33, 3, 1, 0, 0, 0, 0, 1, 1},
@@ -265,6 +266,53 @@ TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
     }
   }
   SetScratchPoisonForTesting(false);
+}
+
+// Strided grad_input with 32 or more input channels leaves the stride
+// holes out of the reduction (exact for finite weights: a canonical chain
+// never holds -0.0f, and fma(0, w, acc) with a finite w leaves any other acc
+// unchanged) and keeps them when a weight is infinite or NaN (0 * Inf is
+// NaN). Both against the spec, with dy full of zeros of both signs,
+// infinities, NaN and subnormals, and weights with -0.0f and subnormals,
+// then an infinity and a NaN.
+TEST(ConvGemmTest, StridedGradInputSpecialValues) {
+  const Case cases[] = {
+      {"3x3 s2", 2, 33, 9, 9, 40, 3, 2, 1, 1, 1, 1, 1, 1},
+      {"1x1 s2", 2, 32, 6, 6, 36, 1, 2, 0, 0, 0, 0, 1, 1},
+      {"3x3 s3 dilated", 1, 32, 10, 11, 30, 3, 3, 2, 1, 1, 2, 2, 1}};
+  const float specials[] = {0.0f, -0.0f,  1.0f,    -2.5f, INFINITY, -INFINITY,
+                            NAN,  1e-40f, -1e-41f, 3.0f,  0.0f,     -0.0f};
+  uint32_t seed = 4100;
+  auto pool = std::make_unique<ThreadPool>(3);
+  for (const Case& cc : cases) {
+    const sp::Conv2dShape s = Shape(cc);
+    std::vector<float> dy = RandomFloats(sp::Conv2dOutputSize(s), ++seed);
+    for (size_t i = 0; i < dy.size(); i += 3) {
+      dy[i] = specials[(i / 3) % (sizeof(specials) / sizeof(float))];
+    }
+    std::vector<float> w = RandomFloats(sp::Conv2dWeightSize(s), ++seed);
+    for (size_t i = 0; i < w.size(); i += 7) {
+      w[i] = (i / 7) % 2 == 0 ? -0.0f : 1e-39f;
+    }
+    for (int round = 0; round < 2; ++round) {
+      if (round == 1) {  // a non-finite weight: the holes count again
+        w[w.size() / 2] = INFINITY;
+        w[w.size() / 3] = NAN;
+      }
+      std::vector<float> want(sp::Conv2dInputSize(s));
+      sp::Conv2dGradInput(s, dy.data(), w.data(), want.data());
+      for (CpuIsa isa : SupportedCpuIsas()) {
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), pool.get()}) {
+          std::vector<float> got(want.size(), -1.0f);
+          Conv2dGradInputGemm(s, dy.data(), w.data(), got.data(),
+                              canonical::kChunk, isa, p);
+          ASSERT_TRUE(BitsEqual(got, want))
+              << cc.label << " round " << round << " isa " << CpuIsaName(isa)
+              << (p == nullptr ? " 1 thread" : " 3 threads");
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

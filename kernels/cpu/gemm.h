@@ -97,6 +97,14 @@ struct GemmPacking {
   // Non-null: row i of C starts at c + c_rows[i] instead of c + i * c_row
   // (the rows of a batch of images in NCHW tensors).
   const int64_t* c_rows = nullptr;
+  // Non-null, with chunk != kSingleChain: the reduction's chunks are the
+  // caller's, chunk b = steps [k_bounds[b], k_bounds[b + 1]) for b <
+  // k_blocks (k_bounds[k_blocks] = depth; each at most chunk steps long, some
+  // possibly empty), combined by the canonical tree when there are several.
+  // For a reduction whose zero terms were left out: each chunk is the
+  // subsequence of one canonical chunk of the full sequence.
+  const int64_t* k_bounds = nullptr;
+  int64_t k_blocks = 0;
 };
 
 // Gemm with packers and C blocks as `packing` says (a and b are not read

@@ -77,17 +77,32 @@ class GemmDriver {
     // canonical tree. Otherwise the whole of k is one chain, cut into
     // blocks of kBlockK whose accumulators are stored and reloaded between
     // slabs (exact), so the bits equal those of one unbroken chain.
-    const bool tree = chunk < k;
+    // With GemmPacking::k_bounds the chunks are the caller's (tree mode
+    // whenever there are several).
+    const bool bounded = packing.k_bounds != nullptr && chunk != kSingleChain;
+    const bool tree = bounded ? packing.k_blocks > 1 : chunk < k;
+    const bool use_bounds = bounded && tree;
     const int64_t kc = std::min(tree ? chunk : kBlockK, k);
-    const int64_t num_blocks = (k + kc - 1) / kc;
+    const int64_t num_blocks =
+        use_bounds ? packing.k_blocks : (k + kc - 1) / kc;
+    // First reduction step of block b (k for b = num_blocks).
+    auto block_begin = [&](int64_t b) {
+      return use_bounds ? packing.k_bounds[b] : std::min(b * kc, k);
+    };
     int levels = 1;
     if (tree) {
       while ((int64_t{1} << levels) <= num_blocks) ++levels;
     }
     // Slabs of whole k blocks, packed together.
     const int64_t slab_blocks = std::max<int64_t>(1, kSlabK / kc);
-    const int64_t slab_k = std::min(k, slab_blocks * kc);
     const int64_t num_slabs = (num_blocks + slab_blocks - 1) / slab_blocks;
+    auto slab_begin = [&](int64_t slab) {
+      return block_begin(std::min(num_blocks, slab * slab_blocks));
+    };
+    int64_t slab_k = 1;  // the longest slab
+    for (int64_t i = 0; i < num_slabs; ++i) {
+      slab_k = std::max(slab_k, slab_begin(i + 1) - slab_begin(i));
+    }
     // An indirect A is read in place. A given as a matrix is packed whole,
     // once (it is typically a weight, reused by every super-block), and so
     // is a B given as a matrix when more than one row super-block reuses
@@ -163,8 +178,8 @@ class GemmDriver {
         // panel p_lo + i - nt of slab `slab`.
         const int64_t pack_tasks = (a_slabs ? nt : 0) + (b_whole ? 0 : np);
         auto pack = [&](int64_t slab, int64_t i) {
-          const int64_t begin = slab * slab_k;
-          const int64_t count = std::min(slab_k, k - begin);
+          const int64_t begin = slab_begin(slab);
+          const int64_t count = slab_begin(slab + 1) - begin;
           const int64_t buf = slab % buffers;
           if (a_slabs) {
             if (i < nt) {
@@ -193,7 +208,7 @@ class GemmDriver {
           int64_t t0, t1, p0, p1;
           task_range(task, &t0, &t1, &p0, &p1);
           const int64_t buf = slab % buffers;
-          const int64_t begin = slab * slab_k;
+          const int64_t begin = slab_begin(slab);
           const int64_t blk0 = slab * slab_blocks;
           const int64_t blk1 = std::min(num_blocks, blk0 + slab_blocks);
           const bool last = slab + 1 == num_slabs;
@@ -227,11 +242,12 @@ class GemmDriver {
                 }
               }
               for (int64_t blk = blk0; blk < blk1; ++blk) {
-                const int64_t off = blk * kc - begin;
-                const int64_t count = std::min(kc, k - blk * kc);
+                const int64_t off = block_begin(blk) - begin;
+                const int64_t count = block_begin(blk + 1) - block_begin(blk);
                 if (tree) Zero(acc);
                 if (a_indirect) {
-                  ChainIndirect(a_tile_rows, packing.a_offsets + blk * kc,
+                  ChainIndirect(a_tile_rows,
+                                packing.a_offsets + block_begin(blk),
                                 b_slab_p + off * kNR, count, acc);
                 } else {
                   Chain(a_slab_t + off * MR, b_slab_p + off * kNR, count, acc);
