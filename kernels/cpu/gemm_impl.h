@@ -139,9 +139,138 @@ class GemmDriver {
     }
     const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
     const int64_t per_tile = (tree ? levels : 1) * kSlot;
-    // Per (panel, tile) of a super-block: the tree's slots, or the chain
-    // carried from one slab to the next.
+    // Per (panel, tile): the tree's slots, or the chain carried from one
+    // slab to the next.
     const bool has_state = tree || num_slabs > 1;
+    // Tiles [t0, t1) x panels [p0, p1), their share of slab `slab`: for each
+    // panel and row tile, the slab's k blocks in order (each a tree
+    // partial, or the chain continued); a single chain's last slab writes
+    // C. Slab buffers are those of the super-block starting at (t_lo,
+    // p_lo); slots(t, p) is the tile's state.
+    auto multiply = [&](int64_t slab, int64_t t0, int64_t t1, int64_t p0,
+                        int64_t p1, int64_t t_lo, int64_t p_lo,
+                        const auto& slots) {
+      const int64_t buf = slab % buffers;
+      const int64_t begin = slab_begin(slab);
+      const int64_t blk0 = slab * slab_blocks;
+      const int64_t blk1 = std::min(num_blocks, blk0 + slab_blocks);
+      const bool last = slab + 1 == num_slabs;
+      alignas(64) float tile[MR * kNR];
+      T acc[MR][NV];
+      Zero(acc);  // (each tile sets it; this keeps GCC's warning quiet)
+      const float* a_tile_rows[MR];
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* b_slab_p =
+            b_whole ? bp + (p * k + begin) * kNR
+                    : bp + buf * b_slab + (p - p_lo) * slab_k * kNR;
+        for (int64_t t = t0; t < t1; ++t) {
+          const float* a_slab_t =
+              a_whole ? ap + (t * k + begin) * MR
+                      : ap + buf * a_slab + (t - t_lo) * slab_k * MR;
+          if (a_indirect) {
+            // Rows past the last one read the last one (results dropped).
+            for (int r = 0; r < MR; ++r) {
+              a_tile_rows[r] =
+                  packing.a_base +
+                  packing.a_rows[std::min<int64_t>(t * MR + r, m - 1)];
+            }
+          }
+          float* st = has_state ? slots(t, p) : nullptr;
+          if (!tree) {
+            if (slab == 0) {
+              Zero(acc);
+            } else {
+              LoadAcc(st, acc);
+            }
+          }
+          for (int64_t blk = blk0; blk < blk1; ++blk) {
+            const int64_t off = block_begin(blk) - begin;
+            const int64_t count = block_begin(blk + 1) - block_begin(blk);
+            if (tree) Zero(acc);
+            if (a_indirect) {
+              ChainIndirect(a_tile_rows, packing.a_offsets + block_begin(blk),
+                            b_slab_p + off * kNR, count, acc);
+            } else {
+              Chain(a_slab_t + off * MR, b_slab_p + off * kNR, count, acc);
+            }
+            if (tree) PushPartial(st, blk, acc);
+          }
+          if (tree) continue;
+          if (last) {
+            StoreAcc(tile, acc);
+            WriteTile(s, packing, tile, t, p, c);
+          } else {
+            StoreAcc(st, acc);
+          }
+        }
+      }
+    };
+    // The canonical tree of tiles [t0, t1) x panels [p0, p1), into C.
+    auto fold = [&](int64_t t0, int64_t t1, int64_t p0, int64_t p1,
+                    const auto& slots) {
+      alignas(64) float tile[MR * kNR];
+      T acc[MR][NV];
+      for (int64_t p = p0; p < p1; ++p) {
+        for (int64_t t = t0; t < t1; ++t) {
+          FoldTree(slots(t, p), num_blocks, acc);
+          StoreAcc(tile, acc);
+          WriteTile(s, packing, tile, t, p, c);
+        }
+      }
+    };
+    // Tasks: a block of row tiles x a block of column panels of one
+    // super-block. Within a task and slab, panels then row tiles, so one
+    // panel's B slab stays in cache while the task's A slabs come from L2.
+    struct TaskRange {
+      int64_t t0, t1, p0, p1;
+    };
+    auto super_tasks = [&](int64_t t_lo, int64_t t_hi, int64_t p_lo,
+                           int64_t p_hi, std::vector<TaskRange>* out) {
+      const int64_t nt = t_hi - t_lo;
+      const int64_t np = p_hi - p_lo;
+      const int64_t row_blocks = (nt + kRowTilesPerTask - 1) / kRowTilesPerTask;
+      int64_t panels_per_task = kMaxPanelsPerTask;
+      while (panels_per_task > 1 &&
+             row_blocks * ((np + panels_per_task - 1) / panels_per_task) <
+                 4 * threads) {
+        panels_per_task /= 2;
+      }
+      const int64_t panel_blocks = (np + panels_per_task - 1) / panels_per_task;
+      for (int64_t task = 0; task < row_blocks * panel_blocks; ++task) {
+        TaskRange r;
+        r.t0 = t_lo + (task % row_blocks) * kRowTilesPerTask;
+        r.t1 = std::min<int64_t>(t_hi, r.t0 + kRowTilesPerTask);
+        r.p0 = p_lo + (task / row_blocks) * panels_per_task;
+        r.p1 = std::min<int64_t>(p_hi, r.p0 + panels_per_task);
+        out->push_back(r);
+      }
+    };
+    std::vector<TaskRange> ranges;
+    if (!a_slabs && b_whole) {
+      // Nothing is packed per slab: every task, of every super-block, runs
+      // all its slabs and its tree on its own, with state of its own, in
+      // one parallel loop.
+      for (int64_t t_lo = 0; t_lo < m_tiles; t_lo += kSuperRowTiles) {
+        for (int64_t p_lo = 0; p_lo < n_panels; p_lo += kSuperPanels) {
+          super_tasks(t_lo, std::min(m_tiles, t_lo + kSuperRowTiles), p_lo,
+                      std::min(n_panels, p_lo + kSuperPanels), &ranges);
+        }
+      }
+      auto run = [&](int64_t i) {
+        const TaskRange& r = ranges[i];
+        const int64_t nt = r.t1 - r.t0;
+        AlignedFloats own(has_state ? nt * (r.p1 - r.p0) * per_tile : 0);
+        auto slots = [&](int64_t t, int64_t p) {
+          return own.get() + ((p - r.p0) * nt + (t - r.t0)) * per_tile;
+        };
+        for (int64_t slab = 0; slab < num_slabs; ++slab) {
+          multiply(slab, r.t0, r.t1, r.p0, r.p1, r.t0, r.p0, slots);
+        }
+        if (tree) fold(r.t0, r.t1, r.p0, r.p1, slots);
+      };
+      For(pool, static_cast<int64_t>(ranges.size()), run);
+      return;
+    }
     AlignedFloats state(has_state ? super_tiles * super_panels * per_tile : 0);
     for (int64_t t_lo = 0; t_lo < m_tiles; t_lo += kSuperRowTiles) {
       const int64_t t_hi = std::min(m_tiles, t_lo + kSuperRowTiles);
@@ -149,28 +278,9 @@ class GemmDriver {
         const int64_t p_hi = std::min(n_panels, p_lo + kSuperPanels);
         const int64_t nt = t_hi - t_lo;
         const int64_t np = p_hi - p_lo;
-        // Tasks: a block of row tiles x a block of column panels. Within a
-        // task and slab, panels then row tiles, so one panel's B slab
-        // stays in cache while the task's A slabs come from L2.
-        const int64_t row_blocks =
-            (nt + kRowTilesPerTask - 1) / kRowTilesPerTask;
-        int64_t panels_per_task = kMaxPanelsPerTask;
-        while (panels_per_task > 1 &&
-               row_blocks * ((np + panels_per_task - 1) / panels_per_task) <
-                   4 * threads) {
-          panels_per_task /= 2;
-        }
-        const int64_t panel_blocks =
-            (np + panels_per_task - 1) / panels_per_task;
-        const int64_t tasks = row_blocks * panel_blocks;
-        // The task's tiles [*t0, *t1) and panels [*p0, *p1).
-        auto task_range = [&](int64_t task, int64_t* t0, int64_t* t1,
-                              int64_t* p0, int64_t* p1) {
-          *t0 = t_lo + (task % row_blocks) * kRowTilesPerTask;
-          *t1 = std::min<int64_t>(t_hi, *t0 + kRowTilesPerTask);
-          *p0 = p_lo + (task / row_blocks) * panels_per_task;
-          *p1 = std::min<int64_t>(p_hi, *p0 + panels_per_task);
-        };
+        ranges.clear();
+        super_tasks(t_lo, t_hi, p_lo, p_hi, &ranges);
+        const int64_t tasks = static_cast<int64_t>(ranges.size());
         auto slots = [&](int64_t t, int64_t p) {
           return state.get() + ((p - p_lo) * nt + (t - t_lo)) * per_tile;
         };
@@ -201,69 +311,6 @@ class GemmDriver {
             PackColumns(s, b, j0, cols, begin, count, dst);
           }
         };
-        // A task's share of slab `slab`: for each of its panels and row
-        // tiles, the slab's k blocks in order (each a tree partial, or the
-        // chain continued); a single chain's last slab writes C.
-        auto multiply = [&](int64_t slab, int64_t task) {
-          int64_t t0, t1, p0, p1;
-          task_range(task, &t0, &t1, &p0, &p1);
-          const int64_t buf = slab % buffers;
-          const int64_t begin = slab_begin(slab);
-          const int64_t blk0 = slab * slab_blocks;
-          const int64_t blk1 = std::min(num_blocks, blk0 + slab_blocks);
-          const bool last = slab + 1 == num_slabs;
-          alignas(64) float tile[MR * kNR];
-          T acc[MR][NV];
-          Zero(acc);  // (each tile sets it; this keeps GCC's warning quiet)
-          const float* a_tile_rows[MR];
-          for (int64_t p = p0; p < p1; ++p) {
-            const float* b_slab_p =
-                b_whole ? bp + (p * k + begin) * kNR
-                        : bp + buf * b_slab + (p - p_lo) * slab_k * kNR;
-            for (int64_t t = t0; t < t1; ++t) {
-              const float* a_slab_t =
-                  a_whole ? ap + (t * k + begin) * MR
-                          : ap + buf * a_slab + (t - t_lo) * slab_k * MR;
-              if (a_indirect) {
-                // Rows past the last one read the last one (results
-                // dropped).
-                for (int r = 0; r < MR; ++r) {
-                  a_tile_rows[r] =
-                      packing.a_base +
-                      packing.a_rows[std::min<int64_t>(t * MR + r, m - 1)];
-                }
-              }
-              float* st = has_state ? slots(t, p) : nullptr;
-              if (!tree) {
-                if (slab == 0) {
-                  Zero(acc);
-                } else {
-                  LoadAcc(st, acc);
-                }
-              }
-              for (int64_t blk = blk0; blk < blk1; ++blk) {
-                const int64_t off = block_begin(blk) - begin;
-                const int64_t count = block_begin(blk + 1) - block_begin(blk);
-                if (tree) Zero(acc);
-                if (a_indirect) {
-                  ChainIndirect(a_tile_rows,
-                                packing.a_offsets + block_begin(blk),
-                                b_slab_p + off * kNR, count, acc);
-                } else {
-                  Chain(a_slab_t + off * MR, b_slab_p + off * kNR, count, acc);
-                }
-                if (tree) PushPartial(st, blk, acc);
-              }
-              if (tree) continue;
-              if (last) {
-                StoreAcc(tile, acc);
-                WriteTile(s, packing, tile, t, p, c);
-              } else {
-                StoreAcc(st, acc);
-              }
-            }
-          }
-        };
         // Phase ph packs slab ph (if any) and multiplies slab ph - 1 (if
         // any), as one parallel loop.
         for (int64_t ph = 0; ph <= num_slabs; ++ph) {
@@ -273,26 +320,18 @@ class GemmDriver {
             if (i < packs) {
               pack(ph, i);
             } else {
-              multiply(ph - 1, i - packs);
+              const TaskRange& r = ranges[i - packs];
+              multiply(ph - 1, r.t0, r.t1, r.p0, r.p1, t_lo, p_lo, slots);
             }
           };
           For(pool, packs + mults, step);
         }
         if (tree) {
-          auto fold = [&](int64_t task) {
-            int64_t t0, t1, p0, p1;
-            task_range(task, &t0, &t1, &p0, &p1);
-            alignas(64) float tile[MR * kNR];
-            T acc[MR][NV];
-            for (int64_t p = p0; p < p1; ++p) {
-              for (int64_t t = t0; t < t1; ++t) {
-                FoldTree(slots(t, p), num_blocks, acc);
-                StoreAcc(tile, acc);
-                WriteTile(s, packing, tile, t, p, c);
-              }
-            }
+          auto fold_task = [&](int64_t i) {
+            const TaskRange& r = ranges[i];
+            fold(r.t0, r.t1, r.p0, r.p1, slots);
           };
-          For(pool, tasks, fold);
+          For(pool, tasks, fold_task);
         }
       }
     }
