@@ -655,13 +655,14 @@ absl::Status DropoutForwardKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
   float* mask = out[1].data<float>();
-  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
-                    [&](int64_t b, int64_t e) {
-                      for (int64_t i = b; i < e; ++i) {
-                        mask[i] = c::DropoutMaskElement(p, i);
-                        y[i] = x[i] * mask[i];
-                      }
-                    });
+  ParallelForBlocks(
+      CpuThreadPool(), in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
+        // DropoutMaskElement, a Philox block per 4 elements.
+        c::ForPhiloxBits(p.seed, p.stream, b, e, [&](uint64_t i, uint32_t u) {
+          mask[i] = c::DropoutMaskOfBits(p, u);
+          y[i] = x[i] * mask[i];
+        });
+      });
   return absl::OkStatus();
 }
 

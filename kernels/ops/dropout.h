@@ -46,10 +46,14 @@ LS_HD_INLINE DropoutParams DropoutParamsOf(float rate, uint64_t seed,
   return p;
 }
 
+// The mask value for the element whose Philox bits are `bits`.
+LS_HD_INLINE float DropoutMaskOfBits(const DropoutParams& p, uint32_t bits) {
+  return (bits >> 8) >= p.threshold ? p.scale : 0.0f;
+}
+
 LS_HD_INLINE float DropoutMaskElement(const DropoutParams& p, int64_t i) {
-  const uint32_t u =
-      PhiloxBits(p.seed, p.stream, static_cast<uint64_t>(i)) >> 8;
-  return u >= p.threshold ? p.scale : 0.0f;
+  return DropoutMaskOfBits(
+      p, PhiloxBits(p.seed, p.stream, static_cast<uint64_t>(i)));
 }
 
 }  // namespace lockstep::canonical

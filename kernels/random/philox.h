@@ -20,8 +20,8 @@
 
 #include <cstdint>
 
-#include "kernels/canonical/hd.h"
 #include "kernels/canonical/float_bits.h"
+#include "kernels/canonical/hd.h"
 
 namespace lockstep::canonical {
 
@@ -117,6 +117,22 @@ LS_HD_INLINE uint32_t PhiloxBits(uint64_t seed, uint64_t stream,
   const PhiloxBlock out =
       Philox4x32_10(PhiloxCounterFor(stream, index), PhiloxKeyFor(seed));
   return out.v[index & 3u];
+}
+
+// Calls f(i, PhiloxBits(seed, stream, i)) for every i in [begin, end), in
+// order: the same bits, with one Philox block computed per four
+// consecutive indices instead of one per index. Host code.
+template <class F>
+inline void ForPhiloxBits(uint64_t seed, uint64_t stream, uint64_t begin,
+                          uint64_t end, F&& f) {
+  const PhiloxKey key = PhiloxKeyFor(seed);
+  uint64_t i = begin;
+  while (i < end) {
+    const PhiloxBlock out = Philox4x32_10(PhiloxCounterFor(stream, i), key);
+    const uint64_t in_block = 4 - (i & 3u);  // indices left in this block
+    const uint64_t stop = end - i > in_block ? i + in_block : end;
+    for (; i < stop; ++i) f(i, out.v[i & 3u]);
+  }
 }
 
 // Uniform float in [0, 1) from 32 random bits: (bits >> 8) * 2^-24, exact.

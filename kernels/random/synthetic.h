@@ -79,6 +79,13 @@ LS_HD_INLINE float SyntheticInput(float prototype, uint64_t seed,
                prototype);
 }
 
+// The same input from the noise's Philox bits (PhiloxBits(seed,
+// kStreamSyntheticInputs, sample * features + f)).
+LS_HD_INLINE float SyntheticInputOfBits(float prototype, uint32_t bits) {
+  return LsFma(kSyntheticNoiseScale, BitsToUniform(bits, -1.0f, 1.0f),
+               prototype);
+}
+
 // Writes the prototypes ("teacher") w[c * features + f] = P[c][f] for all
 // c < classes, f < features. InvalidArgument unless features >= 1,
 // classes >= 1, classes * features <= 2^40 and w is non-null.

@@ -135,10 +135,15 @@ class SyntheticDataset final : public Dataset {
       const int32_t label = canonical::SyntheticLabel(seed_, e, num_classes_);
       const float* prototype = teacher_.data() + label * features_;
       float* row = xd + i * features_;
-      for (int64_t j = 0; j < features_; ++j) {
-        row[j] =
-            canonical::SyntheticInput(prototype[j], seed_, e, features_, j);
-      }
+      // SyntheticInput of every feature, a Philox block per four.
+      const uint64_t base = e * static_cast<uint64_t>(features_);
+      canonical::ForPhiloxBits(seed_, canonical::kStreamSyntheticInputs, base,
+                               base + static_cast<uint64_t>(features_),
+                               [&](uint64_t index, uint32_t bits) {
+                                 const uint64_t j = index - base;
+                                 row[j] = canonical::SyntheticInputOfBits(
+                                     prototype[j], bits);
+                               });
       ld[i] = label;
       ++e;
       if (examples_ > 0 && e == static_cast<uint64_t>(examples_)) e = 0;
