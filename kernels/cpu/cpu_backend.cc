@@ -264,12 +264,19 @@ absl::Status SoftmaxXentForwardKernel(absl::Span<const Tensor> in,
   const float* logits = in[0].data<float>();
   const int32_t* labels = in[1].data<int32_t>();
   std::vector<float> losses(s.n);
-  ParallelForBlocks(
-      CpuThreadPool(), s.n, RowsPerTask(s.c), [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          losses[i] = c::SoftmaxXentExampleLoss(s, logits, labels, i);
-        }
-      });
+  // The rows' exps on the lane kernels' vector exp (CanonicalExp's bits).
+  const CpuIsa isa = ActiveCpuIsa();
+  const auto exp_row = [isa](float* v, int64_t n) {
+    CanonicalExpLanes(v, v, n, isa);
+  };
+  ParallelForBlocks(CpuThreadPool(), s.n, RowsPerTask(s.c),
+                    [&](int64_t b, int64_t e) {
+                      std::vector<float> scratch(s.c);
+                      for (int64_t i = b; i < e; ++i) {
+                        losses[i] = c::SoftmaxXentExampleLossOnce(
+                            s, logits, labels, i, scratch.data(), exp_row);
+                      }
+                    });
   out[0].data<float>()[0] = c::SoftmaxXentMeanLoss(s, losses.data());
   return absl::OkStatus();
 }

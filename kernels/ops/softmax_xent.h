@@ -154,6 +154,28 @@ LS_HD_INLINE void SoftmaxXentGradRowOnce(const SoftmaxShape& s,
   }
 }
 
+// SoftmaxXentExampleLoss with the row's exps computed by exp_row into
+// scratch (s.c floats): the same operations on the same values in the same
+// order, so the same bits.
+template <typename ExpRow = XentScalarExpRow>
+LS_HD_INLINE float SoftmaxXentExampleLossOnce(const SoftmaxShape& s,
+                                              const float* logits,
+                                              const int32_t* labels, int64_t i,
+                                              float* scratch,
+                                              const ExpRow& exp_row = {}) {
+  const float* row = logits + i * s.c;
+  float m = row[0];
+  for (int64_t j = 1; j < s.c; ++j) {
+    if (row[j] > m) m = row[j];
+  }
+  for (int64_t j = 0; j < s.c; ++j) scratch[j] = row[j] - m;
+  exp_row(scratch, s.c);
+  GatherChain chain;
+  for (int64_t j = 0; j < s.c; ++j) chain.Add(scratch[j]);
+  const float z = row[labels[i]] - m;
+  return CanonicalLog(chain.Finish()) - z;
+}
+
 LS_HD_INLINE void SoftmaxXentGrad(const SoftmaxShape& s, const float* logits,
                                   const int32_t* labels, float* dlogits) {
   for (int64_t i = 0; i < s.n; ++i) {

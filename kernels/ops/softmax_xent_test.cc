@@ -114,6 +114,29 @@ TEST(SoftmaxXentTest, GradRowsWithOneExpPerElementGiveTheSameBits) {
   }
 }
 
+// The CPU kernel's per-example losses (each exp once, into scratch) give
+// SoftmaxXentExampleLoss's bits, also with NaN and +-Inf logits.
+TEST(SoftmaxXentTest, LossesWithOneExpPerElementGiveTheSameBits) {
+  uint32_t seed = 70;
+  for (const SoftmaxShape& s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c=" << s.c);
+    std::vector<float> x = RandomFloats(s.n * s.c, seed++, -6.0f, 6.0f);
+    if (x.size() > 20) {
+      x[3] = std::numeric_limits<float>::quiet_NaN();
+      x[x.size() - 4] = std::numeric_limits<float>::infinity();
+      x[x.size() / 2] = -std::numeric_limits<float>::infinity();
+    }
+    const std::vector<int32_t> y = RandomLabels(s.n, s.c, seed++);
+    std::vector<float> want(s.n), got(s.n), scratch(s.c, 7.0f);
+    for (int64_t i = 0; i < s.n; ++i) {
+      want[i] = SoftmaxXentExampleLoss(s, x.data(), y.data(), i);
+      got[i] =
+          SoftmaxXentExampleLossOnce(s, x.data(), y.data(), i, scratch.data());
+    }
+    EXPECT_TRUE(BitsEqual(got, want));
+  }
+}
+
 // Bounds (u = 2^-24, z_j = x_j - m, p_j the softmax):
 //   loss_i: u (4 |log s| + 4 |z_y| + 2 max|z| + C + 8)
 //           (rounding of z, exp <= 1 ulp, the canonical sum of C terms,
