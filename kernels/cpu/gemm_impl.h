@@ -364,6 +364,12 @@ class GemmDriver {
     for (int64_t p = begin; p < begin + count; ++p) {
       const float* src = b + p * s.b_depth + j0 * s.b_col;
       float* d = dst + (p - begin) * kNR;
+      if (s.b_col == 1 && cols == kNR) {
+#pragma GCC unroll 32
+        for (int v = 0; v < NV; ++v)
+          V::Store(d + v * kW, V::Load(src + v * kW));
+        continue;
+      }
       if (s.b_col == 1) {
         for (int v = 0; v < cols; ++v) d[v] = src[v];
       } else {
@@ -509,6 +515,16 @@ class GemmDriver {
                        int rows, const int64_t* row_at, int64_t v0, int64_t run,
                        float* base) {
     if (s.c_col == 1) {
+      if (v0 == 0 && run == kNR) {  // whole tile rows
+        for (int r = 0; r < rows; ++r) {
+#pragma GCC unroll 32
+          for (int v = 0; v < NV; ++v) {
+            V::Store(base + row_at[r] + v * kW,
+                     V::Load(tile + r * kNR + v * kW));
+          }
+        }
+        return;
+      }
       for (int r = 0; r < rows; ++r) {
         std::memcpy(base + row_at[r], tile + r * kNR + v0, run * sizeof(float));
       }
