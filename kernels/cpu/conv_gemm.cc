@@ -700,6 +700,7 @@ void GradWeightIndirect(const sp::Conv2dShape& s, const float* x,
     packing.a_rows = taps.data();
     packing.a_offsets = steps.data();
     packing.pack_b = &GradWeightOperands::PackDy;
+    packing.pack_b_whole = true;  // dy^T: the size of dy
     packing.ctx = &f;
     GemmPacked(m, nullptr, nullptr, dw + g * cog * taps_n, chunk, packing, isa,
                pool);

@@ -105,6 +105,11 @@ struct GemmPacking {
   // subsequence of one canonical chunk of the full sequence.
   const int64_t* k_bounds = nullptr;
   int64_t k_blocks = 0;
+  // True: B (pack_b's, or the strided one) is packed whole, once, before
+  // any product (a B reused by many row tiles and reductions too long for
+  // one slab: with A indirect or given as a matrix, the tasks then need no
+  // per-slab packing and run without pool barriers between slabs).
+  bool pack_b_whole = false;
 };
 
 // Gemm with packers and C blocks as `packing` says (a and b are not read

@@ -113,7 +113,8 @@ class GemmDriver {
     const bool a_indirect = packing.a_base != nullptr;
     const bool a_whole = !a_indirect && packing.pack_a == nullptr;
     const bool a_slabs = !a_indirect && !a_whole;
-    const bool b_whole = packing.pack_b == nullptr && m_tiles > kSuperRowTiles;
+    const bool b_whole = packing.pack_b_whole || (packing.pack_b == nullptr &&
+                                                  m_tiles > kSuperRowTiles);
     const int64_t super_tiles = std::min(m_tiles, kSuperRowTiles);
     const int64_t super_panels = std::min(n_panels, kSuperPanels);
     const int64_t buffers = num_slabs > 1 ? 2 : 1;
@@ -132,8 +133,12 @@ class GemmDriver {
     if (b_whole) {
       auto pack_b = [&](int64_t i) {
         const int64_t j0 = i * kNR;
-        PackColumns(s, b, j0, static_cast<int>(std::min<int64_t>(kNR, n - j0)),
-                    0, k, bp + i * k * kNR);
+        const int cols = static_cast<int>(std::min<int64_t>(kNR, n - j0));
+        if (packing.pack_b != nullptr) {
+          packing.pack_b(packing.ctx, j0, cols, kNR, 0, k, bp + i * k * kNR);
+        } else {
+          PackColumns(s, b, j0, cols, 0, k, bp + i * k * kNR);
+        }
       };
       For(pool, n_panels, pack_b);
     }

@@ -238,11 +238,15 @@ TEST_F(GemmTest, SuperBlocksAndPackedKBlocksKeepTheBits) {
         }
         for (int pool_index : {0, 2}) {  // 1 and 3 threads
           ThreadPool* pool = pools_[pool_index].get();
-          for (int packers = 0; packers < 3; ++packers) {  // none, A, A and B
+          // none, A, A and B, B packed whole
+          for (int packers = 0; packers < 4; ++packers) {
             GemmPacking packing;
             packing.ctx = &operands;
-            if (packers >= 1) packing.pack_a = &RowMajorOperands::PackA;
+            if (packers == 1 || packers == 2) {
+              packing.pack_a = &RowMajorOperands::PackA;
+            }
             if (packers >= 2) packing.pack_b = &RowMajorOperands::PackB;
+            packing.pack_b_whole = packers == 3;
             for (int64_t chunk : {c::kChunk, kSingleChain}) {
               std::vector<float> got(m * n, -1.0f);
               GemmPacked(s, a.data(), b.data(), got.data(), chunk, packing, isa,
