@@ -114,6 +114,21 @@ class VecTree {
   int depth_ = 0;
 };
 
+// Lanes [0, lanes) of a vector from p, +0.0f in the others (p is read only
+// there); and the inverse store.
+template <class V>
+typename V::T LoadLanes(const float* p, int lanes) {
+  alignas(64) float buf[V::kWidth];
+  for (int l = 0; l < V::kWidth; ++l) buf[l] = l < lanes ? p[l] : 0.0f;
+  return V::Load(buf);
+}
+template <class V>
+void StoreLanes(float* p, typename V::T v, int lanes) {
+  alignas(64) float buf[V::kWidth];
+  V::Store(buf, v);
+  for (int l = 0; l < lanes; ++l) p[l] = buf[l];
+}
+
 // ---------------------------------------------------------------------------
 // Layout changes between W planes and one interleaved array.
 
@@ -262,12 +277,13 @@ void BiasGradRows(const LaneBiasGeometry& g, const float* dy, float* db,
   }
 }
 
-// Channels c0 .. c0 + V::kWidth - 1 with spatial > 1: lane l reads the
+// Channels c0 .. c0 + lanes - 1 with spatial > 1: lane l reads the
 // contiguous run dy[(n * C + c0 + l) * S + i], i = 0 .. S - 1, per n; W x W
 // blocks are transposed so that each vector holds one term of every lane.
-template <class V>
+// With kPartial, lanes < W: the lanes past them hold zeros, never stored.
+template <class V, bool kPartial = false>
 void BiasGradPlanes(const LaneBiasGeometry& g, const float* dy, float* db,
-                    int64_t c0) {
+                    int64_t c0, int lanes = V::kWidth) {
   using T = typename V::T;
   constexpr int W = V::kWidth;
   const int64_t s = g.spatial;
@@ -279,7 +295,9 @@ void BiasGradPlanes(const LaneBiasGeometry& g, const float* dy, float* db,
     int64_t i = 0;
     for (; i + W <= s; i += W) {
       T r[W];
-      for (int l = 0; l < W; ++l) r[l] = V::Load(base + l * s + i);
+      for (int l = 0; l < W; ++l) {
+        r[l] = !kPartial || l < lanes ? V::Load(base + l * s + i) : V::Zero();
+      }
       V::Transpose(r);
       if (left > W) {
         for (int l = 0; l < W; ++l) acc = V::Add(acc, r[l]);
@@ -296,9 +314,11 @@ void BiasGradPlanes(const LaneBiasGeometry& g, const float* dy, float* db,
       }
     }
     for (; i < s; ++i) {
-      alignas(64) float lanes[W];
-      for (int l = 0; l < W; ++l) lanes[l] = base[l * s + i];
-      acc = V::Add(acc, V::Load(lanes));
+      alignas(64) float terms[W];
+      for (int l = 0; l < W; ++l) {
+        terms[l] = !kPartial || l < lanes ? base[l * s + i] : 0.0f;
+      }
+      acc = V::Add(acc, V::Load(terms));
       if (--left == 0) {
         tree.Push(acc);
         acc = V::Zero();
@@ -307,7 +327,11 @@ void BiasGradPlanes(const LaneBiasGeometry& g, const float* dy, float* db,
     }
   }
   if (left != kLaneChunk) tree.Push(acc);
-  V::Store(db + c0, tree.Result());
+  if (kPartial) {
+    StoreLanes<V>(db + c0, tree.Result(), lanes);
+  } else {
+    V::Store(db + c0, tree.Result());
+  }
 }
 
 template <class V>
@@ -325,7 +349,8 @@ void BiasGrad(const LaneBiasGeometry& g, const float* dy, float* db,
     For(pool, tasks, task);
     return;
   }
-  // Tasks: blocks of W channels; one more takes the channels left over.
+  // Tasks: blocks of W channels; one more, a partial block, takes the
+  // channels left over.
   const int64_t blocks = g.c / W;
   const int64_t rest = blocks * W;
   auto task = [&](int64_t t) {
@@ -333,9 +358,7 @@ void BiasGrad(const LaneBiasGeometry& g, const float* dy, float* db,
       BiasGradPlanes<V>(g, dy, db, t * W);
       return;
     }
-    for (int64_t c = rest; c < g.c; ++c) {
-      BiasGradPlanes<ScalarLanes>(g, dy, db, c);
-    }
+    BiasGradPlanes<V, true>(g, dy, db, rest, static_cast<int>(g.c - rest));
   };
   For(pool, blocks + (rest < g.c ? 1 : 0), task);
 }
@@ -622,10 +645,11 @@ void AvgPoolGrad(const LanePoolGeometry& g, const float* dy, float* dx,
 // Calls term.Step(x, dy) with one vector per term (lane l: channel c0 + l)
 // in the canonical (n, spatial) order, and term.Close() after every
 // kLaneChunk terms and after the last (short) chunk. Without kDy, dy is not
-// read and Step gets x twice.
-template <class V, bool kDy, class Term>
+// read and Step gets x twice. With kPartial only lanes [0, lanes) are read;
+// the others get +0.0f.
+template <class V, bool kDy, bool kPartial, class Term>
 void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
-                  int64_t c0, Term& term) {
+                  int64_t c0, int lanes, Term& term) {
   using T = typename V::T;
   constexpr int W = V::kWidth;
   const int64_t s = g.spatial;
@@ -636,10 +660,16 @@ void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
     for (; i + W <= s; i += W) {
       T rx[W];
       T rd[kDy ? W : 1];
-      for (int l = 0; l < W; ++l) rx[l] = V::Load(x + offset + l * s + i);
+      for (int l = 0; l < W; ++l) {
+        rx[l] = !kPartial || l < lanes ? V::Load(x + offset + l * s + i)
+                                       : V::Zero();
+      }
       V::Transpose(rx);
       if (kDy) {
-        for (int l = 0; l < W; ++l) rd[l] = V::Load(dy + offset + l * s + i);
+        for (int l = 0; l < W; ++l) {
+          rd[l] = !kPartial || l < lanes ? V::Load(dy + offset + l * s + i)
+                                         : V::Zero();
+        }
         V::Transpose(rd);
       }
       for (int j = 0; j < W; ++j) {
@@ -654,8 +684,9 @@ void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
       alignas(64) float lx[W];
       alignas(64) float ld[W];
       for (int l = 0; l < W; ++l) {
-        lx[l] = x[offset + l * s + i];
-        ld[l] = kDy ? dy[offset + l * s + i] : 0.0f;
+        const bool real = !kPartial || l < lanes;
+        lx[l] = real ? x[offset + l * s + i] : 0.0f;
+        ld[l] = kDy && real ? dy[offset + l * s + i] : 0.0f;
       }
       term.Step(V::Load(lx), V::Load(kDy ? ld : lx));
       if (--left == 0) {
@@ -708,8 +739,8 @@ struct GradTerm {
   }
 };
 
-// Runs block(V or ScalarLanes, c0) over blocks of W channels and the
-// channels left over, on the pool.
+// Runs block.Run<V, kPartial>(c0, lanes) over blocks of W channels and, as
+// one partial block, the channels left over, on the pool.
 template <class V, class Block>
 void ForChannelBlocks(const LaneBiasGeometry& g, ThreadPool* pool,
                       Block& block) {
@@ -719,27 +750,26 @@ void ForChannelBlocks(const LaneBiasGeometry& g, ThreadPool* pool,
   const int64_t rest = blocks * W;
   auto task = [&](int64_t t) {
     if (t < blocks) {
-      block.template Run<V>(t * W);
+      block.template Run<V, false>(t * W, W);
       return;
     }
-    for (int64_t c = rest; c < g.c; ++c) block.template Run<ScalarLanes>(c);
+    block.template Run<V, true>(rest, static_cast<int>(g.c - rest));
   };
   For(pool, blocks + (rest < g.c ? 1 : 0), task);
 }
 
-// One block of channels of BatchNormVarSum (lanes VV: V, or ScalarLanes for
-// the channels left over).
+// One block of channels of BatchNormVarSum.
 struct VarSumBlock {
   const LaneBiasGeometry& g;
   const float* x;
   const float* mean;
   float* var_sum;
-  template <class VV>
-  void Run(int64_t c0) {
-    VarSumTerm<VV> term;
-    term.mean = VV::Load(mean + c0);
-    WalkChannels<VV, false>(g, x, nullptr, c0, term);
-    VV::Store(var_sum + c0, term.tree.Result());
+  template <class V, bool kPartial>
+  void Run(int64_t c0, int lanes) {
+    VarSumTerm<V> term;
+    term.mean = LoadLanes<V>(mean + c0, lanes);
+    WalkChannels<V, false, kPartial>(g, x, nullptr, c0, lanes, term);
+    StoreLanes<V>(var_sum + c0, term.tree.Result(), lanes);
   }
 };
 
@@ -760,16 +790,16 @@ struct GradChainsBlock {
   const float* scale;
   float* dot;
   float* sum;
-  template <class VV>
-  void Run(int64_t c0) {
-    GradTerm<VV> term;
-    term.mean = VV::Load(mean + c0);
-    term.rstd = VV::Load(rstd + c0);
+  template <class V, bool kPartial>
+  void Run(int64_t c0, int lanes) {
+    GradTerm<V> term;
+    term.mean = LoadLanes<V>(mean + c0, lanes);
+    term.rstd = LoadLanes<V>(rstd + c0, lanes);
     term.scaled = scale != nullptr;
-    term.scale = term.scaled ? VV::Load(scale + c0) : VV::Zero();
-    WalkChannels<VV, true>(g, x, dy, c0, term);
-    VV::Store(dot + c0, term.dot_tree.Result());
-    VV::Store(sum + c0, term.sum_tree.Result());
+    term.scale = term.scaled ? LoadLanes<V>(scale + c0, lanes) : V::Zero();
+    WalkChannels<V, true, kPartial>(g, x, dy, c0, lanes, term);
+    StoreLanes<V>(dot + c0, term.dot_tree.Result(), lanes);
+    StoreLanes<V>(sum + c0, term.sum_tree.Result(), lanes);
   }
 };
 
