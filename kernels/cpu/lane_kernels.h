@@ -18,7 +18,10 @@
 //                   dy side by side: the variance's dot of (x - mean) with
 //                   itself, and the backward passes' sum of g = dy * scale
 //                   with the dot of (g, xhat), each lane one chain of fmas
-//                   or adds per chunk of 256, then the tree.
+//                   or adds per chunk of 256, then the tree. The channels
+//                   past the last full block run as one partial block. The
+//                   elementwise passes (y, and dx from the reductions) run
+//                   lanes = neighbouring elements of a channel's run.
 //   max_pool2d      lanes = image planes (n, c): a block of planes is
 //                   interleaved (transposed in registers), so every lane has
 //                   the same window geometry and each tap is one vector
@@ -117,6 +120,24 @@ void BatchNormGradChainsLanes(const canonical::BiasShape& s, const float* x,
                               const float* rstd, const float* scale, float* dot,
                               float* sum, CpuIsa isa, ThreadPool* pool);
 
+// batch_norm's elementwise passes in training mode over [n, c, spatial],
+// every channel at once (kernels/ops/norm.h's BatchNormApplyChannel without
+// the running statistics, and BatchNormGradInputApplyChannel), lanes =
+// neighbouring elements of one (n, channel) run; NaN results are the
+// canonical NaN:
+//   y = ((x - mean[ch]) * rstd[ch]) * gamma[ch] + beta[ch]
+void BatchNormApplyLanes(const canonical::BiasShape& s, const float* x,
+                         const float* mean, const float* rstd,
+                         const float* gamma, const float* beta, float* y,
+                         CpuIsa isa, ThreadPool* pool);
+//   dx = ((dy * gamma[ch] - a[ch]) - xhat * b[ch]) * rstd[ch],
+//   xhat = (x - mean[ch]) * rstd[ch] (a = sum_g / m, b = dot_gx / m)
+void BatchNormGradInputApplyLanes(const canonical::BiasShape& s, const float* x,
+                                  const float* dy, const float* mean,
+                                  const float* rstd, const float* gamma,
+                                  const float* a, const float* b, float* dx,
+                                  CpuIsa isa, ThreadPool* pool);
+
 // y[i] = canonical::CanonicalExp(x[i]) (kernels/math/portable_math.h) for
 // i < n, vectorised with the spec's operations in the spec's order; y may
 // be x. On the calling thread.
@@ -168,6 +189,16 @@ struct LaneKernelSet {
                                  const float* dy, const float* mean,
                                  const float* rstd, const float* scale,
                                  float* dot, float* sum, ThreadPool* pool);
+  // `nan` is the canonical NaN every NaN result becomes.
+  void (*batch_norm_apply)(const LaneBiasGeometry& g, const float* x,
+                           const float* mean, const float* rstd,
+                           const float* gamma, const float* beta, float* y,
+                           float nan, ThreadPool* pool);
+  void (*batch_norm_grad_input_apply)(const LaneBiasGeometry& g, const float* x,
+                                      const float* dy, const float* mean,
+                                      const float* rstd, const float* gamma,
+                                      const float* a, const float* b, float* dx,
+                                      float nan, ThreadPool* pool);
   // Null for the scalar set (the caller runs canonical::CanonicalExp and
   // CanonicalErf).
   void (*exp)(const float* x, float* y, int64_t n);

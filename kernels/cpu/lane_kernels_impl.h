@@ -813,6 +813,113 @@ void BatchNormGradChains(const LaneBiasGeometry& g, const float* x,
 }
 
 // ---------------------------------------------------------------------------
+// batch_norm's elementwise passes: lanes = neighbouring elements of one
+// (n, channel) run, each with the spec's operations in the spec's order and
+// the channel's constants broadcast.
+
+// v, or the canonical NaN `nan` where v is NaN (Replaces(+inf, v) holds
+// exactly for NaN v).
+template <class V>
+typename V::T CanonicalNanOf(typename V::T v, float nan) {
+  return V::Select(V::Replaces(V::Set1(__builtin_inff()), v), v, V::Set1(nan));
+}
+
+// Calls op.Run<V>(ch, begin, end) over every (n, channel) run [begin, end)
+// of elements, runs split over the pool in blocks of about
+// kMinParallelElements elements.
+template <class V, class Op>
+void ForChannelRuns(const LaneBiasGeometry& g, ThreadPool* pool, const Op& op) {
+  const int64_t runs = g.n * g.c;
+  if (runs * g.spatial < 2 * kMinParallelElements) pool = nullptr;
+  const int64_t per_task = MaxI(1, kMinParallelElements / MaxI(1, g.spatial));
+  auto task = [&](int64_t t) {
+    const int64_t end = MinI(runs, (t + 1) * per_task);
+    for (int64_t r = t * per_task; r < end; ++r) {
+      op.template Run<V>(r % g.c, r * g.spatial, (r + 1) * g.spatial);
+    }
+  };
+  For(pool, (runs + per_task - 1) / per_task, task);
+}
+
+// y = CanonicalNanOf(((x - mean) * rstd) * gamma + beta).
+struct BatchNormApplyOp {
+  const float* x;
+  const float* mean;
+  const float* rstd;
+  const float* gamma;
+  const float* beta;
+  float* y;
+  float nan;
+  template <class V>
+  void Run(int64_t ch, int64_t i, int64_t end) const {
+    using T = typename V::T;
+    constexpr int W = V::kWidth;
+    const T m = V::Set1(mean[ch]);
+    const T r = V::Set1(rstd[ch]);
+    const T ga = V::Set1(gamma[ch]);
+    const T be = V::Set1(beta[ch]);
+    for (; i + W <= end; i += W) {
+      const T xhat = V::Mul(V::Sub(V::Load(x + i), m), r);
+      V::Store(y + i, CanonicalNanOf<V>(V::Add(V::Mul(xhat, ga), be), nan));
+    }
+    if constexpr (W > 1) {
+      if (i < end) Run<ScalarLanes>(ch, i, end);
+    }
+  }
+};
+
+template <class V>
+void BatchNormApply(const LaneBiasGeometry& g, const float* x,
+                    const float* mean, const float* rstd, const float* gamma,
+                    const float* beta, float* y, float nan, ThreadPool* pool) {
+  const BatchNormApplyOp op{x, mean, rstd, gamma, beta, y, nan};
+  ForChannelRuns<V>(g, pool, op);
+}
+
+// dx = CanonicalNanOf(((g - a) - xhat * b) * rstd), g = dy * gamma,
+// xhat = (x - mean) * rstd.
+struct BatchNormGradInputApplyOp {
+  const float* x;
+  const float* dy;
+  const float* mean;
+  const float* rstd;
+  const float* gamma;
+  const float* a;
+  const float* b;
+  float* dx;
+  float nan;
+  template <class V>
+  void Run(int64_t ch, int64_t i, int64_t end) const {
+    using T = typename V::T;
+    constexpr int W = V::kWidth;
+    const T m = V::Set1(mean[ch]);
+    const T r = V::Set1(rstd[ch]);
+    const T ga = V::Set1(gamma[ch]);
+    const T av = V::Set1(a[ch]);
+    const T bv = V::Set1(b[ch]);
+    for (; i + W <= end; i += W) {
+      const T gv = V::Mul(V::Load(dy + i), ga);
+      const T xhat = V::Mul(V::Sub(V::Load(x + i), m), r);
+      const T v = V::Mul(V::Sub(V::Sub(gv, av), V::Mul(xhat, bv)), r);
+      V::Store(dx + i, CanonicalNanOf<V>(v, nan));
+    }
+    if constexpr (W > 1) {
+      if (i < end) Run<ScalarLanes>(ch, i, end);
+    }
+  }
+};
+
+template <class V>
+void BatchNormGradInputApply(const LaneBiasGeometry& g, const float* x,
+                             const float* dy, const float* mean,
+                             const float* rstd, const float* gamma,
+                             const float* a, const float* b, float* dx,
+                             float nan, ThreadPool* pool) {
+  const BatchNormGradInputApplyOp op{x, dy, mean, rstd, gamma, a, b, dx, nan};
+  ForChannelRuns<V>(g, pool, op);
+}
+
+// ---------------------------------------------------------------------------
 // global_avg_pool
 
 // y[p] = canonical sum of plane p / area: the sums are bias_add.grad's with
@@ -904,6 +1011,8 @@ const LaneKernelSet& KernelSet() {
                                     &GlobalPoolGrad<V>,
                                     &BatchNormVarSum<V>,
                                     &BatchNormGradChains<V>,
+                                    &BatchNormApply<V>,
+                                    &BatchNormGradInputApply<V>,
                                     MathRowFor<V, MathFn::kExp>(),
                                     MathRowFor<V, MathFn::kErf>()};
   return set;

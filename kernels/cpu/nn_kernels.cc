@@ -6,9 +6,10 @@
 // OUTPUTS only: blocks of elements (activations), blocks of rows (softmax,
 // layer_norm forward and grad_input), blocks of columns
 // (layer_norm.grad_params, after the per-row statistics), blocks of
-// channels (batch_norm.*; in training mode the per-channel reductions run
-// on the lane kernels first, lanes = channels, kernels/cpu/lane_kernels.h),
-// or blocks of embedding rows
+// channels (batch_norm.* in eval mode; in training mode the per-channel
+// reductions run on the lane kernels, lanes = channels, and so do the
+// elementwise passes that write y and dx, split over (image, channel) runs,
+// kernels/cpu/lane_kernels.h), or blocks of embedding rows
 // (embedding.grad_weight, after the sort of the positions by id). No
 // reduction is split, so the bits do not depend on the thread count or the
 // ISA.
@@ -354,22 +355,28 @@ std::vector<c::BatchNormChannelStats> TrainingStats(const c::ChannelShape& s,
   return stats;
 }
 
+// The statistics' means and rstds as two arrays, for the lane kernels.
+struct MeanRstd {
+  explicit MeanRstd(const std::vector<c::BatchNormChannelStats>& stats)
+      : mean(stats.size()), rstd(stats.size()) {
+    for (size_t ch = 0; ch < stats.size(); ++ch) {
+      mean[ch] = stats[ch].mean;
+      rstd[ch] = stats[ch].rstd;
+    }
+  }
+  std::vector<float> mean;
+  std::vector<float> rstd;
+};
+
 // The backward passes' two chains per channel, g = dy * scale (dy when
 // scale is null): dot of (g, xhat) and sum of g.
 void GradChains(const c::ChannelShape& s, const float* x, const float* dy,
-                const std::vector<c::BatchNormChannelStats>& stats,
-                const float* scale, std::vector<float>* dot,
+                const MeanRstd& mr, const float* scale, std::vector<float>* dot,
                 std::vector<float>* sum) {
-  std::vector<float> mean(s.c);
-  std::vector<float> rstd(s.c);
-  for (int64_t ch = 0; ch < s.c; ++ch) {
-    mean[ch] = stats[ch].mean;
-    rstd[ch] = stats[ch].rstd;
-  }
   dot->resize(s.c);
   sum->resize(s.c);
   BatchNormGradChainsLanes(c::BiasShape{s.n, s.c, s.spatial}, x, dy,
-                           mean.data(), rstd.data(), scale, dot->data(),
+                           mr.mean.data(), mr.rstd.data(), scale, dot->data(),
                            sum->data(), ActiveCpuIsa(), CpuThreadPool());
 }
 
@@ -398,14 +405,20 @@ absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
         });
     return absl::OkStatus();
   }
+  // y on the lane kernels (BatchNormApplyChannel's elementwise pass), then
+  // the running statistics as BatchNormApplyChannel updates them.
   const std::vector<c::BatchNormChannelStats> stats = TrainingStats(s, x);
-  ParallelForBlocks(CpuThreadPool(), s.c, ChannelBlock(s),
-                    [&](int64_t b, int64_t e) {
-                      for (int64_t ch = b; ch < e; ++ch) {
-                        c::BatchNormApplyChannel(s, x, gamma, beta, y, running,
-                                                 ch, stats[ch]);
-                      }
-                    });
+  const MeanRstd mr(stats);
+  BatchNormApplyLanes(c::BiasShape{s.n, s.c, s.spatial}, x, mr.mean.data(),
+                      mr.rstd.data(), gamma, beta, y, ActiveCpuIsa(),
+                      CpuThreadPool());
+  const float m = static_cast<float>(s.n * s.spatial);
+  const float keep = 1.0f - s.momentum;
+  for (int64_t ch = 0; ch < s.c; ++ch) {
+    const float unbiased = stats[ch].var_sum / (m - 1.0f);
+    running[ch] = keep * running[ch] + s.momentum * stats[ch].mean;
+    running[s.c + ch] = keep * running[s.c + ch] + s.momentum * unbiased;
+  }
   return absl::OkStatus();
 }
 
@@ -434,16 +447,19 @@ absl::Status BatchNormGradInputKernel(absl::Span<const Tensor> in,
         });
     return absl::OkStatus();
   }
-  const std::vector<c::BatchNormChannelStats> stats = TrainingStats(s, x);
+  const MeanRstd mr(TrainingStats(s, x));
   std::vector<float> dot_gx, sum_g;
-  GradChains(s, x, dy, stats, gamma, &dot_gx, &sum_g);
-  ParallelForBlocks(
-      CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
-        for (int64_t ch = b; ch < e; ++ch) {
-          c::BatchNormGradInputApplyChannel(s, x, gamma, dy, dx, ch, stats[ch],
-                                            sum_g[ch], dot_gx[ch]);
-        }
-      });
+  GradChains(s, x, dy, mr, gamma, &dot_gx, &sum_g);
+  // BatchNormGradInputApplyChannel's a = sum_g / m and b = dot_gx / m, then
+  // its elementwise pass on the lane kernels.
+  const float m = static_cast<float>(s.n * s.spatial);
+  for (int64_t ch = 0; ch < s.c; ++ch) {
+    sum_g[ch] = sum_g[ch] / m;
+    dot_gx[ch] = dot_gx[ch] / m;
+  }
+  BatchNormGradInputApplyLanes(
+      c::BiasShape{s.n, s.c, s.spatial}, x, dy, mr.mean.data(), mr.rstd.data(),
+      gamma, sum_g.data(), dot_gx.data(), dx, ActiveCpuIsa(), CpuThreadPool());
   return absl::OkStatus();
 }
 
@@ -478,7 +494,8 @@ absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
   }
   // dgamma: the dot of (dy, xhat); dbeta: the sum of dy.
   std::vector<float> dot, sum;
-  GradChains(s, x, dy, TrainingStats(s, x), /*scale=*/nullptr, &dot, &sum);
+  GradChains(s, x, dy, MeanRstd(TrainingStats(s, x)), /*scale=*/nullptr, &dot,
+             &sum);
   for (int64_t ch = 0; ch < s.c; ++ch) {
     dgamma[ch] = c::norm_internal::CanonicalNanOf(dot[ch]);
     dbeta[ch] = c::norm_internal::CanonicalNanOf(sum[ch]);
