@@ -100,25 +100,12 @@ void BatchNormGradChainsLanes(const canonical::BiasShape& s, const float* x,
                                          pool);
 }
 
-void BatchNormApplyLanes(const canonical::BiasShape& s, const float* x,
-                         const float* mean, const float* rstd,
-                         const float* gamma, const float* beta, float* y,
-                         CpuIsa isa, ThreadPool* pool) {
+void BatchNormTrainingLanes(const canonical::BiasShape& s,
+                            const BatchNormLaneArgs& args, CpuIsa isa,
+                            ThreadPool* pool) {
   if (s.n <= 0 || s.c <= 0 || s.spatial <= 0) return;
   const cpu_internal::LaneBiasGeometry g{s.n, s.c, s.spatial};
-  KernelsFor(isa).batch_norm_apply(g, x, mean, rstd, gamma, beta, y,
-                                   CanonicalNan(), pool);
-}
-
-void BatchNormGradInputApplyLanes(const canonical::BiasShape& s, const float* x,
-                                  const float* dy, const float* mean,
-                                  const float* rstd, const float* gamma,
-                                  const float* a, const float* b, float* dx,
-                                  CpuIsa isa, ThreadPool* pool) {
-  if (s.n <= 0 || s.c <= 0 || s.spatial <= 0) return;
-  const cpu_internal::LaneBiasGeometry g{s.n, s.c, s.spatial};
-  KernelsFor(isa).batch_norm_grad_input_apply(g, x, dy, mean, rstd, gamma, a, b,
-                                              dx, CanonicalNan(), pool);
+  KernelsFor(isa).batch_norm_training(g, args, CanonicalNan(), pool);
 }
 
 void MaxPool2dForwardLanes(const sp::Pool2dShape& s, const float* x, float* y,

@@ -824,23 +824,6 @@ typename V::T CanonicalNanOf(typename V::T v, float nan) {
   return V::Select(V::Replaces(V::Set1(__builtin_inff()), v), v, V::Set1(nan));
 }
 
-// Calls op.Run<V>(ch, begin, end) over every (n, channel) run [begin, end)
-// of elements, runs split over the pool in blocks of about
-// kMinParallelElements elements.
-template <class V, class Op>
-void ForChannelRuns(const LaneBiasGeometry& g, ThreadPool* pool, const Op& op) {
-  const int64_t runs = g.n * g.c;
-  if (runs * g.spatial < 2 * kMinParallelElements) pool = nullptr;
-  const int64_t per_task = MaxI(1, kMinParallelElements / MaxI(1, g.spatial));
-  auto task = [&](int64_t t) {
-    const int64_t end = MinI(runs, (t + 1) * per_task);
-    for (int64_t r = t * per_task; r < end; ++r) {
-      op.template Run<V>(r % g.c, r * g.spatial, (r + 1) * g.spatial);
-    }
-  };
-  For(pool, (runs + per_task - 1) / per_task, task);
-}
-
 // y = CanonicalNanOf(((x - mean) * rstd) * gamma + beta).
 struct BatchNormApplyOp {
   const float* x;
@@ -867,14 +850,6 @@ struct BatchNormApplyOp {
     }
   }
 };
-
-template <class V>
-void BatchNormApply(const LaneBiasGeometry& g, const float* x,
-                    const float* mean, const float* rstd, const float* gamma,
-                    const float* beta, float* y, float nan, ThreadPool* pool) {
-  const BatchNormApplyOp op{x, mean, rstd, gamma, beta, y, nan};
-  ForChannelRuns<V>(g, pool, op);
-}
 
 // dx = CanonicalNanOf(((g - a) - xhat * b) * rstd), g = dy * gamma,
 // xhat = (x - mean) * rstd.
@@ -909,14 +884,60 @@ struct BatchNormGradInputApplyOp {
   }
 };
 
+// Every pass of batch_norm's training mode over the channels [c0, c0 +
+// lanes) (BatchNormTrainingLanes, lane_kernels.h).
+template <class V, bool kPartial>
+void BatchNormTrainingBlock(const LaneBiasGeometry& g,
+                            const BatchNormLaneArgs& a, float nan, int64_t c0,
+                            int lanes) {
+  BiasGradPlanes<V, kPartial>(g, a.x, a.mean, c0, lanes);
+  a.math(a.ctx, BatchNormLaneStep::kMean, c0, lanes);
+  VarSumBlock var{g, a.x, a.mean, a.var_sum};
+  var.template Run<V, kPartial>(c0, lanes);
+  a.math(a.ctx, BatchNormLaneStep::kStats, c0, lanes);
+  const int64_t s = g.spatial;
+  if (a.pass == BatchNormLanePass::kForward) {
+    const BatchNormApplyOp op{a.x, a.mean, a.rstd, a.gamma, a.beta, a.out, nan};
+    for (int64_t n = 0; n < g.n; ++n) {
+      for (int64_t ch = c0; ch < c0 + lanes; ++ch) {
+        const int64_t begin = (n * g.c + ch) * s;
+        op.template Run<V>(ch, begin, begin + s);
+      }
+    }
+    return;
+  }
+  const bool input = a.pass == BatchNormLanePass::kGradInput;
+  GradChainsBlock chains{
+      g, a.x, a.dy, a.mean, a.rstd, input ? a.gamma : nullptr, a.dot, a.sum};
+  chains.template Run<V, kPartial>(c0, lanes);
+  a.math(a.ctx, BatchNormLaneStep::kChains, c0, lanes);
+  if (!input) return;
+  const BatchNormGradInputApplyOp op{a.x,   a.dy,  a.mean, a.rstd, a.gamma,
+                                     a.sum, a.dot, a.out,  nan};
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t ch = c0; ch < c0 + lanes; ++ch) {
+      const int64_t begin = (n * g.c + ch) * s;
+      op.template Run<V>(ch, begin, begin + s);
+    }
+  }
+}
+
+// Tasks: blocks of W channels, the last one maybe partial.
 template <class V>
-void BatchNormGradInputApply(const LaneBiasGeometry& g, const float* x,
-                             const float* dy, const float* mean,
-                             const float* rstd, const float* gamma,
-                             const float* a, const float* b, float* dx,
-                             float nan, ThreadPool* pool) {
-  const BatchNormGradInputApplyOp op{x, dy, mean, rstd, gamma, a, b, dx, nan};
-  ForChannelRuns<V>(g, pool, op);
+void BatchNormTraining(const LaneBiasGeometry& g, const BatchNormLaneArgs& a,
+                       float nan, ThreadPool* pool) {
+  constexpr int W = V::kWidth;
+  if (g.n * g.c * g.spatial < kMinParallelElements) pool = nullptr;
+  auto task = [&](int64_t t) {
+    const int64_t c0 = t * W;
+    const int lanes = static_cast<int>(MinI(W, g.c - c0));
+    if (lanes == W) {
+      BatchNormTrainingBlock<V, false>(g, a, nan, c0, lanes);
+    } else {
+      BatchNormTrainingBlock<V, true>(g, a, nan, c0, lanes);
+    }
+  };
+  For(pool, (g.c + W - 1) / W, task);
 }
 
 // ---------------------------------------------------------------------------
@@ -1011,8 +1032,7 @@ const LaneKernelSet& KernelSet() {
                                     &GlobalPoolGrad<V>,
                                     &BatchNormVarSum<V>,
                                     &BatchNormGradChains<V>,
-                                    &BatchNormApply<V>,
-                                    &BatchNormGradInputApply<V>,
+                                    &BatchNormTraining<V>,
                                     MathRowFor<V, MathFn::kExp>(),
                                     MathRowFor<V, MathFn::kErf>()};
   return set;
