@@ -445,8 +445,10 @@ void DepthwiseForward(const spatial::Conv2dShape& s, const float* x,
         continue;
       }
       std::fill(d, d + lo * kW, 0.0f);
-      std::copy(flat + (ih * s.w + lo - s.pad_left) * kW,
-                flat + (ih * s.w + hi - s.pad_left) * kW, d + lo * kW);
+      if (hi > lo) {
+        std::copy(flat + (ih * s.w + lo - s.pad_left) * kW,
+                  flat + (ih * s.w + hi - s.pad_left) * kW, d + lo * kW);
+      }
       std::fill(d + hi * kW, d + row_len * kW, 0.0f);
     }
     const int64_t tap_row = s.dilation_h * row_len * kW;
