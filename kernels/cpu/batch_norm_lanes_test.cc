@@ -92,12 +92,14 @@ class BatchNormLanesTest : public ::testing::Test {
 };
 
 TEST_F(BatchNormLanesTest, EveryIsaAndThreadCountGivesTheSpecBits) {
-  // [n, c, spatial...]: c = 37 and 20 leave tails after blocks of 8 and 16;
-  // planes of 63, 110, 4 and 1 elements; 189, 550, 2048, 600 and 300 terms
-  // per channel (550 and 600 cross chunk boundaries inside a block).
+  // [n, c, spatial...]: c = 37, 20 and 40 leave tails after blocks of 8 and
+  // 16 (run as one partial block); planes of 63, 110, 4, 1 and 529
+  // elements; 189, 550, 2048, 600, 300 and 2116 terms per channel (550 and
+  // 600 cross chunk boundaries inside a block). [4, 40, 23, 23] is large
+  // enough for the elementwise passes to split over the pool.
   const std::vector<std::vector<int64_t>> shapes = {
-      {3, 37, 7, 9},   {5, 20, 10, 11}, {2, 16, 32, 32},
-      {150, 24, 2, 2}, {300, 9},        {4, 3, 5, 5}};
+      {3, 37, 7, 9}, {5, 20, 10, 11}, {2, 16, 32, 32}, {150, 24, 2, 2},
+      {300, 9},      {4, 3, 5, 5},    {4, 40, 23, 23}};
   uint32_t seed = 1;
   for (const std::vector<int64_t>& shape : shapes) {
     for (const bool specials : {false, true}) {

@@ -187,6 +187,11 @@ const Case kCases[] = {
     // Depthwise grad_weight: several channel blocks; five chunks of terms.
     {"depthwise 40ch", 2, 40, 6, 6, 40, 3, 1, 1, 1, 1, 1, 1, 40},
     {"depthwise 5 chunks", 5, 3, 16, 16, 6, 3, 1, 1, 1, 1, 1, 1, 3},
+    // Depthwise at MobileNet-v2 sizes, large enough to run on the pool:
+    // full and partial 8- and 16-channel blocks; 16x16, 8x8 and 4x4 planes.
+    {"depthwise 16x16 48ch", 4, 48, 16, 16, 48, 3, 1, 1, 1, 1, 1, 1, 48},
+    {"depthwise s2 16x16 72ch", 8, 72, 16, 16, 72, 3, 2, 1, 1, 1, 1, 1, 72},
+    {"depthwise 4x4 148ch", 16, 148, 4, 4, 148, 3, 1, 1, 1, 1, 1, 1, 148},
     {"taps > 256", 2, 32, 5, 5, 35, 3, 1, 1, 1, 1, 1, 1, 1},
     {"rows > 256", 4, 3, 9, 9, 4, 3, 1, 1, 1, 1, 1, 1, 1},
     {"image batches", 20, 3, 5, 5, 4, 3, 1, 1, 1, 1, 1, 1, 1},

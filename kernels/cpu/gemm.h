@@ -121,9 +121,11 @@ void GemmPacked(const canonical::MatMulShape& s, const float* a, const float* b,
 // Depthwise conv2d forward (groups == c_in, any channel multiplier) without
 // a GEMM: each output is one fma chain from +0.0f over its taps (kh, kw) in
 // the spec's order (docs/canonical-arithmetic.md 4.2), vectorised across
-// neighbouring outputs of a row. With at most canonical::kChunk taps that
-// is the canonical reduction (one chunk) and the single chain alike, so
-// callers use it only when k_h * k_w <= canonical::kChunk.
+// input channels (a block of channel planes interleaved in registers, so
+// every stride and plane size fills the vectors). With at most
+// canonical::kChunk taps that is the canonical reduction (one chunk) and the
+// single chain alike, so callers use it only when k_h * k_w <=
+// canonical::kChunk.
 void DepthwiseConv2dForward(const spatial::Conv2dShape& s, const float* x,
                             const float* w, float* y, CpuIsa isa,
                             ThreadPool* pool);

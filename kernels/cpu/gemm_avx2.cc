@@ -4,6 +4,8 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
+#include "kernels/cpu/x86_transpose.h"
+
 #define LS_GEMM_ISA_NS avx2_isa
 #include "kernels/cpu/gemm_impl.h"
 
@@ -32,20 +34,34 @@ void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
                                                      pool);
 }
 
+namespace avx2_isa {
+namespace {
+
+// The depthwise kernels' vector type (gemm_impl.h).
+struct DepthwiseAvx2Vec : Avx2Vec {
+  __attribute__((always_inline)) static void Transpose(T* r) {
+    TransposeAvx2(r);
+  }
+};
+
+}  // namespace
+}  // namespace avx2_isa
+
 void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
                           const float* w, float* y, ThreadPool* pool) {
-  avx2_isa::DepthwiseForward<avx2_isa::Avx2Vec>(s, x, w, y, pool);
+  avx2_isa::DepthwiseForward<avx2_isa::DepthwiseAvx2Vec>(s, x, w, y, pool);
 }
 
 void DepthwiseGradInputAvx2(const spatial::Conv2dShape& s, const float* dy,
                             const float* w, float* dx, ThreadPool* pool) {
-  avx2_isa::DepthwiseGradInput<avx2_isa::Avx2Vec>(s, dy, w, dx, pool);
+  avx2_isa::DepthwiseGradInput<avx2_isa::DepthwiseAvx2Vec>(s, dy, w, dx, pool);
 }
 
 void DepthwiseGradWeightAvx2(const spatial::Conv2dShape& s, const float* x,
                              const float* dy, float* dw, int64_t chunk,
                              ThreadPool* pool) {
-  avx2_isa::DepthwiseGradWeight<avx2_isa::Avx2Vec>(s, x, dy, dw, chunk, pool);
+  avx2_isa::DepthwiseGradWeight<avx2_isa::DepthwiseAvx2Vec>(s, x, dy, dw, chunk,
+                                                            pool);
 }
 
 }  // namespace lockstep::kernels::cpu_internal

@@ -3,7 +3,13 @@
 #include "kernels/cpu/gemm.h"
 
 #if defined(__AVX512F__)
+// gcc 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the pass-through
+// operand, which -W(maybe-)uninitialized reports (GCC PR 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+
+#include "kernels/cpu/x86_transpose.h"
 
 #define LS_GEMM_ISA_NS avx512_isa
 #include "kernels/cpu/gemm_impl.h"
@@ -33,21 +39,36 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
                                                             packing, pool);
 }
 
+namespace avx512_isa {
+namespace {
+
+// The depthwise kernels' vector type (gemm_impl.h).
+struct DepthwiseAvx512Vec : Avx512Vec {
+  __attribute__((always_inline)) static void Transpose(T* r) {
+    TransposeAvx512(r);
+  }
+};
+
+}  // namespace
+}  // namespace avx512_isa
+
 void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
                             const float* w, float* y, ThreadPool* pool) {
-  avx512_isa::DepthwiseForward<avx512_isa::Avx512Vec>(s, x, w, y, pool);
+  avx512_isa::DepthwiseForward<avx512_isa::DepthwiseAvx512Vec>(s, x, w, y,
+                                                               pool);
 }
 
 void DepthwiseGradInputAvx512(const spatial::Conv2dShape& s, const float* dy,
                               const float* w, float* dx, ThreadPool* pool) {
-  avx512_isa::DepthwiseGradInput<avx512_isa::Avx512Vec>(s, dy, w, dx, pool);
+  avx512_isa::DepthwiseGradInput<avx512_isa::DepthwiseAvx512Vec>(s, dy, w, dx,
+                                                                 pool);
 }
 
 void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
                                const float* dy, float* dw, int64_t chunk,
                                ThreadPool* pool) {
-  avx512_isa::DepthwiseGradWeight<avx512_isa::Avx512Vec>(s, x, dy, dw, chunk,
-                                                         pool);
+  avx512_isa::DepthwiseGradWeight<avx512_isa::DepthwiseAvx512Vec>(s, x, dy, dw,
+                                                                  chunk, pool);
 }
 
 }  // namespace lockstep::kernels::cpu_internal

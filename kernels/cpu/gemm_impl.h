@@ -6,7 +6,8 @@
 // unit's -m flags) lives in a distinct namespace and the linker can never
 // pick an AVX-512 copy for the scalar path. The vector type V supplies:
 //   T, kWidth, Zero(), Load(p), Store(p, v), Set1(x), Fma(a, b, c) (fused,
-//   a * b + c), Add(a, b).
+//   a * b + c), Add(a, b); the depthwise kernels' type also
+//   Transpose(rows) (rows[kWidth] as a kWidth x kWidth matrix, in place).
 #ifndef LS_GEMM_ISA_NS
 #error "define LS_GEMM_ISA_NS before including gemm_impl.h"
 #endif
@@ -555,108 +556,206 @@ class GemmDriver {
   }
 };
 
-// Depthwise conv2d forward (DepthwiseConv2dForward, gemm.h): lanes = kWidth
-// neighbouring outputs of one output row, each one fma chain from +0.0f
-// over the taps (kh, kw) in order, reading a zero-padded copy of its input
-// plane.
+// ---------------------------------------------------------------------------
+// Depthwise conv2d. The three kernels put kWidth neighbouring input channels
+// in the lanes of a vector: a block of channel planes is interleaved
+// (kWidth x kWidth blocks transposed in registers, V::Transpose), so every
+// lane sees the same geometry and each tap of kWidth outputs is one vector
+// load, whatever the stride, the dilation or the plane size. Each lane runs
+// its output's canonical chain unchanged.
+
+// dst[q * kWidth + l] = src[l * stride + q] for q < count, l < lanes, and
+// +0.0f in the lanes l >= lanes (src is not read there).
+template <class V>
+void GatherLanes(const float* src, int64_t stride, int64_t count, int lanes,
+                 float* dst) {
+  using T = typename V::T;
+  constexpr int kW = V::kWidth;
+  int64_t q = 0;
+  if (lanes == kW) {
+    for (; q + kW <= count; q += kW) {
+      T r[kW];
+#pragma GCC unroll 16
+      for (int l = 0; l < kW; ++l) r[l] = V::Load(src + l * stride + q);
+      V::Transpose(r);
+#pragma GCC unroll 16
+      for (int j = 0; j < kW; ++j) V::Store(dst + (q + j) * kW, r[j]);
+    }
+  } else {
+    for (; q + kW <= count; q += kW) {
+      T r[kW];
+      for (int l = 0; l < kW; ++l) {
+        r[l] = l < lanes ? V::Load(src + l * stride + q) : V::Zero();
+      }
+      V::Transpose(r);
+      for (int j = 0; j < kW; ++j) V::Store(dst + (q + j) * kW, r[j]);
+    }
+  }
+  for (; q < count; ++q) {
+    float* d = dst + q * kW;
+    for (int l = 0; l < lanes; ++l) d[l] = src[l * stride + q];
+    for (int l = lanes; l < kW; ++l) d[l] = 0.0f;
+  }
+}
+
+// The inverse for the real lanes: dst[l * stride + q] = src[q * kWidth + l]
+// for q < count, l < lanes.
+template <class V>
+void ScatterLanes(const float* src, int64_t count, int lanes, float* dst,
+                  int64_t stride) {
+  using T = typename V::T;
+  constexpr int kW = V::kWidth;
+  int64_t q = 0;
+  for (; q + kW <= count; q += kW) {
+    T r[kW];
+#pragma GCC unroll 16
+    for (int j = 0; j < kW; ++j) r[j] = V::Load(src + (q + j) * kW);
+    V::Transpose(r);
+    if (lanes == kW) {
+#pragma GCC unroll 16
+      for (int l = 0; l < kW; ++l) V::Store(dst + l * stride + q, r[l]);
+    } else {
+      for (int l = 0; l < lanes; ++l) V::Store(dst + l * stride + q, r[l]);
+    }
+  }
+  for (; q < count; ++q) {
+    for (int l = 0; l < lanes; ++l) dst[l * stride + q] = src[q * kW + l];
+  }
+}
+
+// Continues the chains of kOuts outputs over the taps (kh, kw) in order:
+// acc[u] = fma(p[kh * tap_row + kw * tap_col + u * out_step], wt[kh * k_w +
+// kw], acc[u]), each a vector of kWidth channels. Several outputs per pass
+// keep that many independent chains in flight.
+template <class V, int kOuts>
+inline void TapChains(const float* p, int64_t k_h, int64_t k_w, int64_t tap_row,
+                      int64_t tap_col, int64_t out_step, const float* wt,
+                      typename V::T (&acc)[kOuts]) {
+  constexpr int kW = V::kWidth;
+  for (int64_t kh = 0; kh < k_h; ++kh) {
+    for (int64_t kw = 0; kw < k_w; ++kw) {
+      const typename V::T wv = V::Load(wt + (kh * k_w + kw) * kW);
+      const float* tap = p + kh * tap_row + kw * tap_col;
+#pragma GCC unroll 8
+      for (int u = 0; u < kOuts; ++u) {
+        acc[u] = V::Fma(V::Load(tap + u * out_step), wv, acc[u]);
+      }
+    }
+  }
+}
+
+// Outputs per pass of the depthwise forward and grad_input loops.
+inline constexpr int kDepthwiseOuts = 4;
+
+// Depthwise conv2d forward (DepthwiseConv2dForward, gemm.h). A task is one
+// image and one block of kWidth input channels: the block is interleaved
+// into a zero-padded plane (rows x row_len positions of kWidth floats) that
+// covers every tap of every output, then each output is one fma chain from
+// +0.0f over the taps (kh, kw) in order, per lane; the outputs, interleaved
+// likewise, are transposed back into y's planes.
 template <class V>
 void DepthwiseForward(const spatial::Conv2dShape& s, const float* x,
                       const float* w, float* y, ThreadPool* pool) {
   using T = typename V::T;
   constexpr int kW = V::kWidth;
+  constexpr int kU = kDepthwiseOuts;
   const int64_t out_h = spatial::Conv2dOutH(s);
   const int64_t out_w = spatial::Conv2dOutW(s);
   const int64_t pix = out_h * out_w;
   const int64_t mult = s.c_out / s.groups;
   const int64_t kk = s.k_h * s.k_w;
   if (pix <= 0 || mult <= 0) return;
-  // The padded plane covers every tap of every output, plus the taps of the
-  // lanes past out_w in the last vector (zeros, results dropped).
+  const int64_t hw = s.h * s.w;
   const int64_t rows =
       (out_h - 1) * s.stride_h + (s.k_h - 1) * s.dilation_h + 1;
   const int64_t row_len =
-      (out_w + kW - 1) * s.stride_w + (s.k_w - 1) * s.dilation_w + 1;
-  auto plane = [&](int64_t i) {  // i = n * c_in + ci
-    const int64_t n = i / s.c_in;
-    const int64_t ci = i % s.c_in;
-    AlignedFloats padded(rows * row_len);
-    const float* src = x + i * s.h * s.w;
+      (out_w - 1) * s.stride_w + (s.k_w - 1) * s.dilation_w + 1;
+  const int64_t plane_size = rows * row_len * kW;
+  const int64_t flat_size = std::max(hw, pix) * kW;
+  const int64_t blocks = (s.c_in + kW - 1) / kW;
+  auto task = [&](int64_t i) {  // i = n * blocks + block
+    const int64_t n = i / blocks;
+    const int64_t c0 = i % blocks * kW;
+    const int lanes = static_cast<int>(std::min<int64_t>(kW, s.c_in - c0));
+    AlignedFloats buf(plane_size + flat_size + kk * kW);
+    float* padded = buf.get();
+    float* flat = padded + plane_size;  // x's block, then one y block
+    float* wt = flat + flat_size;
+    GatherLanes<V>(x + (n * s.c_in + c0) * hw, hw, hw, lanes, flat);
+    // Padded column c holds input column c - pad_left: columns [lo, hi) of
+    // a row inside the input are x's, the rest zeros.
+    const int64_t lo = std::min<int64_t>(s.pad_left, row_len);
+    const int64_t hi = std::clamp<int64_t>(s.pad_left + s.w, lo, row_len);
     for (int64_t r = 0; r < rows; ++r) {
-      float* d = padded.get() + r * row_len;
+      float* d = padded + r * row_len * kW;
       const int64_t ih = r - s.pad_top;
       if (ih < 0 || ih >= s.h) {
-        for (int64_t c = 0; c < row_len; ++c) d[c] = 0.0f;
+        std::fill(d, d + row_len * kW, 0.0f);
         continue;
       }
-      // Columns [lo, hi) hold x's row, iw = c - pad_left.
-      const float* sr = src + ih * s.w;
-      const int64_t lo = std::min<int64_t>(s.pad_left, row_len);
-      const int64_t hi = std::min<int64_t>(s.pad_left + s.w, row_len);
-      int64_t c = 0;
-      for (; c < lo; ++c) d[c] = 0.0f;
-      for (; c < hi; ++c) d[c] = sr[c - s.pad_left];
-      for (; c < row_len; ++c) d[c] = 0.0f;
+      std::fill(d, d + lo * kW, 0.0f);
+      if (hi > lo) {
+        std::copy(flat + (ih * s.w + lo - s.pad_left) * kW,
+                  flat + (ih * s.w + hi - s.pad_left) * kW, d + lo * kW);
+      }
+      std::fill(d + hi * kW, d + row_len * kW, 0.0f);
     }
-    alignas(64) float lanes[kW];
+    const int64_t tap_row = s.dilation_h * row_len * kW;
+    const int64_t tap_col = s.dilation_w * kW;
+    const int64_t out_step = s.stride_w * kW;
     for (int64_t m = 0; m < mult; ++m) {
-      const int64_t co = ci * mult + m;
-      const float* wk = w + co * kk;
-      float* out = y + (n * s.c_out + co) * pix;
+      // wt[t * kW + l] = w[((c0 + l) * mult + m) * kk + t]
+      GatherLanes<V>(w + (c0 * mult + m) * kk, mult * kk, kk, lanes, wt);
       for (int64_t oh = 0; oh < out_h; ++oh) {
-        const float* row0 = padded.get() + oh * s.stride_h * row_len;
-        for (int64_t ow = 0; ow < out_w; ow += kW) {
-          T acc = V::Zero();
-          for (int64_t kh = 0; kh < s.k_h; ++kh) {
-            const float* row = row0 + kh * s.dilation_h * row_len;
-            for (int64_t kw = 0; kw < s.k_w; ++kw) {
-              const float* p = row + ow * s.stride_w + kw * s.dilation_w;
-              T xv;
-              if (s.stride_w == 1) {
-                xv = V::Load(p);
-              } else {
-                for (int l = 0; l < kW; ++l) lanes[l] = p[l * s.stride_w];
-                xv = V::Load(lanes);
-              }
-              acc = V::Fma(xv, V::Set1(wk[kh * s.k_w + kw]), acc);
-            }
-          }
-          if (ow + kW <= out_w) {
-            V::Store(out + oh * out_w + ow, acc);
-          } else {
-            V::Store(lanes, acc);
-            for (int64_t l = 0; l < out_w - ow; ++l) {
-              out[oh * out_w + ow + l] = lanes[l];
-            }
-          }
+        const float* row0 = padded + oh * s.stride_h * row_len * kW;
+        float* out = flat + oh * out_w * kW;
+        int64_t ow = 0;
+        for (; ow + kU <= out_w; ow += kU) {
+          T acc[kU];
+          for (int u = 0; u < kU; ++u) acc[u] = V::Zero();
+          TapChains<V, kU>(row0 + ow * out_step, s.k_h, s.k_w, tap_row, tap_col,
+                           out_step, wt, acc);
+          for (int u = 0; u < kU; ++u) V::Store(out + (ow + u) * kW, acc[u]);
+        }
+        for (; ow < out_w; ++ow) {
+          T acc[1] = {V::Zero()};
+          TapChains<V, 1>(row0 + ow * out_step, s.k_h, s.k_w, tap_row, tap_col,
+                          out_step, wt, acc);
+          V::Store(out + ow * kW, acc[0]);
         }
       }
+      ScatterLanes<V>(flat, pix, lanes, y + (n * s.c_out + c0 * mult + m) * pix,
+                      mult * pix);
     }
   };
   if (s.n * s.c_in * mult * pix * kk < kMinParallelFmas) pool = nullptr;
-  For(pool, s.n * s.c_in, plane);
+  For(pool, s.n * blocks, task);
 }
 
-// Depthwise conv2d grad_input (DepthwiseConv2dGradInput, gemm.h): lanes =
-// kWidth neighbouring dx elements of one row, each one fma chain from +0.0f
-// over its terms (j, kh, kw) in order. The dy plane of each output channel
-// is first spread into a zero-stuffed, zero-padded plane in which the tap
-// (kh, kw) of dx[ih, iw] sits at [ih + (KH-1-kh) dh, iw + (KW-1-kw) dw],
-// so every tap, stride holes and padding included, is one vector load.
+// Depthwise conv2d grad_input (DepthwiseConv2dGradInput, gemm.h). A task is
+// one image and one block of kWidth input channels. The dy plane of each
+// output channel j of the block is spread, interleaved, into a
+// zero-stuffed, zero-padded plane in which the tap (kh, kw) of dx[ih, iw]
+// sits at [ih + (KH-1-kh) dh, iw + (KW-1-kw) dw], so every tap, stride holes
+// and padding included, is one vector load; each dx element is then one fma
+// chain from +0.0f over its terms (j, kh, kw) in order, per lane.
 template <class V>
 void DepthwiseGradInput(const spatial::Conv2dShape& s, const float* dy,
                         const float* w, float* dx, ThreadPool* pool) {
   using T = typename V::T;
   constexpr int kW = V::kWidth;
+  constexpr int kU = kDepthwiseOuts;
   const int64_t out_h = spatial::Conv2dOutH(s);
   const int64_t out_w = spatial::Conv2dOutW(s);
   const int64_t pix = out_h * out_w;
   const int64_t mult = s.c_out / s.groups;
   const int64_t kk = s.k_h * s.k_w;
   if (s.h <= 0 || s.w <= 0) return;
+  const int64_t hw = s.h * s.w;
   const int64_t span_h = (s.k_h - 1) * s.dilation_h;
   const int64_t span_w = (s.k_w - 1) * s.dilation_w;
   const int64_t rows = s.h + span_h;
-  const int64_t row_len = s.w + span_w + kW;
+  const int64_t row_len = s.w + span_w;
   // The dy row / column each stuffed row / column holds, or -1.
   std::vector<int64_t> row_src(rows), col_src(row_len);
   for (int64_t r = 0; r < rows; ++r) {
@@ -671,65 +770,64 @@ void DepthwiseGradInput(const spatial::Conv2dShape& s, const float* dy,
                      ? tw / s.stride_w
                      : -1;
   }
-  auto plane = [&](int64_t i) {  // i = n * c_in + ci
-    const int64_t n = i / s.c_in;
-    const int64_t ci = i % s.c_in;
-    AlignedFloats stuffed(mult * rows * row_len);
+  const int64_t plane_size = rows * row_len * kW;
+  const int64_t flat_size = std::max(hw, pix) * kW;
+  const int64_t blocks = (s.c_in + kW - 1) / kW;
+  auto task = [&](int64_t i) {  // i = n * blocks + block
+    const int64_t n = i / blocks;
+    const int64_t c0 = i % blocks * kW;
+    const int lanes = static_cast<int>(std::min<int64_t>(kW, s.c_in - c0));
+    AlignedFloats buf(mult * (plane_size + kk * kW) + flat_size);
+    float* stuffed = buf.get();
+    float* wt = stuffed + mult * plane_size;
+    float* flat = wt + mult * kk * kW;  // one dy block, then dx's block
     for (int64_t j = 0; j < mult; ++j) {
-      const float* src = dy + (n * s.c_out + ci * mult + j) * pix;
-      float* plane_j = stuffed.get() + j * rows * row_len;
+      GatherLanes<V>(dy + (n * s.c_out + c0 * mult + j) * pix, mult * pix, pix,
+                     lanes, flat);
+      GatherLanes<V>(w + (c0 * mult + j) * kk, mult * kk, kk, lanes,
+                     wt + j * kk * kW);
+      float* plane_j = stuffed + j * plane_size;
       for (int64_t r = 0; r < rows; ++r) {
-        float* d = plane_j + r * row_len;
+        float* d = plane_j + r * row_len * kW;
         if (row_src[r] < 0) {
-          for (int64_t c = 0; c < row_len; ++c) d[c] = 0.0f;
+          std::fill(d, d + row_len * kW, 0.0f);
           continue;
         }
-        const float* sr = src + row_src[r] * out_w;
-        if (s.stride_w == 1) {  // columns [lo, hi) hold dy's row in order
-          const int64_t shift = span_w - s.pad_left;  // c = tw + shift
-          const int64_t lo = std::clamp<int64_t>(shift, 0, row_len);
-          const int64_t hi = std::clamp<int64_t>(shift + out_w, lo, row_len);
-          int64_t c = 0;
-          for (; c < lo; ++c) d[c] = 0.0f;
-          for (; c < hi; ++c) d[c] = sr[c - shift];
-          for (; c < row_len; ++c) d[c] = 0.0f;
-          continue;
-        }
+        const float* sr = flat + row_src[r] * out_w * kW;
         for (int64_t c = 0; c < row_len; ++c) {
-          d[c] = col_src[c] >= 0 ? sr[col_src[c]] : 0.0f;
+          V::Store(d + c * kW,
+                   col_src[c] >= 0 ? V::Load(sr + col_src[c] * kW) : V::Zero());
         }
       }
     }
-    alignas(64) float lanes[kW];
-    float* out = dx + i * s.h * s.w;
+    const int64_t tap_row = -s.dilation_h * row_len * kW;
+    const int64_t tap_col = -s.dilation_w * kW;
     for (int64_t ih = 0; ih < s.h; ++ih) {
-      for (int64_t iw = 0; iw < s.w; iw += kW) {
-        T acc = V::Zero();
+      const float* base = stuffed + ((ih + span_h) * row_len + span_w) * kW;
+      float* out = flat + ih * s.w * kW;
+      int64_t iw = 0;
+      for (; iw + kU <= s.w; iw += kU) {
+        T acc[kU];
+        for (int u = 0; u < kU; ++u) acc[u] = V::Zero();
         for (int64_t j = 0; j < mult; ++j) {
-          const float* wk = w + (ci * mult + j) * kk;
-          const float* plane_j = stuffed.get() + j * rows * row_len;
-          for (int64_t kh = 0; kh < s.k_h; ++kh) {
-            const float* row = plane_j +
-                               (ih + span_h - kh * s.dilation_h) * row_len +
-                               iw + span_w;
-            for (int64_t kw = 0; kw < s.k_w; ++kw) {
-              acc = V::Fma(V::Load(row - kw * s.dilation_w),
-                           V::Set1(wk[kh * s.k_w + kw]), acc);
-            }
-          }
+          TapChains<V, kU>(base + j * plane_size + iw * kW, s.k_h, s.k_w,
+                           tap_row, tap_col, kW, wt + j * kk * kW, acc);
         }
-        if (iw + kW <= s.w) {
-          V::Store(out + ih * s.w + iw, acc);
-        } else {
-          V::Store(lanes, acc);
-          for (int64_t l = 0; l < s.w - iw; ++l)
-            out[ih * s.w + iw + l] = lanes[l];
+        for (int u = 0; u < kU; ++u) V::Store(out + (iw + u) * kW, acc[u]);
+      }
+      for (; iw < s.w; ++iw) {
+        T acc[1] = {V::Zero()};
+        for (int64_t j = 0; j < mult; ++j) {
+          TapChains<V, 1>(base + j * plane_size + iw * kW, s.k_h, s.k_w,
+                          tap_row, tap_col, kW, wt + j * kk * kW, acc);
         }
+        V::Store(out + iw * kW, acc[0]);
       }
     }
+    ScatterLanes<V>(flat, hw, lanes, dx + (n * s.c_in + c0) * hw, hw);
   };
-  if (s.n * s.c_in * s.h * s.w * mult * kk < kMinParallelFmas) pool = nullptr;
-  For(pool, s.n * s.c_in, plane);
+  if (s.n * s.c_in * hw * mult * kk < kMinParallelFmas) pool = nullptr;
+  For(pool, s.n * blocks, task);
 }
 
 // Depthwise conv2d grad_weight (DepthwiseConv2dGradWeight, gemm.h): lanes =
@@ -737,20 +835,22 @@ void DepthwiseGradInput(const spatial::Conv2dShape& s, const float* dy,
 // planes) and dy, so that one term of kWidth outputs is one fma of two
 // vector loads. Each output's terms (n, oh, ow) run in order in chunks of
 // `chunk` from +0.0f, and the chunk partials enter the canonical tree as in
-// GemmDriver (a binary counter of perfect subtrees per lane).
+// GemmDriver (a binary counter of perfect subtrees per lane). A task is one
+// (j, channel block) and up to kMaxTapsPerTask taps, all in registers.
 template <class V>
 void DepthwiseGradWeight(const spatial::Conv2dShape& s, const float* x,
                          const float* dy, float* dw, int64_t chunk,
                          ThreadPool* pool) {
   using T = typename V::T;
   constexpr int kW = V::kWidth;
-  constexpr int kTapsPerTask = 8;
+  constexpr int kMaxTapsPerTask = 9;
   const int64_t out_h = spatial::Conv2dOutH(s);
   const int64_t out_w = spatial::Conv2dOutW(s);
   const int64_t pix = out_h * out_w;
   const int64_t mult = s.c_out / s.groups;
   const int64_t kk = s.k_h * s.k_w;
   const int64_t terms = s.n * pix;  // > 0 (the caller handles none)
+  const int64_t hw = s.h * s.w;
   const int64_t blocks = (s.c_in + kW - 1) / kW;
   const int64_t cpad = blocks * kW;
   const int64_t rows =
@@ -761,53 +861,55 @@ void DepthwiseGradWeight(const spatial::Conv2dShape& s, const float* x,
   // dy[n, ch * mult + j, p] (zero for ch >= c_in).
   AlignedFloats xt(s.n * rows * row_len * cpad);
   AlignedFloats dyt(mult * s.n * pix * cpad);
-  // Channels innermost: the writes are contiguous and the reads walk
-  // c_in planes in step.
-  auto fill = [&](int64_t n) {
-    const int64_t hw = s.h * s.w;
+  // Per (image, channel block): the block interleaved in registers, then
+  // placed at its channels' offset.
+  auto fill = [&](int64_t i) {
+    const int64_t n = i / blocks;
+    const int64_t c0 = i % blocks * kW;
+    const int lanes = static_cast<int>(std::min<int64_t>(kW, s.c_in - c0));
+    AlignedFloats flat_buf(std::max(hw, pix) * kW);
+    float* flat = flat_buf.get();
+    GatherLanes<V>(x + (n * s.c_in + c0) * hw, hw, hw, lanes, flat);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t ih = r - s.pad_top;
+      float* d = xt.get() + (n * rows + r) * row_len * cpad + c0;
       for (int64_t c = 0; c < row_len; ++c) {
         const int64_t iw = c - s.pad_left;
-        float* d = xt.get() + ((n * rows + r) * row_len + c) * cpad;
-        int64_t ch = 0;
-        if (ih >= 0 && ih < s.h && iw >= 0 && iw < s.w) {
-          const float* src = x + n * s.c_in * hw + ih * s.w + iw;
-          for (; ch < s.c_in; ++ch) d[ch] = src[ch * hw];
-        }
-        for (; ch < cpad; ++ch) d[ch] = 0.0f;
+        const bool inside = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w;
+        V::Store(d + c * cpad,
+                 inside ? V::Load(flat + (ih * s.w + iw) * kW) : V::Zero());
       }
     }
     for (int64_t j = 0; j < mult; ++j) {
+      GatherLanes<V>(dy + (n * s.c_out + c0 * mult + j) * pix, mult * pix, pix,
+                     lanes, flat);
+      float* d = dyt.get() + (j * s.n + n) * pix * cpad + c0;
       for (int64_t p = 0; p < pix; ++p) {
-        float* d = dyt.get() + ((j * s.n + n) * pix + p) * cpad;
-        const float* src = dy + (n * s.c_out + j) * pix + p;
-        int64_t ch = 0;
-        for (; ch < s.c_in; ++ch) d[ch] = src[ch * mult * pix];
-        for (; ch < cpad; ++ch) d[ch] = 0.0f;
+        V::Store(d + p * cpad, V::Load(flat + p * kW));
       }
     }
   };
-  For(pool, s.n, fill);
+  For(pool, s.n * blocks, fill);
 
   const int64_t num_chunks = 1 + (terms - 1) / chunk;
   int levels = 1;
   while ((int64_t{1} << levels) <= num_chunks) ++levels;
-  const int64_t tap_groups = (kk + kTapsPerTask - 1) / kTapsPerTask;
+  const int64_t tap_groups = (kk + kMaxTapsPerTask - 1) / kMaxTapsPerTask;
+  const int64_t group_taps = (kk + tap_groups - 1) / tap_groups;
   auto task = [&](int64_t id) {  // (j, channel block, tap group)
     const int64_t g = id % tap_groups;
     const int64_t b = id / tap_groups % blocks;
     const int64_t j = id / tap_groups / blocks;
-    const int64_t t0 = g * kTapsPerTask;
-    const int nt = static_cast<int>(std::min<int64_t>(kTapsPerTask, kk - t0));
-    int64_t offset[kTapsPerTask];  // of each tap in xt, from (oh, ow)'s
+    const int64_t t0 = g * group_taps;
+    const int nt = static_cast<int>(std::min<int64_t>(group_taps, kk - t0));
+    int64_t offset[kMaxTapsPerTask];  // of each tap in xt, from (oh, ow)'s
     for (int t = 0; t < nt; ++t) {
       const int64_t kh = (t0 + t) / s.k_w;
       const int64_t kw = (t0 + t) % s.k_w;
       offset[t] = (kh * s.dilation_h * row_len + kw * s.dilation_w) * cpad;
     }
     AlignedFloats slots(nt * levels * kW);
-    T acc[kTapsPerTask];
+    T acc[kMaxTapsPerTask];
     for (int t = 0; t < nt; ++t) acc[t] = V::Zero();
     int64_t left = std::min(chunk, terms);  // terms left in this chunk
     int64_t index = 0;                      // chunks finished

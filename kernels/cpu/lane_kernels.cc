@@ -45,6 +45,10 @@ cpu_internal::LanePoolGeometry Geometry(const sp::Pool2dShape& s) {
   return g;
 }
 
+float CanonicalNan() {
+  return canonical::LsBitsToFloat(canonical::kCanonicalNanBits);
+}
+
 // Windows along one axis that can cover one input coordinate.
 int64_t Covering(int64_t k, int64_t stride, int64_t out) {
   const int64_t c = (k + stride - 1) / stride;
@@ -94,6 +98,14 @@ void BatchNormGradChainsLanes(const canonical::BiasShape& s, const float* x,
   const cpu_internal::LaneBiasGeometry g{s.n, s.c, s.spatial};
   KernelsFor(isa).batch_norm_grad_chains(g, x, dy, mean, rstd, scale, dot, sum,
                                          pool);
+}
+
+void BatchNormTrainingLanes(const canonical::BiasShape& s,
+                            const BatchNormLaneArgs& args, CpuIsa isa,
+                            ThreadPool* pool) {
+  if (s.n <= 0 || s.c <= 0 || s.spatial <= 0) return;
+  const cpu_internal::LaneBiasGeometry g{s.n, s.c, s.spatial};
+  KernelsFor(isa).batch_norm_training(g, args, CanonicalNan(), pool);
 }
 
 void MaxPool2dForwardLanes(const sp::Pool2dShape& s, const float* x, float* y,

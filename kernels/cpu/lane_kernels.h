@@ -18,7 +18,12 @@
 //                   dy side by side: the variance's dot of (x - mean) with
 //                   itself, and the backward passes' sum of g = dy * scale
 //                   with the dot of (g, xhat), each lane one chain of fmas
-//                   or adds per chunk of 256, then the tree.
+//                   or adds per chunk of 256, then the tree. The channels
+//                   past the last full block run as one partial block. In
+//                   training mode one task runs every pass of its block of
+//                   channels, the elementwise ones (y, and dx from the
+//                   reductions) included, lanes = neighbouring elements of
+//                   a channel's run there.
 //   max_pool2d      lanes = image planes (n, c): a block of planes is
 //                   interleaved (transposed in registers), so every lane has
 //                   the same window geometry and each tap is one vector
@@ -117,6 +122,44 @@ void BatchNormGradChainsLanes(const canonical::BiasShape& s, const float* x,
                               const float* rstd, const float* scale, float* dot,
                               float* sum, CpuIsa isa, ThreadPool* pool);
 
+// batch_norm in training mode over x (and dy) of shape [n, c, spatial],
+// every pass over one block of channels (the lanes of one vector) in one
+// task, so that the block's data stays in cache from one pass to the next;
+// the blocks run on the pool. Per block, each pass with the spec's
+// operations in the spec's order (kernels/ops/norm.h):
+//   the channel sums (bias_add.grad's walk) into mean[], then
+//   math(kMean) (which turns them into the means); the variances' dots into
+//   var_sum[], then math(kStats) (which sets rstd[]); then
+//   kForward    y = ((x - mean) * rstd) * gamma + beta
+//   kGradInput  dot[] and sum[] = the dot of (g, xhat) and the sum of g,
+//               g = dy * gamma, xhat = (x - mean) * rstd; math(kChains)
+//               (which turns them into b = dot / m and a = sum / m); then
+//               dx = ((g - a) - xhat * b) * rstd
+//   kGradParams dot[] and sum[] likewise with g = dy; math(kChains).
+// NaN results of y and dx are the canonical NaN. math runs the caller's
+// scalar arithmetic on the block's channels [c0, c0 + count), on the
+// task's thread; mean, var_sum, rstd, dot and sum hold c floats each.
+enum class BatchNormLanePass { kForward, kGradInput, kGradParams };
+enum class BatchNormLaneStep { kMean, kStats, kChains };
+struct BatchNormLaneArgs {
+  BatchNormLanePass pass;
+  const float* x;
+  const float* dy;     // the grad passes
+  const float* gamma;  // kForward, kGradInput
+  const float* beta;   // kForward
+  float* out;          // y or dx
+  float* mean;
+  float* var_sum;
+  float* rstd;
+  float* dot;
+  float* sum;
+  void (*math)(void* ctx, BatchNormLaneStep step, int64_t c0, int64_t count);
+  void* ctx;
+};
+void BatchNormTrainingLanes(const canonical::BiasShape& s,
+                            const BatchNormLaneArgs& args, CpuIsa isa,
+                            ThreadPool* pool);
+
 // y[i] = canonical::CanonicalExp(x[i]) (kernels/math/portable_math.h) for
 // i < n, vectorised with the spec's operations in the spec's order; y may
 // be x. On the calling thread.
@@ -168,6 +211,10 @@ struct LaneKernelSet {
                                  const float* dy, const float* mean,
                                  const float* rstd, const float* scale,
                                  float* dot, float* sum, ThreadPool* pool);
+  // `nan` is the canonical NaN every NaN result becomes.
+  void (*batch_norm_training)(const LaneBiasGeometry& g,
+                              const BatchNormLaneArgs& args, float nan,
+                              ThreadPool* pool);
   // Null for the scalar set (the caller runs canonical::CanonicalExp and
   // CanonicalErf).
   void (*exp)(const float* x, float* y, int64_t n);

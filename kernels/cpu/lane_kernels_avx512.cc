@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/x86_transpose.h"
+
 namespace lockstep::kernels::cpu_internal {
 namespace avx512_lanes {
 namespace {
@@ -138,33 +140,8 @@ struct Avx512Lanes {
   static I SelectI(M m, I a, I b) { return _mm512_mask_blend_epi32(m, a, b); }
   static I Set1I(int32_t k) { return _mm512_set1_epi32(k); }
   static void StoreI(int32_t* p, I v) { _mm512_storeu_si512(p, v); }
-  static void Transpose(T* r) {
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
-      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    // 4 x 4 blocks of 4 x 4 float blocks.
-    for (int i = 0; i < 16; i += 4) {
-      r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-      r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-      r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-      r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    // Move the 128-bit blocks: row i of the result takes block (i / 4) of
-    // rows 4 b + (i % 4), b = 0 .. 3.
-    for (int i = 0; i < 4; ++i) {
-      t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-      t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-      t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-      t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 4; ++i) {
-      r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-      r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
-      r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-      r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
-    }
+  __attribute__((always_inline)) static void Transpose(T* r) {
+    TransposeAvx512(r);
   }
 };
 

@@ -114,6 +114,21 @@ class VecTree {
   int depth_ = 0;
 };
 
+// Lanes [0, lanes) of a vector from p, +0.0f in the others (p is read only
+// there); and the inverse store.
+template <class V>
+typename V::T LoadLanes(const float* p, int lanes) {
+  alignas(64) float buf[V::kWidth];
+  for (int l = 0; l < V::kWidth; ++l) buf[l] = l < lanes ? p[l] : 0.0f;
+  return V::Load(buf);
+}
+template <class V>
+void StoreLanes(float* p, typename V::T v, int lanes) {
+  alignas(64) float buf[V::kWidth];
+  V::Store(buf, v);
+  for (int l = 0; l < lanes; ++l) p[l] = buf[l];
+}
+
 // ---------------------------------------------------------------------------
 // Layout changes between W planes and one interleaved array.
 
@@ -262,12 +277,13 @@ void BiasGradRows(const LaneBiasGeometry& g, const float* dy, float* db,
   }
 }
 
-// Channels c0 .. c0 + V::kWidth - 1 with spatial > 1: lane l reads the
+// Channels c0 .. c0 + lanes - 1 with spatial > 1: lane l reads the
 // contiguous run dy[(n * C + c0 + l) * S + i], i = 0 .. S - 1, per n; W x W
 // blocks are transposed so that each vector holds one term of every lane.
-template <class V>
+// With kPartial, lanes < W: the lanes past them hold zeros, never stored.
+template <class V, bool kPartial = false>
 void BiasGradPlanes(const LaneBiasGeometry& g, const float* dy, float* db,
-                    int64_t c0) {
+                    int64_t c0, int lanes = V::kWidth) {
   using T = typename V::T;
   constexpr int W = V::kWidth;
   const int64_t s = g.spatial;
@@ -279,7 +295,9 @@ void BiasGradPlanes(const LaneBiasGeometry& g, const float* dy, float* db,
     int64_t i = 0;
     for (; i + W <= s; i += W) {
       T r[W];
-      for (int l = 0; l < W; ++l) r[l] = V::Load(base + l * s + i);
+      for (int l = 0; l < W; ++l) {
+        r[l] = !kPartial || l < lanes ? V::Load(base + l * s + i) : V::Zero();
+      }
       V::Transpose(r);
       if (left > W) {
         for (int l = 0; l < W; ++l) acc = V::Add(acc, r[l]);
@@ -296,9 +314,11 @@ void BiasGradPlanes(const LaneBiasGeometry& g, const float* dy, float* db,
       }
     }
     for (; i < s; ++i) {
-      alignas(64) float lanes[W];
-      for (int l = 0; l < W; ++l) lanes[l] = base[l * s + i];
-      acc = V::Add(acc, V::Load(lanes));
+      alignas(64) float terms[W];
+      for (int l = 0; l < W; ++l) {
+        terms[l] = !kPartial || l < lanes ? base[l * s + i] : 0.0f;
+      }
+      acc = V::Add(acc, V::Load(terms));
       if (--left == 0) {
         tree.Push(acc);
         acc = V::Zero();
@@ -307,7 +327,11 @@ void BiasGradPlanes(const LaneBiasGeometry& g, const float* dy, float* db,
     }
   }
   if (left != kLaneChunk) tree.Push(acc);
-  V::Store(db + c0, tree.Result());
+  if (kPartial) {
+    StoreLanes<V>(db + c0, tree.Result(), lanes);
+  } else {
+    V::Store(db + c0, tree.Result());
+  }
 }
 
 template <class V>
@@ -325,7 +349,8 @@ void BiasGrad(const LaneBiasGeometry& g, const float* dy, float* db,
     For(pool, tasks, task);
     return;
   }
-  // Tasks: blocks of W channels; one more takes the channels left over.
+  // Tasks: blocks of W channels; one more, a partial block, takes the
+  // channels left over.
   const int64_t blocks = g.c / W;
   const int64_t rest = blocks * W;
   auto task = [&](int64_t t) {
@@ -333,9 +358,7 @@ void BiasGrad(const LaneBiasGeometry& g, const float* dy, float* db,
       BiasGradPlanes<V>(g, dy, db, t * W);
       return;
     }
-    for (int64_t c = rest; c < g.c; ++c) {
-      BiasGradPlanes<ScalarLanes>(g, dy, db, c);
-    }
+    BiasGradPlanes<V, true>(g, dy, db, rest, static_cast<int>(g.c - rest));
   };
   For(pool, blocks + (rest < g.c ? 1 : 0), task);
 }
@@ -622,10 +645,11 @@ void AvgPoolGrad(const LanePoolGeometry& g, const float* dy, float* dx,
 // Calls term.Step(x, dy) with one vector per term (lane l: channel c0 + l)
 // in the canonical (n, spatial) order, and term.Close() after every
 // kLaneChunk terms and after the last (short) chunk. Without kDy, dy is not
-// read and Step gets x twice.
-template <class V, bool kDy, class Term>
+// read and Step gets x twice. With kPartial only lanes [0, lanes) are read;
+// the others get +0.0f.
+template <class V, bool kDy, bool kPartial, class Term>
 void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
-                  int64_t c0, Term& term) {
+                  int64_t c0, int lanes, Term& term) {
   using T = typename V::T;
   constexpr int W = V::kWidth;
   const int64_t s = g.spatial;
@@ -636,10 +660,16 @@ void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
     for (; i + W <= s; i += W) {
       T rx[W];
       T rd[kDy ? W : 1];
-      for (int l = 0; l < W; ++l) rx[l] = V::Load(x + offset + l * s + i);
+      for (int l = 0; l < W; ++l) {
+        rx[l] = !kPartial || l < lanes ? V::Load(x + offset + l * s + i)
+                                       : V::Zero();
+      }
       V::Transpose(rx);
       if (kDy) {
-        for (int l = 0; l < W; ++l) rd[l] = V::Load(dy + offset + l * s + i);
+        for (int l = 0; l < W; ++l) {
+          rd[l] = !kPartial || l < lanes ? V::Load(dy + offset + l * s + i)
+                                         : V::Zero();
+        }
         V::Transpose(rd);
       }
       for (int j = 0; j < W; ++j) {
@@ -654,8 +684,9 @@ void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
       alignas(64) float lx[W];
       alignas(64) float ld[W];
       for (int l = 0; l < W; ++l) {
-        lx[l] = x[offset + l * s + i];
-        ld[l] = kDy ? dy[offset + l * s + i] : 0.0f;
+        const bool real = !kPartial || l < lanes;
+        lx[l] = real ? x[offset + l * s + i] : 0.0f;
+        ld[l] = kDy && real ? dy[offset + l * s + i] : 0.0f;
       }
       term.Step(V::Load(lx), V::Load(kDy ? ld : lx));
       if (--left == 0) {
@@ -708,8 +739,8 @@ struct GradTerm {
   }
 };
 
-// Runs block(V or ScalarLanes, c0) over blocks of W channels and the
-// channels left over, on the pool.
+// Runs block.Run<V, kPartial>(c0, lanes) over blocks of W channels and, as
+// one partial block, the channels left over, on the pool.
 template <class V, class Block>
 void ForChannelBlocks(const LaneBiasGeometry& g, ThreadPool* pool,
                       Block& block) {
@@ -719,27 +750,26 @@ void ForChannelBlocks(const LaneBiasGeometry& g, ThreadPool* pool,
   const int64_t rest = blocks * W;
   auto task = [&](int64_t t) {
     if (t < blocks) {
-      block.template Run<V>(t * W);
+      block.template Run<V, false>(t * W, W);
       return;
     }
-    for (int64_t c = rest; c < g.c; ++c) block.template Run<ScalarLanes>(c);
+    block.template Run<V, true>(rest, static_cast<int>(g.c - rest));
   };
   For(pool, blocks + (rest < g.c ? 1 : 0), task);
 }
 
-// One block of channels of BatchNormVarSum (lanes VV: V, or ScalarLanes for
-// the channels left over).
+// One block of channels of BatchNormVarSum.
 struct VarSumBlock {
   const LaneBiasGeometry& g;
   const float* x;
   const float* mean;
   float* var_sum;
-  template <class VV>
-  void Run(int64_t c0) {
-    VarSumTerm<VV> term;
-    term.mean = VV::Load(mean + c0);
-    WalkChannels<VV, false>(g, x, nullptr, c0, term);
-    VV::Store(var_sum + c0, term.tree.Result());
+  template <class V, bool kPartial>
+  void Run(int64_t c0, int lanes) {
+    VarSumTerm<V> term;
+    term.mean = LoadLanes<V>(mean + c0, lanes);
+    WalkChannels<V, false, kPartial>(g, x, nullptr, c0, lanes, term);
+    StoreLanes<V>(var_sum + c0, term.tree.Result(), lanes);
   }
 };
 
@@ -760,16 +790,16 @@ struct GradChainsBlock {
   const float* scale;
   float* dot;
   float* sum;
-  template <class VV>
-  void Run(int64_t c0) {
-    GradTerm<VV> term;
-    term.mean = VV::Load(mean + c0);
-    term.rstd = VV::Load(rstd + c0);
+  template <class V, bool kPartial>
+  void Run(int64_t c0, int lanes) {
+    GradTerm<V> term;
+    term.mean = LoadLanes<V>(mean + c0, lanes);
+    term.rstd = LoadLanes<V>(rstd + c0, lanes);
     term.scaled = scale != nullptr;
-    term.scale = term.scaled ? VV::Load(scale + c0) : VV::Zero();
-    WalkChannels<VV, true>(g, x, dy, c0, term);
-    VV::Store(dot + c0, term.dot_tree.Result());
-    VV::Store(sum + c0, term.sum_tree.Result());
+    term.scale = term.scaled ? LoadLanes<V>(scale + c0, lanes) : V::Zero();
+    WalkChannels<V, true, kPartial>(g, x, dy, c0, lanes, term);
+    StoreLanes<V>(dot + c0, term.dot_tree.Result(), lanes);
+    StoreLanes<V>(sum + c0, term.sum_tree.Result(), lanes);
   }
 };
 
@@ -780,6 +810,134 @@ void BatchNormGradChains(const LaneBiasGeometry& g, const float* x,
                          ThreadPool* pool) {
   GradChainsBlock block{g, x, dy, mean, rstd, scale, dot, sum};
   ForChannelBlocks<V>(g, pool, block);
+}
+
+// ---------------------------------------------------------------------------
+// batch_norm's elementwise passes: lanes = neighbouring elements of one
+// (n, channel) run, each with the spec's operations in the spec's order and
+// the channel's constants broadcast.
+
+// v, or the canonical NaN `nan` where v is NaN (Replaces(+inf, v) holds
+// exactly for NaN v).
+template <class V>
+typename V::T CanonicalNanOf(typename V::T v, float nan) {
+  return V::Select(V::Replaces(V::Set1(__builtin_inff()), v), v, V::Set1(nan));
+}
+
+// y = CanonicalNanOf(((x - mean) * rstd) * gamma + beta).
+struct BatchNormApplyOp {
+  const float* x;
+  const float* mean;
+  const float* rstd;
+  const float* gamma;
+  const float* beta;
+  float* y;
+  float nan;
+  template <class V>
+  void Run(int64_t ch, int64_t i, int64_t end) const {
+    using T = typename V::T;
+    constexpr int W = V::kWidth;
+    const T m = V::Set1(mean[ch]);
+    const T r = V::Set1(rstd[ch]);
+    const T ga = V::Set1(gamma[ch]);
+    const T be = V::Set1(beta[ch]);
+    for (; i + W <= end; i += W) {
+      const T xhat = V::Mul(V::Sub(V::Load(x + i), m), r);
+      V::Store(y + i, CanonicalNanOf<V>(V::Add(V::Mul(xhat, ga), be), nan));
+    }
+    if constexpr (W > 1) {
+      if (i < end) Run<ScalarLanes>(ch, i, end);
+    }
+  }
+};
+
+// dx = CanonicalNanOf(((g - a) - xhat * b) * rstd), g = dy * gamma,
+// xhat = (x - mean) * rstd.
+struct BatchNormGradInputApplyOp {
+  const float* x;
+  const float* dy;
+  const float* mean;
+  const float* rstd;
+  const float* gamma;
+  const float* a;
+  const float* b;
+  float* dx;
+  float nan;
+  template <class V>
+  void Run(int64_t ch, int64_t i, int64_t end) const {
+    using T = typename V::T;
+    constexpr int W = V::kWidth;
+    const T m = V::Set1(mean[ch]);
+    const T r = V::Set1(rstd[ch]);
+    const T ga = V::Set1(gamma[ch]);
+    const T av = V::Set1(a[ch]);
+    const T bv = V::Set1(b[ch]);
+    for (; i + W <= end; i += W) {
+      const T gv = V::Mul(V::Load(dy + i), ga);
+      const T xhat = V::Mul(V::Sub(V::Load(x + i), m), r);
+      const T v = V::Mul(V::Sub(V::Sub(gv, av), V::Mul(xhat, bv)), r);
+      V::Store(dx + i, CanonicalNanOf<V>(v, nan));
+    }
+    if constexpr (W > 1) {
+      if (i < end) Run<ScalarLanes>(ch, i, end);
+    }
+  }
+};
+
+// Every pass of batch_norm's training mode over the channels [c0, c0 +
+// lanes) (BatchNormTrainingLanes, lane_kernels.h).
+template <class V, bool kPartial>
+void BatchNormTrainingBlock(const LaneBiasGeometry& g,
+                            const BatchNormLaneArgs& a, float nan, int64_t c0,
+                            int lanes) {
+  BiasGradPlanes<V, kPartial>(g, a.x, a.mean, c0, lanes);
+  a.math(a.ctx, BatchNormLaneStep::kMean, c0, lanes);
+  VarSumBlock var{g, a.x, a.mean, a.var_sum};
+  var.template Run<V, kPartial>(c0, lanes);
+  a.math(a.ctx, BatchNormLaneStep::kStats, c0, lanes);
+  const int64_t s = g.spatial;
+  if (a.pass == BatchNormLanePass::kForward) {
+    const BatchNormApplyOp op{a.x, a.mean, a.rstd, a.gamma, a.beta, a.out, nan};
+    for (int64_t n = 0; n < g.n; ++n) {
+      for (int64_t ch = c0; ch < c0 + lanes; ++ch) {
+        const int64_t begin = (n * g.c + ch) * s;
+        op.template Run<V>(ch, begin, begin + s);
+      }
+    }
+    return;
+  }
+  const bool input = a.pass == BatchNormLanePass::kGradInput;
+  GradChainsBlock chains{
+      g, a.x, a.dy, a.mean, a.rstd, input ? a.gamma : nullptr, a.dot, a.sum};
+  chains.template Run<V, kPartial>(c0, lanes);
+  a.math(a.ctx, BatchNormLaneStep::kChains, c0, lanes);
+  if (!input) return;
+  const BatchNormGradInputApplyOp op{a.x,   a.dy,  a.mean, a.rstd, a.gamma,
+                                     a.sum, a.dot, a.out,  nan};
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t ch = c0; ch < c0 + lanes; ++ch) {
+      const int64_t begin = (n * g.c + ch) * s;
+      op.template Run<V>(ch, begin, begin + s);
+    }
+  }
+}
+
+// Tasks: blocks of W channels, the last one maybe partial.
+template <class V>
+void BatchNormTraining(const LaneBiasGeometry& g, const BatchNormLaneArgs& a,
+                       float nan, ThreadPool* pool) {
+  constexpr int W = V::kWidth;
+  if (g.n * g.c * g.spatial < kMinParallelElements) pool = nullptr;
+  auto task = [&](int64_t t) {
+    const int64_t c0 = t * W;
+    const int lanes = static_cast<int>(MinI(W, g.c - c0));
+    if (lanes == W) {
+      BatchNormTrainingBlock<V, false>(g, a, nan, c0, lanes);
+    } else {
+      BatchNormTrainingBlock<V, true>(g, a, nan, c0, lanes);
+    }
+  };
+  For(pool, (g.c + W - 1) / W, task);
 }
 
 // ---------------------------------------------------------------------------
@@ -874,6 +1032,7 @@ const LaneKernelSet& KernelSet() {
                                     &GlobalPoolGrad<V>,
                                     &BatchNormVarSum<V>,
                                     &BatchNormGradChains<V>,
+                                    &BatchNormTraining<V>,
                                     MathRowFor<V, MathFn::kExp>(),
                                     MathRowFor<V, MathFn::kErf>()};
   return set;

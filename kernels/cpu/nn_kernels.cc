@@ -6,9 +6,10 @@
 // OUTPUTS only: blocks of elements (activations), blocks of rows (softmax,
 // layer_norm forward and grad_input), blocks of columns
 // (layer_norm.grad_params, after the per-row statistics), blocks of
-// channels (batch_norm.*; in training mode the per-channel reductions run
-// on the lane kernels first, lanes = channels, kernels/cpu/lane_kernels.h),
-// or blocks of embedding rows
+// channels (batch_norm.* in eval mode; in training mode the per-channel
+// reductions run on the lane kernels, lanes = channels, and so do the
+// elementwise passes that write y and dx, split over (image, channel) runs,
+// kernels/cpu/lane_kernels.h), or blocks of embedding rows
 // (embedding.grad_weight, after the sort of the positions by id). No
 // reduction is split, so the bits do not depend on the thread count or the
 // ISA.
@@ -334,44 +335,68 @@ int64_t ChannelBlock(const c::ChannelShape& s) {
   return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, s.n * s.spatial));
 }
 
-// Training mode's per-channel statistics from the lane kernels: the mean
-// from the channel sums, then the variance's dot (kernels/ops/norm.h's
-// BatchNormStatsOf, every channel at once).
-std::vector<c::BatchNormChannelStats> TrainingStats(const c::ChannelShape& s,
-                                                    const float* x) {
-  const c::BiasShape shape{s.n, s.c, s.spatial};
-  std::vector<float> mean(s.c);
-  std::vector<float> var_sum(s.c);
-  BiasAddGradLanes(shape, x, mean.data(), ActiveCpuIsa(), CpuThreadPool());
-  for (int64_t ch = 0; ch < s.c; ++ch)
-    mean[ch] = c::BatchNormMeanOf(s, mean[ch]);
-  BatchNormVarSumLanes(shape, x, mean.data(), var_sum.data(), ActiveCpuIsa(),
-                       CpuThreadPool());
-  std::vector<c::BatchNormChannelStats> stats(s.c);
-  for (int64_t ch = 0; ch < s.c; ++ch) {
-    stats[ch] = c::BatchNormStatsFrom(s, mean[ch], var_sum[ch]);
-  }
-  return stats;
-}
+// batch_norm in training mode on the lane kernels (BatchNormTrainingLanes),
+// with kernels/ops/norm.h's per-channel arithmetic between the passes:
+// BatchNormMeanOf, BatchNormStatsFrom's rstd and (grad_input)
+// BatchNormGradInputApplyChannel's a = sum_g / m and b = dot_gx / m.
+class BatchNormTraining {
+ public:
+  BatchNormTraining(const c::ChannelShape& s, BatchNormLanePass pass)
+      : s_(s),
+        pass_(pass),
+        mean_(s.c),
+        var_sum_(s.c),
+        rstd_(s.c),
+        dot_(s.c),
+        sum_(s.c) {}
 
-// The backward passes' two chains per channel, g = dy * scale (dy when
-// scale is null): dot of (g, xhat) and sum of g.
-void GradChains(const c::ChannelShape& s, const float* x, const float* dy,
-                const std::vector<c::BatchNormChannelStats>& stats,
-                const float* scale, std::vector<float>* dot,
-                std::vector<float>* sum) {
-  std::vector<float> mean(s.c);
-  std::vector<float> rstd(s.c);
-  for (int64_t ch = 0; ch < s.c; ++ch) {
-    mean[ch] = stats[ch].mean;
-    rstd[ch] = stats[ch].rstd;
+  // out: y or dx (unused by kGradParams).
+  void Run(const float* x, const float* dy, const float* gamma,
+           const float* beta, float* out) {
+    const BatchNormLaneArgs args{
+        pass_,        x,           dy,           gamma,
+        beta,         out,         mean_.data(), var_sum_.data(),
+        rstd_.data(), dot_.data(), sum_.data(),  &Math,
+        this};
+    BatchNormTrainingLanes(c::BiasShape{s_.n, s_.c, s_.spatial}, args,
+                           ActiveCpuIsa(), CpuThreadPool());
   }
-  dot->resize(s.c);
-  sum->resize(s.c);
-  BatchNormGradChainsLanes(c::BiasShape{s.n, s.c, s.spatial}, x, dy,
-                           mean.data(), rstd.data(), scale, dot->data(),
-                           sum->data(), ActiveCpuIsa(), CpuThreadPool());
-}
+
+  const std::vector<float>& mean() const { return mean_; }
+  const std::vector<float>& var_sum() const { return var_sum_; }
+  const std::vector<float>& dot() const { return dot_; }
+  const std::vector<float>& sum() const { return sum_; }
+
+ private:
+  static void Math(void* ctx, BatchNormLaneStep step, int64_t c0,
+                   int64_t count) {
+    auto* self = static_cast<BatchNormTraining*>(ctx);
+    const c::ChannelShape& s = self->s_;
+    const float m = static_cast<float>(s.n * s.spatial);
+    for (int64_t ch = c0; ch < c0 + count; ++ch) {
+      switch (step) {
+        case BatchNormLaneStep::kMean:
+          self->mean_[ch] = c::BatchNormMeanOf(s, self->mean_[ch]);
+          break;
+        case BatchNormLaneStep::kStats:
+          self->rstd_[ch] =
+              c::BatchNormStatsFrom(s, self->mean_[ch], self->var_sum_[ch])
+                  .rstd;
+          break;
+        case BatchNormLaneStep::kChains:
+          if (self->pass_ == BatchNormLanePass::kGradInput) {
+            self->sum_[ch] = self->sum_[ch] / m;
+            self->dot_[ch] = self->dot_[ch] / m;
+          }
+          break;
+      }
+    }
+  }
+
+  const c::ChannelShape s_;
+  const BatchNormLanePass pass_;
+  std::vector<float> mean_, var_sum_, rstd_, dot_, sum_;
+};
 
 // running is in/out: updated in training, read in eval.
 absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
@@ -398,14 +423,17 @@ absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
         });
     return absl::OkStatus();
   }
-  const std::vector<c::BatchNormChannelStats> stats = TrainingStats(s, x);
-  ParallelForBlocks(CpuThreadPool(), s.c, ChannelBlock(s),
-                    [&](int64_t b, int64_t e) {
-                      for (int64_t ch = b; ch < e; ++ch) {
-                        c::BatchNormApplyChannel(s, x, gamma, beta, y, running,
-                                                 ch, stats[ch]);
-                      }
-                    });
+  // y on the lane kernels, then the running statistics as
+  // BatchNormApplyChannel updates them.
+  BatchNormTraining bn(s, BatchNormLanePass::kForward);
+  bn.Run(x, nullptr, gamma, beta, y);
+  const float m = static_cast<float>(s.n * s.spatial);
+  const float keep = 1.0f - s.momentum;
+  for (int64_t ch = 0; ch < s.c; ++ch) {
+    const float unbiased = bn.var_sum()[ch] / (m - 1.0f);
+    running[ch] = keep * running[ch] + s.momentum * bn.mean()[ch];
+    running[s.c + ch] = keep * running[s.c + ch] + s.momentum * unbiased;
+  }
   return absl::OkStatus();
 }
 
@@ -434,16 +462,8 @@ absl::Status BatchNormGradInputKernel(absl::Span<const Tensor> in,
         });
     return absl::OkStatus();
   }
-  const std::vector<c::BatchNormChannelStats> stats = TrainingStats(s, x);
-  std::vector<float> dot_gx, sum_g;
-  GradChains(s, x, dy, stats, gamma, &dot_gx, &sum_g);
-  ParallelForBlocks(
-      CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
-        for (int64_t ch = b; ch < e; ++ch) {
-          c::BatchNormGradInputApplyChannel(s, x, gamma, dy, dx, ch, stats[ch],
-                                            sum_g[ch], dot_gx[ch]);
-        }
-      });
+  BatchNormTraining(s, BatchNormLanePass::kGradInput)
+      .Run(x, dy, gamma, nullptr, dx);
   return absl::OkStatus();
 }
 
@@ -477,11 +497,11 @@ absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
     return absl::OkStatus();
   }
   // dgamma: the dot of (dy, xhat); dbeta: the sum of dy.
-  std::vector<float> dot, sum;
-  GradChains(s, x, dy, TrainingStats(s, x), /*scale=*/nullptr, &dot, &sum);
+  BatchNormTraining bn(s, BatchNormLanePass::kGradParams);
+  bn.Run(x, dy, nullptr, nullptr, nullptr);
   for (int64_t ch = 0; ch < s.c; ++ch) {
-    dgamma[ch] = c::norm_internal::CanonicalNanOf(dot[ch]);
-    dbeta[ch] = c::norm_internal::CanonicalNanOf(sum[ch]);
+    dgamma[ch] = c::norm_internal::CanonicalNanOf(bn.dot()[ch]);
+    dbeta[ch] = c::norm_internal::CanonicalNanOf(bn.sum()[ch]);
   }
   return absl::OkStatus();
 }
