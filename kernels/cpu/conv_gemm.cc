@@ -370,10 +370,19 @@ c::MatMulShape RowMajor(int64_t rows, int64_t cols, int64_t depth) {
 // in place from a zero-padded (for grad_input also zero-stuffed) copy of x
 // or dy, a row start per output and an offset per reduction step
 // (GemmPacking::a_base, gemm.h), with the output channels (or input
-// channels) as the micro-kernel's vector lanes. Used where those channels
-// fill the lanes (kIndirectMinLanes or more); the terms and their order
-// are those of the packed paths, so are the bits.
-constexpr int64_t kIndirectMinLanes = 32;
+// channels) as the micro-kernel's vector lanes; the terms and their order
+// are those of the packed paths, so are the bits. Packing a panel costs
+// about a cycle per element for a spatial kernel (a gather of short rows)
+// and much less for a 1 x 1 one (whole rows), while an indirect product
+// computes all 32 lanes of a panel however few channels it has; so every
+// spatial convolution runs indirect, and a 1 x 1 one where its lane
+// channels number kIndirectMinLanes or more (measured on the zoo: LeNet-5's
+// 6-channel convolutions gain a third, MobileNet-v2's narrow pointwise ones
+// lose a few percent indirect).
+constexpr int64_t kIndirectMinLanes = 16;
+bool UseIndirect(const sp::Conv2dShape& s, int64_t lane_channels) {
+  return s.k_h * s.k_w > 1 || lane_channels >= kIndirectMinLanes;
+}
 
 bool AllFinite(const float* v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
@@ -723,7 +732,7 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
     DepthwiseConv2dForward(s, x, w, y, isa, pool);
     return;
   }
-  if (cog >= kIndirectMinLanes) {
+  if (UseIndirect(s, cog)) {
     ForwardIndirect(s, x, w, y, chunk, isa, pool);
     return;
   }
@@ -781,7 +790,7 @@ void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
     DepthwiseConv2dGradWeight(s, x, dy, dw, chunk, isa, pool);
     return;
   }
-  if (cog >= kIndirectMinLanes) {
+  if (UseIndirect(s, cog)) {
     GradWeightIndirect(s, x, dy, dw, chunk, isa, pool);
     return;
   }
@@ -834,7 +843,7 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
       }
     }
   }
-  if (cig >= kIndirectMinLanes) {
+  if (UseIndirect(s, cig)) {
     if ((s.stride_h > 1 || s.stride_w > 1) &&
         AllFinite(wt.data(), s.groups * cig * depth)) {
       GradInputByClass(s, dy, wt.data(), dx, chunk, isa, pool);

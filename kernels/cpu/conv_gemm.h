@@ -17,28 +17,29 @@
 //                falls on padding or a stride hole)
 // The lowered matrices are never materialised. Two ways, the same terms in
 // the same order, so the same bits:
-// - Indirect (when the channels that become the micro-kernel's vector
-//   lanes number 32 or more: c_out / groups for forward and grad_weight,
-//   c_in / groups for grad_input): the products are transposed so those
-//   channels are the columns, and the lowered matrix is the GEMM's A, read
-//   in place (GemmPacking::a_base, gemm.h) from a zero-padded copy of x
-//   (none when x holds every tap) or, for grad_input, from dy spread onto
-//   a zero grid with its stride holes: a row start per output pixel (or
+// - Indirect (every kernel larger than 1 x 1, and 1 x 1 kernels whose
+//   channels on the micro-kernel's vector lanes number 16 or more: c_out /
+//   groups for forward and grad_weight, c_in / groups for grad_input): the
+//   products are transposed so those channels are the columns, and the
+//   lowered matrix is the GEMM's A, read in place (GemmPacking::a_base,
+//   gemm.h) from a zero-padded copy of x (none when x holds every tap) or,
+//   for grad_input, from a padded dy (spread onto a zero grid with its
+//   stride holes, or, with a stride above 1 and finite weights, one product
+//   per stride class without the holes): a row start per output pixel (or
 //   tap) and an offset per reduction step. Nothing of it is packed.
 //     forward      y^T[(n, pix), co] = im2col(x)^T x W^T
 //     grad_input   dx^T[(n, ih, iw), ci] = gather(dy)^T x W'^T
 //     grad_weight  dw^T[(ci, kh, kw), co] = im2col(x) x dy^T (dy packed)
-// - Packed (fewer channels): the GEMM's panel packers (GemmPacked) write
-//   each k block of a packed panel straight from x or dy, with the zeros
-//   at padding taps and stride holes, in the layout the GEMM would have
-//   packed from the lowered matrix; small images are batched as the
-//   columns of one product, each image's outputs written to its own block
-//   of y or dx, one product per thread.
+// - Packed (1 x 1 kernels with fewer channels): the GEMM's panel packers
+//   (GemmPacked) write each k block of a packed panel straight from x or
+//   dy, with the zeros at padding taps and stride holes, in the layout the
+//   GEMM would have packed from the lowered matrix; small images are
+//   batched as the columns of one product, each image's outputs written to
+//   its own block of y or dx, one product per thread.
 // Depthwise convolutions (groups == c_in) skip the GEMM: forward and
 // grad_input with at most 256 terms per output run each output's one-chunk
-// chain directly, vectorised across a row's outputs, and grad_weight runs
-// each output's chunks and tree vectorised across channels
-// (DepthwiseConv2d*, gemm.h).
+// chain directly and grad_weight runs each output's chunks and tree, all
+// vectorised across channels (DepthwiseConv2d*, gemm.h).
 // Scratch memory: the padded x or the dy grid of the indirect paths; the
 // GEMM's packed weights and one slab (at most 1,024 reduction steps) of its
 // other packed panels at a time.

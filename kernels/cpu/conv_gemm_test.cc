@@ -216,6 +216,13 @@ const Case kCases[] = {
     {"indirect 1x1 s1 in place", 2, 33, 5, 6, 40, 1, 1, 0, 0, 0, 0, 1, 1},
     {"indirect 3x3 valid in place", 1, 32, 7, 6, 33, 3, 1, 0, 0, 0, 0, 1, 1},
     {"one pixel", 3, 2, 1, 1, 3, 1, 1, 0, 0, 0, 0, 1, 1},
+    // 1 x 1 kernels with fewer than 16 channels on the lanes' side: the
+    // packed paths (every spatial kernel runs indirect).
+    {"1x1 narrow packed", 20, 5, 5, 6, 7, 1, 1, 0, 0, 0, 0, 1, 1},
+    {"1x1 narrow s2 packed", 3, 6, 9, 9, 10, 1, 2, 0, 0, 0, 0, 1, 1},
+    {"1x1 padded packed", 2, 4, 5, 6, 5, 1, 2, 1, 0, 2, 1, 1, 1},
+    {"1x1 groups packed", 2, 8, 6, 6, 12, 1, 1, 0, 0, 0, 0, 1, 2},
+    {"1x1 rows > 1024 packed", 5, 3, 15, 15, 4, 1, 1, 0, 0, 0, 0, 1, 1},
 };
 
 TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
