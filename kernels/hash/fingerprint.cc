@@ -405,13 +405,15 @@ absl::StatusOr<FingerprintAndStatsResult> FingerprintAndStats(
   StatsTotals totals;
   for (size_t off = 0; off < size; off += kLeafBytes) {
     const size_t len = size - off < kLeafBytes ? size - off : kLeafBytes;
-    AppendLe64(k.hash64(p + off, len), &in);
-    // The leaf is in L2 now; a leaf is exactly one statistics block. While
-    // it is summed, the next leaf is prefetched.
+    // A leaf is exactly one statistics block. While it is read, the next
+    // leaf is prefetched.
     const size_t next = off + len;
     const size_t next_len = size - next < kLeafBytes ? size - next : kLeafBytes;
-    totals.Add(k.block_stats(reinterpret_cast<const float*>(p + off),
-                             len / kF32Size, p + next, next_len));
+    const internal::LeafHashStats h =
+        k.hash_and_stats(reinterpret_cast<const float*>(p + off),
+                         len / kF32Size, p + next, next_len);
+    AppendLe64(h.hash, &in);
+    totals.Add(h.stats);
   }
   FingerprintAndStatsResult r;
   r.fingerprint = Hash128(in);
