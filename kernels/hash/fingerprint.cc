@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -118,13 +117,11 @@ absl::StatusOr<size_t> CheckedByteSize(DtypeCode dtype,
   if (empty) return size_t{0};
   size_t bytes = elem;
   for (int64_t dim : shape) {
-    const uint64_t d = static_cast<uint64_t>(dim);
-    if (bytes > std::numeric_limits<size_t>::max() / d) {
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(dim), &bytes)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("shape: [%s] of %s exceeds the addressable size",
                           absl::StrJoin(shape, ","), DtypeName(dtype)));
     }
-    bytes *= static_cast<size_t>(d);
   }
   return bytes;
 }
