@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -25,10 +24,11 @@ using HashInput = absl::InlinedVector<uint8_t, 1024 + 8 * 256>;
 constexpr size_t kF32Size = 4;
 constexpr size_t kBlockElems = kLeafBytes / kF32Size;
 
-void AppendLe64(uint64_t v, HashInput* out) {
-  for (int i = 0; i < 8; ++i) {
-    out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-  }
+// Writes v as 8 little-endian bytes at out (one store on x86-64); returns
+// the position after them.
+uint8_t* PutLe64(uint64_t v, uint8_t* out) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
+  return out + 8;
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -118,13 +118,11 @@ absl::StatusOr<size_t> CheckedByteSize(DtypeCode dtype,
   if (empty) return size_t{0};
   size_t bytes = elem;
   for (int64_t dim : shape) {
-    const uint64_t d = static_cast<uint64_t>(dim);
-    if (bytes > std::numeric_limits<size_t>::max() / d) {
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(dim), &bytes)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("shape: [%s] of %s exceeds the addressable size",
                           absl::StrJoin(shape, ","), DtypeName(dtype)));
     }
-    bytes *= static_cast<size_t>(d);
   }
   return bytes;
 }
@@ -146,12 +144,20 @@ absl::Status CheckBytes(DtypeCode dtype, absl::Span<const int64_t> shape,
 }
 
 // Appends the header (SPEC.md "Header"); dtype and rank already checked.
-void AppendHeader(DtypeCode dtype, absl::Span<const int64_t> shape,
-                  HashInput* out) {
-  out->push_back(kTensorHeaderTag);
-  out->push_back(static_cast<uint8_t>(dtype));
-  out->push_back(static_cast<uint8_t>(shape.size()));
-  for (int64_t d : shape) AppendLe64(static_cast<uint64_t>(d), out);
+// The input is sized once and written in place: for small tensors the
+// per-byte push_backs cost more than hashing the header.
+size_t HeaderSize(absl::Span<const int64_t> shape) {
+  return 3 + 8 * shape.size();
+}
+
+uint8_t* PutHeader(DtypeCode dtype, absl::Span<const int64_t> shape,
+                   uint8_t* out) {
+  out[0] = kTensorHeaderTag;
+  out[1] = static_cast<uint8_t>(dtype);
+  out[2] = static_cast<uint8_t>(shape.size());
+  out += 3;
+  for (int64_t d : shape) out = PutLe64(static_cast<uint64_t>(d), out);
+  return out;
 }
 
 Fingerprint Hash128(const HashInput& in) {
@@ -333,9 +339,9 @@ absl::StatusOr<std::vector<uint8_t>> EncodeTensorHeader(
     DtypeCode dtype, absl::Span<const int64_t> shape) {
   absl::StatusOr<size_t> size = CheckedByteSize(dtype, shape);
   if (!size.ok()) return size.status();
-  HashInput in;
-  AppendHeader(dtype, shape, &in);
-  return std::vector<uint8_t>(in.begin(), in.end());
+  std::vector<uint8_t> header(HeaderSize(shape));
+  PutHeader(dtype, shape, header.data());
+  return header;
 }
 
 absl::StatusOr<Fingerprint> HashTensorBytes(DtypeCode dtype,
@@ -349,12 +355,11 @@ absl::StatusOr<Fingerprint> HashTensorBytes(DtypeCode dtype,
   }
   const LeafKernels& k = **kernels;
   const auto* p = static_cast<const uint8_t*>(bytes);
-  HashInput in;
-  in.reserve(3 + 8 * shape.size() + 8 * NumLeaves(size));
-  AppendHeader(dtype, shape, &in);
+  HashInput in(HeaderSize(shape) + 8 * NumLeaves(size));
+  uint8_t* out = PutHeader(dtype, shape, in.data());
   for (size_t off = 0; off < size; off += kLeafBytes) {
     const size_t len = size - off < kLeafBytes ? size - off : kLeafBytes;
-    AppendLe64(k.hash64(p + off, len), &in);
+    out = PutLe64(k.hash64(p + off, len), out);
   }
   return Hash128(in);
 }
@@ -399,19 +404,20 @@ absl::StatusOr<FingerprintAndStatsResult> FingerprintAndStats(
   }
   const LeafKernels& k = **kernels;
   const auto* p = static_cast<const uint8_t*>(bytes);
-  HashInput in;
-  in.reserve(3 + 8 * shape.size() + 8 * NumLeaves(size));
-  AppendHeader(dtype, shape, &in);
+  HashInput in(HeaderSize(shape) + 8 * NumLeaves(size));
+  uint8_t* out = PutHeader(dtype, shape, in.data());
   StatsTotals totals;
   for (size_t off = 0; off < size; off += kLeafBytes) {
     const size_t len = size - off < kLeafBytes ? size - off : kLeafBytes;
-    AppendLe64(k.hash64(p + off, len), &in);
-    // The leaf is in L2 now; a leaf is exactly one statistics block. While
-    // it is summed, the next leaf is prefetched.
+    // A leaf is exactly one statistics block. While it is read, the next
+    // leaf is prefetched.
     const size_t next = off + len;
     const size_t next_len = size - next < kLeafBytes ? size - next : kLeafBytes;
-    totals.Add(k.block_stats(reinterpret_cast<const float*>(p + off),
-                             len / kF32Size, p + next, next_len));
+    const internal::LeafHashStats h =
+        k.hash_and_stats(reinterpret_cast<const float*>(p + off),
+                         len / kF32Size, p + next, next_len);
+    out = PutLe64(h.hash, out);
+    totals.Add(h.stats);
   }
   FingerprintAndStatsResult r;
   r.fingerprint = Hash128(in);
@@ -434,10 +440,9 @@ absl::StatusOr<Fingerprint> CombineLeafHashes(
         "leaf_hashes: %d given, a tensor of %d bytes has %d leaves",
         leaf_hashes.size(), size, NumLeaves(size)));
   }
-  HashInput in;
-  in.reserve(3 + 8 * shape.size() + 8 * leaf_hashes.size());
-  AppendHeader(dtype, shape, &in);
-  for (uint64_t h : leaf_hashes) AppendLe64(h, &in);
+  HashInput in(HeaderSize(shape) + 8 * leaf_hashes.size());
+  uint8_t* out = PutHeader(dtype, shape, in.data());
+  for (uint64_t h : leaf_hashes) out = PutLe64(h, out);
   return Hash128(in);
 }
 

@@ -162,8 +162,9 @@ struct FingerprintAndStatsResult {
 };
 
 // HashTensorBytes and ComputeStats in one pass over memory: each 64 KiB leaf
-// is hashed and then, while it is still in cache, its statistics block is
-// accumulated. Results equal the two separate calls. Errors as
+// is read from memory once for both (on the AVX-512 path in one loop; the
+// other paths accumulate its statistics block right after hashing it, while
+// it is in cache). Results equal the two separate calls. Errors as
 // HashTensorBytes, plus INVALID_ARGUMENT when dtype is not float32
 // (statistics are defined for float32 only; hash other tensors with
 // HashTensorBytes).

@@ -1,6 +1,6 @@
 // Internal: the per-leaf work of fingerprinting, one table per instruction
-// set. fingerprint.cc picks a table at run time; nothing else should include
-// this header.
+// set. fingerprint.cc picks a table at run time; nothing else but
+// leaf_kernels_test should include this header.
 //
 // The AVX2 table lives in its own translation unit compiled with -mavx2. That
 // unit must not include any header that defines non-static inline functions
@@ -26,6 +26,12 @@ struct LeafStats {
   int64_t inf_count;
 };
 
+// A leaf's XXH3-64 and its statistics block.
+struct LeafHashStats {
+  uint64_t hash;
+  LeafStats stats;
+};
+
 struct LeafKernels {
   // Name for logs and benchmarks ("baseline", "avx2", "avx512").
   const char* name;
@@ -37,6 +43,12 @@ struct LeafKernels {
   // only (prefetch instructions never fault); prefetch may be null.
   LeafStats (*block_stats)(const float* x, size_t n, const void* prefetch,
                            size_t prefetch_bytes);
+  // Both of the above for one leaf x[0 .. n), n <= 16384: hash64(x, 4 * n)
+  // and block_stats(x, n, prefetch, prefetch_bytes). The AVX-512 kernel reads
+  // the leaf once for both; the others call the two in turn (the leaf is in
+  // cache for the second).
+  LeafHashStats (*hash_and_stats)(const float* x, size_t n,
+                                  const void* prefetch, size_t prefetch_bytes);
 };
 
 // libxxhash's XXH3_64bits (as Debian builds it: SSE2 on x86-64) and scalar

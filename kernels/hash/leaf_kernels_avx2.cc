@@ -157,11 +157,20 @@ LeafStats Avx2BlockStats(const float* x, size_t n, const void* prefetch,
   return LeafStats{Fold(sum), Fold(sum_sq), max_abs, 0, 0};
 }
 
+// Hash, then statistics while the leaf is in cache.
+LeafHashStats Avx2HashAndStats(const float* x, size_t n, const void* prefetch,
+                               size_t prefetch_bytes) {
+  LeafHashStats r;
+  r.hash = Avx2Hash64(x, n * sizeof(float));
+  r.stats = Avx2BlockStats(x, n, prefetch, prefetch_bytes);
+  return r;
+}
+
 }  // namespace
 
 const LeafKernels* Avx2LeafKernels() {
-  static constexpr LeafKernels kKernels = {"avx2", &Avx2Hash64,
-                                           &Avx2BlockStats};
+  static constexpr LeafKernels kKernels = {"avx2", &Avx2Hash64, &Avx2BlockStats,
+                                           &Avx2HashAndStats};
   return &kKernels;
 }
 

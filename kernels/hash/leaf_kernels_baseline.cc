@@ -24,11 +24,21 @@ LeafStats BaselineBlockStats(const float* x, size_t n, const void* /*prefetch*/,
   return LeafStats{p.sum, p.sum_sq, p.max_abs_bits, p.nan_count, p.inf_count};
 }
 
+// Hash, then statistics while the leaf is in cache.
+LeafHashStats BaselineHashAndStats(const float* x, size_t n,
+                                   const void* prefetch,
+                                   size_t prefetch_bytes) {
+  LeafHashStats r;
+  r.hash = BaselineHash64(x, n * sizeof(float));
+  r.stats = BaselineBlockStats(x, n, prefetch, prefetch_bytes);
+  return r;
+}
+
 }  // namespace
 
 const LeafKernels& BaselineLeafKernels() {
-  static constexpr LeafKernels kKernels = {"baseline", &BaselineHash64,
-                                           &BaselineBlockStats};
+  static constexpr LeafKernels kKernels = {
+      "baseline", &BaselineHash64, &BaselineBlockStats, &BaselineHashAndStats};
   return kKernels;
 }
 
