@@ -1,9 +1,26 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace lockstep::kernels {
+namespace {
+
+// A hint to the core that this thread is spinning.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads)
     : num_threads_(num_threads < 1 ? 1 : num_threads) {
@@ -21,6 +38,19 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
+// Calls busy() until it returns false or about kSpinMicros have passed
+// (then the caller sleeps on a condition variable, which decides anyway).
+template <typename Busy>
+void ThreadPool::SpinWhile(const Busy& busy) {
+  constexpr int64_t kSpinMicros = 50;
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+  while (busy()) {
+    for (int i = 0; i < 64 && busy(); ++i) CpuRelax();
+    if (std::chrono::steady_clock::now() > until) return;
+  }
+}
+
 void ThreadPool::RunTasks() {
   for (;;) {
     const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
@@ -32,17 +62,20 @@ void ThreadPool::RunTasks() {
 void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
+    SpinWhile([&] { return posted_.load(std::memory_order_acquire) == seen; });
     {
       std::unique_lock<std::mutex> lock(mu_);
       start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
       ++active_;
+      running_.fetch_add(1, std::memory_order_relaxed);
     }
     RunTasks();
     {
       std::lock_guard<std::mutex> lock(mu_);
       --active_;
+      running_.fetch_sub(1, std::memory_order_release);
     }
     done_cv_.notify_all();
   }
@@ -65,9 +98,11 @@ void ThreadPool::ParallelFor(int64_t num_tasks,
     num_tasks_ = num_tasks;
     next_.store(0, std::memory_order_relaxed);
     ++generation_;
+    posted_.store(generation_, std::memory_order_release);
   }
   start_cv_.notify_all();
   RunTasks();
+  SpinWhile([&] { return running_.load(std::memory_order_acquire) != 0; });
   // Every task has been claimed; wait for the workers that joined this job
   // to finish theirs. A worker that wakes late finds no task left. It may
   // only join while fn_ is still valid, so fn_ is reset under mu_ below

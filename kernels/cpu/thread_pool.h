@@ -45,6 +45,8 @@ class ThreadPool {
  private:
   void WorkerLoop();
   void RunTasks();
+  template <typename Busy>
+  void SpinWhile(const Busy& busy);
 
   const int num_threads_;
   std::vector<std::thread> workers_;
@@ -55,7 +57,13 @@ class ThreadPool {
   std::condition_variable done_cv_;
   uint64_t generation_ = 0;  // guarded by mu_
   int active_ = 0;           // workers inside the current job, guarded by mu_
-  bool stop_ = false;        // guarded by mu_
+  // Mirrors of generation_ and active_ that threads spin on, without mu_,
+  // for a short while before they sleep on a condition variable: a
+  // training step posts hundreds of short jobs, and a wake-up through the
+  // condition variable costs more than many of them.
+  std::atomic<uint64_t> posted_{0};
+  std::atomic<int> running_{0};
+  bool stop_ = false;  // guarded by mu_
   const std::function<void(int64_t)>* fn_ = nullptr;
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_{0};
