@@ -494,6 +494,30 @@ c::MatMulShape IndirectShape(int64_t rows, int64_t cols, int64_t depth,
   return m;
 }
 
+// One indirect product per group g of `groups`: A = a_base + g * a_group
+// read through rows and taps, B = b + g * b_group (B(p, j) = b[j * m.b_col
+// + p]), C = c + g * c_group through c_rows; the chunks k_bounds, if any.
+void IndirectGroups(int64_t groups, const c::MatMulShape& m,
+                    const float* a_base, int64_t a_group,
+                    const std::vector<int64_t>& rows,
+                    const std::vector<int64_t>& taps,
+                    const std::vector<int64_t>& c_rows, const float* b,
+                    int64_t b_group, float* c, int64_t c_group, int64_t chunk,
+                    CpuIsa isa, ThreadPool* pool,
+                    const int64_t* k_bounds = nullptr, int64_t k_blocks = 0) {
+  for (int64_t g = 0; g < groups; ++g) {
+    GemmPacking packing;
+    packing.a_base = a_base + g * a_group;
+    packing.a_rows = rows.data();
+    packing.a_offsets = taps.data();
+    packing.c_rows = c_rows.data();
+    packing.k_bounds = k_bounds;
+    packing.k_blocks = k_blocks;
+    GemmPacked(m, nullptr, b + g * b_group, c + g * c_group, chunk, packing,
+               isa, pool);
+  }
+}
+
 // forward: y^T[(n, oh, ow), co] = im2col(x)^T x W^T, A read from the
 // zero-padded x.
 void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
@@ -517,15 +541,8 @@ void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
   PixelRows(s.n, 1, pix, s.c_out * pix, 0, 1, &c_rows);
   c::MatMulShape m = IndirectShape(s.n * pix, cog, depth, depth);
   m.c_col = pix;
-  for (int64_t g = 0; g < s.groups; ++g) {
-    GemmPacking packing;
-    packing.a_base = xb + g * cig * hp * wp;
-    packing.a_rows = rows.data();
-    packing.a_offsets = taps.data();
-    packing.c_rows = c_rows.data();
-    GemmPacked(m, nullptr, w + g * cog * depth, y + g * cog * pix, chunk,
-               packing, isa, pool);
-  }
+  IndirectGroups(s.groups, m, xb, cig * hp * wp, rows, taps, c_rows, w,
+                 cog * depth, y, cog * pix, chunk, isa, pool);
 }
 
 // grad_input: dx^T[(n, ih, iw), ci] = gather(dy)^T x W'^T, A read from dy
@@ -561,15 +578,8 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
   PixelRows(s.n, 1, hw, s.c_in * hw, 0, 1, &c_rows);
   c::MatMulShape m = IndirectShape(s.n * hw, cig, depth, depth);
   m.c_col = hw;
-  for (int64_t g = 0; g < s.groups; ++g) {
-    GemmPacking packing;
-    packing.a_base = grid.data() + g * cog * hd * wd;
-    packing.a_rows = rows.data();
-    packing.a_offsets = taps.data();
-    packing.c_rows = c_rows.data();
-    GemmPacked(m, nullptr, wt + g * cig * depth, dx + g * cig * hw, chunk,
-               packing, isa, pool);
-  }
+  IndirectGroups(s.groups, m, grid.data(), cog * hd * wd, rows, taps, c_rows,
+                 wt, cig * depth, dx, cig * hw, chunk, isa, pool);
 }
 
 // grad_input with a stride above 1: the stride holes are left out. A
@@ -660,17 +670,9 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
       c::MatMulShape m = IndirectShape(static_cast<int64_t>(rows.size()), cig,
                                        depth_kept, depth_kept);
       m.c_col = hw;
-      for (int64_t g = 0; g < s.groups; ++g) {
-        GemmPacking packing;
-        packing.a_base = grid.data() + g * cog * gh * gw;
-        packing.a_rows = rows.data();
-        packing.a_offsets = taps.data();
-        packing.c_rows = c_rows.data();
-        packing.k_bounds = bounds.data();
-        packing.k_blocks = chunks;
-        GemmPacked(m, nullptr, wk.data() + g * cig * depth_kept,
-                   dx + g * cig * hw, chunk, packing, isa, pool);
-      }
+      IndirectGroups(s.groups, m, grid.data(), cog * gh * gw, rows, taps,
+                     c_rows, wk.data(), cig * depth_kept, dx, cig * hw, chunk,
+                     isa, pool, bounds.data(), chunks);
     }
   }
 }

@@ -126,6 +126,26 @@ struct XentScalarExpRow {
   }
 };
 
+// SoftmaxRowStatsOf with the exps kept: out[j] = CanonicalExp(row[j] - max)
+// by exp_row, summed through the same chain (the same bits).
+template <typename ExpRow>
+LS_HD_INLINE SoftmaxRowStats SoftmaxRowExpsOnce(const float* row, int64_t c,
+                                                float* out,
+                                                const ExpRow& exp_row) {
+  float m = row[0];
+  for (int64_t j = 1; j < c; ++j) {
+    if (row[j] > m) m = row[j];
+  }
+  for (int64_t j = 0; j < c; ++j) out[j] = row[j] - m;
+  exp_row(out, c);
+  GatherChain chain;
+  for (int64_t j = 0; j < c; ++j) chain.Add(out[j]);
+  SoftmaxRowStats st;
+  st.max = m;
+  st.sum = chain.Finish();
+  return st;
+}
+
 // SoftmaxXentGradRow with each exp computed once: the row's x - max, then
 // its exps, wait in the output row between the sum and the outputs. The
 // same operations on the same values in the same order, so the same bits;
@@ -138,15 +158,7 @@ LS_HD_INLINE void SoftmaxXentGradRowOnce(const SoftmaxShape& s,
                                          const ExpRow& exp_row = {}) {
   const float* row = logits + i * s.c;
   float* out = dlogits + i * s.c;
-  float m = row[0];
-  for (int64_t j = 1; j < s.c; ++j) {
-    if (row[j] > m) m = row[j];
-  }
-  for (int64_t j = 0; j < s.c; ++j) out[j] = row[j] - m;
-  exp_row(out, s.c);
-  GatherChain chain;
-  for (int64_t j = 0; j < s.c; ++j) chain.Add(out[j]);
-  const float sum = chain.Finish();
+  const float sum = SoftmaxRowExpsOnce(row, s.c, out, exp_row).sum;
   for (int64_t j = 0; j < s.c; ++j) {
     const float p = out[j] / sum;
     const float t = (j == labels[i]) ? p - 1.0f : p;
@@ -164,16 +176,9 @@ LS_HD_INLINE float SoftmaxXentExampleLossOnce(const SoftmaxShape& s,
                                               float* scratch,
                                               const ExpRow& exp_row = {}) {
   const float* row = logits + i * s.c;
-  float m = row[0];
-  for (int64_t j = 1; j < s.c; ++j) {
-    if (row[j] > m) m = row[j];
-  }
-  for (int64_t j = 0; j < s.c; ++j) scratch[j] = row[j] - m;
-  exp_row(scratch, s.c);
-  GatherChain chain;
-  for (int64_t j = 0; j < s.c; ++j) chain.Add(scratch[j]);
-  const float z = row[labels[i]] - m;
-  return CanonicalLog(chain.Finish()) - z;
+  const SoftmaxRowStats st = SoftmaxRowExpsOnce(row, s.c, scratch, exp_row);
+  const float z = row[labels[i]] - st.max;
+  return CanonicalLog(st.sum) - z;
 }
 
 LS_HD_INLINE void SoftmaxXentGrad(const SoftmaxShape& s, const float* logits,
