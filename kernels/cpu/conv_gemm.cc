@@ -426,31 +426,6 @@ void SpreadPlanes(const float* src, int64_t planes, int64_t h, int64_t w,
   ParallelFor(pool, planes, plane);
 }
 
-// The planes an indirect forward or grad_weight reads x from, hp x wp
-// each, holding every tap: tap (oh, kh) is row oh * sh + kh * dh. Returns
-// the floats of a padded copy, or 0 when x itself holds every tap (no
-// padding on the top and left, none read past the bottom and right): then
-// hp x wp are x's own planes.
-int64_t PaddedInputSize(const sp::Conv2dShape& s, int64_t* hp, int64_t* wp) {
-  *hp = (sp::Conv2dOutH(s) - 1) * s.stride_h + (s.k_h - 1) * s.dilation_h + 1;
-  *wp = (sp::Conv2dOutW(s) - 1) * s.stride_w + (s.k_w - 1) * s.dilation_w + 1;
-  if (s.pad_top == 0 && s.pad_left == 0 && *hp <= s.h && *wp <= s.w) {
-    *hp = s.h;
-    *wp = s.w;
-    return 0;
-  }
-  return s.n * s.c_in * *hp * *wp;
-}
-
-// x itself (PaddedInputSize gave 0), or its zero-padded copy in xp.
-const float* PadInput(const sp::Conv2dShape& s, const float* x, int64_t hp,
-                      int64_t wp, float* xp, ThreadPool* pool) {
-  if (hp == s.h && wp == s.w && s.pad_top == 0 && s.pad_left == 0) return x;
-  SpreadPlanes(x, s.n * s.c_in, s.h, s.w, 1, 1, s.pad_top, s.pad_left, hp, wp,
-               xp, pool);
-  return xp;
-}
-
 // The output pixels of a batch as rows: start = image * image_stride +
 // oh * row_step + ow * col_step.
 void PixelRows(int64_t n, int64_t out_h, int64_t out_w, int64_t image_stride,
@@ -480,6 +455,50 @@ void TapOffsets(int64_t channels, int64_t k_h, int64_t k_w, int64_t plane,
     }
   }
 }
+
+// x as the indirect forward and grad_weight read it: hp x wp planes
+// holding every tap (tap (oh, kh) is row oh * sh + kh * dh), a zero-padded
+// copy, or x itself when x holds every tap (no padding on the top and
+// left, none read past the bottom and right); each output pixel's start
+// (*pixels) and each tap's offset (*taps) in them.
+class IndirectInput {
+ public:
+  IndirectInput(const sp::Conv2dShape& s, const float* x, ThreadPool* pool,
+                std::vector<int64_t>* pixels, std::vector<int64_t>* taps)
+      : copy_(CopySize(s, &hp_, &wp_)), planes_(x) {
+    if (!in_place_) {
+      SpreadPlanes(x, s.n * s.c_in, s.h, s.w, 1, 1, s.pad_top, s.pad_left, hp_,
+                   wp_, copy_.data(), pool);
+      planes_ = copy_.data();
+    }
+    PixelRows(s.n, sp::Conv2dOutH(s), sp::Conv2dOutW(s), s.c_in * plane(),
+              s.stride_h * wp_, s.stride_w, pixels);
+    TapOffsets(s.c_in / s.groups, s.k_h, s.k_w, plane(), s.dilation_h * wp_,
+               s.dilation_w, taps);
+  }
+
+  // Group g's first plane.
+  const float* group(const sp::Conv2dShape& s, int64_t g) const {
+    return planes_ + g * (s.c_in / s.groups) * plane();
+  }
+  int64_t plane() const { return hp_ * wp_; }
+
+ private:
+  int64_t CopySize(const sp::Conv2dShape& s, int64_t* hp, int64_t* wp) {
+    *hp = (sp::Conv2dOutH(s) - 1) * s.stride_h + (s.k_h - 1) * s.dilation_h + 1;
+    *wp = (sp::Conv2dOutW(s) - 1) * s.stride_w + (s.k_w - 1) * s.dilation_w + 1;
+    in_place_ = s.pad_top == 0 && s.pad_left == 0 && *hp <= s.h && *wp <= s.w;
+    if (!in_place_) return s.n * s.c_in * *hp * *wp;
+    *hp = s.h;
+    *wp = s.w;
+    return 0;
+  }
+
+  int64_t hp_ = 0, wp_ = 0;
+  bool in_place_ = false;
+  Floats copy_;
+  const float* planes_;
+};
 
 // A product of `rows` x `cols`, depth `depth`, with an indirect A and B
 // given as B(p, j) = b[j * b_col + p].
@@ -528,21 +547,15 @@ void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
   const int64_t cig = s.c_in / s.groups;
   const int64_t cog = s.c_out / s.groups;
   const int64_t depth = cig * s.k_h * s.k_w;
-  int64_t hp = 0, wp = 0;
-  const Floats xp(PaddedInputSize(s, &hp, &wp));
-  const float* xb = PadInput(s, x, hp, wp, xp.data(), pool);
   std::vector<int64_t>& rows = Table(0);
   std::vector<int64_t>& taps = Table(1);
   std::vector<int64_t>& c_rows = Table(2);
-  PixelRows(s.n, out_h, out_w, s.c_in * hp * wp, s.stride_h * wp, s.stride_w,
-            &rows);
-  TapOffsets(cig, s.k_h, s.k_w, hp * wp, s.dilation_h * wp, s.dilation_w,
-             &taps);
+  const IndirectInput in(s, x, pool, &rows, &taps);
   PixelRows(s.n, 1, pix, s.c_out * pix, 0, 1, &c_rows);
   c::MatMulShape m = IndirectShape(s.n * pix, cog, depth, depth);
   m.c_col = pix;
-  IndirectGroups(s.groups, m, xb, cig * hp * wp, rows, taps, c_rows, w,
-                 cog * depth, y, cog * pix, chunk, isa, pool);
+  IndirectGroups(s.groups, m, in.group(s, 0), cig * in.plane(), rows, taps,
+                 c_rows, w, cog * depth, y, cog * pix, chunk, isa, pool);
 }
 
 // grad_input: dx^T[(n, ih, iw), ci] = gather(dy)^T x W'^T, A read from dy
@@ -688,15 +701,9 @@ void GradWeightIndirect(const sp::Conv2dShape& s, const float* x,
   const int64_t cig = s.c_in / s.groups;
   const int64_t cog = s.c_out / s.groups;
   const int64_t taps_n = cig * s.k_h * s.k_w;
-  int64_t hp = 0, wp = 0;
-  const Floats xp(PaddedInputSize(s, &hp, &wp));
-  const float* xb = PadInput(s, x, hp, wp, xp.data(), pool);
   std::vector<int64_t>& taps = Table(0);
   std::vector<int64_t>& steps = Table(1);
-  TapOffsets(cig, s.k_h, s.k_w, hp * wp, s.dilation_h * wp, s.dilation_w,
-             &taps);
-  PixelRows(s.n, out_h, out_w, s.c_in * hp * wp, s.stride_h * wp, s.stride_w,
-            &steps);
+  const IndirectInput in(s, x, pool, &steps, &taps);
   const TapRanges ow_range(s.w, out_w, s.k_w, s.stride_w, s.pad_left,
                            s.dilation_w);
   c::MatMulShape m = IndirectShape(taps_n, cog, s.n * pix, 0);
@@ -707,7 +714,7 @@ void GradWeightIndirect(const sp::Conv2dShape& s, const float* x,
         &s,       x + g * cig * s.h * s.w, dy + g * cog * pix, out_h, out_w,
         &ow_range};
     GemmPacking packing;
-    packing.a_base = xb + g * cig * hp * wp;
+    packing.a_base = in.group(s, g);
     packing.a_rows = taps.data();
     packing.a_offsets = steps.data();
     packing.pack_b = &GradWeightOperands::PackDy;
