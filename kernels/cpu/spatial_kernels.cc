@@ -13,8 +13,6 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
-#include "kernels/canonical/gather.h"
-#include "kernels/canonical/hd.h"
 #include "kernels/cpu/atomic_float.h"
 #include "kernels/cpu/conv_gemm.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -319,10 +317,9 @@ absl::Status GlobalAvgPoolGradKernel(absl::Span<const Tensor> in,
 }
 
 // Bilinear resize with each axis's taps computed once per call instead of
-// once per element: the same BilinearAxis and BilinearTapWeight values, the
-// same terms in the same order through the same chain, so the bits of
-// kernels/spatial/resize_bilinear.h's element functions. Planes run on the
-// pool.
+// once per element: the spec's ResizeBilinearForwardAt / GradAt (which its
+// element functions call) fed the same BilinearAxis values from tables, so
+// the same bits. Planes run on the pool.
 struct BilinearAxisTable {
   std::vector<sp::BilinearAxisTaps> taps;  // per output coordinate
   // Per input coordinate i: the first output whose tap i0 >= i - 1 (the
@@ -338,77 +335,48 @@ struct BilinearAxisTable {
   }
 };
 
-constexpr int64_t kMinParallelResizeElements = int64_t{1} << 14;
+// plane(p) for every plane p of x / dx, on the pool when big enough.
+template <typename Plane>
+void ForEachResizePlane(const sp::ResizeBilinearShape& s, ThreadPool* pool,
+                        const Plane& plane) {
+  constexpr int64_t kMinParallelElements = int64_t{1} << 14;
+  if (sp::ResizeBilinearOutputSize(s) < kMinParallelElements) pool = nullptr;
+  ParallelFor(pool, s.n * s.c, plane);
+}
 
 void ResizeBilinearForwardTables(const sp::ResizeBilinearShape& s,
                                  const float* x, float* y, ThreadPool* pool) {
   const BilinearAxisTable rows(s.in_h, s.out_h);
   const BilinearAxisTable cols(s.in_w, s.out_w);
-  auto plane = [&](int64_t p) {
+  ForEachResizePlane(s, pool, [&](int64_t p) {
     const float* xp = x + p * s.in_h * s.in_w;
     float* yp = y + p * s.out_h * s.out_w;
     for (int64_t oh = 0; oh < s.out_h; ++oh) {
-      const sp::BilinearAxisTaps& ty = rows.taps[oh];
-      const float* r0 = xp + ty.i0 * s.in_w;
-      const float* r1 = xp + ty.i1 * s.in_w;
       for (int64_t ow = 0; ow < s.out_w; ++ow) {
-        const sp::BilinearAxisTaps& tx = cols.taps[ow];
-        float acc = 0.0f;
-        acc = canonical::LsFma(sp::BilinearTapWeight(ty.l0, tx.l0), r0[tx.i0],
-                               acc);
-        acc = canonical::LsFma(sp::BilinearTapWeight(ty.l0, tx.l1), r0[tx.i1],
-                               acc);
-        acc = canonical::LsFma(sp::BilinearTapWeight(ty.l1, tx.l0), r1[tx.i0],
-                               acc);
-        acc = canonical::LsFma(sp::BilinearTapWeight(ty.l1, tx.l1), r1[tx.i1],
-                               acc);
-        yp[oh * s.out_w + ow] = acc;
+        yp[oh * s.out_w + ow] =
+            sp::ResizeBilinearForwardAt(s, xp, rows.taps[oh], cols.taps[ow]);
       }
     }
-  };
-  if (sp::ResizeBilinearOutputSize(s) < kMinParallelResizeElements) {
-    pool = nullptr;
-  }
-  ParallelFor(pool, s.n * s.c, plane);
+  });
 }
 
 void ResizeBilinearGradTables(const sp::ResizeBilinearShape& s, const float* dy,
                               float* dx, ThreadPool* pool) {
   const BilinearAxisTable rows(s.in_h, s.out_h);
   const BilinearAxisTable cols(s.in_w, s.out_w);
-  auto plane = [&](int64_t p) {
+  auto row_taps = [&](int64_t oh) { return rows.taps[oh]; };
+  auto col_taps = [&](int64_t ow) { return cols.taps[ow]; };
+  ForEachResizePlane(s, pool, [&](int64_t p) {
     const float* dyp = dy + p * s.out_h * s.out_w;
     float* dxp = dx + p * s.in_h * s.in_w;
     for (int64_t ih = 0; ih < s.in_h; ++ih) {
       for (int64_t iw = 0; iw < s.in_w; ++iw) {
-        canonical::GatherChain chain;
-        for (int64_t oh = rows.first_reader[ih]; oh < s.out_h; ++oh) {
-          const sp::BilinearAxisTaps& ty = rows.taps[oh];
-          if (ty.i0 > ih) break;
-          const bool row0 = ty.i0 == ih;
-          const bool row1 = ty.i1 == ih;
-          if (!row0 && !row1) continue;
-          for (int64_t ow = cols.first_reader[iw]; ow < s.out_w; ++ow) {
-            const sp::BilinearAxisTaps& tx = cols.taps[ow];
-            if (tx.i0 > iw) break;
-            const bool col0 = tx.i0 == iw;
-            const bool col1 = tx.i1 == iw;
-            if (!col0 && !col1) continue;
-            const float g = dyp[oh * s.out_w + ow];
-            if (row0 && col0) chain.Fma(g, sp::BilinearTapWeight(ty.l0, tx.l0));
-            if (row0 && col1) chain.Fma(g, sp::BilinearTapWeight(ty.l0, tx.l1));
-            if (row1 && col0) chain.Fma(g, sp::BilinearTapWeight(ty.l1, tx.l0));
-            if (row1 && col1) chain.Fma(g, sp::BilinearTapWeight(ty.l1, tx.l1));
-          }
-        }
-        dxp[ih * s.in_w + iw] = chain.Finish();
+        dxp[ih * s.in_w + iw] =
+            sp::ResizeBilinearGradAt(s, dyp, ih, iw, rows.first_reader[ih],
+                                     cols.first_reader[iw], row_taps, col_taps);
       }
     }
-  };
-  if (sp::ResizeBilinearOutputSize(s) < kMinParallelResizeElements) {
-    pool = nullptr;
-  }
-  ParallelFor(pool, s.n * s.c, plane);
+  });
 }
 
 absl::Status ResizeForwardKernel(absl::Span<const Tensor> in,

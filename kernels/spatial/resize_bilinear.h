@@ -34,8 +34,8 @@
 
 #include <cstdint>
 
-#include "kernels/canonical/hd.h"
 #include "kernels/canonical/gather.h"
+#include "kernels/canonical/hd.h"
 
 namespace lockstep::spatial {
 
@@ -104,16 +104,11 @@ LS_HD_INLINE int64_t BilinearFirstOutputAtOrAfter(int64_t in, int64_t out,
   return lo;
 }
 
-// y[index], index = ((n * C + c) * OH + oh) * OW + ow.
-LS_HD_INLINE float ResizeBilinearForwardElement(const ResizeBilinearShape& s,
-                                                const float* x, int64_t index) {
-  const int64_t ow = index % s.out_w;
-  const int64_t rest = index / s.out_w;
-  const int64_t oh = rest % s.out_h;
-  const int64_t plane = rest / s.out_h;
-  const float* xp = x + plane * s.in_h * s.in_w;
-  const BilinearAxisTaps ty = BilinearAxis(s.in_h, s.out_h, oh);
-  const BilinearAxisTaps tx = BilinearAxis(s.in_w, s.out_w, ow);
+// The output with row taps ty and column taps tx, from the input plane xp.
+LS_HD_INLINE float ResizeBilinearForwardAt(const ResizeBilinearShape& s,
+                                           const float* xp,
+                                           const BilinearAxisTaps& ty,
+                                           const BilinearAxisTaps& tx) {
   float acc = 0.0f;
   acc = canonical::LsFma(BilinearTapWeight(ty.l0, tx.l0),
                          xp[ty.i0 * s.in_w + tx.i0], acc);
@@ -126,29 +121,37 @@ LS_HD_INLINE float ResizeBilinearForwardElement(const ResizeBilinearShape& s,
   return acc;
 }
 
-// dx[index], index = ((n * C + c) * IH + ih) * IW + iw.
-LS_HD_INLINE float ResizeBilinearGradElement(const ResizeBilinearShape& s,
-                                             const float* dy, int64_t index) {
-  const int64_t iw = index % s.in_w;
-  const int64_t rest = index / s.in_w;
-  const int64_t ih = rest % s.in_h;
-  const int64_t plane = rest / s.in_h;
-  const float* dyp = dy + plane * s.out_h * s.out_w;
-  // Outputs that can read row ih have i0 in {ih - 1, ih}; they form one
-  // contiguous run because i0 is non-decreasing. Same for columns.
-  const int64_t oh_begin =
-      BilinearFirstOutputAtOrAfter(s.in_h, s.out_h, ih - 1);
-  const int64_t ow_begin =
-      BilinearFirstOutputAtOrAfter(s.in_w, s.out_w, iw - 1);
+// y[index], index = ((n * C + c) * OH + oh) * OW + ow.
+LS_HD_INLINE float ResizeBilinearForwardElement(const ResizeBilinearShape& s,
+                                                const float* x, int64_t index) {
+  const int64_t ow = index % s.out_w;
+  const int64_t rest = index / s.out_w;
+  const int64_t oh = rest % s.out_h;
+  const int64_t plane = rest / s.out_h;
+  return ResizeBilinearForwardAt(s, x + plane * s.in_h * s.in_w,
+                                 BilinearAxis(s.in_h, s.out_h, oh),
+                                 BilinearAxis(s.in_w, s.out_w, ow));
+}
+
+// dx at (ih, iw) from the output-gradient plane dyp: row_taps(oh) and
+// col_taps(ow) give an output's taps (BilinearAxis), oh_begin and ow_begin
+// the first outputs that can read row ih and column iw.
+template <typename RowTaps, typename ColTaps>
+LS_HD_INLINE float ResizeBilinearGradAt(const ResizeBilinearShape& s,
+                                        const float* dyp, int64_t ih,
+                                        int64_t iw, int64_t oh_begin,
+                                        int64_t ow_begin,
+                                        const RowTaps& row_taps,
+                                        const ColTaps& col_taps) {
   canonical::GatherChain chain;
   for (int64_t oh = oh_begin; oh < s.out_h; ++oh) {
-    const BilinearAxisTaps ty = BilinearAxis(s.in_h, s.out_h, oh);
+    const BilinearAxisTaps ty = row_taps(oh);
     if (ty.i0 > ih) break;
     const bool row0 = ty.i0 == ih;
     const bool row1 = ty.i1 == ih;
     if (!row0 && !row1) continue;
     for (int64_t ow = ow_begin; ow < s.out_w; ++ow) {
-      const BilinearAxisTaps tx = BilinearAxis(s.in_w, s.out_w, ow);
+      const BilinearAxisTaps tx = col_taps(ow);
       if (tx.i0 > iw) break;
       const bool col0 = tx.i0 == iw;
       const bool col1 = tx.i1 == iw;
@@ -161,6 +164,23 @@ LS_HD_INLINE float ResizeBilinearGradElement(const ResizeBilinearShape& s,
     }
   }
   return chain.Finish();
+}
+
+// dx[index], index = ((n * C + c) * IH + ih) * IW + iw.
+LS_HD_INLINE float ResizeBilinearGradElement(const ResizeBilinearShape& s,
+                                             const float* dy, int64_t index) {
+  const int64_t iw = index % s.in_w;
+  const int64_t rest = index / s.in_w;
+  const int64_t ih = rest % s.in_h;
+  const int64_t plane = rest / s.in_h;
+  // Outputs that can read row ih have i0 in {ih - 1, ih}; they form one
+  // contiguous run because i0 is non-decreasing. Same for columns.
+  return ResizeBilinearGradAt(
+      s, dy + plane * s.out_h * s.out_w, ih, iw,
+      BilinearFirstOutputAtOrAfter(s.in_h, s.out_h, ih - 1),
+      BilinearFirstOutputAtOrAfter(s.in_w, s.out_w, iw - 1),
+      [&](int64_t oh) { return BilinearAxis(s.in_h, s.out_h, oh); },
+      [&](int64_t ow) { return BilinearAxis(s.in_w, s.out_w, ow); });
 }
 
 // Host loop drivers: every output element, in flat index order.
