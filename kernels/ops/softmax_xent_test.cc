@@ -92,18 +92,25 @@ TEST(SoftmaxXentTest, FollowsWrittenSequenceBitForBit) {
   }
 }
 
+// Random logits in [-6, 6), with a NaN, +Inf and -Inf when there are more
+// than 20.
+std::vector<float> LogitsWithSpecials(const SoftmaxShape& s, uint32_t seed) {
+  std::vector<float> x = RandomFloats(s.n * s.c, seed, -6.0f, 6.0f);
+  if (x.size() > 20) {
+    x[3] = std::numeric_limits<float>::quiet_NaN();
+    x[x.size() - 4] = std::numeric_limits<float>::infinity();
+    x[x.size() / 2] = -std::numeric_limits<float>::infinity();
+  }
+  return x;
+}
+
 // The CPU kernel's rows (each exp once, kept in the output row) follow the
 // same written sequence: the same bits, also with NaN and +-Inf logits.
 TEST(SoftmaxXentTest, GradRowsWithOneExpPerElementGiveTheSameBits) {
   uint32_t seed = 50;
   for (const SoftmaxShape& s : kShapes) {
     SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c=" << s.c);
-    std::vector<float> x = RandomFloats(s.n * s.c, seed++, -6.0f, 6.0f);
-    if (x.size() > 20) {
-      x[3] = std::numeric_limits<float>::quiet_NaN();
-      x[x.size() - 4] = std::numeric_limits<float>::infinity();
-      x[x.size() / 2] = -std::numeric_limits<float>::infinity();
-    }
+    const std::vector<float> x = LogitsWithSpecials(s, seed++);
     const std::vector<int32_t> y = RandomLabels(s.n, s.c, seed++);
     std::vector<float> want(x.size()), got(x.size(), 7.0f);
     SoftmaxXentGrad(s, x.data(), y.data(), want.data());
@@ -120,12 +127,7 @@ TEST(SoftmaxXentTest, LossesWithOneExpPerElementGiveTheSameBits) {
   uint32_t seed = 70;
   for (const SoftmaxShape& s : kShapes) {
     SCOPED_TRACE(::testing::Message() << "n=" << s.n << " c=" << s.c);
-    std::vector<float> x = RandomFloats(s.n * s.c, seed++, -6.0f, 6.0f);
-    if (x.size() > 20) {
-      x[3] = std::numeric_limits<float>::quiet_NaN();
-      x[x.size() - 4] = std::numeric_limits<float>::infinity();
-      x[x.size() / 2] = -std::numeric_limits<float>::infinity();
-    }
+    const std::vector<float> x = LogitsWithSpecials(s, seed++);
     const std::vector<int32_t> y = RandomLabels(s.n, s.c, seed++);
     std::vector<float> want(s.n), got(s.n), scratch(s.c, 7.0f);
     for (int64_t i = 0; i < s.n; ++i) {
