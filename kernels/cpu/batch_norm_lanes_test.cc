@@ -98,8 +98,17 @@ TEST_F(BatchNormLanesTest, EveryIsaAndThreadCountGivesTheSpecBits) {
   // 600 cross chunk boundaries inside a block). [4, 40, 23, 23] is large
   // enough for the elementwise passes to split over the pool.
   const std::vector<std::vector<int64_t>> shapes = {
-      {3, 37, 7, 9}, {5, 20, 10, 11}, {2, 16, 32, 32}, {150, 24, 2, 2},
-      {300, 9},      {4, 3, 5, 5},    {4, 40, 23, 23}};
+      {3, 37, 7, 9},
+      {5, 20, 10, 11},
+      {2, 16, 32, 32},
+      {150, 24, 2, 2},
+      {300, 9},
+      {4, 3, 5, 5},
+      {4, 40, 23, 23},
+      // Fewer channel blocks than threads: the chains cut into runs of
+      // chunks across the pool (a partial block; runs cut mid-row).
+      {8, 8, 48, 48},
+      {3, 5, 61, 67}};
   uint32_t seed = 1;
   for (const std::vector<int64_t>& shape : shapes) {
     for (const bool specials : {false, true}) {

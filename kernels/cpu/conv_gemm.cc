@@ -422,7 +422,8 @@ void SpreadPlanes(const float* src, int64_t planes, int64_t h, int64_t w,
       }
     }
   };
-  if (planes * hp * wp < kMinParallelFmas) pool = nullptr;
+  // A copy: worth splitting from a few hundred KiB on.
+  if (planes * hp * wp < (int64_t{1} << 15)) pool = nullptr;
   ParallelFor(pool, planes, plane);
 }
 

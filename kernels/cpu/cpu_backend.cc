@@ -226,8 +226,12 @@ absl::Status AddForwardKernel(absl::Span<const Tensor> in,
   const Tensor* t[] = {&in[0], &in[1], &out[0]};
   const absl::string_view names[] = {"a", "b", "y"};
   LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kAddForward, t, names));
-  c::AddForward(in[0].data<float>(), in[1].data<float>(), out[0].data<float>(),
-                in[0].numel());
+  const float* a = in[0].data<float>();
+  const float* b = in[1].data<float>();
+  float* y = out[0].data<float>();
+  ParallelForBlocks(
+      CpuThreadPool(), in[0].numel(), kElementwiseBlock,
+      [&](int64_t i, int64_t e) { c::AddForward(a + i, b + i, y + i, e - i); });
   return absl::OkStatus();
 }
 
@@ -238,12 +242,16 @@ absl::Status AddGradKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   const absl::string_view names[] = {"dy", "da", "db"};
   LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kAddGrad, t, names));
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kAddGrad, in, out));
-  if (in[0].numel() > 0) {
-    std::memcpy(out[0].raw_data(), in[0].raw_data(), in[0].bytes());
-    if (!out[1].SharesStorageWith(out[0])) {
-      std::memcpy(out[1].raw_data(), in[0].raw_data(), in[0].bytes());
-    }
-  }
+  const float* dy = in[0].data<float>();
+  float* da = out[0].data<float>();
+  float* db = out[1].SharesStorageWith(out[0]) ? nullptr : out[1].data<float>();
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementwiseBlock,
+                    [&](int64_t i, int64_t e) {
+                      std::memcpy(da + i, dy + i, (e - i) * sizeof(float));
+                      if (db != nullptr) {
+                        std::memcpy(db + i, dy + i, (e - i) * sizeof(float));
+                      }
+                    });
   return absl::OkStatus();
 }
 
@@ -313,8 +321,12 @@ absl::Status SgdKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   LS_RETURN_IF_ERROR(CheckArity(op::kSgdUpdate, in, 1, out, 1));
   const absl::string_view names[] = {"w"};
   LS_RETURN_IF_ERROR(ValidateOptimizer(op::kSgdUpdate, in[0], out, names, a));
-  c::SgdUpdate(out[0].data<float>(), in[0].data<float>(), in[0].numel(),
-               a.learning_rate);
+  float* w = out[0].data<float>();
+  const float* g = in[0].data<float>();
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementwiseBlock,
+                    [&](int64_t i, int64_t e) {
+                      c::SgdUpdate(w + i, g + i, e - i, a.learning_rate);
+                    });
   return absl::OkStatus();
 }
 
@@ -324,9 +336,14 @@ absl::Status MomentumKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   const absl::string_view names[] = {"w", "v"};
   LS_RETURN_IF_ERROR(
       ValidateOptimizer(op::kMomentumUpdate, in[0], out, names, a));
-  c::MomentumUpdate(out[0].data<float>(), out[1].data<float>(),
-                    in[0].data<float>(), in[0].numel(), a.learning_rate,
-                    a.momentum);
+  float* w = out[0].data<float>();
+  float* v = out[1].data<float>();
+  const float* g = in[0].data<float>();
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementwiseBlock,
+                    [&](int64_t i, int64_t e) {
+                      c::MomentumUpdate(w + i, v + i, g + i, e - i,
+                                        a.learning_rate, a.momentum);
+                    });
   return absl::OkStatus();
 }
 
@@ -337,8 +354,14 @@ absl::Status AdamKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   LS_RETURN_IF_ERROR(ValidateOptimizer(op::kAdamUpdate, in[0], out, names, a));
   const c::AdamScalars s =
       c::AdamScalarsOf(a.learning_rate, a.beta1, a.beta2, a.epsilon, a.step);
-  c::AdamUpdate(s, out[0].data<float>(), out[1].data<float>(),
-                out[2].data<float>(), in[0].data<float>(), in[0].numel());
+  float* w = out[0].data<float>();
+  float* m = out[1].data<float>();
+  float* v = out[2].data<float>();
+  const float* g = in[0].data<float>();
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementwiseBlock,
+                    [&](int64_t i, int64_t e) {
+                      c::AdamUpdate(s, w + i, m + i, v + i, g + i, e - i);
+                    });
   return absl::OkStatus();
 }
 

@@ -125,25 +125,49 @@ class GemmDriver {
     AlignedFloats b_packed(b_whole ? n_panels * k * kNR : buffers * b_slab);
     float* ap = a_packed.get();
     float* bp = b_packed.get();
+    const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
+    // An operand packed whole is cut into tasks of row tiles (column
+    // panels) and, when they are fewer than 4 per thread, ranges of
+    // reduction steps as well: a long reduction over few columns (a
+    // convolution's grad_weight) packs on every thread.
+    auto k_pieces = [&](int64_t units) {
+      int64_t pieces = 1;
+      while (threads > 1 && units * pieces < 4 * threads &&
+             k / (2 * pieces) >= 256) {
+        pieces *= 2;
+      }
+      return pieces;
+    };
     if (a_whole) {
-      auto pack_a = [&](int64_t t) {
-        PackRows(s, a, t, 0, k, ap + t * k * MR);
+      const int64_t pieces = k_pieces(m_tiles);
+      const int64_t step = (k + pieces - 1) / pieces;
+      auto pack_a = [&](int64_t i) {
+        const int64_t t = i / pieces;
+        const int64_t p0 = (i % pieces) * step;
+        const int64_t count = std::min(k, p0 + step) - p0;
+        if (count > 0) PackRows(s, a, t, p0, count, ap + (t * k + p0) * MR);
       };
-      For(pool, m_tiles, pack_a);
+      For(pool, m_tiles * pieces, pack_a);
     }
     if (b_whole) {
-      auto pack_b = [&](int64_t i) {
+      const int64_t pieces = k_pieces(n_panels);
+      const int64_t step = (k + pieces - 1) / pieces;
+      auto pack_b = [&](int64_t task) {
+        const int64_t i = task / pieces;
+        const int64_t p0 = (task % pieces) * step;
+        const int64_t count = std::min(k, p0 + step) - p0;
+        if (count <= 0) return;
         const int64_t j0 = i * kNR;
         const int cols = static_cast<int>(std::min<int64_t>(kNR, n - j0));
+        float* dst = bp + (i * k + p0) * kNR;
         if (packing.pack_b != nullptr) {
-          packing.pack_b(packing.ctx, j0, cols, kNR, 0, k, bp + i * k * kNR);
+          packing.pack_b(packing.ctx, j0, cols, kNR, p0, count, dst);
         } else {
-          PackColumns(s, b, j0, cols, 0, k, bp + i * k * kNR);
+          PackColumns(s, b, j0, cols, p0, count, dst);
         }
       };
-      For(pool, n_panels, pack_b);
+      For(pool, n_panels * pieces, pack_b);
     }
-    const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
     const int64_t per_tile = (tree ? levels : 1) * kSlot;
     // Per (panel, tile): the tree's slots, or the chain carried from one
     // slab to the next.
@@ -234,18 +258,26 @@ class GemmDriver {
                            int64_t p_hi, std::vector<TaskRange>* out) {
       const int64_t nt = t_hi - t_lo;
       const int64_t np = p_hi - p_lo;
-      const int64_t row_blocks = (nt + kRowTilesPerTask - 1) / kRowTilesPerTask;
+      // Fewer panels per task, then fewer row tiles, until there are 4
+      // tasks per thread (or single tiles).
       int64_t panels_per_task = kMaxPanelsPerTask;
-      while (panels_per_task > 1 &&
-             row_blocks * ((np + panels_per_task - 1) / panels_per_task) <
-                 4 * threads) {
+      int64_t tiles_per_task = kRowTilesPerTask;
+      auto tasks = [&] {
+        return ((nt + tiles_per_task - 1) / tiles_per_task) *
+               ((np + panels_per_task - 1) / panels_per_task);
+      };
+      while (panels_per_task > 1 && tasks() < 4 * threads) {
         panels_per_task /= 2;
       }
+      while (threads > 1 && tiles_per_task > 1 && tasks() < 4 * threads) {
+        tiles_per_task /= 2;
+      }
+      const int64_t row_blocks = (nt + tiles_per_task - 1) / tiles_per_task;
       const int64_t panel_blocks = (np + panels_per_task - 1) / panels_per_task;
       for (int64_t task = 0; task < row_blocks * panel_blocks; ++task) {
         TaskRange r;
-        r.t0 = t_lo + (task % row_blocks) * kRowTilesPerTask;
-        r.t1 = std::min<int64_t>(t_hi, r.t0 + kRowTilesPerTask);
+        r.t0 = t_lo + (task % row_blocks) * tiles_per_task;
+        r.t1 = std::min<int64_t>(t_hi, r.t0 + tiles_per_task);
         r.p0 = p_lo + (task / row_blocks) * panels_per_task;
         r.p1 = std::min<int64_t>(p_hi, r.p0 + panels_per_task);
         out->push_back(r);

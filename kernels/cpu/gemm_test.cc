@@ -62,6 +62,9 @@ const Dims kShapes[] = {
     {70, 300, 45},  // the last one large enough for threads
     // Several row blocks x several column panel blocks x several k blocks.
     {200, 520, 150},
+    // Few column panels over a long reduction, and a B reused by several
+    // row super-blocks: operands packed in ranges of k on every thread.
+    {600, 900, 5},
 };
 
 enum class Product { kForward, kGradInput, kGradWeight };

@@ -87,11 +87,18 @@ struct ScalarLanes {
 // vectors: every lane's reduction has the same number of chunks, hence the
 // same tree.
 template <class V>
+struct TreeNodes;
+
+template <class V>
 class VecTree {
  public:
   using T = typename V::T;
-  void Push(T v) {
-    int64_t size = 1;
+  void Push(T v) { PushNode(v, 1); }
+  // Pushes a finished subtree of `size` chunks (a power of two) as Push
+  // would have merged it: exact when the tree's nodes all cover at least
+  // `size` chunks (or `size` is below the last node's, as when a cut-off
+  // tree's nodes are appended in order).
+  void PushNode(T v, int64_t size) {
     while (depth_ > 0 && size_[depth_ - 1] == size) {
       v = V::Add(value_[depth_ - 1], v);
       size *= 2;
@@ -101,6 +108,10 @@ class VecTree {
     size_[depth_] = size;
     ++depth_;
   }
+  // The nodes, as plain data, and back: a tree built over an aligned run of
+  // chunks appended to the tree of the chunks before it.
+  void Save(TreeNodes<V>* out) const;
+  void Append(const TreeNodes<V>& in);
   T Result() const {
     if (depth_ == 0) return V::Zero();
     T acc = value_[depth_ - 1];
@@ -113,6 +124,34 @@ class VecTree {
   int64_t size_[64];
   int depth_ = 0;
 };
+
+// A VecTree's nodes, largest first.
+template <class V>
+struct TreeNodes {
+  int depth;
+  int64_t size[64];
+  float value[64 * V::kWidth];
+};
+
+template <class V>
+void VecTree<V>::Save(TreeNodes<V>* out) const {
+  out->depth = depth_;
+  for (int d = 0; d < depth_; ++d) {
+    alignas(64) float buf[V::kWidth];
+    V::Store(buf, value_[d]);
+    std::memcpy(out->value + d * V::kWidth, buf, sizeof(buf));
+    out->size[d] = size_[d];
+  }
+}
+
+template <class V>
+void VecTree<V>::Append(const TreeNodes<V>& in) {
+  for (int d = 0; d < in.depth; ++d) {
+    alignas(64) float buf[V::kWidth];
+    std::memcpy(buf, in.value + d * V::kWidth, sizeof(buf));
+    PushNode(V::Load(buf), in.size[d]);
+  }
+}
 
 // Lanes [0, lanes) of a vector from p, +0.0f in the others (p is read only
 // there); and the inverse store.
@@ -646,18 +685,23 @@ void AvgPoolGrad(const LanePoolGeometry& g, const float* dy, float* dx,
 // in the canonical (n, spatial) order, and term.Close() after every
 // kLaneChunk terms and after the last (short) chunk. Without kDy, dy is not
 // read and Step gets x twice. With kPartial only lanes [0, lanes) are read;
-// the others get +0.0f.
+// the others get +0.0f. Terms [t0, t1) of the n * spatial only (default:
+// all), t0 a multiple of kLaneChunk: that run of chunks.
 template <class V, bool kDy, bool kPartial, class Term>
 void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
-                  int64_t c0, int lanes, Term& term) {
+                  int64_t c0, int lanes, Term& term, int64_t t0 = 0,
+                  int64_t t1 = -1) {
   using T = typename V::T;
   constexpr int W = V::kWidth;
   const int64_t s = g.spatial;
+  if (t1 < 0) t1 = g.n * s;
+  if (s == 0 || t0 >= t1) return;
   int64_t left = kLaneChunk;  // terms left in the current chunk
-  for (int64_t n = 0; n < g.n; ++n) {
+  for (int64_t n = t0 / s; n * s < t1; ++n) {
     const int64_t offset = (n * g.c + c0) * s;
-    int64_t i = 0;
-    for (; i + W <= s; i += W) {
+    int64_t i = n * s < t0 ? t0 - n * s : 0;
+    const int64_t end = MinI(s, t1 - n * s);
+    for (; i + W <= end; i += W) {
       T rx[W];
       T rd[kDy ? W : 1];
       for (int l = 0; l < W; ++l) {
@@ -680,7 +724,7 @@ void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
         }
       }
     }
-    for (; i < s; ++i) {
+    for (; i < end; ++i) {
       alignas(64) float lx[W];
       alignas(64) float ld[W];
       for (int l = 0; l < W; ++l) {
@@ -698,13 +742,30 @@ void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
   if (left != kLaneChunk) term.Close();
 }
 
+// sum: chain x (BiasGradPlanes' terms).
+template <class V>
+struct SumTerm {
+  using T = typename V::T;
+  static constexpr int kTrees = 1;
+  T acc = V::Zero();
+  VecTree<V> tree;
+  VecTree<V>& Tree(int) { return tree; }
+  void Step(T x, T) { acc = V::Add(acc, x); }
+  void Close() {
+    tree.Push(acc);
+    acc = V::Zero();
+  }
+};
+
 // var_sum: chain fma(d, d), d = x - mean.
 template <class V>
 struct VarSumTerm {
   using T = typename V::T;
+  static constexpr int kTrees = 1;
   T mean;
   T acc = V::Zero();
   VecTree<V> tree;
+  VecTree<V>& Tree(int) { return tree; }
   void Step(T x, T) {
     const T d = V::Sub(x, mean);
     acc = V::Fma(d, d, acc);
@@ -722,10 +783,12 @@ struct GradTerm {
   using T = typename V::T;
   T mean, rstd, scale;
   bool scaled;
+  static constexpr int kTrees = 2;
   T dot = V::Zero();
   T sum = V::Zero();
   VecTree<V> dot_tree;
   VecTree<V> sum_tree;
+  VecTree<V>& Tree(int i) { return i == 0 ? dot_tree : sum_tree; }
   void Step(T x, T dy) {
     const T g = scaled ? V::Mul(dy, scale) : dy;
     sum = V::Add(sum, g);
@@ -922,12 +985,153 @@ void BatchNormTrainingBlock(const LaneBiasGeometry& g,
   }
 }
 
+// The chains of Term over every block of W channels (the last one maybe
+// partial), each block's terms cut into runs of `run_chunks` chunks (a
+// power of two), every (block, run) a task on the pool; then, per block on
+// the calling thread, the runs' trees appended in order (VecTree::Append:
+// the bits of one walk) and finish(c0, lanes, results[Term::kTrees]).
+// init(term, c0, lanes) sets a task's term up.
+template <class V, bool kDy, class Term, class Init, class Finish>
+void ChainsByRuns(const LaneBiasGeometry& g, const float* x, const float* dy,
+                  int64_t run_chunks, ThreadPool* pool, const Init& init,
+                  const Finish& finish) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  constexpr int K = Term::kTrees;
+  const int64_t blocks = (g.c + W - 1) / W;
+  const int64_t total = g.n * g.spatial;
+  const int64_t run_terms = run_chunks * kLaneChunk;
+  const int64_t runs = MaxI(1, (total + run_terms - 1) / run_terms);
+  Scratch<TreeNodes<V>> nodes(blocks * runs * K);
+  auto task = [&](int64_t i) {
+    const int64_t c0 = (i / runs) * W;
+    const int lanes = static_cast<int>(MinI(W, g.c - c0));
+    const int64_t t0 = (i % runs) * run_terms;
+    const int64_t t1 = MinI(total, t0 + run_terms);
+    Term term;
+    init(term, c0, lanes);
+    if (lanes == W) {
+      WalkChannels<V, kDy, false>(g, x, dy, c0, lanes, term, t0, t1);
+    } else {
+      WalkChannels<V, kDy, true>(g, x, dy, c0, lanes, term, t0, t1);
+    }
+    for (int k = 0; k < K; ++k) term.Tree(k).Save(&nodes.get()[i * K + k]);
+  };
+  For(pool, blocks * runs, task);
+  for (int64_t b = 0; b < blocks; ++b) {
+    T results[K];
+    for (int k = 0; k < K; ++k) {
+      VecTree<V> tree;
+      for (int64_t r = 0; r < runs; ++r) {
+        tree.Append(nodes.get()[(b * runs + r) * K + k]);
+      }
+      results[k] = tree.Result();
+    }
+    const int64_t c0 = b * W;
+    finish(c0, static_cast<int>(MinI(W, g.c - c0)), results);
+  }
+}
+
+// op.Run<V>(ch, begin, end) over every (n, channel) run of the elements, in
+// tasks of about kMinParallelElements elements.
+template <class V, class Op>
+void ApplyOverRuns(const LaneBiasGeometry& g, const Op& op, ThreadPool* pool) {
+  const int64_t rows = g.n * g.c;
+  const int64_t per_task = MaxI(1, kMinParallelElements / MaxI(1, g.spatial));
+  auto task = [&](int64_t t) {
+    const int64_t r1 = MinI(rows, (t + 1) * per_task);
+    for (int64_t r = t * per_task; r < r1; ++r) {
+      const int64_t begin = r * g.spatial;
+      op.template Run<V>(r % g.c, begin, begin + g.spatial);
+    }
+  };
+  For(pool, (rows + per_task - 1) / per_task, task);
+}
+
+// BatchNormTrainingBlock's passes, each over every channel at once and on
+// the whole pool: the chains cut into runs of `run_chunks` chunks
+// (ChainsByRuns), the elementwise passes into runs of rows. For fewer
+// channel blocks than the pool has threads (or too few to balance): the
+// same bits as the blocks, with every thread busy.
+template <class V>
+void BatchNormTrainingByRuns(const LaneBiasGeometry& g,
+                             const BatchNormLaneArgs& a, float nan,
+                             int64_t run_chunks, ThreadPool* pool) {
+  using T = typename V::T;
+  auto none = [](auto&, int64_t, int) {};
+  ChainsByRuns<V, false, SumTerm<V>>(g, a.x, nullptr, run_chunks, pool, none,
+                                     [&](int64_t c0, int lanes, const T* r) {
+                                       StoreLanes<V>(a.mean + c0, r[0], lanes);
+                                       a.math(a.ctx, BatchNormLaneStep::kMean,
+                                              c0, lanes);
+                                     });
+  ChainsByRuns<V, false, VarSumTerm<V>>(
+      g, a.x, nullptr, run_chunks, pool,
+      [&](VarSumTerm<V>& term, int64_t c0, int lanes) {
+        term.mean = LoadLanes<V>(a.mean + c0, lanes);
+      },
+      [&](int64_t c0, int lanes, const T* r) {
+        StoreLanes<V>(a.var_sum + c0, r[0], lanes);
+        a.math(a.ctx, BatchNormLaneStep::kStats, c0, lanes);
+      });
+  if (a.pass == BatchNormLanePass::kForward) {
+    const BatchNormApplyOp op{a.x, a.mean, a.rstd, a.gamma, a.beta, a.out, nan};
+    ApplyOverRuns<V>(g, op, pool);
+    return;
+  }
+  const bool input = a.pass == BatchNormLanePass::kGradInput;
+  const float* scale = input ? a.gamma : nullptr;
+  ChainsByRuns<V, true, GradTerm<V>>(
+      g, a.x, a.dy, run_chunks, pool,
+      [&](GradTerm<V>& term, int64_t c0, int lanes) {
+        term.mean = LoadLanes<V>(a.mean + c0, lanes);
+        term.rstd = LoadLanes<V>(a.rstd + c0, lanes);
+        term.scaled = scale != nullptr;
+        term.scale = term.scaled ? LoadLanes<V>(scale + c0, lanes) : V::Zero();
+      },
+      [&](int64_t c0, int lanes, const T* r) {
+        StoreLanes<V>(a.dot + c0, r[0], lanes);
+        StoreLanes<V>(a.sum + c0, r[1], lanes);
+        a.math(a.ctx, BatchNormLaneStep::kChains, c0, lanes);
+      });
+  if (!input) return;
+  const BatchNormGradInputApplyOp op{a.x,   a.dy,  a.mean, a.rstd, a.gamma,
+                                     a.sum, a.dot, a.out,  nan};
+  ApplyOverRuns<V>(g, op, pool);
+}
+
+// Runs of chunks for BatchNormTrainingByRuns when the blocks of W channels
+// leave threads idle, else 0: powers of two, cut until there are about 4
+// tasks per thread (or a run is one chunk).
+template <class V>
+int64_t RunChunksFor(const LaneBiasGeometry& g, ThreadPool* pool) {
+  constexpr int W = V::kWidth;
+  const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
+  const int64_t blocks = (g.c + W - 1) / W;
+  if (threads < 2 || blocks >= 4 * threads ||
+      (blocks >= threads && blocks % threads == 0)) {
+    return 0;
+  }
+  const int64_t chunks = (g.n * g.spatial + kLaneChunk - 1) / kLaneChunk;
+  if (chunks < 2) return 0;
+  int64_t run = 1;
+  while (run < chunks) run *= 2;
+  while (run > 1 && blocks * ((chunks + run - 1) / run) < 4 * threads) {
+    run /= 2;
+  }
+  return run;
+}
+
 // Tasks: blocks of W channels, the last one maybe partial.
 template <class V>
 void BatchNormTraining(const LaneBiasGeometry& g, const BatchNormLaneArgs& a,
                        float nan, ThreadPool* pool) {
   constexpr int W = V::kWidth;
   if (g.n * g.c * g.spatial < kMinParallelElements) pool = nullptr;
+  if (const int64_t run = RunChunksFor<V>(g, pool); run > 0) {
+    BatchNormTrainingByRuns<V>(g, a, nan, run, pool);
+    return;
+  }
   auto task = [&](int64_t t) {
     const int64_t c0 = t * W;
     const int lanes = static_cast<int>(MinI(W, g.c - c0));

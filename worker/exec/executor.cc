@@ -1,6 +1,7 @@
 #include "worker/exec/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <set>
@@ -461,6 +462,19 @@ struct Executor::State {
   absl::Status Optimize();
   absl::Status Emit(const std::string& layer, v1::TensorRole role,
                     absl::string_view op, absl::string_view slot, Tensor& t);
+  // Adds the wall time since `start` to (*options.op_times)[op].
+  void AddOpTime(absl::string_view op,
+                 std::chrono::steady_clock::time_point start) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    auto it = options.op_times->find(op);
+    if (it == options.op_times->end()) {
+      it = options.op_times->emplace(std::string(op), OpTime{}).first;
+    }
+    it->second.seconds += s;
+    ++it->second.calls;
+  }
   absl::Status Call(KernelFn fn, const LayerState& l, absl::string_view op,
                     absl::Span<const Tensor> in, absl::Span<Tensor> out,
                     const OpAttrs& attrs);
@@ -471,7 +485,14 @@ absl::Status Executor::State::Call(KernelFn fn, const LayerState& l,
                                    absl::Span<const Tensor> in,
                                    absl::Span<Tensor> out,
                                    const OpAttrs& attrs) {
-  absl::Status st = fn(in, out, attrs);
+  absl::Status st;
+  if (options.op_times == nullptr) {
+    st = fn(in, out, attrs);
+  } else {
+    const auto start = std::chrono::steady_clock::now();
+    st = fn(in, out, attrs);
+    AddOpTime(op, start);
+  }
   if (!st.ok()) {
     return absl::Status(st.code(),
                         absl::StrFormat("step %d, layer \"%s\", %s: %s", step,
@@ -511,7 +532,9 @@ absl::Status Executor::State::Emit(const std::string& layer,
   if (!capturing) return absl::OkStatus();
   const int mi = manifest_index[index];
   if (mi < 0) return absl::OkStatus();
+  const auto start = std::chrono::steady_clock::now();
   LS_ASSIGN_OR_RETURN(v1::TensorFingerprint fp, FingerprintTensor(t, mi));
+  if (options.op_times != nullptr) AddOpTime(kFingerprintOpTime, start);
   step_hashes.push_back(HashOf(fp));
   if (options.observer) {
     LS_RETURN_IF_ERROR(options.observer(step, manifest.entries(mi), t, fp));

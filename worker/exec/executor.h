@@ -61,6 +61,15 @@ using TensorObserver = std::function<absl::Status(
     const kernels::Tensor& tensor,
     const lockstep::v1::TensorFingerprint& fingerprint)>;
 
+// Accumulated wall time of one op over the calls timed.
+struct OpTime {
+  double seconds = 0;
+  int64_t calls = 0;
+};
+using OpTimes = std::map<std::string, OpTime, std::less<>>;
+// The key under which ExecutorOptions::op_times collects fingerprinting.
+inline constexpr char kFingerprintOpTime[] = "(fingerprint)";
+
 struct ExecutorOptions {
   // The model's weight initialiser (lockstep.v1.Model.initializer; the plan
   // does not carry it). UNSPECIFIED means GLOROT_UNIFORM.
@@ -87,6 +96,12 @@ struct ExecutorOptions {
   // Compute fingerprints at all. Off only for benchmarks (digests are then
   // empty and the observer is not called).
   bool fingerprint = true;
+  // When set, every kernel call's wall time is added to (*op_times)[op]
+  // (the op's registry name, e.g. "conv2d.forward"; the gradient
+  // accumulation's adds under model::kGradAccumulateOp) and each captured
+  // tensor's fingerprint to (*op_times)[kFingerprintOpTime]. For profiling
+  // (step_bench --op_times); costs two clock reads per call. Not owned.
+  OpTimes* op_times = nullptr;
 };
 
 // Which kernel ran for one op.

@@ -280,6 +280,36 @@ TEST(ExecutorTest, FaultInAnUncapturedTensorShowsUpDownstream) {
   EXPECT_EQ(cmp.first->entry.role(), v1::ACTIVATION);
 }
 
+// op_times (step_bench --op_times) counts every kernel call by op and every
+// captured tensor's fingerprint, and changes no bit of the run.
+TEST(ExecutorTest, OpTimesCountKernelCallsAndFingerprints) {
+  const model::ModelPlan plan = testing::ConvResPlan(kBatch);
+  const v1::JobConfig config = testing::BaseConfig(kBatch, 3);
+  OpTimes times;
+  ExecutorOptions options;
+  options.op_times = &times;
+  auto timed = RunModel(plan, config, options);
+  auto plain = RunModel(plan, config);
+  ASSERT_THAT(timed, IsOk());
+  ASSERT_THAT(plain, IsOk());
+  EXPECT_EQ(timed->run_digest, plain->run_digest);
+  const int64_t captured = static_cast<int64_t>(timed->captured_steps.size());
+  ASSERT_GT(captured, 0);
+  ASSERT_EQ(times.count(kFingerprintOpTime), 1u);
+  EXPECT_EQ(times[kFingerprintOpTime].calls,
+            captured * timed->manifest.entries_size());
+  // Every op the run's kernels were chosen for ran once or more per step.
+  ASSERT_FALSE(timed->kernels.empty());
+  for (const KernelChoice& k : timed->kernels) {
+    SCOPED_TRACE(k.op);
+    ASSERT_EQ(times.count(k.op), 1u);
+    EXPECT_GE(times[k.op].calls, 3);
+    EXPECT_EQ(times[k.op].calls % 3, 0);
+    EXPECT_GE(times[k.op].seconds, 0.0);
+  }
+  EXPECT_GE(times.count("conv2d.forward"), 1u);
+}
+
 TEST(ExecutorTest, ObserverSeesManifestOrderAndIndependentFingerprints) {
   const model::ModelPlan plan = testing::ConvResPlan(kBatch);
   v1::JobConfig config = testing::BaseConfig(kBatch, 5);
@@ -521,7 +551,11 @@ TEST(ExecutorTest, GraphElementwiseLayersGradientsMatchFiniteDifferences) {
           name: "mean"
           op: REDUCE
           inputs: [ "h" ]
-          reduce { kind: REDUCE_MEAN axes: [ -1 ] keepdims: true }
+          reduce {
+            kind: REDUCE_MEAN
+            axes: [ -1 ]
+            keepdims: true
+          }
         }
         layers {
           name: "cen"
@@ -561,7 +595,10 @@ TEST(ExecutorTest, GraphElementwiseLayersGradientsMatchFiniteDifferences) {
         layers {
           name: "sum"
           op: REDUCE
-          reduce { kind: REDUCE_SUM axes: [ 1 ] }
+          reduce {
+            kind: REDUCE_SUM
+            axes: [ 1 ]
+          }
         }
         layers {
           name: "erf"
@@ -579,10 +616,8 @@ TEST(ExecutorTest, GraphElementwiseLayersGradientsMatchFiniteDifferences) {
   auto plan =
       model::PlanModel(model, testing::BaseConfig(kBatch, 1), model::Limits());
   ASSERT_THAT(plan, IsOk());
-  EXPECT_EQ(plan->layers[2].output_shape,
-            (std::vector<int64_t>{kBatch, 3, 1}));
-  EXPECT_EQ(plan->layers[8].output_shape,
-            (std::vector<int64_t>{kBatch, 3, 4}));
+  EXPECT_EQ(plan->layers[2].output_shape, (std::vector<int64_t>{kBatch, 3, 1}));
+  EXPECT_EQ(plan->layers[8].output_shape, (std::vector<int64_t>{kBatch, 3, 4}));
   EXPECT_EQ(plan->layers[9].output_shape, (std::vector<int64_t>{kBatch, 4}));
   EXPECT_TRUE(plan->layers[9].batched);
   // No gradient into COMPARE's inputs or WHERE's condition: the manifest

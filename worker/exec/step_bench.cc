@@ -7,6 +7,7 @@
 //
 //   bazel run -c opt //worker/exec:step_bench -- [--threads=1,2] [--steps=10]
 //       [--models=mlp,resnet18_cifar] [--modes=CANONICAL,DETERMINISTIC,DEFAULT]
+//       [--op_times]
 //
 // Lockstep's kernel pool and PyTorch (torch.set_num_threads) run on the same
 // thread count, row by row. Repetitions of the modes are interleaved, the
@@ -50,6 +51,9 @@ ABSL_FLAG(std::string, threads, "1,2",
           "comma-separated thread counts, for Lockstep and PyTorch alike");
 ABSL_FLAG(std::string, modes, "CANONICAL,DETERMINISTIC,DEFAULT",
           "comma-separated determinism modes");
+ABSL_FLAG(bool, op_times, false,
+          "after each row, the first mode's wall time per op of its fastest "
+          "repetition (ms per step, share of the step), largest first");
 ABSL_FLAG(bool, pytorch, true,
           "time PyTorch beside Lockstep when python3-torch is installed");
 
@@ -89,6 +93,7 @@ struct Timing {
   double hash_ms_per_step = 0;  // FingerprintTensor alone, timed apart
   int64_t tensors = 0;
   int64_t bytes = 0;
+  OpTimes ops;  // per op over the timed steps, with --op_times
 };
 
 absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
@@ -105,6 +110,7 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
   o.fingerprint = fingerprint;
   o.keep_fingerprints = false;
   Timing t;
+  if (absl::GetFlag(FLAGS_op_times)) o.op_times = &t.ops;
   if (fingerprint) {
     o.observer = [&t](int step, const v1::ManifestEntry& e,
                       const kernels::Tensor& x,
@@ -130,6 +136,7 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
   for (int s = 0; s < 2; ++s) {  // warm-up
     if (auto r = (*exec)->RunStep(s); !r.ok()) return r.status();
   }
+  t.ops.clear();  // the timed steps only
   const auto start = Clock::now();
   for (int s = 2; s < steps + 2; ++s) {
     if (auto r = (*exec)->RunStep(s); !r.ok()) return r.status();
@@ -140,6 +147,28 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
   t.ms_per_step = ms / steps;
   t.hash_ms_per_step /= steps;
   return t;
+}
+
+// The ops of `t` by wall time, largest first: calls and ms per step, share
+// of the step. Kernels only: the executor's own work between calls is the
+// line "(between kernels)".
+void PrintOpTimes(const Timing& t, int steps) {
+  std::vector<std::pair<std::string, OpTime>> ops(t.ops.begin(), t.ops.end());
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  double timed_ms = 0;
+  for (const auto& [op, time] : ops) {
+    timed_ms += 1e3 * time.seconds / steps;
+  }
+  ops.push_back({"(between kernels)",
+                 OpTime{(t.ms_per_step - timed_ms) * steps / 1e3, 0}});
+  for (const auto& [op, time] : ops) {
+    const double ms = 1e3 * time.seconds / steps;
+    std::printf("    %-34s %8.1f calls %10.3f ms %6.1f%%\n", op.c_str(),
+                static_cast<double>(time.calls) / steps, ms,
+                100.0 * ms / t.ms_per_step);
+  }
 }
 
 bool HaveTorch() {
@@ -322,6 +351,9 @@ int Main() {
           Ratio(first, torch_ms),
           modes.empty() ? 0.0 : 100.0 * best[0].hash_ms_per_step / first);
       std::printf("%s\n", line.c_str());
+      if (absl::GetFlag(FLAGS_op_times) && !modes.empty()) {
+        PrintOpTimes(best[0], steps);
+      }
       std::fflush(stdout);
     }
   }
