@@ -130,33 +130,28 @@ class GemmDriver {
     // panels) and, when they are fewer than 4 per thread, ranges of
     // reduction steps as well: a long reduction over few columns (a
     // convolution's grad_weight) packs on every thread.
-    auto k_pieces = [&](int64_t units) {
+    // pack(unit, first step, steps) for every unit and range.
+    auto pack_whole = [&](int64_t units, const auto& pack) {
       int64_t pieces = 1;
       while (threads > 1 && units * pieces < 4 * threads &&
              k / (2 * pieces) >= 256) {
         pieces *= 2;
       }
-      return pieces;
-    };
-    if (a_whole) {
-      const int64_t pieces = k_pieces(m_tiles);
       const int64_t step = (k + pieces - 1) / pieces;
-      auto pack_a = [&](int64_t i) {
-        const int64_t t = i / pieces;
+      auto task = [&](int64_t i) {
         const int64_t p0 = (i % pieces) * step;
         const int64_t count = std::min(k, p0 + step) - p0;
-        if (count > 0) PackRows(s, a, t, p0, count, ap + (t * k + p0) * MR);
+        if (count > 0) pack(i / pieces, p0, count);
       };
-      For(pool, m_tiles * pieces, pack_a);
+      For(pool, units * pieces, task);
+    };
+    if (a_whole) {
+      pack_whole(m_tiles, [&](int64_t t, int64_t p0, int64_t count) {
+        PackRows(s, a, t, p0, count, ap + (t * k + p0) * MR);
+      });
     }
     if (b_whole) {
-      const int64_t pieces = k_pieces(n_panels);
-      const int64_t step = (k + pieces - 1) / pieces;
-      auto pack_b = [&](int64_t task) {
-        const int64_t i = task / pieces;
-        const int64_t p0 = (task % pieces) * step;
-        const int64_t count = std::min(k, p0 + step) - p0;
-        if (count <= 0) return;
+      pack_whole(n_panels, [&](int64_t i, int64_t p0, int64_t count) {
         const int64_t j0 = i * kNR;
         const int cols = static_cast<int>(std::min<int64_t>(kNR, n - j0));
         float* dst = bp + (i * k + p0) * kNR;
@@ -165,8 +160,7 @@ class GemmDriver {
         } else {
           PackColumns(s, b, j0, cols, p0, count, dst);
         }
-      };
-      For(pool, n_panels * pieces, pack_b);
+      });
     }
     const int64_t per_tile = (tree ? levels : 1) * kSlot;
     // Per (panel, tile): the tree's slots, or the chain carried from one
