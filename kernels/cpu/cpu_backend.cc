@@ -9,10 +9,6 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/isa.h"
@@ -151,35 +147,6 @@ absl::Status BiasAddGradKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
-// c::ReluForward's loop, four elements at a time where SSE2 exists (every
-// x86-64 CPU): ReluElement(x) = x <= 0 ? +0 : x is andnot(x <= 0, x) bit for
-// bit (a NaN compares false and passes with its bits; -0 gives +0).
-void ReluRange(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-#if defined(__SSE2__)
-  const __m128 zero = _mm_setzero_ps();
-  for (; i + 4 <= n; i += 4) {
-    const __m128 v = _mm_loadu_ps(x + i);
-    _mm_storeu_ps(y + i, _mm_andnot_ps(_mm_cmple_ps(v, zero), v));
-  }
-#endif
-  c::ReluForward(x + i, y + i, n - i);
-}
-
-// c::ReluGrad's loop likewise: x > 0 ? dy : +0 is and(x > 0, dy) (NaN x
-// compares false).
-void ReluGradRange(const float* x, const float* dy, float* dx, int64_t n) {
-  int64_t i = 0;
-#if defined(__SSE2__)
-  const __m128 zero = _mm_setzero_ps();
-  for (; i + 4 <= n; i += 4) {
-    const __m128 m = _mm_cmpgt_ps(_mm_loadu_ps(x + i), zero);
-    _mm_storeu_ps(dx + i, _mm_and_ps(m, _mm_loadu_ps(dy + i)));
-  }
-#endif
-  c::ReluGrad(x + i, dy + i, dx + i, n - i);
-}
-
 absl::Status ReluForwardKernel(absl::Span<const Tensor> in,
                                absl::Span<Tensor> out, const OpAttrs&) {
   LS_RETURN_IF_ERROR(CheckArity(op::kReluForward, in, 1, out, 1));
@@ -188,9 +155,11 @@ absl::Status ReluForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kReluForward, t, names));
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
+  // The spec's loop on the lane kernels' vectors (the same bits).
+  const CpuIsa isa = ActiveCpuIsa();
   ParallelForBlocks(
       CpuThreadPool(), in[0].numel(), kElementwiseBlock,
-      [&](int64_t b, int64_t e) { ReluRange(x + b, y + b, e - b); });
+      [&](int64_t b, int64_t e) { ReluLanes(x + b, y + b, e - b, isa); });
   return absl::OkStatus();
 }
 
@@ -203,9 +172,10 @@ absl::Status ReluGradKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
+  const CpuIsa isa = ActiveCpuIsa();
   ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementwiseBlock,
                     [&](int64_t b, int64_t e) {
-                      ReluGradRange(x + b, dy + b, dx + b, e - b);
+                      ReluGradLanes(x + b, dy + b, dx + b, e - b, isa);
                     });
   return absl::OkStatus();
 }

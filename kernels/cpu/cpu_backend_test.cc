@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/graph_ops.h"
 #include "kernels/ops/dense.h"
@@ -181,17 +183,19 @@ TEST_F(CpuBackendTest, ElementwiseOpsThroughRegistry) {
               IsOk());
   EXPECT_TRUE(BitsEqualRounded(V(dr), reference::ReluGrad(x, x)));
 
-  // The vectorised relu loops on the special values, at every offset of a
-  // 4-wide vector and in the scalar tail: the spec's bits (NaN payloads and
-  // signs kept, -0 to +0, subnormals kept).
-  {
+  // The vectorised relu loops on every ISA path, on the special values at
+  // every offset of a vector and in the tail: the spec's bits (NaN payloads
+  // and signs kept, -0 to +0, subnormals kept).
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    SetCpuIsaForTesting(isa);
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const float inf = std::numeric_limits<float>::infinity();
     std::vector<float> xs = {-0.0f, 0.0f,      nan,        -nan, inf,
                              -inf,  0x1p-149f, -0x1p-149f, 2.5f, -2.5f};
     std::vector<float> sx;
     for (int rep = 0; rep < 4; ++rep) sx.insert(sx.end(), xs.begin(), xs.end());
-    sx.push_back(nan);  // 41 elements: a tail of one
+    sx.push_back(nan);  // 41 elements: a tail on every vector width
     const std::vector<float> sdy = SmallInts(sx.size(), 3);
     const int64_t n = static_cast<int64_t>(sx.size());
     std::vector<float> want_y(n), want_dx(n);
@@ -203,6 +207,7 @@ TEST_F(CpuBackendTest, ElementwiseOpsThroughRegistry) {
     ASSERT_THAT(Run("relu.grad", {T({n}, sx), T({n}, sdy)}, {sdx}), IsOk());
     EXPECT_TRUE(BitsEqual(V(sdx), want_dx));
   }
+  SetCpuIsaForTesting(std::nullopt);
 
   Tensor flat = Z({2, 60});
   ASSERT_THAT(Run("flatten", {T({2, 3, 4, 5}, x)}, {flat}), IsOk());

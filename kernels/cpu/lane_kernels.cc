@@ -73,6 +73,15 @@ void CanonicalExpLanes(const float* x, float* y, int64_t n, CpuIsa isa) {
   for (int64_t i = 0; i < n; ++i) y[i] = canonical::CanonicalExp(x[i]);
 }
 
+void ReluLanes(const float* x, float* y, int64_t n, CpuIsa isa) {
+  if (n > 0) KernelsFor(isa).relu(x, y, n);
+}
+
+void ReluGradLanes(const float* x, const float* dy, float* dx, int64_t n,
+                   CpuIsa isa) {
+  if (n > 0) KernelsFor(isa).relu_grad(x, dy, dx, n);
+}
+
 void CanonicalErfLanes(const float* x, float* y, int64_t n, CpuIsa isa) {
   if (n <= 0) return;
   if (auto* erf = KernelsFor(isa).erf; erf != nullptr) {

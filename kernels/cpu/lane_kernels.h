@@ -166,6 +166,11 @@ void BatchNormTrainingLanes(const canonical::BiasShape& s,
 void CanonicalExpLanes(const float* x, float* y, int64_t n, CpuIsa isa);
 // y[i] = canonical::CanonicalErf(x[i]) likewise.
 void CanonicalErfLanes(const float* x, float* y, int64_t n, CpuIsa isa);
+// relu.forward (y may be x) and relu.grad over n elements, the spec's bits,
+// on `isa`'s vectors. On the calling thread.
+void ReluLanes(const float* x, float* y, int64_t n, CpuIsa isa);
+void ReluGradLanes(const float* x, const float* dy, float* dx, int64_t n,
+                   CpuIsa isa);
 
 namespace cpu_internal {
 
@@ -219,6 +224,9 @@ struct LaneKernelSet {
   // CanonicalErf).
   void (*exp)(const float* x, float* y, int64_t n);
   void (*erf)(const float* x, float* y, int64_t n);
+  // relu.forward's and relu.grad's loops (kernels/ops/elementwise.h).
+  void (*relu)(const float* x, float* y, int64_t n);
+  void (*relu_grad)(const float* x, const float* dy, float* dx, int64_t n);
 };
 const LaneKernelSet& LaneKernelsScalar();
 const LaneKernelSet& LaneKernelsAvx2();

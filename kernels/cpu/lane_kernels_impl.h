@@ -1225,6 +1225,42 @@ constexpr MathRowFn MathRowFor() {
   }
 }
 
+// ---------------------------------------------------------------------------
+// relu: y = x <= 0 ? +0 : x (a NaN passes with its bits, -0 gives +0), and
+// dx = x > 0 ? dy : +0 (NaN x gives +0), kernels/ops/elementwise.h.
+// Replaces(+0, x) holds for x > 0 and for NaN x; Replaces(+inf, x) for NaN
+// x only.
+
+template <class V>
+typename V::T ReluOf(typename V::T x) {
+  return V::Select(V::Replaces(V::Zero(), x), V::Zero(), x);
+}
+
+template <class V>
+typename V::T ReluGradOf(typename V::T x, typename V::T dy) {
+  const typename V::T kept =
+      V::Select(V::Replaces(V::Zero(), x), V::Zero(), dy);
+  return V::Select(V::Replaces(V::Set1(__builtin_inff()), x), kept, V::Zero());
+}
+
+template <class V>
+void ReluRow(const float* x, float* y, int64_t n) {
+  constexpr int W = V::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) V::Store(y + i, ReluOf<V>(V::Load(x + i)));
+  for (; i < n; ++i) y[i] = ReluOf<ScalarLanes>(x[i]);
+}
+
+template <class V>
+void ReluGradRow(const float* x, const float* dy, float* dx, int64_t n) {
+  constexpr int W = V::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V::Store(dx + i, ReluGradOf<V>(V::Load(x + i), V::Load(dy + i)));
+  }
+  for (; i < n; ++i) dx[i] = ReluGradOf<ScalarLanes>(x[i], dy[i]);
+}
+
 template <class V>
 const LaneKernelSet& KernelSet() {
   static const LaneKernelSet set = {&BiasGrad<V>,
@@ -1238,7 +1274,9 @@ const LaneKernelSet& KernelSet() {
                                     &BatchNormGradChains<V>,
                                     &BatchNormTraining<V>,
                                     MathRowFor<V, MathFn::kExp>(),
-                                    MathRowFor<V, MathFn::kErf>()};
+                                    MathRowFor<V, MathFn::kErf>(),
+                                    &ReluRow<V>,
+                                    &ReluGradRow<V>};
   return set;
 }
 
