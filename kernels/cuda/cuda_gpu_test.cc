@@ -205,7 +205,8 @@ TEST(CudaGpuFingerprintTest, WarpPathEqualsHostBits) {
     for (float& x : data) x = dist(rng);
     const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
                               std::numeric_limits<float>::infinity(),
-                              -std::numeric_limits<float>::infinity(), -0.0f,
+                              -std::numeric_limits<float>::infinity(),
+                              -0.0f,
                               std::numeric_limits<float>::denorm_min(),
                               -std::numeric_limits<float>::max()};
     for (size_t i = 0; i < data.size(); i += 37) data[i] = specials[i % 6];

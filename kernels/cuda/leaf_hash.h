@@ -9,17 +9,17 @@
 //   CombineLeavesThread): xxh3_portable.h and stats_portable.h called as
 //   they are, byte loads. The reference.
 // - One warp per leaf (LeafHashAndStatsWarp, CombineLeavesWarp, written on
-//   warp.h's abstraction): what the device runs. 16-byte loads, 32 lanes
-//   read 512 consecutive bytes at a time (8 XXH3 stripes of 64 bytes, 4
-//   lanes per stripe). XXH3's large-input accumulation adds every stripe's
-//   contribution to the 8 accumulators modulo 2^64 between two scrambles,
-//   so each lane sums the contributions of its quarter stripes (lane % 4
-//   owns accumulators 2q and 2q + 1), the 8 lanes of a quarter add their
-//   sums by xor-shuffles at the end of each 1 KiB block, and every lane
-//   scrambles its pair; the last partial block and the overlapping last
-//   stripe are added the same way, and the final merge's four products are
-//   added across the quarters. Inputs of at most 240 bytes take XXH3's
-//   short paths in one lane. The statistics keep the definition's order:
+//   warp.h's abstraction): what the device runs. 16-byte loads: 32 lanes
+//   read 512 consecutive bytes (8 XXH3 stripes of 64 bytes, 4 lanes per
+//   stripe), two such rows (one 1 KiB XXH3 block) per step. XXH3's large-input
+//   accumulation adds every stripe's contribution to the 8 accumulators modulo
+//   2^64 between two scrambles, so each lane sums the contributions of its
+//   quarter stripes (lane % 4 owns accumulators 2q and 2q + 1), the 8 lanes of
+//   a quarter add their sums by xor-shuffles at the end of each 1 KiB block,
+//   and every lane scrambles its pair; the last partial block and the
+//   overlapping last stripe are added the same way, and the final merge's four
+//   products are added across the quarters. Inputs of at most 240 bytes take
+//   XXH3's short paths in one lane. The statistics keep the definition's order:
 //   lane L < 16 owns chains 4L .. 4L + 3 and, for each 512 bytes, steps
 //   them through its own 4 floats (row 0) and then lane L + 16's (row 1, by
 //   shuffle), so chain j sees elements j, j + 64, j + 128, ... in order;
@@ -294,20 +294,22 @@ LS_HD_INLINE void ReduceQuarterSums(W& w) {
   }
 }
 
-// XXH3's large-input accumulation (LargeAccumulate) of in[0, len) on one
-// warp, len > 240; every lane ends with its quarter's two accumulators.
-// With `stats`, also the statistics chains over the len / 4 floats.
-// REQUIRES: in 16-byte aligned (device); len a multiple of 4 with stats.
+// One pass of a warp over in[0, len), len >= 1. With `hash` (len > 240):
+// XXH3's large-input accumulation (xxh3_internal::LargeAccumulate), every
+// lane ending with its quarter's two accumulators. With `stats`: the
+// statistics chains over the len / 4 floats. REQUIRES: in 16-byte aligned
+// (device); len a multiple of 4 with stats.
 template <class W>
 LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
-                                  bool stats) {
-  const uint64_t full_blocks = (len - 1) / x::kBlockLen;
+                                  bool hash, bool stats) {
+  const uint64_t full_blocks = hash ? (len - 1) / x::kBlockLen : 0;
   const uint64_t last_len = len - full_blocks * x::kBlockLen;
   // Stripes accumulated with their block's keys: every stripe of the full
   // blocks, then those of the last block but its last (XXH3 treats the
   // input's last 64 bytes as a stripe of their own).
   const uint64_t stripes =
-      full_blocks * x::kStripesPerBlock + (last_len - 1) / x::kStripeLen;
+      hash ? full_blocks * x::kStripesPerBlock + (last_len - 1) / x::kStripeLen
+           : 0;
   const uint64_t rows = (len + kWarpRowBytes - 1) / kWarpRowBytes;
   w.Each([&](int lane, WarpHashLane& s) {
     s.acc[0] = InitialAcc(2 * (lane % 4));
@@ -392,6 +394,7 @@ LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
       });
     }
   }
+  if (!hash) return;
   // The last stripe (the input's last 64 bytes, unaligned in general).
   w.Each([&](int lane, WarpHashLane& s) {
     if (lane < 4) {
@@ -502,16 +505,19 @@ LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
     uint64_t h = 0;
     hash::portable::StatsPartial p = hash::portable::EmptyStatsPartial();
     if (len <= kXxh3ShortMax) {
+      // XXH3's short paths in lane 0; the statistics (at most 60 floats,
+      // one per chain) by the warp's chain owners, as for any leaf:
+      // StatsOfBlock's 128 accumulators in one thread would set the
+      // register budget of the whole kernel.
+      if (stats != nullptr) {
+        wi::LargeAccumulate(w, in, len, false, true);
+        p = wi::FoldStats(w);
+      }
       w.Each([&](int lane, WarpHashLane&) {
-        if (lane != 0) return;
-        h = hash::portable::Xxh3Hash64(in, len);
-        if (stats != nullptr) {
-          p = hash::portable::StatsOfBlock(reinterpret_cast<const float*>(in),
-                                           static_cast<int64_t>(len / 4));
-        }
+        if (lane == 0) h = hash::portable::Xxh3Hash64(in, len);
       });
     } else {
-      wi::LargeAccumulate(w, in, len, stats != nullptr);
+      wi::LargeAccumulate(w, in, len, true, stats != nullptr);
       wi::FinalMerge(w, len, false);
       if (stats != nullptr) p = wi::FoldStats(w);
       w.Each([&](int lane, WarpHashLane& s) {
@@ -552,7 +558,7 @@ LS_HD_INLINE void CombineLeavesWarp(W& w, const unsigned char* input,
     });
   } else {
     w.Each([](int lane, WarpHashLane& s) { wi::LoadKeys(lane, s); });
-    wi::LargeAccumulate(w, input, input_len, false);
+    wi::LargeAccumulate(w, input, input_len, true, false);
     wi::FinalMerge(w, input_len, true);
     w.Each([&](int lane, WarpHashLane& s) {
       if (lane != 0) return;
