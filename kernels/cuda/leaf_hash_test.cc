@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/plan.h"
+#include "kernels/cuda/warp.h"
 #include "kernels/hash/fingerprint.h"
 #include "kernels/hash/stats_portable.h"
 #include "kernels/hash/xxh3_portable.h"
@@ -173,6 +174,31 @@ TEST(LeafHashTest, OddByteSizes) {
                                 EmulateLeafHashes(data.data(), size, {7, 128}))
             .value();
     EXPECT_EQ(got, want) << size << " bytes";
+  }
+}
+
+// The emulated warp's exchange is a simultaneous one: every lane combines
+// with its partner's value from before the call, as __shfl_xor_sync does.
+TEST(EmulatedWarpTest, XorCombineUsesValuesFromBeforeTheCall) {
+  struct Lane {
+    uint64_t v;
+  };
+  EmulatedWarp<Lane> w;
+  w.Each([](int lane, Lane& s) { s.v = uint64_t{1} << lane; });
+  w.XorCombine(
+      1, [](Lane& s) -> uint64_t& { return s.v; },
+      [](uint64_t, uint64_t theirs) { return theirs; });
+  for (int lane = 0; lane < 32; ++lane) {
+    EXPECT_EQ(w.state[lane].v, uint64_t{1} << (lane ^ 1)) << lane;
+  }
+  // A butterfly of sums gives every lane the total.
+  for (int m = 1; m < 32; m *= 2) {
+    w.XorCombine(
+        m, [](Lane& s) -> uint64_t& { return s.v; },
+        [](uint64_t mine, uint64_t theirs) { return mine + theirs; });
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    EXPECT_EQ(w.state[lane].v, 0xffffffffULL) << lane;
   }
 }
 
