@@ -108,5 +108,46 @@ TEST(CudaBackendTest, WithoutADeviceKernelsFailWithTheCudaError) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// Launch configurations the device would refuse are reported before any
+// CUDA call, device or not, naming the field and the limit.
+TEST(CudaBackendTest, BadLaunchConfigsRefusedBeforeTheDevice) {
+  const float data[4] = {1, 2, 3, 4};
+  const std::vector<int64_t> shape = {4};
+  const cuda::LaunchConfig bad_threads{1, 48};
+  const cuda::LaunchConfig bad_blocks{-2, 64};
+  const absl::Status fp =
+      cuda::DeviceFingerprint(hash::DtypeCode::kFloat32, shape, data,
+                              sizeof(data), bad_threads)
+          .status();
+  EXPECT_EQ(fp.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(fp.message(),
+            "DeviceFingerprint: launch config threads_per_block = 48: must be "
+            "a multiple of 32 in [32, 256]");
+  const absl::Status stats =
+      cuda::DeviceFingerprintAndStats(hash::DtypeCode::kFloat32, shape, data,
+                                      sizeof(data), bad_blocks)
+          .status();
+  EXPECT_EQ(stats.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(stats.message(),
+            "DeviceFingerprintAndStats: launch config blocks = -2: must be 0 "
+            "(automatic) or in [1, 2147483647]");
+  uint64_t leaf = 0;
+  EXPECT_EQ(cuda::DeviceLeafHashes(data, sizeof(data), absl::MakeSpan(&leaf, 1),
+                                   {1, 512})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  Tensor x = Tensor::Zeros(DType::kFloat32, {4}).value();
+  std::vector<Tensor> y = {Tensor::Zeros(DType::kFloat32, {4}).value()};
+  const Tensor in[] = {x};
+  const cuda::DeviceCall call =
+      cuda::PlanCanonicalOp(op::kReluForward, in, absl::MakeSpan(y), OpAttrs{})
+          .value();
+  const absl::Status run = cuda::RunOnDevice(call, {1, 1});
+  EXPECT_EQ(run.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(run.message(),
+            "relu.forward: launch config threads_per_block = 1: must be a "
+            "multiple of 32 in [32, 256]");
+}
+
 }  // namespace
 }  // namespace lockstep::kernels

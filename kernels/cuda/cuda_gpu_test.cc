@@ -93,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaGpuTest,
 // The op set v3 graph primitives' edge cases (kernels/graph_op_cases.h):
 // NaN, +-Inf, -0 and subnormals where the spec fixes the result's bits
 // (canonical NaN results, copies), rank 0..4 broadcasting, reductions over
-// 256 terms, at a one-thread grid and a grid larger than the work.
+// 256 terms, at a one-warp grid and a grid larger than the work.
 TEST(CudaGpuGraphTest, GraphEdgeCasesMatchCpuBits) {
   const absl::Status device = CudaDeviceStatus();
   if (!device.ok()) {
@@ -106,7 +106,7 @@ TEST(CudaGpuGraphTest, GraphEdgeCasesMatchCpuBits) {
         RunRegistered(cpu, kCpuBackendName, c);
     ASSERT_TRUE(want.ok()) << c.label << ": " << want.status();
     for (const LaunchConfig& config :
-         {LaunchConfig{1, 1}, LaunchConfig{64, 256}}) {
+         {LaunchConfig{1, 32}, LaunchConfig{64, 256}}) {
       SCOPED_TRACE(absl::StrFormat("%s, %d x %d", c.label, config.blocks,
                                    config.threads_per_block));
       std::vector<Tensor> got = CloneAll(c.outputs);
@@ -182,6 +182,57 @@ TEST(CudaGpuFingerprintTest, DeviceStatisticsEqualHost) {
           << n;
       EXPECT_EQ(got->stats.nan_count, want.stats.nan_count) << n;
       EXPECT_EQ(got->stats.inf_count, want.stats.inf_count) << n;
+    }
+  }
+}
+
+// The warp-per-leaf path around its boundaries (XXH3's short inputs, the
+// 1 KiB block, the 64 KiB leaf, a short last leaf) with NaN, Inf, -0 and
+// subnormals, at 1, 2 and 8 warps per block and grids smaller and larger
+// than the leaf count; statistics compared as bit patterns.
+TEST(CudaGpuFingerprintTest, WarpPathEqualsHostBits) {
+  const absl::Status device = CudaDeviceStatus();
+  if (!device.ok()) {
+    GTEST_SKIP() << "no usable CUDA device, skipping: " << device;
+  }
+  std::mt19937 rng(21);
+  for (uint64_t size :
+       {uint64_t{4}, uint64_t{240}, uint64_t{244}, uint64_t{1024},
+        uint64_t{1028}, hash::kLeafBytes - 4, hash::kLeafBytes,
+        hash::kLeafBytes + 4, (uint64_t{1} << 20) + 12}) {
+    std::vector<float> data(size / 4);
+    std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
+    for (float& x : data) x = dist(rng);
+    const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              -0.0f,
+                              std::numeric_limits<float>::denorm_min(),
+                              -std::numeric_limits<float>::max()};
+    for (size_t i = 0; i < data.size(); i += 37) data[i] = specials[i % 6];
+    const std::vector<int64_t> shape = {static_cast<int64_t>(data.size())};
+    const hash::FingerprintAndStatsResult want =
+        hash::FingerprintAndStats(hash::DtypeCode::kFloat32, shape, data.data(),
+                                  size)
+            .value();
+    for (const LaunchConfig& config :
+         {LaunchConfig{1, 32}, LaunchConfig{40, 64}, LaunchConfig{0, 256}}) {
+      SCOPED_TRACE(absl::StrFormat("%d bytes, %d x %d", size, config.blocks,
+                                   config.threads_per_block));
+      absl::StatusOr<hash::Fingerprint> fp = DeviceFingerprint(
+          hash::DtypeCode::kFloat32, shape, data.data(), size, config);
+      ASSERT_TRUE(fp.ok()) << fp.status();
+      EXPECT_EQ(*fp, want.fingerprint);
+      absl::StatusOr<hash::FingerprintAndStatsResult> got =
+          DeviceFingerprintAndStats(hash::DtypeCode::kFloat32, shape,
+                                    data.data(), size, config);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->fingerprint, want.fingerprint);
+      EXPECT_EQ(std::memcmp(&got->stats.sum, &want.stats.sum, 8), 0);
+      EXPECT_EQ(std::memcmp(&got->stats.l2, &want.stats.l2, 8), 0);
+      EXPECT_EQ(std::memcmp(&got->stats.max_abs, &want.stats.max_abs, 4), 0);
+      EXPECT_EQ(got->stats.nan_count, want.stats.nan_count);
+      EXPECT_EQ(got->stats.inf_count, want.stats.inf_count);
     }
   }
 }

@@ -1,21 +1,31 @@
 // CANONICAL CUDA kernels: thin __global__ wrappers around the per-thread
-// bodies of thread_bodies.h and leaf_hash.h, and the host code that moves
-// buffers and launches them. Compiled with -fmad=false --ftz=false
-// --prec-div=true --prec-sqrt=true (bazel/ls.bzl): no contraction, no
-// flush-to-zero, IEEE division and sqrt; fma only where a body writes LsFma.
+// bodies of thread_bodies.h and the per-thread and per-warp bodies of
+// leaf_hash.h, and the host code that moves buffers and launches them.
+// Compiled with -fmad=false --ftz=false --prec-div=true --prec-sqrt=true
+// (bazel/ls.bzl): no contraction, no flush-to-zero, IEEE division and sqrt;
+// fma only where a body writes LsFma. Every kernel is declared
+// __launch_bounds__(kMaxThreadsPerBlock) and every launch is checked first
+// (CheckDeviceLaunchConfig, then CheckKernelFits).
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/launch_limits.h"
 #include "kernels/cuda/leaf_hash.h"
 #include "kernels/cuda/thread_bodies.h"
+#include "kernels/cuda/warp.h"
 
 namespace lockstep::kernels::cuda {
 namespace {
@@ -30,32 +40,53 @@ __device__ __forceinline__ int64_t GridThreads() {
 // One kernel per DeviceOp: with the op a compile-time constant, RunThread's
 // switch folds to the one body.
 template <DeviceOp kOp>
-__global__ void CanonicalKernel(KernelParams p) {
+__global__ void __launch_bounds__(kMaxThreadsPerBlock)
+    CanonicalKernel(KernelParams p) {
   p.op = kOp;
   RunThread(p, GlobalThread(), GridThreads());
 }
 
-__global__ void LeafHashKernel(const unsigned char* bytes, uint64_t size,
-                               uint64_t* leaf_hashes) {
+// The one-thread-per-leaf reference bodies (the benchmark's baseline, and
+// DeviceLeafHashes' path for bytes not 16-byte aligned).
+__global__ void __launch_bounds__(kMaxThreadsPerBlock)
+    LeafHashKernel(const unsigned char* bytes, uint64_t size,
+                   uint64_t* leaf_hashes) {
   LeafHashThread(bytes, size, leaf_hashes, GlobalThread(), GridThreads());
 }
 
-__global__ void LeafHashAndStatsKernel(const unsigned char* bytes,
-                                       uint64_t size, uint64_t* leaf_hashes,
-                                       hash::portable::StatsPartial* stats) {
+__global__ void __launch_bounds__(kMaxThreadsPerBlock)
+    LeafHashAndStatsKernel(const unsigned char* bytes, uint64_t size,
+                           uint64_t* leaf_hashes,
+                           hash::portable::StatsPartial* stats) {
   LeafHashAndStatsThread(bytes, size, leaf_hashes, stats, GlobalThread(),
                          GridThreads());
 }
 
-__global__ void CombineLeavesKernel(unsigned char* scratch, uint64_t header_len,
-                                    const uint64_t* leaf_hashes,
-                                    uint64_t leaves,
-                                    const hash::portable::StatsPartial* stats,
-                                    hash::portable::Hash128* fingerprint,
-                                    hash::portable::StatsPartial* total) {
-  if (GlobalThread() == 0) {
-    CombineLeavesThread(scratch, header_len, leaf_hashes, leaves, stats,
-                        fingerprint, total);
+// One warp per leaf (LeafHashAndStatsWarp); stats and combine_input may be
+// null. REQUIRES: blockDim.x a multiple of kWarpSize; bytes 16-byte
+// aligned.
+__global__ void __launch_bounds__(kMaxThreadsPerBlock)
+    LeafHashWarpKernel(const unsigned char* bytes, uint64_t size,
+                       uint64_t* leaf_hashes,
+                       hash::portable::StatsPartial* stats,
+                       unsigned char* combine_input) {
+  DeviceWarp<WarpHashLane> w;
+  w.lane = static_cast<int>(threadIdx.x % kWarpSize);
+  LeafHashAndStatsWarp(w, bytes, size, leaf_hashes, stats, combine_input,
+                       GlobalThread() / kWarpSize, GridThreads() / kWarpSize);
+}
+
+// The combination (CombineLeavesWarp), launched as one warp.
+__global__ void __launch_bounds__(kMaxThreadsPerBlock)
+    CombineLeavesWarpKernel(const unsigned char* input, uint64_t input_len,
+                            uint64_t leaves,
+                            const hash::portable::StatsPartial* stats,
+                            hash::portable::Hash128* fingerprint,
+                            hash::portable::StatsPartial* total) {
+  DeviceWarp<WarpHashLane> w;
+  w.lane = static_cast<int>(threadIdx.x % kWarpSize);
+  if (GlobalThread() < kWarpSize) {
+    CombineLeavesWarp(w, input, input_len, leaves, stats, fingerprint, total);
   }
 }
 
@@ -134,13 +165,35 @@ KernelPtr KernelFor(DeviceOp op) {
   return nullptr;
 }
 
-absl::Status CheckConfig(const LaunchConfig& config, absl::string_view what) {
-  if (config.blocks < 0 || config.blocks > 0x7fffffff ||
-      config.threads_per_block < 1 || config.threads_per_block > 1024) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: bad launch config (%d blocks of %d threads; threads per block "
-        "must be in [1, 1024])",
-        what, config.blocks, config.threads_per_block));
+// FAILED_PRECONDITION unless `kernel` can run blocks of `threads` threads
+// on the current device (cudaFuncGetAttributes' maxThreadsPerBlock, which
+// the registers, shared memory and launch bounds of the kernel decide);
+// the attribute is read once per (device, kernel).
+absl::Status CheckKernelFits(const void* kernel, absl::string_view name,
+                             int64_t threads) {
+  static std::mutex mu;
+  static auto* max_threads = new std::map<std::pair<int, const void*>, int>();
+  int device = 0;
+  LS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  int limit = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = max_threads->find({device, kernel});
+    if (it != max_threads->end()) limit = it->second;
+  }
+  if (limit == 0) {
+    cudaFuncAttributes attributes;
+    LS_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, kernel));
+    limit = attributes.maxThreadsPerBlock;
+    std::lock_guard<std::mutex> lock(mu);
+    (*max_threads)[{device, kernel}] = limit;
+  }
+  if (threads > limit) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: the kernel runs at most %d threads per block on CUDA device %d "
+        "(cudaFuncGetAttributes maxThreadsPerBlock: registers, shared memory, "
+        "launch bounds %d), the launch asks for threads_per_block = %d",
+        name, limit, device, kMaxThreadsPerBlock, threads));
   }
   return absl::OkStatus();
 }
@@ -164,7 +217,7 @@ absl::Status CudaDeviceStatus() {
 absl::Status LaunchOnDevice(const DeviceCall& call,
                             absl::Span<void* const> device_buffers,
                             const LaunchConfig& config) {
-  if (absl::Status s = CheckConfig(config, call.op); !s.ok()) return s;
+  LS_RETURN_IF_ERROR(CheckDeviceLaunchConfig(config, call.op));
   if (device_buffers.size() != call.buffers.size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: %d device buffers for a call of %d buffers",
@@ -195,6 +248,8 @@ absl::Status LaunchOnDevice(const DeviceCall& call,
                           static_cast<int>(p.op)));
     }
     if (p.work == 0) continue;
+    LS_RETURN_IF_ERROR(CheckKernelFits(reinterpret_cast<const void*>(kernel),
+                                       call.op, config.threads_per_block));
     const dim3 grid(static_cast<unsigned>(BlocksFor(config, p.work)));
     const dim3 block(static_cast<unsigned>(config.threads_per_block));
     void* args[] = {&p};
@@ -206,7 +261,7 @@ absl::Status LaunchOnDevice(const DeviceCall& call,
 }
 
 absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config) {
-  if (absl::Status s = CheckConfig(config, call.op); !s.ok()) return s;
+  LS_RETURN_IF_ERROR(CheckDeviceLaunchConfig(config, call.op));
   if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
   std::vector<DeviceBuffer> mem(call.buffers.size());
   std::vector<void*> device(call.buffers.size());
@@ -236,9 +291,7 @@ absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config) {
 absl::Status DeviceLeafHashes(const void* device_bytes, size_t size,
                               absl::Span<uint64_t> leaf_hashes,
                               const LaunchConfig& config) {
-  if (absl::Status s = CheckConfig(config, "DeviceLeafHashes"); !s.ok()) {
-    return s;
-  }
+  LS_RETURN_IF_ERROR(CheckDeviceLaunchConfig(config, "DeviceLeafHashes"));
   const uint64_t leaves = NumDeviceLeaves(size);
   if (leaf_hashes.size() != leaves) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -253,11 +306,23 @@ absl::Status DeviceLeafHashes(const void* device_bytes, size_t size,
   if (leaves == 0) return absl::OkStatus();
   DeviceBuffer hashes;
   if (absl::Status s = hashes.Allocate(leaves * 8); !s.ok()) return s;
-  const dim3 grid(static_cast<unsigned>(BlocksFor(config, leaves)));
+  const auto* in = static_cast<const unsigned char*>(device_bytes);
+  auto* out = static_cast<uint64_t*>(hashes.get());
   const dim3 block(static_cast<unsigned>(config.threads_per_block));
-  LeafHashKernel<<<grid, block>>>(
-      static_cast<const unsigned char*>(device_bytes), size,
-      static_cast<uint64_t*>(hashes.get()));
+  if (reinterpret_cast<uintptr_t>(device_bytes) % 16 == 0) {
+    LS_RETURN_IF_ERROR(
+        CheckKernelFits(reinterpret_cast<const void*>(&LeafHashWarpKernel),
+                        "DeviceLeafHashes", config.threads_per_block));
+    const dim3 grid(static_cast<unsigned>(
+        BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize)));
+    LeafHashWarpKernel<<<grid, block>>>(in, size, out, nullptr, nullptr);
+  } else {  // the warp body's 16-byte loads need 16-byte alignment
+    LS_RETURN_IF_ERROR(
+        CheckKernelFits(reinterpret_cast<const void*>(&LeafHashKernel),
+                        "DeviceLeafHashes", config.threads_per_block));
+    const dim3 grid(static_cast<unsigned>(BlocksFor(config, leaves)));
+    LeafHashKernel<<<grid, block>>>(in, size, out);
+  }
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(leaf_hashes.data(), hashes.get(),
                                      leaves * 8, cudaMemcpyDeviceToHost));
@@ -269,6 +334,7 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
     size_t size, const LaunchConfig& config) {
   static_assert(kDeviceLeafBytes == hash::kLeafBytes,
                 "device and host leaf sizes differ");
+  LS_RETURN_IF_ERROR(CheckDeviceLaunchConfig(config, "DeviceFingerprint"));
   if (bytes == nullptr && size > 0) {
     return absl::InvalidArgumentError(
         "DeviceFingerprint: bytes is null but size > 0");
@@ -298,10 +364,8 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
 absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
     size_t size, const LaunchConfig& config) {
-  if (absl::Status s = CheckConfig(config, "DeviceFingerprintAndStats");
-      !s.ok()) {
-    return s;
-  }
+  LS_RETURN_IF_ERROR(
+      CheckDeviceLaunchConfig(config, "DeviceFingerprintAndStats"));
   if (dtype != hash::DtypeCode::kFloat32) {
     return absl::InvalidArgumentError(
         "dtype: statistics are defined for float32 only");
@@ -345,21 +409,31 @@ absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
   }
   LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(scratch.get(), header->data(),
                                      header->size(), cudaMemcpyHostToDevice));
+  auto* combine_input = static_cast<unsigned char*>(scratch.get());
   if (leaves > 0) {
-    const dim3 grid(static_cast<unsigned>(BlocksFor(config, leaves)));
+    LS_RETURN_IF_ERROR(
+        CheckKernelFits(reinterpret_cast<const void*>(&LeafHashWarpKernel),
+                        "DeviceFingerprintAndStats", config.threads_per_block));
+    const dim3 grid(static_cast<unsigned>(
+        BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize)));
     const dim3 block(static_cast<unsigned>(config.threads_per_block));
-    LeafHashAndStatsKernel<<<grid, block>>>(
+    // Each leaf's hash also lands after the header: the combination's
+    // input.
+    LeafHashWarpKernel<<<grid, block>>>(
         static_cast<const unsigned char*>(data.get()), size,
         static_cast<uint64_t*>(hashes.get()),
-        static_cast<StatsPartial*>(partials.get()));
+        static_cast<StatsPartial*>(partials.get()),
+        combine_input + header->size());
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   auto* out_hash = static_cast<Hash128*>(result.get());
   auto* out_total = reinterpret_cast<StatsPartial*>(
       static_cast<unsigned char*>(result.get()) + sizeof(Hash128));
-  CombineLeavesKernel<<<1, 1>>>(
-      static_cast<unsigned char*>(scratch.get()), header->size(),
-      static_cast<const uint64_t*>(hashes.get()), leaves,
+  LS_RETURN_IF_ERROR(
+      CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
+                      "DeviceFingerprintAndStats", kWarpSize));
+  CombineLeavesWarpKernel<<<1, kWarpSize>>>(
+      combine_input, header->size() + 8 * leaves, leaves,
       static_cast<const StatsPartial*>(partials.get()), out_hash, out_total);
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   // Only these 56 bytes come back.
@@ -427,61 +501,111 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
   report += absl::StrFormat("device: %s (sm_%d%d, %d SMs)\n", prop.name,
                             prop.major, prop.minor, prop.multiProcessorCount);
 
-  // Device hashing, with and without statistics, vs a device-to-device copy
-  // of the same bytes (float32 0x3c3c3c3c, about 0.0115: finite, so the
-  // statistics take their common path).
-  constexpr size_t kBytes = size_t{256} << 20;
-  const uint64_t leaves = NumDeviceLeaves(kBytes);
-  DeviceBuffer src, dst, hashes, partials;
-  if (absl::Status s = src.Allocate(kBytes); !s.ok()) return s;
-  if (absl::Status s = dst.Allocate(kBytes); !s.ok()) return s;
-  if (absl::Status s = hashes.Allocate(leaves * 8); !s.ok()) return s;
-  if (absl::Status s =
-          partials.Allocate(leaves * sizeof(hash::portable::StatsPartial));
-      !s.ok()) {
-    return s;
-  }
-  LS_CUDA_RETURN_IF_ERROR(cudaMemset(src.get(), 0x3c, kBytes));
-  const LaunchConfig config{0, 128};
-  const dim3 grid(static_cast<unsigned>(BlocksFor(config, leaves)));
+  // Device hashing, warp per leaf and thread per leaf, with and without
+  // statistics, vs a device-to-device copy of the same bytes (float32
+  // 0x3c3c3c3c, about 0.0115: finite, so the statistics take their common
+  // path). The ratio is the copy's time over the hash's: hash bytes read
+  // per second over copy bytes copied per second (the target is >= 0.8).
+  using hash::portable::Hash128;
+  using hash::portable::StatsPartial;
+  constexpr size_t kMaxBytes = size_t{256} << 20;
+  const uint64_t max_leaves = NumDeviceLeaves(kMaxBytes);
+  DeviceBuffer src, dst, hashes, partials, combine_input, result;
+  LS_RETURN_IF_ERROR(src.Allocate(kMaxBytes));
+  LS_RETURN_IF_ERROR(dst.Allocate(kMaxBytes));
+  LS_RETURN_IF_ERROR(hashes.Allocate(max_leaves * 8));
+  LS_RETURN_IF_ERROR(partials.Allocate(max_leaves * sizeof(StatsPartial)));
+  // A header's worth of bytes (the combination hashes header || leaf
+  // hashes; its contents do not change the timing).
+  constexpr uint64_t kHeader = 32;
+  LS_RETURN_IF_ERROR(combine_input.Allocate(kHeader + 8 * max_leaves));
+  LS_RETURN_IF_ERROR(result.Allocate(sizeof(Hash128) + sizeof(StatsPartial)));
+  LS_CUDA_RETURN_IF_ERROR(cudaMemset(src.get(), 0x3c, kMaxBytes));
+  LS_CUDA_RETURN_IF_ERROR(
+      cudaMemset(combine_input.get(), 0, kHeader + 8 * max_leaves));
+  const LaunchConfig config{0, kMaxThreadsPerBlock};
   const dim3 block(static_cast<unsigned>(config.threads_per_block));
-  absl::StatusOr<float> hash_ms = TimeDeviceWorkMs(reps, [&]() {
-    LeafHashKernel<<<grid, block>>>(
-        static_cast<const unsigned char*>(src.get()), kBytes,
-        static_cast<uint64_t*>(hashes.get()));
+  for (const void* kernel :
+       {reinterpret_cast<const void*>(&LeafHashKernel),
+        reinterpret_cast<const void*>(&LeafHashAndStatsKernel),
+        reinterpret_cast<const void*>(&LeafHashWarpKernel)}) {
+    LS_RETURN_IF_ERROR(
+        CheckKernelFits(kernel, "RunGpuBenchmarks", config.threads_per_block));
+  }
+  const auto* in = static_cast<const unsigned char*>(src.get());
+  auto* leaf_out = static_cast<uint64_t*>(hashes.get());
+  auto* stats_out = static_cast<StatsPartial*>(partials.get());
+  auto* combine = static_cast<unsigned char*>(combine_input.get());
+  auto* out_hash = static_cast<Hash128*>(result.get());
+  auto* out_total = reinterpret_cast<StatsPartial*>(
+      static_cast<unsigned char*>(result.get()) + sizeof(Hash128));
+  auto launched = []() -> absl::Status {
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
-  });
-  if (!hash_ms.ok()) return hash_ms.status();
-  absl::StatusOr<float> stats_ms = TimeDeviceWorkMs(reps, [&]() {
-    LeafHashAndStatsKernel<<<grid, block>>>(
-        static_cast<const unsigned char*>(src.get()), kBytes,
-        static_cast<uint64_t*>(hashes.get()),
-        static_cast<hash::portable::StatsPartial*>(partials.get()));
-    LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    return absl::OkStatus();
-  });
-  if (!stats_ms.ok()) return stats_ms.status();
-  absl::StatusOr<float> copy_ms = TimeDeviceWorkMs(reps, [&]() {
-    LS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.get(), src.get(), kBytes,
-                                            cudaMemcpyDeviceToDevice, 0));
-    return absl::OkStatus();
-  });
-  if (!copy_ms.ok()) return copy_ms.status();
-  const double gb = static_cast<double>(kBytes) / 1e9;
-  report += absl::StrFormat(
-      "device_hash %d MiB (%d leaves, one thread each): %.3f ms, %.1f GB/s "
-      "read\n",
-      kBytes >> 20, leaves, *hash_ms, gb / (*hash_ms * 1e-3));
-  report += absl::StrFormat(
-      "device_hash_stats %d MiB float32 (%d leaves, one thread each, hash + "
-      "statistics block): %.3f ms, %.1f GB/s read (%.2f of device_hash)\n",
-      kBytes >> 20, leaves, *stats_ms, gb / (*stats_ms * 1e-3),
-      *hash_ms / *stats_ms);
-  report += absl::StrFormat(
-      "d2d_copy %d MiB: %.3f ms, %.1f GB/s copied (%.1f GB/s read+write)\n",
-      kBytes >> 20, *copy_ms, gb / (*copy_ms * 1e-3),
-      2 * gb / (*copy_ms * 1e-3));
+  };
+  for (const size_t bytes : {size_t{1} << 20, kMaxBytes}) {
+    const uint64_t leaves = NumDeviceLeaves(bytes);
+    const int64_t n = static_cast<int64_t>(leaves);
+    const dim3 thread_grid(static_cast<unsigned>(BlocksFor(config, n)));
+    const dim3 warp_grid(
+        static_cast<unsigned>(BlocksFor(config, n * kWarpSize)));
+    LS_ASSIGN_OR_RETURN(
+        const float copy_ms, TimeDeviceWorkMs(reps, [&]() {
+          LS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.get(), src.get(), bytes,
+                                                  cudaMemcpyDeviceToDevice, 0));
+          return absl::OkStatus();
+        }));
+    const double gb = static_cast<double>(bytes) / 1e9;
+    report += absl::StrFormat(
+        "d2d_copy %d MiB: %.3f ms, %.1f GB/s copied (%.1f GB/s read+write)\n",
+        bytes >> 20, copy_ms, gb / (copy_ms * 1e-3), 2 * gb / (copy_ms * 1e-3));
+    struct Row {
+      const char* name;
+      const char* what;
+      std::function<void()> enqueue;
+    };
+    const Row rows[] = {
+        {"device_hash", "warp per leaf",
+         [&]() {
+           LeafHashWarpKernel<<<warp_grid, block>>>(in, bytes, leaf_out,
+                                                    nullptr, nullptr);
+         }},
+        {"device_hash", "thread per leaf",
+         [&]() {
+           LeafHashKernel<<<thread_grid, block>>>(in, bytes, leaf_out);
+         }},
+        {"device_hash_stats", "float32, warp per leaf, hash + statistics",
+         [&]() {
+           LeafHashWarpKernel<<<warp_grid, block>>>(in, bytes, leaf_out,
+                                                    stats_out, nullptr);
+         }},
+        {"device_hash_stats", "float32, thread per leaf, hash + statistics",
+         [&]() {
+           LeafHashAndStatsKernel<<<thread_grid, block>>>(in, bytes, leaf_out,
+                                                          stats_out);
+         }},
+        {"device_fingerprint_stats",
+         "float32, warp per leaf, then the one-warp combination",
+         [&]() {
+           LeafHashWarpKernel<<<warp_grid, block>>>(
+               in, bytes, leaf_out, stats_out, combine + kHeader);
+           CombineLeavesWarpKernel<<<1, kWarpSize>>>(
+               combine, kHeader + 8 * leaves, leaves, stats_out, out_hash,
+               out_total);
+         }},
+    };
+    for (const Row& row : rows) {
+      LS_ASSIGN_OR_RETURN(const float ms, TimeDeviceWorkMs(reps, [&]() {
+                            row.enqueue();
+                            return launched();
+                          }));
+      report += absl::StrFormat(
+          "%s %d MiB (%d leaves, %s): %.3f ms, %.1f GB/s read, %.2f of "
+          "d2d_copy\n",
+          row.name, bytes >> 20, leaves, row.what, ms, gb / (ms * 1e-3),
+          copy_ms / ms);
+    }
+  }
   return report;
 }
 

@@ -21,6 +21,12 @@
 // current device (device 0 unless the caller set another) and the legacy
 // default stream; all but LaunchOnDevice synchronize before returning.
 //
+// Launch configurations: every function taking a LaunchConfig first checks
+// it against the launch limits (CheckDeviceLaunchConfig, plan.h: threads
+// per block a multiple of 32 in [32, 256]) and returns INVALID_ARGUMENT
+// before any CUDA call; before each launch, FAILED_PRECONDITION if the
+// kernel cannot run that block size on the device (cudaFuncGetAttributes).
+//
 // Thread-safety: functions may be called from several threads as long as
 // concurrent calls do not share output Tensors.
 #ifndef LOCKSTEP_KERNELS_CUDA_CUDA_RUNTIME_H_
@@ -73,18 +79,19 @@ absl::StatusOr<float> TimeDeviceWorkMs(
     int reps, absl::FunctionRef<absl::Status()> enqueue);
 
 // The device fingerprint's leaf hashes of `size` bytes already on the
-// device: each 64 KiB leaf is hashed by one thread (leaf_hash.h) and the
-// NumLeaves(size) hashes, 8 bytes each, are copied into `leaf_hashes`; pass
-// them to hash::CombineLeafHashes. REQUIRES: device_bytes is device memory
-// readable for `size` bytes. INVALID_ARGUMENT when leaf_hashes.size() !=
-// hash::NumLeaves(size).
+// device: each 64 KiB leaf is hashed by one warp (LeafHashAndStatsWarp,
+// leaf_hash.h; by one thread, LeafHashThread, when device_bytes is not
+// 16-byte aligned) and the NumLeaves(size) hashes, 8 bytes each, are
+// copied into `leaf_hashes`; pass them to hash::CombineLeafHashes.
+// REQUIRES: device_bytes is device memory readable for `size` bytes.
+// INVALID_ARGUMENT when leaf_hashes.size() != hash::NumLeaves(size).
 absl::Status DeviceLeafHashes(const void* device_bytes, size_t size,
                               absl::Span<uint64_t> leaf_hashes,
                               const LaunchConfig& config = LaunchConfig{});
 
 // The fingerprint of a host tensor (see hash::HashTensorBytes) computed with
 // the device hasher: the bytes are copied to the device, each 64 KiB leaf is
-// hashed by one thread, the leaf hashes (8 bytes each) come back and are
+// hashed by one warp, the leaf hashes (8 bytes each) come back and are
 // combined on the host with hash::CombineLeafHashes. Equal to
 // HashTensorBytes for every input. Errors as HashTensorBytes (reported
 // before any device work), plus the CUDA errors above.
@@ -93,24 +100,27 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
     size_t size, const LaunchConfig& config = LaunchConfig{});
 
 // DeviceFingerprint plus the tensor's statistics (hash::ComputeStats),
-// computed entirely on the device: per 64 KiB leaf one thread hashes the
-// leaf and computes its statistics block (LeafHashAndStatsThread), then one
-// thread combines the leaf hashes (XXH3-128 over header || leaf hashes) and
-// adds the partials in leaf order (CombineLeavesThread). Only the 16-byte
-// hash and the 40-byte totals cross the bus. Equal, bit for bit, to
+// computed entirely on the device: per 64 KiB leaf one warp hashes the
+// leaf and computes its statistics block (LeafHashAndStatsWarp), then one
+// warp combines the leaf hashes (XXH3-128 over header || leaf hashes) while
+// its lane 0 adds the partials in leaf order (CombineLeavesWarp). Only the
+// 16-byte hash and the 40-byte totals cross the bus. Equal, bit for bit, to
 // hash::FingerprintAndStats. Errors as hash::FingerprintAndStats (float32
 // only), reported before any device work, plus the CUDA errors above.
 absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
     size_t size, const LaunchConfig& config = LaunchConfig{});
 
-// Runs the device hashing benchmark on 256 MiB already on the device and
-// returns its report, one result per line: the device's name, the
-// fingerprint's leaf hashing (LeafHashKernel) and leaf hashing with
-// statistics (LeafHashAndStatsKernel) in GB/s read, and a device-to-device
-// copy of the same bytes for scale. Each figure is the best of `reps` timed
-// runs (TimeDeviceWorkMs). The canonical kernels' GFLOP/s next to cuBLAS
-// and cuDNN are in kernels/cudnn/vendor_runtime.h, RunVendorBenchmarks.
+// Runs the device hashing benchmark on 1 MiB and 256 MiB already on the
+// device and returns its report, one result per line: the device's name;
+// per size a device-to-device copy of the bytes, then leaf hashing and leaf
+// hashing with statistics, each with one warp per leaf (the device path)
+// and one thread per leaf (the reference bodies), and the whole
+// fingerprint with statistics (leaf warps + the one-warp combination), in
+// GB/s read and as a fraction of the copy's bytes per second. Each figure
+// is the best of `reps` timed runs (TimeDeviceWorkMs). The canonical kernels'
+// GFLOP/s next to cuBLAS and cuDNN are in kernels/cudnn/vendor_runtime.h,
+// RunVendorBenchmarks.
 absl::StatusOr<std::string> RunGpuBenchmarks(int reps = 5);
 
 }  // namespace lockstep::kernels::cuda

@@ -329,6 +329,34 @@ TEST(PlanTest, RejectsBadLaunchConfigs) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(PlanTest, DeviceLaunchConfigLimits) {
+  for (const LaunchConfig& ok :
+       {LaunchConfig{0, 32}, LaunchConfig{1, 256}, LaunchConfig{7, 128},
+        LaunchConfig{0x7fffffff, 64}, LaunchConfig{}}) {
+    EXPECT_TRUE(CheckDeviceLaunchConfig(ok, "k").ok())
+        << ok.blocks << " x " << ok.threads_per_block;
+  }
+  for (int64_t threads :
+       {int64_t{0}, int64_t{1}, int64_t{31}, int64_t{33}, int64_t{100},
+        int64_t{288}, int64_t{512}, int64_t{1024}, int64_t{-32}}) {
+    const absl::Status s =
+        CheckDeviceLaunchConfig({1, threads}, "relu.forward");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << threads;
+    EXPECT_EQ(s.message(),
+              absl::StrFormat("relu.forward: launch config threads_per_block "
+                              "= %d: must be a multiple of 32 in [32, 256]",
+                              threads));
+  }
+  for (int64_t blocks : {int64_t{-1}, int64_t{1} << 31}) {
+    const absl::Status s = CheckDeviceLaunchConfig({blocks, 64}, "hash");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << blocks;
+    EXPECT_EQ(s.message(),
+              absl::StrFormat("hash: launch config blocks = %d: must be 0 "
+                              "(automatic) or in [1, 2147483647]",
+                              blocks));
+  }
+}
+
 TEST(PlanTest, BlocksFor) {
   EXPECT_EQ(BlocksFor({0, 256}, 0), 1);
   EXPECT_EQ(BlocksFor({0, 256}, 257), 2);

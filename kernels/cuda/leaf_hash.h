@@ -1,20 +1,40 @@
-// Per-thread body of the device fingerprint kernel.
+// Bodies of the device fingerprint kernels.
 //
 // A tensor's fingerprint (kernels/hash/SPEC.md) hashes its bytes in 64 KiB
-// leaves with XXH3-64 and combines the leaf hashes on the host with
-// hash::CombineLeafHashes. On the device, leaf l is hashed by one thread:
-// LeafHashThread walks the leaves grid-stride and writes 8 bytes per leaf,
-// so only NumLeaves(size) * 8 bytes cross the bus. The hash is
-// xxh3_portable.h's Xxh3Hash64, compiled from the same source for the host
-// (tests, emulation) and the device.
+// leaves with XXH3-64 and combines the leaf hashes with XXH3-128 over
+// header || leaf hashes (hash::CombineLeafHashes); float32 tensors also get
+// statistics (stats_portable.h). Two forms compute the same bits:
 //
-// Thread-safety: pure function; threads write disjoint leaf hashes.
+// - One thread per leaf (LeafHashThread, LeafHashAndStatsThread,
+//   CombineLeavesThread): xxh3_portable.h and stats_portable.h called as
+//   they are, byte loads. The reference.
+// - One warp per leaf (LeafHashAndStatsWarp, CombineLeavesWarp, written on
+//   warp.h's abstraction): what the device runs. 16-byte loads: 32 lanes
+//   read 512 consecutive bytes (8 XXH3 stripes of 64 bytes, 4 lanes per
+//   stripe), two such rows (one 1 KiB XXH3 block) per step. XXH3's large-input
+//   accumulation adds every stripe's contribution to the 8 accumulators modulo
+//   2^64 between two scrambles, so each lane sums the contributions of its
+//   quarter stripes (lane % 4 owns accumulators 2q and 2q + 1), the 8 lanes of
+//   a quarter add their sums by xor-shuffles at the end of each 1 KiB block,
+//   and every lane scrambles its pair; the last partial block and the
+//   overlapping last stripe are added the same way, and the final merge's four
+//   products are added across the quarters. Inputs of at most 240 bytes take
+//   XXH3's short paths in one lane. The statistics keep the definition's order:
+//   lane L < 16 owns chains 4L .. 4L + 3 and, for each 512 bytes, steps
+//   them through its own 4 floats (row 0) and then lane L + 16's (row 1, by
+//   shuffle), so chain j sees elements j, j + 64, j + 128, ... in order;
+//   the halving tree is shuffles between the chain owners.
+//
+// Thread-safety: pure functions; threads (warps) write disjoint leaves.
 #ifndef LOCKSTEP_KERNELS_CUDA_LEAF_HASH_H_
 #define LOCKSTEP_KERNELS_CUDA_LEAF_HASH_H_
 
 #include <cstdint>
 
+#include "kernels/canonical/float_bits.h"
 #include "kernels/canonical/hd.h"
+#include "kernels/cuda/launch_limits.h"
+#include "kernels/cuda/warp.h"
 #include "kernels/hash/stats_portable.h"
 #include "kernels/hash/xxh3_portable.h"
 
@@ -89,6 +109,474 @@ LS_HD_INLINE void CombineLeavesThread(
     }
     *total = t;
   }
+}
+
+// ---- One warp per leaf. ----
+
+// Bytes one warp loads at once: 32 lanes x 16 bytes (8 stripes).
+inline constexpr uint64_t kWarpRowBytes = kWarpSize * 16;
+// Inputs up to this length take XXH3's short paths (one lane).
+inline constexpr uint64_t kXxh3ShortMax = 240;
+
+// What one lane holds while its warp hashes an input.
+struct WarpHashLane {
+  // Secret words of this lane's quarter stripe (q = lane % 4, stripe
+  // lane / 4 of the warp's 8): key[c] for the 8 stripes of the block's
+  // c-th 512 bytes, then the scramble, last-stripe and merge keys.
+  uint64_t key[2][2];
+  uint64_t scramble_key[2];
+  uint64_t last_key[2];
+  uint64_t merge_key[2];
+  uint64_t merge_hi_key[2];
+  uint64_t acc[2];       // accumulators 2q and 2q + 1
+  uint64_t sum[2];       // their contributions since the last scramble
+  uint64_t word[2][2];   // this lane's 16 bytes of the block's 2 x 512
+  uint64_t other[2][2];  // lane ^ 16's (statistics, row 1 of each 512)
+  uint64_t lo;           // merge result (the 64-bit hash, or XXH3-128's low)
+  uint64_t hi;           // XXH3-128's high half
+  // Statistics chains 4 * lane .. 4 * lane + 3 (lanes < 16).
+  double chain_sum[4];
+  double chain_sq[4];
+  uint64_t max_finite;
+  uint64_t nan_count;
+  uint64_t inf_count;
+};
+
+namespace warp_internal {
+
+// Fixed-count loops over lane-local arrays are unrolled on the device, so
+// the arrays stay in registers.
+#if defined(__CUDA_ARCH__)
+#define LS_WARP_UNROLL _Pragma("unroll")
+#else
+#define LS_WARP_UNROLL
+#endif
+
+namespace x = ::lockstep::hash::portable::xxh3_internal;
+
+LS_HD_INLINE uint64_t InitialAcc(int i) {
+  switch (i) {
+    case 0:
+      return x::kPrime32_3;
+    case 1:
+      return x::kPrime64_1;
+    case 2:
+      return x::kPrime64_2;
+    case 3:
+      return x::kPrime64_3;
+    case 4:
+      return x::kPrime64_4;
+    case 5:
+      return x::kPrime32_2;
+    case 6:
+      return x::kPrime64_5;
+    default:
+      return x::kPrime32_1;
+  }
+}
+
+// The secret words a lane needs, read once per warp.
+LS_HD_INLINE void LoadKeys(int lane, WarpHashLane& s) {
+  const unsigned char* k = x::Secret();
+  const uint64_t q = static_cast<uint64_t>(lane % 4);
+  const uint64_t stripe = static_cast<uint64_t>(lane / 4);
+  for (uint64_t c = 0; c < 2; ++c) {
+    const uint64_t off = (8 * c + stripe) * 8 + 16 * q;
+    s.key[c][0] = x::ReadLe64(k + off);
+    s.key[c][1] = x::ReadLe64(k + off + 8);
+  }
+  const uint64_t scramble = x::kSecretSize - x::kStripeLen + 16 * q;
+  s.scramble_key[0] = x::ReadLe64(k + scramble);
+  s.scramble_key[1] = x::ReadLe64(k + scramble + 8);
+  const uint64_t last = x::kSecretSize - 71 + 16 * q;
+  s.last_key[0] = x::ReadLe64(k + last);
+  s.last_key[1] = x::ReadLe64(k + last + 8);
+  s.merge_key[0] = x::ReadLe64(k + 11 + 16 * q);
+  s.merge_key[1] = x::ReadLe64(k + 11 + 16 * q + 8);
+  const uint64_t hi = x::kSecretSize - 75 + 16 * q;
+  s.merge_hi_key[0] = x::ReadLe64(k + hi);
+  s.merge_hi_key[1] = x::ReadLe64(k + hi + 8);
+}
+
+// 16 bytes as two little-endian words. REQUIRES (device): p 16-byte
+// aligned.
+LS_HD_INLINE void Load16(const unsigned char* p, uint64_t word[2]) {
+#if defined(__CUDA_ARCH__)
+  const ulonglong2 v = *reinterpret_cast<const ulonglong2*>(p);
+  word[0] = v.x;
+  word[1] = v.y;
+#else
+  word[0] = x::ReadLe64(p);
+  word[1] = x::ReadLe64(p + 8);
+#endif
+}
+
+// 4 bytes as a little-endian word. REQUIRES (device): p 4-byte aligned.
+LS_HD_INLINE uint32_t Load4(const unsigned char* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const uint32_t*>(p);
+#else
+  return x::ReadLe32(p);
+#endif
+}
+
+// Words 2q and 2q + 1 of a stripe into accumulators 2q and 2q + 1
+// (xxh3_internal::Accumulate restricted to one quarter).
+LS_HD_INLINE void AccumulateQuarter(uint64_t sum[2], const uint64_t word[2],
+                                    const uint64_t key[2]) {
+  const uint64_t v0 = word[0] ^ key[0];
+  const uint64_t v1 = word[1] ^ key[1];
+  sum[0] += (v0 & 0xffffffffULL) * (v0 >> 32) + word[1];
+  sum[1] += word[0] + (v1 & 0xffffffffULL) * (v1 >> 32);
+}
+
+LS_HD_INLINE void ScramblePair(uint64_t acc[2], const uint64_t key[2]) {
+  LS_WARP_UNROLL
+  for (int j = 0; j < 2; ++j) {
+    uint64_t a = acc[j];
+    a ^= a >> 47;
+    a ^= key[j];
+    a *= x::kPrime32_1;
+    acc[j] = a;
+  }
+}
+
+// Floats of the 16 bytes at `at` that lie inside [0, len) (len a multiple
+// of 4).
+LS_HD_INLINE int FloatsInside(uint64_t at, uint64_t len) {
+  if (at >= len) return 0;
+  return len - at >= 16 ? 4 : static_cast<int>((len - at) / 4);
+}
+
+// The first `n` floats of two words into chains 0..3 (StatsStep's
+// arithmetic; the NaN / Inf counts are kept as they come, which gives the
+// reference's two-pass counts).
+LS_HD_INLINE void ChainSteps(const uint64_t word[2], int n, WarpHashLane& s) {
+  LS_WARP_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    if (i >= n) continue;
+    const uint32_t bits = static_cast<uint32_t>(word[i / 2] >> (32 * (i % 2)));
+    const uint32_t abs_bits = bits & 0x7fffffffU;
+    const bool finite = abs_bits < hash::portable::kF32InfBits;
+    const double d =
+        finite ? static_cast<double>(canonical::LsBitsToFloat(bits)) : 0.0;
+    s.chain_sum[i] = s.chain_sum[i] + d;
+    s.chain_sq[i] = s.chain_sq[i] + d * d;
+    const uint64_t a = finite ? abs_bits : 0U;
+    s.max_finite = a > s.max_finite ? a : s.max_finite;
+    s.nan_count += abs_bits > hash::portable::kF32InfBits ? 1 : 0;
+    s.inf_count += abs_bits == hash::portable::kF32InfBits ? 1 : 0;
+  }
+}
+
+struct AddU64 {
+  LS_HD_INLINE uint64_t operator()(uint64_t a, uint64_t b) const {
+    return a + b;
+  }
+};
+struct MaxU64 {
+  LS_HD_INLINE uint64_t operator()(uint64_t a, uint64_t b) const {
+    return a > b ? a : b;
+  }
+};
+struct AddF64 {
+  LS_HD_INLINE double operator()(double a, double b) const { return a + b; }
+};
+
+// sum[0..1] := the sum over the 8 lanes of the same quarter (lane % 4).
+template <class W>
+LS_HD_INLINE void ReduceQuarterSums(W& w) {
+  for (int m = 4; m < kWarpSize; m *= 2) {
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.sum[0]; }, AddU64());
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.sum[1]; }, AddU64());
+  }
+}
+
+// One pass of a warp over in[0, len), len >= 1. With `hash` (len > 240):
+// XXH3's large-input accumulation (xxh3_internal::LargeAccumulate), every
+// lane ending with its quarter's two accumulators. With `stats`: the
+// statistics chains over the len / 4 floats. REQUIRES: in 16-byte aligned
+// (device); len a multiple of 4 with stats.
+template <class W>
+LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
+                                  bool hash, bool stats) {
+  const uint64_t full_blocks = hash ? (len - 1) / x::kBlockLen : 0;
+  const uint64_t last_len = len - full_blocks * x::kBlockLen;
+  // Stripes accumulated with their block's keys: every stripe of the full
+  // blocks, then those of the last block but its last (XXH3 treats the
+  // input's last 64 bytes as a stripe of their own).
+  const uint64_t stripes =
+      hash ? full_blocks * x::kStripesPerBlock + (last_len - 1) / x::kStripeLen
+           : 0;
+  const uint64_t rows = (len + kWarpRowBytes - 1) / kWarpRowBytes;
+  w.Each([&](int lane, WarpHashLane& s) {
+    s.acc[0] = InitialAcc(2 * (lane % 4));
+    s.acc[1] = InitialAcc(2 * (lane % 4) + 1);
+    s.sum[0] = 0;
+    s.sum[1] = 0;
+    LS_WARP_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      s.chain_sum[i] = 0.0;
+      s.chain_sq[i] = 0.0;
+    }
+    s.max_finite = 0;
+    s.nan_count = 0;
+    s.inf_count = 0;
+  });
+  // One 1 KiB block (two 512-byte rows) per step: both rows' loads are in
+  // flight together.
+  for (uint64_t b = 0; 2 * b < rows; ++b) {
+    w.Each([&](int lane, WarpHashLane& s) {
+      LS_WARP_UNROLL
+      for (int c = 0; c < 2; ++c) {
+        const uint64_t r = 2 * b + c;
+        const uint64_t at =
+            r * kWarpRowBytes + 16 * static_cast<uint64_t>(lane);
+        s.word[c][0] = 0;
+        s.word[c][1] = 0;
+        if (at + 16 <= len) {
+          Load16(in + at, s.word[c]);
+        } else if (stats) {
+          // The input's last floats: only those inside it (len % 16 != 0).
+          const int n = FloatsInside(at, len);
+          LS_WARP_UNROLL
+          for (int i = 0; i < 4; ++i) {
+            if (i >= n) continue;
+            const uint64_t v = Load4(in + at + 4 * i);
+            s.word[c][i / 2] |= v << (32 * (i % 2));
+          }
+        }
+      }
+      LS_WARP_UNROLL
+      for (int c = 0; c < 2; ++c) {
+        const uint64_t r = 2 * b + c;
+        if (r * 8 + static_cast<uint64_t>(lane / 4) < stripes) {
+          AccumulateQuarter(s.sum, s.word[c], s.key[c]);
+        }
+        s.other[c][0] = s.word[c][0];
+        s.other[c][1] = s.word[c][1];
+      }
+    });
+    if (stats) {
+      // Row 1 of each 512 bytes comes from lane + 16; chain j then takes
+      // row 0 and row 1 of the first 512 bytes, then of the second.
+      LS_WARP_UNROLL
+      for (int c = 0; c < 2; ++c) {
+        LS_WARP_UNROLL
+        for (int k = 0; k < 2; ++k) {
+          w.XorCombine(
+              16,
+              [c, k](WarpHashLane& s) -> uint64_t& { return s.other[c][k]; },
+              [](uint64_t, uint64_t theirs) { return theirs; });
+        }
+      }
+      w.Each([&](int lane, WarpHashLane& s) {
+        if (lane >= 16) return;
+        LS_WARP_UNROLL
+        for (int c = 0; c < 2; ++c) {
+          const uint64_t at =
+              (2 * b + c) * kWarpRowBytes + 16 * static_cast<uint64_t>(lane);
+          ChainSteps(s.word[c], FloatsInside(at, len), s);
+          ChainSteps(s.other[c], FloatsInside(at + kWarpRowBytes / 2, len), s);
+        }
+      });
+    }
+    if (b < full_blocks) {  // a full block ends: scramble
+      ReduceQuarterSums(w);
+      w.Each([&](int, WarpHashLane& s) {
+        s.acc[0] += s.sum[0];
+        s.acc[1] += s.sum[1];
+        s.sum[0] = 0;
+        s.sum[1] = 0;
+        ScramblePair(s.acc, s.scramble_key);
+      });
+    }
+  }
+  if (!hash) return;
+  // The last stripe (the input's last 64 bytes, unaligned in general).
+  w.Each([&](int lane, WarpHashLane& s) {
+    if (lane < 4) {
+      const unsigned char* p = in + len - x::kStripeLen + 16 * lane;
+      const uint64_t word[2] = {x::ReadLe64(p), x::ReadLe64(p + 8)};
+      AccumulateQuarter(s.sum, word, s.last_key);
+    }
+  });
+  ReduceQuarterSums(w);
+  w.Each([&](int, WarpHashLane& s) {
+    s.acc[0] += s.sum[0];
+    s.acc[1] += s.sum[1];
+  });
+}
+
+// FinalMerge on the accumulators spread over the quarters: every lane ends
+// with s.lo = XXH3-64 (and, with `high`, s.hi = XXH3-128's high half).
+template <class W>
+LS_HD_INLINE void FinalMerge(W& w, uint64_t len, bool high) {
+  w.Each([&](int, WarpHashLane& s) {
+    s.lo = x::MulFold64(s.acc[0] ^ s.merge_key[0], s.acc[1] ^ s.merge_key[1]);
+    s.hi = high ? x::MulFold64(s.acc[0] ^ s.merge_hi_key[0],
+                               s.acc[1] ^ s.merge_hi_key[1])
+                : 0;
+  });
+  for (int m = 1; m < 4; m *= 2) {
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.lo; }, AddU64());
+    if (high) {
+      w.XorCombine(
+          m, [](WarpHashLane& s) -> uint64_t& { return s.hi; }, AddU64());
+    }
+  }
+  w.Each([&](int, WarpHashLane& s) {
+    s.lo = x::Avalanche(len * x::kPrime64_1 + s.lo);
+    s.hi = x::Avalanche(~(len * x::kPrime64_2) + s.hi);
+  });
+}
+
+// The halving tree over the 64 chains (FoldLanes) and the reductions of
+// max |x| and the counts; lane 0 ends with the block's statistics.
+template <class W>
+LS_HD_INLINE hash::portable::StatsPartial FoldStats(W& w) {
+  // w = 32, 16, 8, 4: chain j (lane j / 4) += chain j + w (lane j / 4 +
+  // w / 4): shuffles with masks 8, 4, 2, 1 (lanes above the fold hold
+  // values nobody reads).
+  LS_WARP_UNROLL
+  for (int m = 8; m >= 1; m /= 2) {
+    LS_WARP_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      w.XorCombine(
+          m, [i](WarpHashLane& s) -> double& { return s.chain_sum[i]; },
+          AddF64());
+      w.XorCombine(
+          m, [i](WarpHashLane& s) -> double& { return s.chain_sq[i]; },
+          AddF64());
+    }
+  }
+  for (int m = 1; m < kWarpSize; m *= 2) {
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.max_finite; }, MaxU64());
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.nan_count; }, AddU64());
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.inf_count; }, AddU64());
+  }
+  hash::portable::StatsPartial p = hash::portable::EmptyStatsPartial();
+  w.Each([&](int lane, WarpHashLane& s) {
+    if (lane != 0) return;
+    // w = 2, 1 inside lane 0.
+    p.sum =
+        (s.chain_sum[0] + s.chain_sum[2]) + (s.chain_sum[1] + s.chain_sum[3]);
+    p.sum_sq =
+        (s.chain_sq[0] + s.chain_sq[2]) + (s.chain_sq[1] + s.chain_sq[3]);
+    p.max_abs_bits = static_cast<uint32_t>(s.max_finite);
+    p.nan_count = static_cast<int64_t>(s.nan_count);
+    p.inf_count = static_cast<int64_t>(s.inf_count);
+  });
+  return p;
+}
+
+#undef LS_WARP_UNROLL
+
+}  // namespace warp_internal
+
+// The warp form of LeafHashThread / LeafHashAndStatsThread: warp `warp` of
+// `num_warps` hashes leaves warp, warp + num_warps, ... (64 KiB each) and
+// writes leaf_hashes[l]; when `stats` is not null, also stats[l] (float32);
+// when `combine_input` is not null, also the leaf hash as 8 little-endian
+// bytes at combine_input + 8 * l (CombineLeavesWarp's input after the
+// header). Call on every lane of the warp with uniform arguments.
+// REQUIRES: bytes 16-byte aligned (device); with stats, size a multiple
+// of 4.
+template <class W>
+LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
+                                       uint64_t size, uint64_t* leaf_hashes,
+                                       hash::portable::StatsPartial* stats,
+                                       unsigned char* combine_input,
+                                       int64_t warp, int64_t num_warps) {
+  namespace wi = warp_internal;
+  w.Each([](int lane, WarpHashLane& s) { wi::LoadKeys(lane, s); });
+  const int64_t leaves = static_cast<int64_t>(NumDeviceLeaves(size));
+  for (int64_t l = warp; l < leaves; l += num_warps) {
+    const uint64_t begin = static_cast<uint64_t>(l) * kDeviceLeafBytes;
+    const uint64_t rest = size - begin;
+    const uint64_t len = rest < kDeviceLeafBytes ? rest : kDeviceLeafBytes;
+    const unsigned char* in = bytes + begin;
+    uint64_t h = 0;
+    hash::portable::StatsPartial p = hash::portable::EmptyStatsPartial();
+    if (len <= kXxh3ShortMax) {
+      // XXH3's short paths in lane 0; the statistics (at most 60 floats,
+      // one per chain) by the warp's chain owners, as for any leaf:
+      // StatsOfBlock's 128 accumulators in one thread would set the
+      // register budget of the whole kernel.
+      if (stats != nullptr) {
+        wi::LargeAccumulate(w, in, len, false, true);
+        p = wi::FoldStats(w);
+      }
+      w.Each([&](int lane, WarpHashLane&) {
+        if (lane == 0) h = hash::portable::Xxh3Hash64(in, len);
+      });
+    } else {
+      wi::LargeAccumulate(w, in, len, true, stats != nullptr);
+      wi::FinalMerge(w, len, false);
+      if (stats != nullptr) p = wi::FoldStats(w);
+      w.Each([&](int lane, WarpHashLane& s) {
+        if (lane == 0) h = s.lo;
+      });
+    }
+    w.Each([&](int lane, WarpHashLane&) {
+      if (lane != 0) return;
+      leaf_hashes[l] = h;
+      if (stats != nullptr) stats[l] = p;
+      if (combine_input != nullptr) {
+        for (int b = 0; b < 8; ++b) {
+          combine_input[8 * l + b] =
+              static_cast<unsigned char>((h >> (8 * b)) & 0xffU);
+        }
+      }
+    });
+  }
+}
+
+// The warp form of CombineLeavesThread, run by one warp after
+// LeafHashAndStatsWarp wrote the leaf hashes after the header:
+// *fingerprint = XXH3-128 of input[0, input_len) (header || leaf hashes,
+// warp-cooperative); when stats is not null, lane 0 adds the `leaves`
+// partials in leaf order into *total (the definition's sequential sum).
+// REQUIRES: input 16-byte aligned (device).
+template <class W>
+LS_HD_INLINE void CombineLeavesWarp(W& w, const unsigned char* input,
+                                    uint64_t input_len, uint64_t leaves,
+                                    const hash::portable::StatsPartial* stats,
+                                    hash::portable::Hash128* fingerprint,
+                                    hash::portable::StatsPartial* total) {
+  namespace wi = warp_internal;
+  hash::portable::Hash128 h;
+  if (input_len <= kXxh3ShortMax) {
+    w.Each([&](int lane, WarpHashLane&) {
+      if (lane == 0) h = hash::portable::Xxh3Hash128(input, input_len);
+    });
+  } else {
+    w.Each([](int lane, WarpHashLane& s) { wi::LoadKeys(lane, s); });
+    wi::LargeAccumulate(w, input, input_len, true, false);
+    wi::FinalMerge(w, input_len, true);
+    w.Each([&](int lane, WarpHashLane& s) {
+      if (lane != 0) return;
+      h.lo = s.lo;
+      h.hi = s.hi;
+    });
+  }
+  w.Each([&](int lane, WarpHashLane&) {
+    if (lane != 0) return;
+    *fingerprint = h;
+    if (stats != nullptr) {
+      hash::portable::StatsPartial t = hash::portable::EmptyStatsPartial();
+      for (uint64_t l = 0; l < leaves; ++l) {
+        hash::portable::AddBlockStats(&t, stats[l]);
+      }
+      *total = t;
+    }
+  });
 }
 
 }  // namespace lockstep::kernels::cuda

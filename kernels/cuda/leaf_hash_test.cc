@@ -8,9 +8,13 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/plan.h"
+#include "kernels/cuda/warp.h"
 #include "kernels/hash/fingerprint.h"
+#include "kernels/hash/stats_portable.h"
+#include "kernels/hash/xxh3_portable.h"
 
 namespace lockstep::kernels::cuda {
 namespace {
@@ -171,6 +175,221 @@ TEST(LeafHashTest, OddByteSizes) {
             .value();
     EXPECT_EQ(got, want) << size << " bytes";
   }
+}
+
+// The emulated warp's exchange is a simultaneous one: every lane combines
+// with its partner's value from before the call, as __shfl_xor_sync does.
+TEST(EmulatedWarpTest, XorCombineUsesValuesFromBeforeTheCall) {
+  struct Lane {
+    uint64_t v;
+  };
+  EmulatedWarp<Lane> w;
+  w.Each([](int lane, Lane& s) { s.v = uint64_t{1} << lane; });
+  w.XorCombine(
+      1, [](Lane& s) -> uint64_t& { return s.v; },
+      [](uint64_t, uint64_t theirs) { return theirs; });
+  for (int lane = 0; lane < 32; ++lane) {
+    EXPECT_EQ(w.state[lane].v, uint64_t{1} << (lane ^ 1)) << lane;
+  }
+  // A butterfly of sums gives every lane the total.
+  for (int m = 1; m < 32; m *= 2) {
+    w.XorCombine(
+        m, [](Lane& s) -> uint64_t& { return s.v; },
+        [](uint64_t mine, uint64_t theirs) { return mine + theirs; });
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    EXPECT_EQ(w.state[lane].v, 0xffffffffULL) << lane;
+  }
+}
+
+// Sizes around every boundary of the warp body: XXH3's short paths (<= 240
+// bytes, one lane), the 1 KiB block, the 512 bytes a warp loads at once,
+// the 64 KiB leaf, and a multi-leaf tensor with a short last leaf.
+constexpr uint64_t kWarpSizes[] = {0,
+                                   1,
+                                   3,
+                                   4,
+                                   240,
+                                   241,
+                                   244,
+                                   1023,
+                                   1024,
+                                   1025,
+                                   2048,
+                                   hash::kLeafBytes - 4,
+                                   hash::kLeafBytes,
+                                   hash::kLeafBytes + 4,
+                                   (uint64_t{1} << 20) + 12};
+
+// Launch configurations: 1, 2 and 8 warps per block, grids smaller than
+// the leaf count (1 block), larger (40 blocks) and automatic.
+constexpr LaunchConfig kWarpConfigs[] = {{1, 32}, {40, 32}, {1, 64},
+                                         {0, 64}, {1, 256}, {40, 256}};
+
+// Random bytes; where the size allows float32, random floats with NaN
+// (quiet, signalling, negative), +-Inf, -0, +0, subnormals and the largest
+// finite values sprinkled in.
+std::vector<uint8_t> WarpTestBytes(uint64_t size, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> bytes(size);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  if (size % 4 != 0) return bytes;
+  const uint32_t specials[] = {0x7fc00000U, 0x7f800001U, 0xffc00123U,
+                               0x7f800000U, 0xff800000U, 0x80000000U,
+                               0x00000000U, 0x00000001U, 0x807fffffU,
+                               0x7f7fffffU, 0xff7fffffU, 0x00800000U};
+  std::uniform_real_distribution<float> dist(-1e4f, 1e4f);
+  for (uint64_t i = 0; i < size / 4; ++i) {
+    const uint32_t pick = rng() % 16;
+    uint32_t bits;
+    if (pick < 12 && rng() % 8 == 0) {
+      bits = specials[pick];
+    } else {
+      const float f = dist(rng);
+      std::memcpy(&bits, &f, 4);
+    }
+    std::memcpy(bytes.data() + 4 * i, &bits, 4);
+  }
+  return bytes;
+}
+
+std::string Label(uint64_t size, const LaunchConfig& config) {
+  return absl::StrFormat("%d bytes, %d blocks x %d threads", size,
+                         config.blocks, config.threads_per_block);
+}
+
+TEST(LeafHashWarpTest, LeafHashesEqualOneThreadBodyAndXxh3) {
+  for (uint64_t size : kWarpSizes) {
+    const std::vector<uint8_t> bytes = WarpTestBytes(size, 100 + size % 97);
+    const std::vector<uint64_t> want =
+        EmulateLeafHashes(bytes.data(), size, {0, 256});
+    for (uint64_t l = 0; l < want.size(); ++l) {
+      const uint64_t begin = l * hash::kLeafBytes;
+      const uint64_t len =
+          size - begin < hash::kLeafBytes ? size - begin : hash::kLeafBytes;
+      ASSERT_EQ(want[l], hash::portable::Xxh3Hash64(bytes.data() + begin, len));
+    }
+    for (const LaunchConfig& config : kWarpConfigs) {
+      SCOPED_TRACE(Label(size, config));
+      const absl::StatusOr<LeafHashesAndStats> got =
+          EmulateLeafHashesWarp(bytes.data(), size, false, config);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->leaf_hashes, want);
+      EXPECT_TRUE(got->stats.empty());
+    }
+  }
+}
+
+TEST(LeafHashWarpTest, LeafStatisticsEqualReferenceBits) {
+  for (uint64_t size : kWarpSizes) {
+    if (size % 4 != 0) continue;
+    const std::vector<uint8_t> bytes = WarpTestBytes(size, 200 + size % 89);
+    const LeafHashesAndStats want =
+        EmulateLeafHashesAndStats(bytes.data(), size, {0, 256});
+    for (const LaunchConfig& config : kWarpConfigs) {
+      SCOPED_TRACE(Label(size, config));
+      const absl::StatusOr<LeafHashesAndStats> got =
+          EmulateLeafHashesWarp(bytes.data(), size, true, config);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->leaf_hashes, want.leaf_hashes);
+      ASSERT_EQ(got->stats.size(), want.stats.size());
+      for (size_t l = 0; l < want.stats.size(); ++l) {
+        EXPECT_EQ(Bits(got->stats[l].sum), Bits(want.stats[l].sum)) << l;
+        EXPECT_EQ(Bits(got->stats[l].sum_sq), Bits(want.stats[l].sum_sq)) << l;
+        EXPECT_EQ(got->stats[l].max_abs_bits, want.stats[l].max_abs_bits) << l;
+        EXPECT_EQ(got->stats[l].nan_count, want.stats[l].nan_count) << l;
+        EXPECT_EQ(got->stats[l].inf_count, want.stats[l].inf_count) << l;
+      }
+    }
+  }
+}
+
+TEST(LeafHashWarpTest, WholeFingerprintEqualsHost) {
+  for (uint64_t size : kWarpSizes) {
+    const std::vector<uint8_t> bytes = WarpTestBytes(size, 300 + size % 83);
+    const bool f32 = size % 4 == 0;
+    const hash::DtypeCode dtype =
+        f32 ? hash::DtypeCode::kFloat32 : hash::DtypeCode::kUInt8;
+    const std::vector<int64_t> shape = {
+        static_cast<int64_t>(f32 ? size / 4 : size)};
+    const hash::Fingerprint want_hash =
+        hash::HashTensorBytes(dtype, shape, bytes.data(), size).value();
+    for (const LaunchConfig& config : kWarpConfigs) {
+      SCOPED_TRACE(Label(size, config));
+      for (LeafBody body : {LeafBody::kWarp, LeafBody::kOneThread}) {
+        const absl::StatusOr<hash::FingerprintAndStatsResult> hash_only =
+            EmulateDeviceFingerprint(dtype, shape, bytes.data(), size, false,
+                                     config, body);
+        ASSERT_TRUE(hash_only.ok()) << hash_only.status();
+        EXPECT_EQ(hash_only->fingerprint, want_hash);
+        if (!f32) continue;
+        const hash::FingerprintAndStatsResult want =
+            hash::FingerprintAndStats(dtype, shape, bytes.data(), size).value();
+        const absl::StatusOr<hash::FingerprintAndStatsResult> got =
+            EmulateDeviceFingerprint(dtype, shape, bytes.data(), size, true,
+                                     config, body);
+        ASSERT_TRUE(got.ok()) << got.status();
+        EXPECT_EQ(got->fingerprint, want.fingerprint);
+        EXPECT_EQ(Bits(got->stats.sum), Bits(want.stats.sum));
+        EXPECT_EQ(Bits(got->stats.l2), Bits(want.stats.l2));
+        EXPECT_EQ(Bits(got->stats.max_abs), Bits(want.stats.max_abs));
+        EXPECT_EQ(got->stats.nan_count, want.stats.nan_count);
+        EXPECT_EQ(got->stats.inf_count, want.stats.inf_count);
+      }
+    }
+  }
+}
+
+TEST(LeafHashWarpTest, CombinationOfManyLeaves) {
+  // 40 leaves: header || leaf hashes is 320 bytes and more, so the warp
+  // combination takes XXH3-128's large-input path (the tests above reach
+  // its short paths).
+  const uint64_t size = 40 * hash::kLeafBytes + 8;
+  const std::vector<uint8_t> bytes = WarpTestBytes(size, 77);
+  const std::vector<int64_t> shape = {2, static_cast<int64_t>(size / 8)};
+  const hash::FingerprintAndStatsResult want =
+      hash::FingerprintAndStats(hash::DtypeCode::kFloat32, shape, bytes.data(),
+                                size)
+          .value();
+  for (const LaunchConfig& config :
+       {LaunchConfig{1, 32}, LaunchConfig{3, 64}, LaunchConfig{0, 256}}) {
+    SCOPED_TRACE(Label(size, config));
+    const hash::FingerprintAndStatsResult got =
+        EmulateDeviceFingerprint(hash::DtypeCode::kFloat32, shape, bytes.data(),
+                                 size, true, config, LeafBody::kWarp)
+            .value();
+    EXPECT_EQ(got.fingerprint, want.fingerprint);
+    EXPECT_EQ(Bits(got.stats.sum), Bits(want.stats.sum));
+    EXPECT_EQ(Bits(got.stats.l2), Bits(want.stats.l2));
+    EXPECT_EQ(Bits(got.stats.max_abs), Bits(want.stats.max_abs));
+    EXPECT_EQ(got.stats.nan_count, want.stats.nan_count);
+    EXPECT_EQ(got.stats.inf_count, want.stats.inf_count);
+  }
+}
+
+TEST(LeafHashWarpTest, RefusesWhatTheDeviceWould) {
+  const std::vector<uint8_t> bytes = WarpTestBytes(1024, 1);
+  for (const LaunchConfig& config :
+       {LaunchConfig{1, 1}, LaunchConfig{1, 48}, LaunchConfig{1, 512},
+        LaunchConfig{-1, 32}}) {
+    EXPECT_EQ(EmulateLeafHashesWarp(bytes.data(), bytes.size(), false, config)
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << Label(1024, config);
+    EXPECT_EQ(
+        EmulateDeviceFingerprint(hash::DtypeCode::kUInt8, {1024}, bytes.data(),
+                                 bytes.size(), false, config, LeafBody::kWarp)
+            .status()
+            .code(),
+        absl::StatusCode::kInvalidArgument)
+        << Label(1024, config);
+  }
+  const absl::Status odd =
+      EmulateLeafHashesWarp(bytes.data(), 1023, true, {1, 32}).status();
+  EXPECT_EQ(odd.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(odd.message()).find("size = 1023"), std::string::npos)
+      << odd;
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/launch_limits.h"
 #include "kernels/cuda/leaf_hash.h"
+#include "kernels/cuda/warp.h"
 #include "kernels/graph_ops.h"
 #include "kernels/ops/embedding.h"
 #include "kernels/ops/graph_validate.h"
@@ -1033,6 +1035,25 @@ int64_t BlocksFor(const LaunchConfig& config, int64_t work) {
   return blocks;
 }
 
+absl::Status CheckDeviceLaunchConfig(const LaunchConfig& config,
+                                     absl::string_view what) {
+  if (config.threads_per_block < kWarpSize ||
+      config.threads_per_block > kMaxThreadsPerBlock ||
+      config.threads_per_block % kWarpSize != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: launch config threads_per_block = %d: must be a multiple of %d "
+        "in [%d, %d]",
+        what, config.threads_per_block, kWarpSize, kWarpSize,
+        kMaxThreadsPerBlock));
+  }
+  if (config.blocks < 0 || config.blocks > 0x7fffffff) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: launch config blocks = %d: must be 0 (automatic) or in [1, %d]",
+        what, config.blocks, 0x7fffffff));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::string> CudaCanonicalOpNames() {
   std::vector<std::string> ops = AllOpNames();
   for (std::string& op : GraphDataOpNames()) ops.push_back(std::move(op));
@@ -1113,12 +1134,43 @@ LeafHashesAndStats EmulateLeafHashesAndStats(const void* bytes, uint64_t size,
   return out;
 }
 
+absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesWarp(
+    const void* bytes, uint64_t size, bool with_stats,
+    const LaunchConfig& config) {
+  LS_RETURN_IF_ERROR(CheckDeviceLaunchConfig(config, "EmulateLeafHashesWarp"));
+  if (with_stats && size % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "EmulateLeafHashesWarp: size = %d: statistics need a multiple of 4 "
+        "bytes",
+        size));
+  }
+  const uint64_t leaves = NumDeviceLeaves(size);
+  LeafHashesAndStats out;
+  out.leaf_hashes.assign(leaves, 0);
+  if (with_stats) out.stats.assign(leaves, hash::portable::EmptyStatsPartial());
+  const int64_t warps =
+      BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize) *
+      config.threads_per_block / kWarpSize;
+  auto warp = std::make_unique<EmulatedWarp<WarpHashLane>>();
+  for (int64_t w = 0; w < warps; ++w) {
+    LeafHashAndStatsWarp(*warp, static_cast<const unsigned char*>(bytes), size,
+                         out.leaf_hashes.data(),
+                         with_stats ? out.stats.data() : nullptr, nullptr, w,
+                         warps);
+  }
+  return out;
+}
+
 absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
-    size_t size, bool with_stats, const LaunchConfig& config) {
+    size_t size, bool with_stats, const LaunchConfig& config, LeafBody body) {
   if (with_stats && dtype != hash::DtypeCode::kFloat32) {
     return absl::InvalidArgumentError(
         "dtype: statistics are defined for float32 only");
+  }
+  if (body == LeafBody::kWarp) {
+    LS_RETURN_IF_ERROR(
+        CheckDeviceLaunchConfig(config, "EmulateDeviceFingerprint"));
   }
   const uint64_t leaves = NumDeviceLeaves(size);
   // Validates dtype, shape and size.
@@ -1127,19 +1179,37 @@ absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
           .status());
   LS_ASSIGN_OR_RETURN(std::vector<uint8_t> header,
                       hash::EncodeTensorHeader(dtype, shape));
-  LeafHashesAndStats leaf;
-  if (with_stats) {
-    leaf = EmulateLeafHashesAndStats(bytes, size, config);
-  } else {
-    leaf.leaf_hashes = EmulateLeafHashes(bytes, size, config);
-  }
   std::vector<unsigned char> scratch(header.size() + 8 * leaves);
   std::copy(header.begin(), header.end(), scratch.begin());
   hash::portable::Hash128 h;
   hash::portable::StatsPartial total = hash::portable::EmptyStatsPartial();
-  CombineLeavesThread(scratch.data(), header.size(), leaf.leaf_hashes.data(),
-                      leaves, with_stats ? leaf.stats.data() : nullptr, &h,
-                      &total);
+  if (body == LeafBody::kWarp) {
+    std::vector<uint64_t> leaf_hashes(leaves, 0);
+    std::vector<hash::portable::StatsPartial> stats(
+        with_stats ? leaves : 0, hash::portable::EmptyStatsPartial());
+    const int64_t warps =
+        BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize) *
+        config.threads_per_block / kWarpSize;
+    auto warp = std::make_unique<EmulatedWarp<WarpHashLane>>();
+    for (int64_t w = 0; w < warps; ++w) {
+      LeafHashAndStatsWarp(*warp, static_cast<const unsigned char*>(bytes),
+                           size, leaf_hashes.data(),
+                           with_stats ? stats.data() : nullptr,
+                           scratch.data() + header.size(), w, warps);
+    }
+    CombineLeavesWarp(*warp, scratch.data(), scratch.size(), leaves,
+                      with_stats ? stats.data() : nullptr, &h, &total);
+  } else {
+    LeafHashesAndStats leaf;
+    if (with_stats) {
+      leaf = EmulateLeafHashesAndStats(bytes, size, config);
+    } else {
+      leaf.leaf_hashes = EmulateLeafHashes(bytes, size, config);
+    }
+    CombineLeavesThread(scratch.data(), header.size(), leaf.leaf_hashes.data(),
+                        leaves, with_stats ? leaf.stats.data() : nullptr, &h,
+                        &total);
+  }
   hash::FingerprintAndStatsResult r;
   r.fingerprint.hi = h.hi;
   r.fingerprint.lo = h.lo;

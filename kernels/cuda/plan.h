@@ -49,6 +49,15 @@ inline constexpr int64_t kMaxAutoBlocks = 4096;
 // Blocks a launch of `work` items gets under `config` (>= 1).
 int64_t BlocksFor(const LaunchConfig& config, int64_t work);
 
+// The launch limits of every device launch (launch_limits.h), checked before
+// any CUDA call: threads_per_block a multiple of kWarpSize in
+// [kWarpSize, kMaxThreadsPerBlock], blocks 0 (automatic) or in
+// [1, 2^31 - 1]. INVALID_ARGUMENT naming `what`, the field, its value and
+// the limit. (RunEmulated accepts any positive block size: the host has no
+// warps.)
+absl::Status CheckDeviceLaunchConfig(const LaunchConfig& config,
+                                     absl::string_view what);
+
 // One memory region of a call.
 struct CallBuffer {
   void* host = nullptr;  // the Tensor's storage; null for device scratch
@@ -106,16 +115,33 @@ struct LeafHashesAndStats {
 LeafHashesAndStats EmulateLeafHashesAndStats(const void* bytes, uint64_t size,
                                              const LaunchConfig& config);
 
-// The whole device fingerprint on an emulated grid, as
+// LeafHashAndStatsWarp (leaf_hash.h) on an emulated grid: the grid's
+// BlocksFor(config, 32 * leaves) * threads_per_block threads form warps of
+// 32 lanes, each run by EmulatedWarp (warp.h). Statistics (float32, size a
+// multiple of 4) only when with_stats; `stats` is empty otherwise.
+// INVALID_ARGUMENT for a config the device would refuse
+// (CheckDeviceLaunchConfig) or statistics of a size not a multiple of 4.
+absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesWarp(
+    const void* bytes, uint64_t size, bool with_stats,
+    const LaunchConfig& config);
+
+// Which leaf body a device fingerprint runs: one thread per leaf (the
+// reference) or one warp per leaf (what the device path uses).
+enum class LeafBody { kOneThread, kWarp };
+
+// The whole device fingerprint on an emulated grid. kWarp, as
 // DeviceFingerprintAndStats (cuda_runtime.h) runs it: the leaf kernel
-// (LeafHashAndStatsThread, or LeafHashThread when with_stats is false) at
-// `config`, then CombineLeavesThread in one thread over the encoded header
-// and the leaf results; the host only converts the 16-byte hash and the
-// totals. Statistics need float32 (INVALID_ARGUMENT otherwise); other
+// (LeafHashAndStatsWarp, with statistics or not) at `config` writing the
+// leaf hashes after the encoded header, then CombineLeavesWarp on one warp;
+// kOneThread: LeafHashAndStatsThread (or LeafHashThread) and
+// CombineLeavesThread in one thread. The host only converts the 16-byte
+// hash and the totals. Statistics need float32 (INVALID_ARGUMENT
+// otherwise); kWarp refuses configs as CheckDeviceLaunchConfig; other
 // errors as hash::HashTensorBytes.
 absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
-    size_t size, bool with_stats, const LaunchConfig& config);
+    size_t size, bool with_stats, const LaunchConfig& config,
+    LeafBody body = LeafBody::kWarp);
 
 }  // namespace lockstep::kernels::cuda
 

@@ -1,6 +1,7 @@
 // The DEFAULT mode's own atomic kernels (vendor_runtime.h SplitKAtomicMatMul,
-// AtomicBiasAddGrad, AtomicMaxPool2dGrad, AtomicEmbeddingGrad): grid-stride CUDA kernels that
-// add partial results into the output with atomicAdd, in arrival order.
+// AtomicBiasAddGrad, AtomicMaxPool2dGrad, AtomicEmbeddingGrad): grid-stride
+// CUDA kernels that add partial results into the output with atomicAdd, in
+// arrival order.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/launch_limits.h"
 #include "kernels/cudnn/vendor_context.h"
 #include "kernels/cudnn/vendor_runtime.h"
 #include "kernels/ops/dense.h"
@@ -25,7 +27,9 @@ namespace {
 namespace c = ::lockstep::canonical;
 namespace sp = ::lockstep::spatial;
 
-constexpr int kThreadsPerBlock = 256;
+// Every launch uses the largest block the kernels are bounded for.
+constexpr int kThreadsPerBlock = cuda::kMaxThreadsPerBlock;
+static_assert(kThreadsPerBlock % cuda::kWarpSize == 0);
 constexpr int64_t kMaxBlocks = 65535;  // the kernels are grid-stride
 constexpr int64_t kBiasSlice = 32;
 
@@ -44,9 +48,9 @@ __device__ __forceinline__ int64_t GridThreads() {
 
 // One thread per (output, slice of `chunk` consecutive k); the slice index
 // varies fastest, so a warp's atomics hit the same outputs.
-__global__ void SplitKAtomicKernel(c::MatMulShape s, int64_t splits,
-                                   int64_t chunk, const float* a,
-                                   const float* b, float* out) {
+__global__ void __launch_bounds__(cuda::kMaxThreadsPerBlock)
+    SplitKAtomicKernel(c::MatMulShape s, int64_t splits, int64_t chunk,
+                       const float* a, const float* b, float* out) {
   const int64_t work = s.rows * s.cols * splits;
   for (int64_t t = GlobalThread(); t < work; t += GridThreads()) {
     const int64_t split = t % splits;
@@ -65,8 +69,9 @@ __global__ void SplitKAtomicKernel(c::MatMulShape s, int64_t splits,
 }
 
 // One thread per (n, c, slice of kBiasSlice spatial elements).
-__global__ void BiasAddGradAtomicKernel(c::BiasShape s, int64_t slices,
-                                        const float* dy, float* db) {
+__global__ void __launch_bounds__(cuda::kMaxThreadsPerBlock)
+    BiasAddGradAtomicKernel(c::BiasShape s, int64_t slices, const float* dy,
+                            float* db) {
   const int64_t work = s.n * s.c * slices;
   for (int64_t t = GlobalThread(); t < work; t += GridThreads()) {
     const int64_t slice = t % slices;
@@ -82,9 +87,9 @@ __global__ void BiasAddGradAtomicKernel(c::BiasShape s, int64_t slices,
 }
 
 // One thread per dy element: added into its id's row of dw.
-__global__ void EmbeddingGradAtomicKernel(c::EmbeddingShape s,
-                                          const int32_t* ids, const float* dy,
-                                          float* dw) {
+__global__ void __launch_bounds__(cuda::kMaxThreadsPerBlock)
+    EmbeddingGradAtomicKernel(c::EmbeddingShape s, const int32_t* ids,
+                              const float* dy, float* dw) {
   const int64_t work = s.positions * s.dim;
   for (int64_t t = GlobalThread(); t < work; t += GridThreads()) {
     const int64_t p = t / s.dim;
@@ -94,8 +99,9 @@ __global__ void EmbeddingGradAtomicKernel(c::EmbeddingShape s,
 }
 
 // One thread per dy element: its window's winner receives dy.
-__global__ void MaxPool2dGradAtomicKernel(sp::Pool2dShape s, const float* x,
-                                          const float* dy, float* dx) {
+__global__ void __launch_bounds__(cuda::kMaxThreadsPerBlock)
+    MaxPool2dGradAtomicKernel(sp::Pool2dShape s, const float* x,
+                              const float* dy, float* dx) {
   const int64_t out_h = sp::Pool2dOutH(s);
   const int64_t out_w = sp::Pool2dOutW(s);
   const int64_t work = s.n * s.c * out_h * out_w;
@@ -178,7 +184,8 @@ absl::Status AtomicEmbeddingGrad(const c::EmbeddingShape& s,
   LS_ASSIGN_OR_RETURN(DeviceContext * ctx, CurrentContext());
   std::lock_guard<std::mutex> lock(ctx->mu);
   DeviceBuffer dids, ddy, ddw;
-  LS_RETURN_IF_ERROR(dids.CopyInBytes(ids.data(), ids.size() * sizeof(int32_t)));
+  LS_RETURN_IF_ERROR(
+      dids.CopyInBytes(ids.data(), ids.size() * sizeof(int32_t)));
   LS_RETURN_IF_ERROR(ddy.CopyIn(dy));
   LS_RETURN_IF_ERROR(ddw.Zeros(dw.size()));
   const int64_t work = s.positions * s.dim;

@@ -1,0 +1,94 @@
+// Warp-cooperative bodies: code that runs on the 32 lanes of a warp and
+// exchanges values between them, written once for the device and for the
+// host emulation.
+//
+// A body is a function template on a warp type W that provides
+//
+//   W::Lane                 the per-lane state (a struct of the body's)
+//   w.Each(f)               runs f(lane, state) for every lane of the warp
+//   w.XorCombine(m, get, op)
+//                           for every lane at once: get(state) :=
+//                           op(get(state), get(state of lane ^ m)); every
+//                           lane takes part (call it in warp-uniform
+//                           control flow)
+//
+// DeviceWarp (nvcc device code): one thread is one lane; its state lives in
+// registers and XorCombine is __shfl_xor_sync over the full warp.
+// EmulatedWarp (host): the 32 states in an array; Each runs f lane after
+// lane, XorCombine snapshots the 32 values and combines each with its
+// partner's. A body whose lanes talk only through XorCombine therefore
+// computes the same values in both, which is how the warp bodies are tested
+// on machines without a GPU (kernels/cuda/leaf_hash_test.cc).
+//
+// Thread-safety: a warp object belongs to one warp (device) or one host
+// thread.
+#ifndef LOCKSTEP_KERNELS_CUDA_WARP_H_
+#define LOCKSTEP_KERNELS_CUDA_WARP_H_
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/canonical/hd.h"
+#include "kernels/cuda/launch_limits.h"
+
+namespace lockstep::kernels::cuda {
+
+#if defined(__CUDACC__)
+template <class LaneState>
+struct DeviceWarp {
+  using Lane = LaneState;
+  int lane = 0;  // threadIdx.x % kWarpSize
+  LaneState state;
+
+  template <class F>
+  LS_HD_INLINE void Each(F&& f) {
+    f(lane, state);
+  }
+
+  template <class Get, class Op>
+  LS_HD_INLINE void XorCombine(int mask, Get&& get, Op&& op) {
+#if defined(__CUDA_ARCH__)
+    auto& value = get(state);
+    value = op(value, ShuffleXor(value, mask));
+#endif
+  }
+
+ private:
+#if defined(__CUDA_ARCH__)
+  __device__ __forceinline__ static uint64_t ShuffleXor(uint64_t v, int m) {
+    return __shfl_xor_sync(0xffffffffU, static_cast<unsigned long long>(v), m);
+  }
+  __device__ __forceinline__ static double ShuffleXor(double v, int m) {
+    return __shfl_xor_sync(0xffffffffU, v, m);
+  }
+#endif
+};
+#endif  // __CUDACC__
+
+#if !defined(__CUDA_ARCH__)
+template <class LaneState>
+struct EmulatedWarp {
+  using Lane = LaneState;
+  LaneState state[kWarpSize];
+
+  template <class F>
+  void Each(F&& f) {
+    for (int lane = 0; lane < kWarpSize; ++lane) f(lane, state[lane]);
+  }
+
+  template <class Get, class Op>
+  void XorCombine(int mask, Get&& get, Op&& op) {
+    using T = typename std::remove_reference<decltype(get(state[0]))>::type;
+    T before[kWarpSize];
+    for (int lane = 0; lane < kWarpSize; ++lane)
+      before[lane] = get(state[lane]);
+    for (int lane = 0; lane < kWarpSize; ++lane) {
+      get(state[lane]) = op(before[lane], before[lane ^ mask]);
+    }
+  }
+};
+#endif  // !__CUDA_ARCH__
+
+}  // namespace lockstep::kernels::cuda
+
+#endif  // LOCKSTEP_KERNELS_CUDA_WARP_H_
