@@ -152,8 +152,18 @@ OpAttrs OptimizerAttrs(const v1::OptimizerConfig& o) {
 
 }  // namespace
 
-absl::StatusOr<v1::TensorFingerprint> FingerprintTensor(const Tensor& t,
-                                                        int32_t index) {
+hash::Parallelism CpuPoolParallelism() {
+  hash::Parallelism p;
+  p.threads = kernels::CpuThreadPool()->num_threads();
+  p.run = [](int64_t num_tasks, absl::FunctionRef<void(int64_t)> task) {
+    kernels::CpuThreadPool()->ParallelFor(num_tasks,
+                                          [task](int64_t i) { task(i); });
+  };
+  return p;
+}
+
+absl::StatusOr<v1::TensorFingerprint> FingerprintTensor(
+    const Tensor& t, int32_t index, const hash::Parallelism* parallel) {
   v1::TensorFingerprint fp;
   fp.set_index(index);
   const hash::DtypeCode code = HashDtype(t.dtype());
@@ -161,7 +171,8 @@ absl::StatusOr<v1::TensorFingerprint> FingerprintTensor(const Tensor& t,
   if (t.dtype() == kernels::DType::kFloat32) {
     LS_ASSIGN_OR_RETURN(
         hash::FingerprintAndStatsResult r,
-        hash::FingerprintAndStats(code, t.shape(), t.raw_data(), size));
+        hash::FingerprintAndStats(code, t.shape(), t.raw_data(), size,
+                                  hash::HashIsa::kAuto, parallel));
     fp.set_hash_hi(r.fingerprint.hi);
     fp.set_hash_lo(r.fingerprint.lo);
     v1::TensorStats* s = fp.mutable_stats();
@@ -173,7 +184,8 @@ absl::StatusOr<v1::TensorFingerprint> FingerprintTensor(const Tensor& t,
   } else {
     LS_ASSIGN_OR_RETURN(
         hash::Fingerprint f,
-        hash::HashTensorBytes(code, t.shape(), t.raw_data(), size));
+        hash::HashTensorBytes(code, t.shape(), t.raw_data(), size,
+                              hash::HashIsa::kAuto, parallel));
     fp.set_hash_hi(f.hi);
     fp.set_hash_lo(f.lo);
     fp.mutable_stats();  // all zero: statistics are defined for float32 only
@@ -441,6 +453,8 @@ struct Executor::State {
   bool capturing = false;
   std::vector<v1::TensorFingerprint> step_fps;
   std::vector<hash::Fingerprint> step_hashes;
+  // The CPU pool's threads, lent to the fingerprints of large tensors.
+  hash::Parallelism fingerprint_threads;
   RunResult result;
 
   absl::StatusOr<KernelFn> Resolve(const std::string& op,
@@ -511,7 +525,8 @@ absl::Status Executor::State::Emit(const std::string& layer,
   if (!capturing) return absl::OkStatus();
   const int mi = manifest_index[index];
   if (mi < 0) return absl::OkStatus();
-  LS_ASSIGN_OR_RETURN(v1::TensorFingerprint fp, FingerprintTensor(t, mi));
+  LS_ASSIGN_OR_RETURN(v1::TensorFingerprint fp,
+                      FingerprintTensor(t, mi, &fingerprint_threads));
   step_hashes.push_back(HashOf(fp));
   if (options.observer) {
     LS_RETURN_IF_ERROR(options.observer(step, manifest.entries(mi), t, fp));
@@ -529,6 +544,7 @@ absl::Status Executor::State::Setup() {
       kernels::CpuThreadPool()->num_threads() != config.threads()) {
     kernels::SetCpuThreads(config.threads());
   }
+  fingerprint_threads = CpuPoolParallelism();
   LS_ASSIGN_OR_RETURN(manifest, model::BuildManifest(plan, config));
   LS_ASSIGN_OR_RETURN(step_tensors, model::StepTensors(plan, config));
   captured_steps = model::ExpandCapturedSteps(manifest);

@@ -1,5 +1,6 @@
 #include "worker/exec/executor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -102,6 +103,73 @@ TEST(ExecutorTest, ConfigThreadsSizesTheCpuPool) {
   config.set_threads(0);
   ASSERT_THAT(RunModel(Models()[0].plan, config), IsOk());
   EXPECT_EQ(kernels::CpuThreadPool()->num_threads(), 2);
+  kernels::SetCpuThreadsForTesting(0);
+}
+
+// CpuPoolParallelism runs each task once on the process pool, and a
+// tensor's fingerprint message spread over it is the one computed alone.
+TEST(ExecutorTest, CpuPoolParallelismRunsEveryTaskOnce) {
+  kernels::SetCpuThreadsForTesting(3);
+  const hash::Parallelism p = CpuPoolParallelism();
+  EXPECT_EQ(p.threads, 3);
+  std::vector<std::atomic<int>> runs(7);
+  p.run(7, [&](int64_t i) { ++runs[i]; });
+  for (size_t i = 0; i < runs.size(); ++i) EXPECT_EQ(runs[i].load(), 1) << i;
+  // 20 leaves of float32 with a NaN, an infinity and a -0.0.
+  const int64_t n = 20 * hash::kLeafBytes / 4 - 5;
+  absl::StatusOr<kernels::Tensor> z =
+      kernels::Tensor::Zeros(kernels::DType::kFloat32, {n});
+  ASSERT_THAT(z, IsOk());
+  kernels::Tensor& t = *z;
+  float* x = t.data<float>();
+  for (int64_t i = 0; i < n; ++i) x[i] = std::sin(static_cast<float>(i));
+  x[7] = std::nanf("");
+  x[hash::kLeafBytes / 4] = -INFINITY;
+  x[n - 1] = -0.0f;
+  auto alone = FingerprintTensor(t, 5);
+  auto spread = FingerprintTensor(t, 5, &p);
+  ASSERT_THAT(alone, IsOk());
+  ASSERT_THAT(spread, IsOk());
+  EXPECT_EQ(spread->SerializeAsString(), alone->SerializeAsString());
+  EXPECT_EQ(spread->stats().nan_count(), 1);
+  kernels::SetCpuThreadsForTesting(0);
+}
+
+// Every fingerprint of a run is the same message whether the pool, and so
+// the fingerprints of its large tensors, has 1 or several threads.
+TEST(ExecutorTest, FingerprintsAreTheSameOnEveryPoolSize) {
+  // conv1's output [N, 3, 6, 6] is 14 leaves, the input [N, 2, 6, 6] 10.
+  const int64_t batch = 2048;
+  const model::ModelPlan plan = testing::ConvResPlan(batch);
+  v1::JobConfig config = testing::BaseConfig(batch, 2);
+  config.set_threads(1);
+  auto one = RunModel(plan, config);
+  ASSERT_THAT(one, IsOk());
+  int large = 0;
+  for (const v1::ManifestEntry& e : one->manifest.entries()) {
+    int64_t bytes = 4;
+    for (int64_t d : e.shape()) bytes *= d;
+    const size_t leaves = hash::NumLeaves(static_cast<size_t>(bytes));
+    if (leaves >= 2 * hash::kMinLeavesPerThread) ++large;
+  }
+  EXPECT_GE(large, 4);  // input, conv1, relu1, conv2, add and their grads
+  for (int threads : {2, 3, 4}) {
+    SCOPED_TRACE(threads);
+    config.set_threads(threads);
+    auto r = RunModel(plan, config);
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(CpuPoolParallelism().threads, threads);
+    EXPECT_EQ(r->run_digest, one->run_digest);
+    ASSERT_EQ(r->fingerprints.size(), one->fingerprints.size());
+    for (size_t s = 0; s < r->fingerprints.size(); ++s) {
+      ASSERT_EQ(r->fingerprints[s].size(), one->fingerprints[s].size());
+      for (size_t i = 0; i < r->fingerprints[s].size(); ++i) {
+        EXPECT_EQ(r->fingerprints[s][i].SerializeAsString(),
+                  one->fingerprints[s][i].SerializeAsString())
+            << "step " << s << " tensor " << i;
+      }
+    }
+  }
   kernels::SetCpuThreadsForTesting(0);
 }
 
@@ -521,7 +589,11 @@ TEST(ExecutorTest, GraphElementwiseLayersGradientsMatchFiniteDifferences) {
           name: "mean"
           op: REDUCE
           inputs: [ "h" ]
-          reduce { kind: REDUCE_MEAN axes: [ -1 ] keepdims: true }
+          reduce {
+            kind: REDUCE_MEAN
+            axes: [ -1 ]
+            keepdims: true
+          }
         }
         layers {
           name: "cen"
@@ -561,7 +633,10 @@ TEST(ExecutorTest, GraphElementwiseLayersGradientsMatchFiniteDifferences) {
         layers {
           name: "sum"
           op: REDUCE
-          reduce { kind: REDUCE_SUM axes: [ 1 ] }
+          reduce {
+            kind: REDUCE_SUM
+            axes: [ 1 ]
+          }
         }
         layers {
           name: "erf"
@@ -579,10 +654,8 @@ TEST(ExecutorTest, GraphElementwiseLayersGradientsMatchFiniteDifferences) {
   auto plan =
       model::PlanModel(model, testing::BaseConfig(kBatch, 1), model::Limits());
   ASSERT_THAT(plan, IsOk());
-  EXPECT_EQ(plan->layers[2].output_shape,
-            (std::vector<int64_t>{kBatch, 3, 1}));
-  EXPECT_EQ(plan->layers[8].output_shape,
-            (std::vector<int64_t>{kBatch, 3, 4}));
+  EXPECT_EQ(plan->layers[2].output_shape, (std::vector<int64_t>{kBatch, 3, 1}));
+  EXPECT_EQ(plan->layers[8].output_shape, (std::vector<int64_t>{kBatch, 3, 4}));
   EXPECT_EQ(plan->layers[9].output_shape, (std::vector<int64_t>{kBatch, 4}));
   EXPECT_TRUE(plan->layers[9].batched);
   // No gradient into COMPARE's inputs or WHERE's condition: the manifest
