@@ -26,10 +26,15 @@ using HashInput = absl::InlinedVector<uint8_t, 1024 + 8 * 256>;
 constexpr size_t kF32Size = 4;
 constexpr size_t kBlockElems = kLeafBytes / kF32Size;
 
-// Writes v as 8 little-endian bytes at out (one store on x86-64); returns
-// the position after them.
+// Writes v as 8 little-endian bytes at out; returns the position after
+// them. One unaligned store on a little-endian host (GCC 12 turned the
+// byte loop into eight byte stores).
 uint8_t* PutLe64(uint64_t v, uint8_t* out) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  std::memcpy(out, &v, sizeof(v));
+#else
   for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
+#endif
   return out + 8;
 }
 

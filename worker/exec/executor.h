@@ -140,6 +140,13 @@ struct RunResult {
 absl::StatusOr<lockstep::v1::TensorFingerprint> FingerprintTensor(
     const kernels::Tensor& t, int32_t index,
     const hash::Parallelism* parallel = nullptr);
+// The same into *out, which may hold an earlier fingerprint: every field is
+// overwritten (the result equals the message above), and the stats
+// sub-message already there is reused rather than allocated. On error *out
+// is unspecified.
+absl::Status FingerprintTensor(const kernels::Tensor& t, int32_t index,
+                               const hash::Parallelism* parallel,
+                               lockstep::v1::TensorFingerprint* out);
 
 // The CPU kernels' pool (kernels::CpuThreadPool()) as FingerprintTensor's
 // `parallel`: the pool's current thread count, tasks run by its

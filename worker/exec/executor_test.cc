@@ -135,6 +135,39 @@ TEST(ExecutorTest, CpuPoolParallelismRunsEveryTaskOnce) {
   kernels::SetCpuThreadsForTesting(0);
 }
 
+// FingerprintTensor into a message that holds an earlier tensor's
+// fingerprint (as Emit reuses one) gives exactly the new message.
+TEST(ExecutorTest, FingerprintTensorIntoAReusedMessage) {
+  auto f = kernels::Tensor::FromValues<float>(
+      {2, 2}, std::vector<float>{1.5f, -2.0f, INFINITY, std::nanf("")});
+  auto g = kernels::Tensor::FromValues<float>({3}, std::vector<float>{0, 0, 0});
+  auto i =
+      kernels::Tensor::FromValues<int32_t>({2}, std::vector<int32_t>{7, -7});
+  ASSERT_THAT(f, IsOk());
+  ASSERT_THAT(g, IsOk());
+  ASSERT_THAT(i, IsOk());
+  v1::TensorFingerprint reused;
+  int32_t index = 0;
+  for (const kernels::Tensor* t : {&*f, &*i, &*f, &*g, &*i}) {
+    ASSERT_THAT(FingerprintTensor(*t, index, nullptr, &reused), IsOk());
+    auto fresh = FingerprintTensor(*t, index);
+    ASSERT_THAT(fresh, IsOk());
+    EXPECT_EQ(reused.SerializeAsString(), fresh->SerializeAsString())
+        << t->DebugString() << "\n"
+        << reused.DebugString() << "\nwant\n"
+        << fresh->DebugString();
+    EXPECT_TRUE(reused.has_stats());
+    ++index;
+  }
+  // The int32 tensor's statistics are all zero, the float one's are not.
+  ASSERT_THAT(FingerprintTensor(*i, 0, nullptr, &reused), IsOk());
+  EXPECT_EQ(reused.stats().ByteSizeLong(), 0u);
+  ASSERT_THAT(FingerprintTensor(*f, 0, nullptr, &reused), IsOk());
+  EXPECT_EQ(reused.stats().nan_count(), 1);
+  EXPECT_EQ(reused.stats().inf_count(), 1);
+  EXPECT_EQ(reused.stats().sum(), -0.5);
+}
+
 // Every fingerprint of a run is the same message whether the pool, and so
 // the fingerprints of its large tensors, has 1 or several threads.
 TEST(ExecutorTest, FingerprintsAreTheSameOnEveryPoolSize) {
@@ -169,6 +202,26 @@ TEST(ExecutorTest, FingerprintsAreTheSameOnEveryPoolSize) {
             << "step " << s << " tensor " << i;
       }
     }
+    // Streamed through the observer instead of kept (Emit then reuses one
+    // message for every tensor): the same messages, in the same order.
+    std::vector<std::string> streamed;
+    ExecutorOptions stream;
+    stream.keep_fingerprints = false;
+    stream.observer = [&](int, const v1::ManifestEntry&, const kernels::Tensor&,
+                          const v1::TensorFingerprint& fp) {
+      streamed.push_back(fp.SerializeAsString());
+      return absl::OkStatus();
+    };
+    auto st = RunModel(plan, config, stream);
+    ASSERT_THAT(st, IsOk());
+    EXPECT_EQ(st->run_digest, one->run_digest);
+    std::vector<std::string> kept;
+    for (const auto& step : one->fingerprints) {
+      for (const v1::TensorFingerprint& fp : step) {
+        kept.push_back(fp.SerializeAsString());
+      }
+    }
+    EXPECT_TRUE(streamed == kept);
   }
   kernels::SetCpuThreadsForTesting(0);
 }
