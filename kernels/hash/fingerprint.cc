@@ -217,7 +217,9 @@ size_t LeafLen(size_t size, size_t off) {
 // How many leaf ranges a tensor of `leaves` leaves is cut into under
 // `parallel`; 1 or less means the calling thread's own loop.
 int64_t RangesFor(size_t leaves, const Parallelism* parallel) {
-  if (parallel == nullptr || parallel->threads <= 1) return 1;
+  if (parallel == nullptr || parallel->threads <= 1 || !parallel->run) {
+    return 1;
+  }
   const int64_t min_leaves =
       std::max<int64_t>(1, parallel->min_leaves_per_thread);
   return std::min<int64_t>(parallel->threads,

@@ -153,7 +153,7 @@ struct Parallelism {
   // Runs task(0) .. task(num_tasks - 1), each exactly once, in any order
   // and on any threads (inline is fine), and returns when all are done,
   // their writes visible to the caller (as a thread pool's join gives).
-  // REQUIRES: set when threads > 1.
+  // Unset: the calling thread works alone, as with threads = 1.
   std::function<void(int64_t num_tasks,
                      absl::FunctionRef<void(int64_t task)> task)>
       run;

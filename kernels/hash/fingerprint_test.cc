@@ -820,6 +820,22 @@ TEST(ParallelFingerprintTest, SmallTensorsStayOnTheCallingThread) {
   }
 }
 
+TEST(ParallelFingerprintTest, WithoutRunTheCallingThreadWorksAlone) {
+  const std::vector<float> x = DataAcrossLeaves(16);
+  const std::vector<int64_t> shape = {static_cast<int64_t>(x.size())};
+  Parallelism unset;
+  unset.threads = 4;
+  const absl::StatusOr<FingerprintAndStatsResult> r =
+      FingerprintAndStats(DtypeCode::kFloat32, shape, x.data(), 4 * x.size(),
+                          HashIsa::kAuto, &unset);
+  const absl::StatusOr<FingerprintAndStatsResult> alone =
+      FingerprintAndStats(DtypeCode::kFloat32, shape, x.data(), 4 * x.size());
+  ASSERT_THAT(r, IsOk());
+  ASSERT_THAT(alone, IsOk());
+  EXPECT_EQ(r->fingerprint, alone->fingerprint);
+  EXPECT_EQ(StatsDiff(alone->stats, r->stats), "");
+}
+
 TEST(ParallelFingerprintTest, BadArgumentsAreReportedBeforeAnyWork) {
   TestThreads pool(4, 1, /*reverse=*/false);
   const std::vector<float> x(16 * kLeafBytes / 4, 1.0f);
