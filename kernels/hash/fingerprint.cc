@@ -2,8 +2,10 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -24,10 +26,15 @@ using HashInput = absl::InlinedVector<uint8_t, 1024 + 8 * 256>;
 constexpr size_t kF32Size = 4;
 constexpr size_t kBlockElems = kLeafBytes / kF32Size;
 
-// Writes v as 8 little-endian bytes at out (one store on x86-64); returns
-// the position after them.
+// Writes v as 8 little-endian bytes at out; returns the position after
+// them. One unaligned store on a little-endian host (GCC 12 turned the
+// byte loop into eight byte stores).
 uint8_t* PutLe64(uint64_t v, uint8_t* out) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  std::memcpy(out, &v, sizeof(v));
+#else
   for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
+#endif
   return out + 8;
 }
 
@@ -202,6 +209,34 @@ class StatsTotals {
   int64_t inf_count_ = 0;
 };
 
+// Bytes in the leaf that starts at byte `off` of a `size`-byte tensor.
+size_t LeafLen(size_t size, size_t off) {
+  return size - off < kLeafBytes ? size - off : kLeafBytes;
+}
+
+// How many leaf ranges a tensor of `leaves` leaves is cut into under
+// `parallel`; 1 or less means the calling thread's own loop.
+int64_t RangesFor(size_t leaves, const Parallelism* parallel) {
+  if (parallel == nullptr || parallel->threads <= 1 || !parallel->run) {
+    return 1;
+  }
+  const int64_t min_leaves =
+      std::max<int64_t>(1, parallel->min_leaves_per_thread);
+  return std::min<int64_t>(parallel->threads,
+                           static_cast<int64_t>(leaves) / min_leaves);
+}
+
+// Runs fn(first, last) on `parallel`'s threads for `ranges` contiguous
+// ranges covering leaves [0, leaves), as equal as whole leaves allow.
+void ForLeafRanges(const Parallelism& parallel, size_t leaves, int64_t ranges,
+                   absl::FunctionRef<void(size_t first, size_t last)> fn) {
+  const size_t r_count = static_cast<size_t>(ranges);
+  parallel.run(ranges, [&](int64_t r) {
+    const size_t i = static_cast<size_t>(r);
+    fn(leaves * i / r_count, leaves * (i + 1) / r_count);
+  });
+}
+
 TensorStats StatsWith(const LeafKernels& k, const float* data, size_t n) {
   StatsTotals totals;
   for (size_t off = 0; off < n; off += kBlockElems) {
@@ -347,7 +382,8 @@ absl::StatusOr<std::vector<uint8_t>> EncodeTensorHeader(
 absl::StatusOr<Fingerprint> HashTensorBytes(DtypeCode dtype,
                                             absl::Span<const int64_t> shape,
                                             const void* bytes, size_t size,
-                                            HashIsa isa) {
+                                            HashIsa isa,
+                                            const Parallelism* parallel) {
   absl::StatusOr<const LeafKernels*> kernels = KernelsFor(isa);
   if (!kernels.ok()) return kernels.status();
   if (absl::Status s = CheckBytes(dtype, shape, bytes, size); !s.ok()) {
@@ -355,11 +391,22 @@ absl::StatusOr<Fingerprint> HashTensorBytes(DtypeCode dtype,
   }
   const LeafKernels& k = **kernels;
   const auto* p = static_cast<const uint8_t*>(bytes);
-  HashInput in(HeaderSize(shape) + 8 * NumLeaves(size));
+  const size_t leaves = NumLeaves(size);
+  HashInput in(HeaderSize(shape) + 8 * leaves);
   uint8_t* out = PutHeader(dtype, shape, in.data());
+  if (const int64_t ranges = RangesFor(leaves, parallel); ranges > 1) {
+    // Leaf i's hash goes to its own slot of the input, whichever thread
+    // computes it: the input is the same bytes as the loop below writes.
+    ForLeafRanges(*parallel, leaves, ranges, [&](size_t first, size_t last) {
+      for (size_t i = first; i < last; ++i) {
+        const size_t off = i * kLeafBytes;
+        PutLe64(k.hash64(p + off, LeafLen(size, off)), out + 8 * i);
+      }
+    });
+    return Hash128(in);
+  }
   for (size_t off = 0; off < size; off += kLeafBytes) {
-    const size_t len = size - off < kLeafBytes ? size - off : kLeafBytes;
-    out = PutLe64(k.hash64(p + off, len), out);
+    out = PutLe64(k.hash64(p + off, LeafLen(size, off)), out);
   }
   return Hash128(in);
 }
@@ -386,7 +433,7 @@ absl::StatusOr<TensorStats> ComputeStats(const float* data, size_t n,
 
 absl::StatusOr<FingerprintAndStatsResult> FingerprintAndStats(
     DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
-    size_t size, HashIsa isa) {
+    size_t size, HashIsa isa, const Parallelism* parallel) {
   absl::StatusOr<const LeafKernels*> kernels = KernelsFor(isa);
   if (!kernels.ok()) return kernels.status();
   if (dtype != DtypeCode::kFloat32) {
@@ -404,9 +451,36 @@ absl::StatusOr<FingerprintAndStatsResult> FingerprintAndStats(
   }
   const LeafKernels& k = **kernels;
   const auto* p = static_cast<const uint8_t*>(bytes);
-  HashInput in(HeaderSize(shape) + 8 * NumLeaves(size));
+  const size_t leaves = NumLeaves(size);
+  HashInput in(HeaderSize(shape) + 8 * leaves);
   uint8_t* out = PutHeader(dtype, shape, in.data());
   StatsTotals totals;
+  if (const int64_t ranges = RangesFor(leaves, parallel); ranges > 1) {
+    // Each leaf's hash goes to its slot of the input and its statistics
+    // block to blocks[i]; the blocks are then added in block order, the
+    // same additions in the same order as the loop below.
+    std::vector<LeafStats> blocks(leaves);
+    ForLeafRanges(*parallel, leaves, ranges, [&](size_t first, size_t last) {
+      for (size_t i = first; i < last; ++i) {
+        const size_t off = i * kLeafBytes;
+        const size_t len = LeafLen(size, off);
+        // Prefetch the next leaf of this range only; the next range's
+        // first leaf is another thread's.
+        const size_t next = off + len;
+        const size_t next_len = i + 1 < last ? LeafLen(size, next) : 0;
+        const internal::LeafHashStats h =
+            k.hash_and_stats(reinterpret_cast<const float*>(p + off),
+                             len / kF32Size, p + next, next_len);
+        PutLe64(h.hash, out + 8 * i);
+        blocks[i] = h.stats;
+      }
+    });
+    for (const LeafStats& b : blocks) totals.Add(b);
+    FingerprintAndStatsResult r;
+    r.fingerprint = Hash128(in);
+    r.stats = totals.Finish();
+    return r;
+  }
   for (size_t off = 0; off < size; off += kLeafBytes) {
     const size_t len = size - off < kLeafBytes ? size - off : kLeafBytes;
     // A leaf is exactly one statistics block. While it is read, the next

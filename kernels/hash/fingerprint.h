@@ -14,17 +14,20 @@
 //
 // The host implementation picks, once per process, the fastest instruction
 // set the CPU supports (AVX-512, AVX2 or baseline); every choice gives the
-// same bits.
+// same bits. A caller may lend threads (Parallelism) to spread a large
+// tensor's leaves over them; the bits do not depend on it either.
 // Thread-safety: every function is thread-safe (no shared mutable state).
 #ifndef LOCKSTEP_KERNELS_HASH_FINGERPRINT_H_
 #define LOCKSTEP_KERNELS_HASH_FINGERPRINT_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -128,6 +131,36 @@ HashIsa SelectedIsa();
 // "auto", "baseline", "avx2", "avx512".
 const char* IsaName(HashIsa isa);
 
+// Fewest leaves one thread of a parallel fingerprint gets by default:
+// below about 4 leaves (256 KiB, ~12 us of hashing and statistics on one
+// core) per thread, handing work to another thread gains little or nothing
+// (docs/benchmarks.md, "Tensor fingerprints").
+inline constexpr int64_t kMinLeavesPerThread = 4;
+
+// Threads a caller lends HashTensorBytes and FingerprintAndStats for large
+// tensors (the worker passes its CPU kernels' pool). A tensor of at least
+// 2 * min_leaves_per_thread leaves is cut into contiguous ranges of leaves,
+// at most `threads` of them and none shorter than min_leaves_per_thread;
+// each task of `run` hashes (and sums) one range, writing each leaf's
+// results into that leaf's own slot, and the calling thread then combines
+// the slots in leaf order exactly as it does alone. So the result is the
+// same bits for any `threads`, any schedule, and with no Parallelism at
+// all. Smaller tensors never call `run`.
+struct Parallelism {
+  // Threads `run` spreads its tasks over, the calling thread included.
+  // 1 or less: `run` is never called.
+  int threads = 1;
+  // Runs task(0) .. task(num_tasks - 1), each exactly once, in any order
+  // and on any threads (inline is fine), and returns when all are done,
+  // their writes visible to the caller (as a thread pool's join gives).
+  // Unset: the calling thread works alone, as with threads = 1.
+  std::function<void(int64_t num_tasks,
+                     absl::FunctionRef<void(int64_t task)> task)>
+      run;
+  // Fewest leaves per range (>= 1; smaller values count as 1).
+  int64_t min_leaves_per_thread = kMinLeavesPerThread;
+};
+
 // The fingerprint header (SPEC.md "Header"): tag 0xF1, dtype code, rank,
 // then each dimension as a little-endian u64. Errors as HashTensorBytes.
 absl::StatusOr<std::vector<uint8_t>> EncodeTensorHeader(
@@ -144,10 +177,12 @@ inline size_t NumLeaves(size_t size) {
 // kMaxRank, a negative dimension, an element count that overflows, `size`
 // not equal to elements * DtypeSize(dtype), null `bytes` with size > 0.
 // FAILED_PRECONDITION: `isa` not available on this CPU.
-absl::StatusOr<Fingerprint> HashTensorBytes(DtypeCode dtype,
-                                            absl::Span<const int64_t> shape,
-                                            const void* bytes, size_t size,
-                                            HashIsa isa = HashIsa::kAuto);
+// `parallel` (may be null: the calling thread alone; not owned) lends
+// threads for a large tensor; see Parallelism.
+absl::StatusOr<Fingerprint> HashTensorBytes(
+    DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    size_t size, HashIsa isa = HashIsa::kAuto,
+    const Parallelism* parallel = nullptr);
 
 // Statistics of data[0 .. n). REQUIRES: data readable for n floats (may be
 // null when n == 0).
@@ -167,10 +202,13 @@ struct FingerprintAndStatsResult {
 // it is in cache). Results equal the two separate calls. Errors as
 // HashTensorBytes, plus INVALID_ARGUMENT when dtype is not float32
 // (statistics are defined for float32 only; hash other tensors with
-// HashTensorBytes).
+// HashTensorBytes). `parallel` as for HashTensorBytes: each range computes
+// its leaves' statistics blocks too, and the calling thread adds the blocks
+// in block order.
 absl::StatusOr<FingerprintAndStatsResult> FingerprintAndStats(
     DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
-    size_t size, HashIsa isa = HashIsa::kAuto);
+    size_t size, HashIsa isa = HashIsa::kAuto,
+    const Parallelism* parallel = nullptr);
 
 // The statistics of a float32 tensor from its per-block partials
 // (portable::StatsOfBlock of each 64 KiB leaf, e.g. computed on a device),

@@ -1,6 +1,6 @@
 // Fingerprint throughput beside single-core read bandwidth.
 //
-//   bazel run -c opt //kernels/hash:fingerprint_bench -- [rounds]
+//   bazel run -c opt //kernels/hash:fingerprint_bench -- [rounds] [threads]
 //
 // For a 64 KiB tensor (one leaf; repeated, so it is served from cache), for
 // 256 consecutive 1 MiB tensors (256 MiB in all, served from DRAM) and for one
@@ -12,13 +12,19 @@
 //   hash <isa>       HashTensorBytes, forced to that instruction set
 //   hash+stats <isa> FingerprintAndStats
 //   stats <isa>      ComputeStats alone
+//   hash+stats, N threads   FingerprintAndStats on the selected path with
+//                    the leaves spread over a pool of N threads (the CPU
+//                    kernels' pool, as the worker lends it; DRAM cases)
 // Every row is measured once per round, rounds interleaved so that load from
 // other processes spreads over all rows; the table shows the best and the
 // median round and the best figure's ratios to the best round of each read
 // loop. A closing summary gives, for the DRAM cases, hash+stats on the
 // automatically selected path against the ordinary read loop (the target
-// is >= 0.85). Between the cache and DRAM cases, the time per call on small
-// tensors (64, 1024 and 4096 elements), where fixed costs count.
+// is >= 0.85), and the N-thread figure beside it. Between the cache and
+// DRAM cases, the time per call on small tensors (64, 1024 and 4096
+// elements), where fixed costs count, and hash + statistics of tensors of
+// 2 to 32 leaves (in cache) on 1 and on N threads, which is what
+// kMinLeavesPerThread is chosen from. N is 2, or the third argument.
 // Figures are only printed, never asserted.
 #include <xxhash.h>
 
@@ -38,6 +44,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/hash/fingerprint.h"
 #include "kernels/hash/read_bandwidth.h"
 
@@ -77,12 +84,26 @@ struct SizeResult {
   std::string label;
   double read_gbps = 0;
   double hash_stats_gbps = 0;  // on the automatically selected path
+  double parallel_gbps = 0;    // the same on the pool's threads
 };
+
+// `pool` as the fingerprint functions' Parallelism.
+Parallelism PoolParallelism(kernels::ThreadPool* pool, int64_t min_leaves) {
+  Parallelism p;
+  p.threads = pool->num_threads();
+  p.min_leaves_per_thread = min_leaves;
+  p.run = [pool](int64_t n, absl::FunctionRef<void(int64_t)> task) {
+    pool->ParallelFor(n, [task](int64_t i) { task(i); });
+  };
+  return p;
+}
 
 // Fingerprints data[0 .. bytes) as consecutive float32 tensors of
 // tensor_bytes each (tensor_bytes divides bytes).
+// With `parallel`, also the selected path on its threads.
 SizeResult BenchSize(const char* label, const float* data, size_t bytes,
-                     size_t tensor_bytes, int rounds, double min_seconds) {
+                     size_t tensor_bytes, int rounds, double min_seconds,
+                     const Parallelism* parallel = nullptr) {
   const size_t n = tensor_bytes / sizeof(float);
   const size_t tensors = bytes / tensor_bytes;
   const std::vector<int64_t> shape = {static_cast<int64_t>(n)};
@@ -161,6 +182,23 @@ SizeResult BenchSize(const char* label, const float* data, size_t bytes,
                     },
                     {}});
   }
+  size_t parallel_row = 0;
+  if (parallel != nullptr) {
+    parallel_row = rows.size();
+    rows.push_back({absl::StrFormat("hash+stats %s, %d threads",
+                                    IsaName(selected), parallel->threads),
+                    [=] {
+                      uint64_t acc = 0;
+                      for (size_t t = 0; t < tensors; ++t) {
+                        acc ^= FingerprintAndStats(DtypeCode::kFloat32, shape,
+                                                   data + t * n, tensor_bytes,
+                                                   HashIsa::kAuto, parallel)
+                                   ->fingerprint.lo;
+                      }
+                      Sink(acc);
+                    },
+                    {}});
+  }
   for (int r = 0; r < rounds; ++r) {
     for (Row& row : rows) {
       row.gbps.push_back(Measure(row.run, bytes, min_seconds));
@@ -187,7 +225,44 @@ SizeResult BenchSize(const char* label, const float* data, size_t bytes,
   result.label = label;
   result.read_gbps = read_ld;
   result.hash_stats_gbps = rows[selected_row].gbps.back();
+  if (parallel != nullptr) {
+    result.parallel_gbps = rows[parallel_row].gbps.back();
+  }
   return result;
+}
+
+// Hash + statistics of one in-cache float32 tensor of `leaves` full leaves
+// on the calling thread alone and spread over `pool` (one leaf per thread
+// at least, so every size >= 2 leaves spreads): best of `rounds` GB/s each.
+void BenchSpreadBySize(const float* data, kernels::ThreadPool* pool,
+                       int rounds) {
+  const Parallelism spread = PoolParallelism(pool, /*min_leaves=*/1);
+  std::printf(
+      "\nhash+stats (%s) of one float32 tensor in cache, alone and spread "
+      "over %d threads: best of %d rounds, GB/s\n  %-8s %10s %10s %8s\n",
+      IsaName(SelectedIsa()), pool->num_threads(), rounds, "leaves", "alone",
+      "spread", "ratio");
+  for (size_t leaves : {2, 4, 6, 8, 12, 16, 32}) {
+    const size_t bytes = leaves * kLeafBytes;
+    const std::vector<int64_t> shape = {static_cast<int64_t>(bytes / 4)};
+    double best[2] = {0, 0};
+    for (int r = 0; r < rounds; ++r) {
+      for (int spread_it = 0; spread_it < 2; ++spread_it) {
+        const Parallelism* p = spread_it ? &spread : nullptr;
+        best[spread_it] = std::max(
+            best[spread_it],
+            Measure(
+                [&] {
+                  Sink(FingerprintAndStats(DtypeCode::kFloat32, shape, data,
+                                           bytes, HashIsa::kAuto, p)
+                           ->fingerprint.lo);
+                },
+                bytes, 0.02));
+      }
+    }
+    std::printf("  %-8zu %10.2f %10.2f %8.2f\n", leaves, best[0], best[1],
+                best[1] / best[0]);
+  }
 }
 
 // Nanoseconds per call of FingerprintAndStats (with_stats) or
@@ -221,6 +296,9 @@ double NsPerTensor(const float* data, size_t n, bool with_stats) {
 
 int Main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  const int threads = argc > 2 ? std::max(2, std::atoi(argv[2])) : 2;
+  kernels::ThreadPool pool(threads);
+  const Parallelism parallel = PoolParallelism(&pool, kMinLeavesPerThread);
   const size_t big = size_t{256} << 20;
   const size_t small = kLeafBytes;
   auto* data = static_cast<float*>(std::aligned_alloc(4096, big));
@@ -245,21 +323,27 @@ int Main(int argc, char** argv) {
     std::printf("  %-10zu %10.1f %12.1f\n", n, hash_ns,
                 NsPerTensor(data, n, /*with_stats=*/true));
   }
+  BenchSpreadBySize(data, &pool, rounds);
   std::vector<SizeResult> dram;
   dram.push_back(BenchSize("1 MiB tensors (DRAM)", data, big, size_t{1} << 20,
-                           rounds, 0.3));
-  dram.push_back(BenchSize("256 MiB (DRAM)", data, big, big, rounds, 0.3));
+                           rounds, 0.3, &parallel));
+  dram.push_back(
+      BenchSize("256 MiB (DRAM)", data, big, big, rounds, 0.3, &parallel));
   std::printf(
       "\nsummary: hash+stats (%s) against the single-core read loop, "
-      "best rounds of this run (target >= 0.85)\n",
-      IsaName(SelectedIsa()));
+      "best rounds of this run (target >= 0.85); on %d threads\n",
+      IsaName(SelectedIsa()), threads);
   for (const SizeResult& r : dram) {
+    auto ratio = [&](double x) {
+      return r.read_gbps > 0 ? absl::StrFormat("%.2f", x / r.read_gbps)
+                             : std::string("n/a");
+    };
     std::printf(
-        "  %-24s hash+stats %6.2f GB/s  read %6.2f GB/s  ratio %s\n",
+        "  %-24s hash+stats %6.2f GB/s  read %6.2f GB/s  ratio %s;  %d "
+        "threads %6.2f GB/s (%s of the read loop)\n",
         r.label.c_str(), r.hash_stats_gbps, r.read_gbps,
-        r.read_gbps > 0
-            ? absl::StrFormat("%.2f", r.hash_stats_gbps / r.read_gbps).c_str()
-            : "n/a");
+        ratio(r.hash_stats_gbps).c_str(), threads, r.parallel_gbps,
+        ratio(r.parallel_gbps).c_str());
   }
   std::free(data);
   return 0;

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -656,6 +658,191 @@ TEST(FingerprintAndStatsTest, RejectsNonFloat32AndMisalignedData) {
   EXPECT_THAT(FingerprintAndStats(DtypeCode::kFloat32, {4}, raw.data() + 1, 16),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("4-byte aligned")));
+}
+
+// ---- Leaves spread over threads (Parallelism). ----
+
+// A Parallelism over `threads` real threads, the calling one included, that
+// take tasks from a shared counter (last task first when `reverse`), so
+// ranges finish in whatever order the scheduler gives. Counts its calls and
+// tasks.
+class TestThreads {
+ public:
+  TestThreads(int threads, int64_t min_leaves, bool reverse) {
+    p_.threads = threads;
+    p_.min_leaves_per_thread = min_leaves;
+    p_.run = [this, threads, reverse](int64_t n,
+                                      absl::FunctionRef<void(int64_t)> task) {
+      ++calls_;
+      last_tasks_ = n;
+      std::atomic<int64_t> next{0};
+      auto work = [&] {
+        for (int64_t i; (i = next.fetch_add(1)) < n;) {
+          task(reverse ? n - 1 - i : i);
+        }
+      };
+      std::vector<std::thread> others;
+      for (int t = 1; t < threads; ++t) others.emplace_back(work);
+      work();
+      for (std::thread& t : others) t.join();
+    };
+  }
+  const Parallelism* get() const { return &p_; }
+  int calls() const { return calls_; }
+  int64_t last_tasks() const { return last_tasks_; }
+
+ private:
+  Parallelism p_;
+  int calls_ = 0;
+  int64_t last_tasks_ = 0;
+};
+
+// Float data of `leaves` full leaves plus one element, with NaN, ±Inf, -0.0
+// and subnormals sprinkled in and placed on both sides of every leaf
+// boundary.
+std::vector<float> DataAcrossLeaves(size_t leaves) {
+  const size_t b = kLeafBytes / 4;
+  std::vector<float> x = RandomFloats(leaves * b + 1, 77, /*specials=*/true);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), -0.0f};
+  for (size_t i = 1; i <= leaves; ++i) {
+    x[i * b - 1] = specials[i % 4];
+    x[i * b] = specials[(i + 1) % 4];
+  }
+  return x;
+}
+
+TEST(ParallelFingerprintTest, SameBitsAsTheCallingThreadAlone) {
+  const size_t b = kLeafBytes / 4;  // floats per leaf
+  const size_t kMaxLeaves = 17;
+  const std::vector<float> x = DataAcrossLeaves(kMaxLeaves);
+  std::vector<size_t> sizes;  // float counts: 0, 1, many leaves, +- 1
+  for (size_t leaves : {0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17}) {
+    for (size_t n : {leaves * b - 1, leaves * b, leaves * b + 1}) {
+      // (leaves * b - 1 wraps around for 0 leaves and is skipped.)
+      if (n <= x.size() && (sizes.empty() || sizes.back() != n)) {
+        sizes.push_back(n);
+      }
+    }
+  }
+  for (size_t n : sizes) {
+    const std::vector<int64_t> shape = {static_cast<int64_t>(n)};
+    const size_t bytes = 4 * n;
+    const std::vector<int64_t> byte_shape = {static_cast<int64_t>(bytes)};
+    const size_t leaves = NumLeaves(bytes);
+    for (HashIsa isa : kAllIsas) {
+      if (!IsaAvailable(isa)) continue;
+      const absl::StatusOr<FingerprintAndStatsResult> alone =
+          FingerprintAndStats(DtypeCode::kFloat32, shape, x.data(), bytes, isa);
+      ASSERT_THAT(alone, IsOk());
+      const absl::StatusOr<Fingerprint> alone_u8 =
+          HashTensorBytes(DtypeCode::kUInt8, byte_shape, x.data(), bytes, isa);
+      ASSERT_THAT(alone_u8, IsOk());
+      for (int threads : {1, 2, 3, 4}) {
+        for (int64_t min_leaves : {int64_t{1}, kMinLeavesPerThread}) {
+          for (bool reverse : {false, true}) {
+            const std::string where = absl::StrFormat(
+                "n %d (%d leaves), %s, %d threads, >= %d leaves each%s", n,
+                leaves, IsaName(isa), threads, min_leaves,
+                reverse ? ", last range first" : "");
+            TestThreads pool(threads, min_leaves, reverse);
+            const absl::StatusOr<FingerprintAndStatsResult> r =
+                FingerprintAndStats(DtypeCode::kFloat32, shape, x.data(), bytes,
+                                    isa, pool.get());
+            ASSERT_THAT(r, IsOk()) << where;
+            EXPECT_EQ(r->fingerprint.ToHex(), alone->fingerprint.ToHex())
+                << where;
+            EXPECT_EQ(StatsDiff(alone->stats, r->stats), "") << where;
+            const absl::StatusOr<Fingerprint> h =
+                HashTensorBytes(DtypeCode::kUInt8, byte_shape, x.data(), bytes,
+                                isa, pool.get());
+            ASSERT_THAT(h, IsOk()) << where;
+            EXPECT_EQ(h->ToHex(), alone_u8->ToHex()) << where;
+            // Spread only when every thread gets min_leaves leaves, over
+            // at most `threads` ranges.
+            const int64_t ranges =
+                std::min<int64_t>(threads, leaves / min_leaves);
+            if (threads > 1 && ranges > 1) {
+              EXPECT_EQ(pool.calls(), 2) << where;
+              EXPECT_EQ(pool.last_tasks(), ranges) << where;
+            } else {
+              EXPECT_EQ(pool.calls(), 0) << where;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ParallelFingerprintTest, EqualsTheDefinition) {
+  // The parallel path against the from-scratch reimplementation directly.
+  const size_t b = kLeafBytes / 4;
+  const std::vector<float> x = DataAcrossLeaves(9);
+  const size_t n = 9 * b - 3;
+  const std::vector<int64_t> shape = {static_cast<int64_t>(n)};
+  TestThreads pool(3, /*min_leaves=*/2, /*reverse=*/true);
+  const absl::StatusOr<FingerprintAndStatsResult> r = FingerprintAndStats(
+      DtypeCode::kFloat32, shape, x.data(), 4 * n, HashIsa::kAuto, pool.get());
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(pool.last_tasks(), 3);
+  EXPECT_EQ(r->fingerprint,
+            SpecTreeHash(1, shape, reinterpret_cast<const uint8_t*>(x.data()),
+                         4 * n));
+  EXPECT_EQ(StatsDiff(SpecStats(std::vector<float>(x.begin(), x.begin() + n)),
+                      r->stats),
+            "");
+}
+
+TEST(ParallelFingerprintTest, SmallTensorsStayOnTheCallingThread) {
+  const size_t b = kLeafBytes / 4;
+  const std::vector<float> x = DataAcrossLeaves(2 * kMinLeavesPerThread);
+  TestThreads pool(4, kMinLeavesPerThread, /*reverse=*/false);
+  // 2 * kMinLeavesPerThread leaves (the last one a float short) are spread
+  // over two threads; one leaf fewer stays on the calling thread.
+  const size_t spread_from = 2 * kMinLeavesPerThread;
+  for (size_t leaves : {spread_from - 1, spread_from}) {
+    const size_t n = leaves * b - 1;
+    const std::vector<int64_t> shape = {static_cast<int64_t>(n)};
+    const int calls_before = pool.calls();
+    ASSERT_THAT(FingerprintAndStats(DtypeCode::kFloat32, shape, x.data(), 4 * n,
+                                    HashIsa::kAuto, pool.get()),
+                IsOk());
+    ASSERT_THAT(HashTensorBytes(DtypeCode::kFloat32, shape, x.data(), 4 * n,
+                                HashIsa::kAuto, pool.get()),
+                IsOk());
+    const bool spread = leaves >= spread_from;
+    EXPECT_EQ(pool.calls() - calls_before, spread ? 2 : 0) << leaves;
+    if (spread) {
+      EXPECT_EQ(pool.last_tasks(), 2);
+    }
+  }
+}
+
+TEST(ParallelFingerprintTest, WithoutRunTheCallingThreadWorksAlone) {
+  const std::vector<float> x = DataAcrossLeaves(16);
+  const std::vector<int64_t> shape = {static_cast<int64_t>(x.size())};
+  Parallelism unset;
+  unset.threads = 4;
+  const absl::StatusOr<FingerprintAndStatsResult> r =
+      FingerprintAndStats(DtypeCode::kFloat32, shape, x.data(), 4 * x.size(),
+                          HashIsa::kAuto, &unset);
+  const absl::StatusOr<FingerprintAndStatsResult> alone =
+      FingerprintAndStats(DtypeCode::kFloat32, shape, x.data(), 4 * x.size());
+  ASSERT_THAT(r, IsOk());
+  ASSERT_THAT(alone, IsOk());
+  EXPECT_EQ(r->fingerprint, alone->fingerprint);
+  EXPECT_EQ(StatsDiff(alone->stats, r->stats), "");
+}
+
+TEST(ParallelFingerprintTest, BadArgumentsAreReportedBeforeAnyWork) {
+  TestThreads pool(4, 1, /*reverse=*/false);
+  const std::vector<float> x(16 * kLeafBytes / 4, 1.0f);
+  EXPECT_THAT(FingerprintAndStats(DtypeCode::kFloat32, {7}, x.data(),
+                                  x.size() * 4, HashIsa::kAuto, pool.get()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("size")));
+  EXPECT_EQ(pool.calls(), 0);
 }
 
 // ---- Digests of digest lists. ----

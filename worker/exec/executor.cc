@@ -153,32 +153,53 @@ OpAttrs OptimizerAttrs(const v1::OptimizerConfig& o) {
 
 }  // namespace
 
-absl::StatusOr<v1::TensorFingerprint> FingerprintTensor(const Tensor& t,
-                                                        int32_t index) {
-  v1::TensorFingerprint fp;
-  fp.set_index(index);
+hash::Parallelism CpuPoolParallelism() {
+  hash::Parallelism p;
+  p.threads = kernels::CpuThreadPool()->num_threads();
+  p.run = [](int64_t num_tasks, absl::FunctionRef<void(int64_t)> task) {
+    kernels::CpuThreadPool()->ParallelFor(num_tasks,
+                                          [task](int64_t i) { task(i); });
+  };
+  return p;
+}
+
+absl::Status FingerprintTensor(const Tensor& t, int32_t index,
+                               const hash::Parallelism* parallel,
+                               v1::TensorFingerprint* out) {
   const hash::DtypeCode code = HashDtype(t.dtype());
   const size_t size = static_cast<size_t>(t.bytes());
+  // Every field is assigned below, so a message reused from an earlier
+  // tensor ends up equal to a new one, and its stats sub-message is reused
+  // instead of allocated again.
+  out->set_index(index);
+  v1::TensorStats* s = out->mutable_stats();
   if (t.dtype() == kernels::DType::kFloat32) {
-    LS_ASSIGN_OR_RETURN(
-        hash::FingerprintAndStatsResult r,
-        hash::FingerprintAndStats(code, t.shape(), t.raw_data(), size));
-    fp.set_hash_hi(r.fingerprint.hi);
-    fp.set_hash_lo(r.fingerprint.lo);
-    v1::TensorStats* s = fp.mutable_stats();
-    s->set_sum(r.stats.sum);
-    s->set_l2(r.stats.l2);
-    s->set_max_abs(r.stats.max_abs);
-    s->set_nan_count(r.stats.nan_count);
-    s->set_inf_count(r.stats.inf_count);
+    const absl::StatusOr<hash::FingerprintAndStatsResult> r =
+        hash::FingerprintAndStats(code, t.shape(), t.raw_data(), size,
+                                  hash::HashIsa::kAuto, parallel);
+    if (!r.ok()) return r.status();
+    out->set_hash_hi(r->fingerprint.hi);
+    out->set_hash_lo(r->fingerprint.lo);
+    s->set_sum(r->stats.sum);
+    s->set_l2(r->stats.l2);
+    s->set_max_abs(r->stats.max_abs);
+    s->set_nan_count(r->stats.nan_count);
+    s->set_inf_count(r->stats.inf_count);
   } else {
-    LS_ASSIGN_OR_RETURN(
-        hash::Fingerprint f,
-        hash::HashTensorBytes(code, t.shape(), t.raw_data(), size));
-    fp.set_hash_hi(f.hi);
-    fp.set_hash_lo(f.lo);
-    fp.mutable_stats();  // all zero: statistics are defined for float32 only
+    const absl::StatusOr<hash::Fingerprint> f = hash::HashTensorBytes(
+        code, t.shape(), t.raw_data(), size, hash::HashIsa::kAuto, parallel);
+    if (!f.ok()) return f.status();
+    out->set_hash_hi(f->hi);
+    out->set_hash_lo(f->lo);
+    s->Clear();  // all zero: statistics are defined for float32 only
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::TensorFingerprint> FingerprintTensor(
+    const Tensor& t, int32_t index, const hash::Parallelism* parallel) {
+  v1::TensorFingerprint fp;
+  LS_RETURN_IF_ERROR(FingerprintTensor(t, index, parallel, &fp));
   return fp;
 }
 
@@ -442,6 +463,10 @@ struct Executor::State {
   bool capturing = false;
   std::vector<v1::TensorFingerprint> step_fps;
   std::vector<hash::Fingerprint> step_hashes;
+  // The CPU pool's threads, lent to the fingerprints of large tensors.
+  hash::Parallelism fingerprint_threads;
+  // The message Emit fills when fingerprints are not kept.
+  v1::TensorFingerprint scratch_fp;
   RunResult result;
 
   absl::StatusOr<KernelFn> Resolve(const std::string& op,
@@ -532,14 +557,21 @@ absl::Status Executor::State::Emit(const std::string& layer,
   if (!capturing) return absl::OkStatus();
   const int mi = manifest_index[index];
   if (mi < 0) return absl::OkStatus();
+  // Kept fingerprints are written straight into the step's list (reserved
+  // for the whole step); otherwise one message is reused for every tensor.
+  v1::TensorFingerprint& fp =
+      options.keep_fingerprints ? step_fps.emplace_back() : scratch_fp;
   const auto start = std::chrono::steady_clock::now();
-  LS_ASSIGN_OR_RETURN(v1::TensorFingerprint fp, FingerprintTensor(t, mi));
+  if (absl::Status st = FingerprintTensor(t, mi, &fingerprint_threads, &fp);
+      !st.ok()) {
+    if (options.keep_fingerprints) step_fps.pop_back();
+    return st;
+  }
   if (options.op_times != nullptr) AddOpTime(kFingerprintOpTime, start);
   step_hashes.push_back(HashOf(fp));
   if (options.observer) {
     LS_RETURN_IF_ERROR(options.observer(step, manifest.entries(mi), t, fp));
   }
-  if (options.keep_fingerprints) step_fps.push_back(std::move(fp));
   return absl::OkStatus();
 }
 
@@ -552,6 +584,7 @@ absl::Status Executor::State::Setup() {
       kernels::CpuThreadPool()->num_threads() != config.threads()) {
     kernels::SetCpuThreads(config.threads());
   }
+  fingerprint_threads = CpuPoolParallelism();
   LS_ASSIGN_OR_RETURN(manifest, model::BuildManifest(plan, config));
   LS_ASSIGN_OR_RETURN(step_tensors, model::StepTensors(plan, config));
   captured_steps = model::ExpandCapturedSteps(manifest);

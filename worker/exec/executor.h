@@ -150,8 +150,24 @@ struct RunResult {
 
 // The fingerprint message of a tensor: tree hash over (dtype, shape, bytes)
 // and, for float32, the statistics (all-zero statistics for other dtypes).
+// `parallel` (may be null; not owned) lends threads to a large tensor's
+// leaves; the message is the same either way.
 absl::StatusOr<lockstep::v1::TensorFingerprint> FingerprintTensor(
-    const kernels::Tensor& t, int32_t index);
+    const kernels::Tensor& t, int32_t index,
+    const hash::Parallelism* parallel = nullptr);
+// The same into *out, which may hold an earlier fingerprint: every field is
+// overwritten (the result equals the message above), and the stats
+// sub-message already there is reused rather than allocated. On error *out
+// is unspecified.
+absl::Status FingerprintTensor(const kernels::Tensor& t, int32_t index,
+                               const hash::Parallelism* parallel,
+                               lockstep::v1::TensorFingerprint* out);
+
+// The CPU kernels' pool (kernels::CpuThreadPool()) as FingerprintTensor's
+// `parallel`: the pool's current thread count, tasks run by its
+// ParallelFor. The executor uses it for every fingerprint of a run (set up
+// after config.threads has sized the pool); a one-thread pool never spreads.
+hash::Parallelism CpuPoolParallelism();
 
 // The 128-bit hash held in a TensorFingerprint.
 inline hash::Fingerprint HashOf(const lockstep::v1::TensorFingerprint& f) {

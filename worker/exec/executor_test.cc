@@ -1,5 +1,6 @@
 #include "worker/exec/executor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -102,6 +103,126 @@ TEST(ExecutorTest, ConfigThreadsSizesTheCpuPool) {
   config.set_threads(0);
   ASSERT_THAT(RunModel(Models()[0].plan, config), IsOk());
   EXPECT_EQ(kernels::CpuThreadPool()->num_threads(), 2);
+  kernels::SetCpuThreadsForTesting(0);
+}
+
+// CpuPoolParallelism runs each task once on the process pool, and a
+// tensor's fingerprint message spread over it is the one computed alone.
+TEST(ExecutorTest, CpuPoolParallelismRunsEveryTaskOnce) {
+  kernels::SetCpuThreadsForTesting(3);
+  const hash::Parallelism p = CpuPoolParallelism();
+  EXPECT_EQ(p.threads, 3);
+  std::vector<std::atomic<int>> runs(7);
+  p.run(7, [&](int64_t i) { ++runs[i]; });
+  for (size_t i = 0; i < runs.size(); ++i) EXPECT_EQ(runs[i].load(), 1) << i;
+  // 20 leaves of float32 with a NaN, an infinity and a -0.0.
+  const int64_t n = 20 * hash::kLeafBytes / 4 - 5;
+  absl::StatusOr<kernels::Tensor> z =
+      kernels::Tensor::Zeros(kernels::DType::kFloat32, {n});
+  ASSERT_THAT(z, IsOk());
+  kernels::Tensor& t = *z;
+  float* x = t.data<float>();
+  for (int64_t i = 0; i < n; ++i) x[i] = std::sin(static_cast<float>(i));
+  x[7] = std::nanf("");
+  x[hash::kLeafBytes / 4] = -INFINITY;
+  x[n - 1] = -0.0f;
+  auto alone = FingerprintTensor(t, 5);
+  auto spread = FingerprintTensor(t, 5, &p);
+  ASSERT_THAT(alone, IsOk());
+  ASSERT_THAT(spread, IsOk());
+  EXPECT_EQ(spread->SerializeAsString(), alone->SerializeAsString());
+  EXPECT_EQ(spread->stats().nan_count(), 1);
+  kernels::SetCpuThreadsForTesting(0);
+}
+
+// FingerprintTensor into a message that holds an earlier tensor's
+// fingerprint (as Emit reuses one) gives exactly the new message.
+TEST(ExecutorTest, FingerprintTensorIntoAReusedMessage) {
+  auto f = kernels::Tensor::FromValues<float>(
+      {2, 2}, std::vector<float>{1.5f, -2.0f, INFINITY, std::nanf("")});
+  auto g = kernels::Tensor::FromValues<float>({3}, std::vector<float>{0, 0, 0});
+  auto i =
+      kernels::Tensor::FromValues<int32_t>({2}, std::vector<int32_t>{7, -7});
+  ASSERT_THAT(f, IsOk());
+  ASSERT_THAT(g, IsOk());
+  ASSERT_THAT(i, IsOk());
+  v1::TensorFingerprint reused;
+  int32_t index = 0;
+  for (const kernels::Tensor* t : {&*f, &*i, &*f, &*g, &*i}) {
+    ASSERT_THAT(FingerprintTensor(*t, index, nullptr, &reused), IsOk());
+    auto fresh = FingerprintTensor(*t, index);
+    ASSERT_THAT(fresh, IsOk());
+    EXPECT_EQ(reused.SerializeAsString(), fresh->SerializeAsString())
+        << t->DebugString() << "\n"
+        << reused.DebugString() << "\nwant\n"
+        << fresh->DebugString();
+    EXPECT_TRUE(reused.has_stats());
+    ++index;
+  }
+  // The int32 tensor's statistics are all zero, the float one's are not.
+  ASSERT_THAT(FingerprintTensor(*i, 0, nullptr, &reused), IsOk());
+  EXPECT_EQ(reused.stats().ByteSizeLong(), 0u);
+  ASSERT_THAT(FingerprintTensor(*f, 0, nullptr, &reused), IsOk());
+  EXPECT_EQ(reused.stats().nan_count(), 1);
+  EXPECT_EQ(reused.stats().inf_count(), 1);
+  EXPECT_EQ(reused.stats().sum(), -0.5);
+}
+
+// Every fingerprint of a run is the same message whether the pool, and so
+// the fingerprints of its large tensors, has 1 or several threads.
+TEST(ExecutorTest, FingerprintsAreTheSameOnEveryPoolSize) {
+  // conv1's output [N, 3, 6, 6] is 14 leaves, the input [N, 2, 6, 6] 10.
+  const int64_t batch = 2048;
+  const model::ModelPlan plan = testing::ConvResPlan(batch);
+  v1::JobConfig config = testing::BaseConfig(batch, 2);
+  config.set_threads(1);
+  auto one = RunModel(plan, config);
+  ASSERT_THAT(one, IsOk());
+  int large = 0;
+  for (const v1::ManifestEntry& e : one->manifest.entries()) {
+    int64_t bytes = 4;
+    for (int64_t d : e.shape()) bytes *= d;
+    const size_t leaves = hash::NumLeaves(static_cast<size_t>(bytes));
+    if (leaves >= 2 * hash::kMinLeavesPerThread) ++large;
+  }
+  EXPECT_GE(large, 4);  // input, conv1, relu1, conv2, add and their grads
+  for (int threads : {2, 3, 4}) {
+    SCOPED_TRACE(threads);
+    config.set_threads(threads);
+    auto r = RunModel(plan, config);
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(CpuPoolParallelism().threads, threads);
+    EXPECT_EQ(r->run_digest, one->run_digest);
+    ASSERT_EQ(r->fingerprints.size(), one->fingerprints.size());
+    for (size_t s = 0; s < r->fingerprints.size(); ++s) {
+      ASSERT_EQ(r->fingerprints[s].size(), one->fingerprints[s].size());
+      for (size_t i = 0; i < r->fingerprints[s].size(); ++i) {
+        EXPECT_EQ(r->fingerprints[s][i].SerializeAsString(),
+                  one->fingerprints[s][i].SerializeAsString())
+            << "step " << s << " tensor " << i;
+      }
+    }
+    // Streamed through the observer instead of kept (Emit then reuses one
+    // message for every tensor): the same messages, in the same order.
+    std::vector<std::string> streamed;
+    ExecutorOptions stream;
+    stream.keep_fingerprints = false;
+    stream.observer = [&](int, const v1::ManifestEntry&, const kernels::Tensor&,
+                          const v1::TensorFingerprint& fp) {
+      streamed.push_back(fp.SerializeAsString());
+      return absl::OkStatus();
+    };
+    auto st = RunModel(plan, config, stream);
+    ASSERT_THAT(st, IsOk());
+    EXPECT_EQ(st->run_digest, one->run_digest);
+    std::vector<std::string> kept;
+    for (const auto& step : one->fingerprints) {
+      for (const v1::TensorFingerprint& fp : step) {
+        kept.push_back(fp.SerializeAsString());
+      }
+    }
+    EXPECT_TRUE(streamed == kept);
+  }
   kernels::SetCpuThreadsForTesting(0);
 }
 

@@ -111,17 +111,18 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
   o.keep_fingerprints = false;
   Timing t;
   if (absl::GetFlag(FLAGS_op_times)) o.op_times = &t.ops;
+  hash::Parallelism threads;  // the pool the executor fingerprints with
   if (fingerprint) {
-    o.observer = [&t](int step, const v1::ManifestEntry& e,
-                      const kernels::Tensor& x,
-                      const v1::TensorFingerprint&) -> absl::Status {
+    o.observer = [&t, &threads](int step, const v1::ManifestEntry& e,
+                                const kernels::Tensor& x,
+                                const v1::TensorFingerprint&) -> absl::Status {
       if (step == 0) {
         ++t.tensors;
         t.bytes += x.bytes();
       }
       if (step >= 2) {  // the timed steps: hash once more, timed alone
         const auto start = Clock::now();
-        auto fp = FingerprintTensor(x, e.index());
+        auto fp = FingerprintTensor(x, e.index(), &threads);
         t.hash_ms_per_step +=
             std::chrono::duration<double, std::milli>(Clock::now() - start)
                 .count();
@@ -133,7 +134,8 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
   auto exec = Executor::Create(plan, c, &registry,
                                DatasetBatches(dataset, c.batch_size()), o);
   if (!exec.ok()) return exec.status();
-  for (int s = 0; s < 2; ++s) {  // warm-up
+  threads = CpuPoolParallelism();  // sized by config.threads by now
+  for (int s = 0; s < 2; ++s) {    // warm-up
     if (auto r = (*exec)->RunStep(s); !r.ok()) return r.status();
   }
   t.ops.clear();  // the timed steps only
