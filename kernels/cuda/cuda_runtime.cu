@@ -16,6 +16,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/leaf_hash.h"
 #include "kernels/cuda/thread_bodies.h"
+#include "kernels/cuda/tiled_gemm.h"
 
 namespace lockstep::kernels::cuda {
 namespace {
@@ -33,6 +34,24 @@ template <DeviceOp kOp>
 __global__ void CanonicalKernel(KernelParams p) {
   p.op = kOp;
   RunThread(p, GlobalThread(), GridThreads());
+}
+
+// The tiled GEMM (tiled_gemm.h): the shared phase sequence, with a barrier
+// after every phase. Launched with DeviceGemmTile::kThreads threads per
+// block (GridFor).
+__global__ void __launch_bounds__(DeviceGemmTile::kThreads)
+    TiledMatMulKernel(KernelParams p) {
+  __shared__ GemmShared<DeviceGemmTile> sh;
+  GemmThreadState<DeviceGemmTile> state = {};
+  const int thread = static_cast<int>(threadIdx.x);
+  TiledGemmBlock<DeviceGemmTile>(
+      p.batched_matmul, static_cast<const float*>(p.in[0]),
+      static_cast<const float*>(p.in[1]), static_cast<float*>(p.out[0]),
+      static_cast<float*>(p.out[1]), sh, blockIdx.x, gridDim.x,
+      [&](auto&& phase) {
+        phase(thread, state);
+        __syncthreads();
+      });
 }
 
 __global__ void LeafHashKernel(const unsigned char* bytes, uint64_t size,
@@ -128,6 +147,8 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kSumTo)
     LS_CASE(kReduceGrad)
 #undef LS_CASE
+    case DeviceOp::kTiledMatMul:
+      return &TiledMatMulKernel;
     case DeviceOp::kNumOps:
       break;
   }
@@ -195,8 +216,9 @@ absl::Status LaunchOnDevice(const DeviceCall& call,
                           static_cast<int>(p.op)));
     }
     if (p.work == 0) continue;
-    const dim3 grid(static_cast<unsigned>(BlocksFor(config, p.work)));
-    const dim3 block(static_cast<unsigned>(config.threads_per_block));
+    const LaunchGrid g = GridFor(p, config);
+    const dim3 grid(static_cast<unsigned>(g.blocks));
+    const dim3 block(static_cast<unsigned>(g.threads_per_block));
     void* args[] = {&p};
     LS_CUDA_RETURN_IF_ERROR(cudaLaunchKernel(
         reinterpret_cast<const void*>(kernel), grid, block, args, 0, 0));

@@ -108,6 +108,9 @@ enum class DeviceOp : int32_t {
   kUnaryGrad,        // in {x, dy}, out {dx}; work numel
   kSumTo,            // in {t, out_base, term_offset}, out {x}; work numel of x
   kReduceGrad,       // in {dy}, out {dx}; work numel of dx
+  // Block-level, not a per-thread body: the tiled GEMM of tiled_gemm.h
+  // (shape in batched_matmul; out[1] the tree scratch, or none).
+  kTiledMatMul,  // in {a, b}, out {c, scratch}; work tiles
   kNumOps,
 };
 
@@ -941,6 +944,7 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
     case DeviceOp::kReduceGrad:
       ReduceGradThread(p.graph, i0, o0, t, nt);
       break;
+    case DeviceOp::kTiledMatMul:  // whole blocks: TiledGemmBlock
     case DeviceOp::kNumOps:
       break;
   }
