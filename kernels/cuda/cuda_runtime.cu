@@ -38,8 +38,10 @@ __global__ void CanonicalKernel(KernelParams p) {
 
 // The tiled GEMM (tiled_gemm.h): the shared phase sequence, with a barrier
 // after every phase. Launched with DeviceGemmTile::kThreads threads per
-// block (GridFor).
-__global__ void __launch_bounds__(DeviceGemmTile::kThreads)
+// block (GridFor). At least two blocks per SM: one block's slice loads
+// overlap the other's fma chains (ptxas then keeps it to 128 registers,
+// with a few bytes of spilled loop-invariant values, sm_90, CUDA 13.0).
+__global__ void __launch_bounds__(DeviceGemmTile::kThreads, 2)
     TiledMatMulKernel(KernelParams p) {
   __shared__ GemmShared<DeviceGemmTile> sh;
   GemmThreadState<DeviceGemmTile> state = {};

@@ -136,23 +136,24 @@ LS_HD_INLINE void GemmLoadSlice(const c::MatMulShape& m, const float* a,
                                 const float* b, int64_t i0, int64_t j0,
                                 int64_t k0, int kcount, int thread,
                                 GemmShared<T>& sh) {
+  // Offsets from the slice's corner: A(i0, k0) and B(k0, j0).
+  const float* ac = a + i0 * m.a_row + k0 * m.a_depth;
+  const float* bc = b + k0 * m.b_depth + j0 * m.b_col;
+  const int64_t rows = m.rows - i0;  // rows of the tile inside the product
+  const int64_t cols = m.cols - j0;
   const bool a_k_fast = m.a_depth == 1;
   for (int e = thread; e < T::kBM * T::kBK; e += T::kThreads) {
     const int i = a_k_fast ? e / T::kBK : e % T::kBM;
     const int kk = a_k_fast ? e % T::kBK : e / T::kBM;
-    const int64_t row = i0 + i;
-    sh.a[kk][i] = (row < m.rows && kk < kcount)
-                      ? a[row * m.a_row + (k0 + kk) * m.a_depth]
-                      : 0.0f;
+    sh.a[kk][i] =
+        (i < rows && kk < kcount) ? ac[i * m.a_row + kk * m.a_depth] : 0.0f;
   }
   const bool b_j_fast = m.b_col == 1 || m.b_depth != 1;
   for (int e = thread; e < T::kBN * T::kBK; e += T::kThreads) {
     const int j = b_j_fast ? e % T::kBN : e / T::kBK;
     const int kk = b_j_fast ? e / T::kBN : e % T::kBK;
-    const int64_t col = j0 + j;
-    sh.b[kk][j] = (col < m.cols && kk < kcount)
-                      ? b[(k0 + kk) * m.b_depth + col * m.b_col]
-                      : 0.0f;
+    sh.b[kk][j] =
+        (j < cols && kk < kcount) ? bc[kk * m.b_depth + j * m.b_col] : 0.0f;
   }
 }
 
