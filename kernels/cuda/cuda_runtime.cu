@@ -148,6 +148,7 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kUnaryGrad)
     LS_CASE(kSumTo)
     LS_CASE(kReduceGrad)
+    LS_CASE(kConv2dIm2Col)
 #undef LS_CASE
     case DeviceOp::kTiledMatMul:
       return &TiledMatMulKernel;

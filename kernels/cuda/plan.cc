@@ -70,14 +70,20 @@ KernelParams& AddLaunch(DeviceCall* call, DeviceOp op, int64_t work,
 
 // ---- dense family ---------------------------------------------------------
 
-// One product c = a b (every batch entry): the tiled GEMM when each of its
-// dimensions is at least kTiledGemmMinDim (its tree scratch only when the
-// reduction has several chunks), else one thread per output (kMatMul for a
-// single unscaled entry, kBatchedMatMul otherwise).
+// Whether a product runs as the tiled GEMM: each of its dimensions is at
+// least kTiledGemmMinDim.
+bool TilesProduct(const c::MatMulShape& s, const PlanOptions& options) {
+  return options.tiled_gemm && s.rows >= kTiledGemmMinDim &&
+         s.cols >= kTiledGemmMinDim && s.depth >= kTiledGemmMinDim;
+}
+
+// One product c = a b (every batch entry): the tiled GEMM when it
+// TilesProduct (its tree scratch only when the reduction has several
+// chunks), else one thread per output (kMatMul for a single unscaled entry,
+// kBatchedMatMul otherwise).
 void AddProduct(DeviceCall* call, const c::BatchedMatMulShape& s, int a, int b,
                 int out, const PlanOptions& options) {
-  if (options.tiled_gemm && s.m.rows >= kTiledGemmMinDim &&
-      s.m.cols >= kTiledGemmMinDim && s.m.depth >= kTiledGemmMinDim) {
+  if (TilesProduct(s.m, options)) {
     const int64_t scratch_floats = GemmScratchFloats(s);
     const int scratch = scratch_floats > 0
                             ? AddScratch(call, scratch_floats * sizeof(float))
@@ -361,9 +367,33 @@ absl::Status PlanOptimizer(absl::string_view name, absl::Span<const Tensor> in,
 using ::lockstep::spatial::GlobalShape;
 using ::lockstep::spatial::ResizeShape;
 
+// conv2d forward (groups == 1) as a product on its lowered matrix:
+// per image n, y[n]^T (P x C_out) = col[n]^T (P x K) w^T (K x C_out), col
+// written by kConv2dIm2Col; Conv2dForwardElement's chain is fma(x tap,
+// w tap, acc) over the K taps in order, and so is the product's.
+c::BatchedMatMulShape Conv2dForwardProduct(const sp::Conv2dShape& s) {
+  const int64_t pixels = sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  const int64_t taps = s.c_in * s.k_h * s.k_w;
+  c::BatchedMatMulShape p;
+  p.m.rows = pixels;
+  p.m.cols = s.c_out;
+  p.m.depth = taps;
+  p.m.a_row = 1;  // col[n, q, pix]
+  p.m.a_depth = pixels;
+  p.m.b_depth = 1;  // w[co, q]
+  p.m.b_col = taps;
+  p.m.c_row = 1;  // y[n, co, pix]
+  p.m.c_col = pixels;
+  p.batch = s.n;
+  p.a_batch = taps * pixels;
+  p.b_batch = 0;
+  p.c_batch = s.c_out * pixels;
+  return p;
+}
+
 absl::Status PlanConv(absl::string_view name, absl::Span<const Tensor> in,
                       absl::Span<Tensor> out, const OpAttrs& a,
-                      DeviceCall* call) {
+                      const PlanOptions& options, DeviceCall* call) {
   LS_ASSIGN_OR_RETURN(const sp::Conv2dShape s,
                       sp::ValidateConv2dCall(name, in, out, a));
   DeviceOp dop;
@@ -386,6 +416,15 @@ absl::Status PlanConv(absl::string_view name, absl::Span<const Tensor> in,
   const int i0 = AddIn(call, in[0]);
   const int i1 = AddIn(call, in[1]);
   const int o = AddOut(call, out[0]);
+  const c::BatchedMatMulShape product = Conv2dForwardProduct(s);
+  if (dop == DeviceOp::kConv2dForward && s.groups == 1 &&
+      TilesProduct(product.m, options)) {
+    const int64_t col_floats = s.n * product.m.depth * product.m.rows;
+    const int col = AddScratch(call, col_floats * sizeof(float));
+    AddLaunch(call, DeviceOp::kConv2dIm2Col, col_floats, {i0}, {col}).conv = s;
+    AddProduct(call, product, col, i1, o, options);
+    return absl::OkStatus();
+  }
   AddLaunch(call, dop, work, {swap ? i1 : i0, swap ? i0 : i1}, {o}).conv = s;
   return absl::OkStatus();
 }
@@ -1027,7 +1066,7 @@ absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
       name == op::kConv2dGradWeight || name == op::kConvTranspose2dForward ||
       name == op::kConvTranspose2dGradInput ||
       name == op::kConvTranspose2dGradWeight) {
-    return PlanConv(name, in, out, a, call);
+    return PlanConv(name, in, out, a, options, call);
   }
   if (name == op::kMaxPool2dForward || name == op::kMaxPool2dGrad ||
       name == op::kAvgPool2dForward || name == op::kAvgPool2dGrad) {

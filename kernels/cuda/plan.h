@@ -94,8 +94,10 @@ std::vector<std::string> CudaCanonicalOpNames();
 struct PlanOptions {
   // The products of dense.* and matmul.* with at least kTiledGemmMinDim
   // rows, columns and reduction terms run as the tiled GEMM
-  // (tiled_gemm.h); smaller ones, or all of them when false, run one thread
-  // per output. The bits are the same either way.
+  // (tiled_gemm.h), and so does conv2d forward with groups == 1 (also
+  // conv_transpose2d.grad_input) on its lowered matrix when its product is
+  // that large; smaller ones, or all of them when false, run one thread per
+  // output. The bits are the same either way.
   bool tiled_gemm = true;
 };
 inline constexpr int64_t kTiledGemmMinDim = 16;

@@ -456,6 +456,76 @@ TEST(TiledGemmPlanTest, TiledCallsEqualCpuBackend) {
   }
 }
 
+// conv2d.forward and conv_transpose2d.grad_input (the same conv2d forward
+// launch) with groups == 1 run as kConv2dIm2Col + the tiled GEMM: padding
+// (asymmetric), stride, dilation, K of one and of two chunks; a grouped
+// convolution and a small one are not tiled. = the CPU backend's bits, with
+// tiling on and off, on emulated grids.
+TEST(TiledGemmPlanTest, LoweredConvolutionEqualsCpuBackend) {
+  Registry cpu;
+  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
+  struct C {
+    std::vector<int64_t> x, w, y;
+    int64_t stride, dilation, pad_top, pad_bottom, pad_left, pad_right, groups;
+    bool tiled;
+  };
+  const C convs[] = {
+      {{2, 3, 9, 9}, {16, 3, 3, 3}, {2, 16, 9, 9}, 1, 1, 1, 1, 1, 1, 1, true},
+      {{1, 40, 12, 11},
+       {17, 40, 3, 3},
+       {1, 17, 6, 5},
+       2,
+       2,
+       2,
+       1,
+       1,
+       2,
+       1,
+       true},
+      {{2, 4, 8, 8}, {16, 2, 3, 3}, {2, 16, 6, 6}, 1, 1, 0, 0, 0, 0, 2, false},
+      {{1, 2, 4, 4}, {16, 2, 3, 3}, {1, 16, 2, 2}, 1, 1, 0, 0, 0, 0, 1, false},
+  };
+  uint32_t seed = 700;
+  for (const C& v : convs) {
+    OpAttrs a;
+    a.stride_h = a.stride_w = v.stride;
+    a.dilation_h = a.dilation_w = v.dilation;
+    a.pad_top = v.pad_top;
+    a.pad_bottom = v.pad_bottom;
+    a.pad_left = v.pad_left;
+    a.pad_right = v.pad_right;
+    a.groups = v.groups;
+    for (const char* op : {op::kConv2dForward, op::kConvTranspose2dGradInput}) {
+      const OpCase c{absl::StrFormat("%s x=%d,%d,%d,%d", op, v.x[0], v.x[1],
+                                     v.x[2], v.x[3]),
+                     op,
+                     {FloatTensor(v.x, seed), FloatTensor(v.w, seed + 1)},
+                     {Tensor::Zeros(DType::kFloat32, v.y).value()},
+                     a};
+      seed += 2;
+      absl::StatusOr<std::vector<Tensor>> want =
+          RunRegistered(cpu, kCpuBackendName, c);
+      ASSERT_TRUE(want.ok()) << c.label << ": " << want.status();
+      for (const bool tiling : {true, false}) {
+        for (const LaunchConfig& config :
+             {LaunchConfig{1, 32}, LaunchConfig{0, 256}}) {
+          SCOPED_TRACE(absl::StrFormat("%s, tiling %d, %d blocks", c.label,
+                                       tiling, config.blocks));
+          std::vector<Tensor> got = CloneAll(c.outputs);
+          PlanOptions options;
+          options.tiled_gemm = tiling;
+          absl::StatusOr<DeviceCall> call = PlanCanonicalOp(
+              c.op, c.inputs, absl::MakeSpan(got), c.attrs, options);
+          ASSERT_TRUE(call.ok()) << call.status();
+          EXPECT_EQ(HasTiledLaunch(*call), tiling && v.tiled);
+          ASSERT_TRUE(RunEmulated(*call, config).ok());
+          EXPECT_TRUE(SameBits(got[0], (*want)[0]));
+        }
+      }
+    }
+  }
+}
+
 // The tiled launch's grid: its own block size, the config's block count,
 // else one block per tile (capped).
 TEST(TiledGemmPlanTest, GridOfTheTiledLaunch) {

@@ -312,8 +312,8 @@ absl::StatusOr<std::string> RunVendorBenchmarks(int reps) {
       reps);
   report +=
       "  canonical      CANONICAL CUDA kernel (kernels/cuda, canonical "
-      "reduction order: the tiled GEMM for gemm, one thread per output for "
-      "conv)\n"
+      "reduction order: the tiled GEMM for gemm and conv2d.forward, one "
+      "thread per output for the conv gradients)\n"
       "  deterministic  the DETERMINISTIC kernels: cuBLAS with atomics not "
       "allowed, pedantic math, a fixed 32 MiB workspace; cuDNN with FMA "
       "math and the first deterministic heuristic algorithm\n"
