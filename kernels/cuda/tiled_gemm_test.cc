@@ -348,13 +348,6 @@ TEST(TiledGemmTest, TreeLevelsAndScratch) {
 
 // ---- through the planner ---------------------------------------------------
 
-Tensor FloatTensor(std::vector<int64_t> shape, uint32_t seed) {
-  Tensor t = Tensor::Zeros(DType::kFloat32, shape).value();
-  const std::vector<float> v = Values(t.numel(), seed, false);
-  std::memcpy(t.raw_data(), v.data(), v.size() * sizeof(float));
-  return t;
-}
-
 bool HasTiledLaunch(const DeviceCall& call) {
   for (const Launch& l : call.launches) {
     if (l.params.op == DeviceOp::kTiledMatMul) return true;
@@ -362,77 +355,16 @@ bool HasTiledLaunch(const DeviceCall& call) {
   return false;
 }
 
-// dense.* and matmul.* calls the planner tiles (and one it does not), on
-// emulated grids, = the CPU backend's bits; with tiling off, the same
-// calls run one thread per output and give the same bits.
+// dense.*, matmul.* and conv2d.forward / conv_transpose2d.grad_input calls
+// the planner tiles (and some it does not), on emulated grids, = the CPU
+// backend's bits; with tiling off, the same calls run one thread per
+// output and give the same bits.
 TEST(TiledGemmPlanTest, TiledCallsEqualCpuBackend) {
   Registry cpu;
   ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
-  std::vector<std::pair<OpCase, bool>> cases;  // (call, tiled)
-  uint32_t seed = 500;
-  struct D {
-    int64_t m, k, n;
-    bool tx, tw;
-    bool tiled;
-  };
-  for (const D& d :
-       {D{70, 600, 33, false, false, true}, D{33, 300, 70, true, true, true},
-        D{20, 17, 130, true, false, true},
-        D{8, 600, 300, false, true, false}}) {
-    OpAttrs a;
-    a.transpose_x = d.tx;
-    a.transpose_w = d.tw;
-    const std::vector<int64_t> xs =
-        d.tx ? std::vector<int64_t>{d.k, d.m} : std::vector<int64_t>{d.m, d.k};
-    const std::vector<int64_t> ws =
-        d.tw ? std::vector<int64_t>{d.n, d.k} : std::vector<int64_t>{d.k, d.n};
-    const std::string label = absl::StrFormat("m=%d k=%d n=%d tx=%d tw=%d", d.m,
-                                              d.k, d.n, d.tx, d.tw);
-    cases.push_back({{"dense.forward " + label,
-                      op::kDenseForward,
-                      {FloatTensor(xs, seed), FloatTensor(ws, seed + 1)},
-                      {Tensor::Zeros(DType::kFloat32, {d.m, d.n}).value()},
-                      a},
-                     d.tiled});
-    cases.push_back(
-        {{"dense.grad_input " + label,
-          op::kDenseGradInput,
-          {FloatTensor({d.m, d.n}, seed + 2), FloatTensor(ws, seed + 3)},
-          {Tensor::Zeros(DType::kFloat32, xs).value()},
-          a},
-         d.tiled});
-    cases.push_back(
-        {{"dense.grad_weight " + label,
-          op::kDenseGradWeight,
-          {FloatTensor(xs, seed + 4), FloatTensor({d.m, d.n}, seed + 5)},
-          {Tensor::Zeros(DType::kFloat32, ws).value()},
-          a},
-         d.tiled});
-    seed += 10;
-  }
-  {
-    OpAttrs a;
-    a.transpose_w = true;
-    a.scale = 0.125f;
-    cases.push_back(
-        {{"matmul.forward batch=3 m=40 k=300 n=20 tb=1",
-          op::kMatMulForward,
-          {FloatTensor({3, 40, 300}, 600), FloatTensor({3, 20, 300}, 601)},
-          {Tensor::Zeros(DType::kFloat32, {3, 40, 20}).value()},
-          a},
-         true});
-    cases.push_back(
-        {{"matmul.grad batch=3 m=40 k=300 n=20 tb=1",
-          op::kMatMulGrad,
-          {FloatTensor({3, 40, 300}, 602), FloatTensor({3, 20, 300}, 603),
-           FloatTensor({3, 40, 20}, 604)},
-          {Tensor::Zeros(DType::kFloat32, {3, 40, 300}).value(),
-           Tensor::Zeros(DType::kFloat32, {3, 20, 300}).value()},
-          a},
-         true});
-  }
   const LaunchConfig configs[] = {{1, 32}, {7, 128}, {0, 256}};
-  for (const auto& [c, tiled] : cases) {
+  for (const testing::TiledProductCase& t : testing::TiledProductCases(500)) {
+    const OpCase& c = t.c;
     absl::StatusOr<std::vector<Tensor>> want =
         RunRegistered(cpu, kCpuBackendName, c);
     ASSERT_TRUE(want.ok()) << c.label << ": " << want.status();
@@ -446,80 +378,10 @@ TEST(TiledGemmPlanTest, TiledCallsEqualCpuBackend) {
         absl::StatusOr<DeviceCall> call = PlanCanonicalOp(
             c.op, c.inputs, absl::MakeSpan(got), c.attrs, options);
         ASSERT_TRUE(call.ok()) << call.status();
-        EXPECT_EQ(HasTiledLaunch(*call), tiling && tiled);
+        EXPECT_EQ(HasTiledLaunch(*call), tiling && t.tiled);
         ASSERT_TRUE(RunEmulated(*call, config).ok());
         for (size_t o = 0; o < got.size(); ++o) {
           EXPECT_TRUE(SameBits(got[o], (*want)[o])) << "output " << o;
-        }
-      }
-    }
-  }
-}
-
-// conv2d.forward and conv_transpose2d.grad_input (the same conv2d forward
-// launch) with groups == 1 run as kConv2dIm2Col + the tiled GEMM: padding
-// (asymmetric), stride, dilation, K of one and of two chunks; a grouped
-// convolution and a small one are not tiled. = the CPU backend's bits, with
-// tiling on and off, on emulated grids.
-TEST(TiledGemmPlanTest, LoweredConvolutionEqualsCpuBackend) {
-  Registry cpu;
-  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
-  struct C {
-    std::vector<int64_t> x, w, y;
-    int64_t stride, dilation, pad_top, pad_bottom, pad_left, pad_right, groups;
-    bool tiled;
-  };
-  const C convs[] = {
-      {{2, 3, 9, 9}, {16, 3, 3, 3}, {2, 16, 9, 9}, 1, 1, 1, 1, 1, 1, 1, true},
-      {{1, 40, 12, 11},
-       {17, 40, 3, 3},
-       {1, 17, 6, 5},
-       2,
-       2,
-       2,
-       1,
-       1,
-       2,
-       1,
-       true},
-      {{2, 4, 8, 8}, {16, 2, 3, 3}, {2, 16, 6, 6}, 1, 1, 0, 0, 0, 0, 2, false},
-      {{1, 2, 4, 4}, {16, 2, 3, 3}, {1, 16, 2, 2}, 1, 1, 0, 0, 0, 0, 1, false},
-  };
-  uint32_t seed = 700;
-  for (const C& v : convs) {
-    OpAttrs a;
-    a.stride_h = a.stride_w = v.stride;
-    a.dilation_h = a.dilation_w = v.dilation;
-    a.pad_top = v.pad_top;
-    a.pad_bottom = v.pad_bottom;
-    a.pad_left = v.pad_left;
-    a.pad_right = v.pad_right;
-    a.groups = v.groups;
-    for (const char* op : {op::kConv2dForward, op::kConvTranspose2dGradInput}) {
-      const OpCase c{absl::StrFormat("%s x=%d,%d,%d,%d", op, v.x[0], v.x[1],
-                                     v.x[2], v.x[3]),
-                     op,
-                     {FloatTensor(v.x, seed), FloatTensor(v.w, seed + 1)},
-                     {Tensor::Zeros(DType::kFloat32, v.y).value()},
-                     a};
-      seed += 2;
-      absl::StatusOr<std::vector<Tensor>> want =
-          RunRegistered(cpu, kCpuBackendName, c);
-      ASSERT_TRUE(want.ok()) << c.label << ": " << want.status();
-      for (const bool tiling : {true, false}) {
-        for (const LaunchConfig& config :
-             {LaunchConfig{1, 32}, LaunchConfig{0, 256}}) {
-          SCOPED_TRACE(absl::StrFormat("%s, tiling %d, %d blocks", c.label,
-                                       tiling, config.blocks));
-          std::vector<Tensor> got = CloneAll(c.outputs);
-          PlanOptions options;
-          options.tiled_gemm = tiling;
-          absl::StatusOr<DeviceCall> call = PlanCanonicalOp(
-              c.op, c.inputs, absl::MakeSpan(got), c.attrs, options);
-          ASSERT_TRUE(call.ok()) << call.status();
-          EXPECT_EQ(HasTiledLaunch(*call), tiling && v.tiled);
-          ASSERT_TRUE(RunEmulated(*call, config).ok());
-          EXPECT_TRUE(SameBits(got[0], (*want)[0]));
         }
       }
     }
