@@ -90,6 +90,42 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaGpuTest,
                            return std::string(testing::FamilyName(info.param));
                          });
 
+// The tiled GEMM on the device (dense.*, matmul.*, the lowered conv2d
+// forward): the CPU's bits at the automatic grid and at 3 blocks (fewer than
+// the tiles: grid-stride), and with tiling off.
+TEST(CudaGpuTiledGemmTest, TiledProductsMatchCpuBits) {
+  const absl::Status device = CudaDeviceStatus();
+  if (!device.ok()) {
+    GTEST_SKIP() << "no usable CUDA device, skipping: " << device;
+  }
+  Registry cpu;
+  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
+  for (const testing::TiledProductCase& t : testing::TiledProductCases(42)) {
+    const OpCase& c = t.c;
+    absl::StatusOr<std::vector<Tensor>> want =
+        RunRegistered(cpu, kCpuBackendName, c);
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (const bool tiling : {true, false}) {
+      for (const LaunchConfig& config :
+           {LaunchConfig{0, 256}, LaunchConfig{3, 64}}) {
+        SCOPED_TRACE(absl::StrFormat("%s, tiling %d, %d blocks", c.label,
+                                     tiling, config.blocks));
+        std::vector<Tensor> got = CloneAll(c.outputs);
+        PlanOptions options;
+        options.tiled_gemm = tiling;
+        absl::StatusOr<DeviceCall> call = PlanCanonicalOp(
+            c.op, c.inputs, absl::MakeSpan(got), c.attrs, options);
+        ASSERT_TRUE(call.ok()) << call.status();
+        const absl::Status s = RunOnDevice(*call, config);
+        ASSERT_TRUE(s.ok()) << s;
+        for (size_t o = 0; o < got.size(); ++o) {
+          EXPECT_TRUE(SameBits(got[o], (*want)[o])) << "output " << o;
+        }
+      }
+    }
+  }
+}
+
 // The op set v3 graph primitives' edge cases (kernels/graph_op_cases.h):
 // NaN, +-Inf, -0 and subnormals where the spec fixes the result's bits
 // (canonical NaN results, copies), rank 0..4 broadcasting, reductions over

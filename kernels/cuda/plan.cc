@@ -14,6 +14,7 @@
 #include "kernels/cuda/launch_limits.h"
 #include "kernels/cuda/leaf_hash.h"
 #include "kernels/cuda/warp.h"
+#include "kernels/cuda/tiled_gemm.h"
 #include "kernels/graph_ops.h"
 #include "kernels/ops/embedding.h"
 #include "kernels/ops/graph_validate.h"
@@ -71,9 +72,42 @@ KernelParams& AddLaunch(DeviceCall* call, DeviceOp op, int64_t work,
 
 // ---- dense family ---------------------------------------------------------
 
+// Whether a product runs as the tiled GEMM: each of its dimensions is at
+// least kTiledGemmMinDim.
+bool TilesProduct(const c::MatMulShape& s, const PlanOptions& options) {
+  return options.tiled_gemm && s.rows >= kTiledGemmMinDim &&
+         s.cols >= kTiledGemmMinDim && s.depth >= kTiledGemmMinDim;
+}
+
+// One product c = a b (every batch entry): the tiled GEMM when it
+// TilesProduct (its tree scratch only when the reduction has several
+// chunks), else one thread per output (kMatMul for a single unscaled entry,
+// kBatchedMatMul otherwise).
+void AddProduct(DeviceCall* call, const c::BatchedMatMulShape& s, int a, int b,
+                int out, const PlanOptions& options) {
+  if (TilesProduct(s.m, options)) {
+    const int64_t scratch_floats = GemmScratchFloats(s);
+    const int scratch = scratch_floats > 0
+                            ? AddScratch(call, scratch_floats * sizeof(float))
+                            : -1;
+    AddLaunch(call, DeviceOp::kTiledMatMul, GemmTiles<DeviceGemmTile>(s),
+              {a, b}, {out, scratch})
+        .batched_matmul = s;
+    return;
+  }
+  if (s.batch == 1 && s.scale == 1.0f) {
+    AddLaunch(call, DeviceOp::kMatMul, s.m.rows * s.m.cols, {a, b}, {out})
+        .matmul = s.m;
+    return;
+  }
+  AddLaunch(call, DeviceOp::kBatchedMatMul, s.batch * s.m.rows * s.m.cols,
+            {a, b}, {out})
+      .batched_matmul = s;
+}
+
 absl::Status PlanDense(absl::string_view name, absl::Span<const Tensor> in,
                        absl::Span<Tensor> out, const OpAttrs& a,
-                       DeviceCall* call) {
+                       const PlanOptions& options, DeviceCall* call) {
   LS_RETURN_IF_ERROR(CheckArity(name, in, 2, out, 1));
   c::DenseShape d;
   c::MatMulShape s;
@@ -93,8 +127,10 @@ absl::Status PlanDense(absl::string_view name, absl::Span<const Tensor> in,
   const int a_buf = AddIn(call, in[0]);
   const int b_buf = AddIn(call, in[1]);
   const int c_buf = AddOut(call, out[0]);
-  AddLaunch(call, DeviceOp::kMatMul, s.rows * s.cols, {a_buf, b_buf}, {c_buf})
-      .matmul = s;
+  c::BatchedMatMulShape one;
+  one.m = s;
+  one.batch = 1;
+  AddProduct(call, one, a_buf, b_buf, c_buf, options);
   return absl::OkStatus();
 }
 
@@ -102,30 +138,21 @@ absl::Status PlanDense(absl::string_view name, absl::Span<const Tensor> in,
 // reduction gives +0.0f from the body itself.
 absl::Status PlanMatMul(absl::string_view name, absl::Span<const Tensor> in,
                         absl::Span<Tensor> out, const OpAttrs& a,
-                        DeviceCall* call) {
+                        const PlanOptions& options, DeviceCall* call) {
   const bool forward = name == op::kMatMulForward;
   LS_ASSIGN_OR_RETURN(c::MatMulDims d, ValidateMatMulCall(name, in, out, a));
   const int a_buf = AddIn(call, in[0]);
   const int b_buf = AddIn(call, in[1]);
   if (forward) {
     const int y = AddOut(call, out[0]);
-    const c::BatchedMatMulShape s = c::MatMulForwardShape(d);
-    AddLaunch(call, DeviceOp::kBatchedMatMul, s.batch * s.m.rows * s.m.cols,
-              {a_buf, b_buf}, {y})
-        .batched_matmul = s;
+    AddProduct(call, c::MatMulForwardShape(d), a_buf, b_buf, y, options);
     return absl::OkStatus();
   }
   const int dy = AddIn(call, in[2]);
   const int da = AddOut(call, out[0]);
   const int db = AddOut(call, out[1]);
-  const c::BatchedMatMulShape sa = c::MatMulGradAShape(d);
-  AddLaunch(call, DeviceOp::kBatchedMatMul, sa.batch * sa.m.rows * sa.m.cols,
-            {dy, b_buf}, {da})
-      .batched_matmul = sa;
-  const c::BatchedMatMulShape sb = c::MatMulGradBShape(d);
-  AddLaunch(call, DeviceOp::kBatchedMatMul, sb.batch * sb.m.rows * sb.m.cols,
-            {a_buf, dy}, {db})
-      .batched_matmul = sb;
+  AddProduct(call, c::MatMulGradAShape(d), dy, b_buf, da, options);
+  AddProduct(call, c::MatMulGradBShape(d), a_buf, dy, db, options);
   return absl::OkStatus();
 }
 
@@ -342,9 +369,33 @@ absl::Status PlanOptimizer(absl::string_view name, absl::Span<const Tensor> in,
 using ::lockstep::spatial::GlobalShape;
 using ::lockstep::spatial::ResizeShape;
 
+// conv2d forward (groups == 1) as a product on its lowered matrix:
+// per image n, y[n]^T (P x C_out) = col[n]^T (P x K) w^T (K x C_out), col
+// written by kConv2dIm2Col; Conv2dForwardElement's chain is fma(x tap,
+// w tap, acc) over the K taps in order, and so is the product's.
+c::BatchedMatMulShape Conv2dForwardProduct(const sp::Conv2dShape& s) {
+  const int64_t pixels = sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  const int64_t taps = s.c_in * s.k_h * s.k_w;
+  c::BatchedMatMulShape p;
+  p.m.rows = pixels;
+  p.m.cols = s.c_out;
+  p.m.depth = taps;
+  p.m.a_row = 1;  // col[n, q, pix]
+  p.m.a_depth = pixels;
+  p.m.b_depth = 1;  // w[co, q]
+  p.m.b_col = taps;
+  p.m.c_row = 1;  // y[n, co, pix]
+  p.m.c_col = pixels;
+  p.batch = s.n;
+  p.a_batch = taps * pixels;
+  p.b_batch = 0;
+  p.c_batch = s.c_out * pixels;
+  return p;
+}
+
 absl::Status PlanConv(absl::string_view name, absl::Span<const Tensor> in,
                       absl::Span<Tensor> out, const OpAttrs& a,
-                      DeviceCall* call) {
+                      const PlanOptions& options, DeviceCall* call) {
   LS_ASSIGN_OR_RETURN(const sp::Conv2dShape s,
                       sp::ValidateConv2dCall(name, in, out, a));
   DeviceOp dop;
@@ -367,6 +418,15 @@ absl::Status PlanConv(absl::string_view name, absl::Span<const Tensor> in,
   const int i0 = AddIn(call, in[0]);
   const int i1 = AddIn(call, in[1]);
   const int o = AddOut(call, out[0]);
+  const c::BatchedMatMulShape product = Conv2dForwardProduct(s);
+  if (dop == DeviceOp::kConv2dForward && s.groups == 1 &&
+      TilesProduct(product.m, options)) {
+    const int64_t col_floats = s.n * product.m.depth * product.m.rows;
+    const int col = AddScratch(call, col_floats * sizeof(float));
+    AddLaunch(call, DeviceOp::kConv2dIm2Col, col_floats, {i0}, {col}).conv = s;
+    AddProduct(call, product, col, i1, o, options);
+    return absl::OkStatus();
+  }
   AddLaunch(call, dop, work, {swap ? i1 : i0, swap ? i0 : i1}, {o}).conv = s;
   return absl::OkStatus();
 }
@@ -949,7 +1009,8 @@ absl::Status PlanGraphElementwise(absl::string_view name,
 }
 
 absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
-                  absl::Span<Tensor> out, const OpAttrs& a, DeviceCall* call) {
+                  absl::Span<Tensor> out, const OpAttrs& a,
+                  const PlanOptions& options, DeviceCall* call) {
   if (IsIn(name, GraphDataOpNames())) {
     return PlanGraphData(name, in, out, call);
   }
@@ -983,10 +1044,10 @@ absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
   }
   if (name == op::kDenseForward || name == op::kDenseGradInput ||
       name == op::kDenseGradWeight) {
-    return PlanDense(name, in, out, a, call);
+    return PlanDense(name, in, out, a, options, call);
   }
   if (name == op::kMatMulForward || name == op::kMatMulGrad) {
-    return PlanMatMul(name, in, out, a, call);
+    return PlanMatMul(name, in, out, a, options, call);
   }
   if (name == op::kTranspose) return PlanTranspose(in, out, a, call);
   if (name == op::kReshape) return PlanReshape(in, out, call);
@@ -1007,7 +1068,7 @@ absl::Status Plan(absl::string_view name, absl::Span<const Tensor> in,
       name == op::kConv2dGradWeight || name == op::kConvTranspose2dForward ||
       name == op::kConvTranspose2dGradInput ||
       name == op::kConvTranspose2dGradWeight) {
-    return PlanConv(name, in, out, a, call);
+    return PlanConv(name, in, out, a, options, call);
   }
   if (name == op::kMaxPool2dForward || name == op::kMaxPool2dGrad ||
       name == op::kAvgPool2dForward || name == op::kAvgPool2dGrad) {
@@ -1060,13 +1121,29 @@ std::vector<std::string> CudaCanonicalOpNames() {
   return ops;
 }
 
+LaunchGrid GridFor(const KernelParams& params, const LaunchConfig& config) {
+  LaunchGrid g;
+  if (params.op == DeviceOp::kTiledMatMul) {
+    g.threads_per_block = DeviceGemmTile::kThreads;
+    g.blocks = config.blocks > 0
+                   ? config.blocks
+                   : std::max<int64_t>(
+                         1, std::min<int64_t>(params.work, kMaxAutoBlocks));
+    return g;
+  }
+  g.blocks = BlocksFor(config, params.work);
+  g.threads_per_block = config.threads_per_block;
+  return g;
+}
+
 absl::StatusOr<DeviceCall> PlanCanonicalOp(absl::string_view op,
                                            absl::Span<const Tensor> inputs,
                                            absl::Span<Tensor> outputs,
-                                           const OpAttrs& attrs) {
+                                           const OpAttrs& attrs,
+                                           const PlanOptions& options) {
   DeviceCall call;
   call.op = std::string(op);
-  LS_RETURN_IF_ERROR(Plan(op, inputs, outputs, attrs, &call));
+  LS_RETURN_IF_ERROR(Plan(op, inputs, outputs, attrs, options, &call));
   return call;
 }
 
@@ -1092,8 +1169,15 @@ absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config) {
       p.in[k] = l.in_buf[k] >= 0 ? mem[l.in_buf[k]].data() : nullptr;
       p.out[k] = l.out_buf[k] >= 0 ? mem[l.out_buf[k]].data() : nullptr;
     }
-    const int64_t threads =
-        BlocksFor(config, p.work) * config.threads_per_block;
+    const LaunchGrid grid = GridFor(p, config);
+    if (p.op == DeviceOp::kTiledMatMul) {
+      EmulateTiledGemm<DeviceGemmTile>(
+          p.batched_matmul, static_cast<const float*>(p.in[0]),
+          static_cast<const float*>(p.in[1]), static_cast<float*>(p.out[0]),
+          static_cast<float*>(p.out[1]), grid.blocks);
+      continue;
+    }
+    const int64_t threads = grid.blocks * grid.threads_per_block;
     for (int64_t t = 0; t < threads; ++t) RunThread(p, t, threads);
   }
   for (size_t b = 0; b < call.buffers.size(); ++b) {

@@ -58,6 +58,18 @@ int64_t BlocksFor(const LaunchConfig& config, int64_t work);
 absl::Status CheckDeviceLaunchConfig(const LaunchConfig& config,
                                      absl::string_view what);
 
+// The grid one launch runs on under `config`: BlocksFor(config, work)
+// blocks of config.threads_per_block threads, except the tiled GEMM
+// (DeviceOp::kTiledMatMul), whose blocks always have
+// DeviceGemmTile::kThreads threads: config.blocks blocks when set, else one
+// block per tile up to kMaxAutoBlocks (its blocks walk the tiles
+// grid-stride).
+struct LaunchGrid {
+  int64_t blocks = 1;
+  int64_t threads_per_block = 1;
+};
+LaunchGrid GridFor(const KernelParams& params, const LaunchConfig& config);
+
 // One memory region of a call.
 struct CallBuffer {
   void* host = nullptr;  // the Tensor's storage; null for device scratch
@@ -88,17 +100,29 @@ struct DeviceCall {
 // op the CPU backend has a CANONICAL kernel for.
 std::vector<std::string> CudaCanonicalOpNames();
 
+struct PlanOptions {
+  // The products of dense.* and matmul.* with at least kTiledGemmMinDim
+  // rows, columns and reduction terms run as the tiled GEMM
+  // (tiled_gemm.h), and so does conv2d forward with groups == 1 (also
+  // conv_transpose2d.grad_input) on its lowered matrix when its product is
+  // that large; smaller ones, or all of them when false, run one thread per
+  // output. The bits are the same either way.
+  bool tiled_gemm = true;
+};
+inline constexpr int64_t kTiledGemmMinDim = 16;
+
 // Validates a CANONICAL kernel call and plans it. INVALID_ARGUMENT for a bad
 // call (as the CPU kernel would report it), NOT_FOUND for an unknown op.
-absl::StatusOr<DeviceCall> PlanCanonicalOp(absl::string_view op,
-                                           absl::Span<const Tensor> inputs,
-                                           absl::Span<Tensor> outputs,
-                                           const OpAttrs& attrs);
+absl::StatusOr<DeviceCall> PlanCanonicalOp(
+    absl::string_view op, absl::Span<const Tensor> inputs,
+    absl::Span<Tensor> outputs, const OpAttrs& attrs,
+    const PlanOptions& options = PlanOptions());
 
 // Runs `call` on the host as a CUDA grid would: separate "device" copies of
-// every buffer, then for each launch every thread id t of
-// BlocksFor(config, work) * threads_per_block runs RunThread(params, t, n),
-// then the copies back. INVALID_ARGUMENT for a bad config.
+// every buffer, then for each launch every thread id t of the
+// GridFor(params, config) grid's n threads runs RunThread(params, t, n)
+// (the tiled GEMM: EmulateTiledGemm on that grid's blocks), then the copies
+// back. INVALID_ARGUMENT for a bad config.
 absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config);
 
 // The device fingerprint's leaf hashes computed by LeafHashThread on an

@@ -1,6 +1,9 @@
 #include "kernels/cuda/test_cases.h"
 
 #include <cstring>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 
@@ -36,6 +39,133 @@ absl::StatusOr<std::vector<Tensor>> RunRegistered(const Registry& registry,
              "first differing element at index 0x%x: got 0x%08x (%.9g), "
              "want 0x%08x (%.9g)",
              i, a, fa, b, fb);
+}
+
+namespace {
+
+Tensor FloatTensor(const std::vector<int64_t>& shape, std::mt19937& rng) {
+  Tensor t = Tensor::Zeros(DType::kFloat32, shape).value();
+  std::uniform_real_distribution<float> real(-1.0f, 1.0f);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    float x = real(rng);
+    if (i % 89 == 3) x = (i % 2 ? -1.0f : 1.0f) * 1.5e-39f;
+    if (i % 97 == 5) x = (i % 2 ? -0.0f : 0.0f);
+    p[i] = x;
+  }
+  return t;
+}
+
+Tensor ZeroTensor(const std::vector<int64_t>& shape) {
+  return Tensor::Zeros(DType::kFloat32, shape).value();
+}
+
+}  // namespace
+
+std::vector<TiledProductCase> TiledProductCases(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<TiledProductCase> cases;
+  struct D {
+    int64_t m, k, n;
+    bool tx, tw;
+    bool tiled;
+  };
+  for (const D& d :
+       {D{70, 600, 33, false, false, true}, D{33, 300, 70, true, true, true},
+        D{20, 17, 130, true, false, true},
+        D{8, 600, 300, false, true, false}}) {
+    OpAttrs a;
+    a.transpose_x = d.tx;
+    a.transpose_w = d.tw;
+    const std::vector<int64_t> xs =
+        d.tx ? std::vector<int64_t>{d.k, d.m} : std::vector<int64_t>{d.m, d.k};
+    const std::vector<int64_t> ws =
+        d.tw ? std::vector<int64_t>{d.n, d.k} : std::vector<int64_t>{d.k, d.n};
+    const std::vector<int64_t> ys = {d.m, d.n};
+    const std::string label = absl::StrFormat("m=%d k=%d n=%d tx=%d tw=%d", d.m,
+                                              d.k, d.n, d.tx, d.tw);
+    cases.push_back({{"dense.forward " + label,
+                      op::kDenseForward,
+                      {FloatTensor(xs, rng), FloatTensor(ws, rng)},
+                      {ZeroTensor(ys)},
+                      a},
+                     d.tiled});
+    cases.push_back({{"dense.grad_input " + label,
+                      op::kDenseGradInput,
+                      {FloatTensor(ys, rng), FloatTensor(ws, rng)},
+                      {ZeroTensor(xs)},
+                      a},
+                     d.tiled});
+    cases.push_back({{"dense.grad_weight " + label,
+                      op::kDenseGradWeight,
+                      {FloatTensor(xs, rng), FloatTensor(ys, rng)},
+                      {ZeroTensor(ws)},
+                      a},
+                     d.tiled});
+  }
+  {
+    OpAttrs a;
+    a.transpose_w = true;
+    a.scale = 0.125f;
+    const std::vector<int64_t> as = {3, 40, 300}, bs = {3, 20, 300},
+                               ys = {3, 40, 20};
+    cases.push_back({{"matmul.forward batch=3 m=40 k=300 n=20 tb=1",
+                      op::kMatMulForward,
+                      {FloatTensor(as, rng), FloatTensor(bs, rng)},
+                      {ZeroTensor(ys)},
+                      a},
+                     true});
+    cases.push_back(
+        {{"matmul.grad batch=3 m=40 k=300 n=20 tb=1",
+          op::kMatMulGrad,
+          {FloatTensor(as, rng), FloatTensor(bs, rng), FloatTensor(ys, rng)},
+          {ZeroTensor(as), ZeroTensor(bs)},
+          a},
+         true});
+  }
+  struct C {
+    std::vector<int64_t> x, w, y;
+    int64_t stride, dilation, pad_top, pad_bottom, pad_left, pad_right, groups;
+    bool tiled;
+  };
+  const C convs[] = {
+      {{2, 3, 9, 9}, {16, 3, 3, 3}, {2, 16, 9, 9}, 1, 1, 1, 1, 1, 1, 1, true},
+      {{1, 40, 12, 11},
+       {17, 40, 3, 3},
+       {1, 17, 6, 5},
+       2,
+       2,
+       2,
+       1,
+       1,
+       2,
+       1,
+       true},
+      {{2, 4, 8, 8}, {16, 2, 3, 3}, {2, 16, 6, 6}, 1, 1, 0, 0, 0, 0, 2, false},
+      {{1, 2, 4, 4}, {16, 2, 3, 3}, {1, 16, 2, 2}, 1, 1, 0, 0, 0, 0, 1, false},
+  };
+  for (const C& v : convs) {
+    OpAttrs a;
+    a.stride_h = a.stride_w = v.stride;
+    a.dilation_h = a.dilation_w = v.dilation;
+    a.pad_top = v.pad_top;
+    a.pad_bottom = v.pad_bottom;
+    a.pad_left = v.pad_left;
+    a.pad_right = v.pad_right;
+    a.groups = v.groups;
+    for (const char* op : {op::kConv2dForward, op::kConvTranspose2dGradInput}) {
+      cases.push_back(
+          {{absl::StrFormat("%s x=%s w=%s stride=%d dilation=%d groups=%d", op,
+                            ShapeString(v.x), ShapeString(v.w), v.stride,
+                            v.dilation, v.groups),
+            op,
+            {FloatTensor(v.x, rng), FloatTensor(v.w, rng)},
+            {ZeroTensor(v.y)},
+            a},
+           v.tiled});
+    }
+  }
+  return cases;
 }
 
 }  // namespace lockstep::kernels::cuda::testing

@@ -41,6 +41,19 @@ absl::StatusOr<std::vector<Tensor>> RunRegistered(const Registry& registry,
                                                   absl::string_view backend,
                                                   const OpCase& c);
 
+// Calls whose products the planner runs as the tiled GEMM (tiled_gemm.h)
+// or, for `tiled` false, just below its threshold: dense.* at every
+// transpose (multi-chunk reductions, edge tiles), matmul.forward / grad
+// (batched, scaled), conv2d.forward and conv_transpose2d.grad_input
+// (stride, dilation, asymmetric padding; a grouped one is not tiled).
+// Inputs in [-1, 1) with sparse subnormals and signed zeros, no NaN or
+// infinity.
+struct TiledProductCase {
+  OpCase c;
+  bool tiled = false;  // PlanCanonicalOp's default plan has a tiled launch
+};
+std::vector<TiledProductCase> TiledProductCases(uint32_t seed);
+
 // Same dtype, shape and bytes. On failure names the first differing element
 // index in hex and both bit patterns.
 ::testing::AssertionResult SameBits(const Tensor& got, const Tensor& want);

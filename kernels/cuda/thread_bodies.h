@@ -108,6 +108,11 @@ enum class DeviceOp : int32_t {
   kUnaryGrad,        // in {x, dy}, out {dx}; work numel
   kSumTo,            // in {t, out_base, term_offset}, out {x}; work numel of x
   kReduceGrad,       // in {dy}, out {dx}; work numel of dx
+  // Block-level, not a per-thread body: the tiled GEMM of tiled_gemm.h
+  // (shape in batched_matmul; out[1] the tree scratch, or none).
+  kTiledMatMul,   // in {a, b}, out {c, scratch}; work tiles
+  kConv2dIm2Col,  // in {x}, out {col}; work N * K * P (conv2d forward's
+                  // lowered matrix, groups == 1, for kTiledMatMul)
   kNumOps,
 };
 
@@ -334,6 +339,35 @@ LS_HD_INLINE void Conv2dForwardThread(const sp::Conv2dShape& s, const float* x,
   const int64_t total = sp::Conv2dOutputSize(s);
   for (int64_t i = thread; i < total; i += num_threads) {
     y[i] = sp::Conv2dForwardElement(s, x, w, i);
+  }
+}
+
+// The lowered matrix of a conv2d forward with groups == 1: col[n, q, pix] =
+// the x value tap q = (ci, kh, kw) of output pixel pix reads, +0.0f where it
+// falls on padding (Conv2dForwardElement's taps, in its order), K = C_in
+// KH KW taps, P = H_out W_out pixels. y[n, :, :] is then the product
+// col[n]^T (P x K) times w^T (K x C_out) with the same chain terms.
+LS_HD_INLINE void Conv2dIm2ColThread(const sp::Conv2dShape& s, const float* x,
+                                     float* col, int64_t thread,
+                                     int64_t num_threads) {
+  const int64_t out_w = sp::Conv2dOutW(s);
+  const int64_t pixels = sp::Conv2dOutH(s) * out_w;
+  const int64_t taps = s.c_in * s.k_h * s.k_w;
+  const int64_t total = s.n * taps * pixels;
+  for (int64_t o = thread; o < total; o += num_threads) {
+    const int64_t pix = o % pixels;
+    const int64_t q = (o / pixels) % taps;
+    const int64_t n = o / (pixels * taps);
+    const int64_t kw = q % s.k_w;
+    const int64_t kh = (q / s.k_w) % s.k_h;
+    const int64_t ci = q / (s.k_w * s.k_h);
+    const int64_t ih =
+        (pix / out_w) * s.stride_h - s.pad_top + kh * s.dilation_h;
+    const int64_t iw =
+        (pix % out_w) * s.stride_w - s.pad_left + kw * s.dilation_w;
+    col[o] = (ih >= 0 && ih < s.h && iw >= 0 && iw < s.w)
+                 ? x[((n * s.c_in + ci) * s.h + ih) * s.w + iw]
+                 : 0.0f;
   }
 }
 
@@ -799,6 +833,9 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
     case DeviceOp::kConv2dGradInput:
       Conv2dGradInputThread(p.conv, i0, i1, o0, t, nt);
       break;
+    case DeviceOp::kConv2dIm2Col:
+      Conv2dIm2ColThread(p.conv, i0, o0, t, nt);
+      break;
     case DeviceOp::kConv2dGradWeight:
       Conv2dGradWeightThread(p.conv, i0, i1, o0, t, nt);
       break;
@@ -941,6 +978,7 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
     case DeviceOp::kReduceGrad:
       ReduceGradThread(p.graph, i0, o0, t, nt);
       break;
+    case DeviceOp::kTiledMatMul:  // whole blocks: TiledGemmBlock
     case DeviceOp::kNumOps:
       break;
   }

@@ -50,7 +50,9 @@ TEST(GpuBenchSmokeTest, PrintsNoGpuOrBothReports) {
         "\ngemm 2048x2048x2048 ", "\nconv2d.forward lenet ",
         "\nconv2d.grad_input lenet ", "\nconv2d.grad_weight lenet ",
         "\nconv2d.forward resnet ", "\nconv2d.grad_input resnet ",
-        "\nconv2d.grad_weight resnet ", "\ncuDNN algorithms chosen:\n"}) {
+        "\nconv2d.grad_weight resnet ",
+        "\ntiled canonical GEMM vs cuBLAS SGEMM ", "\n  gemm 1024x1024x1024 ",
+        "\n  gemm 2048x2048x2048 ", "\ncuDNN algorithms chosen:\n"}) {
     EXPECT_NE(run.output.find(expected), std::string::npos)
         << "missing \"" << expected << "\" in:\n"
         << run.output;

@@ -65,7 +65,15 @@ struct BenchRow {
       absl::UnknownError("not run"), absl::UnknownError("not run"),
       absl::UnknownError("not run")};
   std::string algorithms;  // the cuDNN algorithms chosen, if any
+  // GEMM rows: the canonical kernel with the tiled GEMM off (one thread
+  // per output).
+  bool gemm = false;
+  absl::StatusOr<float> untiled_ms = absl::UnknownError("not run");
 };
+
+// The tiled canonical GEMM's target: this fraction of cuBLAS SGEMM's
+// GFLOP/s on the DETERMINISTIC handle (pedantic math: no TF32).
+constexpr double kTiledGemmTarget = 0.7;
 
 // Every benchmark buffer holds float32 0x3c3c3c3c (about 0.0115): finite,
 // normal, and small enough that no sum overflows.
@@ -84,7 +92,8 @@ absl::Status AllocateFilled(DeviceBuffer& buffer, size_t floats) {
 absl::StatusOr<float> TimeCanonicalMs(
     absl::string_view op, const std::vector<std::vector<int64_t>>& in_shapes,
     const std::vector<int64_t>& out_shape, const OpAttrs& attrs,
-    absl::Span<void* const> in_device, void* out_device, int reps) {
+    absl::Span<void* const> in_device, void* out_device, int reps,
+    const cuda::PlanOptions& options = cuda::PlanOptions()) {
   std::vector<Tensor> in;
   for (const std::vector<int64_t>& shape : in_shapes) {
     LS_ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(DType::kFloat32, shape));
@@ -97,7 +106,7 @@ absl::StatusOr<float> TimeCanonicalMs(
   }
   LS_ASSIGN_OR_RETURN(
       cuda::DeviceCall call,
-      cuda::PlanCanonicalOp(op, in, absl::MakeSpan(out), attrs));
+      cuda::PlanCanonicalOp(op, in, absl::MakeSpan(out), attrs, options));
   std::vector<void*> device(call.buffers.size(), nullptr);
   std::vector<std::unique_ptr<DeviceBuffer>> scratch;
   for (size_t b = 0; b < call.buffers.size(); ++b) {
@@ -126,6 +135,7 @@ absl::StatusOr<BenchRow> GemmRow(DeviceContext* ctx, int64_t size, int reps) {
   BenchRow row;
   row.name = absl::StrFormat("gemm %dx%dx%d", size, size, size);
   row.flops = 2.0 * size * size * size;
+  row.gemm = true;
   c::DenseShape d;
   d.m = size;
   d.k = size;
@@ -139,6 +149,11 @@ absl::StatusOr<BenchRow> GemmRow(DeviceContext* ctx, int64_t size, int reps) {
   row.ms[kCanonicalColumn] = TimeCanonicalMs(
       op::kDenseForward, {{size, size}, {size, size}}, {size, size}, OpAttrs{},
       {x.get(), w.get()}, y.get(), reps);
+  cuda::PlanOptions untiled;
+  untiled.tiled_gemm = false;
+  row.untiled_ms = TimeCanonicalMs(
+      op::kDenseForward, {{size, size}, {size, size}}, {size, size}, OpAttrs{},
+      {x.get(), w.get()}, y.get(), reps, untiled);
   for (const bool deterministic : {true, false}) {
     absl::StatusOr<float>& cell =
         row.ms[deterministic ? kDeterministicColumn : kDefaultColumn];
@@ -244,10 +259,12 @@ absl::StatusOr<BenchRow> ConvRow(DeviceContext* ctx, absl::string_view layer,
   return row;
 }
 
-std::string Gflops(const BenchRow& row, int column) {
-  const absl::StatusOr<float>& ms = row.ms[column];
+std::string Gflops(double flops, const absl::StatusOr<float>& ms) {
   if (!ms.ok() || *ms <= 0.0f) return "-";
-  return absl::StrFormat("%.1f", row.flops / (*ms * 1e-3) / 1e9);
+  return absl::StrFormat("%.1f", flops / (*ms * 1e-3) / 1e9);
+}
+std::string Gflops(const BenchRow& row, int column) {
+  return Gflops(row.flops, row.ms[column]);
 }
 
 // GFLOP/s ratio of column `num` to column `den` (= the inverse time ratio).
@@ -294,8 +311,9 @@ absl::StatusOr<std::string> RunVendorBenchmarks(int reps) {
       "runs after one warm-up run\n",
       reps);
   report +=
-      "  canonical      CANONICAL CUDA kernel (kernels/cuda, one thread per "
-      "output, canonical reduction order)\n"
+      "  canonical      CANONICAL CUDA kernel (kernels/cuda, canonical "
+      "reduction order: the tiled GEMM for gemm and conv2d.forward, one "
+      "thread per output for the conv gradients)\n"
       "  deterministic  the DETERMINISTIC kernels: cuBLAS with atomics not "
       "allowed, pedantic math, a fixed 32 MiB workspace; cuDNN with FMA "
       "math and the first deterministic heuristic algorithm\n"
@@ -357,6 +375,31 @@ absl::StatusOr<std::string> RunVendorBenchmarks(int reps) {
       notes +=
           absl::StrFormat("  %s, %s: %s\n", row.name, kBenchColumnNames[col],
                           row.ms[col].status().ToString());
+    }
+  }
+  report += absl::StrFormat(
+      "tiled canonical GEMM vs cuBLAS SGEMM (the deterministic column: "
+      "pedantic math, no TF32), target >= %.2f:\n",
+      kTiledGemmTarget);
+  for (const BenchRow& row : rows) {
+    if (!row.gemm) continue;
+    const absl::StatusOr<float>& tiled = row.ms[kCanonicalColumn];
+    const absl::StatusOr<float>& cublas = row.ms[kDeterministicColumn];
+    std::string verdict = "-";
+    if (tiled.ok() && cublas.ok() && *tiled > 0.0f) {
+      verdict = *cublas / *tiled >= kTiledGemmTarget ? "meets the target"
+                                                     : "below the target";
+    }
+    report += absl::StrFormat(
+        "  %-27s tiled %s GFLOP/s, one thread per output %s GFLOP/s, cuBLAS "
+        "%s GFLOP/s; tiled/cuBLAS %s (%s)\n",
+        row.name, Gflops(row, kCanonicalColumn),
+        Gflops(row.flops, row.untiled_ms), Gflops(row, kDeterministicColumn),
+        Ratio(row, kCanonicalColumn, kDeterministicColumn), verdict);
+    if (!row.untiled_ms.ok()) {
+      if (DeviceLost(row.untiled_ms.status())) return row.untiled_ms.status();
+      notes += absl::StrFormat("  %s, canonical one thread per output: %s\n",
+                               row.name, row.untiled_ms.status().ToString());
     }
   }
   report += "cuDNN algorithms chosen:\n";

@@ -1,0 +1,413 @@
+// The tiled GEMM (tiled_gemm.h) on emulated blocks: bit for bit the
+// one-thread-per-output body (BatchedMatMulThread) for every shape,
+// transpose, chunk count, tile shape, grid and thread order, special values
+// included; and through PlanCanonicalOp + RunEmulated, the CPU backend's
+// bits for dense.* and matmul.* calls the planner tiles.
+#include "kernels/cuda/tiled_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/plan.h"
+#include "kernels/cuda/test_cases.h"
+#include "kernels/cuda/thread_bodies.h"
+#include "kernels/registry.h"
+#include "kernels/tensor.h"
+
+namespace lockstep::kernels::cuda {
+namespace {
+
+using testing::CloneAll;
+using testing::OpCase;
+using testing::RunRegistered;
+using testing::SameBits;
+
+constexpr uint32_t kPoison = 0xA5A5A5A5u;
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Uniform in [-1, 1) with sparse subnormals, -0 and +0; with `specials`
+// also a few +Inf, -Inf and quiet NaNs with payloads.
+std::vector<float> Values(int64_t n, uint32_t seed, bool specials) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> real(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    float x = real(rng);
+    if (i % 89 == 3) x = (i % 2 ? -1.0f : 1.0f) * 1.5e-39f;
+    if (i % 97 == 5) x = (i % 2 ? -0.0f : 0.0f);
+    if (specials) {
+      if (i % 1009 == 11) x = std::numeric_limits<float>::infinity();
+      if (i % 1013 == 17) x = -std::numeric_limits<float>::infinity();
+      if (i % 1019 == 23) x = FromBits(0x7fc01234u + (i & 0xff));
+    }
+    v[static_cast<size_t>(i)] = x;
+  }
+  return v;
+}
+
+// One product of the dense family: which of the three and its transposes.
+enum class Product { kForward, kGradInput, kGradWeight };
+const char* ProductName(Product p) {
+  switch (p) {
+    case Product::kForward:
+      return "forward";
+    case Product::kGradInput:
+      return "grad_input";
+    case Product::kGradWeight:
+      return "grad_weight";
+  }
+  return "?";
+}
+
+struct Problem {
+  std::string label;
+  c::BatchedMatMulShape s;
+  std::vector<float> a, b;
+  int64_t out_size = 0;
+};
+
+// The dense product `p` of X [m, k] and W [k, n] (transposes as given), in
+// `batch` entries with `scale`, the operands of every entry stored one
+// after another.
+Problem MakeProblem(int64_t m, int64_t k, int64_t n, bool tx, bool tw,
+                    Product p, int64_t batch, float scale, bool specials,
+                    uint32_t seed) {
+  c::DenseShape d;
+  d.m = m;
+  d.k = k;
+  d.n = n;
+  d.transpose_x = tx;
+  d.transpose_w = tw;
+  Problem r;
+  r.label = absl::StrFormat("%s m=%d k=%d n=%d tx=%d tw=%d batch=%d scale=%g",
+                            ProductName(p), m, k, n, tx, tw, batch, scale);
+  int64_t a_size = 0, b_size = 0;
+  switch (p) {
+    case Product::kForward:
+      r.s.m = c::DenseForwardShape(d);
+      a_size = m * k;
+      b_size = k * n;
+      break;
+    case Product::kGradInput:
+      r.s.m = c::DenseGradInputShape(d);
+      a_size = m * n;
+      b_size = k * n;
+      break;
+    case Product::kGradWeight:
+      r.s.m = c::DenseGradWeightShape(d);
+      a_size = m * k;
+      b_size = m * n;
+      break;
+  }
+  const int64_t c_size = r.s.m.rows * r.s.m.cols;
+  r.s.batch = batch;
+  r.s.a_batch = a_size;
+  r.s.b_batch = b_size;
+  r.s.c_batch = c_size;
+  r.s.scale = scale;
+  r.a = Values(batch * a_size, seed, specials);
+  r.b = Values(batch * b_size, seed + 1, specials);
+  r.out_size = batch * c_size;
+  return r;
+}
+
+// The one-thread-per-output body, one thread for everything.
+std::vector<uint32_t> OneThreadBits(const Problem& p) {
+  std::vector<float> out(static_cast<size_t>(p.out_size), FromBits(kPoison));
+  BatchedMatMulThread(p.s, p.a.data(), p.b.data(), out.data(), 0, 1);
+  std::vector<uint32_t> bits(out.size());
+  for (size_t i = 0; i < out.size(); ++i) bits[i] = Bits(out[i]);
+  return bits;
+}
+
+// The tiled body on `blocks` emulated blocks of tile shape T, output and
+// scratch filled with a pattern first.
+template <class T>
+std::vector<uint32_t> TiledBits(const Problem& p, int64_t blocks,
+                                bool reverse_threads) {
+  std::vector<float> out(static_cast<size_t>(p.out_size), FromBits(kPoison));
+  std::vector<float> scratch(static_cast<size_t>(GemmScratchFloats(p.s)),
+                             FromBits(0x7fa00000u));
+  EmulateTiledGemm<T>(p.s, p.a.data(), p.b.data(), out.data(),
+                      scratch.empty() ? nullptr : scratch.data(), blocks,
+                      reverse_threads);
+  std::vector<uint32_t> bits(out.size());
+  for (size_t i = 0; i < out.size(); ++i) bits[i] = Bits(out[i]);
+  return bits;
+}
+
+::testing::AssertionResult SameWords(const std::vector<uint32_t>& got,
+                                     const std::vector<uint32_t>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure()
+           << got.size() << " outputs, want " << want.size();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) {
+      return ::testing::AssertionFailure()
+             << "output " << i << ": 0x" << std::hex << got[i] << ", want 0x"
+             << want[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Runs the device tile at grids of 1 block, 3 blocks (fewer than the
+// tiles of the larger shapes: grid-stride) and more blocks than tiles, the
+// last with the threads of every phase in reverse order.
+void ExpectDeviceTileBits(const Problem& p) {
+  SCOPED_TRACE(p.label);
+  const std::vector<uint32_t> want = OneThreadBits(p);
+  const int64_t tiles = GemmTiles<DeviceGemmTile>(p.s);
+  for (const int64_t blocks : {int64_t{1}, int64_t{3}}) {
+    EXPECT_TRUE(SameWords(TiledBits<DeviceGemmTile>(p, blocks, false), want))
+        << blocks << " blocks";
+  }
+  EXPECT_TRUE(SameWords(TiledBits<DeviceGemmTile>(p, tiles + 5, true), want))
+      << "reversed threads";
+}
+
+struct Dims {
+  int64_t m, k, n;
+};
+
+// Small and prime shapes, edge tiles in both dimensions, K spanning several
+// chunks and not a multiple of BK, K = 0, a tile-sized product: every
+// product of the dense family at every transpose.
+TEST(TiledGemmTest, DenseFamilyEqualsOneThreadBody) {
+  const Dims dims[] = {{1, 1, 1},     {37, 131, 53}, {64, 256, 64},
+                       {65, 257, 63}, {70, 600, 21}, {5, 0, 3},
+                       {66, 0, 70},   {2, 1000, 3},  {129, 17, 130}};
+  uint32_t seed = 1;
+  for (const Dims& d : dims) {
+    for (const bool tx : {false, true}) {
+      for (const bool tw : {false, true}) {
+        for (const Product p :
+             {Product::kForward, Product::kGradInput, Product::kGradWeight}) {
+          ExpectDeviceTileBits(
+              MakeProblem(d.m, d.k, d.n, tx, tw, p, 1, 1.0f, false, seed++));
+        }
+      }
+    }
+  }
+}
+
+// Batched entries with a scale (matmul.*): every entry's tiles, and the
+// scale applied after the tree (including to K = 0's +0.0f).
+TEST(TiledGemmTest, BatchedAndScaledEqualsOneThreadBody) {
+  uint32_t seed = 100;
+  for (const float scale : {1.0f, 0.125f, -0.17677669f}) {
+    for (const Dims& d : {Dims{19, 300, 70}, Dims{3, 0, 20}, Dims{40, 9, 1}}) {
+      ExpectDeviceTileBits(MakeProblem(d.m, d.k, d.n, false, true,
+                                       Product::kForward, 3, scale, false,
+                                       seed++));
+    }
+  }
+}
+
+// Reductions of 1 to 34 chunks (K = 256 q - 1, 256 q, 256 q + 7): every
+// shape of the canonical tree up to 6 levels, on 16 x 16 tiles (2 x 2 per
+// thread) at 1 and 3 blocks, and on the device tile for some of them.
+TEST(TiledGemmTest, EveryChunkCountEqualsOneThreadBody) {
+  using Small = GemmTile<16, 16, 8, 2, 2>;
+  uint32_t seed = 200;
+  for (int64_t q = 1; q <= 34; q += (q < 10 ? 1 : 8)) {
+    for (const int64_t k : {256 * q - 1, 256 * q, 256 * q + 7}) {
+      const Problem p = MakeProblem(9, k, 20, q % 2 == 1, false,
+                                    Product::kForward, 1, 1.0f, false, seed++);
+      SCOPED_TRACE(p.label);
+      const std::vector<uint32_t> want = OneThreadBits(p);
+      EXPECT_TRUE(SameWords(TiledBits<Small>(p, 1, false), want));
+      EXPECT_TRUE(SameWords(TiledBits<Small>(p, 3, true), want));
+      if (q <= 5 || q == 33) {
+        EXPECT_TRUE(SameWords(TiledBits<DeviceGemmTile>(p, 1, false), want));
+      }
+    }
+  }
+}
+
+// NaN (with payloads), +-Inf, -0 and subnormal inputs: the tiled chains
+// and tree give the one-thread body's bits, NaN payloads included (the
+// same fma and add operand order).
+TEST(TiledGemmTest, SpecialValuesEqualOneThreadBody) {
+  uint32_t seed = 300;
+  for (const Dims& d : {Dims{70, 1500, 66}, Dims{37, 131, 53}}) {
+    for (const Product p :
+         {Product::kForward, Product::kGradInput, Product::kGradWeight}) {
+      const Problem problem =
+          MakeProblem(d.m, d.k, d.n, true, false, p, 1, 1.0f, true, seed++);
+      // The inputs do produce non-finite outputs.
+      int non_finite = 0;
+      for (uint32_t w : OneThreadBits(problem)) {
+        non_finite += (w & 0x7f800000u) == 0x7f800000u;
+      }
+      EXPECT_GT(non_finite, 0) << problem.label;
+      ExpectDeviceTileBits(problem);
+    }
+  }
+}
+
+// Products of tiny values round to -0 (1e-30 * -1e-30 underflows), so
+// every chain is -0; one more term (a zero-padded one, 0 * 0 = +0) would
+// make it +0. K not a multiple of BK, with one and several chunks.
+TEST(TiledGemmTest, UnderflowingChainsStayMinusZero) {
+  for (const int64_t k : {1, 17, 300, 529}) {
+    Problem p = MakeProblem(20, k, 20, false, false, Product::kForward, 1, 1.0f,
+                            false, 1);
+    std::fill(p.a.begin(), p.a.end(), 1e-30f);
+    std::fill(p.b.begin(), p.b.end(), -1e-30f);
+    SCOPED_TRACE(p.label);
+    const std::vector<uint32_t> want = OneThreadBits(p);
+    EXPECT_EQ(want[0], 0x80000000u);
+    EXPECT_TRUE(SameWords(TiledBits<DeviceGemmTile>(p, 1, false), want));
+    EXPECT_TRUE(
+        SameWords(TiledBits<GemmTile<8, 8, 32, 2, 2>>(p, 2, false), want));
+  }
+}
+
+// The bits do not depend on the tile shape or the slice depth: tiles of
+// 16 x 16 (2 x 2 per thread, 8-deep slices), 32 x 64 (4 x 8, the whole
+// 256-term chunk as one slice) and 8 x 24 (2 x 3, 32-deep) give the same
+// outputs as the device tile and the one-thread body.
+TEST(TiledGemmTest, BitsIndependentOfTileShapeAndDepth) {
+  using Small = GemmTile<16, 16, 8, 2, 2>;
+  using WholeChunk = GemmTile<32, 64, 256, 4, 8>;
+  using Narrow = GemmTile<8, 24, 32, 2, 3>;
+  uint32_t seed = 400;
+  for (const Dims& d : {Dims{37, 1031, 53}, Dims{1, 1, 1}, Dims{33, 0, 17}}) {
+    for (const bool tx : {false, true}) {
+      const Problem p = MakeProblem(d.m, d.k, d.n, tx, !tx, Product::kForward,
+                                    2, 0.5f, true, seed++);
+      SCOPED_TRACE(p.label);
+      const std::vector<uint32_t> want = OneThreadBits(p);
+      EXPECT_TRUE(SameWords(TiledBits<Small>(p, 5, false), want));
+      EXPECT_TRUE(SameWords(TiledBits<Small>(p, 1, true), want));
+      EXPECT_TRUE(SameWords(TiledBits<WholeChunk>(p, 2, false), want));
+      EXPECT_TRUE(SameWords(TiledBits<Narrow>(p, 64, true), want));
+      EXPECT_TRUE(SameWords(TiledBits<DeviceGemmTile>(p, 1, false), want));
+    }
+  }
+}
+
+// The comparison can fail: one plain fma chain over all K (no chunks, no
+// tree) gives other bits for some output of a multi-chunk product.
+TEST(TiledGemmTest, ASingleChainWouldDiffer) {
+  const Problem p = MakeProblem(20, 2000, 20, false, false, Product::kForward,
+                                1, 1.0f, false, 7);
+  const std::vector<uint32_t> canonical = OneThreadBits(p);
+  int differ = 0;
+  for (int64_t i = 0; i < p.s.m.rows; ++i) {
+    for (int64_t j = 0; j < p.s.m.cols; ++j) {
+      const float chain =
+          c::ChainDot(p.a.data() + i * p.s.m.a_row, p.s.m.a_depth,
+                      p.b.data() + j, p.s.m.b_depth, p.s.m.depth);
+      differ += Bits(chain) != canonical[i * p.s.m.cols + j];
+    }
+  }
+  EXPECT_GT(differ, 0);
+}
+
+TEST(TiledGemmTest, TreeLevelsAndScratch) {
+  EXPECT_EQ(GemmTreeLevels(0), 0);
+  EXPECT_EQ(GemmTreeLevels(256), 0);
+  EXPECT_EQ(GemmTreeLevels(257), 1);   // 2 chunks
+  EXPECT_EQ(GemmTreeLevels(513), 2);   // 3 chunks
+  EXPECT_EQ(GemmTreeLevels(1024), 2);  // 4 chunks
+  EXPECT_EQ(GemmTreeLevels(1025), 3);  // 5 chunks
+  c::BatchedMatMulShape s;
+  s.m.rows = 10;
+  s.m.cols = 7;
+  s.m.depth = 1025;
+  s.batch = 2;
+  EXPECT_EQ(GemmScratchFloats(s), 3 * 2 * 10 * 7);
+  EXPECT_EQ(GemmTiles<DeviceGemmTile>(s), 2);
+  s.m.rows = 65;
+  s.m.cols = 129;
+  EXPECT_EQ(GemmTiles<DeviceGemmTile>(s), 2 * 2 * 3);
+}
+
+// ---- through the planner ---------------------------------------------------
+
+bool HasTiledLaunch(const DeviceCall& call) {
+  for (const Launch& l : call.launches) {
+    if (l.params.op == DeviceOp::kTiledMatMul) return true;
+  }
+  return false;
+}
+
+// dense.*, matmul.* and conv2d.forward / conv_transpose2d.grad_input calls
+// the planner tiles (and some it does not), on emulated grids, = the CPU
+// backend's bits; with tiling off, the same calls run one thread per
+// output and give the same bits.
+TEST(TiledGemmPlanTest, TiledCallsEqualCpuBackend) {
+  Registry cpu;
+  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
+  const LaunchConfig configs[] = {{1, 32}, {7, 128}, {0, 256}};
+  for (const testing::TiledProductCase& t : testing::TiledProductCases(500)) {
+    const OpCase& c = t.c;
+    absl::StatusOr<std::vector<Tensor>> want =
+        RunRegistered(cpu, kCpuBackendName, c);
+    ASSERT_TRUE(want.ok()) << c.label << ": " << want.status();
+    for (const bool tiling : {true, false}) {
+      for (const LaunchConfig& config : configs) {
+        SCOPED_TRACE(absl::StrFormat("%s, tiling %d, %d x %d", c.label, tiling,
+                                     config.blocks, config.threads_per_block));
+        std::vector<Tensor> got = CloneAll(c.outputs);
+        PlanOptions options;
+        options.tiled_gemm = tiling;
+        absl::StatusOr<DeviceCall> call = PlanCanonicalOp(
+            c.op, c.inputs, absl::MakeSpan(got), c.attrs, options);
+        ASSERT_TRUE(call.ok()) << call.status();
+        EXPECT_EQ(HasTiledLaunch(*call), tiling && t.tiled);
+        ASSERT_TRUE(RunEmulated(*call, config).ok());
+        for (size_t o = 0; o < got.size(); ++o) {
+          EXPECT_TRUE(SameBits(got[o], (*want)[o])) << "output " << o;
+        }
+      }
+    }
+  }
+}
+
+// The tiled launch's grid: its own block size, the config's block count,
+// else one block per tile (capped).
+TEST(TiledGemmPlanTest, GridOfTheTiledLaunch) {
+  KernelParams p;
+  p.op = DeviceOp::kTiledMatMul;
+  p.work = 10;
+  LaunchGrid g = GridFor(p, {0, 32});
+  EXPECT_EQ(g.blocks, 10);
+  EXPECT_EQ(g.threads_per_block, DeviceGemmTile::kThreads);
+  g = GridFor(p, {3, 1024});
+  EXPECT_EQ(g.blocks, 3);
+  EXPECT_EQ(g.threads_per_block, DeviceGemmTile::kThreads);
+  p.work = 1 << 20;
+  EXPECT_EQ(GridFor(p, {}).blocks, kMaxAutoBlocks);
+  p.op = DeviceOp::kMatMul;
+  p.work = 1000;
+  g = GridFor(p, {0, 128});
+  EXPECT_EQ(g.blocks, 8);
+  EXPECT_EQ(g.threads_per_block, 128);
+}
+
+}  // namespace
+}  // namespace lockstep::kernels::cuda
