@@ -771,4 +771,46 @@ int64_t FirstDifferingElement(const Tensor& got, const Tensor& want) {
   return -1;
 }
 
+namespace {
+
+bool BothNan(const char* a, const char* b) {
+  float x, y;
+  std::memcpy(&x, a, sizeof(float));
+  std::memcpy(&y, b, sizeof(float));
+  return std::isnan(x) && std::isnan(y);
+}
+
+}  // namespace
+
+int64_t FirstCrossClassDifference(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != DType::kFloat32 || want.dtype() != DType::kFloat32) {
+    return FirstDifferingElement(got, want);
+  }
+  if (got.shape() != want.shape()) return 0;
+  const char* a = static_cast<const char*>(got.raw_data());
+  const char* b = static_cast<const char*>(want.raw_data());
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const char* x = a + i * sizeof(float);
+    const char* y = b + i * sizeof(float);
+    if (std::memcmp(x, y, sizeof(float)) != 0 && !BothNan(x, y)) return i;
+  }
+  return -1;
+}
+
+int64_t CountNanBitDifferences(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != DType::kFloat32 || want.dtype() != DType::kFloat32 ||
+      got.shape() != want.shape()) {
+    return 0;
+  }
+  const char* a = static_cast<const char*>(got.raw_data());
+  const char* b = static_cast<const char*>(want.raw_data());
+  int64_t count = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const char* x = a + i * sizeof(float);
+    const char* y = b + i * sizeof(float);
+    if (std::memcmp(x, y, sizeof(float)) != 0 && BothNan(x, y)) ++count;
+  }
+  return count;
+}
+
 }  // namespace lockstep::kernels

@@ -55,6 +55,19 @@ absl::StatusOr<std::vector<Tensor>> RunOpCase(const Registry& registry,
 // the dtypes or shapes differ.
 int64_t FirstDifferingElement(const Tensor& got, const Tensor& want);
 
+// The comparison of one hardware class with another: like
+// FirstDifferingElement, except that two float32 NaNs are equal whatever
+// their signs and payloads. docs/canonical-arithmetic.md, section 7: a NaN
+// made by arithmetic is only specified to be NaN (x86 makes 0xFFC00000 and
+// propagates payloads, CUDA makes 0x7FFFFFFF), so a CUDA kernel is
+// bit-equal to the CPU's up to those bits; everything else, NaN positions
+// included, must match.
+int64_t FirstCrossClassDifference(const Tensor& got, const Tensor& want);
+
+// Float32 elements where got and want are both NaN with different bits;
+// 0 for other dtypes or when the shapes differ.
+int64_t CountNanBitDifferences(const Tensor& got, const Tensor& want);
+
 }  // namespace lockstep::kernels
 
 #endif  // LOCKSTEP_KERNELS_OP_CASES_H_

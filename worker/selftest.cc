@@ -122,6 +122,7 @@ SelftestRow RunRow(KernelFn fn, const KernelKey& key,
   row.calls = static_cast<int>(cases.size());
   row.bits_equal = true;
   row.repeatable = true;
+  const bool cross_class = key.backend != kernels::kCpuBackendName;
   std::vector<bool> skip(cases.size(), false);
   Outputs first;
   std::vector<double> times_ms;
@@ -157,8 +158,17 @@ SelftestRow RunRow(KernelFn fn, const KernelKey& key,
     for (size_t k = 0; k < cases.size(); ++k) {
       if (skip[k]) continue;
       for (size_t o = 0; o < outs[k].size(); ++o) {
-        const int64_t diff =
-            kernels::FirstDifferingElement(outs[k][o], reference[k][o]);
+        // The reference runs on this machine's CPU: other backends are
+        // another hardware class, whose arithmetic NaNs may carry other
+        // bits (docs/canonical-arithmetic.md, section 7).
+        const int64_t diff = cross_class ? kernels::FirstCrossClassDifference(
+                                               outs[k][o], reference[k][o])
+                                         : kernels::FirstDifferingElement(
+                                               outs[k][o], reference[k][o]);
+        if (cross_class && r == 0) {
+          row.nan_bit_differences +=
+              kernels::CountNanBitDifferences(outs[k][o], reference[k][o]);
+        }
         if (diff >= 0) {
           AccumulateMaxAbsDiff(outs[k][o], reference[k][o], &row.max_abs_diff);
           if (row.bits_equal) {
@@ -240,7 +250,11 @@ const char* VerdictName(RowVerdict v) {
 
 std::string EqualCell(const SelftestRow& row) {
   if (!row.error.empty()) return "error";
-  if (row.bits_equal) return "yes";
+  if (row.bits_equal) {
+    return row.nan_bit_differences > 0
+               ? absl::StrFormat("yes (%d NaNs: note)", row.nan_bit_differences)
+               : "yes";
+  }
   return absl::StrFormat("no @%d (call %d out %d)", row.diff_index,
                          row.diff_case, row.diff_output);
 }
@@ -595,6 +609,20 @@ std::string FormatSelftestTable(const SelftestReport& report) {
     absl::StrAppend(&out, absl::StripTrailingAsciiWhitespace(line), "\n");
   }
   out += "\n";
+  const auto nan_rows = std::count_if(
+      report.rows.begin(), report.rows.end(), [](const SelftestRow& r) {
+        return r.bits_equal && r.nan_bit_differences > 0;
+      });
+  if (nan_rows > 0) {
+    absl::StrAppendFormat(
+        &out,
+        "note: in %d row(s) marked \"NaNs: note\", outputs are NaN where the "
+        "reference is NaN but with other bits: a NaN made by arithmetic is "
+        "only specified to be NaN, and x86 and CUDA make different ones "
+        "(docs/canonical-arithmetic.md, section 7); CROSS_CLASS certifies "
+        "NaN-free runs only.\n\n",
+        static_cast<int>(nan_rows));
+  }
 
   absl::StrAppend(&out, "selftest: ", SelftestSummaryLine(report), "\n");
   return out;
@@ -637,15 +665,17 @@ std::string FormatSelftestJson(const SelftestReport& report) {
         "    {\"op\": %s, \"mode\": %s, \"algorithm\": %s, \"backend\": %s, "
         "\"isa\": %s, \"threads\": %d, \"bits_equal\": %s, "
         "\"first_difference\": %s, \"repeatable\": %s, \"median_ms\": %s, "
-        "\"max_abs_diff\": %s, \"calls\": %d, \"unsupported_calls\": %d, "
+        "\"max_abs_diff\": %s, \"nan_bit_differences\": %d, \"calls\": %d, "
+        "\"unsupported_calls\": %d, "
         "\"unsupported_reason\": %s, \"error\": %s, \"verdict\": %s}%s\n",
         JsonQuote(r.key.op), JsonQuote(kernels::ModeName(r.key.mode)),
         JsonQuote(r.key.algorithm), JsonQuote(r.key.backend),
         r.isa.empty() ? "null" : JsonQuote(r.isa), r.threads,
         r.bits_equal ? "true" : "false", diff, r.repeatable ? "true" : "false",
-        JsonNumber(r.median_ms), JsonNumber(r.max_abs_diff), r.calls,
-        r.unsupported_calls, JsonQuote(r.unsupported_reason),
-        JsonQuote(r.error), JsonQuote(VerdictName(r.verdict)),
+        JsonNumber(r.median_ms), JsonNumber(r.max_abs_diff),
+        r.nan_bit_differences, r.calls, r.unsupported_calls,
+        JsonQuote(r.unsupported_reason), JsonQuote(r.error),
+        JsonQuote(VerdictName(r.verdict)),
         i + 1 < report.rows.size() ? "," : "");
   }
   out += "  ],\n";

@@ -93,6 +93,12 @@ struct SelftestRow {
   int diff_output = -1;
   int64_t diff_index = -1;  // flat element index in that output
 
+  // Rows of another hardware class than the reference (not "cpu"): output
+  // elements of the first run that are NaN in both but with other bits
+  // (docs/canonical-arithmetic.md, section 7); they do not make bits_equal
+  // false. Always 0 for CPU rows, which compare every bit.
+  int64_t nan_bit_differences = 0;
+
   bool repeatable = false;  // every run == the first run
   double median_ms = 0;     // one pass over the op's calls
   double max_abs_diff = 0;  // over runs, calls, float32 elements; may be

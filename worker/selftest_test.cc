@@ -3,6 +3,7 @@
 #include "worker/selftest.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -483,6 +484,93 @@ TEST(SelftestTest, CudaRowsCoverTheGraphPrimitives) {
             std::set<std::string>(options.ops.begin(), options.ops.end()));
   EXPECT_THAT(FormatSelftestTable(*report),
               Not(HasSubstr("no call supported")));
+}
+
+// binary.grad as the CPU computes it, then every NaN output rewritten to
+// CUDA's 0x7FFFFFFF, as a GPU's arithmetic makes it.
+absl::Status CudaNanBinaryGrad(absl::Span<const Tensor> in,
+                               absl::Span<Tensor> out, const OpAttrs& attrs) {
+  absl::StatusOr<kernels::KernelFn> cpu = CpuRegistry()->Lookup(
+      {kernels::op::kBinaryGrad, Mode::kCanonical, "canonical", "cpu"});
+  if (!cpu.ok()) return cpu.status();
+  if (absl::Status s = (*cpu)(in, out, attrs); !s.ok()) return s;
+  for (Tensor& t : out) {
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      float& x = t.data<float>()[i];
+      if (std::isnan(x)) {
+        const uint32_t cuda_nan = 0x7FFFFFFFu;
+        std::memcpy(&x, &cuda_nan, 4);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The same, and also a NaN where the reference has a number.
+absl::Status ExtraNanBinaryGrad(absl::Span<const Tensor> in,
+                                absl::Span<Tensor> out, const OpAttrs& attrs) {
+  if (absl::Status s = CudaNanBinaryGrad(in, out, attrs); !s.ok()) return s;
+  for (Tensor& t : out) {
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      float& x = t.data<float>()[i];
+      if (!std::isnan(x)) {
+        x = std::nanf("");
+        return absl::OkStatus();
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// canonical-arithmetic.md section 7: another hardware class's arithmetic
+// NaNs carry other bits. A non-CPU CANONICAL row passes with them (and
+// counts them); a NaN where the reference has a number fails; a CPU row
+// still compares every bit.
+TEST(SelftestTest, OtherClassNanBitsPassButNanPositionsMustMatch) {
+  Registry registry;
+  RegistryWith(
+      &registry,
+      {{{kernels::op::kBinaryGrad, Mode::kCanonical, "canonical", "fakegpu"},
+        &CudaNanBinaryGrad},
+       {{kernels::op::kBinaryGrad, Mode::kCanonical, "extranan", "fakegpu"},
+        &ExtraNanBinaryGrad},
+       {{kernels::op::kBinaryGrad, Mode::kCanonical, "cudanan", "cpu"},
+        &CudaNanBinaryGrad}});
+  SelftestOptions options;
+  options.ops = {kernels::op::kBinaryGrad};
+  options.backends = {{"fakegpu", true, "device 0"}};
+  absl::StatusOr<SelftestReport> report = RunSelftest(registry, options);
+  ASSERT_THAT(report, IsOk());
+  int checked = 0;
+  for (const SelftestRow& row : report->rows) {
+    SCOPED_TRACE(row.Name());
+    if (row.key.backend == "fakegpu" && row.key.algorithm == "canonical") {
+      // The op's seeded calls divide by zero and raise negatives to
+      // fractional powers: the reference holds NaNs.
+      EXPECT_GT(row.nan_bit_differences, 0);
+      EXPECT_TRUE(row.bits_equal);
+      EXPECT_TRUE(row.repeatable);
+      EXPECT_EQ(row.verdict, RowVerdict::kPass);
+      ++checked;
+    } else if (row.key.algorithm == "extranan") {
+      EXPECT_FALSE(row.bits_equal);
+      EXPECT_EQ(row.verdict, RowVerdict::kFail);
+      ++checked;
+    } else if (row.key.algorithm == "cudanan") {
+      EXPECT_FALSE(row.bits_equal);
+      EXPECT_EQ(row.nan_bit_differences, 0);
+      EXPECT_EQ(row.verdict, RowVerdict::kFail);
+      ++checked;
+    } else {
+      EXPECT_EQ(row.nan_bit_differences, 0);
+    }
+  }
+  EXPECT_GE(checked, 3);
+  const std::string table = FormatSelftestTable(*report);
+  EXPECT_THAT(table, HasSubstr("NaNs: note)"));
+  EXPECT_THAT(table, HasSubstr("note: in 1 row(s) marked \"NaNs: note\""));
+  EXPECT_THAT(FormatSelftestJson(*report),
+              HasSubstr("\"nan_bit_differences\": "));
 }
 
 TEST(SelftestTest, OpsFilter) {

@@ -18,12 +18,16 @@ absl::StatusOr<std::vector<Tensor>> RunRegistered(const Registry& registry,
                    c);
 }
 
-::testing::AssertionResult SameBits(const Tensor& got, const Tensor& want) {
+namespace {
+
+::testing::AssertionResult Compare(const Tensor& got, const Tensor& want,
+                                   bool across_classes) {
   if (got.dtype() != want.dtype() || got.shape() != want.shape()) {
     return ::testing::AssertionFailure()
            << "got " << got.DebugString() << ", want " << want.DebugString();
   }
-  const int64_t i = FirstDifferingElement(got, want);
+  const int64_t i = across_classes ? FirstCrossClassDifference(got, want)
+                                   : FirstDifferingElement(got, want);
   if (i < 0) return ::testing::AssertionSuccess();
   if (DTypeSize(got.dtype()) != 4) {
     return ::testing::AssertionFailure()
@@ -39,6 +43,17 @@ absl::StatusOr<std::vector<Tensor>> RunRegistered(const Registry& registry,
              "first differing element at index 0x%x: got 0x%08x (%.9g), "
              "want 0x%08x (%.9g)",
              i, a, fa, b, fb);
+}
+
+}  // namespace
+
+::testing::AssertionResult SameBits(const Tensor& got, const Tensor& want) {
+  return Compare(got, want, /*across_classes=*/false);
+}
+
+::testing::AssertionResult SameBitsAcrossClasses(const Tensor& got,
+                                                 const Tensor& want) {
+  return Compare(got, want, /*across_classes=*/true);
 }
 
 namespace {

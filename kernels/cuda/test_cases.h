@@ -58,6 +58,12 @@ std::vector<TiledProductCase> TiledProductCases(uint32_t seed);
 // index in hex and both bit patterns.
 ::testing::AssertionResult SameBits(const Tensor& got, const Tensor& want);
 
+// SameBits between hardware classes (a device's output against the CPU's):
+// two float32 NaNs are equal whatever their bits (FirstCrossClassDifference,
+// kernels/op_cases.h; docs/canonical-arithmetic.md, section 7).
+::testing::AssertionResult SameBitsAcrossClasses(const Tensor& got,
+                                                 const Tensor& want);
+
 }  // namespace lockstep::kernels::cuda::testing
 
 #endif  // LOCKSTEP_KERNELS_CUDA_TEST_CASES_H_
