@@ -1,6 +1,10 @@
 #include "kernels/tensor.h"
 
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <utility>
 
@@ -13,10 +17,36 @@ namespace lockstep::kernels {
 // Owned, 64-byte aligned, zero-filled bytes. Never resized.
 struct Tensor::Storage {
   explicit Storage(void* p) : ptr(p) {}
-  ~Storage() { ::operator delete(ptr, std::align_val_t(kTensorAlignment)); }
+  ~Storage() {
+    mirror.reset();
+    ::operator delete(ptr, std::align_val_t(kTensorAlignment));
+  }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
+
+  // Brings a newer mirror's bytes back; then the host copy is the newer one
+  // when `host_writes`, else both are the same.
+  void Sync(bool host_writes) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (state == MirrorState::kMirrorNewer) {
+      const absl::Status s = mirror->CopyToHost(ptr);
+      if (!s.ok()) {
+        std::fprintf(stderr,
+                     "fatal: cannot copy a tensor back from its mirror: %s\n",
+                     s.ToString().c_str());
+        std::abort();
+      }
+      state = MirrorState::kSame;
+    }
+    if (host_writes) state = MirrorState::kHostNewer;
+  }
+
   void* ptr;
+  std::mutex mu;
+  std::unique_ptr<StorageMirror> mirror;        // guarded by mu
+  MirrorState state = MirrorState::kHostNewer;  // guarded by mu
+  // mirror != nullptr, readable without the lock: the accessors' fast path.
+  std::atomic<bool> mirrored{false};
 };
 
 int64_t DTypeSize(DType dtype) {
@@ -136,9 +166,49 @@ std::vector<int64_t> Tensor::strides() const {
   return s;
 }
 
-void* Tensor::raw_data() { return storage_ ? storage_->ptr : nullptr; }
+void* Tensor::raw_data() {
+  if (storage_ == nullptr) return nullptr;
+  if (storage_->mirrored.load(std::memory_order_acquire)) {
+    storage_->Sync(/*host_writes=*/true);
+  }
+  return storage_->ptr;
+}
 const void* Tensor::raw_data() const {
+  if (storage_ == nullptr) return nullptr;
+  if (storage_->mirrored.load(std::memory_order_acquire)) {
+    storage_->Sync(/*host_writes=*/false);
+  }
+  return storage_->ptr;
+}
+
+void* Tensor::unsynced_data() const {
   return storage_ ? storage_->ptr : nullptr;
+}
+
+StorageMirror* Tensor::mirror() const {
+  if (storage_ == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(storage_->mu);
+  return storage_->mirror.get();
+}
+
+void Tensor::AttachMirror(std::unique_ptr<StorageMirror> mirror) {
+  if (storage_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(storage_->mu);
+  storage_->mirror = std::move(mirror);
+  storage_->state = MirrorState::kHostNewer;
+  storage_->mirrored.store(storage_->mirror != nullptr,
+                           std::memory_order_release);
+}
+
+MirrorState Tensor::mirror_state() const {
+  if (storage_ == nullptr) return MirrorState::kHostNewer;
+  std::lock_guard<std::mutex> lock(storage_->mu);
+  return storage_->state;
+}
+
+void Tensor::SetMirrorState(MirrorState state) const {
+  std::lock_guard<std::mutex> lock(storage_->mu);
+  storage_->state = state;
 }
 
 std::string Tensor::DebugString() const {

@@ -9,6 +9,14 @@
 // writes to the elements must be synchronised by the caller (nothing here
 // locks). Handles sharing storage see each other's writes.
 //
+// Mirrors: a backend that keeps a whole run's tensors in another memory (a
+// GPU's, kernels/residency.h) attaches a StorageMirror to the storage and
+// says which copy is newer. Host access (raw_data(), data<T>(), span<T>())
+// then brings the mirror's bytes back first when they are newer, so code
+// that reads or writes tensors on the host never sees stale bytes; a
+// non-const access also marks the host copy newer. Without a mirror (every
+// CPU run) the accessors cost one null check.
+//
 // Limits: rank <= kMaxRank, every dimension >= 0, and the element count
 // <= kMaxTensorElements (2^31 - 1, so every element index fits in int32 on a
 // GPU). Violations are reported as INVALID_ARGUMENT by the factories; nothing
@@ -69,6 +77,23 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape);
 
 // "[2, 3, 4]"; "[]" for a scalar.
 std::string ShapeString(absl::Span<const int64_t> shape);
+
+// A copy of a storage's bytes in another memory, owned by the storage (see
+// "Mirrors" above). Implementations free their memory when destroyed.
+class StorageMirror {
+ public:
+  virtual ~StorageMirror() = default;
+  // Copies the mirror's bytes (as many as the storage's tensor has) to
+  // `host`.
+  virtual absl::Status CopyToHost(void* host) = 0;
+};
+
+// Which copy of a mirrored storage is current.
+enum class MirrorState : uint8_t {
+  kHostNewer,    // the host bytes; the mirror is stale (or was never filled)
+  kSame,         // both hold the same bytes
+  kMirrorNewer,  // the mirror's (a backend wrote it); the host bytes are stale
+};
 
 class Tensor {
  public:
@@ -135,8 +160,25 @@ class Tensor {
     return p == nullptr ? absl::Span<const T>()
                         : absl::Span<const T>(p, numel_);
   }
+  // The host bytes, brought back from a newer mirror first; the non-const
+  // form marks the host copy newer. A mirror that cannot copy back (a lost
+  // device) ends the process with a message on stderr: no caller could
+  // use stale bytes safely.
   void* raw_data();
   const void* raw_data() const;
+
+  // For backends that keep tensors in a mirror (kernels/residency.h). The
+  // host address without bringing anything back: the storage's identity, or
+  // the place to copy the host bytes from once MirrorStateIs(kHostNewer).
+  void* unsynced_data() const;
+  // The storage's mirror, or null (also for an empty tensor).
+  StorageMirror* mirror() const;
+  // Attaches `mirror` in state kHostNewer (a storage has at most one; a
+  // second call replaces it). No-op for an empty tensor.
+  void AttachMirror(std::unique_ptr<StorageMirror> mirror);
+  MirrorState mirror_state() const;
+  // REQUIRES: mirror() != nullptr.
+  void SetMirrorState(MirrorState state) const;
 
   // "float32[2, 3, 4]".
   std::string DebugString() const;

@@ -1,6 +1,9 @@
 #include "kernels/tensor.h"
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/status_matchers.h"
@@ -124,6 +127,62 @@ TEST(TensorTest, FromValuesChecksCount) {
   EXPECT_THAT(Tensor::FromValues<float>({2, 2}, v),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("has 4 elements but 3 values")));
+}
+
+// A mirror holding its own copy of the bytes; counts copies back.
+class FakeMirror : public StorageMirror {
+ public:
+  explicit FakeMirror(std::vector<float> values, int* copies)
+      : values_(std::move(values)), copies_(copies) {}
+  absl::Status CopyToHost(void* host) override {
+    ++*copies_;
+    std::memcpy(host, values_.data(), values_.size() * sizeof(float));
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<float> values_;
+  int* copies_;
+};
+
+TEST(TensorMirrorTest, HostAccessBringsNewerMirrorBytesBackOnce) {
+  Tensor t = Tensor::FromValues<float>({3}, {1.0f, 2.0f, 3.0f}).value();
+  EXPECT_EQ(t.mirror(), nullptr);
+  EXPECT_EQ(t.mirror_state(), MirrorState::kHostNewer);
+  int copies = 0;
+  t.AttachMirror(std::make_unique<FakeMirror>(
+      std::vector<float>{7.0f, 8.0f, 9.0f}, &copies));
+  ASSERT_NE(t.mirror(), nullptr);
+  // Attached: the host copy is the newer one; nothing comes back.
+  EXPECT_EQ(t.mirror_state(), MirrorState::kHostNewer);
+  EXPECT_EQ(std::as_const(t).data<float>()[0], 1.0f);
+  EXPECT_EQ(copies, 0);
+  // A backend wrote the mirror: a const read brings it back once and
+  // leaves both the same; the unsynced address does not.
+  t.SetMirrorState(MirrorState::kMirrorNewer);
+  EXPECT_EQ(static_cast<const float*>(t.unsynced_data())[0], 1.0f);
+  EXPECT_EQ(copies, 0);
+  const Tensor view = t.Reshape({1, 3}).value();  // shares the storage
+  EXPECT_EQ(view.data<float>()[2], 9.0f);
+  EXPECT_EQ(copies, 1);
+  EXPECT_EQ(t.mirror_state(), MirrorState::kSame);
+  EXPECT_EQ(std::as_const(t).data<float>()[1], 8.0f);
+  EXPECT_EQ(copies, 1);
+  // A non-const access marks the host copy newer.
+  t.data<float>()[0] = 5.0f;
+  EXPECT_EQ(t.mirror_state(), MirrorState::kHostNewer);
+  EXPECT_EQ(copies, 1);
+  // Clones copy the current bytes and have no mirror.
+  t.SetMirrorState(MirrorState::kMirrorNewer);
+  const Tensor clone = t.Clone().value();
+  EXPECT_EQ(copies, 2);
+  EXPECT_EQ(clone.mirror(), nullptr);
+  EXPECT_EQ(clone.data<float>()[0], 7.0f);
+  // An empty tensor has no storage to mirror.
+  Tensor empty;
+  empty.AttachMirror(
+      std::make_unique<FakeMirror>(std::vector<float>{}, &copies));
+  EXPECT_EQ(empty.mirror(), nullptr);
 }
 
 }  // namespace

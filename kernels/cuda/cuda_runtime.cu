@@ -26,6 +26,7 @@
 #include "kernels/cuda/leaf_hash.h"
 #include "kernels/cuda/thread_bodies.h"
 #include "kernels/cuda/warp.h"
+#include "kernels/residency.h"
 #include "kernels/cuda/tiled_gemm.h"
 
 namespace lockstep::kernels::cuda {
@@ -285,13 +286,94 @@ absl::Status LaunchOnDevice(const DeviceCall& call,
   return absl::OkStatus();
 }
 
+absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    const void* device_bytes, size_t size, const LaunchConfig& config);
+
+namespace {
+
+// A tensor's device copy in a resident run (kernels/residency.h): device
+// memory owned by the tensor's storage, freed with it.
+class CudaMirror : public ResidentMirror {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaMirror>> Create(int64_t bytes) {
+    auto m = std::unique_ptr<CudaMirror>(new CudaMirror(bytes));
+    LS_RETURN_IF_ERROR(m->buffer_.Allocate(static_cast<size_t>(bytes)));
+    return m;
+  }
+  void* device() { return buffer_.get(); }
+  absl::Status CopyToHost(void* host) override {
+    LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, buffer_.get(), bytes_,
+                                       cudaMemcpyDeviceToHost));
+    if (ResidencyCounters* c = ActiveResidentRun()) {
+      ++c->downloads;
+      c->download_bytes += bytes_;
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStats(
+      hash::DtypeCode dtype, absl::Span<const int64_t> shape,
+      size_t size) override {
+    if (ResidencyCounters* c = ActiveResidentRun()) ++c->mirror_fingerprints;
+    return FingerprintAndStatsOnDevice(dtype, shape, nullptr, buffer_.get(),
+                                       size, LaunchConfig{});
+  }
+  absl::StatusOr<hash::Fingerprint> HashBytes(hash::DtypeCode dtype,
+                                              absl::Span<const int64_t> shape,
+                                              size_t size) override {
+    if (ResidencyCounters* c = ActiveResidentRun()) ++c->mirror_fingerprints;
+    std::vector<uint64_t> leaf_hashes(NumDeviceLeaves(size));
+    LS_RETURN_IF_ERROR(DeviceLeafHashes(buffer_.get(), size,
+                                        absl::MakeSpan(leaf_hashes)));
+    return hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
+  }
+
+ private:
+  explicit CudaMirror(int64_t bytes) : bytes_(bytes) {}
+  int64_t bytes_;
+  DeviceBuffer buffer_;
+};
+
+// The device memory of cb's tensor in a resident run: its CudaMirror (made
+// when missing), filled from the host when cb is an input and the host
+// copy is newer.
+absl::StatusOr<void*> PrepareResident(const CallBuffer& cb) {
+  Tensor t = cb.tensor;
+  auto* m = dynamic_cast<CudaMirror*>(t.mirror());
+  if (m == nullptr) {
+    std::as_const(t).raw_data();  // another backend's mirror: bytes home
+    LS_ASSIGN_OR_RETURN(std::unique_ptr<CudaMirror> fresh,
+                        CudaMirror::Create(cb.bytes));
+    m = fresh.get();
+    t.AttachMirror(std::move(fresh));
+    if (ResidencyCounters* c = ActiveResidentRun()) ++c->mirrors_created;
+  }
+  if (cb.copy_in && t.mirror_state() == MirrorState::kHostNewer) {
+    LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(m->device(), t.unsynced_data(),
+                                       cb.bytes, cudaMemcpyHostToDevice));
+    t.SetMirrorState(MirrorState::kSame);
+    if (ResidencyCounters* c = ActiveResidentRun()) {
+      ++c->uploads;
+      c->upload_bytes += cb.bytes;
+    }
+  }
+  return m->device();
+}
+
+}  // namespace
+
 absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config) {
   LS_RETURN_IF_ERROR(CheckDeviceLaunchConfig(config, call.op));
   if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
+  const bool resident = ActiveResidentRun() != nullptr;
   std::vector<DeviceBuffer> mem(call.buffers.size());
   std::vector<void*> device(call.buffers.size());
   for (size_t b = 0; b < call.buffers.size(); ++b) {
     const CallBuffer& cb = call.buffers[b];
+    if (resident && cb.is_tensor && cb.bytes > 0) {
+      LS_ASSIGN_OR_RETURN(device[b], PrepareResident(cb));
+      continue;
+    }
     if (absl::Status s = mem[b].Allocate(cb.bytes); !s.ok()) return s;
     device[b] = mem[b].get();
     if (cb.copy_in && cb.bytes > 0) {
@@ -302,10 +384,15 @@ absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config) {
   if (absl::Status s = LaunchOnDevice(call, device, config); !s.ok()) {
     return s;
   }
+  // Scratch is freed below (cudaFree waits for the launches); a resident
+  // output stays where it is, newer than its host copy.
   LS_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   for (size_t b = 0; b < call.buffers.size(); ++b) {
     const CallBuffer& cb = call.buffers[b];
-    if (cb.copy_out && cb.bytes > 0) {
+    if (!cb.copy_out || cb.bytes == 0) continue;
+    if (resident && cb.is_tensor) {
+      cb.tensor.SetMirrorState(MirrorState::kMirrorNewer);
+    } else {
       LS_CUDA_RETURN_IF_ERROR(
           cudaMemcpy(cb.host, mem[b].get(), cb.bytes, cudaMemcpyDeviceToHost));
     }
@@ -386,16 +473,18 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
   return hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
 }
 
-absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
+// DeviceFingerprintAndStats's work: the host bytes are copied to the
+// device first, or `device_bytes` (16-byte aligned) are already there.
+absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
-    size_t size, const LaunchConfig& config) {
+    const void* device_bytes, size_t size, const LaunchConfig& config) {
   LS_RETURN_IF_ERROR(
       CheckDeviceLaunchConfig(config, "DeviceFingerprintAndStats"));
   if (dtype != hash::DtypeCode::kFloat32) {
     return absl::InvalidArgumentError(
         "dtype: statistics are defined for float32 only");
   }
-  if (bytes == nullptr && size > 0) {
+  if (bytes == nullptr && device_bytes == nullptr && size > 0) {
     return absl::InvalidArgumentError(
         "DeviceFingerprintAndStats: bytes is null but size > 0");
   }
@@ -415,7 +504,9 @@ absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
   // Device memory: the tensor, the leaf hashes and statistics partials,
   // the combination's input (header || leaf hashes), and its results.
   DeviceBuffer data, hashes, partials, scratch, result;
-  if (absl::Status s = data.Allocate(size); !s.ok()) return s;
+  if (device_bytes == nullptr) {
+    if (absl::Status s = data.Allocate(size); !s.ok()) return s;
+  }
   if (absl::Status s = hashes.Allocate(leaves * 8); !s.ok()) return s;
   if (absl::Status s = partials.Allocate(leaves * sizeof(StatsPartial));
       !s.ok()) {
@@ -428,10 +519,11 @@ absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
       !s.ok()) {
     return s;
   }
-  if (size > 0) {
+  if (device_bytes == nullptr && size > 0) {
     LS_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(data.get(), bytes, size, cudaMemcpyHostToDevice));
   }
+  const void* leaves_in = device_bytes != nullptr ? device_bytes : data.get();
   LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(scratch.get(), header->data(),
                                      header->size(), cudaMemcpyHostToDevice));
   auto* combine_input = static_cast<unsigned char*>(scratch.get());
@@ -445,7 +537,7 @@ absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
     // Each leaf's hash also lands after the header: the combination's
     // input.
     LeafHashWarpKernel<<<grid, block>>>(
-        static_cast<const unsigned char*>(data.get()), size,
+        static_cast<const unsigned char*>(leaves_in), size,
         static_cast<uint64_t*>(hashes.get()),
         static_cast<StatsPartial*>(partials.get()),
         combine_input + header->size());
@@ -473,6 +565,13 @@ absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
   r.fingerprint.lo = h.lo;
   r.stats = hash::CombineBlockStats({total});
   return r;
+}
+
+absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    size_t size, const LaunchConfig& config) {
+  return FingerprintAndStatsOnDevice(dtype, shape, bytes, nullptr, size,
+                                     config);
 }
 
 absl::StatusOr<float> TimeDeviceWorkMs(

@@ -13,8 +13,8 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/launch_limits.h"
 #include "kernels/cuda/leaf_hash.h"
-#include "kernels/cuda/warp.h"
 #include "kernels/cuda/tiled_gemm.h"
+#include "kernels/cuda/warp.h"
 #include "kernels/graph_ops.h"
 #include "kernels/ops/embedding.h"
 #include "kernels/ops/graph_validate.h"
@@ -41,16 +41,30 @@ int AddBuffer(DeviceCall* call, void* host, int64_t bytes, bool copy_in,
   call->buffers.push_back(b);
   return static_cast<int>(call->buffers.size()) - 1;
 }
+// A tensor's buffer. In a resident run its host bytes may be stale (its
+// mirror is newer): the runner takes the bytes from the mirror, so only the
+// address is taken here; otherwise the host bytes are brought current.
+int AddTensor(DeviceCall* call, Tensor& t, bool copy_in, bool copy_out) {
+  void* host =
+      ActiveResidentRun() != nullptr
+          ? t.unsynced_data()
+          : (copy_out ? t.raw_data()
+                      : const_cast<void*>(std::as_const(t).raw_data()));
+  const int b = AddBuffer(call, host, t.bytes(), copy_in, copy_out);
+  call->buffers[b].is_tensor = true;
+  call->buffers[b].tensor = t;
+  return b;
+}
 int AddIn(DeviceCall* call, const Tensor& t) {
-  return AddBuffer(call, const_cast<void*>(t.raw_data()), t.bytes(), true,
-                   false);
+  Tensor handle = t;
+  return AddTensor(call, handle, true, false);
 }
 int AddOut(DeviceCall* call, Tensor& t) {
-  return AddBuffer(call, t.raw_data(), t.bytes(), false, true);
+  return AddTensor(call, t, false, true);
 }
 // Optimizer state: read and written.
 int AddInOut(DeviceCall* call, Tensor& t) {
-  return AddBuffer(call, t.raw_data(), t.bytes(), true, true);
+  return AddTensor(call, t, true, true);
 }
 int AddScratch(DeviceCall* call, int64_t bytes) {
   return AddBuffer(call, nullptr, bytes, false, false);
@@ -1154,11 +1168,19 @@ absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config) {
                         call.op, config.blocks, config.threads_per_block));
   }
   // "Device" memory: separate from the Tensors, as on a GPU. Filled with a
-  // pattern so that an output the kernel forgets to write shows up.
+  // pattern so that an output the kernel forgets to write shows up. In a
+  // resident run a tensor's is its EmulatedMirror, kept between calls.
+  const bool resident = ActiveResidentRun() != nullptr;
   std::vector<std::vector<unsigned char>> mem(call.buffers.size());
+  std::vector<unsigned char*> device(call.buffers.size());
   for (size_t b = 0; b < call.buffers.size(); ++b) {
     const CallBuffer& cb = call.buffers[b];
+    if (resident && cb.is_tensor && cb.bytes > 0) {
+      device[b] = EmulatedMirror::Prepare(cb);
+      continue;
+    }
     mem[b].assign(static_cast<size_t>(cb.bytes) + 16, 0xA5);
+    device[b] = mem[b].data();
     if (cb.copy_in && cb.bytes > 0) {
       std::memcpy(mem[b].data(), cb.host, cb.bytes);
     }
@@ -1166,8 +1188,8 @@ absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config) {
   for (const Launch& l : call.launches) {
     KernelParams p = l.params;
     for (int k = 0; k < kMaxKernelBuffers; ++k) {
-      p.in[k] = l.in_buf[k] >= 0 ? mem[l.in_buf[k]].data() : nullptr;
-      p.out[k] = l.out_buf[k] >= 0 ? mem[l.out_buf[k]].data() : nullptr;
+      p.in[k] = l.in_buf[k] >= 0 ? device[l.in_buf[k]] : nullptr;
+      p.out[k] = l.out_buf[k] >= 0 ? device[l.out_buf[k]] : nullptr;
     }
     const LaunchGrid grid = GridFor(p, config);
     if (p.op == DeviceOp::kTiledMatMul) {
@@ -1182,11 +1204,64 @@ absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config) {
   }
   for (size_t b = 0; b < call.buffers.size(); ++b) {
     const CallBuffer& cb = call.buffers[b];
-    if (cb.copy_out && cb.bytes > 0) {
+    if (!cb.copy_out || cb.bytes == 0) continue;
+    if (resident && cb.is_tensor) {
+      cb.tensor.SetMirrorState(MirrorState::kMirrorNewer);
+    } else {
       std::memcpy(cb.host, mem[b].data(), cb.bytes);
     }
   }
   return absl::OkStatus();
+}
+
+unsigned char* EmulatedMirror::Prepare(const CallBuffer& cb) {
+  Tensor t = cb.tensor;
+  auto* m = dynamic_cast<EmulatedMirror*>(t.mirror());
+  if (m == nullptr) {
+    // No mirror yet, or another backend's: bring the host bytes current
+    // and start a mirror of this kind.
+    std::as_const(t).raw_data();
+    auto fresh = std::make_unique<EmulatedMirror>(cb.bytes);
+    m = fresh.get();
+    t.AttachMirror(std::move(fresh));
+    if (ResidencyCounters* c = ActiveResidentRun()) ++c->mirrors_created;
+  }
+  if (cb.copy_in && t.mirror_state() == MirrorState::kHostNewer) {
+    std::memcpy(m->bytes_.data(), t.unsynced_data(), cb.bytes);
+    t.SetMirrorState(MirrorState::kSame);
+    if (ResidencyCounters* c = ActiveResidentRun()) {
+      ++c->uploads;
+      c->upload_bytes += cb.bytes;
+    }
+  }
+  return m->bytes_.data();
+}
+
+EmulatedMirror::EmulatedMirror(int64_t bytes)
+    : bytes_(static_cast<size_t>(bytes) + 16, 0xA5) {}
+
+absl::Status EmulatedMirror::CopyToHost(void* host) {
+  const size_t n = bytes_.size() - 16;
+  std::memcpy(host, bytes_.data(), n);
+  if (ResidencyCounters* c = ActiveResidentRun()) {
+    ++c->downloads;
+    c->download_bytes += static_cast<int64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<hash::FingerprintAndStatsResult>
+EmulatedMirror::FingerprintAndStats(hash::DtypeCode dtype,
+                                    absl::Span<const int64_t> shape,
+                                    size_t size) {
+  if (ResidencyCounters* c = ActiveResidentRun()) ++c->mirror_fingerprints;
+  return hash::FingerprintAndStats(dtype, shape, bytes_.data(), size);
+}
+
+absl::StatusOr<hash::Fingerprint> EmulatedMirror::HashBytes(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, size_t size) {
+  if (ResidencyCounters* c = ActiveResidentRun()) ++c->mirror_fingerprints;
+  return hash::HashTensorBytes(dtype, shape, bytes_.data(), size);
 }
 
 std::vector<uint64_t> EmulateLeafHashes(const void* bytes, uint64_t size,

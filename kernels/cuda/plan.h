@@ -32,6 +32,7 @@
 #include "kernels/cuda/thread_bodies.h"
 #include "kernels/hash/fingerprint.h"
 #include "kernels/hash/stats_portable.h"
+#include "kernels/residency.h"
 #include "kernels/tensor.h"
 
 namespace lockstep::kernels::cuda {
@@ -76,6 +77,11 @@ struct CallBuffer {
   int64_t bytes = 0;
   bool copy_in = false;   // host -> device before the first launch
   bool copy_out = false;  // device -> host after the last launch
+  // The Tensor whose storage `host` is (a handle sharing it), for resident
+  // runs (kernels/residency.h): its mirror is the buffer's device memory.
+  // Empty for scratch and for host data the plan computed.
+  bool is_tensor = false;
+  Tensor tensor;
 };
 
 // One kernel launch; the runner fills params.in / params.out from the
@@ -123,6 +129,31 @@ absl::StatusOr<DeviceCall> PlanCanonicalOp(
 // GridFor(params, config) grid's n threads runs RunThread(params, t, n)
 // (the tiled GEMM: EmulateTiledGemm on that grid's blocks), then the copies
 // back. INVALID_ARGUMENT for a bad config.
+// The emulation's mirror of a tensor in a resident run: host memory apart
+// from the Tensor's, as a GPU's would be (filled with 0xA5 at creation).
+class EmulatedMirror : public ResidentMirror {
+ public:
+  explicit EmulatedMirror(int64_t bytes);
+  absl::Status CopyToHost(void* host) override;
+  absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStats(
+      hash::DtypeCode dtype, absl::Span<const int64_t> shape,
+      size_t size) override;
+  absl::StatusOr<hash::Fingerprint> HashBytes(hash::DtypeCode dtype,
+                                              absl::Span<const int64_t> shape,
+                                              size_t size) override;
+  // The "device" bytes of cb's tensor: its EmulatedMirror (made when
+  // missing), filled from the host when cb is an input and the host copy
+  // is newer. REQUIRES: cb.is_tensor, cb.bytes > 0.
+  static unsigned char* Prepare(const CallBuffer& cb);
+
+ private:
+  std::vector<unsigned char> bytes_;
+};
+
+// Inside a ScopedResidentRun (kernels/residency.h) the tensors' "device"
+// copies are EmulatedMirrors that stay attached to them (copied in only
+// when the host copy is newer, outputs left there), as RunOnDevice keeps
+// them on a GPU; scratch is still per call.
 absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config);
 
 // The device fingerprint's leaf hashes computed by LeafHashThread on an

@@ -77,6 +77,10 @@ ABSL_FLAG(std::string, dump, "",
           "<layer>:<role>[:step]");
 ABSL_FLAG(std::string, dump_dir, "lockstep-dump",
           "run: directory for --dump files");
+ABSL_FLAG(bool, device_resident, true,
+          "run: on the CUDA backend keep the run's tensors on the device "
+          "between kernels; false copies every kernel's tensors in and out "
+          "(the same bits, slower)");
 ABSL_FLAG(std::string, ops, "",
           "selftest: comma-separated ops to test, e.g. "
           "dense.forward,conv2d.grad_weight (default: all)");
@@ -98,6 +102,7 @@ RunCommandOptions RunOptionsFromFlags() {
   options.runs = absl::GetFlag(FLAGS_runs);
   options.inject_fault = absl::GetFlag(FLAGS_inject_fault);
   options.dump = absl::GetFlag(FLAGS_dump);
+  options.device_resident = absl::GetFlag(FLAGS_device_resident);
   options.dump_dir = absl::GetFlag(FLAGS_dump_dir);
   options.data_root = absl::GetFlag(FLAGS_data_root);
   return options;

@@ -173,10 +173,14 @@ absl::Status FingerprintTensor(const Tensor& t, int32_t index,
   // instead of allocated again.
   out->set_index(index);
   v1::TensorStats* s = out->mutable_stats();
+  // A device-resident tensor is fingerprinted where it is (same bits).
+  kernels::ResidentMirror* mirror = kernels::NewerResidentMirror(t);
   if (t.dtype() == kernels::DType::kFloat32) {
     const absl::StatusOr<hash::FingerprintAndStatsResult> r =
-        hash::FingerprintAndStats(code, t.shape(), t.raw_data(), size,
-                                  hash::HashIsa::kAuto, parallel);
+        mirror != nullptr
+            ? mirror->FingerprintAndStats(code, t.shape(), size)
+            : hash::FingerprintAndStats(code, t.shape(), t.raw_data(), size,
+                                        hash::HashIsa::kAuto, parallel);
     if (!r.ok()) return r.status();
     out->set_hash_hi(r->fingerprint.hi);
     out->set_hash_lo(r->fingerprint.lo);
@@ -186,8 +190,11 @@ absl::Status FingerprintTensor(const Tensor& t, int32_t index,
     s->set_nan_count(r->stats.nan_count);
     s->set_inf_count(r->stats.inf_count);
   } else {
-    const absl::StatusOr<hash::Fingerprint> f = hash::HashTensorBytes(
-        code, t.shape(), t.raw_data(), size, hash::HashIsa::kAuto, parallel);
+    const absl::StatusOr<hash::Fingerprint> f =
+        mirror != nullptr
+            ? mirror->HashBytes(code, t.shape(), size)
+            : hash::HashTensorBytes(code, t.shape(), t.raw_data(), size,
+                                    hash::HashIsa::kAuto, parallel);
     if (!f.ok()) return f.status();
     out->set_hash_hi(f->hi);
     out->set_hash_lo(f->lo);
@@ -458,6 +465,10 @@ struct Executor::State {
   // Progress.
   int steps_done = 0;
   bool failed = false;
+  // A device-resident run (ExecutorOptions::device_resident on the CUDA
+  // backend): every Setup / Step runs inside a ScopedResidentRun.
+  bool resident = false;
+  kernels::ResidencyCounters residency;
   size_t cursor = 0;  // next step tensor of the current step
   int step = 0;
   bool capturing = false;
@@ -588,6 +599,11 @@ absl::Status Executor::State::Setup() {
     kernels::SetCpuThreads(config.threads());
   }
   fingerprint_threads = CpuPoolParallelism();
+  if (options.device_resident) {
+    LS_ASSIGN_OR_RETURN(const std::string backend,
+                        BackendFor(*registry, config));
+    resident = backend == kernels::kCudaBackendName;
+  }
   LS_ASSIGN_OR_RETURN(manifest, model::BuildManifest(plan, config));
   LS_ASSIGN_OR_RETURN(step_tensors, model::StepTensors(plan, config));
   captured_steps = model::ExpandCapturedSteps(manifest);
@@ -1269,7 +1285,13 @@ absl::StatusOr<StepSummary> Executor::RunStep(int step) {
         "executor: RunStep(%d) out of order: next step is %d of %d", step,
         s.steps_done, s.config.steps()));
   }
-  absl::Status st = s.Step(step);
+  absl::Status st;
+  if (s.resident) {
+    kernels::ScopedResidentRun resident(&s.residency);
+    st = s.Step(step);
+  } else {
+    st = s.Step(step);
+  }
   if (!st.ok()) {
     s.failed = true;
     return st;
@@ -1298,6 +1320,8 @@ absl::StatusOr<RunResult> Executor::Finish() {
                         s.config.steps(), s.failed ? " (a step failed)" : ""));
   }
   RunResult r = s.result;
+  r.device_resident = s.resident;
+  r.residency = s.residency;
   if (s.options.fingerprint) {
     LS_ASSIGN_OR_RETURN(hash::Fingerprint m, hash::Fingerprint::FromHex(
                                                  s.manifest.manifest_digest()));

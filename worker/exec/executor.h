@@ -32,6 +32,7 @@
 #include "kernels/backend.h"
 #include "kernels/hash/fingerprint.h"
 #include "kernels/registry.h"
+#include "kernels/residency.h"
 #include "kernels/tensor.h"
 #include "lockstep/v1/fingerprint.pb.h"
 #include "lockstep/v1/job.pb.h"
@@ -102,6 +103,11 @@ struct ExecutorOptions {
   // tensor's fingerprint to (*op_times)[kFingerprintOpTime]. For profiling
   // (step_bench --op_times); costs two clock reads per call. Not owned.
   OpTimes* op_times = nullptr;
+  // On the CUDA backend, keep the run's tensors on the device between
+  // kernel calls (kernels/residency.h): inputs are copied in once, outputs
+  // stay there, fingerprints are computed there. false: every kernel call
+  // copies its tensors in and out (the bits are the same either way).
+  bool device_resident = true;
 };
 
 // Which kernel ran for one op.
@@ -146,6 +152,9 @@ struct RunResult {
   // The manifest entry the fault hit (step-tensor index when the entry is
   // not captured by the policy).
   std::optional<lockstep::v1::ManifestEntry> fault_entry;
+  // What a device-resident run copied (all zero for other runs).
+  bool device_resident = false;
+  kernels::ResidencyCounters residency;
 };
 
 // The fingerprint message of a tensor: tree hash over (dtype, shape, bytes)

@@ -60,11 +60,13 @@ struct Job {
   std::optional<FaultSpec> fault;
   DumpSpec dump;
   std::string dump_dir;
+  bool device_resident = true;
 };
 
 ExecutorOptions OptionsFor(const Job& job, int run, int runs) {
   ExecutorOptions o;
   o.initializer = job.model.initializer();
+  o.device_resident = job.device_resident;
   const int fault_run = runs >= 2 ? 1 : 0;
   if (run == fault_run) o.fault = job.fault;
   if (job.dump.kind == DumpSpec::Kind::kAll ||
@@ -114,6 +116,16 @@ absl::StatusOr<RunResult> RunOnce(Job& job, int run, int runs, std::FILE* out) {
         "CANONICAL kernel ran instead\n",
         std::string(kernels::ModeName(r.kernels[0].requested_mode)).c_str(),
         absl::StrJoin(fallbacks, ", ").c_str());
+  }
+  if (r.device_resident) {
+    const kernels::ResidencyCounters& c = r.residency;
+    std::fprintf(out,
+                 "run %d: tensors stayed on the device: %d copied in "
+                 "(%.1f MB), %d copied back (%.1f MB), %d fingerprinted "
+                 "there\n",
+                 run, static_cast<int>(c.uploads), c.upload_bytes / 1e6,
+                 static_cast<int>(c.downloads), c.download_bytes / 1e6,
+                 static_cast<int>(c.mirror_fingerprints));
   }
   std::fprintf(out, "run %d digest %s  dataset %s\n", run,
                r.run_digest.ToHex().c_str(), r.dataset_digest.c_str());
@@ -181,6 +193,7 @@ int RunCommand(const RunCommandOptions& options, std::FILE* out,
       model::PlanModel(job.model, job.config, model::Limits{});
   if (!plan.ok()) return Fail(err, plan.status());
   job.plan = *std::move(plan);
+  job.device_resident = options.device_resident;
   if (!options.inject_fault.empty()) {
     absl::StatusOr<FaultSpec> f = ParseFaultSpec(options.inject_fault);
     if (!f.ok()) return Fail(err, f.status());

@@ -36,6 +36,10 @@ struct RunCommandOptions {
   // --data_root: the directory file datasets are read from; empty: file
   // datasets are refused.
   std::string data_root;
+  // --device_resident: on the CUDA backend keep tensors on the device for
+  // the whole run (ExecutorOptions::device_resident); false copies every
+  // kernel's tensors in and out (same bits; for comparing the two).
+  bool device_resident = true;
 };
 
 // Runs the command; progress and results go to `out`, errors to `err`.

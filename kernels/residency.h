@@ -1,0 +1,85 @@
+// Device-resident runs: a whole job's tensors kept in a backend's memory.
+//
+// By default a kernel of the CUDA backend copies its host inputs to the
+// device, runs, and copies its outputs back (docs/gpu.md, "The data path").
+// While a ScopedResidentRun is alive on a thread, the CANONICAL kernels of
+// the backends that support residency (the CUDA backend, and its host
+// emulation in tests) instead keep every tensor they touch in a mirror that
+// stays attached to the tensor's storage (kernels/tensor.h, "Mirrors"):
+//
+//   - an input is copied in only when the host copy is newer (parameters
+//     after their host initialisation, a new data batch, a host-written
+//     bit flip), once; an output stays in the mirror, marked newer;
+//   - host code that touches a tensor (the loss read, batch-norm running
+//     statistics, gradient clipping's scalars, dumps) gets the mirror's
+//     bytes back first, automatically, through Tensor's accessors;
+//   - the executor fingerprints a tensor whose mirror is newer where it is
+//     (ResidentMirror::FingerprintAndStats: on a GPU, the device
+//     fingerprint; only 56 bytes come back), so the run's fingerprints need
+//     no copies either.
+//
+// The bits are the same either way: residency moves bytes, never changes
+// what a kernel computes. The counters say how many copies a run needed.
+//
+// Thread-safety: the scope is per thread (the executor's); kernels consult
+// it on the thread that calls them.
+#ifndef LOCKSTEP_KERNELS_RESIDENCY_H_
+#define LOCKSTEP_KERNELS_RESIDENCY_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/hash/fingerprint.h"
+#include "kernels/tensor.h"
+
+namespace lockstep::kernels {
+
+struct ResidencyCounters {
+  int64_t uploads = 0;  // host -> mirror copies of a tensor
+  int64_t upload_bytes = 0;
+  int64_t downloads = 0;  // mirror -> host copies of a tensor
+  int64_t download_bytes = 0;
+  int64_t mirror_fingerprints = 0;  // tensors fingerprinted in their mirror
+  int64_t mirrors_created = 0;
+};
+
+// Makes the calling thread's kernel calls resident until destroyed (scopes
+// nest; the innermost one counts).
+// `counters` (not owned; must outlive the scope) collects what the calls
+// copy, so one run's counters can span several scopes (one per step).
+class ScopedResidentRun {
+ public:
+  explicit ScopedResidentRun(ResidencyCounters* counters);
+  ~ScopedResidentRun();
+  ScopedResidentRun(const ScopedResidentRun&) = delete;
+  ScopedResidentRun& operator=(const ScopedResidentRun&) = delete;
+
+ private:
+  ResidencyCounters* outer_;
+};
+
+// The innermost scope's counters on this thread, or null: whether the
+// calling thread's kernel calls are resident.
+ResidencyCounters* ActiveResidentRun();
+
+// A backend's mirror: copies back, and fingerprints its bytes where they
+// are. A backend increments the active scope's counters for what it does.
+class ResidentMirror : public StorageMirror {
+ public:
+  // hash::FingerprintAndStats of the mirror's bytes (float32).
+  virtual absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStats(
+      hash::DtypeCode dtype, absl::Span<const int64_t> shape, size_t size) = 0;
+  // hash::HashTensorBytes of the mirror's bytes (any dtype).
+  virtual absl::StatusOr<hash::Fingerprint> HashBytes(
+      hash::DtypeCode dtype, absl::Span<const int64_t> shape, size_t size) = 0;
+};
+
+// The tensor's ResidentMirror when it holds the newer bytes; else null (the
+// host bytes are current: hash them there).
+ResidentMirror* NewerResidentMirror(const Tensor& t);
+
+}  // namespace lockstep::kernels
+
+#endif  // LOCKSTEP_KERNELS_RESIDENCY_H_

@@ -1,0 +1,193 @@
+// Device-resident runs (kernels/residency.h) on the emulated CUDA backend:
+// the CUDA plans and per-thread bodies on the host, with every tensor's
+// "device" copy an EmulatedMirror kept between kernel calls, as a GPU run
+// keeps them on the device. For zoo models covering every host access the
+// executor makes (batch-norm running statistics, gradient clipping, the
+// loss, embedding ids sorted on the host, dropout masks, a host-injected
+// fault), the resident run gives the CPU's fingerprints, run digest and
+// loss bits, and so does the same run copying every tensor in and out;
+// the counters show the tensors stayed in their mirrors.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/emulated_backend.h"
+#include "kernels/registry.h"
+#include "kernels/residency.h"
+#include "model/plan.h"
+#include "model/spec_io.h"
+#include "worker/data/dataset.h"
+#include "worker/exec/dataset_batches.h"
+#include "worker/exec/executor.h"
+#include "worker/exec/fault.h"
+
+namespace lockstep::worker {
+namespace {
+
+namespace v1 = ::lockstep::v1;
+using ::lockstep::testing::IsOk;
+
+std::string ZooPath(const std::string& rel) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "lockstep",
+                      "/examples/", rel);
+}
+
+const kernels::Registry& Registry() {
+  static const kernels::Registry* r = [] {
+    auto* registry = new kernels::Registry;
+    EXPECT_THAT(kernels::RegisterCpuCanonicalKernels(registry), IsOk());
+    EXPECT_THAT(kernels::cuda::RegisterEmulatedCudaKernels(registry), IsOk());
+    return registry;
+  }();
+  return *r;
+}
+
+struct Zoo {
+  v1::Model model;
+  v1::JobConfig config;
+  model::ModelPlan plan;
+  std::shared_ptr<Dataset> dataset;
+};
+
+// The zoo model `name` with a small batch and `steps` steps, every step
+// captured.
+Zoo Load(const std::string& name, int batch, int steps) {
+  Zoo z;
+  auto model = model::ReadModelFile(ZooPath(name + "/model.json"));
+  auto config = model::ReadJobConfigFile(ZooPath(name + "/config.json"));
+  EXPECT_THAT(model, IsOk());
+  EXPECT_THAT(config, IsOk());
+  if (!model.ok() || !config.ok()) return z;
+  z.model = *model;
+  z.config = *config;
+  z.config.set_batch_size(batch);
+  z.config.set_steps(steps);
+  z.config.mutable_capture()->Clear();
+  z.config.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_STEP);
+  auto plan = model::PlanModel(z.model, z.config, model::Limits{});
+  EXPECT_THAT(plan, IsOk());
+  if (!plan.ok()) return z;
+  z.plan = *plan;
+  std::vector<int64_t> example(z.plan.input_shape.begin() + 1,
+                               z.plan.input_shape.end());
+  auto ds = OpenDataset(z.config.dataset(), z.config.seed(), example,
+                        z.plan.num_classes);
+  EXPECT_THAT(ds, IsOk());
+  if (ds.ok()) z.dataset = std::shared_ptr<Dataset>(std::move(*ds));
+  return z;
+}
+
+absl::StatusOr<RunResult> RunZoo(const Zoo& z, v1::Backend backend,
+                                 bool resident,
+                                 std::optional<FaultSpec> fault = {}) {
+  if (!z.dataset) return absl::InternalError("zoo model not loaded");
+  v1::JobConfig config = z.config;
+  config.set_backend(backend);
+  ExecutorOptions options;
+  options.initializer = z.model.initializer();
+  options.keep_fingerprints = true;
+  options.device_resident = resident;
+  options.fault = fault;
+  return RunJob(z.plan, config, &Registry(),
+                DatasetBatches(z.dataset, config.batch_size()),
+                std::move(options));
+}
+
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+void ExpectSameRun(const RunResult& got, const RunResult& want) {
+  EXPECT_EQ(got.run_digest, want.run_digest);
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_EQ(Bits(got.losses[i]), Bits(want.losses[i])) << "step " << i;
+  }
+  ASSERT_EQ(got.fingerprints.size(), want.fingerprints.size());
+  for (size_t s = 0; s < want.fingerprints.size(); ++s) {
+    ASSERT_EQ(got.fingerprints[s].size(), want.fingerprints[s].size());
+    for (size_t j = 0; j < want.fingerprints[s].size(); ++j) {
+      const v1::TensorFingerprint& a = got.fingerprints[s][j];
+      const v1::TensorFingerprint& b = want.fingerprints[s][j];
+      EXPECT_EQ(a.SerializeAsString(), b.SerializeAsString())
+          << "step " << s << ", " << got.manifest.entries(j).layer() << " "
+          << got.manifest.entries(j).role();
+    }
+  }
+}
+
+class ResidentRunTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ResidentRunTest, ResidentEqualsCopyingEqualsCpu) {
+  const Zoo z = Load(GetParam(), 4, 3);
+  auto cpu = RunZoo(z, v1::CPU, true);
+  auto resident = RunZoo(z, v1::CUDA, true);
+  auto copying = RunZoo(z, v1::CUDA, false);
+  ASSERT_THAT(cpu, IsOk());
+  ASSERT_THAT(resident, IsOk());
+  ASSERT_THAT(copying, IsOk());
+  for (const KernelChoice& k : resident->kernels) {
+    EXPECT_EQ(k.ran.backend, "cuda") << k.op;
+  }
+  ExpectSameRun(*resident, *cpu);
+  ExpectSameRun(*copying, *cpu);
+
+  EXPECT_FALSE(cpu->device_resident);
+  EXPECT_FALSE(copying->device_resident);
+  EXPECT_EQ(copying->residency.uploads, 0);
+  ASSERT_TRUE(resident->device_resident);
+  const kernels::ResidencyCounters& c = resident->residency;
+  // Every captured tensor of every step was fingerprinted, almost all of
+  // them in their mirrors (the batch and labels are host-written).
+  int64_t fingerprints = 0;
+  for (const auto& step : resident->fingerprints) fingerprints += step.size();
+  EXPECT_GT(c.mirror_fingerprints, fingerprints / 2);
+  EXPECT_LE(c.mirror_fingerprints, fingerprints);
+  // Parameters go up once; after that each step uploads only what the
+  // host wrote (the batch, its labels, a few scalars): far fewer bytes
+  // than a copy of every kernel's inputs would move.
+  EXPECT_GT(c.uploads, 0);
+  EXPECT_GT(c.mirrors_created, 0);
+  EXPECT_LT(c.download_bytes, c.upload_bytes);
+  RecordProperty("uploads", static_cast<int>(c.uploads));
+  RecordProperty("downloads", static_cast<int>(c.downloads));
+  RecordProperty("mirror_fingerprints",
+                 static_cast<int>(c.mirror_fingerprints));
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, ResidentRunTest,
+                         ::testing::Values("mlp", "lenet5", "resnet_bn",
+                                           "norm_mlp", "gauntlet", "char_lm",
+                                           "mobilenet_tiny"));
+
+// A bit flipped on the host in a tensor that lives in its mirror reaches
+// the device: the resident run diverges exactly as the CPU run does.
+TEST(ResidentRunFaultTest, HostInjectedFaultReachesTheMirror) {
+  const Zoo z = Load("mlp", 4, 3);
+  auto fault = ParseFaultSpec("step=1,layer=fc1,role=WEIGHT,bit=22");
+  ASSERT_THAT(fault, IsOk());
+  auto cpu = RunZoo(z, v1::CPU, true, *fault);
+  auto resident = RunZoo(z, v1::CUDA, true, *fault);
+  auto clean = RunZoo(z, v1::CUDA, true);
+  ASSERT_THAT(cpu, IsOk());
+  ASSERT_THAT(resident, IsOk());
+  ASSERT_THAT(clean, IsOk());
+  EXPECT_TRUE(resident->fault_injected);
+  ExpectSameRun(*resident, *cpu);
+  EXPECT_NE(resident->run_digest, clean->run_digest);
+}
+
+}  // namespace
+}  // namespace lockstep::worker
