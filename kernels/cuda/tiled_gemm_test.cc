@@ -441,6 +441,41 @@ TEST(TiledGemmPlanTest, SplitGradWeightEqualsCpuBackend) {
   EXPECT_GE(ragged, 5);
 }
 
+// Every term of a lowered grad_weight underflows to -0 (dy = -1e-30,
+// x = 1e-30, no padding): each chunk's chain is -0, and so is the sum of
+// the runs' parts; a sum of parts starting from +0.0f would give +0.
+TEST(TiledGemmPlanTest, SplitGradWeightKeepsMinusZero) {
+  Registry cpu;
+  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
+  OpCase c;
+  c.label = "conv2d.grad_weight of underflowing terms";
+  c.op = op::kConv2dGradWeight;
+  c.inputs = {Tensor::Zeros(DType::kFloat32, {2, 3, 16, 16}).value(),
+              Tensor::Zeros(DType::kFloat32, {2, 16, 14, 14}).value()};
+  std::fill_n(c.inputs[0].data<float>(), c.inputs[0].numel(), 1e-30f);
+  std::fill_n(c.inputs[1].data<float>(), c.inputs[1].numel(), -1e-30f);
+  c.outputs = {Tensor::Zeros(DType::kFloat32, {16, 3, 3, 3}).value()};
+  absl::StatusOr<std::vector<Tensor>> want =
+      RunRegistered(cpu, kCpuBackendName, c);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (int64_t i = 0; i < (*want)[0].numel(); ++i) {
+    ASSERT_EQ(Bits((*want)[0].data<float>()[i]), 0x80000000u) << i;
+  }
+  for (const int64_t split_blocks : {1, 2, 4096}) {
+    SCOPED_TRACE(absl::StrFormat("split_blocks %d", split_blocks));
+    std::vector<Tensor> got = CloneAll(c.outputs);
+    PlanOptions options;
+    options.split_blocks = split_blocks;
+    absl::StatusOr<DeviceCall> call =
+        PlanCanonicalOp(c.op, c.inputs, absl::MakeSpan(got), c.attrs, options);
+    ASSERT_TRUE(call.ok()) << call.status();
+    EXPECT_EQ(CountLaunches(*call, DeviceOp::kTreeSumParts),
+              split_blocks == 1 ? 0 : 1);
+    ASSERT_TRUE(RunEmulated(*call, {0, 256}).ok());
+    EXPECT_TRUE(SameBits(got[0], (*want)[0]));
+  }
+}
+
 // The plan of the benchmark's ResNet layer (N = 32, 64 -> 64 channels,
 // 56 x 56, 3 x 3, padding 1): the launches and the device scratch they
 // need, in bytes.
