@@ -25,9 +25,9 @@
 #include "kernels/cuda/launch_limits.h"
 #include "kernels/cuda/leaf_hash.h"
 #include "kernels/cuda/thread_bodies.h"
+#include "kernels/cuda/tiled_gemm.h"
 #include "kernels/cuda/warp.h"
 #include "kernels/residency.h"
-#include "kernels/cuda/tiled_gemm.h"
 
 namespace lockstep::kernels::cuda {
 namespace {
@@ -181,6 +181,9 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kSumTo)
     LS_CASE(kReduceGrad)
     LS_CASE(kConv2dIm2Col)
+    LS_CASE(kConv2dGradInputCol)
+    LS_CASE(kConv2dGradWeightCol)
+    LS_CASE(kTreeSumParts)
 #undef LS_CASE
     case DeviceOp::kTiledMatMul:
       return &TiledMatMulKernel;
@@ -263,8 +266,14 @@ absl::Status LaunchOnDevice(const DeviceCall& call,
             absl::StrFormat("%s: a launch names a buffer beyond the call's %d",
                             call.op, num_buffers));
       }
-      p.in[k] = l.in_buf[k] >= 0 ? device_buffers[l.in_buf[k]] : nullptr;
-      p.out[k] = l.out_buf[k] >= 0 ? device_buffers[l.out_buf[k]] : nullptr;
+      p.in[k] = l.in_buf[k] >= 0
+                    ? static_cast<const char*>(device_buffers[l.in_buf[k]]) +
+                          l.in_offset[k]
+                    : nullptr;
+      p.out[k] = l.out_buf[k] >= 0
+                     ? static_cast<char*>(device_buffers[l.out_buf[k]]) +
+                           l.out_offset[k]
+                     : nullptr;
     }
     KernelPtr kernel = KernelFor(p.op);
     if (kernel == nullptr) {

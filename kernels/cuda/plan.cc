@@ -383,28 +383,129 @@ absl::Status PlanOptimizer(absl::string_view name, absl::Span<const Tensor> in,
 using ::lockstep::spatial::GlobalShape;
 using ::lockstep::spatial::ResizeShape;
 
-// conv2d forward (groups == 1) as a product on its lowered matrix:
-// per image n, y[n]^T (P x C_out) = col[n]^T (P x K) w^T (K x C_out), col
-// written by kConv2dIm2Col; Conv2dForwardElement's chain is fma(x tap,
-// w tap, acc) over the K taps in order, and so is the product's.
-c::BatchedMatMulShape Conv2dForwardProduct(const sp::Conv2dShape& s) {
-  const int64_t pixels = sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
-  const int64_t taps = s.c_in * s.k_h * s.k_w;
+// A conv2d direction with groups == 1 as a product on a lowered matrix,
+// per image n: out[n]^T (pixels x channels) = col[n]^T (pixels x taps)
+// wmat^T (taps x channels), col[n, q, pix] and wmat[channel, q] dense,
+// out[n, channel, pix]. The chain is fma(col, wmat, acc) over the taps in
+// order:
+//   forward     col = im2col of x (kConv2dIm2Col), wmat = w; taps
+//               (ci, kh, kw), pixels H_out W_out, channels C_out:
+//               Conv2dForwardElement's fma(x tap, w tap, acc).
+//   grad_input  col = the dy taps (kConv2dGradInputCol), wmat = w' (w with
+//               its first two axes swapped); taps (co, kh, kw), pixels H W,
+//               channels C_in: Conv2dGradInputElement's fma(dy tap, w tap).
+c::BatchedMatMulShape LoweredConvProduct(int64_t images, int64_t pixels,
+                                         int64_t taps, int64_t channels) {
   c::BatchedMatMulShape p;
   p.m.rows = pixels;
-  p.m.cols = s.c_out;
+  p.m.cols = channels;
   p.m.depth = taps;
   p.m.a_row = 1;  // col[n, q, pix]
   p.m.a_depth = pixels;
-  p.m.b_depth = 1;  // w[co, q]
+  p.m.b_depth = 1;  // wmat[channel, q]
   p.m.b_col = taps;
-  p.m.c_row = 1;  // y[n, co, pix]
+  p.m.c_row = 1;  // out[n, channel, pix]
   p.m.c_col = pixels;
-  p.batch = s.n;
+  p.batch = images;
   p.a_batch = taps * pixels;
   p.b_batch = 0;
-  p.c_batch = s.c_out * pixels;
+  p.c_batch = channels * pixels;
   return p;
+}
+
+// y[d1, d0, d2] = x[d0, d1, d2] (floats) as a kTranspose launch.
+void AddSwapLeadingAxes(DeviceCall* call, int64_t d0, int64_t d1, int64_t d2,
+                        int x, int y) {
+  c::TransposeShape t;
+  t.rank = 3;
+  t.numel = d0 * d1 * d2;
+  t.out_dims[0] = d1;
+  t.out_dims[1] = d0;
+  t.out_dims[2] = d2;
+  t.src_strides[0] = d2;
+  t.src_strides[1] = d1 * d2;
+  t.src_strides[2] = 1;
+  AddLaunch(call, DeviceOp::kTranspose, t.numel, {x}, {y}).transpose = t;
+}
+
+// conv2d grad_weight with groups == 1 as one reduction over S = N H_out
+// W_out terms in Conv2dGradWeightElement's order (n, oh, ow): dw (C_out x
+// K) = dy' (C_out x S) col (S x K), dy'[co, s] = dy[n, co, pix] (a
+// transposed copy), col[q, s] (kConv2dGradWeightCol); the chain is
+// fma(dy, x tap, acc), the element function's. The product has `entries`
+// batch entries of `depth` terms, entry t reducing over s in [t stride,
+// t stride + depth) into the t-th dw-sized block of its output.
+c::BatchedMatMulShape GradWeightProduct(const sp::Conv2dShape& s, int64_t depth,
+                                        int64_t entries, int64_t stride) {
+  const int64_t terms = s.n * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  const int64_t taps = s.c_in * s.k_h * s.k_w;
+  c::BatchedMatMulShape p;
+  p.m.rows = s.c_out;
+  p.m.cols = taps;
+  p.m.depth = depth;
+  p.m.a_row = terms;  // dy'[co, s]
+  p.m.a_depth = 1;
+  p.m.b_depth = 1;  // col[q, s]
+  p.m.b_col = terms;
+  p.m.c_row = taps;  // dw[co, q]
+  p.m.c_col = 1;
+  p.batch = entries;
+  p.a_batch = stride;
+  p.b_batch = stride;
+  p.c_batch = s.c_out * taps;
+  return p;
+}
+
+// The lowered conv2d grad_weight (see GradWeightProduct). With few tiles
+// the reduction is split into runs of 2^L whole chunks (the smallest L with
+// runs * tiles <= options.split_blocks): one batched product writes each
+// run's sum into a part, a second product the ragged last run (its
+// operands and part at a byte offset), then kTreeSumParts adds the parts
+// with the canonical tree. The parts are perfect subtrees of the chunk
+// tree, so the bits are the unsplit product's.
+void AddConvGradWeight(DeviceCall* call, const sp::Conv2dShape& s, int x,
+                       int dy, int dw, const PlanOptions& options) {
+  const int64_t out_h = sp::Conv2dOutH(s);
+  const int64_t out_w = sp::Conv2dOutW(s);
+  const int64_t pixels = out_h * out_w;
+  const int64_t terms = s.n * pixels;
+  const int64_t taps = s.c_in * s.k_h * s.k_w;
+  const int dyt = AddScratch(call, terms * s.c_out * int64_t{sizeof(float)});
+  AddSwapLeadingAxes(call, s.n, s.c_out, pixels, dy, dyt);
+  const int col = AddScratch(call, taps * terms * int64_t{sizeof(float)});
+  AddLaunch(call, DeviceOp::kConv2dGradWeightCol, taps * terms, {x}, {col})
+      .conv = s;
+  const c::BatchedMatMulShape whole = GradWeightProduct(s, terms, 1, 0);
+  const int64_t tiles =
+      GemmTileRows<DeviceGemmTile>(whole) * GemmTileCols<DeviceGemmTile>(whole);
+  const int64_t chunks = c::NumChunks(terms);
+  int64_t run = 1;  // chunks per run
+  while (run < chunks &&
+         (chunks + run - 1) / run * tiles > options.split_blocks) {
+    run *= 2;
+  }
+  const int64_t runs = (chunks + run - 1) / run;
+  if (runs == 1) {
+    AddProduct(call, whole, dyt, col, dw, options);
+    return;
+  }
+  const int64_t run_terms = run * c::kChunk;
+  const int64_t last_terms = terms - (runs - 1) * run_terms;
+  const int64_t full = last_terms == run_terms ? runs : runs - 1;
+  const int64_t outputs = s.c_out * taps;
+  const int parts = AddScratch(call, runs * outputs * int64_t{sizeof(float)});
+  AddProduct(call, GradWeightProduct(s, run_terms, full, run_terms), dyt, col,
+             parts, options);
+  if (full < runs) {
+    AddProduct(call, GradWeightProduct(s, last_terms, 1, 0), dyt, col, parts,
+               options);
+    Launch& last = call->launches.back();
+    last.in_offset[0] = last.in_offset[1] =
+        full * run_terms * int64_t{sizeof(float)};
+    last.out_offset[0] = full * outputs * int64_t{sizeof(float)};
+  }
+  AddLaunch(call, DeviceOp::kTreeSumParts, outputs, {parts}, {dw}).tree_parts =
+      runs;
 }
 
 absl::Status PlanConv(absl::string_view name, absl::Span<const Tensor> in,
@@ -432,13 +533,38 @@ absl::Status PlanConv(absl::string_view name, absl::Span<const Tensor> in,
   const int i0 = AddIn(call, in[0]);
   const int i1 = AddIn(call, in[1]);
   const int o = AddOut(call, out[0]);
-  const c::BatchedMatMulShape product = Conv2dForwardProduct(s);
-  if (dop == DeviceOp::kConv2dForward && s.groups == 1 &&
-      TilesProduct(product.m, options)) {
-    const int64_t col_floats = s.n * product.m.depth * product.m.rows;
-    const int col = AddScratch(call, col_floats * sizeof(float));
-    AddLaunch(call, DeviceOp::kConv2dIm2Col, col_floats, {i0}, {col}).conv = s;
-    AddProduct(call, product, col, i1, o, options);
+  const int64_t kernel = s.k_h * s.k_w;
+  const int64_t out_pixels = sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  if (s.groups == 1 && dop == DeviceOp::kConv2dForward) {
+    const c::BatchedMatMulShape product =
+        LoweredConvProduct(s.n, out_pixels, s.c_in * kernel, s.c_out);
+    if (TilesProduct(product.m, options)) {
+      const int64_t col_floats = s.n * product.m.depth * product.m.rows;
+      const int col = AddScratch(call, col_floats * sizeof(float));
+      AddLaunch(call, DeviceOp::kConv2dIm2Col, col_floats, {i0}, {col}).conv =
+          s;
+      AddProduct(call, product, col, i1, o, options);
+      return absl::OkStatus();
+    }
+  }
+  if (s.groups == 1 && dop == DeviceOp::kConv2dGradInput) {
+    const c::BatchedMatMulShape product =
+        LoweredConvProduct(s.n, s.h * s.w, s.c_out * kernel, s.c_in);
+    if (TilesProduct(product.m, options)) {
+      const int64_t col_floats = s.n * product.m.depth * product.m.rows;
+      const int col = AddScratch(call, col_floats * sizeof(float));
+      AddLaunch(call, DeviceOp::kConv2dGradInputCol, col_floats, {i0}, {col})
+          .conv = s;
+      const int wt =
+          AddScratch(call, sp::Conv2dWeightSize(s) * int64_t{sizeof(float)});
+      AddSwapLeadingAxes(call, s.c_out, s.c_in, kernel, i1, wt);
+      AddProduct(call, product, col, wt, o, options);
+      return absl::OkStatus();
+    }
+  }
+  if (s.groups == 1 && dop == DeviceOp::kConv2dGradWeight &&
+      TilesProduct(GradWeightProduct(s, s.n * out_pixels, 1, 0).m, options)) {
+    AddConvGradWeight(call, s, swap ? i1 : i0, swap ? i0 : i1, o, options);
     return absl::OkStatus();
   }
   AddLaunch(call, dop, work, {swap ? i1 : i0, swap ? i0 : i1}, {o}).conv = s;
@@ -1188,8 +1314,10 @@ absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config) {
   for (const Launch& l : call.launches) {
     KernelParams p = l.params;
     for (int k = 0; k < kMaxKernelBuffers; ++k) {
-      p.in[k] = l.in_buf[k] >= 0 ? device[l.in_buf[k]] : nullptr;
-      p.out[k] = l.out_buf[k] >= 0 ? device[l.out_buf[k]] : nullptr;
+      p.in[k] =
+          l.in_buf[k] >= 0 ? device[l.in_buf[k]] + l.in_offset[k] : nullptr;
+      p.out[k] =
+          l.out_buf[k] >= 0 ? device[l.out_buf[k]] + l.out_offset[k] : nullptr;
     }
     const LaunchGrid grid = GridFor(p, config);
     if (p.op == DeviceOp::kTiledMatMul) {

@@ -85,11 +85,14 @@ struct CallBuffer {
 };
 
 // One kernel launch; the runner fills params.in / params.out from the
-// buffer indices (-1: unused).
+// buffer indices (-1: unused), each the buffer's address plus its offset
+// in bytes (a launch that works on a part of a buffer).
 struct Launch {
   KernelParams params;
   int in_buf[kMaxKernelBuffers] = {-1, -1, -1, -1};
   int out_buf[kMaxKernelBuffers] = {-1, -1, -1, -1};
+  int64_t in_offset[kMaxKernelBuffers] = {0, 0, 0, 0};
+  int64_t out_offset[kMaxKernelBuffers] = {0, 0, 0, 0};
 };
 
 struct DeviceCall {
@@ -109,11 +112,18 @@ std::vector<std::string> CudaCanonicalOpNames();
 struct PlanOptions {
   // The products of dense.* and matmul.* with at least kTiledGemmMinDim
   // rows, columns and reduction terms run as the tiled GEMM
-  // (tiled_gemm.h), and so does conv2d forward with groups == 1 (also
-  // conv_transpose2d.grad_input) on its lowered matrix when its product is
-  // that large; smaller ones, or all of them when false, run one thread per
-  // output. The bits are the same either way.
+  // (tiled_gemm.h), and so do conv2d forward, grad_input and grad_weight
+  // with groups == 1 (and the conv_transpose2d directions that run them)
+  // on their lowered matrices when the product is that large; smaller
+  // ones, or all of them when false, run one thread per output. The bits
+  // are the same either way.
   bool tiled_gemm = true;
+  // A tiled conv2d grad_weight, whose few outputs reduce over N * H_out *
+  // W_out terms, splits its reduction into runs of 2^L canonical chunks
+  // (the smallest L that keeps runs * tiles <= split_blocks), one batch
+  // entry per run, and then adds the runs' sums with the canonical tree.
+  // The bits do not depend on it; 1 never splits.
+  int64_t split_blocks = kMaxAutoBlocks;
 };
 inline constexpr int64_t kTiledGemmMinDim = 16;
 

@@ -138,13 +138,34 @@ std::vector<TiledProductCase> TiledProductCases(uint32_t seed) {
           a},
          true});
   }
+  // Each geometry's six directions: conv2d forward / grad_input /
+  // grad_weight and the conv_transpose2d directions that run them
+  // (conv_transpose2d.grad_input runs the forward, .forward the grad_input,
+  // .grad_weight the grad_weight with the operands swapped). The products:
+  // forward (H_out W_out x C_in KH KW x C_out per image), grad_input (H W x
+  // C_out KH KW x C_in per image), grad_weight (C_out x N H_out W_out x
+  // C_in KH KW); each is tiled when all three are >= 16 and groups == 1.
   struct C {
     std::vector<int64_t> x, w, y;
     int64_t stride, dilation, pad_top, pad_bottom, pad_left, pad_right, groups;
-    bool tiled;
+    bool tiled_forward, tiled_grad_input, tiled_grad_weight;
   };
   const C convs[] = {
-      {{2, 3, 9, 9}, {16, 3, 3, 3}, {2, 16, 9, 9}, 1, 1, 1, 1, 1, 1, 1, true},
+      // grad_weight: 162 terms (one chunk); grad_input has 3 channels.
+      {{2, 3, 9, 9},
+       {16, 3, 3, 3},
+       {2, 16, 9, 9},
+       1,
+       1,
+       1,
+       1,
+       1,
+       1,
+       1,
+       true,
+       false,
+       true},
+      // stride 2, dilation 2, asymmetric padding; grad_weight: 30 terms.
       {{1, 40, 12, 11},
        {17, 40, 3, 3},
        {1, 17, 6, 5},
@@ -155,9 +176,109 @@ std::vector<TiledProductCase> TiledProductCases(uint32_t seed) {
        1,
        2,
        1,
+       true,
+       true,
        true},
-      {{2, 4, 8, 8}, {16, 2, 3, 3}, {2, 16, 6, 6}, 1, 1, 0, 0, 0, 0, 2, false},
-      {{1, 2, 4, 4}, {16, 2, 3, 3}, {1, 16, 2, 2}, 1, 1, 0, 0, 0, 0, 1, false},
+      // grouped: never lowered.
+      {{2, 4, 8, 8},
+       {16, 2, 3, 3},
+       {2, 16, 6, 6},
+       1,
+       1,
+       0,
+       0,
+       0,
+       0,
+       2,
+       false,
+       false,
+       false},
+      // too small to tile.
+      {{1, 2, 4, 4},
+       {16, 2, 3, 3},
+       {1, 16, 2, 2},
+       1,
+       1,
+       0,
+       0,
+       0,
+       0,
+       1,
+       false,
+       false,
+       false},
+      // grad_input: 288 taps (two chunks); grad_weight: 286 terms (two
+      // chunks, the second of 30).
+      {{2, 16, 13, 11},
+       {32, 16, 3, 3},
+       {2, 32, 13, 11},
+       1,
+       1,
+       1,
+       1,
+       1,
+       1,
+       1,
+       true,
+       true,
+       true},
+      // 5 x 5, stride 2, asymmetric padding; grad_weight: 900 terms (four
+      // chunks, the last of 132).
+      {{4, 3, 30, 30},
+       {16, 3, 5, 5},
+       {4, 16, 15, 15},
+       2,
+       1,
+       1,
+       2,
+       2,
+       1,
+       1,
+       true,
+       false,
+       true},
+      // 1 x 1, stride 2: grad_input's taps fall on stride holes.
+      {{2, 24, 10, 10},
+       {20, 24, 1, 1},
+       {2, 20, 5, 5},
+       2,
+       1,
+       0,
+       0,
+       0,
+       0,
+       1,
+       true,
+       true,
+       true},
+      // grad_weight: 512 terms (exactly two chunks).
+      {{2, 3, 16, 16},
+       {16, 3, 3, 3},
+       {2, 16, 16, 16},
+       1,
+       1,
+       1,
+       1,
+       1,
+       1,
+       1,
+       true,
+       false,
+       true},
+      // grad_weight: 1197 terms (five chunks, the last of 173).
+      {{3, 4, 21, 19},
+       {16, 4, 3, 3},
+       {3, 16, 21, 19},
+       1,
+       1,
+       1,
+       1,
+       1,
+       1,
+       1,
+       true,
+       false,
+       true},
   };
   for (const C& v : convs) {
     OpAttrs a;
@@ -168,16 +289,29 @@ std::vector<TiledProductCase> TiledProductCases(uint32_t seed) {
     a.pad_left = v.pad_left;
     a.pad_right = v.pad_right;
     a.groups = v.groups;
-    for (const char* op : {op::kConv2dForward, op::kConvTranspose2dGradInput}) {
+    struct Direction {
+      const char* op;
+      std::vector<int64_t> in0, in1, out;
+      bool tiled;
+    };
+    const Direction directions[] = {
+        {op::kConv2dForward, v.x, v.w, v.y, v.tiled_forward},
+        {op::kConvTranspose2dGradInput, v.x, v.w, v.y, v.tiled_forward},
+        {op::kConv2dGradInput, v.y, v.w, v.x, v.tiled_grad_input},
+        {op::kConvTranspose2dForward, v.y, v.w, v.x, v.tiled_grad_input},
+        {op::kConv2dGradWeight, v.x, v.y, v.w, v.tiled_grad_weight},
+        {op::kConvTranspose2dGradWeight, v.y, v.x, v.w, v.tiled_grad_weight},
+    };
+    for (const Direction& d : directions) {
       cases.push_back(
-          {{absl::StrFormat("%s x=%s w=%s stride=%d dilation=%d groups=%d", op,
-                            ShapeString(v.x), ShapeString(v.w), v.stride,
+          {{absl::StrFormat("%s x=%s w=%s stride=%d dilation=%d groups=%d",
+                            d.op, ShapeString(v.x), ShapeString(v.w), v.stride,
                             v.dilation, v.groups),
-            op,
-            {FloatTensor(v.x, rng), FloatTensor(v.w, rng)},
-            {ZeroTensor(v.y)},
+            d.op,
+            {FloatTensor(d.in0, rng), FloatTensor(d.in1, rng)},
+            {ZeroTensor(d.out)},
             a},
-           v.tiled});
+           d.tiled});
     }
   }
   return cases;

@@ -44,8 +44,9 @@ absl::StatusOr<std::vector<Tensor>> RunRegistered(const Registry& registry,
 // Calls whose products the planner runs as the tiled GEMM (tiled_gemm.h)
 // or, for `tiled` false, just below its threshold: dense.* at every
 // transpose (multi-chunk reductions, edge tiles), matmul.forward / grad
-// (batched, scaled), conv2d.forward and conv_transpose2d.grad_input
-// (stride, dilation, asymmetric padding; a grouped one is not tiled).
+// (batched, scaled), and all six conv2d / conv_transpose2d directions
+// (stride 1 and 2, dilation 2, asymmetric padding, 1 x 1, 3 x 3 and 5 x 5
+// kernels, reductions of one to five chunks; a grouped one is not tiled).
 // Inputs in [-1, 1) with sparse subnormals and signed zeros, no NaN or
 // infinity.
 struct TiledProductCase {

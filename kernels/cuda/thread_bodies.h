@@ -110,9 +110,13 @@ enum class DeviceOp : int32_t {
   kReduceGrad,       // in {dy}, out {dx}; work numel of dx
   // Block-level, not a per-thread body: the tiled GEMM of tiled_gemm.h
   // (shape in batched_matmul; out[1] the tree scratch, or none).
-  kTiledMatMul,   // in {a, b}, out {c, scratch}; work tiles
-  kConv2dIm2Col,  // in {x}, out {col}; work N * K * P (conv2d forward's
-                  // lowered matrix, groups == 1, for kTiledMatMul)
+  kTiledMatMul,          // in {a, b}, out {c, scratch}; work tiles
+  kConv2dIm2Col,         // in {x}, out {col}; work N * K * P (conv2d forward's
+                         // lowered matrix, groups == 1, for kTiledMatMul)
+  kConv2dGradInputCol,   // in {dy}, out {col}; work N * C_out KH KW * H W
+  kConv2dGradWeightCol,  // in {x}, out {col}; work K * N * P
+  kTreeSumParts,         // in {parts [tree_parts, work]}, out {y}; work
+                         // outputs
   kNumOps,
 };
 
@@ -162,6 +166,7 @@ struct KernelParams {
   c::BatchedMatMulShape batched_matmul;
   c::TransposeShape transpose;
   GraphParams graph;
+  int64_t tree_parts = 0;  // kTreeSumParts: partial sums per output
 };
 
 // ---- dense family ---------------------------------------------------------
@@ -342,17 +347,74 @@ LS_HD_INLINE void Conv2dForwardThread(const sp::Conv2dShape& s, const float* x,
   }
 }
 
+// The x value that tap q = (ci, kh, kw) of output pixel pix of image n
+// reads in a conv2d with groups == 1, +0.0f where it falls on padding:
+// Conv2dForwardElement's and Conv2dGradWeightElement's x operand.
+LS_HD_INLINE float Conv2dInputTap(const sp::Conv2dShape& s, const float* x,
+                                  int64_t n, int64_t q, int64_t pix) {
+  const int64_t out_w = sp::Conv2dOutW(s);
+  const int64_t kw = q % s.k_w;
+  const int64_t kh = (q / s.k_w) % s.k_h;
+  const int64_t ci = q / (s.k_w * s.k_h);
+  const int64_t ih = (pix / out_w) * s.stride_h - s.pad_top + kh * s.dilation_h;
+  const int64_t iw =
+      (pix % out_w) * s.stride_w - s.pad_left + kw * s.dilation_w;
+  return (ih >= 0 && ih < s.h && iw >= 0 && iw < s.w)
+             ? x[((n * s.c_in + ci) * s.h + ih) * s.w + iw]
+             : 0.0f;
+}
+
 // The lowered matrix of a conv2d forward with groups == 1: col[n, q, pix] =
-// the x value tap q = (ci, kh, kw) of output pixel pix reads, +0.0f where it
-// falls on padding (Conv2dForwardElement's taps, in its order), K = C_in
-// KH KW taps, P = H_out W_out pixels. y[n, :, :] is then the product
-// col[n]^T (P x K) times w^T (K x C_out) with the same chain terms.
+// Conv2dInputTap(n, q, pix) (Conv2dForwardElement's taps, in its order),
+// K = C_in KH KW taps, P = H_out W_out pixels. y[n, :, :] is then the
+// product col[n]^T (P x K) times w^T (K x C_out) with the same chain terms.
 LS_HD_INLINE void Conv2dIm2ColThread(const sp::Conv2dShape& s, const float* x,
                                      float* col, int64_t thread,
                                      int64_t num_threads) {
-  const int64_t out_w = sp::Conv2dOutW(s);
-  const int64_t pixels = sp::Conv2dOutH(s) * out_w;
+  const int64_t pixels = sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const int64_t taps = s.c_in * s.k_h * s.k_w;
+  const int64_t total = s.n * taps * pixels;
+  for (int64_t o = thread; o < total; o += num_threads) {
+    const int64_t pix = o % pixels;
+    const int64_t q = (o / pixels) % taps;
+    const int64_t n = o / (pixels * taps);
+    col[o] = Conv2dInputTap(s, x, n, q, pix);
+  }
+}
+
+// conv2d grad_weight's lowered x operand, groups == 1: col[q, n, pix] =
+// Conv2dInputTap(n, q, pix), so that row q runs over Conv2dGradWeightElement's
+// sequence s = (n, oh, ow) in its order: dw (C_out x K) is then the product
+// dy' (C_out x N P) times col^T (N P x K), dy'[co, (n, pix)] = dy[n, co, pix].
+LS_HD_INLINE void Conv2dGradWeightColThread(const sp::Conv2dShape& s,
+                                            const float* x, float* col,
+                                            int64_t thread,
+                                            int64_t num_threads) {
+  const int64_t pixels = sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  const int64_t taps = s.c_in * s.k_h * s.k_w;
+  const int64_t total = taps * s.n * pixels;
+  for (int64_t o = thread; o < total; o += num_threads) {
+    const int64_t pix = o % pixels;
+    const int64_t n = (o / pixels) % s.n;
+    const int64_t q = o / (pixels * s.n);
+    col[o] = Conv2dInputTap(s, x, n, q, pix);
+  }
+}
+
+// conv2d grad_input's lowered matrix, groups == 1: col[n, t, (ih, iw)] =
+// the dy value tap t = (co, kh, kw) of input pixel (ih, iw) reads, +0.0f
+// where no output pixel lands there (Conv2dGradInputElement's taps, in its
+// order), T = C_out KH KW. dx[n, :, :] is then the product col[n]^T
+// (H W x T) times w'^T (T x C_in), w'[ci, t] = w[co, ci, kh, kw], with the
+// element function's chain terms fma(dy tap, w tap, acc).
+LS_HD_INLINE void Conv2dGradInputColThread(const sp::Conv2dShape& s,
+                                           const float* dy, float* col,
+                                           int64_t thread,
+                                           int64_t num_threads) {
+  const int64_t out_h = sp::Conv2dOutH(s);
+  const int64_t out_w = sp::Conv2dOutW(s);
+  const int64_t pixels = s.h * s.w;
+  const int64_t taps = s.c_out * s.k_h * s.k_w;
   const int64_t total = s.n * taps * pixels;
   for (int64_t o = thread; o < total; o += num_threads) {
     const int64_t pix = o % pixels;
@@ -360,14 +422,30 @@ LS_HD_INLINE void Conv2dIm2ColThread(const sp::Conv2dShape& s, const float* x,
     const int64_t n = o / (pixels * taps);
     const int64_t kw = q % s.k_w;
     const int64_t kh = (q / s.k_w) % s.k_h;
-    const int64_t ci = q / (s.k_w * s.k_h);
-    const int64_t ih =
-        (pix / out_w) * s.stride_h - s.pad_top + kh * s.dilation_h;
-    const int64_t iw =
-        (pix % out_w) * s.stride_w - s.pad_left + kw * s.dilation_w;
-    col[o] = (ih >= 0 && ih < s.h && iw >= 0 && iw < s.w)
-                 ? x[((n * s.c_in + ci) * s.h + ih) * s.w + iw]
-                 : 0.0f;
+    const int64_t co = q / (s.k_w * s.k_h);
+    const int64_t th = pix / s.w + s.pad_top - kh * s.dilation_h;
+    const int64_t tw = pix % s.w + s.pad_left - kw * s.dilation_w;
+    const int64_t oh = th / s.stride_h;
+    const int64_t ow = tw / s.stride_w;
+    const bool in = th >= 0 && th % s.stride_h == 0 && oh < out_h && tw >= 0 &&
+                    tw % s.stride_w == 0 && ow < out_w;
+    col[o] = in ? dy[((n * s.c_out + co) * out_h + oh) * out_w + ow] : 0.0f;
+  }
+}
+
+// y[o] = the canonical pairwise tree over parts[0 * outputs + o],
+// parts[1 * outputs + o], ... (`count` values): each part the sum of a run
+// of whole canonical chunks, runs of the same power-of-two length except
+// the last, which reproduces the tree over the chunks themselves
+// (TreeAccumulator is a binary counter, and a run of 2^L chunks is the
+// finished subtree of level L).
+LS_HD_INLINE void TreeSumPartsThread(const float* parts, int64_t count,
+                                     int64_t outputs, float* y, int64_t thread,
+                                     int64_t num_threads) {
+  for (int64_t o = thread; o < outputs; o += num_threads) {
+    c::TreeAccumulator tree;
+    for (int64_t e = 0; e < count; ++e) tree.Push(parts[e * outputs + o]);
+    y[o] = tree.Result();
   }
 }
 
@@ -835,6 +913,15 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
       break;
     case DeviceOp::kConv2dIm2Col:
       Conv2dIm2ColThread(p.conv, i0, o0, t, nt);
+      break;
+    case DeviceOp::kConv2dGradInputCol:
+      Conv2dGradInputColThread(p.conv, i0, o0, t, nt);
+      break;
+    case DeviceOp::kConv2dGradWeightCol:
+      Conv2dGradWeightColThread(p.conv, i0, o0, t, nt);
+      break;
+    case DeviceOp::kTreeSumParts:
+      TreeSumPartsThread(i0, p.tree_parts, p.work, o0, t, nt);
       break;
     case DeviceOp::kConv2dGradWeight:
       Conv2dGradWeightThread(p.conv, i0, i1, o0, t, nt);

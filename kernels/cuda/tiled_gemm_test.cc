@@ -2,7 +2,8 @@
 // one-thread-per-output body (BatchedMatMulThread) for every shape,
 // transpose, chunk count, tile shape, grid and thread order, special values
 // included; and through PlanCanonicalOp + RunEmulated, the CPU backend's
-// bits for dense.* and matmul.* calls the planner tiles.
+// bits for the dense.*, matmul.* and conv2d / conv_transpose2d calls the
+// planner tiles (conv2d grad_weight's reduction split or not).
 #include "kernels/cuda/tiled_gemm.h"
 
 #include <algorithm>
@@ -355,10 +356,9 @@ bool HasTiledLaunch(const DeviceCall& call) {
   return false;
 }
 
-// dense.*, matmul.* and conv2d.forward / conv_transpose2d.grad_input calls
-// the planner tiles (and some it does not), on emulated grids, = the CPU
-// backend's bits; with tiling off, the same calls run one thread per
-// output and give the same bits.
+// dense.*, matmul.* and conv2d / conv_transpose2d calls the planner tiles (and
+// some it does not), on emulated grids, = the CPU backend's bits; with tiling
+// off, the same calls run one thread per output and give the same bits.
 TEST(TiledGemmPlanTest, TiledCallsEqualCpuBackend) {
   Registry cpu;
   ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
@@ -386,6 +386,142 @@ TEST(TiledGemmPlanTest, TiledCallsEqualCpuBackend) {
       }
     }
   }
+}
+
+int CountLaunches(const DeviceCall& call, DeviceOp op) {
+  int count = 0;
+  for (const Launch& l : call.launches) count += l.params.op == op ? 1 : 0;
+  return count;
+}
+
+// The lowered conv2d grad_weight (and conv_transpose2d.grad_weight) with its
+// reduction split into runs of 1, 2, 4 and 8 chunks and not split at all:
+// always the CPU backend's bits (runs of several chunks carry their own
+// tree levels; ragged and whole last runs; a last run shorter than the
+// slice depth or than kTiledGemmMinDim).
+TEST(TiledGemmPlanTest, SplitGradWeightEqualsCpuBackend) {
+  Registry cpu;
+  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
+  int split = 0;
+  int ragged = 0;
+  for (const testing::TiledProductCase& t : testing::TiledProductCases(501)) {
+    const OpCase& c = t.c;
+    if (!t.tiled || (c.op != op::kConv2dGradWeight &&
+                     c.op != op::kConvTranspose2dGradWeight)) {
+      continue;
+    }
+    absl::StatusOr<std::vector<Tensor>> want =
+        RunRegistered(cpu, kCpuBackendName, c);
+    ASSERT_TRUE(want.ok()) << c.label << ": " << want.status();
+    for (const int64_t split_blocks : {1, 2, 3, 4, 8, 16, 100}) {
+      SCOPED_TRACE(
+          absl::StrFormat("%s, split_blocks %d", c.label, split_blocks));
+      std::vector<Tensor> got = CloneAll(c.outputs);
+      PlanOptions options;
+      options.split_blocks = split_blocks;
+      absl::StatusOr<DeviceCall> call = PlanCanonicalOp(
+          c.op, c.inputs, absl::MakeSpan(got), c.attrs, options);
+      ASSERT_TRUE(call.ok()) << call.status();
+      EXPECT_TRUE(HasTiledLaunch(*call));
+      const int sums = CountLaunches(*call, DeviceOp::kTreeSumParts);
+      if (split_blocks == 1) {
+        EXPECT_EQ(sums, 0);
+      }
+      split += sums;
+      for (const Launch& l : call->launches) {
+        if (l.in_offset[0] > 0) ++ragged;
+      }
+      ASSERT_TRUE(RunEmulated(*call, {0, 256}).ok());
+      ASSERT_TRUE(RunEmulated(*call, {2, 64}).ok());
+      EXPECT_TRUE(SameBits(got[0], (*want)[0]));
+    }
+  }
+  // Both kinds of split plans occurred.
+  EXPECT_GE(split, 10);
+  EXPECT_GE(ragged, 5);
+}
+
+// Every term of a lowered grad_weight underflows to -0 (dy = -1e-30,
+// x = 1e-30, no padding): each chunk's chain is -0, and so is the sum of
+// the runs' parts; a sum of parts starting from +0.0f would give +0.
+TEST(TiledGemmPlanTest, SplitGradWeightKeepsMinusZero) {
+  Registry cpu;
+  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
+  OpCase c;
+  c.label = "conv2d.grad_weight of underflowing terms";
+  c.op = op::kConv2dGradWeight;
+  c.inputs = {Tensor::Zeros(DType::kFloat32, {2, 3, 16, 16}).value(),
+              Tensor::Zeros(DType::kFloat32, {2, 16, 14, 14}).value()};
+  std::fill_n(c.inputs[0].data<float>(), c.inputs[0].numel(), 1e-30f);
+  std::fill_n(c.inputs[1].data<float>(), c.inputs[1].numel(), -1e-30f);
+  c.outputs = {Tensor::Zeros(DType::kFloat32, {16, 3, 3, 3}).value()};
+  absl::StatusOr<std::vector<Tensor>> want =
+      RunRegistered(cpu, kCpuBackendName, c);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (int64_t i = 0; i < (*want)[0].numel(); ++i) {
+    ASSERT_EQ(Bits((*want)[0].data<float>()[i]), 0x80000000u) << i;
+  }
+  for (const int64_t split_blocks : {1, 2, 4096}) {
+    SCOPED_TRACE(absl::StrFormat("split_blocks %d", split_blocks));
+    std::vector<Tensor> got = CloneAll(c.outputs);
+    PlanOptions options;
+    options.split_blocks = split_blocks;
+    absl::StatusOr<DeviceCall> call =
+        PlanCanonicalOp(c.op, c.inputs, absl::MakeSpan(got), c.attrs, options);
+    ASSERT_TRUE(call.ok()) << call.status();
+    EXPECT_EQ(CountLaunches(*call, DeviceOp::kTreeSumParts),
+              split_blocks == 1 ? 0 : 1);
+    ASSERT_TRUE(RunEmulated(*call, {0, 256}).ok());
+    EXPECT_TRUE(SameBits(got[0], (*want)[0]));
+  }
+}
+
+// The plan of the benchmark's ResNet layer (N = 32, 64 -> 64 channels,
+// 56 x 56, 3 x 3, padding 1): the launches and the device scratch they
+// need, in bytes.
+TEST(TiledGemmPlanTest, ResNetLayerGradientPlans) {
+  OpAttrs a;
+  a.pad_top = a.pad_bottom = a.pad_left = a.pad_right = 1;
+  const std::vector<int64_t> xs = {32, 64, 56, 56}, ws = {64, 64, 3, 3};
+  auto scratch = [](const DeviceCall& call) {
+    int64_t bytes = 0;
+    for (const CallBuffer& b : call.buffers) {
+      if (b.host == nullptr) bytes += b.bytes;
+    }
+    return bytes;
+  };
+  std::vector<Tensor> dx = {Tensor::Zeros(DType::kFloat32, xs).value()};
+  std::vector<Tensor> gi_in = {Tensor::Zeros(DType::kFloat32, xs).value(),
+                               Tensor::Zeros(DType::kFloat32, ws).value()};
+  absl::StatusOr<DeviceCall> gi =
+      PlanCanonicalOp(op::kConv2dGradInput, gi_in, absl::MakeSpan(dx), a);
+  ASSERT_TRUE(gi.ok()) << gi.status();
+  ASSERT_EQ(gi->launches.size(), 3u);
+  EXPECT_EQ(gi->launches[0].params.op, DeviceOp::kConv2dGradInputCol);
+  EXPECT_EQ(gi->launches[1].params.op, DeviceOp::kTranspose);
+  EXPECT_EQ(gi->launches[2].params.op, DeviceOp::kTiledMatMul);
+  EXPECT_EQ(gi->launches[2].params.work, 32 * 49);
+  // col 32 x 576 x 3136, w' 64 x 64 x 9, tree levels 2 x 32 x 64 x 3136.
+  EXPECT_EQ(scratch(*gi), 4 * (int64_t{32} * 576 * 3136 + 64 * 64 * 9 +
+                               int64_t{2} * 32 * 64 * 3136));
+  std::vector<Tensor> dw = {Tensor::Zeros(DType::kFloat32, ws).value()};
+  std::vector<Tensor> gw_in = {Tensor::Zeros(DType::kFloat32, xs).value(),
+                               Tensor::Zeros(DType::kFloat32, xs).value()};
+  absl::StatusOr<DeviceCall> gw =
+      PlanCanonicalOp(op::kConv2dGradWeight, gw_in, absl::MakeSpan(dw), a);
+  ASSERT_TRUE(gw.ok()) << gw.status();
+  ASSERT_EQ(gw->launches.size(), 4u);
+  EXPECT_EQ(gw->launches[0].params.op, DeviceOp::kTranspose);
+  EXPECT_EQ(gw->launches[1].params.op, DeviceOp::kConv2dGradWeightCol);
+  EXPECT_EQ(gw->launches[2].params.op, DeviceOp::kTiledMatMul);
+  // 100352 terms = 392 chunks, 1 x 9 tiles: one run per chunk.
+  EXPECT_EQ(gw->launches[2].params.batched_matmul.batch, 392);
+  EXPECT_EQ(gw->launches[2].params.work, 392 * 9);
+  EXPECT_EQ(gw->launches[3].params.op, DeviceOp::kTreeSumParts);
+  EXPECT_EQ(gw->launches[3].params.tree_parts, 392);
+  // dy' 64 x 100352, col 576 x 100352, parts 392 x 64 x 576.
+  EXPECT_EQ(scratch(*gw), 4 * (int64_t{64} * 100352 + int64_t{576} * 100352 +
+                               int64_t{392} * 64 * 576));
 }
 
 // The tiled launch's grid: its own block size, the config's block count,
