@@ -393,9 +393,11 @@ absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config) {
   if (absl::Status s = LaunchOnDevice(call, device, config); !s.ok()) {
     return s;
   }
-  // Scratch is freed below (cudaFree waits for the launches); a resident
-  // output stays where it is, newer than its host copy.
-  LS_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  // A resident call returns without waiting for the device: its outputs
+  // stay there, newer than their host copies, and its scratch goes back to
+  // the pool in stream order. A call that copies back waits here, so a
+  // kernel fault is reported by the call that launched it.
+  if (!resident) LS_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   for (size_t b = 0; b < call.buffers.size(); ++b) {
     const CallBuffer& cb = call.buffers[b];
     if (!cb.copy_out || cb.bytes == 0) continue;

@@ -1,5 +1,15 @@
-// DeviceBuffer: one cudaMalloc'd region, freed on destruction. CUDA code
-// only (included by .cu files; needs the CUDA runtime headers).
+// DeviceBuffer: one region of device memory, freed on destruction. CUDA
+// code only (included by .cu files; needs the CUDA runtime headers).
+//
+// Where the device supports memory pools (every GPU CUDA 13 runs on, in
+// practice), the region comes from the device's default pool in stream
+// order on the legacy default stream (cudaMallocAsync / cudaFreeAsync),
+// and the pool keeps freed memory for the next allocation: a kernel call's
+// scratch or a fingerprint's buffers cost neither a driver allocation nor a
+// device synchronization. The legacy default stream orders the frees after
+// every launch and copy that used the region. The pool gives its memory
+// back to the driver only when the process ends. Elsewhere plain
+// cudaMalloc / cudaFree.
 //
 // The region is at least 16 bytes, so that no pointer handed to a kernel or
 // a library is null. Free errors are ignored: a failed free has nothing to
@@ -10,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -18,16 +29,50 @@
 
 namespace lockstep::kernels::cuda {
 
+// Whether DeviceBuffer allocates from device 0's default memory pool; the
+// first call sets the pool to keep freed memory (release threshold: all).
+inline bool StreamOrderedAllocation() {
+  static const bool use = [] {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    int pools = 0;
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported,
+                               device) != cudaSuccess ||
+        pools == 0) {
+      return false;
+    }
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess) {
+      return false;
+    }
+    uint64_t keep = ~uint64_t{0};
+    return cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+                                   &keep) == cudaSuccess;
+  }();
+  return use;
+}
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ == nullptr) return;
+    if (async_) {
+      cudaFreeAsync(ptr_, nullptr);
+    } else {
+      cudaFree(ptr_);
+    }
   }
   absl::Status Allocate(size_t bytes) {
-    LS_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, bytes < 16 ? 16 : bytes));
+    const size_t n = bytes < 16 ? 16 : bytes;
+    if (StreamOrderedAllocation()) {
+      LS_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&ptr_, n, nullptr));
+      async_ = true;
+    } else {
+      LS_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, n));
+    }
     return absl::OkStatus();
   }
   // Allocates room for `host` and copies it in.
@@ -60,6 +105,7 @@ class DeviceBuffer {
 
  private:
   void* ptr_ = nullptr;
+  bool async_ = false;  // from the pool: freed with cudaFreeAsync
 };
 
 }  // namespace lockstep::kernels::cuda
