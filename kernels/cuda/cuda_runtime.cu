@@ -25,8 +25,8 @@
 #include "kernels/cuda/launch_limits.h"
 #include "kernels/cuda/leaf_hash.h"
 #include "kernels/cuda/thread_bodies.h"
-#include "kernels/cuda/warp.h"
 #include "kernels/cuda/tiled_gemm.h"
+#include "kernels/cuda/warp.h"
 
 namespace lockstep::kernels::cuda {
 namespace {
@@ -97,7 +97,9 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock)
                        GlobalThread() / kWarpSize, GridThreads() / kWarpSize);
 }
 
-// The combination (CombineLeavesWarp), launched as one warp.
+// The combination (CombineLeavesWarp), launched as one block of
+// kCombineThreads: warp 0 hashes header || leaf hashes while warp 1 adds
+// the statistics partials (stats may be null).
 __global__ void __launch_bounds__(kMaxThreadsPerBlock)
     CombineLeavesWarpKernel(const unsigned char* input, uint64_t input_len,
                             uint64_t leaves,
@@ -106,8 +108,11 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock)
                             hash::portable::StatsPartial* total) {
   DeviceWarp<WarpHashLane> w;
   w.lane = static_cast<int>(threadIdx.x % kWarpSize);
-  if (GlobalThread() < kWarpSize) {
-    CombineLeavesWarp(w, input, input_len, leaves, stats, fingerprint, total);
+  const int64_t warp = GlobalThread() / kWarpSize;
+  if (warp == 0) {
+    CombineLeafHashesWarp(w, input, input_len, fingerprint);
+  } else if (warp == 1 && stats != nullptr) {
+    SumLeafStatsWarp(w, stats, leaves, total);
   }
 }
 
@@ -456,8 +461,8 @@ absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
       static_cast<unsigned char*>(result.get()) + sizeof(Hash128));
   LS_RETURN_IF_ERROR(
       CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
-                      "DeviceFingerprintAndStats", kWarpSize));
-  CombineLeavesWarpKernel<<<1, kWarpSize>>>(
+                      "DeviceFingerprintAndStats", kCombineThreads));
+  CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
       combine_input, header->size() + 8 * leaves, leaves,
       static_cast<const StatsPartial*>(partials.get()), out_hash, out_total);
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -557,6 +562,9 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
     LS_RETURN_IF_ERROR(
         CheckKernelFits(kernel, "RunGpuBenchmarks", config.threads_per_block));
   }
+  LS_RETURN_IF_ERROR(
+      CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
+                      "RunGpuBenchmarks", kCombineThreads));
   const auto* in = static_cast<const unsigned char*>(src.get());
   auto* leaf_out = static_cast<uint64_t*>(hashes.get());
   auto* stats_out = static_cast<StatsPartial*>(partials.get());
@@ -610,11 +618,11 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
                                                           stats_out);
          }},
         {"device_fingerprint_stats",
-         "float32, warp per leaf, then the one-warp combination",
+         "float32, warp per leaf, then the two-warp combination",
          [&]() {
            LeafHashWarpKernel<<<warp_grid, block>>>(
                in, bytes, leaf_out, stats_out, combine + kHeader);
-           CombineLeavesWarpKernel<<<1, kWarpSize>>>(
+           CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
                combine, kHeader + 8 * leaves, leaves, stats_out, out_hash,
                out_total);
          }},

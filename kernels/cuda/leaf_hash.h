@@ -117,6 +117,18 @@ LS_HD_INLINE void CombineLeavesThread(
 inline constexpr uint64_t kWarpRowBytes = kWarpSize * 16;
 // Inputs up to this length take XXH3's short paths (one lane).
 inline constexpr uint64_t kXxh3ShortMax = 240;
+// 1 KiB XXH3 blocks whose loads are issued together before any of them is
+// used: one in the leaf kernel (its many warps per SM hide the latency),
+// four in the combination (one warp alone on its SM).
+inline constexpr int kLeafBlocksPerLoad = 1;
+inline constexpr int kCombineBlocksPerLoad = 2;
+// Statistics partials one lane of the combination's statistics warp loads
+// per batch: a batch is kWarpSize * kPartialsPerLane leaves in a row.
+inline constexpr int kPartialsPerLane = 2;
+// The combination kernel's block: warp 0 hashes header || leaf hashes
+// (CombineLeafHashesWarp) while warp 1 adds the statistics partials
+// (SumLeafStatsWarp).
+inline constexpr int kCombineThreads = 2 * kWarpSize;
 
 // What one lane holds while its warp hashes an input.
 struct WarpHashLane {
@@ -128,9 +140,11 @@ struct WarpHashLane {
   uint64_t last_key[2];
   uint64_t merge_key[2];
   uint64_t merge_hi_key[2];
-  uint64_t acc[2];       // accumulators 2q and 2q + 1
-  uint64_t sum[2];       // their contributions since the last scramble
-  uint64_t word[2][2];   // this lane's 16 bytes of the block's 2 x 512
+  uint64_t acc[2];  // accumulators 2q and 2q + 1
+  uint64_t sum[2];  // their contributions since the last scramble
+  // This lane's 16 bytes of each 512 loaded together (2 per 1 KiB block;
+  // only the first 2 * kLeafBlocksPerLoad in the leaf kernel).
+  uint64_t word[2 * kCombineBlocksPerLoad][2];
   uint64_t other[2][2];  // lane ^ 16's (statistics, row 1 of each 512)
   uint64_t lo;           // merge result (the 64-bit hash, or XXH3-128's low)
   uint64_t hi;           // XXH3-128's high half
@@ -140,6 +154,19 @@ struct WarpHashLane {
   uint64_t max_finite;
   uint64_t nan_count;
   uint64_t inf_count;
+  // The combination's statistics warp: the partials of leaves base +
+  // kWarpSize * k + lane of two batches (one in use, the next in flight),
+  // the values lane 0 takes from lane j, and lane 0's sequential totals
+  // (the other lanes' totals are never read).
+  double part_sum[2][kPartialsPerLane];
+  double part_sq[2][kPartialsPerLane];
+  uint64_t part_max[2][kPartialsPerLane];
+  uint64_t part_nan[2][kPartialsPerLane];
+  uint64_t part_inf[2][kPartialsPerLane];
+  double pick_sum;
+  double pick_sq;
+  double total_sum;
+  double total_sq;
 };
 
 namespace warp_internal {
@@ -297,11 +324,16 @@ LS_HD_INLINE void ReduceQuarterSums(W& w) {
 // One pass of a warp over in[0, len), len >= 1. With `hash` (len > 240):
 // XXH3's large-input accumulation (xxh3_internal::LargeAccumulate), every
 // lane ending with its quarter's two accumulators. With `stats`: the
-// statistics chains over the len / 4 floats. REQUIRES: in 16-byte aligned
-// (device); len a multiple of 4 with stats.
-template <class W>
+// statistics chains over the len / 4 floats. kBlocks 1 KiB blocks are
+// loaded at once (all their loads in flight together), then accumulated
+// one after another. REQUIRES: in 16-byte aligned (device); len a multiple
+// of 4 with stats.
+template <int kBlocks, class W>
 LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
                                   bool hash, bool stats) {
+  static_assert(kBlocks >= 1 && kBlocks <= kCombineBlocksPerLoad,
+                "WarpHashLane::word holds kCombineBlocksPerLoad blocks");
+  constexpr int kRows = 2 * kBlocks;
   const uint64_t full_blocks = hash ? (len - 1) / x::kBlockLen : 0;
   const uint64_t last_len = len - full_blocks * x::kBlockLen;
   // Stripes accumulated with their block's keys: every stripe of the full
@@ -325,13 +357,13 @@ LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
     s.nan_count = 0;
     s.inf_count = 0;
   });
-  // One 1 KiB block (two 512-byte rows) per step: both rows' loads are in
-  // flight together.
-  for (uint64_t b = 0; 2 * b < rows; ++b) {
+  // kBlocks 1 KiB blocks (2 * kBlocks rows of 512 bytes) per step: all
+  // their loads are in flight together; rows past the input load nothing.
+  for (uint64_t g = 0; kRows * g < rows; ++g) {
     w.Each([&](int lane, WarpHashLane& s) {
       LS_WARP_UNROLL
-      for (int c = 0; c < 2; ++c) {
-        const uint64_t r = 2 * b + c;
+      for (int c = 0; c < kRows; ++c) {
+        const uint64_t r = kRows * g + c;
         const uint64_t at =
             r * kWarpRowBytes + 16 * static_cast<uint64_t>(lane);
         s.word[c][0] = 0;
@@ -349,49 +381,57 @@ LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
           }
         }
       }
-      LS_WARP_UNROLL
-      for (int c = 0; c < 2; ++c) {
-        const uint64_t r = 2 * b + c;
-        if (r * 8 + static_cast<uint64_t>(lane / 4) < stripes) {
-          AccumulateQuarter(s.sum, s.word[c], s.key[c]);
-        }
-        s.other[c][0] = s.word[c][0];
-        s.other[c][1] = s.word[c][1];
-      }
     });
-    if (stats) {
-      // Row 1 of each 512 bytes comes from lane + 16; chain j then takes
-      // row 0 and row 1 of the first 512 bytes, then of the second.
-      LS_WARP_UNROLL
-      for (int c = 0; c < 2; ++c) {
-        LS_WARP_UNROLL
-        for (int k = 0; k < 2; ++k) {
-          w.XorCombine(
-              16,
-              [c, k](WarpHashLane& s) -> uint64_t& { return s.other[c][k]; },
-              [](uint64_t, uint64_t theirs) { return theirs; });
-        }
-      }
+    LS_WARP_UNROLL
+    for (int i = 0; i < kBlocks; ++i) {
+      const uint64_t b = kBlocks * g + i;
+      if (2 * b >= rows) break;
       w.Each([&](int lane, WarpHashLane& s) {
-        if (lane >= 16) return;
         LS_WARP_UNROLL
         for (int c = 0; c < 2; ++c) {
-          const uint64_t at =
-              (2 * b + c) * kWarpRowBytes + 16 * static_cast<uint64_t>(lane);
-          ChainSteps(s.word[c], FloatsInside(at, len), s);
-          ChainSteps(s.other[c], FloatsInside(at + kWarpRowBytes / 2, len), s);
+          const uint64_t r = 2 * b + c;
+          if (r * 8 + static_cast<uint64_t>(lane / 4) < stripes) {
+            AccumulateQuarter(s.sum, s.word[2 * i + c], s.key[c]);
+          }
+          s.other[c][0] = s.word[2 * i + c][0];
+          s.other[c][1] = s.word[2 * i + c][1];
         }
       });
-    }
-    if (b < full_blocks) {  // a full block ends: scramble
-      ReduceQuarterSums(w);
-      w.Each([&](int, WarpHashLane& s) {
-        s.acc[0] += s.sum[0];
-        s.acc[1] += s.sum[1];
-        s.sum[0] = 0;
-        s.sum[1] = 0;
-        ScramblePair(s.acc, s.scramble_key);
-      });
+      if (stats) {
+        // Row 1 of each 512 bytes comes from lane + 16; chain j then takes
+        // row 0 and row 1 of the first 512 bytes, then of the second.
+        LS_WARP_UNROLL
+        for (int c = 0; c < 2; ++c) {
+          LS_WARP_UNROLL
+          for (int k = 0; k < 2; ++k) {
+            w.XorCombine(
+                16,
+                [c, k](WarpHashLane& s) -> uint64_t& { return s.other[c][k]; },
+                [](uint64_t, uint64_t theirs) { return theirs; });
+          }
+        }
+        w.Each([&](int lane, WarpHashLane& s) {
+          if (lane >= 16) return;
+          LS_WARP_UNROLL
+          for (int c = 0; c < 2; ++c) {
+            const uint64_t at =
+                (2 * b + c) * kWarpRowBytes + 16 * static_cast<uint64_t>(lane);
+            ChainSteps(s.word[2 * i + c], FloatsInside(at, len), s);
+            ChainSteps(s.other[c], FloatsInside(at + kWarpRowBytes / 2, len),
+                       s);
+          }
+        });
+      }
+      if (b < full_blocks) {  // a full block ends: scramble
+        ReduceQuarterSums(w);
+        w.Each([&](int, WarpHashLane& s) {
+          s.acc[0] += s.sum[0];
+          s.acc[1] += s.sum[1];
+          s.sum[0] = 0;
+          s.sum[1] = 0;
+          ScramblePair(s.acc, s.scramble_key);
+        });
+      }
     }
   }
   if (!hash) return;
@@ -476,6 +516,89 @@ LS_HD_INLINE hash::portable::StatsPartial FoldStats(W& w) {
   return p;
 }
 
+// The combination's statistics warp. Batches of kPartialBatch leaves in a
+// row: lane L loads the partials of leaves base + kWarpSize * k + L (k <
+// kPartialsPerLane) into buffer kBuf; the next batch's loads are issued
+// before the current batch is added, so lane 0's chain never waits on
+// memory.
+inline constexpr uint64_t kPartialBatch = kWarpSize * kPartialsPerLane;
+
+template <int kBuf, class W>
+LS_HD_INLINE void LoadPartials(W& w, const hash::portable::StatsPartial* stats,
+                               uint64_t leaves, uint64_t base) {
+  w.Each([&](int lane, WarpHashLane& s) {
+    LS_WARP_UNROLL
+    for (int k = 0; k < kPartialsPerLane; ++k) {
+      const uint64_t l = base + kWarpSize * k + static_cast<uint64_t>(lane);
+      if (l < leaves) {
+        s.part_sum[kBuf][k] = stats[l].sum;
+        s.part_sq[kBuf][k] = stats[l].sum_sq;
+        s.part_max[kBuf][k] = stats[l].max_abs_bits;
+        s.part_nan[kBuf][k] = static_cast<uint64_t>(stats[l].nan_count);
+        s.part_inf[kBuf][k] = static_cast<uint64_t>(stats[l].inf_count);
+      } else {  // past the last leaf: neutral integers, floats never added
+        s.part_sum[kBuf][k] = 0.0;
+        s.part_sq[kBuf][k] = 0.0;
+        s.part_max[kBuf][k] = 0;
+        s.part_nan[kBuf][k] = 0;
+        s.part_inf[kBuf][k] = 0;
+      }
+    }
+  });
+}
+
+// Adds buffer kBuf's batch (leaves base .. base + kPartialBatch - 1 below
+// `leaves`): the integers in every lane in any order, the float64 sums on
+// lane 0 in leaf order (lane 0 takes leaf base + kWarpSize * k + j's values
+// from lane j by shuffle). kFull: the whole batch is below `leaves`, so no
+// per-leaf test keeps the shuffles from being issued ahead of the adds.
+template <int kBuf, bool kFull, class W>
+LS_HD_INLINE void AddPartials(W& w, uint64_t leaves, uint64_t base) {
+  w.Each([&](int, WarpHashLane& s) {
+    LS_WARP_UNROLL
+    for (int k = 0; k < kPartialsPerLane; ++k) {
+      const uint64_t m = s.part_max[kBuf][k];
+      s.max_finite = m > s.max_finite ? m : s.max_finite;
+      s.nan_count += s.part_nan[kBuf][k];
+      s.inf_count += s.part_inf[kBuf][k];
+    }
+  });
+  LS_WARP_UNROLL
+  for (int k = 0; k < kPartialsPerLane; ++k) {
+    LS_WARP_UNROLL
+    for (int j = 0; j < kWarpSize; ++j) {
+      if (!kFull && base + kWarpSize * k + static_cast<uint64_t>(j) >= leaves) {
+        return;
+      }
+      w.Each([&](int, WarpHashLane& s) {
+        s.pick_sum = s.part_sum[kBuf][k];
+        s.pick_sq = s.part_sq[kBuf][k];
+      });
+      if (j != 0) {
+        w.XorCombine(
+            j, [](WarpHashLane& s) -> double& { return s.pick_sum; },
+            [](double, double theirs) { return theirs; });
+        w.XorCombine(
+            j, [](WarpHashLane& s) -> double& { return s.pick_sq; },
+            [](double, double theirs) { return theirs; });
+      }
+      w.Each([&](int, WarpHashLane& s) {
+        s.total_sum = s.total_sum + s.pick_sum;
+        s.total_sq = s.total_sq + s.pick_sq;
+      });
+    }
+  }
+}
+
+template <int kBuf, class W>
+LS_HD_INLINE void AddPartialsOf(W& w, uint64_t leaves, uint64_t base) {
+  if (base + kPartialBatch <= leaves) {
+    AddPartials<kBuf, true>(w, leaves, base);
+  } else {
+    AddPartials<kBuf, false>(w, leaves, base);
+  }
+}
+
 #undef LS_WARP_UNROLL
 
 }  // namespace warp_internal
@@ -510,14 +633,15 @@ LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
       // StatsOfBlock's 128 accumulators in one thread would set the
       // register budget of the whole kernel.
       if (stats != nullptr) {
-        wi::LargeAccumulate(w, in, len, false, true);
+        wi::LargeAccumulate<kLeafBlocksPerLoad>(w, in, len, false, true);
         p = wi::FoldStats(w);
       }
       w.Each([&](int lane, WarpHashLane&) {
         if (lane == 0) h = hash::portable::Xxh3Hash64(in, len);
       });
     } else {
-      wi::LargeAccumulate(w, in, len, true, stats != nullptr);
+      wi::LargeAccumulate<kLeafBlocksPerLoad>(w, in, len, true,
+                                              stats != nullptr);
       wi::FinalMerge(w, len, false);
       if (stats != nullptr) p = wi::FoldStats(w);
       w.Each([&](int lane, WarpHashLane& s) {
@@ -538,18 +662,15 @@ LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
   }
 }
 
-// The warp form of CombineLeavesThread, run by one warp after
-// LeafHashAndStatsWarp wrote the leaf hashes after the header:
-// *fingerprint = XXH3-128 of input[0, input_len) (header || leaf hashes,
-// warp-cooperative); when stats is not null, lane 0 adds the `leaves`
-// partials in leaf order into *total (the definition's sequential sum).
-// REQUIRES: input 16-byte aligned (device).
+// XXH3-128 of input[0, input_len) (header || leaf hashes, written there by
+// LeafHashAndStatsWarp), warp-cooperative: the accumulation loads
+// kCombineBlocksPerLoad KiB at a time; lane 0 writes *fingerprint. Call on
+// every lane of the warp with uniform arguments. REQUIRES: input 16-byte
+// aligned (device).
 template <class W>
-LS_HD_INLINE void CombineLeavesWarp(W& w, const unsigned char* input,
-                                    uint64_t input_len, uint64_t leaves,
-                                    const hash::portable::StatsPartial* stats,
-                                    hash::portable::Hash128* fingerprint,
-                                    hash::portable::StatsPartial* total) {
+LS_HD_INLINE void CombineLeafHashesWarp(W& w, const unsigned char* input,
+                                        uint64_t input_len,
+                                        hash::portable::Hash128* fingerprint) {
   namespace wi = warp_internal;
   hash::portable::Hash128 h;
   if (input_len <= kXxh3ShortMax) {
@@ -558,7 +679,8 @@ LS_HD_INLINE void CombineLeavesWarp(W& w, const unsigned char* input,
     });
   } else {
     w.Each([](int lane, WarpHashLane& s) { wi::LoadKeys(lane, s); });
-    wi::LargeAccumulate(w, input, input_len, true, false);
+    wi::LargeAccumulate<kCombineBlocksPerLoad>(w, input, input_len, true,
+                                               false);
     wi::FinalMerge(w, input_len, true);
     w.Each([&](int lane, WarpHashLane& s) {
       if (lane != 0) return;
@@ -567,16 +689,80 @@ LS_HD_INLINE void CombineLeavesWarp(W& w, const unsigned char* input,
     });
   }
   w.Each([&](int lane, WarpHashLane&) {
-    if (lane != 0) return;
-    *fingerprint = h;
-    if (stats != nullptr) {
-      hash::portable::StatsPartial t = hash::portable::EmptyStatsPartial();
-      for (uint64_t l = 0; l < leaves; ++l) {
-        hash::portable::AddBlockStats(&t, stats[l]);
-      }
-      *total = t;
-    }
+    if (lane == 0) *fingerprint = h;
   });
+}
+
+// *total = stats[0 .. leaves) added in leaf order (hash::CombineBlockStats'
+// sum, CombineLeavesThread's bits): the float64 sum and sum of squares are
+// lane 0's two sequential chains, in leaf order by definition; the warp
+// only loads for it, kPartialBatch partials at a time, one batch ahead,
+// and hands them to lane 0 by shuffle. max |x| and the NaN / Inf counts are
+// reduced across the lanes. Call on every lane of the warp with uniform
+// arguments.
+template <class W>
+LS_HD_INLINE void SumLeafStatsWarp(W& w,
+                                   const hash::portable::StatsPartial* stats,
+                                   uint64_t leaves,
+                                   hash::portable::StatsPartial* total) {
+  namespace wi = warp_internal;
+  w.Each([](int, WarpHashLane& s) {
+    s.total_sum = 0.0;
+    s.total_sq = 0.0;
+    s.max_finite = 0;
+    s.nan_count = 0;
+    s.inf_count = 0;
+  });
+  if (leaves > 0) wi::LoadPartials<0>(w, stats, leaves, 0);
+  // Two batches per turn, so each buffer is a fixed set of registers.
+  for (uint64_t base = 0; base < leaves; base += 2 * wi::kPartialBatch) {
+    const uint64_t next = base + wi::kPartialBatch;
+    if (next < leaves) wi::LoadPartials<1>(w, stats, leaves, next);
+    wi::AddPartialsOf<0>(w, leaves, base);
+    if (next >= leaves) break;
+    if (next + wi::kPartialBatch < leaves) {
+      wi::LoadPartials<0>(w, stats, leaves, next + wi::kPartialBatch);
+    }
+    wi::AddPartialsOf<1>(w, leaves, next);
+  }
+  for (int m = 1; m < kWarpSize; m *= 2) {
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.max_finite; },
+        wi::MaxU64());
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.nan_count; },
+        wi::AddU64());
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.inf_count; },
+        wi::AddU64());
+  }
+  w.Each([&](int lane, WarpHashLane& s) {
+    if (lane != 0) return;
+    hash::portable::StatsPartial t = hash::portable::EmptyStatsPartial();
+    t.sum = s.total_sum;
+    t.sum_sq = s.total_sq;
+    t.max_abs_bits = static_cast<uint32_t>(s.max_finite);
+    t.nan_count = static_cast<int64_t>(s.nan_count);
+    t.inf_count = static_cast<int64_t>(s.inf_count);
+    *total = t;
+  });
+}
+
+// The warp form of CombineLeavesThread, after LeafHashAndStatsWarp wrote
+// the leaf hashes after the header: *fingerprint = XXH3-128 of
+// input[0, input_len) (CombineLeafHashesWarp) and, when stats is not null,
+// *total = the `leaves` partials added in leaf order (SumLeafStatsWarp).
+// On the device the two parts run on two warps of one block
+// (kCombineThreads); here one after the other on the same warp, with the
+// same bits. REQUIRES: input 16-byte aligned (device).
+template <class W>
+LS_HD_INLINE void CombineLeavesWarp(W& w, const unsigned char* input,
+                                    uint64_t input_len, uint64_t leaves,
+                                    const hash::portable::StatsPartial* stats,
+                                    hash::portable::Hash128* fingerprint,
+                                    hash::portable::StatsPartial* total) {
+  CombineLeafHashesWarp(w, input, input_len, fingerprint);
+  if (stats != nullptr) SumLeafStatsWarp(w, stats, leaves, total);
 }
 
 }  // namespace lockstep::kernels::cuda
