@@ -20,10 +20,14 @@
 //   overlapping last stripe are added the same way, and the final merge's four
 //   products are added across the quarters. Inputs of at most 240 bytes take
 //   XXH3's short paths in one lane. The statistics keep the definition's order:
-//   lane L < 16 owns chains 4L .. 4L + 3 and, for each 512 bytes, steps
-//   them through its own 4 floats (row 0) and then lane L + 16's (row 1, by
-//   shuffle), so chain j sees elements j, j + 64, j + 128, ... in order;
-//   the halving tree is shuffles between the chain owners.
+//   lanes L and L + 16 (L < 16) hold chains 4L .. 4L + 3's next two
+//   elements of each 512 bytes; lane L steps chains 4L, 4L + 1 and lane
+//   L + 16 chains 4L + 2, 4L + 3, each through two floats of its own and
+//   two of its partner's (one shuffle), so chain j sees elements j, j + 64,
+//   j + 128, ... in order; the halving tree is shuffles between the chain
+//   owners. The combination runs on two warps: one hashes header || leaf
+//   hashes, the other loads the statistics partials for lane 0, which adds
+//   them in leaf order.
 //
 // Thread-safety: pure functions; threads (warps) write disjoint leaves.
 #ifndef LOCKSTEP_KERNELS_CUDA_LEAF_HASH_H_
@@ -145,12 +149,15 @@ struct WarpHashLane {
   // This lane's 16 bytes of each 512 loaded together (2 per 1 KiB block;
   // only the first 2 * kLeafBlocksPerLoad in the leaf kernel).
   uint64_t word[2 * kCombineBlocksPerLoad][2];
-  uint64_t other[2][2];  // lane ^ 16's (statistics, row 1 of each 512)
-  uint64_t lo;           // merge result (the 64-bit hash, or XXH3-128's low)
-  uint64_t hi;           // XXH3-128's high half
-  // Statistics chains 4 * lane .. 4 * lane + 3 (lanes < 16).
-  double chain_sum[4];
-  double chain_sq[4];
+  // Statistics: the two floats of each 512 (of the block in use) this
+  // lane takes from lane ^ 16.
+  uint64_t other[2];
+  uint64_t lo;  // merge result (the 64-bit hash, or XXH3-128's low)
+  uint64_t hi;  // XXH3-128's high half
+  // Statistics chains 4L, 4L + 1 (lane L < 16) or 4L + 2, 4L + 3 (lane
+  // 16 + L).
+  double chain_sum[2];
+  double chain_sq[2];
   uint64_t max_finite;
   uint64_t nan_count;
   uint64_t inf_count;
@@ -275,14 +282,14 @@ LS_HD_INLINE int FloatsInside(uint64_t at, uint64_t len) {
   return len - at >= 16 ? 4 : static_cast<int>((len - at) / 4);
 }
 
-// The first `n` floats of two words into chains 0..3 (StatsStep's
-// arithmetic; the NaN / Inf counts are kept as they come, which gives the
-// reference's two-pass counts).
-LS_HD_INLINE void ChainSteps(const uint64_t word[2], int n, WarpHashLane& s) {
+// The first `n` (0..2) floats of a word (low half first) into the lane's
+// chains 0 and 1 (StatsStep's arithmetic; the NaN / Inf counts are kept as
+// they come, which gives the reference's two-pass counts).
+LS_HD_INLINE void ChainSteps(uint64_t word, int n, WarpHashLane& s) {
   LS_WARP_UNROLL
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 2; ++i) {
     if (i >= n) continue;
-    const uint32_t bits = static_cast<uint32_t>(word[i / 2] >> (32 * (i % 2)));
+    const uint32_t bits = static_cast<uint32_t>(word >> (32 * i));
     const uint32_t abs_bits = bits & 0x7fffffffU;
     const bool finite = abs_bits < hash::portable::kF32InfBits;
     const double d =
@@ -349,7 +356,7 @@ LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
     s.sum[0] = 0;
     s.sum[1] = 0;
     LS_WARP_UNROLL
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2; ++i) {
       s.chain_sum[i] = 0.0;
       s.chain_sq[i] = 0.0;
     }
@@ -393,32 +400,49 @@ LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
           if (r * 8 + static_cast<uint64_t>(lane / 4) < stripes) {
             AccumulateQuarter(s.sum, s.word[2 * i + c], s.key[c]);
           }
-          s.other[c][0] = s.word[2 * i + c][0];
-          s.other[c][1] = s.word[2 * i + c][1];
         }
       });
       if (stats) {
-        // Row 1 of each 512 bytes comes from lane + 16; chain j then takes
-        // row 0 and row 1 of the first 512 bytes, then of the second.
-        LS_WARP_UNROLL
-        for (int c = 0; c < 2; ++c) {
-          LS_WARP_UNROLL
-          for (int k = 0; k < 2; ++k) {
-            w.XorCombine(
-                16,
-                [c, k](WarpHashLane& s) -> uint64_t& { return s.other[c][k]; },
-                [](uint64_t, uint64_t theirs) { return theirs; });
-          }
-        }
+        // Of each 512 bytes (128 floats), floats j and 64 + j are chain j's
+        // next two elements: lane L < 16 holds floats 4L .. 4L + 3 and lane
+        // 16 + L floats 64 + 4L .. 64 + 4L + 3. Lane L steps chains 4L and
+        // 4L + 1 through its floats 0, 1, then lane 16 + L's floats 0, 1;
+        // lane 16 + L steps chains 4L + 2 and 4L + 3 through lane L's
+        // floats 2, 3, then its own floats 2, 3. So every lane takes one
+        // word from its partner (one xor shuffle per 512 bytes), and chain
+        // j sees elements j, j + 64, j + 128, ... in order.
         w.Each([&](int lane, WarpHashLane& s) {
-          if (lane >= 16) return;
           LS_WARP_UNROLL
           for (int c = 0; c < 2; ++c) {
-            const uint64_t at =
-                (2 * b + c) * kWarpRowBytes + 16 * static_cast<uint64_t>(lane);
-            ChainSteps(s.word[2 * i + c], FloatsInside(at, len), s);
-            ChainSteps(s.other[c], FloatsInside(at + kWarpRowBytes / 2, len),
-                       s);
+            // A select: a lane-dependent index would put the array in
+            // local memory.
+            s.other[c] =
+                lane < 16 ? s.word[2 * i + c][1] : s.word[2 * i + c][0];
+          }
+        });
+        LS_WARP_UNROLL
+        for (int c = 0; c < 2; ++c) {
+          w.XorCombine(
+              16, [c](WarpHashLane& s) -> uint64_t& { return s.other[c]; },
+              [](uint64_t, uint64_t theirs) { return theirs; });
+        }
+        w.Each([&](int lane, WarpHashLane& s) {
+          const bool low = lane < 16;
+          LS_WARP_UNROLL
+          for (int c = 0; c < 2; ++c) {
+            const uint64_t row = (2 * b + c) * kWarpRowBytes;
+            const int own =
+                FloatsInside(row + 16 * static_cast<uint64_t>(lane), len);
+            const int theirs =
+                FloatsInside(row + 16 * static_cast<uint64_t>(lane ^ 16), len);
+            const int first =
+                low ? (own < 2 ? own : 2) : (theirs > 2 ? theirs - 2 : 0);
+            const int second =
+                low ? (theirs < 2 ? theirs : 2) : (own > 2 ? own - 2 : 0);
+            // Selects, not branches: both halves of the warp run the same
+            // instructions.
+            ChainSteps(low ? s.word[2 * i + c][0] : s.other[c], first, s);
+            ChainSteps(low ? s.other[c] : s.word[2 * i + c][1], second, s);
           }
         });
       }
@@ -478,13 +502,14 @@ LS_HD_INLINE void FinalMerge(W& w, uint64_t len, bool high) {
 // max |x| and the counts; lane 0 ends with the block's statistics.
 template <class W>
 LS_HD_INLINE hash::portable::StatsPartial FoldStats(W& w) {
-  // w = 32, 16, 8, 4: chain j (lane j / 4) += chain j + w (lane j / 4 +
-  // w / 4): shuffles with masks 8, 4, 2, 1 (lanes above the fold hold
-  // values nobody reads).
+  // w = 32, 16, 8, 4: chain j (lane j / 4, or 16 + j / 4) += chain j + w
+  // (w / 4 lanes up, same slot): masks 8, 4, 2, 1; then w = 2: chains 0, 1
+  // (lane 0) += chains 2, 3 (lane 16): mask 16 (lanes outside the fold
+  // hold values nobody reads).
   LS_WARP_UNROLL
   for (int m = 8; m >= 1; m /= 2) {
     LS_WARP_UNROLL
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2; ++i) {
       w.XorCombine(
           m, [i](WarpHashLane& s) -> double& { return s.chain_sum[i]; },
           AddF64());
@@ -492,6 +517,15 @@ LS_HD_INLINE hash::portable::StatsPartial FoldStats(W& w) {
           m, [i](WarpHashLane& s) -> double& { return s.chain_sq[i]; },
           AddF64());
     }
+  }
+  LS_WARP_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    w.XorCombine(
+        16, [i](WarpHashLane& s) -> double& { return s.chain_sum[i]; },
+        AddF64());
+    w.XorCombine(
+        16, [i](WarpHashLane& s) -> double& { return s.chain_sq[i]; },
+        AddF64());
   }
   for (int m = 1; m < kWarpSize; m *= 2) {
     w.XorCombine(
@@ -504,11 +538,9 @@ LS_HD_INLINE hash::portable::StatsPartial FoldStats(W& w) {
   hash::portable::StatsPartial p = hash::portable::EmptyStatsPartial();
   w.Each([&](int lane, WarpHashLane& s) {
     if (lane != 0) return;
-    // w = 2, 1 inside lane 0.
-    p.sum =
-        (s.chain_sum[0] + s.chain_sum[2]) + (s.chain_sum[1] + s.chain_sum[3]);
-    p.sum_sq =
-        (s.chain_sq[0] + s.chain_sq[2]) + (s.chain_sq[1] + s.chain_sq[3]);
+    // w = 1 inside lane 0.
+    p.sum = s.chain_sum[0] + s.chain_sum[1];
+    p.sum_sq = s.chain_sq[0] + s.chain_sq[1];
     p.max_abs_bits = static_cast<uint32_t>(s.max_finite);
     p.nan_count = static_cast<int64_t>(s.nan_count);
     p.inf_count = static_cast<int64_t>(s.inf_count);

@@ -207,7 +207,11 @@ TEST(EmulatedWarpTest, XorCombineUsesValuesFromBeforeTheCall) {
 
 // Sizes around every boundary of the warp body: XXH3's short paths (<= 240
 // bytes, one lane), the 1 KiB block, the 512 bytes a warp loads at once,
-// the 64 KiB leaf, and a multi-leaf tensor with a short last leaf.
+// the 64 KiB leaf, and a multi-leaf tensor with a short last leaf. The
+// float32 sizes end with 1, 2 or 3 floats in a lane of either half of the
+// warp (the statistics pair lane L with lane L + 16): 244 (lane 15, 1),
+// 264 (lane 16, 2), 764 (lane 15, 3), 2308 (lane 16, 1), 64 KiB - 4 (lane
+// 31, 3), 1 MiB + 12 (lane 0, 3).
 constexpr uint64_t kWarpSizes[] = {0,
                                    1,
                                    3,
@@ -215,10 +219,13 @@ constexpr uint64_t kWarpSizes[] = {0,
                                    240,
                                    241,
                                    244,
+                                   264,
+                                   764,
                                    1023,
                                    1024,
                                    1025,
                                    2048,
+                                   2308,
                                    hash::kLeafBytes - 4,
                                    hash::kLeafBytes,
                                    hash::kLeafBytes + 4,
