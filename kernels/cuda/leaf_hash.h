@@ -122,8 +122,9 @@ inline constexpr uint64_t kWarpRowBytes = kWarpSize * 16;
 // Inputs up to this length take XXH3's short paths (one lane).
 inline constexpr uint64_t kXxh3ShortMax = 240;
 // 1 KiB XXH3 blocks whose loads are issued together before any of them is
-// used: one in the leaf kernel (its many warps per SM hide the latency),
-// four in the combination (one warp alone on its SM).
+// used: one in the leaf kernel (its many warps per SM hide the latency;
+// two take it from 74 to 96 registers, sm_90), two in the combination (one
+// warp alone on its SM; four spill there).
 inline constexpr int kLeafBlocksPerLoad = 1;
 inline constexpr int kCombineBlocksPerLoad = 2;
 // Statistics partials one lane of the combination's statistics warp loads
@@ -426,23 +427,34 @@ LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
               16, [c](WarpHashLane& s) -> uint64_t& { return s.other[c]; },
               [](uint64_t, uint64_t theirs) { return theirs; });
         }
+        // Every block but a leaf's last lies wholly inside the input (a
+        // warp-uniform test): two floats per step, no per-lane counts.
+        const bool whole = (2 * b + 2) * kWarpRowBytes <= len;
         w.Each([&](int lane, WarpHashLane& s) {
           const bool low = lane < 16;
           LS_WARP_UNROLL
           for (int c = 0; c < 2; ++c) {
+            // Selects, not branches: both halves of the warp run the same
+            // instructions.
+            const uint64_t first_word = low ? s.word[2 * i + c][0] : s.other[c];
+            const uint64_t second_word =
+                low ? s.other[c] : s.word[2 * i + c][1];
+            if (whole) {
+              ChainSteps(first_word, 2, s);
+              ChainSteps(second_word, 2, s);
+              continue;
+            }
             const uint64_t row = (2 * b + c) * kWarpRowBytes;
             const int own =
                 FloatsInside(row + 16 * static_cast<uint64_t>(lane), len);
             const int theirs =
                 FloatsInside(row + 16 * static_cast<uint64_t>(lane ^ 16), len);
-            const int first =
-                low ? (own < 2 ? own : 2) : (theirs > 2 ? theirs - 2 : 0);
-            const int second =
-                low ? (theirs < 2 ? theirs : 2) : (own > 2 ? own - 2 : 0);
-            // Selects, not branches: both halves of the warp run the same
-            // instructions.
-            ChainSteps(low ? s.word[2 * i + c][0] : s.other[c], first, s);
-            ChainSteps(low ? s.other[c] : s.word[2 * i + c][1], second, s);
+            ChainSteps(
+                first_word,
+                low ? (own < 2 ? own : 2) : (theirs > 2 ? theirs - 2 : 0), s);
+            ChainSteps(
+                second_word,
+                low ? (theirs < 2 ? theirs : 2) : (own > 2 ? own - 2 : 0), s);
           }
         });
       }
