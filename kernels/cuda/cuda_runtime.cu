@@ -99,20 +99,21 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock)
 
 // The combination (CombineLeavesWarp), launched as one block of
 // kCombineThreads: warp 0 hashes header || leaf hashes while warp 1 adds
-// the statistics partials (stats may be null).
+// the statistics partials, staged in shared memory (stats may be null).
 __global__ void __launch_bounds__(kMaxThreadsPerBlock)
     CombineLeavesWarpKernel(const unsigned char* input, uint64_t input_len,
                             uint64_t leaves,
                             const hash::portable::StatsPartial* stats,
                             hash::portable::Hash128* fingerprint,
                             hash::portable::StatsPartial* total) {
+  __shared__ PartialStage stage;
   DeviceWarp<WarpHashLane> w;
   w.lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int64_t warp = GlobalThread() / kWarpSize;
   if (warp == 0) {
     CombineLeafHashesWarp(w, input, input_len, fingerprint);
   } else if (warp == 1 && stats != nullptr) {
-    SumLeafStatsWarp(w, stats, leaves, total);
+    SumLeafStatsWarp(w, stats, leaves, &stage, total);
   }
 }
 

@@ -26,8 +26,8 @@
 //   two of its partner's (one shuffle), so chain j sees elements j, j + 64,
 //   j + 128, ... in order; the halving tree is shuffles between the chain
 //   owners. The combination runs on two warps: one hashes header || leaf
-//   hashes, the other loads the statistics partials for lane 0, which adds
-//   them in leaf order.
+//   hashes, the other loads the statistics partials and stages them in
+//   shared memory for its lane 0, which adds them in leaf order.
 //
 // Thread-safety: pure functions; threads (warps) write disjoint leaves.
 #ifndef LOCKSTEP_KERNELS_CUDA_LEAF_HASH_H_
@@ -163,18 +163,28 @@ struct WarpHashLane {
   uint64_t nan_count;
   uint64_t inf_count;
   // The combination's statistics warp: the partials of leaves base +
-  // kWarpSize * k + lane of two batches (one in use, the next in flight),
-  // the values lane 0 takes from lane j, and lane 0's sequential totals
-  // (the other lanes' totals are never read).
+  // kWarpSize * k + lane of two batches (one being added, the next in
+  // flight), and lane 0's sequential totals.
   double part_sum[2][kPartialsPerLane];
   double part_sq[2][kPartialsPerLane];
   uint64_t part_max[2][kPartialsPerLane];
   uint64_t part_nan[2][kPartialsPerLane];
   uint64_t part_inf[2][kPartialsPerLane];
-  double pick_sum;
-  double pick_sq;
   double total_sum;
   double total_sq;
+};
+
+// One leaf's float64 statistics sums, as the statistics warp stages them
+// for its lane 0 (one 16-byte load each).
+struct alignas(16) StagedSums {
+  double sum;
+  double sum_sq;
+};
+
+// The statistics warp's staging memory (shared memory on the device): one
+// batch of kWarpSize * kPartialsPerLane leaves, in leaf order.
+struct PartialStage {
+  StagedSums leaf[kWarpSize * kPartialsPerLane];
 };
 
 namespace warp_internal {
@@ -564,7 +574,7 @@ LS_HD_INLINE hash::portable::StatsPartial FoldStats(W& w) {
 // row: lane L loads the partials of leaves base + kWarpSize * k + L (k <
 // kPartialsPerLane) into buffer kBuf; the next batch's loads are issued
 // before the current batch is added, so lane 0's chain never waits on
-// memory.
+// global memory.
 inline constexpr uint64_t kPartialBatch = kWarpSize * kPartialsPerLane;
 
 template <int kBuf, class W>
@@ -592,54 +602,47 @@ LS_HD_INLINE void LoadPartials(W& w, const hash::portable::StatsPartial* stats,
 }
 
 // Adds buffer kBuf's batch (leaves base .. base + kPartialBatch - 1 below
-// `leaves`): the integers in every lane in any order, the float64 sums on
-// lane 0 in leaf order (lane 0 takes leaf base + kWarpSize * k + j's values
-// from lane j by shuffle). kFull: the whole batch is below `leaves`, so no
-// per-leaf test keeps the shuffles from being issued ahead of the adds.
+// `leaves`): the integers in every lane in any order; the float64 sums
+// staged in leaf order and added by lane 0 one after another. kFull: the
+// whole batch is below `leaves`, so lane 0's loop has a fixed count and
+// its shared-memory loads can run ahead of the additions.
 template <int kBuf, bool kFull, class W>
-LS_HD_INLINE void AddPartials(W& w, uint64_t leaves, uint64_t base) {
-  w.Each([&](int, WarpHashLane& s) {
+LS_HD_INLINE void AddPartials(W& w, PartialStage* stage, uint64_t leaves,
+                              uint64_t base) {
+  w.Each([&](int lane, WarpHashLane& s) {
     LS_WARP_UNROLL
     for (int k = 0; k < kPartialsPerLane; ++k) {
       const uint64_t m = s.part_max[kBuf][k];
       s.max_finite = m > s.max_finite ? m : s.max_finite;
       s.nan_count += s.part_nan[kBuf][k];
       s.inf_count += s.part_inf[kBuf][k];
+      StagedSums& v = stage->leaf[kWarpSize * k + lane];
+      v.sum = s.part_sum[kBuf][k];
+      v.sum_sq = s.part_sq[kBuf][k];
     }
   });
-  LS_WARP_UNROLL
-  for (int k = 0; k < kPartialsPerLane; ++k) {
+  w.Sync();
+  w.Each([&](int lane, WarpHashLane& s) {
+    if (lane != 0) return;
+    const uint64_t n = kFull ? kPartialBatch : leaves - base;
     LS_WARP_UNROLL
-    for (int j = 0; j < kWarpSize; ++j) {
-      if (!kFull && base + kWarpSize * k + static_cast<uint64_t>(j) >= leaves) {
-        return;
-      }
-      w.Each([&](int, WarpHashLane& s) {
-        s.pick_sum = s.part_sum[kBuf][k];
-        s.pick_sq = s.part_sq[kBuf][k];
-      });
-      if (j != 0) {
-        w.XorCombine(
-            j, [](WarpHashLane& s) -> double& { return s.pick_sum; },
-            [](double, double theirs) { return theirs; });
-        w.XorCombine(
-            j, [](WarpHashLane& s) -> double& { return s.pick_sq; },
-            [](double, double theirs) { return theirs; });
-      }
-      w.Each([&](int, WarpHashLane& s) {
-        s.total_sum = s.total_sum + s.pick_sum;
-        s.total_sq = s.total_sq + s.pick_sq;
-      });
+    for (uint64_t j = 0; j < kPartialBatch; ++j) {
+      if (!kFull && j >= n) break;
+      const StagedSums v = stage->leaf[j];
+      s.total_sum = s.total_sum + v.sum;
+      s.total_sq = s.total_sq + v.sum_sq;
     }
-  }
+  });
+  w.Sync();  // lane 0 is done with the stage before it is written again
 }
 
 template <int kBuf, class W>
-LS_HD_INLINE void AddPartialsOf(W& w, uint64_t leaves, uint64_t base) {
+LS_HD_INLINE void AddPartialsOf(W& w, PartialStage* stage, uint64_t leaves,
+                                uint64_t base) {
   if (base + kPartialBatch <= leaves) {
-    AddPartials<kBuf, true>(w, leaves, base);
+    AddPartials<kBuf, true>(w, stage, leaves, base);
   } else {
-    AddPartials<kBuf, false>(w, leaves, base);
+    AddPartials<kBuf, false>(w, stage, leaves, base);
   }
 }
 
@@ -740,14 +743,15 @@ LS_HD_INLINE void CombineLeafHashesWarp(W& w, const unsigned char* input,
 // *total = stats[0 .. leaves) added in leaf order (hash::CombineBlockStats'
 // sum, CombineLeavesThread's bits): the float64 sum and sum of squares are
 // lane 0's two sequential chains, in leaf order by definition; the warp
-// only loads for it, kPartialBatch partials at a time, one batch ahead,
-// and hands them to lane 0 by shuffle. max |x| and the NaN / Inf counts are
-// reduced across the lanes. Call on every lane of the warp with uniform
-// arguments.
+// only loads for it, kPartialBatch partials at a time (coalesced), one
+// batch ahead, and stages each batch's sums in `stage` for lane 0. max |x|
+// and the NaN / Inf counts are reduced across the lanes. Call on every
+// lane of the warp with uniform arguments; `stage` is the warp's own
+// (shared memory on the device).
 template <class W>
 LS_HD_INLINE void SumLeafStatsWarp(W& w,
                                    const hash::portable::StatsPartial* stats,
-                                   uint64_t leaves,
+                                   uint64_t leaves, PartialStage* stage,
                                    hash::portable::StatsPartial* total) {
   namespace wi = warp_internal;
   w.Each([](int, WarpHashLane& s) {
@@ -762,12 +766,12 @@ LS_HD_INLINE void SumLeafStatsWarp(W& w,
   for (uint64_t base = 0; base < leaves; base += 2 * wi::kPartialBatch) {
     const uint64_t next = base + wi::kPartialBatch;
     if (next < leaves) wi::LoadPartials<1>(w, stats, leaves, next);
-    wi::AddPartialsOf<0>(w, leaves, base);
+    wi::AddPartialsOf<0>(w, stage, leaves, base);
     if (next >= leaves) break;
     if (next + wi::kPartialBatch < leaves) {
       wi::LoadPartials<0>(w, stats, leaves, next + wi::kPartialBatch);
     }
-    wi::AddPartialsOf<1>(w, leaves, next);
+    wi::AddPartialsOf<1>(w, stage, leaves, next);
   }
   for (int m = 1; m < kWarpSize; m *= 2) {
     w.XorCombine(
@@ -796,17 +800,20 @@ LS_HD_INLINE void SumLeafStatsWarp(W& w,
 // the leaf hashes after the header: *fingerprint = XXH3-128 of
 // input[0, input_len) (CombineLeafHashesWarp) and, when stats is not null,
 // *total = the `leaves` partials added in leaf order (SumLeafStatsWarp).
-// On the device the two parts run on two warps of one block
-// (kCombineThreads); here one after the other on the same warp, with the
-// same bits. REQUIRES: input 16-byte aligned (device).
+// Host (emulated warps) only: the device kernel runs the two parts on two
+// warps of one block (kCombineThreads), the stage in shared memory; here
+// they run one after the other on the same warp, with the same bits.
 template <class W>
-LS_HD_INLINE void CombineLeavesWarp(W& w, const unsigned char* input,
-                                    uint64_t input_len, uint64_t leaves,
-                                    const hash::portable::StatsPartial* stats,
-                                    hash::portable::Hash128* fingerprint,
-                                    hash::portable::StatsPartial* total) {
+inline void CombineLeavesWarp(W& w, const unsigned char* input,
+                              uint64_t input_len, uint64_t leaves,
+                              const hash::portable::StatsPartial* stats,
+                              hash::portable::Hash128* fingerprint,
+                              hash::portable::StatsPartial* total) {
   CombineLeafHashesWarp(w, input, input_len, fingerprint);
-  if (stats != nullptr) SumLeafStatsWarp(w, stats, leaves, total);
+  if (stats != nullptr) {
+    PartialStage stage;
+    SumLeafStatsWarp(w, stats, leaves, &stage, total);
+  }
 }
 
 }  // namespace lockstep::kernels::cuda

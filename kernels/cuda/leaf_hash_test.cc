@@ -461,7 +461,8 @@ TEST(LeafHashWarpTest, CombinationBoundariesEqualOneThreadBits) {
     // The statistics part alone (the device runs it on its own warp).
     std::memset(static_cast<void*>(warp->state), 0x5a, sizeof(warp->state));
     hash::portable::StatsPartial alone;
-    SumLeafStatsWarp(*warp, partials.data(), leaves, &alone);
+    PartialStage stage;
+    SumLeafStatsWarp(*warp, partials.data(), leaves, &stage, &alone);
     EXPECT_EQ(Bits(alone.sum), Bits(want.sum));
     EXPECT_EQ(Bits(alone.sum_sq), Bits(want.sum_sq));
   }
