@@ -283,5 +283,47 @@ TEST(CudaGpuFingerprintTest, WarpPathEqualsHostBits) {
   }
 }
 
+// The two-warp combination around its own boundaries: its statistics warp
+// stages 64 partials per batch in two alternating buffers, so leaf counts
+// around 32, 64 and 128 and a count of several batches (300), each with a
+// short last leaf; statistics compared as bit patterns.
+TEST(CudaGpuFingerprintTest, CombinationBoundariesEqualHostBits) {
+  const absl::Status device = CudaDeviceStatus();
+  if (!device.ok()) {
+    GTEST_SKIP() << "no usable CUDA device, skipping: " << device;
+  }
+  std::mt19937 rng(23);
+  for (uint64_t leaves : {1, 31, 33, 64, 65, 129, 300}) {
+    const uint64_t size = (leaves - 1) * hash::kLeafBytes + 1028;
+    std::vector<float> data(size / 4);
+    std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
+    for (float& x : data) x = dist(rng);
+    for (size_t i = 0; i < data.size(); i += 4099) {
+      data[i] = i % 2 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                           : -std::numeric_limits<float>::infinity();
+    }
+    const std::vector<int64_t> shape = {static_cast<int64_t>(data.size())};
+    const hash::FingerprintAndStatsResult want =
+        hash::FingerprintAndStats(hash::DtypeCode::kFloat32, shape, data.data(),
+                                  size)
+            .value();
+    for (const LaunchConfig& config :
+         {LaunchConfig{40, 64}, LaunchConfig{0, 256}}) {
+      SCOPED_TRACE(absl::StrFormat("%d leaves, %d x %d", leaves, config.blocks,
+                                   config.threads_per_block));
+      absl::StatusOr<hash::FingerprintAndStatsResult> got =
+          DeviceFingerprintAndStats(hash::DtypeCode::kFloat32, shape,
+                                    data.data(), size, config);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->fingerprint, want.fingerprint);
+      EXPECT_EQ(std::memcmp(&got->stats.sum, &want.stats.sum, 8), 0);
+      EXPECT_EQ(std::memcmp(&got->stats.l2, &want.stats.l2, 8), 0);
+      EXPECT_EQ(std::memcmp(&got->stats.max_abs, &want.stats.max_abs, 4), 0);
+      EXPECT_EQ(got->stats.nan_count, want.stats.nan_count);
+      EXPECT_EQ(got->stats.inf_count, want.stats.inf_count);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::kernels::cuda

@@ -98,17 +98,23 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock)
                        GlobalThread() / kWarpSize, GridThreads() / kWarpSize);
 }
 
-// The combination (CombineLeavesWarp), launched as one warp.
+// The combination (CombineLeavesWarp), launched as one block of
+// kCombineThreads: warp 0 hashes header || leaf hashes while warp 1 adds
+// the statistics partials, staged in shared memory (stats may be null).
 __global__ void __launch_bounds__(kMaxThreadsPerBlock)
     CombineLeavesWarpKernel(const unsigned char* input, uint64_t input_len,
                             uint64_t leaves,
                             const hash::portable::StatsPartial* stats,
                             hash::portable::Hash128* fingerprint,
                             hash::portable::StatsPartial* total) {
+  __shared__ PartialStage stage;
   DeviceWarp<WarpHashLane> w;
   w.lane = static_cast<int>(threadIdx.x % kWarpSize);
-  if (GlobalThread() < kWarpSize) {
-    CombineLeavesWarp(w, input, input_len, leaves, stats, fingerprint, total);
+  const int64_t warp = GlobalThread() / kWarpSize;
+  if (warp == 0) {
+    CombineLeafHashesWarp(w, input, input_len, fingerprint);
+  } else if (warp == 1 && stats != nullptr) {
+    SumLeafStatsWarp(w, stats, leaves, &stage, total);
   }
 }
 
@@ -559,8 +565,8 @@ absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
       static_cast<unsigned char*>(result.get()) + sizeof(Hash128));
   LS_RETURN_IF_ERROR(
       CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
-                      "DeviceFingerprintAndStats", kWarpSize));
-  CombineLeavesWarpKernel<<<1, kWarpSize>>>(
+                      "DeviceFingerprintAndStats", kCombineThreads));
+  CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
       combine_input, header->size() + 8 * leaves, leaves,
       static_cast<const StatsPartial*>(partials.get()), out_hash, out_total);
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -667,6 +673,9 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
     LS_RETURN_IF_ERROR(
         CheckKernelFits(kernel, "RunGpuBenchmarks", config.threads_per_block));
   }
+  LS_RETURN_IF_ERROR(
+      CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
+                      "RunGpuBenchmarks", kCombineThreads));
   const auto* in = static_cast<const unsigned char*>(src.get());
   auto* leaf_out = static_cast<uint64_t*>(hashes.get());
   auto* stats_out = static_cast<StatsPartial*>(partials.get());
@@ -720,11 +729,11 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
                                                           stats_out);
          }},
         {"device_fingerprint_stats",
-         "float32, warp per leaf, then the one-warp combination",
+         "float32, warp per leaf, then the two-warp combination",
          [&]() {
            LeafHashWarpKernel<<<warp_grid, block>>>(
                in, bytes, leaf_out, stats_out, combine + kHeader);
-           CombineLeavesWarpKernel<<<1, kWarpSize>>>(
+           CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
                combine, kHeader + 8 * leaves, leaves, stats_out, out_hash,
                out_total);
          }},

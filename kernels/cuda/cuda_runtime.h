@@ -103,7 +103,8 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
 // computed entirely on the device: per 64 KiB leaf one warp hashes the
 // leaf and computes its statistics block (LeafHashAndStatsWarp), then one
 // warp combines the leaf hashes (XXH3-128 over header || leaf hashes) while
-// its lane 0 adds the partials in leaf order (CombineLeavesWarp). Only the
+// a second one loads the partials for its lane 0, which adds them in leaf
+// order (CombineLeavesWarp). Only the
 // 16-byte hash and the 40-byte totals cross the bus. Equal, bit for bit, to
 // hash::FingerprintAndStats. Errors as hash::FingerprintAndStats (float32
 // only), reported before any device work, plus the CUDA errors above.

@@ -20,10 +20,14 @@
 //   overlapping last stripe are added the same way, and the final merge's four
 //   products are added across the quarters. Inputs of at most 240 bytes take
 //   XXH3's short paths in one lane. The statistics keep the definition's order:
-//   lane L < 16 owns chains 4L .. 4L + 3 and, for each 512 bytes, steps
-//   them through its own 4 floats (row 0) and then lane L + 16's (row 1, by
-//   shuffle), so chain j sees elements j, j + 64, j + 128, ... in order;
-//   the halving tree is shuffles between the chain owners.
+//   lanes L and L + 16 (L < 16) hold chains 4L .. 4L + 3's next two
+//   elements of each 512 bytes; lane L steps chains 4L, 4L + 1 and lane
+//   L + 16 chains 4L + 2, 4L + 3, each through two floats of its own and
+//   two of its partner's (one shuffle), so chain j sees elements j, j + 64,
+//   j + 128, ... in order; the halving tree is shuffles between the chain
+//   owners. The combination runs on two warps: one hashes header || leaf
+//   hashes, the other loads the statistics partials and stages them in
+//   shared memory for its lane 0, which adds them in leaf order.
 //
 // Thread-safety: pure functions; threads (warps) write disjoint leaves.
 #ifndef LOCKSTEP_KERNELS_CUDA_LEAF_HASH_H_
@@ -117,6 +121,19 @@ LS_HD_INLINE void CombineLeavesThread(
 inline constexpr uint64_t kWarpRowBytes = kWarpSize * 16;
 // Inputs up to this length take XXH3's short paths (one lane).
 inline constexpr uint64_t kXxh3ShortMax = 240;
+// 1 KiB XXH3 blocks whose loads are issued together before any of them is
+// used: one in the leaf kernel (its many warps per SM hide the latency;
+// two take it from 74 to 96 registers, sm_90), two in the combination (one
+// warp alone on its SM; four spill there).
+inline constexpr int kLeafBlocksPerLoad = 1;
+inline constexpr int kCombineBlocksPerLoad = 2;
+// Statistics partials one lane of the combination's statistics warp loads
+// per batch: a batch is kWarpSize * kPartialsPerLane leaves in a row.
+inline constexpr int kPartialsPerLane = 2;
+// The combination kernel's block: warp 0 hashes header || leaf hashes
+// (CombineLeafHashesWarp) while warp 1 adds the statistics partials
+// (SumLeafStatsWarp).
+inline constexpr int kCombineThreads = 2 * kWarpSize;
 
 // What one lane holds while its warp hashes an input.
 struct WarpHashLane {
@@ -128,18 +145,46 @@ struct WarpHashLane {
   uint64_t last_key[2];
   uint64_t merge_key[2];
   uint64_t merge_hi_key[2];
-  uint64_t acc[2];       // accumulators 2q and 2q + 1
-  uint64_t sum[2];       // their contributions since the last scramble
-  uint64_t word[2][2];   // this lane's 16 bytes of the block's 2 x 512
-  uint64_t other[2][2];  // lane ^ 16's (statistics, row 1 of each 512)
-  uint64_t lo;           // merge result (the 64-bit hash, or XXH3-128's low)
-  uint64_t hi;           // XXH3-128's high half
-  // Statistics chains 4 * lane .. 4 * lane + 3 (lanes < 16).
-  double chain_sum[4];
-  double chain_sq[4];
+  uint64_t acc[2];  // accumulators 2q and 2q + 1
+  uint64_t sum[2];  // their contributions since the last scramble
+  // This lane's 16 bytes of each 512 loaded together (2 per 1 KiB block;
+  // only the first 2 * kLeafBlocksPerLoad in the leaf kernel).
+  uint64_t word[2 * kCombineBlocksPerLoad][2];
+  // Statistics: the two floats of each 512 (of the block in use) this
+  // lane takes from lane ^ 16.
+  uint64_t other[2];
+  uint64_t lo;  // merge result (the 64-bit hash, or XXH3-128's low)
+  uint64_t hi;  // XXH3-128's high half
+  // Statistics chains 4L, 4L + 1 (lane L < 16) or 4L + 2, 4L + 3 (lane
+  // 16 + L).
+  double chain_sum[2];
+  double chain_sq[2];
   uint64_t max_finite;
   uint64_t nan_count;
   uint64_t inf_count;
+  // The combination's statistics warp: the partials of leaves base +
+  // kWarpSize * k + lane of two batches (one being added, the next in
+  // flight), and lane 0's sequential totals.
+  double part_sum[2][kPartialsPerLane];
+  double part_sq[2][kPartialsPerLane];
+  uint64_t part_max[2][kPartialsPerLane];
+  uint64_t part_nan[2][kPartialsPerLane];
+  uint64_t part_inf[2][kPartialsPerLane];
+  double total_sum;
+  double total_sq;
+};
+
+// One leaf's float64 statistics sums, as the statistics warp stages them
+// for its lane 0 (one 16-byte load each).
+struct alignas(16) StagedSums {
+  double sum;
+  double sum_sq;
+};
+
+// The statistics warp's staging memory (shared memory on the device): one
+// batch of kWarpSize * kPartialsPerLane leaves, in leaf order.
+struct PartialStage {
+  StagedSums leaf[kWarpSize * kPartialsPerLane];
 };
 
 namespace warp_internal {
@@ -248,14 +293,14 @@ LS_HD_INLINE int FloatsInside(uint64_t at, uint64_t len) {
   return len - at >= 16 ? 4 : static_cast<int>((len - at) / 4);
 }
 
-// The first `n` floats of two words into chains 0..3 (StatsStep's
-// arithmetic; the NaN / Inf counts are kept as they come, which gives the
-// reference's two-pass counts).
-LS_HD_INLINE void ChainSteps(const uint64_t word[2], int n, WarpHashLane& s) {
+// The first `n` (0..2) floats of a word (low half first) into the lane's
+// chains 0 and 1 (StatsStep's arithmetic; the NaN / Inf counts are kept as
+// they come, which gives the reference's two-pass counts).
+LS_HD_INLINE void ChainSteps(uint64_t word, int n, WarpHashLane& s) {
   LS_WARP_UNROLL
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 2; ++i) {
     if (i >= n) continue;
-    const uint32_t bits = static_cast<uint32_t>(word[i / 2] >> (32 * (i % 2)));
+    const uint32_t bits = static_cast<uint32_t>(word >> (32 * i));
     const uint32_t abs_bits = bits & 0x7fffffffU;
     const bool finite = abs_bits < hash::portable::kF32InfBits;
     const double d =
@@ -297,11 +342,16 @@ LS_HD_INLINE void ReduceQuarterSums(W& w) {
 // One pass of a warp over in[0, len), len >= 1. With `hash` (len > 240):
 // XXH3's large-input accumulation (xxh3_internal::LargeAccumulate), every
 // lane ending with its quarter's two accumulators. With `stats`: the
-// statistics chains over the len / 4 floats. REQUIRES: in 16-byte aligned
-// (device); len a multiple of 4 with stats.
-template <class W>
+// statistics chains over the len / 4 floats. kBlocks 1 KiB blocks are
+// loaded at once (all their loads in flight together), then accumulated
+// one after another. REQUIRES: in 16-byte aligned (device); len a multiple
+// of 4 with stats.
+template <int kBlocks, class W>
 LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
                                   bool hash, bool stats) {
+  static_assert(kBlocks >= 1 && kBlocks <= kCombineBlocksPerLoad,
+                "WarpHashLane::word holds kCombineBlocksPerLoad blocks");
+  constexpr int kRows = 2 * kBlocks;
   const uint64_t full_blocks = hash ? (len - 1) / x::kBlockLen : 0;
   const uint64_t last_len = len - full_blocks * x::kBlockLen;
   // Stripes accumulated with their block's keys: every stripe of the full
@@ -317,7 +367,7 @@ LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
     s.sum[0] = 0;
     s.sum[1] = 0;
     LS_WARP_UNROLL
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2; ++i) {
       s.chain_sum[i] = 0.0;
       s.chain_sq[i] = 0.0;
     }
@@ -325,13 +375,13 @@ LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
     s.nan_count = 0;
     s.inf_count = 0;
   });
-  // One 1 KiB block (two 512-byte rows) per step: both rows' loads are in
-  // flight together.
-  for (uint64_t b = 0; 2 * b < rows; ++b) {
+  // kBlocks 1 KiB blocks (2 * kBlocks rows of 512 bytes) per step: all
+  // their loads are in flight together; rows past the input load nothing.
+  for (uint64_t g = 0; kRows * g < rows; ++g) {
     w.Each([&](int lane, WarpHashLane& s) {
       LS_WARP_UNROLL
-      for (int c = 0; c < 2; ++c) {
-        const uint64_t r = 2 * b + c;
+      for (int c = 0; c < kRows; ++c) {
+        const uint64_t r = kRows * g + c;
         const uint64_t at =
             r * kWarpRowBytes + 16 * static_cast<uint64_t>(lane);
         s.word[c][0] = 0;
@@ -349,49 +399,85 @@ LS_HD_INLINE void LargeAccumulate(W& w, const unsigned char* in, uint64_t len,
           }
         }
       }
-      LS_WARP_UNROLL
-      for (int c = 0; c < 2; ++c) {
-        const uint64_t r = 2 * b + c;
-        if (r * 8 + static_cast<uint64_t>(lane / 4) < stripes) {
-          AccumulateQuarter(s.sum, s.word[c], s.key[c]);
-        }
-        s.other[c][0] = s.word[c][0];
-        s.other[c][1] = s.word[c][1];
-      }
     });
-    if (stats) {
-      // Row 1 of each 512 bytes comes from lane + 16; chain j then takes
-      // row 0 and row 1 of the first 512 bytes, then of the second.
-      LS_WARP_UNROLL
-      for (int c = 0; c < 2; ++c) {
-        LS_WARP_UNROLL
-        for (int k = 0; k < 2; ++k) {
-          w.XorCombine(
-              16,
-              [c, k](WarpHashLane& s) -> uint64_t& { return s.other[c][k]; },
-              [](uint64_t, uint64_t theirs) { return theirs; });
-        }
-      }
+    LS_WARP_UNROLL
+    for (int i = 0; i < kBlocks; ++i) {
+      const uint64_t b = kBlocks * g + i;
+      if (2 * b >= rows) break;
       w.Each([&](int lane, WarpHashLane& s) {
-        if (lane >= 16) return;
         LS_WARP_UNROLL
         for (int c = 0; c < 2; ++c) {
-          const uint64_t at =
-              (2 * b + c) * kWarpRowBytes + 16 * static_cast<uint64_t>(lane);
-          ChainSteps(s.word[c], FloatsInside(at, len), s);
-          ChainSteps(s.other[c], FloatsInside(at + kWarpRowBytes / 2, len), s);
+          const uint64_t r = 2 * b + c;
+          if (r * 8 + static_cast<uint64_t>(lane / 4) < stripes) {
+            AccumulateQuarter(s.sum, s.word[2 * i + c], s.key[c]);
+          }
         }
       });
-    }
-    if (b < full_blocks) {  // a full block ends: scramble
-      ReduceQuarterSums(w);
-      w.Each([&](int, WarpHashLane& s) {
-        s.acc[0] += s.sum[0];
-        s.acc[1] += s.sum[1];
-        s.sum[0] = 0;
-        s.sum[1] = 0;
-        ScramblePair(s.acc, s.scramble_key);
-      });
+      if (stats) {
+        // Of each 512 bytes (128 floats), floats j and 64 + j are chain j's
+        // next two elements: lane L < 16 holds floats 4L .. 4L + 3 and lane
+        // 16 + L floats 64 + 4L .. 64 + 4L + 3. Lane L steps chains 4L and
+        // 4L + 1 through its floats 0, 1, then lane 16 + L's floats 0, 1;
+        // lane 16 + L steps chains 4L + 2 and 4L + 3 through lane L's
+        // floats 2, 3, then its own floats 2, 3. So every lane takes one
+        // word from its partner (one xor shuffle per 512 bytes), and chain
+        // j sees elements j, j + 64, j + 128, ... in order.
+        w.Each([&](int lane, WarpHashLane& s) {
+          LS_WARP_UNROLL
+          for (int c = 0; c < 2; ++c) {
+            // A select: a lane-dependent index would put the array in
+            // local memory.
+            s.other[c] =
+                lane < 16 ? s.word[2 * i + c][1] : s.word[2 * i + c][0];
+          }
+        });
+        LS_WARP_UNROLL
+        for (int c = 0; c < 2; ++c) {
+          w.XorCombine(
+              16, [c](WarpHashLane& s) -> uint64_t& { return s.other[c]; },
+              [](uint64_t, uint64_t theirs) { return theirs; });
+        }
+        // Every block but a leaf's last lies wholly inside the input (a
+        // warp-uniform test): two floats per step, no per-lane counts.
+        const bool whole = (2 * b + 2) * kWarpRowBytes <= len;
+        w.Each([&](int lane, WarpHashLane& s) {
+          const bool low = lane < 16;
+          LS_WARP_UNROLL
+          for (int c = 0; c < 2; ++c) {
+            // Selects, not branches: both halves of the warp run the same
+            // instructions.
+            const uint64_t first_word = low ? s.word[2 * i + c][0] : s.other[c];
+            const uint64_t second_word =
+                low ? s.other[c] : s.word[2 * i + c][1];
+            if (whole) {
+              ChainSteps(first_word, 2, s);
+              ChainSteps(second_word, 2, s);
+              continue;
+            }
+            const uint64_t row = (2 * b + c) * kWarpRowBytes;
+            const int own =
+                FloatsInside(row + 16 * static_cast<uint64_t>(lane), len);
+            const int theirs =
+                FloatsInside(row + 16 * static_cast<uint64_t>(lane ^ 16), len);
+            ChainSteps(
+                first_word,
+                low ? (own < 2 ? own : 2) : (theirs > 2 ? theirs - 2 : 0), s);
+            ChainSteps(
+                second_word,
+                low ? (theirs < 2 ? theirs : 2) : (own > 2 ? own - 2 : 0), s);
+          }
+        });
+      }
+      if (b < full_blocks) {  // a full block ends: scramble
+        ReduceQuarterSums(w);
+        w.Each([&](int, WarpHashLane& s) {
+          s.acc[0] += s.sum[0];
+          s.acc[1] += s.sum[1];
+          s.sum[0] = 0;
+          s.sum[1] = 0;
+          ScramblePair(s.acc, s.scramble_key);
+        });
+      }
     }
   }
   if (!hash) return;
@@ -438,13 +524,14 @@ LS_HD_INLINE void FinalMerge(W& w, uint64_t len, bool high) {
 // max |x| and the counts; lane 0 ends with the block's statistics.
 template <class W>
 LS_HD_INLINE hash::portable::StatsPartial FoldStats(W& w) {
-  // w = 32, 16, 8, 4: chain j (lane j / 4) += chain j + w (lane j / 4 +
-  // w / 4): shuffles with masks 8, 4, 2, 1 (lanes above the fold hold
-  // values nobody reads).
+  // w = 32, 16, 8, 4: chain j (lane j / 4, or 16 + j / 4) += chain j + w
+  // (w / 4 lanes up, same slot): masks 8, 4, 2, 1; then w = 2: chains 0, 1
+  // (lane 0) += chains 2, 3 (lane 16): mask 16 (lanes outside the fold
+  // hold values nobody reads).
   LS_WARP_UNROLL
   for (int m = 8; m >= 1; m /= 2) {
     LS_WARP_UNROLL
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2; ++i) {
       w.XorCombine(
           m, [i](WarpHashLane& s) -> double& { return s.chain_sum[i]; },
           AddF64());
@@ -452,6 +539,15 @@ LS_HD_INLINE hash::portable::StatsPartial FoldStats(W& w) {
           m, [i](WarpHashLane& s) -> double& { return s.chain_sq[i]; },
           AddF64());
     }
+  }
+  LS_WARP_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    w.XorCombine(
+        16, [i](WarpHashLane& s) -> double& { return s.chain_sum[i]; },
+        AddF64());
+    w.XorCombine(
+        16, [i](WarpHashLane& s) -> double& { return s.chain_sq[i]; },
+        AddF64());
   }
   for (int m = 1; m < kWarpSize; m *= 2) {
     w.XorCombine(
@@ -464,16 +560,90 @@ LS_HD_INLINE hash::portable::StatsPartial FoldStats(W& w) {
   hash::portable::StatsPartial p = hash::portable::EmptyStatsPartial();
   w.Each([&](int lane, WarpHashLane& s) {
     if (lane != 0) return;
-    // w = 2, 1 inside lane 0.
-    p.sum =
-        (s.chain_sum[0] + s.chain_sum[2]) + (s.chain_sum[1] + s.chain_sum[3]);
-    p.sum_sq =
-        (s.chain_sq[0] + s.chain_sq[2]) + (s.chain_sq[1] + s.chain_sq[3]);
+    // w = 1 inside lane 0.
+    p.sum = s.chain_sum[0] + s.chain_sum[1];
+    p.sum_sq = s.chain_sq[0] + s.chain_sq[1];
     p.max_abs_bits = static_cast<uint32_t>(s.max_finite);
     p.nan_count = static_cast<int64_t>(s.nan_count);
     p.inf_count = static_cast<int64_t>(s.inf_count);
   });
   return p;
+}
+
+// The combination's statistics warp. Batches of kPartialBatch leaves in a
+// row: lane L loads the partials of leaves base + kWarpSize * k + L (k <
+// kPartialsPerLane) into buffer kBuf; the next batch's loads are issued
+// before the current batch is added, so lane 0's chain never waits on
+// global memory.
+inline constexpr uint64_t kPartialBatch = kWarpSize * kPartialsPerLane;
+
+template <int kBuf, class W>
+LS_HD_INLINE void LoadPartials(W& w, const hash::portable::StatsPartial* stats,
+                               uint64_t leaves, uint64_t base) {
+  w.Each([&](int lane, WarpHashLane& s) {
+    LS_WARP_UNROLL
+    for (int k = 0; k < kPartialsPerLane; ++k) {
+      const uint64_t l = base + kWarpSize * k + static_cast<uint64_t>(lane);
+      if (l < leaves) {
+        s.part_sum[kBuf][k] = stats[l].sum;
+        s.part_sq[kBuf][k] = stats[l].sum_sq;
+        s.part_max[kBuf][k] = stats[l].max_abs_bits;
+        s.part_nan[kBuf][k] = static_cast<uint64_t>(stats[l].nan_count);
+        s.part_inf[kBuf][k] = static_cast<uint64_t>(stats[l].inf_count);
+      } else {  // past the last leaf: neutral integers, floats never added
+        s.part_sum[kBuf][k] = 0.0;
+        s.part_sq[kBuf][k] = 0.0;
+        s.part_max[kBuf][k] = 0;
+        s.part_nan[kBuf][k] = 0;
+        s.part_inf[kBuf][k] = 0;
+      }
+    }
+  });
+}
+
+// Adds buffer kBuf's batch (leaves base .. base + kPartialBatch - 1 below
+// `leaves`): the integers in every lane in any order; the float64 sums
+// staged in leaf order and added by lane 0 one after another. kFull: the
+// whole batch is below `leaves`, so lane 0's loop has a fixed count and
+// its shared-memory loads can run ahead of the additions.
+template <int kBuf, bool kFull, class W>
+LS_HD_INLINE void AddPartials(W& w, PartialStage* stage, uint64_t leaves,
+                              uint64_t base) {
+  w.Each([&](int lane, WarpHashLane& s) {
+    LS_WARP_UNROLL
+    for (int k = 0; k < kPartialsPerLane; ++k) {
+      const uint64_t m = s.part_max[kBuf][k];
+      s.max_finite = m > s.max_finite ? m : s.max_finite;
+      s.nan_count += s.part_nan[kBuf][k];
+      s.inf_count += s.part_inf[kBuf][k];
+      StagedSums& v = stage->leaf[kWarpSize * k + lane];
+      v.sum = s.part_sum[kBuf][k];
+      v.sum_sq = s.part_sq[kBuf][k];
+    }
+  });
+  w.Sync();
+  w.Each([&](int lane, WarpHashLane& s) {
+    if (lane != 0) return;
+    const uint64_t n = kFull ? kPartialBatch : leaves - base;
+    LS_WARP_UNROLL
+    for (uint64_t j = 0; j < kPartialBatch; ++j) {
+      if (!kFull && j >= n) break;
+      const StagedSums v = stage->leaf[j];
+      s.total_sum = s.total_sum + v.sum;
+      s.total_sq = s.total_sq + v.sum_sq;
+    }
+  });
+  w.Sync();  // lane 0 is done with the stage before it is written again
+}
+
+template <int kBuf, class W>
+LS_HD_INLINE void AddPartialsOf(W& w, PartialStage* stage, uint64_t leaves,
+                                uint64_t base) {
+  if (base + kPartialBatch <= leaves) {
+    AddPartials<kBuf, true>(w, stage, leaves, base);
+  } else {
+    AddPartials<kBuf, false>(w, stage, leaves, base);
+  }
 }
 
 #undef LS_WARP_UNROLL
@@ -510,14 +680,15 @@ LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
       // StatsOfBlock's 128 accumulators in one thread would set the
       // register budget of the whole kernel.
       if (stats != nullptr) {
-        wi::LargeAccumulate(w, in, len, false, true);
+        wi::LargeAccumulate<kLeafBlocksPerLoad>(w, in, len, false, true);
         p = wi::FoldStats(w);
       }
       w.Each([&](int lane, WarpHashLane&) {
         if (lane == 0) h = hash::portable::Xxh3Hash64(in, len);
       });
     } else {
-      wi::LargeAccumulate(w, in, len, true, stats != nullptr);
+      wi::LargeAccumulate<kLeafBlocksPerLoad>(w, in, len, true,
+                                              stats != nullptr);
       wi::FinalMerge(w, len, false);
       if (stats != nullptr) p = wi::FoldStats(w);
       w.Each([&](int lane, WarpHashLane& s) {
@@ -538,18 +709,15 @@ LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
   }
 }
 
-// The warp form of CombineLeavesThread, run by one warp after
-// LeafHashAndStatsWarp wrote the leaf hashes after the header:
-// *fingerprint = XXH3-128 of input[0, input_len) (header || leaf hashes,
-// warp-cooperative); when stats is not null, lane 0 adds the `leaves`
-// partials in leaf order into *total (the definition's sequential sum).
-// REQUIRES: input 16-byte aligned (device).
+// XXH3-128 of input[0, input_len) (header || leaf hashes, written there by
+// LeafHashAndStatsWarp), warp-cooperative: the accumulation loads
+// kCombineBlocksPerLoad KiB at a time; lane 0 writes *fingerprint. Call on
+// every lane of the warp with uniform arguments. REQUIRES: input 16-byte
+// aligned (device).
 template <class W>
-LS_HD_INLINE void CombineLeavesWarp(W& w, const unsigned char* input,
-                                    uint64_t input_len, uint64_t leaves,
-                                    const hash::portable::StatsPartial* stats,
-                                    hash::portable::Hash128* fingerprint,
-                                    hash::portable::StatsPartial* total) {
+LS_HD_INLINE void CombineLeafHashesWarp(W& w, const unsigned char* input,
+                                        uint64_t input_len,
+                                        hash::portable::Hash128* fingerprint) {
   namespace wi = warp_internal;
   hash::portable::Hash128 h;
   if (input_len <= kXxh3ShortMax) {
@@ -558,7 +726,8 @@ LS_HD_INLINE void CombineLeavesWarp(W& w, const unsigned char* input,
     });
   } else {
     w.Each([](int lane, WarpHashLane& s) { wi::LoadKeys(lane, s); });
-    wi::LargeAccumulate(w, input, input_len, true, false);
+    wi::LargeAccumulate<kCombineBlocksPerLoad>(w, input, input_len, true,
+                                               false);
     wi::FinalMerge(w, input_len, true);
     w.Each([&](int lane, WarpHashLane& s) {
       if (lane != 0) return;
@@ -567,16 +736,84 @@ LS_HD_INLINE void CombineLeavesWarp(W& w, const unsigned char* input,
     });
   }
   w.Each([&](int lane, WarpHashLane&) {
-    if (lane != 0) return;
-    *fingerprint = h;
-    if (stats != nullptr) {
-      hash::portable::StatsPartial t = hash::portable::EmptyStatsPartial();
-      for (uint64_t l = 0; l < leaves; ++l) {
-        hash::portable::AddBlockStats(&t, stats[l]);
-      }
-      *total = t;
-    }
+    if (lane == 0) *fingerprint = h;
   });
+}
+
+// *total = stats[0 .. leaves) added in leaf order (hash::CombineBlockStats'
+// sum, CombineLeavesThread's bits): the float64 sum and sum of squares are
+// lane 0's two sequential chains, in leaf order by definition; the warp
+// only loads for it, kPartialBatch partials at a time (coalesced), one
+// batch ahead, and stages each batch's sums in `stage` for lane 0. max |x|
+// and the NaN / Inf counts are reduced across the lanes. Call on every
+// lane of the warp with uniform arguments; `stage` is the warp's own
+// (shared memory on the device).
+template <class W>
+LS_HD_INLINE void SumLeafStatsWarp(W& w,
+                                   const hash::portable::StatsPartial* stats,
+                                   uint64_t leaves, PartialStage* stage,
+                                   hash::portable::StatsPartial* total) {
+  namespace wi = warp_internal;
+  w.Each([](int, WarpHashLane& s) {
+    s.total_sum = 0.0;
+    s.total_sq = 0.0;
+    s.max_finite = 0;
+    s.nan_count = 0;
+    s.inf_count = 0;
+  });
+  if (leaves > 0) wi::LoadPartials<0>(w, stats, leaves, 0);
+  // Two batches per turn, so each buffer is a fixed set of registers.
+  for (uint64_t base = 0; base < leaves; base += 2 * wi::kPartialBatch) {
+    const uint64_t next = base + wi::kPartialBatch;
+    if (next < leaves) wi::LoadPartials<1>(w, stats, leaves, next);
+    wi::AddPartialsOf<0>(w, stage, leaves, base);
+    if (next >= leaves) break;
+    if (next + wi::kPartialBatch < leaves) {
+      wi::LoadPartials<0>(w, stats, leaves, next + wi::kPartialBatch);
+    }
+    wi::AddPartialsOf<1>(w, stage, leaves, next);
+  }
+  for (int m = 1; m < kWarpSize; m *= 2) {
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.max_finite; },
+        wi::MaxU64());
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.nan_count; },
+        wi::AddU64());
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.inf_count; },
+        wi::AddU64());
+  }
+  w.Each([&](int lane, WarpHashLane& s) {
+    if (lane != 0) return;
+    hash::portable::StatsPartial t = hash::portable::EmptyStatsPartial();
+    t.sum = s.total_sum;
+    t.sum_sq = s.total_sq;
+    t.max_abs_bits = static_cast<uint32_t>(s.max_finite);
+    t.nan_count = static_cast<int64_t>(s.nan_count);
+    t.inf_count = static_cast<int64_t>(s.inf_count);
+    *total = t;
+  });
+}
+
+// The warp form of CombineLeavesThread, after LeafHashAndStatsWarp wrote
+// the leaf hashes after the header: *fingerprint = XXH3-128 of
+// input[0, input_len) (CombineLeafHashesWarp) and, when stats is not null,
+// *total = the `leaves` partials added in leaf order (SumLeafStatsWarp).
+// Host (emulated warps) only: the device kernel runs the two parts on two
+// warps of one block (kCombineThreads), the stage in shared memory; here
+// they run one after the other on the same warp, with the same bits.
+template <class W>
+inline void CombineLeavesWarp(W& w, const unsigned char* input,
+                              uint64_t input_len, uint64_t leaves,
+                              const hash::portable::StatsPartial* stats,
+                              hash::portable::Hash128* fingerprint,
+                              hash::portable::StatsPartial* total) {
+  CombineLeafHashesWarp(w, input, input_len, fingerprint);
+  if (stats != nullptr) {
+    PartialStage stage;
+    SumLeafStatsWarp(w, stats, leaves, &stage, total);
+  }
 }
 
 }  // namespace lockstep::kernels::cuda

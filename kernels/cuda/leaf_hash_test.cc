@@ -2,9 +2,12 @@
 // against the libxxhash-based host fingerprint.
 #include "kernels/cuda/leaf_hash.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -204,7 +207,11 @@ TEST(EmulatedWarpTest, XorCombineUsesValuesFromBeforeTheCall) {
 
 // Sizes around every boundary of the warp body: XXH3's short paths (<= 240
 // bytes, one lane), the 1 KiB block, the 512 bytes a warp loads at once,
-// the 64 KiB leaf, and a multi-leaf tensor with a short last leaf.
+// the 64 KiB leaf, and a multi-leaf tensor with a short last leaf. The
+// float32 sizes end with 1, 2 or 3 floats in a lane of either half of the
+// warp (the statistics pair lane L with lane L + 16): 244 (lane 15, 1),
+// 264 (lane 16, 2), 764 (lane 15, 3), 2308 (lane 16, 1), 64 KiB - 4 (lane
+// 31, 3), 1 MiB + 12 (lane 0, 3).
 constexpr uint64_t kWarpSizes[] = {0,
                                    1,
                                    3,
@@ -212,10 +219,13 @@ constexpr uint64_t kWarpSizes[] = {0,
                                    240,
                                    241,
                                    244,
+                                   264,
+                                   764,
                                    1023,
                                    1024,
                                    1025,
                                    2048,
+                                   2308,
                                    hash::kLeafBytes - 4,
                                    hash::kLeafBytes,
                                    hash::kLeafBytes + 4,
@@ -364,6 +374,125 @@ TEST(LeafHashWarpTest, CombinationOfManyLeaves) {
     EXPECT_EQ(Bits(got.stats.max_abs), Bits(want.stats.max_abs));
     EXPECT_EQ(got.stats.nan_count, want.stats.nan_count);
     EXPECT_EQ(got.stats.inf_count, want.stats.inf_count);
+  }
+}
+
+// Leaf counts around the combination's own boundaries: its statistics
+// warp takes 64 partials per batch (2 per lane) and alternates two
+// buffers, its hash warp loads 2 KiB of header || leaf hashes at a time.
+constexpr uint64_t kCombineLeafCounts[] = {
+    1, 2, 31, 32, 33, 63, 64, 65, 127, 128, 129, 130, 191, 192, 193, 300, 4096};
+
+// Statistics partials whose float64 sums depend on the order of the
+// additions: full 53-bit mantissas, magnitudes from 2^-12 to 2^12, both
+// signs, -0.0, and a few leaves with NaN / Inf counts and large max |x|
+// bits.
+std::vector<hash::portable::StatsPartial> OrderSensitivePartials(
+    uint64_t leaves, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<hash::portable::StatsPartial> p(leaves);
+  for (hash::portable::StatsPartial& b : p) {
+    const int e = static_cast<int>(rng() % 25) - 12;
+    const double m = 1.0 + std::ldexp(static_cast<double>(rng() >> 12), -52);
+    b.sum = std::ldexp(rng() % 2 == 0 ? m : -m, e);
+    b.sum_sq = std::ldexp(m * m, 2 * (e / 2) + 3);
+    if (rng() % 17 == 0) b.sum = -0.0;
+    b.max_abs_bits = static_cast<uint32_t>(rng() % 0x7f800000U);
+    b.nan_count = rng() % 5 == 0 ? static_cast<int64_t>(rng() % 1000) : 0;
+    b.inf_count = rng() % 7 == 0 ? static_cast<int64_t>(rng() % 1000) : 0;
+  }
+  return p;
+}
+
+// The warp combination alone, on leaf hashes and partials made up for it:
+// the fingerprint = hash::CombineLeafHashes, the totals = the one-thread
+// combination's sequential sums, as bit patterns. The lanes' state starts
+// as garbage, so everything the body reads it has written.
+TEST(LeafHashWarpTest, CombinationBoundariesEqualOneThreadBits) {
+  // Counts of 64 leaves and more whose sum, added back to front, has other
+  // bits: the data would catch a change of order.
+  int order_sensitive = 0;
+  for (uint64_t leaves : kCombineLeafCounts) {
+    SCOPED_TRACE(absl::StrFormat("%d leaves", leaves));
+    std::mt19937_64 rng(leaves);
+    std::vector<uint64_t> leaf_hashes(leaves);
+    for (uint64_t& h : leaf_hashes) h = rng();
+    const std::vector<hash::portable::StatsPartial> partials =
+        OrderSensitivePartials(leaves, static_cast<uint32_t>(leaves) + 1);
+    const uint64_t size = leaves * hash::kLeafBytes;
+    const std::vector<int64_t> shape = {static_cast<int64_t>(size)};
+    const std::vector<uint8_t> header =
+        hash::EncodeTensorHeader(hash::DtypeCode::kUInt8, shape).value();
+    std::vector<unsigned char> input(header.size() + 8 * leaves);
+    std::copy(header.begin(), header.end(), input.begin());
+    for (uint64_t l = 0; l < leaves; ++l) {
+      for (int b = 0; b < 8; ++b) {
+        input[header.size() + 8 * l + b] =
+            static_cast<unsigned char>(leaf_hashes[l] >> (8 * b));
+      }
+    }
+    std::vector<unsigned char> scratch = input;
+    hash::portable::Hash128 want_hash;
+    hash::portable::StatsPartial want;
+    CombineLeavesThread(scratch.data(), header.size(), leaf_hashes.data(),
+                        leaves, partials.data(), &want_hash, &want);
+    const hash::Fingerprint host =
+        hash::CombineLeafHashes(hash::DtypeCode::kUInt8, shape, size,
+                                leaf_hashes)
+            .value();
+    ASSERT_EQ(want_hash.hi, host.hi);
+    ASSERT_EQ(want_hash.lo, host.lo);
+    double reversed = 0.0;
+    for (uint64_t l = leaves; l-- > 0;) reversed = reversed + partials[l].sum;
+    if (leaves >= 64 && Bits(reversed) != Bits(want.sum)) ++order_sensitive;
+    auto warp = std::make_unique<EmulatedWarp<WarpHashLane>>();
+    std::memset(static_cast<void*>(warp->state), 0xa5, sizeof(warp->state));
+    hash::portable::Hash128 got_hash;
+    hash::portable::StatsPartial got;
+    CombineLeavesWarp(*warp, input.data(), input.size(), leaves,
+                      partials.data(), &got_hash, &got);
+    EXPECT_EQ(got_hash.hi, host.hi);
+    EXPECT_EQ(got_hash.lo, host.lo);
+    EXPECT_EQ(Bits(got.sum), Bits(want.sum));
+    EXPECT_EQ(Bits(got.sum_sq), Bits(want.sum_sq));
+    EXPECT_EQ(got.max_abs_bits, want.max_abs_bits);
+    EXPECT_EQ(got.nan_count, want.nan_count);
+    EXPECT_EQ(got.inf_count, want.inf_count);
+    // The statistics part alone (the device runs it on its own warp).
+    std::memset(static_cast<void*>(warp->state), 0x5a, sizeof(warp->state));
+    hash::portable::StatsPartial alone;
+    PartialStage stage;
+    SumLeafStatsWarp(*warp, partials.data(), leaves, &stage, &alone);
+    EXPECT_EQ(Bits(alone.sum), Bits(want.sum));
+    EXPECT_EQ(Bits(alone.sum_sq), Bits(want.sum_sq));
+  }
+  EXPECT_GE(order_sensitive, 8);  // of the 10 counts >= 64
+}
+
+// The whole emulated device fingerprint at leaf counts around the
+// combination's boundaries = FingerprintAndStats, as bit patterns.
+TEST(LeafHashWarpTest, WholeFingerprintAtCombinationBoundaries) {
+  for (uint64_t leaves : {1, 31, 32, 33, 65, 300}) {
+    // A short last leaf (4 floats past the last whole leaf) but for 1 leaf.
+    const uint64_t size =
+        leaves == 1 ? hash::kLeafBytes : (leaves - 1) * hash::kLeafBytes + 16;
+    SCOPED_TRACE(absl::StrFormat("%d leaves, %d bytes", leaves, size));
+    const std::vector<uint8_t> bytes = WarpTestBytes(size, 400 + leaves);
+    const std::vector<int64_t> shape = {static_cast<int64_t>(size / 4)};
+    const hash::FingerprintAndStatsResult want =
+        hash::FingerprintAndStats(hash::DtypeCode::kFloat32, shape,
+                                  bytes.data(), size)
+            .value();
+    const absl::StatusOr<hash::FingerprintAndStatsResult> got =
+        EmulateDeviceFingerprint(hash::DtypeCode::kFloat32, shape, bytes.data(),
+                                 size, true, {0, 256}, LeafBody::kWarp);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->fingerprint, want.fingerprint);
+    EXPECT_EQ(Bits(got->stats.sum), Bits(want.stats.sum));
+    EXPECT_EQ(Bits(got->stats.l2), Bits(want.stats.l2));
+    EXPECT_EQ(Bits(got->stats.max_abs), Bits(want.stats.max_abs));
+    EXPECT_EQ(got->stats.nan_count, want.stats.nan_count);
+    EXPECT_EQ(got->stats.inf_count, want.stats.inf_count);
   }
 }
 

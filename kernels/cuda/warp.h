@@ -11,14 +11,23 @@
 //                           op(get(state), get(state of lane ^ m)); every
 //                           lane takes part (call it in warp-uniform
 //                           control flow)
+//   w.Sync()                what a lane wrote to memory before the call
+//                           (shared memory, say) is visible to every lane
+//                           after it; a body that passes values between
+//                           lanes through memory calls it between the
+//                           writing and the reading Each, and again before
+//                           the memory is written anew (every lane takes
+//                           part: warp-uniform control flow)
 //
 // DeviceWarp (nvcc device code): one thread is one lane; its state lives in
-// registers and XorCombine is __shfl_xor_sync over the full warp.
-// EmulatedWarp (host): the 32 states in an array; Each runs f lane after
-// lane, XorCombine snapshots the 32 values and combines each with its
-// partner's. A body whose lanes talk only through XorCombine therefore
-// computes the same values in both, which is how the warp bodies are tested
-// on machines without a GPU (kernels/cuda/leaf_hash_test.cc).
+// registers, XorCombine is __shfl_xor_sync and Sync __syncwarp over the
+// full warp. EmulatedWarp (host): the 32 states in an array; Each runs f
+// lane after lane, XorCombine snapshots the 32 values and combines each
+// with its partner's, and Sync has nothing to order. A body whose lanes
+// talk only through XorCombine, or through memory with Sync between the
+// writes and the reads, therefore computes the same values in both, which
+// is how the warp bodies are tested on machines without a GPU
+// (kernels/cuda/leaf_hash_test.cc).
 //
 // Thread-safety: a warp object belongs to one warp (device) or one host
 // thread.
@@ -50,6 +59,12 @@ struct DeviceWarp {
 #if defined(__CUDA_ARCH__)
     auto& value = get(state);
     value = op(value, ShuffleXor(value, mask));
+#endif
+  }
+
+  LS_HD_INLINE void Sync() {
+#if defined(__CUDA_ARCH__)
+    __syncwarp();
 #endif
   }
 
@@ -86,6 +101,9 @@ struct EmulatedWarp {
       get(state[lane]) = op(before[lane], before[lane ^ mask]);
     }
   }
+
+  // Each runs every lane to the end before it returns: nothing to order.
+  void Sync() {}
 };
 #endif  // !__CUDA_ARCH__
 
