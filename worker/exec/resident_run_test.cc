@@ -8,39 +8,28 @@
 // loss bits, and so does the same run copying every tensor in and out;
 // the counters show the tensors stayed in their mirrors.
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/emulated_backend.h"
 #include "kernels/registry.h"
 #include "kernels/residency.h"
-#include "model/plan.h"
-#include "model/spec_io.h"
-#include "worker/data/dataset.h"
 #include "worker/exec/dataset_batches.h"
 #include "worker/exec/executor.h"
 #include "worker/exec/fault.h"
+#include "worker/exec/test_util.h"
 
 namespace lockstep::worker {
 namespace {
 
 namespace v1 = ::lockstep::v1;
 using ::lockstep::testing::IsOk;
-
-std::string ZooPath(const std::string& rel) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "lockstep",
-                      "/examples/", rel);
-}
 
 const kernels::Registry& Registry() {
   static const kernels::Registry* r = [] {
@@ -52,38 +41,14 @@ const kernels::Registry& Registry() {
   return *r;
 }
 
-struct Zoo {
-  v1::Model model;
-  v1::JobConfig config;
-  model::ModelPlan plan;
-  std::shared_ptr<Dataset> dataset;
-};
+using Zoo = testing::ZooModel;
 
 // The zoo model `name` with a small batch and `steps` steps, every step
 // captured.
 Zoo Load(const std::string& name, int batch, int steps) {
-  Zoo z;
-  auto model = model::ReadModelFile(ZooPath(name + "/model.json"));
-  auto config = model::ReadJobConfigFile(ZooPath(name + "/config.json"));
-  EXPECT_THAT(model, IsOk());
-  EXPECT_THAT(config, IsOk());
-  if (!model.ok() || !config.ok()) return z;
-  z.model = *model;
-  z.config = *config;
-  z.config.set_batch_size(batch);
-  z.config.set_steps(steps);
+  Zoo z = testing::LoadZooModel(name, batch, steps);
   z.config.mutable_capture()->Clear();
   z.config.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_STEP);
-  auto plan = model::PlanModel(z.model, z.config, model::Limits{});
-  EXPECT_THAT(plan, IsOk());
-  if (!plan.ok()) return z;
-  z.plan = *plan;
-  std::vector<int64_t> example(z.plan.input_shape.begin() + 1,
-                               z.plan.input_shape.end());
-  auto ds = OpenDataset(z.config.dataset(), z.config.seed(), example,
-                        z.plan.num_classes);
-  EXPECT_THAT(ds, IsOk());
-  if (ds.ok()) z.dataset = std::shared_ptr<Dataset>(std::move(*ds));
   return z;
 }
 

@@ -1,12 +1,16 @@
 #include "worker/exec/test_util.h"
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/random/philox.h"
+#include "model/spec_io.h"
 
 namespace lockstep::worker::testing {
 
@@ -59,6 +63,39 @@ BatchSource TeacherBatches(const model::ModelPlan& plan, uint64_t seed) {
     return absl::OkStatus();
   };
   return src;
+}
+
+std::string ZooPath(const std::string& rel) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "lockstep",
+                      "/examples/", rel);
+}
+
+ZooModel LoadZooModel(const std::string& name, int batch, int steps,
+                      const std::string& config_file,
+                      const std::string& model_file) {
+  ZooModel z;
+  auto model = model::ReadModelFile(ZooPath(name + "/" + model_file));
+  EXPECT_TRUE(model.ok()) << model.status();
+  auto config = model::ReadJobConfigFile(ZooPath(name + "/" + config_file));
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!model.ok() || !config.ok()) return z;
+  z.model = *model;
+  z.config = *config;
+  if (batch > 0) z.config.set_batch_size(batch);
+  if (steps > 0) z.config.set_steps(steps);
+  auto plan = model::PlanModel(z.model, z.config, model::Limits{});
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return z;
+  z.plan = *plan;
+  std::vector<int64_t> example(z.plan.input_shape.begin() + 1,
+                               z.plan.input_shape.end());
+  auto ds = OpenDataset(z.config.dataset(), z.config.seed(), example,
+                        z.plan.num_classes);
+  EXPECT_TRUE(ds.ok()) << ds.status();
+  if (ds.ok()) z.dataset = std::shared_ptr<Dataset>(std::move(*ds));
+  return z;
 }
 
 }  // namespace lockstep::worker::testing

@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kernels/registry.h"
 #include "lockstep/v1/job.pb.h"
 #include "model/plan.h"
 #include "model/test_plans.h"
+#include "worker/data/dataset.h"
 #include "worker/exec/executor.h"
 
 namespace lockstep::worker::testing {
@@ -26,6 +28,23 @@ using ::lockstep::model::testing::MlpPlan;
 // = step), label = argmax_c of a fixed random linear map of x (the
 // "teacher", stream 1 << 40) over plan.num_classes classes.
 BatchSource TeacherBatches(const model::ModelPlan& plan, uint64_t seed);
+
+// examples/<rel> in the test's runfiles (tests with data = //examples:zoo).
+std::string ZooPath(const std::string& rel);
+
+// A zoo model loaded, planned and given its dataset; on a failure the test
+// has a non-fatal failure and `dataset` is null.
+struct ZooModel {
+  lockstep::v1::Model model;
+  lockstep::v1::JobConfig config;
+  model::ModelPlan plan;
+  std::shared_ptr<Dataset> dataset;
+};
+// examples/<name>/<model_file> with <config_file>; batch and steps
+// override the config's when positive.
+ZooModel LoadZooModel(const std::string& name, int batch, int steps,
+                      const std::string& config_file = "config.json",
+                      const std::string& model_file = "model.json");
 
 }  // namespace lockstep::worker::testing
 

@@ -40,46 +40,13 @@ using ::lockstep::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-std::string ZooPath(const std::string& rel) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir ? srcdir : ".", "/", ws ? ws : "lockstep",
-                      "/examples/", rel);
-}
+using testing::ZooPath;
+using Zoo = testing::ZooModel;
 
-struct Zoo {
-  v1::Model model;
-  v1::JobConfig config;
-  model::ModelPlan plan;
-  std::shared_ptr<Dataset> dataset;
-};
-
-// Loads examples/<name>/{model,config_file}, with batch and steps overridden
-// when > 0.
 Zoo Load(const std::string& name, int batch, int steps,
          const std::string& config_file = "config.json",
          const std::string& model_file = "model.json") {
-  Zoo z;
-  auto model = model::ReadModelFile(ZooPath(name + "/" + model_file));
-  EXPECT_THAT(model, IsOk());
-  auto config = model::ReadJobConfigFile(ZooPath(name + "/" + config_file));
-  EXPECT_THAT(config, IsOk());
-  if (!model.ok() || !config.ok()) return z;
-  z.model = *model;
-  z.config = *config;
-  if (batch > 0) z.config.set_batch_size(batch);
-  if (steps > 0) z.config.set_steps(steps);
-  auto plan = model::PlanModel(z.model, z.config, model::Limits{});
-  EXPECT_THAT(plan, IsOk());
-  if (!plan.ok()) return z;
-  z.plan = *plan;
-  std::vector<int64_t> example(z.plan.input_shape.begin() + 1,
-                               z.plan.input_shape.end());
-  auto ds = OpenDataset(z.config.dataset(), z.config.seed(), example,
-                        z.plan.num_classes);
-  EXPECT_THAT(ds, IsOk());
-  if (ds.ok()) z.dataset = std::shared_ptr<Dataset>(std::move(*ds));
-  return z;
+  return testing::LoadZooModel(name, batch, steps, config_file, model_file);
 }
 
 absl::StatusOr<RunResult> RunZoo(const Zoo& z, ExecutorOptions options = {}) {
