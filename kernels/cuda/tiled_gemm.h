@@ -503,7 +503,7 @@ LS_HD_INLINE void PipelinedBVector(int thread, int n, int& kk, int& j) {
 
 // Fetches the thread's vectors of the slice A(i0 .., k0 .. k0 + kcount),
 // B(k0 .., j0 ..) of the entry at a, b into its registers.
-template <class T, bool kAK, bool kBK>
+template <class T, bool kAAlongK, bool kBAlongK>
 LS_HD_INLINE void PipelinedFetch(const c::MatMulShape& m, const float* a,
                                  const float* b, int64_t i0, int64_t j0,
                                  int64_t k0, int kcount, int thread,
@@ -515,8 +515,8 @@ LS_HD_INLINE void PipelinedFetch(const c::MatMulShape& m, const float* a,
   LS_GEMM_UNROLL
   for (int n = 0; n < T::kAVecs; ++n) {
     int i, kk;
-    PipelinedAVector<T, kAK>(thread, n, i, kk);
-    if (kAK) {
+    PipelinedAVector<T, kAAlongK>(thread, n, i, kk);
+    if (kAAlongK) {
       GemmFetch4(ac + i * m.a_row + kk, 1, i < rows, kcount - kk, st.pa[n]);
     } else {
       GemmFetch4(ac + i * m.a_row + kk * m.a_depth, m.a_row, kk < kcount,
@@ -526,8 +526,8 @@ LS_HD_INLINE void PipelinedFetch(const c::MatMulShape& m, const float* a,
   LS_GEMM_UNROLL
   for (int n = 0; n < T::kBVecs; ++n) {
     int kk, j;
-    PipelinedBVector<T, kBK>(thread, n, kk, j);
-    if (kBK) {
+    PipelinedBVector<T, kBAlongK>(thread, n, kk, j);
+    if (kBAlongK) {
       GemmFetch4(bc + kk + j * m.b_col, 1, j < cols, kcount - kk, st.pb[n]);
     } else {
       GemmFetch4(bc + kk * m.b_depth + j * m.b_col, m.b_col, kk < kcount,
@@ -537,15 +537,15 @@ LS_HD_INLINE void PipelinedFetch(const c::MatMulShape& m, const float* a,
 }
 
 // Stores the thread's fetched vectors into shared buffer `buf`.
-template <class T, bool kAK, bool kBK>
+template <class T, bool kAAlongK, bool kBAlongK>
 LS_HD_INLINE void PipelinedStore(int thread, int buf,
                                  const PipelinedGemmThreadState<T>& st,
                                  PipelinedGemmShared<T>& sh) {
   LS_GEMM_UNROLL
   for (int n = 0; n < T::kAVecs; ++n) {
     int i, kk;
-    PipelinedAVector<T, kAK>(thread, n, i, kk);
-    if (kAK) {
+    PipelinedAVector<T, kAAlongK>(thread, n, i, kk);
+    if (kAAlongK) {
       LS_GEMM_UNROLL
       for (int u = 0; u < 4; ++u) sh.a[buf][kk + u][i] = st.pa[n][u];
     } else {
@@ -555,8 +555,8 @@ LS_HD_INLINE void PipelinedStore(int thread, int buf,
   LS_GEMM_UNROLL
   for (int n = 0; n < T::kBVecs; ++n) {
     int kk, j;
-    PipelinedBVector<T, kBK>(thread, n, kk, j);
-    if (kBK) {
+    PipelinedBVector<T, kBAlongK>(thread, n, kk, j);
+    if (kBAlongK) {
       LS_GEMM_UNROLL
       for (int u = 0; u < 4; ++u) sh.b[buf][kk + u][j] = st.pb[n][u];
     } else {
@@ -652,7 +652,7 @@ LS_HD_INLINE void PipelinedEndChunk(const c::BatchedMatMulShape& s,
 }
 
 // PipelinedGemmBlock with the operands' vector directions fixed.
-template <class T, bool kAK, bool kBK, class EachThread>
+template <class T, bool kAAlongK, bool kBAlongK, class EachThread>
 LS_HD_INLINE void PipelinedGemmTiles(const c::BatchedMatMulShape& s,
                                      const float* a, const float* b, float* out,
                                      float* scratch, PipelinedGemmShared<T>& sh,
@@ -680,8 +680,9 @@ LS_HD_INLINE void PipelinedGemmTiles(const c::BatchedMatMulShape& s,
     }
     const int first = static_cast<int>(depth < T::kBK ? depth : T::kBK);
     each([&](int thread, State& st) {
-      PipelinedFetch<T, kAK, kBK>(s.m, at, bt, i0, j0, 0, first, thread, st);
-      PipelinedStore<T, kAK, kBK>(thread, 0, st, sh);
+      PipelinedFetch<T, kAAlongK, kBAlongK>(s.m, at, bt, i0, j0, 0, first,
+                                            thread, st);
+      PipelinedStore<T, kAAlongK, kBAlongK>(thread, 0, st, sh);
     });
     for (int64_t slice = 0; slice < slices; ++slice) {
       const int64_t k0 = slice * T::kBK;
@@ -696,9 +697,10 @@ LS_HD_INLINE void PipelinedGemmTiles(const c::BatchedMatMulShape& s,
       const int64_t chunk = k0 / c::kChunk;
       const int buf = static_cast<int>(slice & 1);
       each([&](int thread, State& st) {
-        if (more)
-          PipelinedFetch<T, kAK, kBK>(s.m, at, bt, i0, j0, k1, next, thread,
-                                      st);
+        if (more) {
+          PipelinedFetch<T, kAAlongK, kBAlongK>(s.m, at, bt, i0, j0, k1, next,
+                                                thread, st);
+        }
         const int ty = thread / T::kThreadCols;
         const int tx = thread % T::kThreadCols;
         if (kcount == T::kBK) {
@@ -715,7 +717,9 @@ LS_HD_INLINE void PipelinedGemmTiles(const c::BatchedMatMulShape& s,
           PipelinedEndChunk<T>(s, tile, t, i0, j0, chunk, chunks, thread, st,
                                scratch, out);
         }
-        if (more) PipelinedStore<T, kAK, kBK>(thread, buf ^ 1, st, sh);
+        if (more) {
+          PipelinedStore<T, kAAlongK, kBAlongK>(thread, buf ^ 1, st, sh);
+        }
       });
     }
   }
