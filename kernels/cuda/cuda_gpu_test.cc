@@ -3,6 +3,7 @@
 // CPU backend's bits, under two launch configurations and twice in a row;
 // the op set v3 graph primitives' edge cases; device fingerprints against
 // host fingerprints. Skips without a device.
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -16,6 +17,8 @@
 #include "kernels/cuda/cuda_runtime.h"
 #include "kernels/cuda/plan.h"
 #include "kernels/cuda/test_cases.h"
+#include "kernels/cuda/thread_bodies.h"
+#include "kernels/cuda/tiled_gemm.h"
 #include "kernels/graph_op_cases.h"
 #include "kernels/hash/fingerprint.h"
 #include "kernels/registry.h"
@@ -130,6 +133,81 @@ TEST(CudaGpuTiledGemmTest, TiledProductsMatchCpuBits) {
         ASSERT_TRUE(s.ok()) << s;
         for (size_t o = 0; o < got.size(); ++o) {
           EXPECT_TRUE(SameBits(got[o], (*want)[o])) << "output " << o;
+        }
+      }
+    }
+  }
+}
+
+// Every tiled GEMM configuration (tiled_gemm.h, WithGemmConfig), launched
+// directly, = the one-thread body's bits (BatchedMatMulThread on the host):
+// every transpose, edge tiles, K = 0, one to five chunks, -0 and subnormal
+// inputs (no NaN: device and host NaN payloads differ, docs/gpu.md), batch
+// entries at odd offsets (so vector loads fall back to scalar ones), at the
+// automatic grid and at 3 blocks.
+TEST(CudaGpuTiledGemmTest, EveryConfigurationMatchesOneThreadBits) {
+  const absl::Status device = CudaDeviceStatus();
+  if (!device.ok()) {
+    GTEST_SKIP() << "no usable CUDA device, skipping: " << device;
+  }
+  struct Dims {
+    int64_t m, k, n, batch;
+  };
+  const Dims dims[] = {{130, 1100, 200, 1}, {37, 131, 53, 3},
+                       {256, 512, 128, 1},  {65, 0, 70, 2},
+                       {129, 17, 257, 1},   {64, 1280, 64, 2}};
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> real(-1.0f, 1.0f);
+  for (const Dims& d : dims) {
+    for (int transposes = 0; transposes < 4; ++transposes) {
+      c::DenseShape ds;
+      ds.m = d.m;
+      ds.k = d.k;
+      ds.n = d.n;
+      ds.transpose_x = (transposes & 1) != 0;
+      ds.transpose_w = (transposes & 2) != 0;
+      c::BatchedMatMulShape s;
+      s.m = c::DenseForwardShape(ds);
+      s.batch = d.batch;
+      s.a_batch = d.m * d.k;
+      s.b_batch = d.k * d.n;
+      s.c_batch = d.m * d.n;
+      s.scale = d.batch > 1 ? -0.17677669f : 1.0f;
+      std::vector<float> a(static_cast<size_t>(d.batch * d.m * d.k));
+      std::vector<float> b(static_cast<size_t>(d.batch * d.k * d.n));
+      for (std::vector<float>* v : {&a, &b}) {
+        for (size_t i = 0; i < v->size(); ++i) {
+          float x = real(rng);
+          if (i % 89 == 3) x = 1.5e-39f;
+          if (i % 97 == 5) x = -0.0f;
+          (*v)[i] = x;
+        }
+      }
+      std::vector<float> want(static_cast<size_t>(d.batch * d.m * d.n), 0.0f);
+      BatchedMatMulThread(s, a.data(), b.data(), want.data(), 0, 1);
+      for (int config = 0; config < kGemmConfigs; ++config) {
+        for (const int64_t blocks : {int64_t{0}, int64_t{3}}) {
+          SCOPED_TRACE(absl::StrFormat(
+              "%s: m=%d k=%d n=%d batch=%d tx=%d tw=%d, %d blocks",
+              GemmConfigName(config), d.m, d.k, d.n, d.batch, ds.transpose_x,
+              ds.transpose_w, blocks));
+          std::vector<float> got(want.size());
+          uint32_t poison = 0xA5A5A5A5u;
+          for (float& f : got) std::memcpy(&f, &poison, 4);
+          const absl::Status run =
+              RunTiledGemmConfig(config, s, a, b, absl::MakeSpan(got), blocks);
+          ASSERT_TRUE(run.ok()) << run;
+          int differ = 0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            uint32_t g, w;
+            std::memcpy(&g, &got[i], 4);
+            std::memcpy(&w, &want[i], 4);
+            if (g != w && differ++ == 0) {
+              ADD_FAILURE() << "output " << i << ": 0x" << std::hex << g
+                            << ", want 0x" << w;
+            }
+          }
+          EXPECT_EQ(differ, 0);
         }
       }
     }

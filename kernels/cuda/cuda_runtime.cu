@@ -8,6 +8,7 @@
 // (CheckDeviceLaunchConfig, then CheckKernelFits).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -48,24 +49,25 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock)
   RunThread(p, GlobalThread(), GridThreads());
 }
 
-// The tiled GEMM (tiled_gemm.h): the shared phase sequence, with a barrier
-// after every phase. Launched with DeviceGemmTile::kThreads threads per
-// block (GridFor). At least two blocks per SM: one block's slice loads
-// overlap the other's fma chains (ptxas then keeps it to 128 registers with
-// 24 bytes spilled, sm_90, CUDA 13.0; unbounded it took 176).
-__global__ void __launch_bounds__(DeviceGemmTile::kThreads, 2)
+// The tiled GEMM (tiled_gemm.h) in configuration T: the shared phase
+// sequence (GemmBlock), with a barrier after every phase. Launched with
+// T::kThreads threads per block. T::kMinBlocksPerSm = 2 lets one block's
+// barrier waits overlap the other's fma chains (ptxas then caps the kernel
+// at 128 registers); docs/gpu.md "Tiled GEMM" has each configuration's
+// resource report.
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSm)
     TiledMatMulKernel(KernelParams p) {
-  __shared__ GemmShared<DeviceGemmTile> sh;
-  GemmThreadState<DeviceGemmTile> state = {};
+  __shared__ GemmSharedOf<T> sh;
+  GemmStateOf<T> state = {};
   const int thread = static_cast<int>(threadIdx.x);
-  TiledGemmBlock<DeviceGemmTile>(
-      p.batched_matmul, static_cast<const float*>(p.in[0]),
-      static_cast<const float*>(p.in[1]), static_cast<float*>(p.out[0]),
-      static_cast<float*>(p.out[1]), sh, blockIdx.x, gridDim.x,
-      [&](auto&& phase) {
-        phase(thread, state);
-        __syncthreads();
-      });
+  GemmBlock<T>(p.batched_matmul, static_cast<const float*>(p.in[0]),
+               static_cast<const float*>(p.in[1]),
+               static_cast<float*>(p.out[0]), static_cast<float*>(p.out[1]), sh,
+               blockIdx.x, gridDim.x, [&](auto&& phase) {
+                 phase(thread, state);
+                 __syncthreads();
+               });
 }
 
 // The one-thread-per-leaf reference bodies (the benchmark's baseline, and
@@ -192,7 +194,7 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kTreeSumParts)
 #undef LS_CASE
     case DeviceOp::kTiledMatMul:
-      return &TiledMatMulKernel;
+      return &TiledMatMulKernel<PlannedGemmTile>;
     case DeviceOp::kNumOps:
       break;
   }
@@ -376,6 +378,101 @@ absl::StatusOr<void*> PrepareResident(const CallBuffer& cb) {
 }
 
 }  // namespace
+
+absl::Status LaunchTiledGemmConfig(int config,
+                                   const canonical::BatchedMatMulShape& s,
+                                   const float* a, const float* b, float* c,
+                                   float* scratch, int64_t blocks) {
+  KernelPtr kernel = nullptr;
+  int64_t threads = 0;
+  int64_t tiles = 0;
+  if (!WithGemmConfig(config, [&](auto tile) {
+        using T = decltype(tile);
+        kernel = &TiledMatMulKernel<T>;
+        threads = T::kThreads;
+        tiles = GemmTiles<T>(s);
+      })) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "LaunchTiledGemmConfig: config = %d: must be in [0, %d)", config,
+        kGemmConfigs));
+  }
+  if (blocks < 0 || blocks > 0x7fffffff) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "LaunchTiledGemmConfig: blocks = %d: must be 0 (automatic) or in "
+        "[1, %d]",
+        blocks, 0x7fffffff));
+  }
+  if (tiles == 0) return absl::OkStatus();
+  KernelParams p;
+  p.op = DeviceOp::kTiledMatMul;
+  p.work = tiles;
+  p.batched_matmul = s;
+  p.in[0] = a;
+  p.in[1] = b;
+  p.out[0] = c;
+  p.out[1] = scratch;
+  if (blocks == 0) blocks = std::min<int64_t>(tiles, kMaxAutoBlocks);
+  LS_RETURN_IF_ERROR(CheckKernelFits(reinterpret_cast<const void*>(kernel),
+                                     GemmConfigName(config), threads));
+  const dim3 grid(static_cast<unsigned>(blocks));
+  const dim3 block(static_cast<unsigned>(threads));
+  void* args[] = {&p};
+  LS_CUDA_RETURN_IF_ERROR(cudaLaunchKernel(
+      reinterpret_cast<const void*>(kernel), grid, block, args, 0, 0));
+  LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status RunTiledGemmConfig(int config,
+                                const canonical::BatchedMatMulShape& s,
+                                absl::Span<const float> a,
+                                absl::Span<const float> b, absl::Span<float> c,
+                                int64_t blocks) {
+  // The last element each operand's batch entries reach, plus one.
+  const auto reach = [&](int64_t batch_stride, int64_t rows, int64_t row,
+                         int64_t cols, int64_t col) -> int64_t {
+    if (s.batch == 0 || rows == 0 || cols == 0) return 0;
+    return (s.batch - 1) * batch_stride + (rows - 1) * row + (cols - 1) * col +
+           1;
+  };
+  const struct {
+    const char* name;
+    size_t size;
+    int64_t need;
+  } spans[] = {
+      {"a", a.size(),
+       reach(s.a_batch, s.m.rows, s.m.a_row, s.m.depth, s.m.a_depth)},
+      {"b", b.size(),
+       reach(s.b_batch, s.m.depth, s.m.b_depth, s.m.cols, s.m.b_col)},
+      {"c", c.size(),
+       reach(s.c_batch, s.m.rows, s.m.c_row, s.m.cols, s.m.c_col)},
+  };
+  for (const auto& span : spans) {
+    if (static_cast<int64_t>(span.size) < span.need) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "RunTiledGemmConfig: %s has %d floats, the product reaches %d",
+          span.name, span.size, span.need));
+    }
+  }
+  LS_RETURN_IF_ERROR(CudaDeviceStatus());
+  DeviceBuffer da, db, dc, scratch;
+  LS_RETURN_IF_ERROR(da.CopyIn(a));
+  LS_RETURN_IF_ERROR(db.CopyIn(b));
+  LS_RETURN_IF_ERROR(dc.CopyIn(c));
+  const int64_t scratch_floats = GemmConfigScratchFloats(config, s);
+  if (scratch_floats > 0) {
+    LS_RETURN_IF_ERROR(scratch.Allocate(scratch_floats * sizeof(float)));
+  }
+  LS_RETURN_IF_ERROR(LaunchTiledGemmConfig(
+      config, s, da.f(), db.f(), dc.f(),
+      scratch_floats > 0 ? scratch.f() : nullptr, blocks));
+  LS_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  if (!c.empty()) {
+    LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(
+        c.data(), dc.get(), c.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config) {
   LS_RETURN_IF_ERROR(CheckDeviceLaunchConfig(config, call.op));

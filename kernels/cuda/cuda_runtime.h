@@ -69,6 +69,31 @@ absl::Status LaunchOnDevice(const DeviceCall& call,
                             absl::Span<void* const> device_buffers,
                             const LaunchConfig& config = LaunchConfig{});
 
+// Queues tiled GEMM configuration `config` (tiled_gemm.h, WithGemmConfig;
+// the planner's kTiledMatMul launches run PlannedGemmTile) on device
+// memory: c = the product s of a and b, scratch holding
+// GemmConfigScratchFloats(config, s) floats (may be null when that is 0), on
+// `blocks` blocks (0: one per tile, at most kMaxAutoBlocks). For benchmarks and
+// tests of every configuration; nothing is synchronized (as LaunchOnDevice).
+// INVALID_ARGUMENT for a config outside [0, kGemmConfigs) or a negative
+// block count.
+absl::Status LaunchTiledGemmConfig(int config,
+                                   const canonical::BatchedMatMulShape& s,
+                                   const float* a, const float* b, float* c,
+                                   float* scratch, int64_t blocks = 0);
+
+// LaunchTiledGemmConfig on host data: copies a, b and c (whose values
+// stay where the product writes nothing) to the device, runs the
+// configuration with its scratch on `blocks` blocks, synchronizes and
+// copies c back. For the GPU tests of every configuration. INVALID_ARGUMENT
+// as LaunchTiledGemmConfig, or when a span is smaller than the batch
+// entries of s reach.
+absl::Status RunTiledGemmConfig(int config,
+                                const canonical::BatchedMatMulShape& s,
+                                absl::Span<const float> a,
+                                absl::Span<const float> b, absl::Span<float> c,
+                                int64_t blocks = 0);
+
 // Benchmark timing on the device: runs `enqueue` once untimed (module
 // loading, library warm-up), then `reps` times, each between two CUDA
 // events recorded on the legacy default stream, and returns the fastest

@@ -24,6 +24,19 @@ absl::Status LaunchOnDevice(const DeviceCall&, absl::Span<void* const>,
   return NoCuda();
 }
 
+absl::Status LaunchTiledGemmConfig(int, const canonical::BatchedMatMulShape&,
+                                   const float*, const float*, float*, float*,
+                                   int64_t) {
+  return NoCuda();
+}
+
+absl::Status RunTiledGemmConfig(int, const canonical::BatchedMatMulShape&,
+                                absl::Span<const float>,
+                                absl::Span<const float>, absl::Span<float>,
+                                int64_t) {
+  return NoCuda();
+}
+
 absl::StatusOr<float> TimeDeviceWorkMs(int, absl::FunctionRef<absl::Status()>) {
   return NoCuda();
 }

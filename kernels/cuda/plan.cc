@@ -100,11 +100,11 @@ bool TilesProduct(const c::MatMulShape& s, const PlanOptions& options) {
 void AddProduct(DeviceCall* call, const c::BatchedMatMulShape& s, int a, int b,
                 int out, const PlanOptions& options) {
   if (TilesProduct(s.m, options)) {
-    const int64_t scratch_floats = GemmScratchFloats(s);
+    const int64_t scratch_floats = GemmTileScratchFloats<PlannedGemmTile>(s);
     const int scratch = scratch_floats > 0
                             ? AddScratch(call, scratch_floats * sizeof(float))
                             : -1;
-    AddLaunch(call, DeviceOp::kTiledMatMul, GemmTiles<DeviceGemmTile>(s),
+    AddLaunch(call, DeviceOp::kTiledMatMul, GemmTiles<PlannedGemmTile>(s),
               {a, b}, {out, scratch})
         .batched_matmul = s;
     return;
@@ -1264,7 +1264,7 @@ std::vector<std::string> CudaCanonicalOpNames() {
 LaunchGrid GridFor(const KernelParams& params, const LaunchConfig& config) {
   LaunchGrid g;
   if (params.op == DeviceOp::kTiledMatMul) {
-    g.threads_per_block = DeviceGemmTile::kThreads;
+    g.threads_per_block = PlannedGemmTile::kThreads;
     g.blocks = config.blocks > 0
                    ? config.blocks
                    : std::max<int64_t>(
@@ -1321,7 +1321,7 @@ absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config) {
     }
     const LaunchGrid grid = GridFor(p, config);
     if (p.op == DeviceOp::kTiledMatMul) {
-      EmulateTiledGemm<DeviceGemmTile>(
+      EmulateTiledGemm<PlannedGemmTile>(
           p.batched_matmul, static_cast<const float*>(p.in[0]),
           static_cast<const float*>(p.in[1]), static_cast<float*>(p.out[0]),
           static_cast<float*>(p.out[1]), grid.blocks);

@@ -62,7 +62,7 @@ absl::Status CheckDeviceLaunchConfig(const LaunchConfig& config,
 // The grid one launch runs on under `config`: BlocksFor(config, work)
 // blocks of config.threads_per_block threads, except the tiled GEMM
 // (DeviceOp::kTiledMatMul), whose blocks always have
-// DeviceGemmTile::kThreads threads: config.blocks blocks when set, else one
+// PlannedGemmTile::kThreads threads: config.blocks blocks when set, else one
 // block per tile up to kMaxAutoBlocks (its blocks walk the tiles
 // grid-stride).
 struct LaunchGrid {

@@ -13,9 +13,11 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -147,7 +149,7 @@ template <class T>
 std::vector<uint32_t> TiledBits(const Problem& p, int64_t blocks,
                                 bool reverse_threads) {
   std::vector<float> out(static_cast<size_t>(p.out_size), FromBits(kPoison));
-  std::vector<float> scratch(static_cast<size_t>(GemmScratchFloats(p.s)),
+  std::vector<float> scratch(static_cast<size_t>(GemmTileScratchFloats<T>(p.s)),
                              FromBits(0x7fa00000u));
   EmulateTiledGemm<T>(p.s, p.a.data(), p.b.data(), out.data(),
                       scratch.empty() ? nullptr : scratch.data(), blocks,
@@ -345,6 +347,219 @@ TEST(TiledGemmTest, TreeLevelsAndScratch) {
   s.m.rows = 65;
   s.m.cols = 129;
   EXPECT_EQ(GemmTiles<DeviceGemmTile>(s), 2 * 2 * 3);
+}
+
+// ---- every configuration ----------------------------------------------------
+
+// Configuration `config` (WithGemmConfig) on `blocks` emulated blocks.
+std::vector<uint32_t> ConfigBits(int config, const Problem& p, int64_t blocks,
+                                 bool reverse_threads) {
+  std::vector<uint32_t> bits;
+  EXPECT_TRUE(WithGemmConfig(config, [&](auto tile) {
+    bits = TiledBits<decltype(tile)>(p, blocks, reverse_threads);
+  }));
+  return bits;
+}
+
+int64_t ConfigTiles(int config, const Problem& p) {
+  int64_t tiles = 0;
+  WithGemmConfig(config,
+                 [&](auto tile) { tiles = GemmTiles<decltype(tile)>(p.s); });
+  return tiles;
+}
+
+// Every configuration the device kernels are built with at 3 blocks (fewer
+// than the tiles of the larger shapes: grid-stride) and at more blocks than
+// tiles with reversed thread order.
+void ExpectEveryConfigBits(const Problem& p) {
+  SCOPED_TRACE(p.label);
+  const std::vector<uint32_t> want = OneThreadBits(p);
+  for (int config = 0; config < kGemmConfigs; ++config) {
+    SCOPED_TRACE(GemmConfigName(config));
+    EXPECT_TRUE(SameWords(ConfigBits(config, p, 3, false), want)) << "3 blocks";
+    EXPECT_TRUE(SameWords(
+        ConfigBits(config, p, ConfigTiles(config, p) + 5, true), want))
+        << "reversed threads";
+  }
+}
+
+TEST(TiledGemmConfigTest, ConfigurationsAreDistinctAndPlannedIsOne) {
+  for (int config = 0; config < kGemmConfigs; ++config) {
+    int threads = 0;
+    EXPECT_TRUE(WithGemmConfig(
+        config, [&](auto tile) { threads = decltype(tile)::kThreads; }));
+    EXPECT_EQ(threads, 256) << GemmConfigName(config);
+    for (int other = 0; other < config; ++other) {
+      EXPECT_NE(std::string(GemmConfigName(config)),
+                std::string(GemmConfigName(other)));
+    }
+  }
+  EXPECT_FALSE(WithGemmConfig(-1, [](auto) {}));
+  EXPECT_FALSE(WithGemmConfig(kGemmConfigs, [](auto) {}));
+  int planned = 0;
+  for (int config = 0; config < kGemmConfigs; ++config) {
+    WithGemmConfig(config, [&](auto tile) {
+      if (std::is_same_v<decltype(tile), PlannedGemmTile>) {
+        ++planned;
+        EXPECT_EQ(config, kPlannedGemmConfig);
+      }
+    });
+  }
+  EXPECT_EQ(planned, 1);
+}
+
+// Shapes of DenseFamilyEqualsOneThreadBody (edge tiles, K = 0, K not a
+// multiple of any BK) as every product of the dense family at every
+// transpose, and products of two and three chunks with edge tiles at every
+// transpose, on every configuration.
+TEST(TiledGemmConfigTest, DenseFamilyEqualsOneThreadBody) {
+  const Dims dims[] = {
+      {1, 1, 1}, {37, 131, 53}, {5, 0, 3}, {66, 0, 70}, {129, 17, 130}};
+  uint32_t seed = 600;
+  for (const Dims& d : dims) {
+    for (const bool tx : {false, true}) {
+      for (const bool tw : {false, true}) {
+        for (const Product p :
+             {Product::kForward, Product::kGradInput, Product::kGradWeight}) {
+          ExpectEveryConfigBits(
+              MakeProblem(d.m, d.k, d.n, tx, tw, p, 1, 1.0f, false, seed++));
+        }
+      }
+    }
+  }
+  for (const Dims& d : {Dims{65, 257, 63}, Dims{130, 530, 68}}) {
+    for (const bool tx : {false, true}) {
+      for (const bool tw : {false, true}) {
+        ExpectEveryConfigBits(MakeProblem(
+            d.m, d.k, d.n, tx, tw, Product::kForward, 1, 1.0f, false, seed++));
+      }
+    }
+  }
+}
+
+// Batched and scaled entries; NaN / Inf / -0 / subnormal inputs.
+TEST(TiledGemmConfigTest, BatchedScaledAndSpecialValues) {
+  uint32_t seed = 700;
+  for (const float scale : {0.125f, -0.17677669f}) {
+    for (const Dims& d : {Dims{19, 300, 70}, Dims{3, 0, 20}, Dims{136, 9, 4}}) {
+      ExpectEveryConfigBits(MakeProblem(d.m, d.k, d.n, false, true,
+                                        Product::kForward, 3, scale, false,
+                                        seed++));
+    }
+  }
+  for (const Product p :
+       {Product::kForward, Product::kGradInput, Product::kGradWeight}) {
+    ExpectEveryConfigBits(
+        MakeProblem(131, 700, 66, true, false, p, 1, 1.0f, true, seed++));
+  }
+}
+
+// Operands at addresses that are not 16-byte aligned (and odd leading
+// dimensions): the vector loads fall back to scalar ones, same bits.
+TEST(TiledGemmConfigTest, UnalignedOperandsEqualOneThreadBody) {
+  uint32_t seed = 800;
+  for (const Dims& d : {Dims{64, 520, 132}, Dims{33, 261, 67}}) {
+    for (const bool tx : {false, true}) {
+      for (const bool tw : {false, true}) {
+        Problem p = MakeProblem(d.m, d.k, d.n, tx, tw, Product::kForward, 1,
+                                1.0f, false, seed++);
+        p.a.insert(p.a.begin(), 7.0f);
+        p.b.insert(p.b.begin(), -3.0f);
+        p.b.insert(p.b.begin(), 5.0f);
+        const std::vector<uint32_t> want = [&] {
+          std::vector<float> out(static_cast<size_t>(p.out_size));
+          BatchedMatMulThread(p.s, p.a.data() + 1, p.b.data() + 2, out.data(),
+                              0, 1);
+          std::vector<uint32_t> bits(out.size());
+          for (size_t i = 0; i < out.size(); ++i) bits[i] = Bits(out[i]);
+          return bits;
+        }();
+        for (int config = 0; config < kGemmConfigs; ++config) {
+          SCOPED_TRACE(absl::StrCat(p.label, " ", GemmConfigName(config)));
+          std::vector<float> out(static_cast<size_t>(p.out_size),
+                                 FromBits(kPoison));
+          std::vector<float> scratch(
+              static_cast<size_t>(GemmConfigScratchFloats(config, p.s)) + 1);
+          WithGemmConfig(config, [&](auto tile) {
+            EmulateTiledGemm<decltype(tile)>(p.s, p.a.data() + 1,
+                                             p.b.data() + 2, out.data(),
+                                             scratch.data() + 1, 2);
+          });
+          std::vector<uint32_t> got(out.size());
+          for (size_t i = 0; i < out.size(); ++i) got[i] = Bits(out[i]);
+          EXPECT_TRUE(SameWords(got, want));
+        }
+      }
+    }
+  }
+}
+
+// 1 to 34 chunks on small pipelined tiles, whole tiles (their remapped
+// scratch slots) and edge tiles: every tree shape up to 6 levels; and a few
+// chunk counts on the pipelined device configurations.
+TEST(TiledGemmConfigTest, EveryChunkCountEqualsOneThreadBody) {
+  using Small = PipelinedGemmTile<16, 16, 8, 4, 4>;
+  using Flat = PipelinedGemmTile<8, 16, 4, 4, 4>;
+  uint32_t seed = 900;
+  for (int64_t q = 1; q <= 34; q += (q < 10 ? 1 : 8)) {
+    for (const int64_t k : {256 * q - 1, 256 * q, 256 * q + 7}) {
+      const Problem p = MakeProblem(17, k, 20, q % 2 == 1, false,
+                                    Product::kForward, 1, 1.0f, false, seed++);
+      SCOPED_TRACE(p.label);
+      const std::vector<uint32_t> want = OneThreadBits(p);
+      EXPECT_TRUE(SameWords(TiledBits<Small>(p, 1, false), want));
+      EXPECT_TRUE(SameWords(TiledBits<Small>(p, 3, true), want));
+      EXPECT_TRUE(SameWords(TiledBits<Flat>(p, 2, true), want));
+      if (q <= 3) {
+        for (int config = 1; config < kGemmConfigs; ++config) {
+          EXPECT_TRUE(SameWords(ConfigBits(config, p, 1, true), want))
+              << GemmConfigName(config);
+        }
+      }
+    }
+  }
+  // Whole 128 x 128 tiles with 5 chunks (3 tree levels in remapped slots).
+  const Problem p = MakeProblem(256, 1100, 128, false, false, Product::kForward,
+                                1, 1.0f, false, seed++);
+  const std::vector<uint32_t> want = OneThreadBits(p);
+  EXPECT_TRUE(SameWords(TiledBits<PlannedGemmTile>(p, 1, true), want));
+  EXPECT_TRUE(SameWords(TiledBits<GemmConfigTile<3>::type>(p, 3, false), want));
+}
+
+// -0 chains: a ragged last slice is not zero-padded into the chains.
+TEST(TiledGemmConfigTest, UnderflowingChainsStayMinusZero) {
+  for (const int64_t k : {1, 13, 300, 529}) {
+    Problem p = MakeProblem(20, k, 20, false, false, Product::kForward, 1, 1.0f,
+                            false, 1);
+    std::fill(p.a.begin(), p.a.end(), 1e-30f);
+    std::fill(p.b.begin(), p.b.end(), -1e-30f);
+    SCOPED_TRACE(p.label);
+    const std::vector<uint32_t> want = OneThreadBits(p);
+    EXPECT_EQ(want[0], 0x80000000u);
+    for (int config = 0; config < kGemmConfigs; ++config) {
+      EXPECT_TRUE(SameWords(ConfigBits(config, p, 1, false), want))
+          << GemmConfigName(config);
+    }
+  }
+}
+
+// A pipelined tile's scratch: the levels of every whole tile, edge tiles
+// counted whole; the first kernel's: the levels of every output.
+TEST(TiledGemmConfigTest, ScratchOfEachConfiguration) {
+  c::BatchedMatMulShape s;
+  s.m.rows = 130;
+  s.m.cols = 70;
+  s.m.depth = 1025;  // 5 chunks, 3 levels
+  s.batch = 2;
+  EXPECT_EQ(GemmConfigScratchFloats(0, s), 3 * 2 * 130 * 70);
+  EXPECT_EQ(GemmConfigScratchFloats(1, s), 3 * (2 * 2 * 1) * 128 * 128);
+  EXPECT_EQ(GemmConfigScratchFloats(3, s), 3 * (2 * 2 * 2) * 128 * 64);
+  EXPECT_EQ(GemmConfigScratchFloats(4, s), 3 * (2 * 3 * 2) * 64 * 64);
+  EXPECT_EQ(GemmConfigScratchFloats(kGemmConfigs, s), 0);
+  s.m.depth = 256;
+  for (int config = 0; config < kGemmConfigs; ++config) {
+    EXPECT_EQ(GemmConfigScratchFloats(config, s), 0);
+  }
 }
 
 // ---- through the planner ---------------------------------------------------

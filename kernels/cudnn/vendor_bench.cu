@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/plan.h"
+#include "kernels/cuda/tiled_gemm.h"
 #include "kernels/cudnn/cublas_gemm.h"
 #include "kernels/cudnn/cudnn_conv.h"
 #include "kernels/cudnn/vendor_context.h"
@@ -69,6 +71,9 @@ struct BenchRow {
   // per output).
   bool gemm = false;
   absl::StatusOr<float> untiled_ms = absl::UnknownError("not run");
+  // GEMM rows: every tiled GEMM configuration (cuda::WithGemmConfig), by
+  // index, launched directly on the same buffers.
+  std::vector<absl::StatusOr<float>> config_ms;
 };
 
 // The tiled canonical GEMM's target: this fraction of cuBLAS SGEMM's
@@ -154,6 +159,36 @@ absl::StatusOr<BenchRow> GemmRow(DeviceContext* ctx, int64_t size, int reps) {
   row.untiled_ms = TimeCanonicalMs(
       op::kDenseForward, {{size, size}, {size, size}}, {size, size}, OpAttrs{},
       {x.get(), w.get()}, y.get(), reps, untiled);
+  {
+    c::BatchedMatMulShape bs;
+    bs.m = s;
+    bs.batch = 1;
+    bs.a_batch = size * size;
+    bs.b_batch = size * size;
+    bs.c_batch = size * size;
+    bs.scale = 1.0f;
+    DeviceBuffer scratch;  // enough for every configuration
+    int64_t scratch_floats = 0;
+    for (int config = 0; config < cuda::kGemmConfigs; ++config) {
+      scratch_floats =
+          std::max(scratch_floats, cuda::GemmConfigScratchFloats(config, bs));
+    }
+    absl::Status allocated = absl::OkStatus();
+    if (scratch_floats > 0) {
+      allocated = scratch.Allocate(scratch_floats * sizeof(float));
+    }
+    for (int config = 0; config < cuda::kGemmConfigs; ++config) {
+      if (!allocated.ok()) {
+        row.config_ms.push_back(allocated);
+        continue;
+      }
+      row.config_ms.push_back(cuda::TimeDeviceWorkMs(reps, [&]() {
+        return cuda::LaunchTiledGemmConfig(
+            config, bs, x.f(), w.f(), y.f(),
+            scratch_floats > 0 ? static_cast<float*>(scratch.get()) : nullptr);
+      }));
+    }
+  }
   for (const bool deterministic : {true, false}) {
     absl::StatusOr<float>& cell =
         row.ms[deterministic ? kDeterministicColumn : kDefaultColumn];
@@ -396,6 +431,24 @@ absl::StatusOr<std::string> RunVendorBenchmarks(int reps) {
         row.name, Gflops(row, kCanonicalColumn),
         Gflops(row.flops, row.untiled_ms), Gflops(row, kDeterministicColumn),
         Ratio(row, kCanonicalColumn, kDeterministicColumn), verdict);
+    for (int config = 0; config < static_cast<int>(row.config_ms.size());
+         ++config) {
+      const absl::StatusOr<float>& ms = row.config_ms[config];
+      std::string ratio = "-";
+      if (ms.ok() && cublas.ok() && *ms > 0.0f) {
+        ratio = absl::StrFormat("%.3f", *cublas / *ms);
+      }
+      report += absl::StrFormat(
+          "    tiled %-24s %10s GFLOP/s, tiled/cuBLAS %s%s\n",
+          cuda::GemmConfigName(config), Gflops(row.flops, ms), ratio,
+          config == cuda::kPlannedGemmConfig ? " (planned)" : "");
+      if (!ms.ok()) {
+        if (DeviceLost(ms.status())) return ms.status();
+        notes += absl::StrFormat("  %s, tiled %s: %s\n", row.name,
+                                 cuda::GemmConfigName(config),
+                                 ms.status().ToString());
+      }
+    }
     if (!row.untiled_ms.ok()) {
       if (DeviceLost(row.untiled_ms.status())) return row.untiled_ms.status();
       notes += absl::StrFormat("  %s, canonical one thread per output: %s\n",
