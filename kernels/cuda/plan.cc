@@ -476,8 +476,8 @@ void AddConvGradWeight(DeviceCall* call, const sp::Conv2dShape& s, int x,
   AddLaunch(call, DeviceOp::kConv2dGradWeightCol, taps * terms, {x}, {col})
       .conv = s;
   const c::BatchedMatMulShape whole = GradWeightProduct(s, terms, 1, 0);
-  const int64_t tiles =
-      GemmTileRows<DeviceGemmTile>(whole) * GemmTileCols<DeviceGemmTile>(whole);
+  const int64_t tiles = GemmTileRows<PlannedGemmTile>(whole) *
+                        GemmTileCols<PlannedGemmTile>(whole);
   const int64_t chunks = c::NumChunks(terms);
   int64_t run = 1;  // chunks per run
   while (run < chunks &&

@@ -715,10 +715,20 @@ TEST(TiledGemmPlanTest, ResNetLayerGradientPlans) {
   EXPECT_EQ(gi->launches[0].params.op, DeviceOp::kConv2dGradInputCol);
   EXPECT_EQ(gi->launches[1].params.op, DeviceOp::kTranspose);
   EXPECT_EQ(gi->launches[2].params.op, DeviceOp::kTiledMatMul);
-  EXPECT_EQ(gi->launches[2].params.work, 32 * 49);
-  // col 32 x 576 x 3136, w' 64 x 64 x 9, tree levels 2 x 32 x 64 x 3136.
-  EXPECT_EQ(scratch(*gi), 4 * (int64_t{32} * 576 * 3136 + 64 * 64 * 9 +
-                               int64_t{2} * 32 * 64 * 3136));
+  // The planned tile (128 x 64): per image 25 tiles of 128 of the 3136
+  // pixels by one of the 64 channels.
+  const c::BatchedMatMulShape& product = gi->launches[2].params.batched_matmul;
+  EXPECT_EQ(PlannedGemmTile::kBM, 128);
+  EXPECT_EQ(PlannedGemmTile::kBN, 64);
+  EXPECT_EQ(gi->launches[2].params.work, 32 * 25);
+  EXPECT_EQ(GemmTiles<PlannedGemmTile>(product), 32 * 25);
+  // col 32 x 576 x 3136, w' 64 x 64 x 9, and the tree levels of a K of 576
+  // (3 chunks: 2 levels) in the planned tile's per-tile layout.
+  EXPECT_EQ(scratch(*gi),
+            4 * (int64_t{32} * 576 * 3136 + 64 * 64 * 9 +
+                 GemmTileScratchFloats<PlannedGemmTile>(product)));
+  EXPECT_GE(GemmTileScratchFloats<PlannedGemmTile>(product),
+            int64_t{2} * 32 * 64 * 3136);
   std::vector<Tensor> dw = {Tensor::Zeros(DType::kFloat32, ws).value()};
   std::vector<Tensor> gw_in = {Tensor::Zeros(DType::kFloat32, xs).value(),
                                Tensor::Zeros(DType::kFloat32, xs).value()};
