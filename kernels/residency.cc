@@ -17,7 +17,9 @@ ScopedResidentRun::~ScopedResidentRun() { active_run = outer_; }
 ResidencyCounters* ActiveResidentRun() { return active_run; }
 
 ResidentMirror* NewerResidentMirror(const Tensor& t) {
-  if (t.mirror_state() != MirrorState::kMirrorNewer) return nullptr;
+  if (!t.has_mirror() || t.mirror_state() != MirrorState::kMirrorNewer) {
+    return nullptr;
+  }
   return dynamic_cast<ResidentMirror*>(t.mirror());
 }
 

@@ -185,6 +185,11 @@ void* Tensor::unsynced_data() const {
   return storage_ ? storage_->ptr : nullptr;
 }
 
+bool Tensor::has_mirror() const {
+  return storage_ != nullptr &&
+         storage_->mirrored.load(std::memory_order_acquire);
+}
+
 StorageMirror* Tensor::mirror() const {
   if (storage_ == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(storage_->mu);

@@ -173,6 +173,8 @@ class Tensor {
   void* unsynced_data() const;
   // The storage's mirror, or null (also for an empty tensor).
   StorageMirror* mirror() const;
+  // mirror() != nullptr, without taking the storage's lock.
+  bool has_mirror() const;
   // Attaches `mirror` in state kHostNewer (a storage has at most one; a
   // second call replaces it). No-op for an empty tensor.
   void AttachMirror(std::unique_ptr<StorageMirror> mirror);

@@ -148,11 +148,13 @@ class FakeMirror : public StorageMirror {
 TEST(TensorMirrorTest, HostAccessBringsNewerMirrorBytesBackOnce) {
   Tensor t = Tensor::FromValues<float>({3}, {1.0f, 2.0f, 3.0f}).value();
   EXPECT_EQ(t.mirror(), nullptr);
+  EXPECT_FALSE(t.has_mirror());
   EXPECT_EQ(t.mirror_state(), MirrorState::kHostNewer);
   int copies = 0;
   t.AttachMirror(std::make_unique<FakeMirror>(
       std::vector<float>{7.0f, 8.0f, 9.0f}, &copies));
   ASSERT_NE(t.mirror(), nullptr);
+  EXPECT_TRUE(t.has_mirror());
   // Attached: the host copy is the newer one; nothing comes back.
   EXPECT_EQ(t.mirror_state(), MirrorState::kHostNewer);
   EXPECT_EQ(std::as_const(t).data<float>()[0], 1.0f);
@@ -177,6 +179,7 @@ TEST(TensorMirrorTest, HostAccessBringsNewerMirrorBytesBackOnce) {
   const Tensor clone = t.Clone().value();
   EXPECT_EQ(copies, 2);
   EXPECT_EQ(clone.mirror(), nullptr);
+  EXPECT_FALSE(clone.has_mirror());
   EXPECT_EQ(clone.data<float>()[0], 7.0f);
   // An empty tensor has no storage to mirror.
   Tensor empty;
