@@ -320,8 +320,8 @@ class CudaMirror : public ResidentMirror {
   }
   void* device() { return buffer_.get(); }
   absl::Status CopyToHost(void* host) override {
-    LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, buffer_.get(), bytes_,
-                                       cudaMemcpyDeviceToHost));
+    LS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(host, buffer_.get(), bytes_, cudaMemcpyDeviceToHost));
     if (ResidencyCounters* c = ActiveResidentRun()) {
       ++c->downloads;
       c->download_bytes += bytes_;
@@ -340,8 +340,8 @@ class CudaMirror : public ResidentMirror {
                                               size_t size) override {
     if (ResidencyCounters* c = ActiveResidentRun()) ++c->mirror_fingerprints;
     std::vector<uint64_t> leaf_hashes(NumDeviceLeaves(size));
-    LS_RETURN_IF_ERROR(DeviceLeafHashes(buffer_.get(), size,
-                                        absl::MakeSpan(leaf_hashes)));
+    LS_RETURN_IF_ERROR(
+        DeviceLeafHashes(buffer_.get(), size, absl::MakeSpan(leaf_hashes)));
     return hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
   }
 
@@ -366,8 +366,8 @@ absl::StatusOr<void*> PrepareResident(const CallBuffer& cb) {
     if (ResidencyCounters* c = ActiveResidentRun()) ++c->mirrors_created;
   }
   if (cb.copy_in && t.mirror_state() == MirrorState::kHostNewer) {
-    LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(m->device(), t.unsynced_data(),
-                                       cb.bytes, cudaMemcpyHostToDevice));
+    LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(m->device(), t.unsynced_data(), cb.bytes,
+                                       cudaMemcpyHostToDevice));
     t.SetMirrorState(MirrorState::kSame);
     if (ResidencyCounters* c = ActiveResidentRun()) {
       ++c->uploads;
