@@ -28,7 +28,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <utility>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/hash/fingerprint.h"
@@ -79,6 +82,46 @@ class ResidentMirror : public StorageMirror {
 // The tensor's ResidentMirror when it holds the newer bytes; else null (the
 // host bytes are current: hash them there).
 ResidentMirror* NewerResidentMirror(const Tensor& t);
+
+// A backend's side of a kernel call in a resident run: the mirror of type M
+// that holds `tensor`'s bytes in the backend's memory, ready for the call.
+//
+//   - When the tensor has no M (none yet, or another backend's mirror), its
+//     host bytes are made current first, then `create(bytes)` makes an M,
+//     which is attached to the tensor's storage.
+//   - When the call reads the tensor (`copy_in`) and the host copy is newer,
+//     `upload(m, host, bytes)` copies the host bytes into m, and the two
+//     copies are marked the same.
+//
+// The active scope counts the mirrors made and the uploads. The backend
+// marks each output it wrote kMirrorNewer after its kernels are launched.
+// create: absl::StatusOr<std::unique_ptr<M>>(int64_t bytes);
+// upload: absl::Status(M*, const void* host, int64_t bytes).
+// REQUIRES: an active ScopedResidentRun; bytes == the tensor's size, > 0.
+template <class M, class Create, class Upload>
+absl::StatusOr<M*> PrepareResidentMirror(Tensor tensor, int64_t bytes,
+                                         bool copy_in, Create&& create,
+                                         Upload&& upload) {
+  auto* m = dynamic_cast<M*>(tensor.mirror());
+  if (m == nullptr) {
+    std::as_const(tensor).raw_data();  // another mirror's bytes come home
+    absl::StatusOr<std::unique_ptr<M>> fresh = create(bytes);
+    if (!fresh.ok()) return fresh.status();
+    m = fresh->get();
+    tensor.AttachMirror(*std::move(fresh));
+    if (ResidencyCounters* c = ActiveResidentRun()) ++c->mirrors_created;
+  }
+  if (copy_in && tensor.mirror_state() == MirrorState::kHostNewer) {
+    const absl::Status s = upload(m, tensor.unsynced_data(), bytes);
+    if (!s.ok()) return s;
+    tensor.SetMirrorState(MirrorState::kSame);
+    if (ResidencyCounters* c = ActiveResidentRun()) {
+      ++c->uploads;
+      c->upload_bytes += bytes;
+    }
+  }
+  return m;
+}
 
 }  // namespace lockstep::kernels
 

@@ -352,28 +352,20 @@ class CudaMirror : public ResidentMirror {
 };
 
 // The device memory of cb's tensor in a resident run: its CudaMirror (made
-// when missing), filled from the host when cb is an input and the host
-// copy is newer.
+// when missing), filled from the host when cb is an input and the host copy
+// is newer (PrepareResidentMirror).
 absl::StatusOr<void*> PrepareResident(const CallBuffer& cb) {
-  Tensor t = cb.tensor;
-  auto* m = dynamic_cast<CudaMirror*>(t.mirror());
-  if (m == nullptr) {
-    std::as_const(t).raw_data();  // another backend's mirror: bytes home
-    LS_ASSIGN_OR_RETURN(std::unique_ptr<CudaMirror> fresh,
-                        CudaMirror::Create(cb.bytes));
-    m = fresh.get();
-    t.AttachMirror(std::move(fresh));
-    if (ResidencyCounters* c = ActiveResidentRun()) ++c->mirrors_created;
-  }
-  if (cb.copy_in && t.mirror_state() == MirrorState::kHostNewer) {
-    LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(m->device(), t.unsynced_data(), cb.bytes,
-                                       cudaMemcpyHostToDevice));
-    t.SetMirrorState(MirrorState::kSame);
-    if (ResidencyCounters* c = ActiveResidentRun()) {
-      ++c->uploads;
-      c->upload_bytes += cb.bytes;
-    }
-  }
+  LS_ASSIGN_OR_RETURN(
+      CudaMirror * m,
+      PrepareResidentMirror<CudaMirror>(
+          cb.tensor, cb.bytes, cb.copy_in, &CudaMirror::Create,
+          [](CudaMirror* mirror, const void* host,
+             int64_t bytes) -> absl::Status {
+            LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(mirror->device(), host,
+                                               static_cast<size_t>(bytes),
+                                               cudaMemcpyHostToDevice));
+            return absl::OkStatus();
+          }));
   return m->device();
 }
 

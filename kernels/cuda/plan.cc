@@ -1302,7 +1302,7 @@ absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config) {
   for (size_t b = 0; b < call.buffers.size(); ++b) {
     const CallBuffer& cb = call.buffers[b];
     if (resident && cb.is_tensor && cb.bytes > 0) {
-      device[b] = EmulatedMirror::Prepare(cb);
+      LS_ASSIGN_OR_RETURN(device[b], EmulatedMirror::Prepare(cb));
       continue;
     }
     mem[b].assign(static_cast<size_t>(cb.bytes) + 16, 0xA5);
@@ -1342,26 +1342,19 @@ absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config) {
   return absl::OkStatus();
 }
 
-unsigned char* EmulatedMirror::Prepare(const CallBuffer& cb) {
-  Tensor t = cb.tensor;
-  auto* m = dynamic_cast<EmulatedMirror*>(t.mirror());
-  if (m == nullptr) {
-    // No mirror yet, or another backend's: bring the host bytes current
-    // and start a mirror of this kind.
-    std::as_const(t).raw_data();
-    auto fresh = std::make_unique<EmulatedMirror>(cb.bytes);
-    m = fresh.get();
-    t.AttachMirror(std::move(fresh));
-    if (ResidencyCounters* c = ActiveResidentRun()) ++c->mirrors_created;
-  }
-  if (cb.copy_in && t.mirror_state() == MirrorState::kHostNewer) {
-    std::memcpy(m->bytes_.data(), t.unsynced_data(), cb.bytes);
-    t.SetMirrorState(MirrorState::kSame);
-    if (ResidencyCounters* c = ActiveResidentRun()) {
-      ++c->uploads;
-      c->upload_bytes += cb.bytes;
-    }
-  }
+absl::StatusOr<unsigned char*> EmulatedMirror::Prepare(const CallBuffer& cb) {
+  LS_ASSIGN_OR_RETURN(
+      EmulatedMirror * m,
+      PrepareResidentMirror<EmulatedMirror>(
+          cb.tensor, cb.bytes, cb.copy_in,
+          [](int64_t bytes) -> absl::StatusOr<std::unique_ptr<EmulatedMirror>> {
+            return std::make_unique<EmulatedMirror>(bytes);
+          },
+          [](EmulatedMirror* mirror, const void* host, int64_t bytes) {
+            std::memcpy(mirror->bytes_.data(), host,
+                        static_cast<size_t>(bytes));
+            return absl::OkStatus();
+          }));
   return m->bytes_.data();
 }
 

@@ -153,8 +153,8 @@ class EmulatedMirror : public ResidentMirror {
                                               size_t size) override;
   // The "device" bytes of cb's tensor: its EmulatedMirror (made when
   // missing), filled from the host when cb is an input and the host copy
-  // is newer. REQUIRES: cb.is_tensor, cb.bytes > 0.
-  static unsigned char* Prepare(const CallBuffer& cb);
+  // is newer (PrepareResidentMirror). REQUIRES: cb.is_tensor, cb.bytes > 0.
+  static absl::StatusOr<unsigned char*> Prepare(const CallBuffer& cb);
 
  private:
   std::vector<unsigned char> bytes_;
