@@ -18,6 +18,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
@@ -567,7 +571,32 @@ class GemmDriver {
       rows_adjacent = rows_adjacent && row_at[r] == row_at[0] + r;
     }
     if (rows_adjacent) {
-      for (int64_t v = 0; v < run; ++v) {
+      // A transposing copy: tile column v becomes `rows` contiguous floats.
+      int64_t v = 0;
+#if defined(__SSE__)
+      // 4 x 4 blocks through SSE registers, so each store writes four
+      // floats of one C column instead of one.
+      for (; v + 4 <= run; v += 4) {
+        const float* src = tile + v0 + v;
+        float* dst = base + v * s.c_col + row_at[0];
+        int r = 0;
+        for (; r + 4 <= rows; r += 4) {
+          __m128 a0 = _mm_loadu_ps(src + r * kNR);
+          __m128 a1 = _mm_loadu_ps(src + (r + 1) * kNR);
+          __m128 a2 = _mm_loadu_ps(src + (r + 2) * kNR);
+          __m128 a3 = _mm_loadu_ps(src + (r + 3) * kNR);
+          _MM_TRANSPOSE4_PS(a0, a1, a2, a3);
+          _mm_storeu_ps(dst + r, a0);
+          _mm_storeu_ps(dst + s.c_col + r, a1);
+          _mm_storeu_ps(dst + 2 * s.c_col + r, a2);
+          _mm_storeu_ps(dst + 3 * s.c_col + r, a3);
+        }
+        for (; r < rows; ++r) {
+          for (int k = 0; k < 4; ++k) dst[k * s.c_col + r] = src[r * kNR + k];
+        }
+      }
+#endif
+      for (; v < run; ++v) {
         float* dst = base + v * s.c_col + row_at[0];
         for (int r = 0; r < rows; ++r) dst[r] = tile[r * kNR + v0 + v];
       }
