@@ -566,47 +566,50 @@ class GemmDriver {
       }
       return;
     }
-    bool rows_adjacent = true;  // a tile column is contiguous in C
-    for (int r = 1; r < rows; ++r) {
-      rows_adjacent = rows_adjacent && row_at[r] == row_at[0] + r;
+    // Runs of rows adjacent in C (one image's pixels: a tile whose rows
+    // cross an image boundary has two), within which a tile column is
+    // contiguous in C.
+    for (int r0 = 0; r0 < rows;) {
+      int r1 = r0 + 1;
+      while (r1 < rows && row_at[r1] == row_at[r1 - 1] + 1) ++r1;
+      WriteColumns(s, tile + r0 * kNR + v0, r1 - r0, run, base + row_at[r0]);
+      r0 = r1;
     }
-    if (rows_adjacent) {
-      // A transposing copy: tile column v becomes `rows` contiguous floats.
-      int64_t v = 0;
+  }
+
+  // A transposing copy: column v < run of the `rows` tile rows at `src`
+  // (kNR floats apart) becomes `rows` contiguous floats at dst + v * c_col.
+  static void WriteColumns(const canonical::MatMulShape& s, const float* src,
+                           int rows, int64_t run, float* dst) {
+    int64_t v = 0;
 #if defined(__SSE__)
-      // 4 x 4 blocks through SSE registers, so each store writes four
-      // floats of one C column instead of one.
+    // 4 x 4 blocks through SSE registers, so each store writes four floats
+    // of one C column instead of one.
+    if (rows >= 4) {
       for (; v + 4 <= run; v += 4) {
-        const float* src = tile + v0 + v;
-        float* dst = base + v * s.c_col + row_at[0];
+        const float* sv = src + v;
+        float* d = dst + v * s.c_col;
         int r = 0;
         for (; r + 4 <= rows; r += 4) {
-          __m128 a0 = _mm_loadu_ps(src + r * kNR);
-          __m128 a1 = _mm_loadu_ps(src + (r + 1) * kNR);
-          __m128 a2 = _mm_loadu_ps(src + (r + 2) * kNR);
-          __m128 a3 = _mm_loadu_ps(src + (r + 3) * kNR);
+          __m128 a0 = _mm_loadu_ps(sv + r * kNR);
+          __m128 a1 = _mm_loadu_ps(sv + (r + 1) * kNR);
+          __m128 a2 = _mm_loadu_ps(sv + (r + 2) * kNR);
+          __m128 a3 = _mm_loadu_ps(sv + (r + 3) * kNR);
           _MM_TRANSPOSE4_PS(a0, a1, a2, a3);
-          _mm_storeu_ps(dst + r, a0);
-          _mm_storeu_ps(dst + s.c_col + r, a1);
-          _mm_storeu_ps(dst + 2 * s.c_col + r, a2);
-          _mm_storeu_ps(dst + 3 * s.c_col + r, a3);
+          _mm_storeu_ps(d + r, a0);
+          _mm_storeu_ps(d + s.c_col + r, a1);
+          _mm_storeu_ps(d + 2 * s.c_col + r, a2);
+          _mm_storeu_ps(d + 3 * s.c_col + r, a3);
         }
         for (; r < rows; ++r) {
-          for (int k = 0; k < 4; ++k) dst[k * s.c_col + r] = src[r * kNR + k];
+          for (int k = 0; k < 4; ++k) d[k * s.c_col + r] = sv[r * kNR + k];
         }
       }
-#endif
-      for (; v < run; ++v) {
-        float* dst = base + v * s.c_col + row_at[0];
-        for (int r = 0; r < rows; ++r) dst[r] = tile[r * kNR + v0 + v];
-      }
-      return;
     }
-    for (int r = 0; r < rows; ++r) {
-      float* dst = base + row_at[r];
-      for (int64_t v = 0; v < run; ++v) {
-        dst[v * s.c_col] = tile[r * kNR + v0 + v];
-      }
+#endif
+    for (; v < run; ++v) {
+      float* d = dst + v * s.c_col;
+      for (int r = 0; r < rows; ++r) d[r] = src[r * kNR + v];
     }
   }
 };
