@@ -7,14 +7,11 @@
 #include <memory>
 #include <vector>
 
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
-
 #include "absl/container/inlined_vector.h"
 #include "kernels/canonical/reduce.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/transpose_copy.h"
 #include "kernels/ops/dense.h"
 
 namespace lockstep::kernels {
@@ -71,46 +68,6 @@ inline void CopyRun(float* dst, const float* src, int64_t n) {
 }
 inline void ZeroRun(float* dst, int64_t n) {
   std::memset(dst, 0, n * sizeof(float));
-}
-
-// rows[q * width + v] = src[v * src_stride + q] for v < count, q < len: a
-// transposing copy, for packers whose lanes are planes. With SSE, 4 x 4
-// blocks go through registers, so each store writes four lanes of one row
-// instead of one (the stores, `width` floats apart, were the cost).
-void TransposeRuns(const float* src, int64_t src_stride, int count, int64_t len,
-                   float* rows, int width) {
-  int v = 0;
-#if defined(__SSE__)
-  for (; v + 4 <= count; v += 4) {
-    const float* s0 = src + v * src_stride;
-    const float* s1 = s0 + src_stride;
-    const float* s2 = s1 + src_stride;
-    const float* s3 = s2 + src_stride;
-    float* d = rows + v;
-    int64_t q = 0;
-    for (; q + 4 <= len; q += 4, d += 4 * width) {
-      __m128 r0 = _mm_loadu_ps(s0 + q);
-      __m128 r1 = _mm_loadu_ps(s1 + q);
-      __m128 r2 = _mm_loadu_ps(s2 + q);
-      __m128 r3 = _mm_loadu_ps(s3 + q);
-      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-      _mm_storeu_ps(d, r0);
-      _mm_storeu_ps(d + width, r1);
-      _mm_storeu_ps(d + 2 * width, r2);
-      _mm_storeu_ps(d + 3 * width, r3);
-    }
-    for (; q < len; ++q, d += width) {
-      d[0] = s0[q];
-      d[1] = s1[q];
-      d[2] = s2[q];
-      d[3] = s3[q];
-    }
-  }
-#endif
-  for (; v < count; ++v) {
-    const float* sv = src + v * src_stride;
-    for (int64_t q = 0; q < len; ++q) rows[q * width + v] = sv[q];
-  }
 }
 
 // Zeroes lanes [count, width) of `rows` packed rows.
@@ -297,9 +254,9 @@ struct GradWeightOperands {
       // input plane first + v itself.
       ForImageRuns(pix, p_begin, p_count,
                    [&](int64_t i, int64_t n, int64_t q0, int64_t q1) {
-                     TransposeRuns(f.x + (n * s.c_in + first) * plane_size + q0,
-                                   plane_size, count, q1 - q0, dst + i * width,
-                                   width);
+                     cpu_internal::TransposeCopy(
+                         f.x + (n * s.c_in + first) * plane_size + q0,
+                         plane_size, count, q1 - q0, dst + i * width, width);
                    });
       ZeroTail(p_count, count, width, dst);
       return;
@@ -360,8 +317,9 @@ struct GradWeightOperands {
     const int64_t pix = f.out_h * f.out_w;
     ForImageRuns(pix, p_begin, p_count,
                  [&](int64_t i, int64_t n, int64_t q0, int64_t q1) {
-                   TransposeRuns(f.dy + (n * s.c_out + first) * pix + q0, pix,
-                                 count, q1 - q0, dst + i * width, width);
+                   cpu_internal::TransposeCopy(
+                       f.dy + (n * s.c_out + first) * pix + q0, pix, count,
+                       q1 - q0, dst + i * width, width);
                  });
     ZeroTail(p_count, count, width, dst);
   }

@@ -18,13 +18,10 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
-
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/transpose_copy.h"
 #include "kernels/ops/dense.h"
 #include "kernels/spatial/conv2d.h"
 
@@ -568,48 +565,13 @@ class GemmDriver {
     }
     // Runs of rows adjacent in C (one image's pixels: a tile whose rows
     // cross an image boundary has two), within which a tile column is
-    // contiguous in C.
+    // contiguous in C: a transposing copy each.
     for (int r0 = 0; r0 < rows;) {
       int r1 = r0 + 1;
       while (r1 < rows && row_at[r1] == row_at[r1 - 1] + 1) ++r1;
-      WriteColumns(s, tile + r0 * kNR + v0, r1 - r0, run, base + row_at[r0]);
+      TransposeCopy(tile + r0 * kNR + v0, kNR, r1 - r0, run, base + row_at[r0],
+                    s.c_col);
       r0 = r1;
-    }
-  }
-
-  // A transposing copy: column v < run of the `rows` tile rows at `src`
-  // (kNR floats apart) becomes `rows` contiguous floats at dst + v * c_col.
-  static void WriteColumns(const canonical::MatMulShape& s, const float* src,
-                           int rows, int64_t run, float* dst) {
-    int64_t v = 0;
-#if defined(__SSE__)
-    // 4 x 4 blocks through SSE registers, so each store writes four floats
-    // of one C column instead of one.
-    if (rows >= 4) {
-      for (; v + 4 <= run; v += 4) {
-        const float* sv = src + v;
-        float* d = dst + v * s.c_col;
-        int r = 0;
-        for (; r + 4 <= rows; r += 4) {
-          __m128 a0 = _mm_loadu_ps(sv + r * kNR);
-          __m128 a1 = _mm_loadu_ps(sv + (r + 1) * kNR);
-          __m128 a2 = _mm_loadu_ps(sv + (r + 2) * kNR);
-          __m128 a3 = _mm_loadu_ps(sv + (r + 3) * kNR);
-          _MM_TRANSPOSE4_PS(a0, a1, a2, a3);
-          _mm_storeu_ps(d + r, a0);
-          _mm_storeu_ps(d + s.c_col + r, a1);
-          _mm_storeu_ps(d + 2 * s.c_col + r, a2);
-          _mm_storeu_ps(d + 3 * s.c_col + r, a3);
-        }
-        for (; r < rows; ++r) {
-          for (int k = 0; k < 4; ++k) d[k * s.c_col + r] = sv[r * kNR + k];
-        }
-      }
-    }
-#endif
-    for (; v < run; ++v) {
-      float* d = dst + v * s.c_col;
-      for (int r = 0; r < rows; ++r) d[r] = src[r * kNR + v];
     }
   }
 };
