@@ -3,7 +3,8 @@
 // reductions on the lane kernels (lanes = channels, blocks transposed in
 // registers): on every ISA path this CPU has and on 1, 2, 3 and 8 threads
 // their bits equal the spec code of kernels/ops/norm.h (GatherChain, one
-// channel at a time), on shapes whose channel counts leave tails of every
+// channel at a time), also when the gradients take the batch statistics the
+// forward saved, on shapes whose channel counts leave tails of every
 // width, whose planes are shorter and longer than a vector and not a
 // multiple of it, and whose reductions cross the 256-term chunk boundary
 // inside a transposed block; with NaN, infinities, -0 and subnormals.
@@ -142,6 +143,14 @@ TEST_F(BatchNormLanesTest, EveryIsaAndThreadCountGivesTheSpecBits) {
                             running.data(), want_dx.data());
       c::BatchNormGradParams(s, x.data(), dy.data(), running.data(),
                              want_dg.data(), want_db.data());
+      // The batch statistics the forward saves: row 0 the means, row 1 rstd.
+      std::vector<float> want_saved(2 * ch);
+      for (int64_t i = 0; i < ch; ++i) {
+        const c::BatchNormChannelStats st =
+            c::BatchNormStatsOf(s, x.data(), running.data(), i);
+        want_saved[i] = st.mean;
+        want_saved[ch + i] = st.rstd;
+      }
 
       OpAttrs attrs;
       attrs.batch_norm_eval = false;
@@ -163,6 +172,44 @@ TEST_F(BatchNormLanesTest, EveryIsaAndThreadCountGivesTheSpecBits) {
                 << where;
             ExpectSameBits(out[0], want_y, "y, " + where);
             ExpectSameBits(out[1], want_running, "running, " + where);
+          }
+          {
+            // With the saved statistics as a third output: y and running
+            // unchanged.
+            Tensor in[] = {T(shape, x), T({ch}, gamma), T({ch}, beta)};
+            Tensor out[] = {T(shape, std::vector<float>(numel)),
+                            T({2, ch}, running),
+                            T({2, ch}, std::vector<float>(2 * ch))};
+            ASSERT_TRUE(Kernel(op::kBatchNormForward)(
+                            absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                            .ok())
+                << where;
+            ExpectSameBits(out[0], want_y, "y with saved, " + where);
+            ExpectSameBits(out[1], want_running,
+                           "running with saved, " + where);
+            ExpectSameBits(out[2], want_saved, "saved, " + where);
+          }
+          {
+            // Both gradients from the saved statistics: the spec's bits.
+            Tensor in[] = {T(shape, x), T({ch}, gamma), T(shape, dy),
+                           T({2, ch}, running), T({2, ch}, want_saved)};
+            Tensor out[] = {T(shape, std::vector<float>(numel))};
+            ASSERT_TRUE(Kernel(op::kBatchNormGradInput)(
+                            absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                            .ok())
+                << where;
+            ExpectSameBits(out[0], want_dx, "dx from saved, " + where);
+            Tensor pin[] = {T(shape, x), T(shape, dy), T({2, ch}, running),
+                            T({2, ch}, want_saved)};
+            Tensor pout[] = {T({ch}, std::vector<float>(ch)),
+                             T({ch}, std::vector<float>(ch))};
+            ASSERT_TRUE(
+                Kernel(op::kBatchNormGradParams)(absl::MakeConstSpan(pin),
+                                                 absl::MakeSpan(pout), attrs)
+                    .ok())
+                << where;
+            ExpectSameBits(pout[0], want_dg, "dgamma from saved, " + where);
+            ExpectSameBits(pout[1], want_db, "dbeta from saved, " + where);
           }
           {
             Tensor in[] = {T(shape, x), T({ch}, gamma), T(shape, dy),
@@ -188,6 +235,123 @@ TEST_F(BatchNormLanesTest, EveryIsaAndThreadCountGivesTheSpecBits) {
         }
       }
     }
+  }
+}
+
+// The gradients take the saved statistics as given (they do not compute
+// them again): other statistics give other results; eval mode ignores
+// them; a saved tensor of the wrong shape or dtype is refused by name.
+TEST_F(BatchNormLanesTest, GradientsUseTheSavedStatisticsAndCheckThem) {
+  const std::vector<int64_t> shape = {4, 20, 6, 6};
+  const int64_t ch = 20, numel = 4 * 20 * 36;
+  const std::vector<float> x = RandomFloats(numel, 91, false);
+  const std::vector<float> dy = RandomFloats(numel, 92, false);
+  const std::vector<float> gamma = RandomFloats(ch, 93, false);
+  std::vector<float> running(2 * ch, 1.0f);
+  OpAttrs attrs;
+  attrs.batch_norm_eval = false;
+  std::vector<float> saved(2 * ch);
+  {
+    Tensor in[] = {T(shape, x), T({ch}, gamma), T({ch}, gamma)};
+    Tensor out[] = {T(shape, std::vector<float>(numel)), T({2, ch}, running),
+                    T({2, ch}, saved)};
+    ASSERT_TRUE(Kernel(op::kBatchNormForward)(absl::MakeConstSpan(in),
+                                              absl::MakeSpan(out), attrs)
+                    .ok());
+    std::memcpy(saved.data(), out[2].data<float>(), saved.size() * 4);
+  }
+  auto grads = [&](const std::vector<float>* given, const OpAttrs& a) {
+    std::vector<Tensor> in = {T(shape, x), T({ch}, gamma), T(shape, dy),
+                              T({2, ch}, running)};
+    std::vector<Tensor> pin = {T(shape, x), T(shape, dy), T({2, ch}, running)};
+    if (given != nullptr) {
+      in.push_back(T({2, ch}, *given));
+      pin.push_back(T({2, ch}, *given));
+    }
+    Tensor out[] = {T(shape, std::vector<float>(numel))};
+    Tensor pout[] = {T({ch}, std::vector<float>(ch)),
+                     T({ch}, std::vector<float>(ch))};
+    EXPECT_TRUE(
+        Kernel(op::kBatchNormGradInput)(in, absl::MakeSpan(out), a).ok());
+    EXPECT_TRUE(
+        Kernel(op::kBatchNormGradParams)(pin, absl::MakeSpan(pout), a).ok());
+    std::vector<float> r(out[0].data<float>(), out[0].data<float>() + numel);
+    r.insert(r.end(), pout[0].data<float>(), pout[0].data<float>() + ch);
+    return r;
+  };
+  const std::vector<float> recomputed = grads(nullptr, attrs);
+  const std::vector<float> from_saved = grads(&saved, attrs);
+  ASSERT_EQ(recomputed.size(), from_saved.size());
+  EXPECT_EQ(0, std::memcmp(recomputed.data(), from_saved.data(),
+                           recomputed.size() * 4));
+  std::vector<float> shifted = saved;
+  shifted[3] += 0.5f;        // channel 3's mean
+  shifted[ch + 17] *= 2.0f;  // channel 17's rstd
+  const std::vector<float> other = grads(&shifted, attrs);
+  auto channel_differs = [&](int64_t c) {
+    for (int64_t n = 0; n < 4; ++n) {
+      for (int64_t k = 0; k < 36; ++k) {
+        const int64_t i = (n * ch + c) * 36 + k;
+        if (Bits(other[i]) != Bits(recomputed[i])) return true;
+      }
+    }
+    return false;
+  };
+  EXPECT_TRUE(channel_differs(3));
+  EXPECT_TRUE(channel_differs(17));
+  EXPECT_FALSE(channel_differs(4));
+  EXPECT_NE(Bits(other[numel + 17]), Bits(recomputed[numel + 17]));
+  EXPECT_EQ(Bits(other[numel + 4]), Bits(recomputed[numel + 4]));
+  // Eval mode reads the running statistics only.
+  OpAttrs eval = attrs;
+  eval.batch_norm_eval = true;
+  const std::vector<float> eval_plain = grads(nullptr, eval);
+  const std::vector<float> eval_shifted = grads(&shifted, eval);
+  EXPECT_EQ(0, std::memcmp(eval_plain.data(), eval_shifted.data(),
+                           eval_plain.size() * 4));
+  // Bad saved tensors and arities.
+  {
+    Tensor in[] = {T(shape, x), T({ch}, gamma), T(shape, dy),
+                   T({2, ch}, running), T({ch}, gamma)};
+    Tensor out[] = {T(shape, std::vector<float>(numel))};
+    const absl::Status st = Kernel(op::kBatchNormGradInput)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("batch_norm.grad_input: saved"),
+              std::string::npos)
+        << st;
+  }
+  {
+    Tensor in[] = {T(shape, x), T(shape, dy), T({2, ch}, running),
+                   T({2, ch + 1}, std::vector<float>(2 * ch + 2))};
+    Tensor out[] = {T({ch}, std::vector<float>(ch)),
+                    T({ch}, std::vector<float>(ch))};
+    const absl::Status st = Kernel(op::kBatchNormGradParams)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("saved has shape [2, 21], expected [2, 20]"),
+              std::string::npos)
+        << st;
+  }
+  {
+    Tensor y = T(shape, std::vector<float>(numel));
+    Tensor in[] = {T(shape, x), T({ch}, gamma), T({ch}, gamma)};
+    Tensor out[] = {y, T({2, ch}, running), y};
+    const absl::Status st = Kernel(op::kBatchNormForward)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  }
+  {
+    Tensor in[] = {T(shape, x), T(shape, dy)};
+    Tensor out[] = {T({ch}, std::vector<float>(ch)),
+                    T({ch}, std::vector<float>(ch))};
+    const absl::Status st = Kernel(op::kBatchNormGradParams)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("expected 3 inputs and 2 outputs (4 and 2 "
+                                "with the saved statistics), got 2 and 2"),
+              std::string::npos)
+        << st;
   }
 }
 

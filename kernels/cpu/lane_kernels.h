@@ -136,6 +136,10 @@ void BatchNormGradChainsLanes(const canonical::BiasShape& s, const float* x,
 //               (which turns them into b = dot / m and a = sum / m); then
 //               dx = ((g - a) - xhat * b) * rstd
 //   kGradParams dot[] and sum[] likewise with g = dy; math(kChains).
+// With stats_given (the grad passes only), mean[] and rstd[] already hold
+// the batch statistics of x (what kForward computed from the same x): the
+// channel sums, the variances' dots, math(kMean) and math(kStats) are
+// skipped, and the results keep their bits.
 // NaN results of y and dx are the canonical NaN. math runs the caller's
 // scalar arithmetic on the block's channels [c0, c0 + count), on the
 // task's thread; mean, var_sum, rstd, dot and sum hold c floats each.
@@ -155,6 +159,7 @@ struct BatchNormLaneArgs {
   float* sum;
   void (*math)(void* ctx, BatchNormLaneStep step, int64_t c0, int64_t count);
   void* ctx;
+  bool stats_given = false;  // kGradInput, kGradParams
 };
 void BatchNormTrainingLanes(const canonical::BiasShape& s,
                             const BatchNormLaneArgs& args, CpuIsa isa,

@@ -953,13 +953,16 @@ template <class V, bool kPartial>
 void BatchNormTrainingBlock(const LaneBiasGeometry& g,
                             const BatchNormLaneArgs& a, float nan, int64_t c0,
                             int lanes) {
-  BiasGradPlanes<V, kPartial>(g, a.x, a.mean, c0, lanes);
-  a.math(a.ctx, BatchNormLaneStep::kMean, c0, lanes);
-  VarSumBlock var{g, a.x, a.mean, a.var_sum};
-  var.template Run<V, kPartial>(c0, lanes);
-  a.math(a.ctx, BatchNormLaneStep::kStats, c0, lanes);
+  const bool forward = a.pass == BatchNormLanePass::kForward;
+  if (forward || !a.stats_given) {
+    BiasGradPlanes<V, kPartial>(g, a.x, a.mean, c0, lanes);
+    a.math(a.ctx, BatchNormLaneStep::kMean, c0, lanes);
+    VarSumBlock var{g, a.x, a.mean, a.var_sum};
+    var.template Run<V, kPartial>(c0, lanes);
+    a.math(a.ctx, BatchNormLaneStep::kStats, c0, lanes);
+  }
   const int64_t s = g.spatial;
-  if (a.pass == BatchNormLanePass::kForward) {
+  if (forward) {
     const BatchNormApplyOp op{a.x, a.mean, a.rstd, a.gamma, a.beta, a.out, nan};
     for (int64_t n = 0; n < g.n; ++n) {
       for (int64_t ch = c0; ch < c0 + lanes; ++ch) {
@@ -1058,23 +1061,26 @@ void BatchNormTrainingByRuns(const LaneBiasGeometry& g,
                              const BatchNormLaneArgs& a, float nan,
                              int64_t run_chunks, ThreadPool* pool) {
   using T = typename V::T;
-  auto none = [](auto&, int64_t, int) {};
-  ChainsByRuns<V, false, SumTerm<V>>(g, a.x, nullptr, run_chunks, pool, none,
-                                     [&](int64_t c0, int lanes, const T* r) {
-                                       StoreLanes<V>(a.mean + c0, r[0], lanes);
-                                       a.math(a.ctx, BatchNormLaneStep::kMean,
-                                              c0, lanes);
-                                     });
-  ChainsByRuns<V, false, VarSumTerm<V>>(
-      g, a.x, nullptr, run_chunks, pool,
-      [&](VarSumTerm<V>& term, int64_t c0, int lanes) {
-        term.mean = LoadLanes<V>(a.mean + c0, lanes);
-      },
-      [&](int64_t c0, int lanes, const T* r) {
-        StoreLanes<V>(a.var_sum + c0, r[0], lanes);
-        a.math(a.ctx, BatchNormLaneStep::kStats, c0, lanes);
-      });
-  if (a.pass == BatchNormLanePass::kForward) {
+  const bool forward = a.pass == BatchNormLanePass::kForward;
+  if (forward || !a.stats_given) {
+    auto none = [](auto&, int64_t, int) {};
+    ChainsByRuns<V, false, SumTerm<V>>(
+        g, a.x, nullptr, run_chunks, pool, none,
+        [&](int64_t c0, int lanes, const T* r) {
+          StoreLanes<V>(a.mean + c0, r[0], lanes);
+          a.math(a.ctx, BatchNormLaneStep::kMean, c0, lanes);
+        });
+    ChainsByRuns<V, false, VarSumTerm<V>>(
+        g, a.x, nullptr, run_chunks, pool,
+        [&](VarSumTerm<V>& term, int64_t c0, int lanes) {
+          term.mean = LoadLanes<V>(a.mean + c0, lanes);
+        },
+        [&](int64_t c0, int lanes, const T* r) {
+          StoreLanes<V>(a.var_sum + c0, r[0], lanes);
+          a.math(a.ctx, BatchNormLaneStep::kStats, c0, lanes);
+        });
+  }
+  if (forward) {
     const BatchNormApplyOp op{a.x, a.mean, a.rstd, a.gamma, a.beta, a.out, nan};
     ApplyOverRuns<V>(g, op, pool);
     return;

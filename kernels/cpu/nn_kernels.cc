@@ -350,14 +350,28 @@ class BatchNormTraining {
         dot_(s.c),
         sum_(s.c) {}
 
+  // The grad passes: `saved` (batch_norm.forward's, [2, C]: the means, then
+  // rstd) holds x's batch statistics, which Run then does not compute.
+  void UseStats(const float* saved) {
+    std::copy(saved, saved + s_.c, mean_.begin());
+    std::copy(saved + s_.c, saved + 2 * s_.c, rstd_.begin());
+    stats_given_ = true;
+  }
+  // After a kForward Run: the statistics into saved [2, C].
+  void SaveStats(float* saved) const {
+    std::copy(mean_.begin(), mean_.end(), saved);
+    std::copy(rstd_.begin(), rstd_.end(), saved + s_.c);
+  }
+
   // out: y or dx (unused by kGradParams).
   void Run(const float* x, const float* dy, const float* gamma,
            const float* beta, float* out) {
-    const BatchNormLaneArgs args{
+    BatchNormLaneArgs args{
         pass_,        x,           dy,           gamma,
         beta,         out,         mean_.data(), var_sum_.data(),
         rstd_.data(), dot_.data(), sum_.data(),  &Math,
         this};
+    args.stats_given = stats_given_;
     BatchNormTrainingLanes(c::BiasShape{s_.n, s_.c, s_.spatial}, args,
                            ActiveCpuIsa(), CpuThreadPool());
   }
@@ -396,12 +410,32 @@ class BatchNormTraining {
   const c::ChannelShape s_;
   const BatchNormLanePass pass_;
   std::vector<float> mean_, var_sum_, rstd_, dot_, sum_;
+  bool stats_given_ = false;
 };
+
+// batch_norm.*'s arity: `n_in` inputs and `n_out` outputs, or one more of
+// the side that carries the optional saved statistics (kernels/ops/norm.h).
+// Returns whether the call has them.
+absl::StatusOr<bool> BatchNormArity(absl::string_view op,
+                                    absl::Span<const Tensor> in, size_t n_in,
+                                    absl::Span<Tensor> out, size_t n_out,
+                                    bool saved_is_output) {
+  const size_t in_saved = saved_is_output ? n_in : n_in + 1;
+  const size_t out_saved = saved_is_output ? n_out + 1 : n_out;
+  if (in.size() == n_in && out.size() == n_out) return false;
+  if (in.size() == in_saved && out.size() == out_saved) return true;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: expected %d inputs and %d outputs (%d and %d with the saved "
+      "statistics), got %d and %d",
+      op, n_in, n_out, in_saved, out_saved, in.size(), out.size()));
+}
 
 // running is in/out: updated in training, read in eval.
 absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
                                     absl::Span<Tensor> out, const OpAttrs& a) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kBatchNormForward, in, 3, out, 2));
+  LS_ASSIGN_OR_RETURN(
+      const bool has_saved,
+      BatchNormArity(op::kBatchNormForward, in, 3, out, 2, true));
   const Tensor* like[] = {&out[0]};
   const Tensor* vectors[] = {&in[1], &in[2]};
   const absl::string_view names[] = {"x", "y", "gamma", "beta", "running"};
@@ -409,6 +443,14 @@ absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
                       ValidateBatchNorm(op::kBatchNormForward, in[0], like,
                                         vectors, out[1], names, a));
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kBatchNormForward, in, out));
+  if (has_saved) {
+    LS_RETURN_IF_ERROR(
+        ValidateBatchNormSaved(op::kBatchNormForward, out[2], s));
+    if (out[2].SharesStorageWith(out[0]) || out[2].SharesStorageWith(out[1])) {
+      return absl::InvalidArgumentError(
+          "batch_norm.forward: saved shares storage with y or running");
+    }
+  }
   const float* x = in[0].data<float>();
   const float* gamma = in[1].data<float>();
   const float* beta = in[2].data<float>();
@@ -427,6 +469,7 @@ absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
   // BatchNormApplyChannel updates them.
   BatchNormTraining bn(s, BatchNormLanePass::kForward);
   bn.Run(x, nullptr, gamma, beta, y);
+  if (has_saved) bn.SaveStats(out[2].data<float>());
   const float m = static_cast<float>(s.n * s.spatial);
   const float keep = 1.0f - s.momentum;
   for (int64_t ch = 0; ch < s.c; ++ch) {
@@ -440,7 +483,9 @@ absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
 absl::Status BatchNormGradInputKernel(absl::Span<const Tensor> in,
                                       absl::Span<Tensor> out,
                                       const OpAttrs& a) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kBatchNormGradInput, in, 4, out, 1));
+  LS_ASSIGN_OR_RETURN(
+      const bool has_saved,
+      BatchNormArity(op::kBatchNormGradInput, in, 4, out, 1, false));
   const Tensor* like[] = {&in[2], &out[0]};
   const Tensor* vectors[] = {&in[1]};
   const absl::string_view names[] = {"x", "dy", "dx", "gamma", "running"};
@@ -448,6 +493,10 @@ absl::Status BatchNormGradInputKernel(absl::Span<const Tensor> in,
                       ValidateBatchNorm(op::kBatchNormGradInput, in[0], like,
                                         vectors, in[3], names, a));
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kBatchNormGradInput, in, out));
+  if (has_saved) {
+    LS_RETURN_IF_ERROR(
+        ValidateBatchNormSaved(op::kBatchNormGradInput, in[4], s));
+  }
   const float* x = in[0].data<float>();
   const float* gamma = in[1].data<float>();
   const float* dy = in[2].data<float>();
@@ -462,15 +511,18 @@ absl::Status BatchNormGradInputKernel(absl::Span<const Tensor> in,
         });
     return absl::OkStatus();
   }
-  BatchNormTraining(s, BatchNormLanePass::kGradInput)
-      .Run(x, dy, gamma, nullptr, dx);
+  BatchNormTraining bn(s, BatchNormLanePass::kGradInput);
+  if (has_saved) bn.UseStats(in[4].data<float>());
+  bn.Run(x, dy, gamma, nullptr, dx);
   return absl::OkStatus();
 }
 
 absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
                                        absl::Span<Tensor> out,
                                        const OpAttrs& a) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kBatchNormGradParams, in, 3, out, 2));
+  LS_ASSIGN_OR_RETURN(
+      const bool has_saved,
+      BatchNormArity(op::kBatchNormGradParams, in, 3, out, 2, false));
   const Tensor* like[] = {&in[1]};
   const Tensor* vectors[] = {&out[0], &out[1]};
   const absl::string_view names[] = {"x", "dy", "dgamma", "dbeta", "running"};
@@ -481,6 +533,10 @@ absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
   if (out[0].SharesStorageWith(out[1])) {
     return absl::InvalidArgumentError(
         "batch_norm.grad_params: dgamma and dbeta share storage");
+  }
+  if (has_saved) {
+    LS_RETURN_IF_ERROR(
+        ValidateBatchNormSaved(op::kBatchNormGradParams, in[3], s));
   }
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
@@ -498,6 +554,7 @@ absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
   }
   // dgamma: the dot of (dy, xhat); dbeta: the sum of dy.
   BatchNormTraining bn(s, BatchNormLanePass::kGradParams);
+  if (has_saved) bn.UseStats(in[3].data<float>());
   bn.Run(x, dy, nullptr, nullptr, nullptr);
   for (int64_t ch = 0; ch < s.c; ++ch) {
     dgamma[ch] = c::norm_internal::CanonicalNanOf(bn.dot()[ch]);

@@ -57,6 +57,13 @@
 // batch_norm.grad_params in {x, dy, running} out {dgamma [C], dbeta [C]}
 //   dgamma[c] = dot over (n, s) of (dy, xhat);  dbeta[c] = sum over (n, s) of
 //   dy (xhat from the batch statistics in training, the running ones in eval)
+// Saved statistics (the CPU kernels): batch_norm.forward may take a third
+//   output saved [2, C] (row 0 the means, row 1 rstd; written in training,
+//   untouched in eval), and both gradients one more input, last, the saved
+//   tensor of the forward of the same x: in training they take mean and
+//   rstd from it instead of reducing x again (eval ignores it). The results
+//   keep their bits, because saved holds exactly what the gradients would
+//   compute; the caller guarantees that x has not changed since the forward.
 //
 // D <= 2^24 so float(D) is exact. Header-only, LS_HD.
 #ifndef LOCKSTEP_KERNELS_OPS_NORM_H_

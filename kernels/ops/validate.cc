@@ -416,6 +416,12 @@ absl::StatusOr<canonical::ChannelShape> ValidateBatchNorm(
   return shape;
 }
 
+absl::Status ValidateBatchNormSaved(absl::string_view op, const Tensor& saved,
+                                    const canonical::ChannelShape& shape) {
+  if (auto s = CheckFloatRank(op, saved, "saved", 2); !s.ok()) return s;
+  return ExpectShape(op, saved, {2, shape.c}, "saved");
+}
+
 absl::StatusOr<canonical::EmbeddingShape> ValidateEmbedding(
     absl::string_view op, const Tensor& ids, const Tensor& table,
     absl::string_view table_name, const Tensor& rows,

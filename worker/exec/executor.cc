@@ -416,6 +416,11 @@ struct LayerState {
   std::vector<bool> takes_grad;
   // CONSTANT: its values; GATHER of a CONSTANT, SLICE: the int32 indices.
   Tensor aux;
+  // BATCH_NORM in training on the CPU kernels: the batch statistics [2, C]
+  // the forward saves and both gradients read instead of computing them
+  // again from the same x (kernels/ops/norm.h); unused (false) otherwise.
+  bool save_stats = false;
+  Tensor saved;
 };
 
 bool IsGraphDataOp(v1::LayerOp op) {
@@ -778,6 +783,22 @@ absl::Status Executor::State::Setup() {
               options.parameters, lp.name, kRunningStatsParam)) {
         LS_RETURN_IF_ERROR(CopyParameterTensor(*given, l.running));
       }
+      // Every layer's x is written only by its producer, before the
+      // forward reads it, so the gradients see the x the statistics came
+      // from. The CPU kernels take them (the CUDA ones recompute).
+      bool cpu = true;
+      for (const char* op :
+           {kernels::op::kBatchNormForward, kernels::op::kBatchNormGradInput,
+            kernels::op::kBatchNormGradParams}) {
+        const auto it = used.find(op);
+        cpu = cpu && it != used.end() &&
+              it->second.ran.backend == kernels::kCpuBackendName;
+      }
+      if (cpu && !lp.attrs.batch_norm_eval) {
+        l.save_stats = true;
+        LS_ASSIGN_OR_RETURN(
+            l.saved, Zeros({2, channels}, what + " saved batch statistics"));
+      }
     }
     if (lp.op == v1::DROPOUT) {
       LS_ASSIGN_OR_RETURN(l.mask, Zeros(lp.output_shape, what + " mask"));
@@ -908,9 +929,10 @@ absl::Status Executor::State::Forward() {
       }
       case v1::BATCH_NORM: {
         const Tensor in[] = {l.in[0], l.params[l.weight], l.params[l.bias]};
-        Tensor out[] = {l.out, l.running};
-        LS_RETURN_IF_ERROR(
-            Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
+        Tensor out[] = {l.out, l.running, l.saved};
+        LS_RETURN_IF_ERROR(Call(l.forward, l, l.ops.forward, in,
+                                absl::MakeSpan(out, l.save_stats ? 3 : 2),
+                                lp.attrs));
         break;
       }
       case v1::PARAMETER: {
@@ -1007,6 +1029,7 @@ absl::Status Executor::State::Backward() {
       // in the manifest.
       std::vector<Tensor> in = {l.in[0], l.dy};
       if (lp.op == v1::BATCH_NORM) in.push_back(l.running);
+      if (l.save_stats) in.push_back(l.saved);
       Tensor out[] = {l.grads[l.weight], l.grads[l.bias]};
       LS_RETURN_IF_ERROR(
           Call(l.grad_weight, l, l.ops.grad_weight, in, out, lp.attrs));
@@ -1090,10 +1113,12 @@ absl::Status Executor::State::Backward() {
         break;
       }
       case v1::BATCH_NORM: {
-        const Tensor in[] = {l.in[0], l.params[l.weight], l.dy, l.running};
+        const Tensor in[] = {l.in[0], l.params[l.weight], l.dy, l.running,
+                             l.saved};
         Tensor out[] = {l.grad_in_kernel[0]};
-        LS_RETURN_IF_ERROR(
-            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        LS_RETURN_IF_ERROR(Call(l.grad_input, l, l.ops.grad_input,
+                                absl::MakeConstSpan(in, l.save_stats ? 5 : 4),
+                                out, lp.attrs));
         break;
       }
       case v1::DROPOUT: {
