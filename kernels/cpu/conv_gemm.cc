@@ -383,7 +383,8 @@ c::MatMulShape RowMajor(int64_t rows, int64_t cols, int64_t depth) {
 // are those of the packed paths, so are the bits. Packing a panel costs
 // about a cycle per element for a spatial kernel (a gather of short rows)
 // and much less for a 1 x 1 one (whole rows), while an indirect product
-// computes all 32 lanes of a panel however few channels it has; so every
+// computes all the lanes of a panel (32; 16 when there are at most 16
+// lane channels) however few channels it has; so every
 // spatial convolution runs indirect, and a 1 x 1 one where its lane
 // channels number kIndirectMinLanes or more (measured on the zoo: LeNet-5's
 // 6-channel convolutions gain a third, MobileNet-v2's narrow pointwise ones

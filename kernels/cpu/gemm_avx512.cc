@@ -35,6 +35,15 @@ struct Avx512Vec {
 void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
                 float* c, int64_t chunk, const GemmPacking& packing,
                 ThreadPool* pool) {
+  using avx512_isa::Avx512Vec;
+  // A product at most one vector wide (a convolution with 16 or fewer
+  // output channels, or input channels for grad_input) on 12 x 16 tiles:
+  // 12 x 32 ones would leave half their lanes or more empty.
+  if (s.cols <= Avx512Vec::kWidth) {
+    avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 12, 1>::Run(s, a, b, c, chunk,
+                                                              packing, pool);
+    return;
+  }
   avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 12, 2>::Run(s, a, b, c, chunk,
                                                             packing, pool);
 }

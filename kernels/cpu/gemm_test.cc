@@ -65,6 +65,8 @@ const Dims kShapes[] = {
     // Few column panels over a long reduction, and a B reused by several
     // row super-blocks: operands packed in ranges of k on every thread.
     {600, 900, 5},
+    // Exactly one AVX-512 vector of columns: 12 x 16 tiles, full panels.
+    {37, 700, 16},
 };
 
 enum class Product { kForward, kGradInput, kGradWeight };
