@@ -30,8 +30,14 @@ struct Avx2Vec {
 void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
               float* c, int64_t chunk, const GemmPacking& packing,
               ThreadPool* pool) {
-  avx2_isa::GemmDriver<avx2_isa::Avx2Vec, 6, 2>::Run(s, a, b, c, chunk, packing,
-                                                     pool);
+  using avx2_isa::Avx2Vec;
+  // A product at most one vector wide on 12 x 8 tiles (6 x 16 ones would
+  // leave half their lanes or more empty).
+  if (s.cols <= Avx2Vec::kWidth) {
+    avx2_isa::GemmDriver<Avx2Vec, 12, 1>::Run(s, a, b, c, chunk, packing, pool);
+    return;
+  }
+  avx2_isa::GemmDriver<Avx2Vec, 6, 2>::Run(s, a, b, c, chunk, packing, pool);
 }
 
 namespace avx2_isa {

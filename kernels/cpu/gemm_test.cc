@@ -65,7 +65,9 @@ const Dims kShapes[] = {
     // Few column panels over a long reduction, and a B reused by several
     // row super-blocks: operands packed in ranges of k on every thread.
     {600, 900, 5},
-    // Exactly one AVX-512 vector of columns: 12 x 16 tiles, full panels.
+    // Exactly one vector of columns: 12 x 8 (AVX2) and 12 x 16 (AVX-512)
+    // tiles, full panels.
+    {29, 300, 8},
     {37, 700, 16},
 };
 
