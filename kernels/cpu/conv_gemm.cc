@@ -645,6 +645,28 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
   std::vector<int64_t>& c_rows = Table(2);
   std::vector<int64_t> kept, bounds(chunks + 1);
   const Floats wk(s.groups * cig * depth);  // the kept columns of W'
+  // Classes whose every term is a hole (a 1 x 1 kernel's, all but one):
+  // +0.0f. When there are some, the whole of dx is zeroed first, in one
+  // contiguous pass, and the classes with terms overwrite their pixels.
+  bool holes_only = false;
+  for (int64_t ph = 0; ph < sh && ph < s.h; ++ph) {
+    bool rows_kept = false;
+    for (int64_t kh = 0; kh < s.k_h; ++kh) {
+      rows_kept = rows_kept || (ph + s.pad_top - kh * s.dilation_h) % sh == 0;
+    }
+    for (int64_t pw = 0; pw < sw && pw < s.w; ++pw) {
+      bool cols_kept = false;
+      for (int64_t kw = 0; kw < s.k_w; ++kw) {
+        cols_kept =
+            cols_kept || (pw + s.pad_left - kw * s.dilation_w) % sw == 0;
+      }
+      holes_only = holes_only || !rows_kept || !cols_kept || cog == 0;
+    }
+  }
+  if (holes_only) {
+    ParallelForBlocks(pool, s.n * s.c_in * hw, int64_t{1} << 16,
+                      [&](int64_t b, int64_t e) { ZeroRun(dx + b, e - b); });
+  }
   for (int64_t ph = 0; ph < sh && ph < s.h; ++ph) {
     for (int64_t pw = 0; pw < sw && pw < s.w; ++pw) {
       // The class's kept taps (co_l, kh, kw), in order.
@@ -680,12 +702,7 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
           }
         }
       }
-      if (depth_kept == 0) {  // every term a hole: +0.0f
-        for (int64_t ci = 0; ci < s.c_in; ++ci) {
-          for (int64_t r : c_rows) dx[r + ci * hw] = 0.0f;
-        }
-        continue;
-      }
+      if (depth_kept == 0) continue;  // zeroed above
       for (int64_t r = 0; r < s.groups * cig; ++r) {
         for (int64_t q = 0; q < depth_kept; ++q) {
           wk.data()[r * depth_kept + q] = wt[r * depth + kept[q]];
@@ -863,13 +880,16 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
       }
     }
   }
+  // A strided one by class, however narrow (a packed B would hold the
+  // stride holes' zeros: for a 1 x 1 kernel and stride 2, three columns in
+  // four).
+  if ((s.stride_h > 1 || s.stride_w > 1) &&
+      AllFinite(wt.data(), s.groups * cig * depth)) {
+    GradInputByClass(s, dy, wt.data(), dx, chunk, isa, pool);
+    return;
+  }
   if (UseIndirect(s, cig)) {
-    if ((s.stride_h > 1 || s.stride_w > 1) &&
-        AllFinite(wt.data(), s.groups * cig * depth)) {
-      GradInputByClass(s, dy, wt.data(), dx, chunk, isa, pool);
-    } else {
-      GradInputIndirect(s, dy, wt.data(), dx, chunk, isa, pool);
-    }
+    GradInputIndirect(s, dy, wt.data(), dx, chunk, isa, pool);
     return;
   }
   const std::vector<int64_t> oh_of =

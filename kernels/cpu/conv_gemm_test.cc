@@ -283,7 +283,7 @@ TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
   SetScratchPoisonForTesting(false);
 }
 
-// Strided grad_input with 32 or more input channels leaves the stride
+// Strided grad_input, however few its input channels, leaves the stride
 // holes out of the reduction (exact for finite weights: a canonical chain
 // never holds -0.0f, and fma(0, w, acc) with a finite w leaves any other acc
 // unchanged) and keeps them when a weight is infinite or NaN (0 * Inf is
@@ -294,6 +294,8 @@ TEST(ConvGemmTest, StridedGradInputSpecialValues) {
   const Case cases[] = {
       {"3x3 s2", 2, 33, 9, 9, 40, 3, 2, 1, 1, 1, 1, 1, 1},
       {"1x1 s2", 2, 32, 6, 6, 36, 1, 2, 0, 0, 0, 0, 1, 1},
+      {"1x1 s2 narrow", 3, 8, 9, 8, 12, 1, 2, 0, 0, 0, 0, 1, 1},
+      {"3x3 s2 narrow", 2, 5, 8, 9, 7, 3, 2, 1, 1, 1, 1, 1, 1},
       {"3x3 s3 dilated", 1, 32, 10, 11, 30, 3, 3, 2, 1, 1, 2, 2, 1}};
   const float specials[] = {0.0f, -0.0f,  1.0f,    -2.5f, INFINITY, -INFINITY,
                             NAN,  1e-40f, -1e-41f, 3.0f,  0.0f,     -0.0f};
