@@ -48,6 +48,11 @@ struct DepthwiseAvx2Vec : Avx2Vec {
   __attribute__((always_inline)) static void Transpose(T* r) {
     TransposeAvx2(r);
   }
+  __attribute__((always_inline)) static void LoadTransposed(const float* p,
+                                                            int64_t stride,
+                                                            T* r) {
+    LoadTransposeAvx2(p, stride, r);
+  }
 };
 
 }  // namespace

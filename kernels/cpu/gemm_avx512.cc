@@ -56,6 +56,11 @@ struct DepthwiseAvx512Vec : Avx512Vec {
   __attribute__((always_inline)) static void Transpose(T* r) {
     TransposeAvx512(r);
   }
+  __attribute__((always_inline)) static void LoadTransposed(const float* p,
+                                                            int64_t stride,
+                                                            T* r) {
+    LoadTransposeAvx512(p, stride, r);
+  }
 };
 
 }  // namespace

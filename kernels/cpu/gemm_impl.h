@@ -7,7 +7,9 @@
 // pick an AVX-512 copy for the scalar path. The vector type V supplies:
 //   T, kWidth, Zero(), Load(p), Store(p, v), Set1(x), Fma(a, b, c) (fused,
 //   a * b + c), Add(a, b); the depthwise kernels' type also
-//   Transpose(rows) (rows[kWidth] as a kWidth x kWidth matrix, in place).
+//   Transpose(rows) (rows[kWidth] as a kWidth x kWidth matrix, in place) and
+//   LoadTransposed(p, stride, rows) (rows[j] lane l = p[l * stride + j]:
+//   kWidth loads and Transpose in one).
 #ifndef LS_GEMM_ISA_NS
 #error "define LS_GEMM_ISA_NS before including gemm_impl.h"
 #endif
@@ -595,9 +597,7 @@ void GatherLanes(const float* src, int64_t stride, int64_t count, int lanes,
   if (lanes == kW) {
     for (; q + kW <= count; q += kW) {
       T r[kW];
-#pragma GCC unroll 16
-      for (int l = 0; l < kW; ++l) r[l] = V::Load(src + l * stride + q);
-      V::Transpose(r);
+      V::LoadTransposed(src + q, stride, r);
 #pragma GCC unroll 16
       for (int j = 0; j < kW; ++j) V::Store(dst + (q + j) * kW, r[j]);
     }
@@ -628,9 +628,7 @@ void ScatterLanes(const float* src, int64_t count, int lanes, float* dst,
   int64_t q = 0;
   for (; q + kW <= count; q += kW) {
     T r[kW];
-#pragma GCC unroll 16
-    for (int j = 0; j < kW; ++j) r[j] = V::Load(src + (q + j) * kW);
-    V::Transpose(r);
+    V::LoadTransposed(src + q * kW, kW, r);
     if (lanes == kW) {
 #pragma GCC unroll 16
       for (int l = 0; l < kW; ++l) V::Store(dst + l * stride + q, r[l]);

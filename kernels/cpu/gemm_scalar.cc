@@ -37,6 +37,7 @@ namespace {
 // The depthwise kernels' vector type (gemm_impl.h).
 struct DepthwiseScalarVec : ScalarVec {
   static void Transpose(T*) {}
+  static void LoadTransposed(const float* p, int64_t, T* r) { r[0] = *p; }
 };
 
 }  // namespace

@@ -139,6 +139,11 @@ struct Avx2Lanes {
   __attribute__((always_inline)) static void Transpose(T* r) {
     TransposeAvx2(r);
   }
+  __attribute__((always_inline)) static void LoadTransposed(const float* p,
+                                                            int64_t stride,
+                                                            T* r) {
+    LoadTransposeAvx2(p, stride, r);
+  }
 };
 
 }  // namespace

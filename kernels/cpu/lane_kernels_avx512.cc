@@ -143,6 +143,11 @@ struct Avx512Lanes {
   __attribute__((always_inline)) static void Transpose(T* r) {
     TransposeAvx512(r);
   }
+  __attribute__((always_inline)) static void LoadTransposed(const float* p,
+                                                            int64_t stride,
+                                                            T* r) {
+    LoadTransposeAvx512(p, stride, r);
+  }
 };
 
 }  // namespace

@@ -13,7 +13,9 @@
 //   Replaces(best, v)    v > best, or v is NaN and best is not,
 //   Select(m, a, b)      b where m, else a (bit copies); SelectI likewise,
 //   Set1I(k), StoreI(p, v),
-//   Transpose(rows)      rows[kWidth] as a kWidth x kWidth matrix, in place.
+//   Transpose(rows)      rows[kWidth] as a kWidth x kWidth matrix, in place,
+//   LoadTransposed(p, stride, rows)   rows[j] lane l = p[l * stride + j]:
+//                        kWidth loads and Transpose in one.
 #ifndef LS_LANE_ISA_NS
 #error "define LS_LANE_ISA_NS before including lane_kernels_impl.h"
 #endif
@@ -81,6 +83,7 @@ struct ScalarLanes {
   static I Set1I(int32_t k) { return k; }
   static void StoreI(int32_t* p, I v) { *p = v; }
   static void Transpose(T*) {}
+  static void LoadTransposed(const float* p, int64_t, T* r) { r[0] = *p; }
 };
 
 // The canonical pairwise tree (canonical::TreeAccumulator) on whole
@@ -180,8 +183,7 @@ void Interleave(const float* src, int64_t stride, int64_t count, float* dst) {
   int64_t q = 0;
   for (; q + W <= count; q += W) {
     T r[W];
-    for (int l = 0; l < W; ++l) r[l] = V::Load(src + l * stride + q);
-    V::Transpose(r);
+    V::LoadTransposed(src + q, stride, r);
     for (int j = 0; j < W; ++j) V::Store(dst + (q + j) * W, r[j]);
   }
   for (; q < count; ++q) {
@@ -197,8 +199,7 @@ void Deinterleave(const float* src, int64_t count, float* dst, int64_t stride) {
   int64_t q = 0;
   for (; q + W <= count; q += W) {
     T r[W];
-    for (int j = 0; j < W; ++j) r[j] = V::Load(src + (q + j) * W);
-    V::Transpose(r);
+    V::LoadTransposed(src + q * W, W, r);
     for (int l = 0; l < W; ++l) V::Store(dst + l * stride + q, r[l]);
   }
   for (; q < count; ++q) {
@@ -334,10 +335,14 @@ void BiasGradPlanes(const LaneBiasGeometry& g, const float* dy, float* db,
     int64_t i = 0;
     for (; i + W <= s; i += W) {
       T r[W];
-      for (int l = 0; l < W; ++l) {
-        r[l] = !kPartial || l < lanes ? V::Load(base + l * s + i) : V::Zero();
+      if (!kPartial) {
+        V::LoadTransposed(base + i, s, r);
+      } else {
+        for (int l = 0; l < W; ++l) {
+          r[l] = l < lanes ? V::Load(base + l * s + i) : V::Zero();
+        }
+        V::Transpose(r);
       }
-      V::Transpose(r);
       if (left > W) {
         for (int l = 0; l < W; ++l) acc = V::Add(acc, r[l]);
         left -= W;
@@ -704,17 +709,20 @@ void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
     for (; i + W <= end; i += W) {
       T rx[W];
       T rd[kDy ? W : 1];
-      for (int l = 0; l < W; ++l) {
-        rx[l] = !kPartial || l < lanes ? V::Load(x + offset + l * s + i)
-                                       : V::Zero();
-      }
-      V::Transpose(rx);
-      if (kDy) {
+      if (!kPartial) {
+        V::LoadTransposed(x + offset + i, s, rx);
+        if constexpr (kDy) V::LoadTransposed(dy + offset + i, s, rd);
+      } else {
         for (int l = 0; l < W; ++l) {
-          rd[l] = !kPartial || l < lanes ? V::Load(dy + offset + l * s + i)
-                                         : V::Zero();
+          rx[l] = l < lanes ? V::Load(x + offset + l * s + i) : V::Zero();
         }
-        V::Transpose(rd);
+        V::Transpose(rx);
+        if (kDy) {
+          for (int l = 0; l < W; ++l) {
+            rd[l] = l < lanes ? V::Load(dy + offset + l * s + i) : V::Zero();
+          }
+          V::Transpose(rd);
+        }
       }
       for (int j = 0; j < W; ++j) {
         term.Step(rx[j], kDy ? rd[j] : rx[j]);
