@@ -642,8 +642,9 @@ struct NetShape {
   int64_t c_in, px, c_out, k, stride, pad, groups;
 };
 
-// ResNet-18 (CIFAR) convolutions, and a depthwise one; batch 8 (1 with
-// --quick).
+// ResNet-18 (CIFAR) convolutions, the narrow ones of the zoo's eighth-width
+// ResNet-18 (8 and 16 channels: products one vector wide), and a depthwise
+// one; batch 8 (1 with --quick).
 int64_t NetBatch() { return Opts().quick ? 1 : 8; }
 const std::vector<NetShape>& NetShapes() {
   static const auto* shapes = new std::vector<NetShape>{
@@ -656,6 +657,10 @@ const std::vector<NetShape>& NetShapes() {
       {"3x3 s2 256->512 8px", 256, 8, 512, 3, 2, 1, 1},
       {"1x1 s2 64->128 32px", 64, 32, 128, 1, 2, 0, 1},
       {"1x1 s2 256->512 8px", 256, 8, 512, 1, 2, 0, 1},
+      {"3x3 8 32px", 8, 32, 8, 3, 1, 1, 1},
+      {"3x3 16 16px", 16, 16, 16, 3, 1, 1, 1},
+      {"3x3 s2 8->16 32px", 8, 32, 16, 3, 2, 1, 1},
+      {"1x1 s2 8->16 32px", 8, 32, 16, 1, 2, 0, 1},
       {"dw 3x3 128 16px", 128, 16, 128, 3, 1, 1, 128},
   };
   return *shapes;
