@@ -14,6 +14,10 @@
 #include "kernels/cpu/transpose_copy.h"
 #include "kernels/ops/dense.h"
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 namespace lockstep::kernels {
 namespace {
 
@@ -606,6 +610,77 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
                  wt, cig * depth, dx, cig * hw, chunk, isa, pool);
 }
 
+// dx from the stride classes' planes (GradInputByClass): class (ph, pw)
+// holds, for every (image, channel), its rows_a x cols_b pixels (ph + sh *
+// a, pw + sw * b), the classes one after the other in (ph, pw) order. Each
+// dx row interleaves the rows of its sw classes; with SSE and sw = 2, four
+// floats of each at a time. Pure data movement.
+void MergeClasses(const sp::Conv2dShape& s, const float* planes, float* dx,
+                  ThreadPool* pool) {
+  const int64_t sh = s.stride_h, sw = s.stride_w;
+  const int64_t images = s.n * s.c_in;
+  // Where class (ph, pw)'s planes start, and each one's size.
+  absl::InlinedVector<const float*, 16> start;
+  absl::InlinedVector<int64_t, 16> plane_size, cols;
+  const float* at = planes;
+  for (int64_t ph = 0; ph < sh && ph < s.h; ++ph) {
+    for (int64_t pw = 0; pw < sw && pw < s.w; ++pw) {
+      const int64_t rows_a = (s.h - ph + sh - 1) / sh;
+      const int64_t cols_b = (s.w - pw + sw - 1) / sw;
+      start.push_back(at);
+      plane_size.push_back(rows_a * cols_b);
+      cols.push_back(cols_b);
+      at += images * rows_a * cols_b;
+    }
+  }
+  const int64_t classes_w = std::min(sw, s.w);
+  ParallelForBlocks(
+      pool, images,
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(1, s.h * s.w)),
+      [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          for (int64_t ih = 0; ih < s.h; ++ih) {
+            const int64_t first = (ih % sh) * classes_w;
+            const int64_t a = ih / sh;
+            float* d = dx + (i * s.h + ih) * s.w;
+            const float* r0 =
+                start[first] + i * plane_size[first] + a * cols[first];
+            if (classes_w == 1) {
+              CopyRun(d, r0, s.w);
+              continue;
+            }
+            int64_t b = 0;
+            if (sw == 2 && classes_w == 2) {
+              const float* r1 = start[first + 1] + i * plane_size[first + 1] +
+                                a * cols[first + 1];
+              const int64_t pairs = cols[first + 1];  // w / 2
+#if defined(__SSE__)
+              for (; b + 4 <= pairs; b += 4) {
+                const __m128 e = _mm_loadu_ps(r0 + b);
+                const __m128 o = _mm_loadu_ps(r1 + b);
+                _mm_storeu_ps(d + 2 * b, _mm_unpacklo_ps(e, o));
+                _mm_storeu_ps(d + 2 * b + 4, _mm_unpackhi_ps(e, o));
+              }
+#endif
+              for (; b < pairs; ++b) {
+                d[2 * b] = r0[b];
+                d[2 * b + 1] = r1[b];
+              }
+              if (cols[first] > pairs) d[2 * b] = r0[b];  // odd w
+              continue;
+            }
+            for (int64_t pw = 0; pw < classes_w; ++pw) {
+              const float* r = start[first + pw] + i * plane_size[first + pw] +
+                               a * cols[first + pw];
+              for (int64_t c = 0; c < cols[first + pw]; ++c) {
+                d[pw + sw * c] = r[c];
+              }
+            }
+          }
+        }
+      });
+}
+
 // grad_input with a stride above 1: the stride holes are left out. A
 // canonical chain starts from +0.0f and so never holds -0.0f, and adding
 // fma(0, w, acc) for a finite w leaves any other acc unchanged, so a hole
@@ -618,7 +693,13 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
 // chunks' partials, and so the bits, are those of the full reduction. A
 // kept tap reads dy row a + (ph + pad_top - kh * dh) / sh for class pixel
 // row ih = ph + sh * a (exact division), so dy is only padded, not
-// spread onto a grid of holes.
+// spread onto a grid of holes. In dx a class's pixels are sw floats apart,
+// so the GEMM writes them back one float per store. With two or more
+// classes that have terms, or a large dx, each class writes its own
+// planes instead, [n][c_in] of its rows x columns, where a tile's pixels
+// are adjacent (4 x 4 blocks per store), and MergeClasses interleaves them
+// into dx. A single class with terms (a 1 x 1 kernel's) into a small dx
+// writes dx directly, after one contiguous zeroing of the holes' pixels.
 void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
                       const float* wt, float* dx, int64_t chunk, CpuIsa isa,
                       ThreadPool* pool) {
@@ -645,28 +726,32 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
   std::vector<int64_t>& c_rows = Table(2);
   std::vector<int64_t> kept, bounds(chunks + 1);
   const Floats wk(s.groups * cig * depth);  // the kept columns of W'
-  // Classes whose every term is a hole (a 1 x 1 kernel's, all but one):
-  // +0.0f. When there are some, the whole of dx is zeroed first, in one
-  // contiguous pass, and the classes with terms overwrite their pixels.
-  bool holes_only = false;
-  for (int64_t ph = 0; ph < sh && ph < s.h; ++ph) {
-    bool rows_kept = false;
+  // Whether class (ph, pw) has terms (a kept tap in each direction).
+  auto has_terms = [&](int64_t ph, int64_t pw) {
+    bool rows_kept = false, cols_kept = false;
     for (int64_t kh = 0; kh < s.k_h; ++kh) {
       rows_kept = rows_kept || (ph + s.pad_top - kh * s.dilation_h) % sh == 0;
     }
-    for (int64_t pw = 0; pw < sw && pw < s.w; ++pw) {
-      bool cols_kept = false;
-      for (int64_t kw = 0; kw < s.k_w; ++kw) {
-        cols_kept =
-            cols_kept || (pw + s.pad_left - kw * s.dilation_w) % sw == 0;
-      }
-      holes_only = holes_only || !rows_kept || !cols_kept || cog == 0;
+    for (int64_t kw = 0; kw < s.k_w; ++kw) {
+      cols_kept = cols_kept || (pw + s.pad_left - kw * s.dilation_w) % sw == 0;
+    }
+    return cog > 0 && rows_kept && cols_kept;
+  };
+  int64_t with_terms = 0, classes = 0;
+  for (int64_t ph = 0; ph < sh && ph < s.h; ++ph) {
+    for (int64_t pw = 0; pw < sw && pw < s.w; ++pw, ++classes) {
+      if (has_terms(ph, pw)) ++with_terms;
     }
   }
-  if (holes_only) {
-    ParallelForBlocks(pool, s.n * s.c_in * hw, int64_t{1} << 16,
+  const int64_t dx_size = s.n * s.c_in * hw;
+  const bool merge = with_terms >= 2 || dx_size >= (int64_t{1} << 18);
+  if (!merge && with_terms < classes) {
+    ParallelForBlocks(pool, dx_size, int64_t{1} << 16,
                       [&](int64_t b, int64_t e) { ZeroRun(dx + b, e - b); });
   }
+  // merge: the classes' planes, one after the other in (ph, pw) order.
+  const Floats planes(merge ? dx_size : 0);
+  float* class_at = planes.data();
   for (int64_t ph = 0; ph < sh && ph < s.h; ++ph) {
     for (int64_t pw = 0; pw < sw && pw < s.w; ++pw) {
       // The class's kept taps (co_l, kh, kw), in order.
@@ -689,20 +774,33 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
         while (i < depth_kept && kept[i] < b * c::kChunk) ++i;
         bounds[b] = i;
       }
-      // Its pixels (n, ph + sh * a, pw + sw * b).
+      // Its pixels (n, ph + sh * a, pw + sw * b), at (n, a, b) of its
+      // planes.
       const int64_t rows_a = (s.h - ph + sh - 1) / sh;
       const int64_t cols_b = (s.w - pw + sw - 1) / sw;
-      rows.resize(s.n * rows_a * cols_b);
+      const int64_t plane = rows_a * cols_b;
+      float* const out = merge ? class_at : dx;
+      if (merge) class_at += s.n * s.c_in * plane;
+      if (depth_kept == 0) {  // every term a hole: +0.0f (dx: zeroed above)
+        if (merge) {
+          ParallelForBlocks(
+              pool, s.n * s.c_in * plane, int64_t{1} << 16,
+              [&](int64_t b, int64_t e) { ZeroRun(out + b, e - b); });
+        }
+        continue;
+      }
+      rows.resize(s.n * plane);
       c_rows.resize(rows.size());
       for (int64_t i = 0, n = 0; n < s.n; ++n) {
         for (int64_t a = 0; a < rows_a; ++a) {
           for (int64_t b = 0; b < cols_b; ++b, ++i) {
             rows[i] = n * s.c_out * gh * gw + (a + gt) * gw + b + gl;
-            c_rows[i] = n * s.c_in * hw + (ph + sh * a) * s.w + pw + sw * b;
+            c_rows[i] =
+                merge ? n * s.c_in * plane + a * cols_b + b
+                      : n * s.c_in * hw + (ph + sh * a) * s.w + pw + sw * b;
           }
         }
       }
-      if (depth_kept == 0) continue;  // zeroed above
       for (int64_t r = 0; r < s.groups * cig; ++r) {
         for (int64_t q = 0; q < depth_kept; ++q) {
           wk.data()[r * depth_kept + q] = wt[r * depth + kept[q]];
@@ -710,12 +808,14 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
       }
       c::MatMulShape m = IndirectShape(static_cast<int64_t>(rows.size()), cig,
                                        depth_kept, depth_kept);
-      m.c_col = hw;
+      const int64_t channel = merge ? plane : hw;
+      m.c_col = channel;
       IndirectGroups(s.groups, m, grid.data(), cog * gh * gw, rows, taps,
-                     c_rows, wk.data(), cig * depth_kept, dx, cig * hw, chunk,
-                     isa, pool, bounds.data(), chunks);
+                     c_rows, wk.data(), cig * depth_kept, out, cig * channel,
+                     chunk, isa, pool, bounds.data(), chunks);
     }
   }
+  if (merge) MergeClasses(s, planes.data(), dx, pool);
 }
 
 // grad_weight: dw^T[(cl, kh, kw), co] = im2col(x)[tap, (n, pix)] x

@@ -296,6 +296,11 @@ TEST(ConvGemmTest, StridedGradInputSpecialValues) {
       {"1x1 s2", 2, 32, 6, 6, 36, 1, 2, 0, 0, 0, 0, 1, 1},
       {"1x1 s2 narrow", 3, 8, 9, 8, 12, 1, 2, 0, 0, 0, 0, 1, 1},
       {"3x3 s2 narrow", 2, 5, 8, 9, 7, 3, 2, 1, 1, 1, 1, 1, 1},
+      // Planes narrower than the stride, and a single row.
+      {"3x3 s3 2px wide", 2, 5, 7, 2, 6, 3, 3, 1, 1, 1, 1, 1, 1},
+      {"1x1 s2 one row", 2, 4, 1, 9, 5, 1, 2, 0, 0, 0, 0, 1, 1},
+      // Padded: the odd rows and columns are the class with terms.
+      {"1x1 s2 pad 1", 2, 6, 7, 7, 5, 1, 2, 1, 1, 1, 1, 1, 1},
       {"3x3 s3 dilated", 1, 32, 10, 11, 30, 3, 3, 2, 1, 1, 2, 2, 1}};
   const float specials[] = {0.0f, -0.0f,  1.0f,    -2.5f, INFINITY, -INFINITY,
                             NAN,  1e-40f, -1e-41f, 3.0f,  0.0f,     -0.0f};
