@@ -610,6 +610,25 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
                  wt, cig * depth, dx, cig * hw, chunk, isa, pool);
 }
 
+// Strided grad_input's classes along one axis (GradInputByClass): the dx
+// positions p + stride * a < size of class p.
+int64_t ClassSize(int64_t size, int64_t p, int64_t stride) {
+  return (size - p + stride - 1) / stride;
+}
+
+// The kernel offsets k of an axis whose taps reach class p, in increasing
+// order: p + pad - k * dilation a multiple of the stride (the other taps
+// of the class's pixels fall into stride holes).
+absl::InlinedVector<int64_t, 8> ClassTaps(int64_t p, int64_t pad,
+                                          int64_t k_size, int64_t dilation,
+                                          int64_t stride) {
+  absl::InlinedVector<int64_t, 8> taps;
+  for (int64_t k = 0; k < k_size; ++k) {
+    if ((p + pad - k * dilation) % stride == 0) taps.push_back(k);
+  }
+  return taps;
+}
+
 // dx from the stride classes' planes (GradInputByClass): class (ph, pw)
 // holds, for every (image, channel), its rows_a x cols_b pixels (ph + sh *
 // a, pw + sw * b), the classes one after the other in (ph, pw) order. Each
@@ -625,8 +644,8 @@ void MergeClasses(const sp::Conv2dShape& s, const float* planes, float* dx,
   const float* at = planes;
   for (int64_t ph = 0; ph < sh && ph < s.h; ++ph) {
     for (int64_t pw = 0; pw < sw && pw < s.w; ++pw) {
-      const int64_t rows_a = (s.h - ph + sh - 1) / sh;
-      const int64_t cols_b = (s.w - pw + sw - 1) / sw;
+      const int64_t rows_a = ClassSize(s.h, ph, sh);
+      const int64_t cols_b = ClassSize(s.w, pw, sw);
       start.push_back(at);
       plane_size.push_back(rows_a * cols_b);
       cols.push_back(cols_b);
@@ -726,21 +745,20 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
   std::vector<int64_t>& c_rows = Table(2);
   std::vector<int64_t> kept, bounds(chunks + 1);
   const Floats wk(s.groups * cig * depth);  // the kept columns of W'
-  // Whether class (ph, pw) has terms (a kept tap in each direction).
-  auto has_terms = [&](int64_t ph, int64_t pw) {
-    bool rows_kept = false, cols_kept = false;
-    for (int64_t kh = 0; kh < s.k_h; ++kh) {
-      rows_kept = rows_kept || (ph + s.pad_top - kh * s.dilation_h) % sh == 0;
-    }
-    for (int64_t kw = 0; kw < s.k_w; ++kw) {
-      cols_kept = cols_kept || (pw + s.pad_left - kw * s.dilation_w) % sw == 0;
-    }
-    return cog > 0 && rows_kept && cols_kept;
-  };
-  int64_t with_terms = 0, classes = 0;
+  // Per row class ph and column class pw, the kernel rows and columns it
+  // keeps; a class has terms when it keeps one of each.
+  std::vector<absl::InlinedVector<int64_t, 8>> row_taps, col_taps;
   for (int64_t ph = 0; ph < sh && ph < s.h; ++ph) {
-    for (int64_t pw = 0; pw < sw && pw < s.w; ++pw, ++classes) {
-      if (has_terms(ph, pw)) ++with_terms;
+    row_taps.push_back(ClassTaps(ph, s.pad_top, s.k_h, s.dilation_h, sh));
+  }
+  for (int64_t pw = 0; pw < sw && pw < s.w; ++pw) {
+    col_taps.push_back(ClassTaps(pw, s.pad_left, s.k_w, s.dilation_w, sw));
+  }
+  int64_t with_terms = 0, classes = 0;
+  for (const auto& kh : row_taps) {
+    for (const auto& kw : col_taps) {
+      ++classes;
+      if (cog > 0 && !kh.empty() && !kw.empty()) ++with_terms;
     }
   }
   const int64_t dx_size = s.n * s.c_in * hw;
@@ -758,12 +776,10 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
       kept.clear();
       taps.clear();
       for (int64_t j = 0; j < cog; ++j) {
-        for (int64_t kh = 0; kh < s.k_h; ++kh) {
+        for (const int64_t kh : row_taps[ph]) {
           const int64_t th = ph + s.pad_top - kh * s.dilation_h;
-          if (th % sh != 0) continue;
-          for (int64_t kw = 0; kw < s.k_w; ++kw) {
+          for (const int64_t kw : col_taps[pw]) {
             const int64_t tw = pw + s.pad_left - kw * s.dilation_w;
-            if (tw % sw != 0) continue;
             kept.push_back((j * s.k_h + kh) * s.k_w + kw);
             taps.push_back(j * gh * gw + th / sh * gw + tw / sw);
           }
@@ -776,8 +792,8 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
       }
       // Its pixels (n, ph + sh * a, pw + sw * b), at (n, a, b) of its
       // planes.
-      const int64_t rows_a = (s.h - ph + sh - 1) / sh;
-      const int64_t cols_b = (s.w - pw + sw - 1) / sw;
+      const int64_t rows_a = ClassSize(s.h, ph, sh);
+      const int64_t cols_b = ClassSize(s.w, pw, sw);
       const int64_t plane = rows_a * cols_b;
       float* const out = merge ? class_at : dx;
       if (merge) class_at += s.n * s.c_in * plane;
