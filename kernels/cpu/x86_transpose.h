@@ -17,32 +17,33 @@
 
 namespace lockstep::kernels::cpu_internal {
 
+// r[0 .. 4): each 128-bit lane, as a 4 x 4 matrix (row i in r[i]),
+// transposed in place.
+__attribute__((always_inline)) static inline void TransposeLanes4x4Avx2(
+    __m256* r) {
+  const __m256 a = _mm256_unpacklo_ps(r[0], r[1]);
+  const __m256 b = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 c = _mm256_unpacklo_ps(r[2], r[3]);
+  const __m256 d = _mm256_unpackhi_ps(r[2], r[3]);
+  r[0] = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(1, 0, 1, 0));
+  r[1] = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 2, 3, 2));
+  r[2] = _mm256_shuffle_ps(b, d, _MM_SHUFFLE(1, 0, 1, 0));
+  r[3] = _mm256_shuffle_ps(b, d, _MM_SHUFFLE(3, 2, 3, 2));
+}
+
 // r[0 .. 8) as an 8 x 8 matrix (row i = r[i]), transposed in place.
 __attribute__((always_inline)) static inline void TransposeAvx2(__m256* r) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]);
-  const __m256 t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]);
-  const __m256 t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]);
-  const __m256 t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]);
-  const __m256 t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+  TransposeLanes4x4Avx2(r);
+  TransposeLanes4x4Avx2(r + 4);
+  const __m256 u0 = r[0], u1 = r[1], u2 = r[2], u3 = r[3];
+  r[0] = _mm256_permute2f128_ps(u0, r[4], 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, r[5], 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, r[6], 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, r[7], 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, r[4], 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, r[5], 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, r[6], 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, r[7], 0x31);
 }
 
 // r[i] = row i of the transpose of the 8 x 8 matrix whose row l is p[l *
@@ -51,27 +52,17 @@ __attribute__((always_inline)) static inline void TransposeAvx2(__m256* r) {
 // inserted from memory), leaving 16 in-lane shuffles instead of 24.
 __attribute__((always_inline)) static inline void LoadTransposeAvx2(
     const float* p, int64_t stride, __m256* r) {
-  __m256 t[8];
 #pragma GCC unroll 8
   for (int g = 0; g < 2; ++g) {
 #pragma GCC unroll 4
     for (int m = 0; m < 4; ++m) {
-      t[4 * g + m] = _mm256_insertf128_ps(
+      r[4 * g + m] = _mm256_insertf128_ps(
           _mm256_castps128_ps256(_mm_loadu_ps(p + m * stride + 4 * g)),
           _mm_loadu_ps(p + (m + 4) * stride + 4 * g), 1);
     }
   }
-#pragma GCC unroll 8
-  for (int g = 0; g < 8; g += 4) {
-    const __m256 a = _mm256_unpacklo_ps(t[g], t[g + 1]);
-    const __m256 b = _mm256_unpackhi_ps(t[g], t[g + 1]);
-    const __m256 c = _mm256_unpacklo_ps(t[g + 2], t[g + 3]);
-    const __m256 d = _mm256_unpackhi_ps(t[g + 2], t[g + 3]);
-    r[g] = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(1, 0, 1, 0));
-    r[g + 1] = _mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 2, 3, 2));
-    r[g + 2] = _mm256_shuffle_ps(b, d, _MM_SHUFFLE(1, 0, 1, 0));
-    r[g + 3] = _mm256_shuffle_ps(b, d, _MM_SHUFFLE(3, 2, 3, 2));
-  }
+  TransposeLanes4x4Avx2(r);
+  TransposeLanes4x4Avx2(r + 4);
 }
 
 }  // namespace lockstep::kernels::cpu_internal
@@ -80,22 +71,26 @@ __attribute__((always_inline)) static inline void LoadTransposeAvx2(
 #if defined(__AVX512F__)
 namespace lockstep::kernels::cpu_internal {
 
+// r[0 .. 4): each 128-bit lane, as a 4 x 4 matrix (row i in r[i]),
+// transposed in place.
+__attribute__((always_inline)) static inline void TransposeLanes4x4Avx512(
+    __m512* r) {
+  const __m512 a = _mm512_unpacklo_ps(r[0], r[1]);
+  const __m512 b = _mm512_unpackhi_ps(r[0], r[1]);
+  const __m512 c = _mm512_unpacklo_ps(r[2], r[3]);
+  const __m512 d = _mm512_unpackhi_ps(r[2], r[3]);
+  r[0] = _mm512_shuffle_ps(a, c, _MM_SHUFFLE(1, 0, 1, 0));
+  r[1] = _mm512_shuffle_ps(a, c, _MM_SHUFFLE(3, 2, 3, 2));
+  r[2] = _mm512_shuffle_ps(b, d, _MM_SHUFFLE(1, 0, 1, 0));
+  r[3] = _mm512_shuffle_ps(b, d, _MM_SHUFFLE(3, 2, 3, 2));
+}
+
 // r[0 .. 16) as a 16 x 16 matrix, transposed in place.
 __attribute__((always_inline)) static inline void TransposeAvx512(__m512* r) {
-  __m512 t[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
   // 4 x 4 blocks of 4 x 4 float blocks.
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) TransposeLanes4x4Avx512(r + i);
+  __m512 t[16];
   // Move the 128-bit blocks: row i of the result takes block (i / 4) of
   // rows 4 b + (i % 4), b = 0 .. 3.
 #pragma GCC unroll 16
@@ -124,7 +119,6 @@ __attribute__((always_inline)) static inline void TransposeAvx512(__m512* r) {
 // where TransposeAvx512 takes 64 on the one shuffle port.
 __attribute__((always_inline)) static inline void LoadTransposeAvx512(
     const float* p, int64_t stride, __m512* r) {
-  __m512 t[16];
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
 #pragma GCC unroll 4
@@ -134,20 +128,11 @@ __attribute__((always_inline)) static inline void LoadTransposeAvx512(
       v = _mm512_insertf32x4(v, _mm_loadu_ps(q + (m + 4) * stride), 1);
       v = _mm512_insertf32x4(v, _mm_loadu_ps(q + (m + 8) * stride), 2);
       v = _mm512_insertf32x4(v, _mm_loadu_ps(q + (m + 12) * stride), 3);
-      t[4 * g + m] = v;
+      r[4 * g + m] = v;
     }
   }
-#pragma GCC unroll 16
-  for (int g = 0; g < 16; g += 4) {
-    const __m512 a = _mm512_unpacklo_ps(t[g], t[g + 1]);
-    const __m512 b = _mm512_unpackhi_ps(t[g], t[g + 1]);
-    const __m512 c = _mm512_unpacklo_ps(t[g + 2], t[g + 3]);
-    const __m512 d = _mm512_unpackhi_ps(t[g + 2], t[g + 3]);
-    r[g] = _mm512_shuffle_ps(a, c, _MM_SHUFFLE(1, 0, 1, 0));
-    r[g + 1] = _mm512_shuffle_ps(a, c, _MM_SHUFFLE(3, 2, 3, 2));
-    r[g + 2] = _mm512_shuffle_ps(b, d, _MM_SHUFFLE(1, 0, 1, 0));
-    r[g + 3] = _mm512_shuffle_ps(b, d, _MM_SHUFFLE(3, 2, 3, 2));
-  }
+#pragma GCC unroll 4
+  for (int g = 0; g < 16; g += 4) TransposeLanes4x4Avx512(r + g);
 }
 
 }  // namespace lockstep::kernels::cpu_internal
