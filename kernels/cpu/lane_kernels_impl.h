@@ -171,6 +171,22 @@ void StoreLanes(float* p, typename V::T v, int lanes) {
   for (int l = 0; l < lanes; ++l) p[l] = buf[l];
 }
 
+// r[j] lane l = p[l * stride + j] for the first `lanes` lanes, +0.0f in
+// the lanes past them (kPartial): one LoadTransposed for a whole block,
+// the loads and Transpose for a partial one.
+template <class V, bool kPartial>
+__attribute__((always_inline)) inline void LoadRowsTransposed(
+    const float* p, int64_t stride, int lanes, typename V::T* r) {
+  if constexpr (kPartial) {
+    for (int l = 0; l < V::kWidth; ++l) {
+      r[l] = l < lanes ? V::Load(p + l * stride) : V::Zero();
+    }
+    V::Transpose(r);
+  } else {
+    V::LoadTransposed(p, stride, r);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Layout changes between W planes and one interleaved array.
 
@@ -335,14 +351,7 @@ void BiasGradPlanes(const LaneBiasGeometry& g, const float* dy, float* db,
     int64_t i = 0;
     for (; i + W <= s; i += W) {
       T r[W];
-      if (!kPartial) {
-        V::LoadTransposed(base + i, s, r);
-      } else {
-        for (int l = 0; l < W; ++l) {
-          r[l] = l < lanes ? V::Load(base + l * s + i) : V::Zero();
-        }
-        V::Transpose(r);
-      }
+      LoadRowsTransposed<V, kPartial>(base + i, s, lanes, r);
       if (left > W) {
         for (int l = 0; l < W; ++l) acc = V::Add(acc, r[l]);
         left -= W;
@@ -709,20 +718,9 @@ void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
     for (; i + W <= end; i += W) {
       T rx[W];
       T rd[kDy ? W : 1];
-      if (!kPartial) {
-        V::LoadTransposed(x + offset + i, s, rx);
-        if constexpr (kDy) V::LoadTransposed(dy + offset + i, s, rd);
-      } else {
-        for (int l = 0; l < W; ++l) {
-          rx[l] = l < lanes ? V::Load(x + offset + l * s + i) : V::Zero();
-        }
-        V::Transpose(rx);
-        if (kDy) {
-          for (int l = 0; l < W; ++l) {
-            rd[l] = l < lanes ? V::Load(dy + offset + l * s + i) : V::Zero();
-          }
-          V::Transpose(rd);
-        }
+      LoadRowsTransposed<V, kPartial>(x + offset + i, s, lanes, rx);
+      if constexpr (kDy) {
+        LoadRowsTransposed<V, kPartial>(dy + offset + i, s, lanes, rd);
       }
       for (int j = 0; j < W; ++j) {
         term.Step(rx[j], kDy ? rd[j] : rx[j]);
