@@ -418,9 +418,9 @@ struct LayerState {
   Tensor aux;
   // BATCH_NORM in training on the CPU kernels: the batch statistics [2, C]
   // the forward saves and both gradients read instead of computing them
-  // again from the same x (kernels/ops/norm.h); unused (false) otherwise.
-  bool save_stats = false;
+  // again from the same x (kernels/ops/norm.h); empty otherwise.
   Tensor saved;
+  bool saves_stats() const { return saved.numel() > 0; }
 };
 
 bool IsGraphDataOp(v1::LayerOp op) {
@@ -795,7 +795,6 @@ absl::Status Executor::State::Setup() {
               it->second.ran.backend == kernels::kCpuBackendName;
       }
       if (cpu && !lp.attrs.batch_norm_eval) {
-        l.save_stats = true;
         LS_ASSIGN_OR_RETURN(
             l.saved, Zeros({2, channels}, what + " saved batch statistics"));
       }
@@ -931,7 +930,7 @@ absl::Status Executor::State::Forward() {
         const Tensor in[] = {l.in[0], l.params[l.weight], l.params[l.bias]};
         Tensor out[] = {l.out, l.running, l.saved};
         LS_RETURN_IF_ERROR(Call(l.forward, l, l.ops.forward, in,
-                                absl::MakeSpan(out, l.save_stats ? 3 : 2),
+                                absl::MakeSpan(out, l.saves_stats() ? 3 : 2),
                                 lp.attrs));
         break;
       }
@@ -1029,7 +1028,7 @@ absl::Status Executor::State::Backward() {
       // in the manifest.
       std::vector<Tensor> in = {l.in[0], l.dy};
       if (lp.op == v1::BATCH_NORM) in.push_back(l.running);
-      if (l.save_stats) in.push_back(l.saved);
+      if (l.saves_stats()) in.push_back(l.saved);
       Tensor out[] = {l.grads[l.weight], l.grads[l.bias]};
       LS_RETURN_IF_ERROR(
           Call(l.grad_weight, l, l.ops.grad_weight, in, out, lp.attrs));
@@ -1116,9 +1115,9 @@ absl::Status Executor::State::Backward() {
         const Tensor in[] = {l.in[0], l.params[l.weight], l.dy, l.running,
                              l.saved};
         Tensor out[] = {l.grad_in_kernel[0]};
-        LS_RETURN_IF_ERROR(Call(l.grad_input, l, l.ops.grad_input,
-                                absl::MakeConstSpan(in, l.save_stats ? 5 : 4),
-                                out, lp.attrs));
+        LS_RETURN_IF_ERROR(Call(
+            l.grad_input, l, l.ops.grad_input,
+            absl::MakeConstSpan(in, l.saves_stats() ? 5 : 4), out, lp.attrs));
         break;
       }
       case v1::DROPOUT: {
