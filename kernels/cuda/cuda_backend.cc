@@ -98,9 +98,9 @@ constexpr size_t kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 template <size_t kIndex>
 absl::Status CudaKernel(absl::Span<const Tensor> inputs,
                         absl::Span<Tensor> outputs, const OpAttrs& attrs) {
-  LS_ASSIGN_OR_RETURN(
-      cuda::DeviceCall call,
-      cuda::PlanCanonicalOp(kOps[kIndex], inputs, outputs, attrs));
+  LS_ASSIGN_OR_RETURN(cuda::DeviceCall call,
+                      cuda::PlanCanonicalOp(kOps[kIndex], inputs, outputs,
+                                            attrs, cuda::DevicePlanOptions()));
   return cuda::RunOnDevice(call, cuda::LaunchConfig{});
 }
 

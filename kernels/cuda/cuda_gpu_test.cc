@@ -105,7 +105,8 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaGpuTest,
 
 // The tiled GEMM on the device (dense.*, matmul.*, the lowered conv2d
 // forward): the CPU's bits at the automatic grid and at 3 blocks (fewer than
-// the tiles: grid-stride), and with tiling off.
+// the tiles: grid-stride), with either planned configuration, and with
+// tiling off.
 TEST(CudaGpuTiledGemmTest, TiledProductsMatchCpuBits) {
   const absl::Status device = CudaDeviceStatus();
   if (!device.ok()) {
@@ -118,14 +119,20 @@ TEST(CudaGpuTiledGemmTest, TiledProductsMatchCpuBits) {
     absl::StatusOr<std::vector<Tensor>> want =
         RunRegistered(cpu, kCpuBackendName, c);
     ASSERT_TRUE(want.ok()) << want.status();
-    for (const bool tiling : {true, false}) {
+    // Tiled with the planned tile, with this device's choice, with the
+    // few-tiles tile for every product, and not tiled.
+    PlanOptions few_tiles;
+    few_tiles.device_multiprocessors = int64_t{1} << 40;
+    PlanOptions untiled;
+    untiled.tiled_gemm = false;
+    for (const PlanOptions& options :
+         {PlanOptions(), DevicePlanOptions(), few_tiles, untiled}) {
       for (const LaunchConfig& config :
            {LaunchConfig{0, 256}, LaunchConfig{3, 64}}) {
-        SCOPED_TRACE(absl::StrFormat("%s, tiling %d, %d blocks", c.label,
-                                     tiling, config.blocks));
+        SCOPED_TRACE(absl::StrFormat(
+            "%s, tiling %d, %d SMs, %d blocks", c.label, options.tiled_gemm,
+            options.device_multiprocessors, config.blocks));
         std::vector<Tensor> got = CloneAll(c.outputs);
-        PlanOptions options;
-        options.tiled_gemm = tiling;
         absl::StatusOr<DeviceCall> call = PlanCanonicalOp(
             c.op, c.inputs, absl::MakeSpan(got), c.attrs, options);
         ASSERT_TRUE(call.ok()) << call.status();

@@ -125,8 +125,8 @@ static_assert(sizeof(KernelParams) <= 4096,
 
 using KernelPtr = void (*)(KernelParams);
 
-KernelPtr KernelFor(DeviceOp op) {
-  switch (op) {
+KernelPtr KernelFor(const KernelParams& params) {
+  switch (params.op) {
 #define LS_CASE(name)  \
   case DeviceOp::name: \
     return &CanonicalKernel<DeviceOp::name>;
@@ -193,8 +193,13 @@ KernelPtr KernelFor(DeviceOp op) {
     LS_CASE(kConv2dGradWeightCol)
     LS_CASE(kTreeSumParts)
 #undef LS_CASE
-    case DeviceOp::kTiledMatMul:
-      return &TiledMatMulKernel<PlannedGemmTile>;
+    case DeviceOp::kTiledMatMul: {
+      KernelPtr kernel = nullptr;
+      WithGemmConfig(params.gemm_config, [&](auto tile) {
+        kernel = &TiledMatMulKernel<decltype(tile)>;
+      });
+      return kernel;
+    }
     case DeviceOp::kNumOps:
       break;
   }
@@ -237,6 +242,30 @@ absl::Status CheckKernelFits(const void* kernel, absl::string_view name,
 }  // namespace
 
 bool BuiltWithCuda() { return true; }
+
+PlanOptions DevicePlanOptions() {
+  static std::mutex mu;
+  static auto* multiprocessors = new std::map<int, int>();
+  PlanOptions options;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it
+    return options;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = multiprocessors->find(device);
+  if (it == multiprocessors->end()) {
+    int count = 0;
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount,
+                               device) != cudaSuccess) {
+      cudaGetLastError();
+      return options;
+    }
+    it = multiprocessors->emplace(device, count).first;
+  }
+  options.device_multiprocessors = it->second;
+  return options;
+}
 
 absl::Status CudaDeviceStatus() {
   int count = 0;
@@ -283,7 +312,7 @@ absl::Status LaunchOnDevice(const DeviceCall& call,
                            l.out_offset[k]
                      : nullptr;
     }
-    KernelPtr kernel = KernelFor(p.op);
+    KernelPtr kernel = KernelFor(p);
     if (kernel == nullptr) {
       return absl::InternalError(
           absl::StrFormat("%s: no device kernel for launch op %d", call.op,
@@ -397,6 +426,7 @@ absl::Status LaunchTiledGemmConfig(int config,
   if (tiles == 0) return absl::OkStatus();
   KernelParams p;
   p.op = DeviceOp::kTiledMatMul;
+  p.gemm_config = config;
   p.work = tiles;
   p.batched_matmul = s;
   p.in[0] = a;

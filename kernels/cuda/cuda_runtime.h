@@ -52,6 +52,12 @@ bool BuiltWithCuda();
 // CUDA", or the failing call with the CUDA error name and text).
 absl::Status CudaDeviceStatus();
 
+// The planner's options for the current device: its multiprocessor count
+// (read once per device), which picks the tiled GEMM configuration of small
+// products (PlanOptions::device_multiprocessors). The defaults when no
+// device can be asked, and in a build without CUDA.
+PlanOptions DevicePlanOptions();
+
 // Copies the call's inputs to the device, runs its launches with `config`,
 // copies the outputs back. Outputs are untouched on error.
 absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config);
@@ -70,7 +76,7 @@ absl::Status LaunchOnDevice(const DeviceCall& call,
                             const LaunchConfig& config = LaunchConfig{});
 
 // Queues tiled GEMM configuration `config` (tiled_gemm.h, WithGemmConfig;
-// the planner's kTiledMatMul launches run PlannedGemmTile) on device
+// the planner's kTiledMatMul launches run PlanGemmConfig's) on device
 // memory: c = the product s of a and b, scratch holding
 // GemmConfigScratchFloats(config, s) floats (may be null when that is 0), on
 // `blocks` blocks (0: one per tile, at most kMaxAutoBlocks). For benchmarks and

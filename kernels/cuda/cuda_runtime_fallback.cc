@@ -15,6 +15,8 @@ bool BuiltWithCuda() { return false; }
 
 absl::Status CudaDeviceStatus() { return NoCuda(); }
 
+PlanOptions DevicePlanOptions() { return PlanOptions(); }
+
 absl::Status RunOnDevice(const DeviceCall&, const LaunchConfig&) {
   return NoCuda();
 }

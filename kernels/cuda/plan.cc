@@ -100,13 +100,16 @@ bool TilesProduct(const c::MatMulShape& s, const PlanOptions& options) {
 void AddProduct(DeviceCall* call, const c::BatchedMatMulShape& s, int a, int b,
                 int out, const PlanOptions& options) {
   if (TilesProduct(s.m, options)) {
-    const int64_t scratch_floats = GemmTileScratchFloats<PlannedGemmTile>(s);
+    const int config = PlanGemmConfig(s, options.device_multiprocessors);
+    const int64_t scratch_floats = GemmConfigScratchFloats(config, s);
     const int scratch = scratch_floats > 0
                             ? AddScratch(call, scratch_floats * sizeof(float))
                             : -1;
-    AddLaunch(call, DeviceOp::kTiledMatMul, GemmTiles<PlannedGemmTile>(s),
-              {a, b}, {out, scratch})
-        .batched_matmul = s;
+    KernelParams& p =
+        AddLaunch(call, DeviceOp::kTiledMatMul, GemmConfigTiles(config, s),
+                  {a, b}, {out, scratch});
+    p.batched_matmul = s;
+    p.gemm_config = config;
     return;
   }
   if (s.batch == 1 && s.scale == 1.0f) {
@@ -1321,10 +1324,17 @@ absl::Status RunEmulated(const DeviceCall& call, const LaunchConfig& config) {
     }
     const LaunchGrid grid = GridFor(p, config);
     if (p.op == DeviceOp::kTiledMatMul) {
-      EmulateTiledGemm<PlannedGemmTile>(
-          p.batched_matmul, static_cast<const float*>(p.in[0]),
-          static_cast<const float*>(p.in[1]), static_cast<float*>(p.out[0]),
-          static_cast<float*>(p.out[1]), grid.blocks);
+      if (!WithGemmConfig(p.gemm_config, [&](auto tile) {
+            EmulateTiledGemm<decltype(tile)>(
+                p.batched_matmul, static_cast<const float*>(p.in[0]),
+                static_cast<const float*>(p.in[1]),
+                static_cast<float*>(p.out[0]), static_cast<float*>(p.out[1]),
+                grid.blocks);
+          })) {
+        return absl::InternalError(
+            absl::StrFormat("%s: tiled GEMM launch of unknown configuration %d",
+                            call.op, p.gemm_config));
+      }
       continue;
     }
     const int64_t threads = grid.blocks * grid.threads_per_block;

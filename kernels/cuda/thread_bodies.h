@@ -167,6 +167,10 @@ struct KernelParams {
   c::TransposeShape transpose;
   GraphParams graph;
   int64_t tree_parts = 0;  // kTreeSumParts: partial sums per output
+  // kTiledMatMul: the tiled GEMM configuration that runs it (tiled_gemm.h,
+  // WithGemmConfig; the planner sets kPlannedGemmConfig or
+  // kFewTilesGemmConfig).
+  int gemm_config = 0;
 };
 
 // ---- dense family ---------------------------------------------------------

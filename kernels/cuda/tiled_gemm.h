@@ -31,7 +31,8 @@
 // The same holds for the pipelined form (PipelinedGemmTile, below: double-
 // buffered slices, float4 loads), and the device kernels are built for
 // several configurations of both (GemmConfigTile, WithGemmConfig), of
-// which the planner launches PlannedGemmTile.
+// which the planner launches PlannedGemmTile, or FewTilesGemmTile for a
+// product of fewer tiles than the device has multiprocessors.
 //
 // The block's work is a fixed sequence of phases (load a slice, compute a
 // slice, end a chunk), each a function of (thread, its state, the shared
@@ -821,6 +822,24 @@ inline constexpr int kGemmConfigs = 6;
 inline constexpr int kPlannedGemmConfig = 3;
 using PlannedGemmTile = GemmConfigTile<kPlannedGemmConfig>::type;
 
+// What it launches instead for a product of fewer planned tiles than the
+// device has multiprocessors: tiles of half the rows, twice as many blocks
+// to spread over them (on an H100's 132, a 1024^3 product is 128 planned
+// tiles). The same threads per block, so the launch grid (GridFor) does
+// not depend on the choice; the bits never do.
+inline constexpr int kFewTilesGemmConfig = 4;
+using FewTilesGemmTile = GemmConfigTile<kFewTilesGemmConfig>::type;
+static_assert(FewTilesGemmTile::kThreads == PlannedGemmTile::kThreads,
+              "both planned configurations run blocks of the same size");
+
+// The configuration the planner launches for product s on a device of
+// `multiprocessors` SMs (0: unknown, always kPlannedGemmConfig).
+LS_HD_INLINE int PlanGemmConfig(const c::BatchedMatMulShape& s,
+                                int64_t multiprocessors) {
+  return GemmTiles<PlannedGemmTile>(s) < multiprocessors ? kFewTilesGemmConfig
+                                                         : kPlannedGemmConfig;
+}
+
 // Calls f(GemmConfigTile<config>{}); false (and no call) when config is not
 // in [kFirst, kGemmConfigs).
 template <int kFirst = 0, class F>
@@ -852,6 +871,14 @@ inline int64_t GemmConfigScratchFloats(int config,
     floats = GemmTileScratchFloats<decltype(tile)>(s);
   });
   return floats;
+}
+
+// GemmTiles for configuration `config` (0 when unknown).
+inline int64_t GemmConfigTiles(int config, const c::BatchedMatMulShape& s) {
+  int64_t tiles = 0;
+  WithGemmConfig(config,
+                 [&](auto tile) { tiles = GemmTiles<decltype(tile)>(s); });
+  return tiles;
 }
 
 // "?" when unknown.

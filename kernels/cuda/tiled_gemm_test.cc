@@ -571,29 +571,53 @@ bool HasTiledLaunch(const DeviceCall& call) {
   return false;
 }
 
+// The configurations of a call's tiled launches, in order.
+std::vector<int> TiledConfigs(const DeviceCall& call) {
+  std::vector<int> configs;
+  for (const Launch& l : call.launches) {
+    if (l.params.op == DeviceOp::kTiledMatMul) {
+      configs.push_back(l.params.gemm_config);
+    }
+  }
+  return configs;
+}
+
 // dense.*, matmul.* and conv2d / conv_transpose2d calls the planner tiles (and
-// some it does not), on emulated grids, = the CPU backend's bits; with tiling
-// off, the same calls run one thread per output and give the same bits.
+// some it does not), on emulated grids, = the CPU backend's bits, with the
+// planned tile and (on a device of more multiprocessors than any product
+// has tiles) the few-tiles one; with tiling off, the same calls run one
+// thread per output and give the same bits.
 TEST(TiledGemmPlanTest, TiledCallsEqualCpuBackend) {
   Registry cpu;
   ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
   const LaunchConfig configs[] = {{1, 32}, {7, 128}, {0, 256}};
+  struct Variant {
+    bool tiling;
+    int64_t multiprocessors;
+    int config;  // of every tiled launch
+  };
+  const Variant variants[] = {{true, 0, kPlannedGemmConfig},
+                              {true, int64_t{1} << 40, kFewTilesGemmConfig},
+                              {false, 0, -1}};
   for (const testing::TiledProductCase& t : testing::TiledProductCases(500)) {
     const OpCase& c = t.c;
     absl::StatusOr<std::vector<Tensor>> want =
         RunRegistered(cpu, kCpuBackendName, c);
     ASSERT_TRUE(want.ok()) << c.label << ": " << want.status();
-    for (const bool tiling : {true, false}) {
+    for (const Variant& v : variants) {
       for (const LaunchConfig& config : configs) {
-        SCOPED_TRACE(absl::StrFormat("%s, tiling %d, %d x %d", c.label, tiling,
-                                     config.blocks, config.threads_per_block));
+        SCOPED_TRACE(absl::StrFormat("%s, tiling %d, %d SMs, %d x %d", c.label,
+                                     v.tiling, v.multiprocessors, config.blocks,
+                                     config.threads_per_block));
         std::vector<Tensor> got = CloneAll(c.outputs);
         PlanOptions options;
-        options.tiled_gemm = tiling;
+        options.tiled_gemm = v.tiling;
+        options.device_multiprocessors = v.multiprocessors;
         absl::StatusOr<DeviceCall> call = PlanCanonicalOp(
             c.op, c.inputs, absl::MakeSpan(got), c.attrs, options);
         ASSERT_TRUE(call.ok()) << call.status();
-        EXPECT_EQ(HasTiledLaunch(*call), tiling && t.tiled);
+        EXPECT_EQ(HasTiledLaunch(*call), v.tiling && t.tiled);
+        for (const int used : TiledConfigs(*call)) EXPECT_EQ(used, v.config);
         ASSERT_TRUE(RunEmulated(*call, config).ok());
         for (size_t o = 0; o < got.size(); ++o) {
           EXPECT_TRUE(SameBits(got[o], (*want)[o])) << "output " << o;
@@ -747,6 +771,67 @@ TEST(TiledGemmPlanTest, ResNetLayerGradientPlans) {
   // dy' 64 x 100352, col 576 x 100352, parts 392 x 64 x 576.
   EXPECT_EQ(scratch(*gw), 4 * (int64_t{64} * 100352 + int64_t{576} * 100352 +
                                int64_t{392} * 64 * 576));
+}
+
+// The few-tiles configuration runs exactly the products of fewer planned
+// tiles than the device has multiprocessors, and only on a known device;
+// its launch covers its own tiles with scratch of its own layout.
+TEST(TiledGemmPlanTest, FewTilesConfigurationForSmallProducts) {
+  c::DenseShape d;
+  d.m = 1024;
+  d.k = 1024;
+  d.n = 1024;
+  c::BatchedMatMulShape s;
+  s.m = c::DenseForwardShape(d);
+  s.batch = 1;
+  s.scale = 1.0f;
+  ASSERT_EQ(GemmTiles<PlannedGemmTile>(s), 128);  // 8 x 16 tiles of 128 x 64
+  EXPECT_EQ(PlanGemmConfig(s, 0), kPlannedGemmConfig);
+  EXPECT_EQ(PlanGemmConfig(s, 128), kPlannedGemmConfig);
+  EXPECT_EQ(PlanGemmConfig(s, 129), kFewTilesGemmConfig);
+  EXPECT_EQ(PlanGemmConfig(s, 132), kFewTilesGemmConfig);
+  s.batch = 4;
+  EXPECT_EQ(PlanGemmConfig(s, 132), kPlannedGemmConfig);
+
+  Registry cpu;
+  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
+  // 300 x 600 x 200: 3 x 4 = 12 planned tiles, 5 x 4 = 20 few-tiles ones,
+  // 3 chunks (tree scratch).
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  OpCase c;
+  c.label = "dense.forward m=300 k=600 n=200";
+  c.op = op::kDenseForward;
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{300, 600}, std::vector<int64_t>{600, 200}}) {
+    Tensor t = Tensor::Zeros(DType::kFloat32, shape).value();
+    for (float& f : t.span<float>()) f = u(rng);
+    c.inputs.push_back(std::move(t));
+  }
+  c.outputs.push_back(Tensor::Zeros(DType::kFloat32, {300, 200}).value());
+  absl::StatusOr<std::vector<Tensor>> want =
+      RunRegistered(cpu, kCpuBackendName, c);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const int64_t sms : {int64_t{12}, int64_t{13}}) {
+    SCOPED_TRACE(absl::StrFormat("%d SMs", sms));
+    std::vector<Tensor> got = CloneAll(c.outputs);
+    PlanOptions options;
+    options.device_multiprocessors = sms;
+    absl::StatusOr<DeviceCall> call =
+        PlanCanonicalOp(c.op, c.inputs, absl::MakeSpan(got), c.attrs, options);
+    ASSERT_TRUE(call.ok()) << call.status();
+    ASSERT_EQ(call->launches.size(), 1u);
+    const KernelParams& p = call->launches[0].params;
+    EXPECT_EQ(p.gemm_config,
+              sms == 12 ? kPlannedGemmConfig : kFewTilesGemmConfig);
+    EXPECT_EQ(p.work, sms == 12 ? 12 : 20);
+    ASSERT_EQ(call->buffers.size(), 4u);  // x, w, y, tree scratch
+    EXPECT_EQ(call->buffers[3].bytes,
+              int64_t{sizeof(float)} *
+                  GemmConfigScratchFloats(p.gemm_config, p.batched_matmul));
+    ASSERT_TRUE(RunEmulated(*call, {0, 256}).ok());
+    EXPECT_TRUE(SameBits(got[0], (*want)[0]));
+  }
 }
 
 // The tiled launch's grid: its own block size, the config's block count,

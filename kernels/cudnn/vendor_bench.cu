@@ -74,6 +74,9 @@ struct BenchRow {
   // GEMM rows: every tiled GEMM configuration (cuda::WithGemmConfig), by
   // index, launched directly on the same buffers.
   std::vector<absl::StatusOr<float>> config_ms;
+  // GEMM rows: the configuration the planner runs for this product on this
+  // device (cuda::PlanGemmConfig).
+  int planned_config = cuda::kPlannedGemmConfig;
 };
 
 // The tiled canonical GEMM's target: this fraction of cuBLAS SGEMM's
@@ -98,7 +101,7 @@ absl::StatusOr<float> TimeCanonicalMs(
     absl::string_view op, const std::vector<std::vector<int64_t>>& in_shapes,
     const std::vector<int64_t>& out_shape, const OpAttrs& attrs,
     absl::Span<void* const> in_device, void* out_device, int reps,
-    const cuda::PlanOptions& options = cuda::PlanOptions()) {
+    const cuda::PlanOptions& options = cuda::DevicePlanOptions()) {
   std::vector<Tensor> in;
   for (const std::vector<int64_t>& shape : in_shapes) {
     LS_ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(DType::kFloat32, shape));
@@ -154,7 +157,7 @@ absl::StatusOr<BenchRow> GemmRow(DeviceContext* ctx, int64_t size, int reps) {
   row.ms[kCanonicalColumn] = TimeCanonicalMs(
       op::kDenseForward, {{size, size}, {size, size}}, {size, size}, OpAttrs{},
       {x.get(), w.get()}, y.get(), reps);
-  cuda::PlanOptions untiled;
+  cuda::PlanOptions untiled = cuda::DevicePlanOptions();
   untiled.tiled_gemm = false;
   row.untiled_ms = TimeCanonicalMs(
       op::kDenseForward, {{size, size}, {size, size}}, {size, size}, OpAttrs{},
@@ -167,6 +170,8 @@ absl::StatusOr<BenchRow> GemmRow(DeviceContext* ctx, int64_t size, int reps) {
     bs.b_batch = size * size;
     bs.c_batch = size * size;
     bs.scale = 1.0f;
+    row.planned_config = cuda::PlanGemmConfig(
+        bs, cuda::DevicePlanOptions().device_multiprocessors);
     DeviceBuffer scratch;  // enough for every configuration
     int64_t scratch_floats = 0;
     for (int config = 0; config < cuda::kGemmConfigs; ++config) {
@@ -441,7 +446,7 @@ absl::StatusOr<std::string> RunVendorBenchmarks(int reps) {
       report += absl::StrFormat(
           "    tiled %-24s %10s GFLOP/s, tiled/cuBLAS %s%s\n",
           cuda::GemmConfigName(config), Gflops(row.flops, ms), ratio,
-          config == cuda::kPlannedGemmConfig ? " (planned)" : "");
+          config == row.planned_config ? " (planned)" : "");
       if (!ms.ok()) {
         if (DeviceLost(ms.status())) return ms.status();
         notes += absl::StrFormat("  %s, tiled %s: %s\n", row.name,
