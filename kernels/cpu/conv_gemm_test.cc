@@ -212,6 +212,11 @@ const Case kCases[] = {
     // More output pixels than one GEMM super-block of rows (768 on AVX-512),
     // and a grad_weight reduction over two slabs (1,620 steps).
     {"indirect many pixels", 5, 32, 16, 16, 33, 1, 1, 1, 1, 1, 1, 1, 1},
+    // 32 x 32 planes (4 KiB apart) and reductions of two chunks: the GEMM
+    // gathers its tiles' columns before writing them (gemm_impl.h,
+    // Staging); tasks cross the image boundary, the last tile is partial
+    // and the second column panel is 8 wide.
+    {"indirect 32x32 planes", 2, 32, 32, 32, 40, 3, 1, 1, 1, 1, 1, 1, 1},
     // ... with x read in place (no padding needed).
     {"indirect 1x1 s1 in place", 2, 33, 5, 6, 40, 1, 1, 0, 0, 0, 0, 1, 1},
     {"indirect 3x3 valid in place", 1, 32, 7, 6, 33, 3, 1, 0, 0, 0, 0, 1, 1},
