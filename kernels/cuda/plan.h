@@ -124,8 +124,8 @@ struct PlanOptions {
   // entry per run, and then adds the runs' sums with the canonical tree.
   // The bits do not depend on it; 1 never splits.
   int64_t split_blocks = kMaxAutoBlocks;
-  // The device's multiprocessor count: a tiled product of fewer
-  // PlannedGemmTile tiles runs FewTilesGemmTile (tiled_gemm.h,
+  // The device's multiprocessor count: a tiled product of at most half as
+  // many PlannedGemmTile tiles runs FewTilesGemmTile (tiled_gemm.h,
   // PlanGemmConfig). 0 (unknown, the emulation's default) always runs
   // PlannedGemmTile. The bits do not depend on it.
   int64_t device_multiprocessors = 0;

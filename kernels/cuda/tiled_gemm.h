@@ -417,6 +417,10 @@ struct PipelinedGemmThreadState {
   float acc[T::kTM][T::kTN];  // the running chain of each output
   float pa[T::kAVecs][4];     // the next A slice's vectors, fetched
   float pb[T::kBVecs][4];
+  // In a whole tile of an aligned product (PipelinedFastOperands): where
+  // each vector of slice 0 starts; slice k0's is k0 * depth stride on.
+  const float* fa[T::kAVecs];
+  const float* fb[T::kBVecs];
 };
 
 // The tile row of the micro-tile's row r of thread row ty, and the column
@@ -535,6 +539,59 @@ LS_HD_INLINE void PipelinedFetch(const c::MatMulShape& m, const float* a,
                  cols - j, st.pb[n]);
     }
   }
+}
+
+// Whether every vector of every whole slice of a whole tile is one aligned
+// 16-byte load: unit stride along the vector, the other strides and the
+// batch offsets multiples of 4 floats, both operands 16-byte aligned.
+// Slices start at multiples of kBK and vectors at multiples of 4 along
+// their direction, so then every vector's address is a multiple of 16.
+template <bool kAAlongK, bool kBAlongK>
+LS_HD_INLINE bool PipelinedFastOperands(const c::BatchedMatMulShape& s,
+                                        const float* a, const float* b) {
+  const c::MatMulShape& m = s.m;
+  const bool a_ok =
+      kAAlongK ? m.a_row % 4 == 0 : m.a_row == 1 && m.a_depth % 4 == 0;
+  const bool b_ok =
+      kBAlongK ? m.b_col % 4 == 0 : m.b_col == 1 && m.b_depth % 4 == 0;
+  return a_ok && b_ok &&
+         (s.batch == 1 || (s.a_batch % 4 == 0 && s.b_batch % 4 == 0)) &&
+         (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
+         (reinterpret_cast<uintptr_t>(b) & 15) == 0;
+}
+
+// Where the thread's vectors of slice 0 of the tile at (i0, j0) of the
+// entry at a, b start (PipelinedGemmThreadState::fa, fb).
+template <class T, bool kAAlongK, bool kBAlongK>
+LS_HD_INLINE void PipelinedFastStart(const c::MatMulShape& m, const float* a,
+                                     const float* b, int64_t i0, int64_t j0,
+                                     int thread,
+                                     PipelinedGemmThreadState<T>& st) {
+  LS_GEMM_UNROLL
+  for (int n = 0; n < T::kAVecs; ++n) {
+    int i, kk;
+    PipelinedAVector<T, kAAlongK>(thread, n, i, kk);
+    st.fa[n] = a + (i0 + i) * m.a_row + kk * m.a_depth;
+  }
+  LS_GEMM_UNROLL
+  for (int n = 0; n < T::kBVecs; ++n) {
+    int kk, j;
+    PipelinedBVector<T, kBAlongK>(thread, n, kk, j);
+    st.fb[n] = b + kk * m.b_depth + (j0 + j) * m.b_col;
+  }
+}
+
+// PipelinedFetch of the whole slice at k0 of a whole tile of an aligned
+// product: the same vectors, loaded without checks.
+template <class T, bool kAAlongK, bool kBAlongK>
+LS_HD_INLINE void PipelinedFastFetch(const c::MatMulShape& m, int64_t k0,
+                                     PipelinedGemmThreadState<T>& st) {
+  const int64_t a_step = kAAlongK ? k0 : k0 * m.a_depth;
+  const int64_t b_step = kBAlongK ? k0 : k0 * m.b_depth;
+  LS_GEMM_UNROLL
+  for (int n = 0; n < T::kAVecs; ++n) GemmLoad4(st.fa[n] + a_step, st.pa[n]);
+  LS_GEMM_UNROLL
+  for (int n = 0; n < T::kBVecs; ++n) GemmLoad4(st.fb[n] + b_step, st.pb[n]);
 }
 
 // Stores the thread's fetched vectors into shared buffer `buf`.
@@ -666,6 +723,7 @@ LS_HD_INLINE void PipelinedGemmTiles(const c::BatchedMatMulShape& s,
   const int64_t depth = s.m.depth;
   const int64_t chunks = c::NumChunks(depth);
   const int64_t slices = (depth + T::kBK - 1) / T::kBK;
+  const bool fast_operands = PipelinedFastOperands<kAAlongK, kBAlongK>(s, a, b);
   for (int64_t tile = block; tile < tiles; tile += num_blocks) {
     const int64_t t = tile / (tile_rows * tile_cols);
     const int64_t rest = tile - t * tile_rows * tile_cols;
@@ -680,9 +738,20 @@ LS_HD_INLINE void PipelinedGemmTiles(const c::BatchedMatMulShape& s,
       continue;
     }
     const int first = static_cast<int>(depth < T::kBK ? depth : T::kBK);
+    // A whole tile of an aligned product fetches its whole slices unchecked.
+    const bool fast =
+        fast_operands && i0 + T::kBM <= s.m.rows && j0 + T::kBN <= s.m.cols;
     each([&](int thread, State& st) {
-      PipelinedFetch<T, kAAlongK, kBAlongK>(s.m, at, bt, i0, j0, 0, first,
-                                            thread, st);
+      if (fast) {
+        PipelinedFastStart<T, kAAlongK, kBAlongK>(s.m, at, bt, i0, j0, thread,
+                                                  st);
+      }
+      if (fast && first == T::kBK) {
+        PipelinedFastFetch<T, kAAlongK, kBAlongK>(s.m, 0, st);
+      } else {
+        PipelinedFetch<T, kAAlongK, kBAlongK>(s.m, at, bt, i0, j0, 0, first,
+                                              thread, st);
+      }
       PipelinedStore<T, kAAlongK, kBAlongK>(thread, 0, st, sh);
     });
     for (int64_t slice = 0; slice < slices; ++slice) {
@@ -699,8 +768,12 @@ LS_HD_INLINE void PipelinedGemmTiles(const c::BatchedMatMulShape& s,
       const int buf = static_cast<int>(slice & 1);
       each([&](int thread, State& st) {
         if (more) {
-          PipelinedFetch<T, kAAlongK, kBAlongK>(s.m, at, bt, i0, j0, k1, next,
-                                                thread, st);
+          if (fast && next == T::kBK) {
+            PipelinedFastFetch<T, kAAlongK, kBAlongK>(s.m, k1, st);
+          } else {
+            PipelinedFetch<T, kAAlongK, kBAlongK>(s.m, at, bt, i0, j0, k1, next,
+                                                  thread, st);
+          }
         }
         const int ty = thread / T::kThreadCols;
         const int tx = thread % T::kThreadCols;
@@ -822,10 +895,13 @@ inline constexpr int kGemmConfigs = 6;
 inline constexpr int kPlannedGemmConfig = 3;
 using PlannedGemmTile = GemmConfigTile<kPlannedGemmConfig>::type;
 
-// What it launches instead for a product of fewer planned tiles than the
-// device has multiprocessors: tiles of half the rows, twice as many blocks
-// to spread over them (on an H100's 132, a 1024^3 product is 128 planned
-// tiles). The same threads per block, so the launch grid (GridFor) does
+// What it launches instead for a product so small that even its tiles of
+// half the rows number at most one per multiprocessor (an H100 has 132;
+// LeNet-5's lowered forward at batch 64 is 64 planned tiles): twice as
+// many blocks, each half the work. Larger products keep the planned tile,
+// whose 8 x 4 micro-tiles do more multiply-adds per shared-memory load (a
+// 1024^3 product, 128 planned tiles, ran 2 % faster on them than on 64 x
+// 64 ones). The same threads per block, so the launch grid (GridFor) does
 // not depend on the choice; the bits never do.
 inline constexpr int kFewTilesGemmConfig = 4;
 using FewTilesGemmTile = GemmConfigTile<kFewTilesGemmConfig>::type;
@@ -836,8 +912,9 @@ static_assert(FewTilesGemmTile::kThreads == PlannedGemmTile::kThreads,
 // `multiprocessors` SMs (0: unknown, always kPlannedGemmConfig).
 LS_HD_INLINE int PlanGemmConfig(const c::BatchedMatMulShape& s,
                                 int64_t multiprocessors) {
-  return GemmTiles<PlannedGemmTile>(s) < multiprocessors ? kFewTilesGemmConfig
-                                                         : kPlannedGemmConfig;
+  return 2 * GemmTiles<PlannedGemmTile>(s) <= multiprocessors
+             ? kFewTilesGemmConfig
+             : kPlannedGemmConfig;
 }
 
 // Calls f(GemmConfigTile<config>{}); false (and no call) when config is not

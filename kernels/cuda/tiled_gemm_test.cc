@@ -437,6 +437,29 @@ TEST(TiledGemmConfigTest, DenseFamilyEqualsOneThreadBody) {
   }
 }
 
+// Aligned operands whose leading dimensions are multiples of 4, with whole
+// tiles of every configuration (up to 128 x 128) beside edge tiles: the
+// whole slices of whole tiles are fetched unchecked (PipelinedFastFetch),
+// the ragged last slice (K = 520 and 264 are not multiples of 16) and the
+// edge tiles through the checked path; every transpose and product, three
+// batch entries; the same bits.
+TEST(TiledGemmConfigTest, AlignedWholeTilesEqualOneThreadBody) {
+  uint32_t seed = 650;
+  for (const bool tx : {false, true}) {
+    for (const bool tw : {false, true}) {
+      for (const Product p :
+           {Product::kForward, Product::kGradInput, Product::kGradWeight}) {
+        ExpectEveryConfigBits(
+            MakeProblem(256, 520, 128, tx, tw, p, 1, 1.0f, false, seed++));
+      }
+      ExpectEveryConfigBits(MakeProblem(
+          132, 264, 132, tx, tw, Product::kForward, 1, 1.0f, false, seed++));
+    }
+  }
+  ExpectEveryConfigBits(MakeProblem(128, 272, 64, false, false,
+                                    Product::kForward, 3, 0.5f, false, seed++));
+}
+
 // Batched and scaled entries; NaN / Inf / -0 / subnormal inputs.
 TEST(TiledGemmConfigTest, BatchedScaledAndSpecialValues) {
   uint32_t seed = 700;
@@ -773,9 +796,9 @@ TEST(TiledGemmPlanTest, ResNetLayerGradientPlans) {
                                int64_t{392} * 64 * 576));
 }
 
-// The few-tiles configuration runs exactly the products of fewer planned
-// tiles than the device has multiprocessors, and only on a known device;
-// its launch covers its own tiles with scratch of its own layout.
+// The few-tiles configuration runs exactly the products of at most half as
+// many planned tiles as the device has multiprocessors, and only on a known
+// device; its launch covers its own tiles with scratch of its own layout.
 TEST(TiledGemmPlanTest, FewTilesConfigurationForSmallProducts) {
   c::DenseShape d;
   d.m = 1024;
@@ -787,8 +810,10 @@ TEST(TiledGemmPlanTest, FewTilesConfigurationForSmallProducts) {
   s.scale = 1.0f;
   ASSERT_EQ(GemmTiles<PlannedGemmTile>(s), 128);  // 8 x 16 tiles of 128 x 64
   EXPECT_EQ(PlanGemmConfig(s, 0), kPlannedGemmConfig);
-  EXPECT_EQ(PlanGemmConfig(s, 128), kPlannedGemmConfig);
-  EXPECT_EQ(PlanGemmConfig(s, 129), kFewTilesGemmConfig);
+  EXPECT_EQ(PlanGemmConfig(s, 132), kPlannedGemmConfig);
+  EXPECT_EQ(PlanGemmConfig(s, 255), kPlannedGemmConfig);
+  EXPECT_EQ(PlanGemmConfig(s, 256), kFewTilesGemmConfig);
+  s.m.rows = 512;  // 64 planned tiles
   EXPECT_EQ(PlanGemmConfig(s, 132), kFewTilesGemmConfig);
   s.batch = 4;
   EXPECT_EQ(PlanGemmConfig(s, 132), kPlannedGemmConfig);
@@ -812,7 +837,7 @@ TEST(TiledGemmPlanTest, FewTilesConfigurationForSmallProducts) {
   absl::StatusOr<std::vector<Tensor>> want =
       RunRegistered(cpu, kCpuBackendName, c);
   ASSERT_TRUE(want.ok()) << want.status();
-  for (const int64_t sms : {int64_t{12}, int64_t{13}}) {
+  for (const int64_t sms : {int64_t{23}, int64_t{24}}) {
     SCOPED_TRACE(absl::StrFormat("%d SMs", sms));
     std::vector<Tensor> got = CloneAll(c.outputs);
     PlanOptions options;
@@ -823,8 +848,8 @@ TEST(TiledGemmPlanTest, FewTilesConfigurationForSmallProducts) {
     ASSERT_EQ(call->launches.size(), 1u);
     const KernelParams& p = call->launches[0].params;
     EXPECT_EQ(p.gemm_config,
-              sms == 12 ? kPlannedGemmConfig : kFewTilesGemmConfig);
-    EXPECT_EQ(p.work, sms == 12 ? 12 : 20);
+              sms == 23 ? kPlannedGemmConfig : kFewTilesGemmConfig);
+    EXPECT_EQ(p.work, sms == 23 ? 12 : 20);
     ASSERT_EQ(call->buffers.size(), 4u);  // x, w, y, tree scratch
     EXPECT_EQ(call->buffers[3].bytes,
               int64_t{sizeof(float)} *
