@@ -377,6 +377,12 @@ class GemmDriver {
  private:
   static constexpr int64_t kSlot = MR * kNR;
 
+  // Where row i of C starts (from c).
+  static int64_t RowAt(const canonical::MatMulShape& s,
+                       const GemmPacking& packing, int64_t i) {
+    return packing.c_rows != nullptr ? packing.c_rows[i] : i * s.c_row;
+  }
+
   // The write-back of a task's row tiles [t0, t1) of one column panel at a
   // time. Where C's columns are strided (a convolution's NCHW output: a row
   // per pixel, a plane per channel), a tile's column is only MR floats of
@@ -418,9 +424,9 @@ class GemmDriver {
       const int64_t j0 = p * kNR;
       const int64_t cols = std::min<int64_t>(kNR, s_.cols - j0);
       for (int64_t r0 = i_begin_; r0 < i_end_;) {
-        const int64_t at = RowAt(r0);
+        const int64_t at = RowAt(s_, packing_, r0);
         int64_t r1 = r0 + 1;
-        while (r1 < i_end_ && RowAt(r1) == at + (r1 - r0)) ++r1;
+        while (r1 < i_end_ && RowAt(s_, packing_, r1) == at + (r1 - r0)) ++r1;
         float* dst = c + j0 * s_.c_col + at;
         const float* src = stage_ + (r0 - i_begin_);
         for (int64_t j = 0; j < cols; ++j) {
@@ -435,9 +441,6 @@ class GemmDriver {
     // Planes this many floats apart (4 KiB) share their L1 sets.
     static constexpr int64_t kAliasFloats = 1024;
     static constexpr int64_t kStride = kRowTilesPerTask * MR;
-    int64_t RowAt(int64_t i) const {
-      return packing_.c_rows != nullptr ? packing_.c_rows[i] : i * s_.c_row;
-    }
     const canonical::MatMulShape& s_;
     const GemmPacking& packing_;
     const int64_t i_begin_;
@@ -594,10 +597,7 @@ class GemmDriver {
     const int64_t cols = std::min<int64_t>(kNR, s.cols - j0);
     // Where each row of the tile starts in C.
     int64_t row_at[MR];
-    for (int r = 0; r < rows; ++r) {
-      row_at[r] = packing.c_rows != nullptr ? packing.c_rows[i0 + r]
-                                            : (i0 + r) * s.c_row;
-    }
+    for (int r = 0; r < rows; ++r) row_at[r] = RowAt(s, packing, i0 + r);
     if (packing.c_block <= 0) {
       WriteRun(s, tile, rows, row_at, 0, cols, c + j0 * s.c_col);
       return;

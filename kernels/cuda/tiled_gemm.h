@@ -32,7 +32,8 @@
 // buffered slices, float4 loads), and the device kernels are built for
 // several configurations of both (GemmConfigTile, WithGemmConfig), of
 // which the planner launches PlannedGemmTile, or FewTilesGemmTile for a
-// product of fewer tiles than the device has multiprocessors.
+// product whose half-size tiles still number at most one per
+// multiprocessor (PlanGemmConfig).
 //
 // The block's work is a fixed sequence of phases (load a slice, compute a
 // slice, end a chunk), each a function of (thread, its state, the shared

@@ -157,7 +157,7 @@ absl::StatusOr<BenchRow> GemmRow(DeviceContext* ctx, int64_t size, int reps) {
   row.ms[kCanonicalColumn] = TimeCanonicalMs(
       op::kDenseForward, {{size, size}, {size, size}}, {size, size}, OpAttrs{},
       {x.get(), w.get()}, y.get(), reps);
-  cuda::PlanOptions untiled = cuda::DevicePlanOptions();
+  cuda::PlanOptions untiled;
   untiled.tiled_gemm = false;
   row.untiled_ms = TimeCanonicalMs(
       op::kDenseForward, {{size, size}, {size, size}}, {size, size}, OpAttrs{},
