@@ -85,9 +85,9 @@ absl::Status Train(const v1::RunAssignment& a, const ChildOptions& child,
   }
   options.fault = fault;
   options.keep_fingerprints = false;
-  options.observer = [&current](int step, const v1::ManifestEntry& entry,
-                                const kernels::Tensor& tensor,
-                                const v1::TensorFingerprint& fp) {
+  options.fingerprint_sink = [&current](int step,
+                                        const v1::ManifestEntry& entry,
+                                        const v1::TensorFingerprint& fp) {
     *current.add_fingerprints() = fp;
     return absl::OkStatus();
   };

@@ -16,6 +16,10 @@
 #ifndef LOCKSTEP_KERNELS_CPU_THREAD_POOL_H_
 #define LOCKSTEP_KERNELS_CPU_THREAD_POOL_H_
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -26,6 +30,15 @@
 #include <vector>
 
 namespace lockstep::kernels {
+
+// A hint to the core that this thread is spinning (x86 PAUSE, Arm YIELD).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 class ThreadPool {
  public:

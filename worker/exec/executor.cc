@@ -1,11 +1,15 @@
 #include "worker/exec/executor.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -23,6 +27,7 @@
 #include "kernels/ops/dropout.h"
 #include "model/manifest.h"
 #include "model/plan_graph_elementwise.h"
+#include "worker/exec/fingerprint_pipeline.h"
 #include "worker/exec/init.h"
 #include "worker/exec/parameters.h"
 
@@ -477,13 +482,17 @@ struct Executor::State {
   size_t cursor = 0;  // next step tensor of the current step
   int step = 0;
   bool capturing = false;
+  // The captured step's fingerprints by manifest index, filled as its
+  // tensors are hashed. Reused from step to step unless kept.
   std::vector<v1::TensorFingerprint> step_fps;
+  size_t emitted = 0;  // captured tensors of the current step so far
   std::vector<hash::Fingerprint> step_hashes;
   // The CPU pool's threads, lent to the fingerprints of large tensors.
   hash::Parallelism fingerprint_threads;
-  // The message Emit fills when fingerprints are not kept.
-  v1::TensorFingerprint scratch_fp;
   RunResult result;
+  // Background fingerprints (null: inline). Declared last: destroyed first,
+  // while the messages it writes into still exist.
+  std::unique_ptr<FingerprintPipeline> pipeline;
 
   absl::StatusOr<KernelFn> Resolve(const std::string& op,
                                    std::map<std::string, KernelChoice>* used) {
@@ -497,12 +506,19 @@ struct Executor::State {
 
   absl::Status Setup();
   absl::Status Step(int s);
+  // Forward, loss, backward, clipping and the optimizer of one step.
+  absl::Status RunPasses();
   absl::Status Forward();
   absl::Status Backward();
   absl::Status ClipGradients();
   absl::Status Optimize();
   absl::Status Emit(const std::string& layer, v1::TensorRole role,
                     absl::string_view op, absl::string_view slot, Tensor& t);
+  // The end of a captured step: waits for the background hashes, then the
+  // step digest's parts and the sink, in manifest order.
+  absl::Status FinishCapture();
+  // Whether to hash in the background (ExecutorOptions::fingerprint_thread).
+  absl::StatusOr<bool> UseBackgroundFingerprints() const;
   // Adds the wall time since `start` to (*options.op_times)[op].
   void AddOpTime(absl::string_view op,
                  std::chrono::steady_clock::time_point start) {
@@ -526,6 +542,14 @@ absl::Status Executor::State::Call(KernelFn fn, const LayerState& l,
                                    absl::Span<const Tensor> in,
                                    absl::Span<Tensor> out,
                                    const OpAttrs& attrs) {
+  if (pipeline != nullptr && pipeline->Busy()) {
+    // A tensor submitted for hashing must not change before it is hashed.
+    const auto start = options.op_times != nullptr
+                           ? std::chrono::steady_clock::now()
+                           : std::chrono::steady_clock::time_point();
+    for (const Tensor& o : out) pipeline->WaitFor(o.raw_data(), o.bytes());
+    if (options.op_times != nullptr) AddOpTime(kFingerprintOpTime, start);
+  }
   absl::Status st;
   if (options.op_times == nullptr) {
     st = fn(in, out, attrs);
@@ -573,25 +597,81 @@ absl::Status Executor::State::Emit(const std::string& layer,
   if (!capturing) return absl::OkStatus();
   const int mi = manifest_index[index];
   if (mi < 0) return absl::OkStatus();
-  // Kept fingerprints are written straight into the step's list (reserved
-  // for the whole step); otherwise one message is reused for every tensor.
-  v1::TensorFingerprint& fp =
-      options.keep_fingerprints ? step_fps.emplace_back() : scratch_fp;
+  if (static_cast<size_t>(mi) != emitted) {
+    return absl::InternalError(absl::StrFormat(
+        "step %d: captured tensor %d produced as manifest entry %d", step,
+        emitted, mi));
+  }
+  ++emitted;
+  v1::TensorFingerprint& fp = step_fps[mi];
   // The clock is read only when op times are collected.
   const auto start = options.op_times != nullptr
                          ? std::chrono::steady_clock::now()
                          : std::chrono::steady_clock::time_point();
-  if (absl::Status st = FingerprintTensor(t, mi, &fingerprint_threads, &fp);
-      !st.ok()) {
-    if (options.keep_fingerprints) step_fps.pop_back();
-    return st;
+  if (pipeline != nullptr &&
+      t.bytes() >= options.background_fingerprint_min_bytes) {
+    pipeline->Submit(t, mi, &fp);
+  } else {
+    LS_RETURN_IF_ERROR(FingerprintTensor(t, mi, &fingerprint_threads, &fp));
   }
   if (options.op_times != nullptr) AddOpTime(kFingerprintOpTime, start);
-  step_hashes.push_back(HashOf(fp));
   if (options.observer) {
     LS_RETURN_IF_ERROR(options.observer(step, manifest.entries(mi), t, fp));
   }
   return absl::OkStatus();
+}
+
+absl::Status Executor::State::FinishCapture() {
+  if (pipeline != nullptr) {
+    const auto start = options.op_times != nullptr
+                           ? std::chrono::steady_clock::now()
+                           : std::chrono::steady_clock::time_point();
+    absl::Status st = pipeline->Drain();
+    if (options.op_times != nullptr) AddOpTime(kFingerprintOpTime, start);
+    LS_RETURN_IF_ERROR(st);
+  }
+  step_hashes.resize(emitted);
+  for (size_t i = 0; i < emitted; ++i) step_hashes[i] = HashOf(step_fps[i]);
+  if (options.fingerprint_sink) {
+    for (size_t i = 0; i < emitted; ++i) {
+      LS_RETURN_IF_ERROR(options.fingerprint_sink(
+          step, manifest.entries(static_cast<int>(i)), step_fps[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Executor::State::UseBackgroundFingerprints() const {
+  if (!options.fingerprint ||
+      options.fingerprint_thread == FingerprintThread::kInline) {
+    return false;
+  }
+  const bool forced =
+      options.fingerprint_thread == FingerprintThread::kBackground;
+  if (options.observer || resident) {
+    if (!forced) return false;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fingerprint_thread: background fingerprints cannot be used ",
+        options.observer ? "with an observer, which sees each tensor as it "
+                           "is hashed (use fingerprint_sink)"
+                         : "on a device-resident run, whose tensors are "
+                           "fingerprinted on the device"));
+  }
+  if (forced) return true;
+  bool large = false;
+  for (const v1::ManifestEntry& e : manifest.entries()) {
+    int64_t bytes = e.dtype() == v1::UINT8 ? 1 : 4;
+    for (int64_t d : e.shape()) bytes *= d;
+    large = large || bytes >= options.background_fingerprint_min_bytes;
+  }
+  if (!large) return false;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int available =
+      sched_getaffinity(0, sizeof(cpus), &cpus) == 0
+          ? CPU_COUNT(&cpus)
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return kernels::CpuThreadPool()->num_threads() < available;
 }
 
 absl::Status Executor::State::Setup() {
@@ -609,7 +689,16 @@ absl::Status Executor::State::Setup() {
                         BackendFor(*registry, config));
     resident = backend == kernels::kCudaBackendName;
   }
+
   LS_ASSIGN_OR_RETURN(manifest, model::BuildManifest(plan, config));
+  LS_ASSIGN_OR_RETURN(const bool background, UseBackgroundFingerprints());
+  if (background) {
+    pipeline = std::make_unique<FingerprintPipeline>(
+        [](const Tensor& t, int32_t index, v1::TensorFingerprint* out) {
+          return FingerprintTensor(t, index, nullptr, out);
+        },
+        options.hold_background_fingerprints);
+  }
   LS_ASSIGN_OR_RETURN(step_tensors, model::StepTensors(plan, config));
   captured_steps = model::ExpandCapturedSteps(manifest);
   step_captured.assign(config.steps(), 0);
@@ -1254,16 +1343,22 @@ absl::Status Executor::State::Step(int s) {
   step = s;
   cursor = 0;
   capturing = options.fingerprint && step_captured[s] != 0;
-  step_fps.clear();
+  emitted = 0;
   step_hashes.clear();
-  if (capturing && options.keep_fingerprints) {
-    step_fps.reserve(manifest.entries_size());
+  if (capturing) {
+    // Kept lists move into the result; otherwise the messages are reused.
+    if (options.keep_fingerprints) step_fps.clear();
+    step_fps.resize(manifest.entries_size());
+    if (pipeline != nullptr) pipeline->Reset(step_fps.size());
   }
-  LS_RETURN_IF_ERROR(Forward());
-  result.losses.push_back(layers.back().out.data<float>()[0]);
-  LS_RETURN_IF_ERROR(Backward());
-  if (sum_squares != nullptr) LS_RETURN_IF_ERROR(ClipGradients());
-  LS_RETURN_IF_ERROR(Optimize());
+  absl::Status st = RunPasses();
+  if (capturing) {
+    // Every hash queued so far finishes before the step returns, even a
+    // failed one (a failed step's error comes first).
+    absl::Status fp = FinishCapture();
+    if (st.ok()) st = fp;
+  }
+  LS_RETURN_IF_ERROR(st);
   if (cursor != step_tensors.size()) {
     return absl::InternalError(absl::StrFormat(
         "execution order left the manifest: step %d produced %d tensors, the "
@@ -1272,6 +1367,14 @@ absl::Status Executor::State::Step(int s) {
         model::DescribeEntry(step_tensors[cursor])));
   }
   return absl::OkStatus();
+}
+
+absl::Status Executor::State::RunPasses() {
+  LS_RETURN_IF_ERROR(Forward());
+  result.losses.push_back(layers.back().out.data<float>()[0]);
+  LS_RETURN_IF_ERROR(Backward());
+  if (sum_squares != nullptr) LS_RETURN_IF_ERROR(ClipGradients());
+  return Optimize();
 }
 
 Executor::Executor(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -1363,6 +1466,9 @@ const std::vector<v1::ManifestEntry>& Executor::step_tensors() const {
   return s_->step_tensors;
 }
 int Executor::steps_done() const { return s_->steps_done; }
+bool Executor::background_fingerprints() const {
+  return s_->pipeline != nullptr;
+}
 
 absl::StatusOr<RunResult> RunJob(const model::ModelPlan& plan,
                                  const v1::JobConfig& config,

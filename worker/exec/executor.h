@@ -62,6 +62,30 @@ using TensorObserver = std::function<absl::Status(
     const kernels::Tensor& tensor,
     const lockstep::v1::TensorFingerprint& fingerprint)>;
 
+// Called for every captured tensor's fingerprint, in manifest order, at the
+// end of its step (before RunStep returns). It sees no tensor, so unlike an
+// observer it lets the executor fingerprint in the background. A non-OK
+// status fails the step with that status.
+using FingerprintSink = std::function<absl::Status(
+    int step, const lockstep::v1::ManifestEntry& entry,
+    const lockstep::v1::TensorFingerprint& fingerprint)>;
+
+// Where captured tensors are hashed (ExecutorOptions::fingerprint_thread).
+enum class FingerprintThread {
+  // kBackground when no observer is set, the run is not device-resident and
+  // the CPU kernels' pool leaves at least one of the CPUs this process may
+  // run on free; kInline otherwise.
+  kAuto,
+  // On the step's thread, each tensor right after it is produced (large
+  // tensors lend the CPU kernels' pool).
+  kInline,
+  // On a thread of the executor's own while the step goes on; the step
+  // waits only before a kernel overwrites a tensor not hashed yet, and at
+  // its end (worker/exec/fingerprint_pipeline.h). Incompatible with an
+  // observer and with a device-resident run.
+  kBackground,
+};
+
 // Accumulated wall time of one op over the calls timed.
 struct OpTime {
   double seconds = 0;
@@ -89,11 +113,27 @@ struct ExecutorOptions {
   const lockstep::v1::ParameterSet* parameters = nullptr;
   // A bit flip to inject; unset: none.
   std::optional<FaultSpec> fault;
-  // Sees every captured tensor (fingerprint streaming, --dump); may be null.
+  // Sees every captured tensor as it is hashed (--dump, tests); may be null.
+  // Setting one keeps hashing inline (fingerprint_thread).
   TensorObserver observer;
+  // Sees every captured fingerprint at the end of its step; may be null.
+  FingerprintSink fingerprint_sink;
   // Keep every captured fingerprint in the RunResult (off when the caller
-  // streams them through `observer` and only needs digests).
+  // streams them through `fingerprint_sink` or `observer` and only needs
+  // digests).
   bool keep_fingerprints = true;
+  // Where captured tensors are hashed. Same bits either way.
+  FingerprintThread fingerprint_thread = FingerprintThread::kAuto;
+  // With background fingerprints, tensors smaller than this are still
+  // hashed inline: a small tensor is hashed in cache right after its kernel
+  // for less than queueing it and having the other core read it costs
+  // (docs/benchmarks.md, "Fingerprints in the background"). kAuto uses the
+  // background thread only when some captured tensor is this large.
+  int64_t background_fingerprint_min_bytes = 64 << 10;
+  // Tests only: the background thread hashes a tensor only once the step
+  // waits for it (FingerprintPipeline's `hold`), so a write the executor
+  // does not guard changes a fingerprint every time instead of by chance.
+  bool hold_background_fingerprints = false;
   // Compute fingerprints at all. Off only for benchmarks (digests are then
   // empty and the observer is not called).
   bool fingerprint = true;
@@ -101,7 +141,9 @@ struct ExecutorOptions {
   // (the op's registry name, e.g. "conv2d.forward"; the gradient
   // accumulation's adds under model::kGradAccumulateOp) and each captured
   // tensor's fingerprint to (*op_times)[kFingerprintOpTime]. For profiling
-  // (step_bench --op_times); costs two clock reads per call. Not owned.
+  // (step_bench --op_times); costs two clock reads per call. With background
+  // fingerprints, kFingerprintOpTime is the step's own share: queueing the
+  // tensors and waiting for their hashes. Not owned.
   OpTimes* op_times = nullptr;
   // On the CUDA backend, keep the run's tensors on the device between
   // kernel calls (kernels/residency.h): inputs are copied in once, outputs
@@ -251,6 +293,9 @@ class Executor {
   // Every tensor of a step in execution order (model::StepTensors).
   const std::vector<lockstep::v1::ManifestEntry>& step_tensors() const;
   int steps_done() const;
+  // True when captured tensors are hashed in the background
+  // (ExecutorOptions::fingerprint_thread).
+  bool background_fingerprints() const;
 
  private:
   struct State;

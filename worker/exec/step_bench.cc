@@ -3,15 +3,17 @@
 // DEFAULT mode with every tensor of every step fingerprinted, beside
 // PyTorch's step time for the same model on the same number of threads
 // (when Debian's python3-torch is installed), and the share of the step that
-// fingerprinting takes.
+// fingerprinting costs.
 //
 //   bazel run -c opt //worker/exec:step_bench -- [--threads=1,2] [--steps=10]
 //       [--models=mlp,resnet18_cifar] [--modes=CANONICAL,DETERMINISTIC,DEFAULT]
-//       [--op_times]
+//       [--fingerprint_thread=auto|inline|background] [--op_times]
 //
 // Lockstep's kernel pool and PyTorch (torch.set_num_threads) run on the same
-// thread count, row by row. Repetitions of the modes are interleaved, the
-// fastest counts.
+// thread count, row by row. Where the executor fingerprints in the background
+// (ExecutorOptions::fingerprint_thread; by default when the pool leaves a CPU
+// free), that thread comes on top: the "fp" column says which. Repetitions of
+// the modes are interleaved, the fastest counts.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -54,6 +56,12 @@ ABSL_FLAG(std::string, modes, "CANONICAL,DETERMINISTIC,DEFAULT",
 ABSL_FLAG(bool, op_times, false,
           "after each row, the first mode's wall time per op of its fastest "
           "repetition (ms per step, share of the step), largest first");
+ABSL_FLAG(std::string, fingerprint_thread, "auto",
+          "where tensors are hashed: auto, inline (on the step's thread) or "
+          "background (ExecutorOptions::fingerprint_thread)");
+ABSL_FLAG(int64_t, background_min_bytes, 64 << 10,
+          "with background fingerprints, smaller tensors are hashed inline "
+          "(ExecutorOptions::background_fingerprint_min_bytes)");
 ABSL_FLAG(bool, pytorch, true,
           "time PyTorch beside Lockstep when python3-torch is installed");
 
@@ -90,10 +98,8 @@ std::vector<std::string> ModelsIn(const std::string& dir) {
 
 struct Timing {
   double ms_per_step = 0;
-  double hash_ms_per_step = 0;  // FingerprintTensor alone, timed apart
-  int64_t tensors = 0;
-  int64_t bytes = 0;
-  OpTimes ops;  // per op over the timed steps, with --op_times
+  bool background = false;  // fingerprints hashed in the background
+  OpTimes ops;              // per op over the timed steps, with --op_times
 };
 
 absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
@@ -101,41 +107,25 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
                                  const v1::Model& model,
                                  const kernels::Registry& registry,
                                  std::shared_ptr<Dataset> dataset,
-                                 bool fingerprint, int steps) {
+                                 bool fingerprint, FingerprintThread where,
+                                 int steps) {
   v1::JobConfig c = config;
   c.set_steps(steps + 2);
   c.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_STEP);
   ExecutorOptions o;
   o.initializer = model.initializer();
   o.fingerprint = fingerprint;
+  o.fingerprint_thread = where;
+  o.background_fingerprint_min_bytes =
+      absl::GetFlag(FLAGS_background_min_bytes);
   o.keep_fingerprints = false;
   Timing t;
-  if (absl::GetFlag(FLAGS_op_times)) o.op_times = &t.ops;
-  hash::Parallelism threads;  // the pool the executor fingerprints with
-  if (fingerprint) {
-    o.observer = [&t, &threads](int step, const v1::ManifestEntry& e,
-                                const kernels::Tensor& x,
-                                const v1::TensorFingerprint&) -> absl::Status {
-      if (step == 0) {
-        ++t.tensors;
-        t.bytes += x.bytes();
-      }
-      if (step >= 2) {  // the timed steps: hash once more, timed alone
-        const auto start = Clock::now();
-        auto fp = FingerprintTensor(x, e.index(), &threads);
-        t.hash_ms_per_step +=
-            std::chrono::duration<double, std::milli>(Clock::now() - start)
-                .count();
-        if (!fp.ok()) return fp.status();
-      }
-      return absl::OkStatus();
-    };
-  }
+  if (absl::GetFlag(FLAGS_op_times) && fingerprint) o.op_times = &t.ops;
   auto exec = Executor::Create(plan, c, &registry,
                                DatasetBatches(dataset, c.batch_size()), o);
   if (!exec.ok()) return exec.status();
-  threads = CpuPoolParallelism();  // sized by config.threads by now
-  for (int s = 0; s < 2; ++s) {    // warm-up
+  t.background = (*exec)->background_fingerprints();
+  for (int s = 0; s < 2; ++s) {  // warm-up
     if (auto r = (*exec)->RunStep(s); !r.ok()) return r.status();
   }
   t.ops.clear();  // the timed steps only
@@ -143,11 +133,9 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
   for (int s = 2; s < steps + 2; ++s) {
     if (auto r = (*exec)->RunStep(s); !r.ok()) return r.status();
   }
-  double ms =
+  const double ms =
       std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  ms -= t.hash_ms_per_step;  // the observer's extra hashing is not the run's
   t.ms_per_step = ms / steps;
-  t.hash_ms_per_step /= steps;
   return t;
 }
 
@@ -240,6 +228,21 @@ int Main() {
     }
     modes.push_back(mode);
   }
+  FingerprintThread where;
+  const std::string where_flag = absl::GetFlag(FLAGS_fingerprint_thread);
+  if (where_flag == "auto") {
+    where = FingerprintThread::kAuto;
+  } else if (where_flag == "inline") {
+    where = FingerprintThread::kInline;
+  } else if (where_flag == "background") {
+    where = FingerprintThread::kBackground;
+  } else {
+    std::fprintf(stderr,
+                 "--fingerprint_thread: \"%s\" is not auto, inline or "
+                 "background\n",
+                 where_flag.c_str());
+    return 2;
+  }
   // name -> folder; zoo models first, then the benchmark models.
   std::vector<std::pair<std::string, std::string>> models;
   std::map<std::string, std::string> known;
@@ -283,8 +286,8 @@ int Main() {
     absl::StrAppendFormat(&header, " %13s",
                           absl::AsciiStrToLower(v1::DeterminismMode_Name(m)));
   }
-  absl::StrAppendFormat(&header, " %9s %15s %8s", "pytorch",
-                        absl::StrCat(first_mode, "/torch"), "hash %");
+  absl::StrAppendFormat(&header, " %9s %15s %8s %3s", "pytorch",
+                        absl::StrCat(first_mode, "/torch"), "hash %", "fp");
   std::printf("%s\n", header.c_str());
   for (const auto& [name, dir] : models) {
     auto model = model::ReadModelFile(dir + "/model.json");
@@ -314,16 +317,19 @@ int Main() {
     }
     std::shared_ptr<Dataset> dataset(std::move(*ds));
     for (int threads : thread_counts) {
-      std::vector<Timing> best(modes.size());
+      // The modes with fingerprints, then the first mode without (the
+      // last slot), interleaved.
+      std::vector<Timing> best(modes.size() + 1);
       for (Timing& t : best) t.ms_per_step = 1e300;
       std::string error;
       for (int r = 0; r < repeats && error.empty(); ++r) {
-        for (size_t m = 0; m < modes.size(); ++m) {
+        for (size_t m = 0; m < best.size() && !modes.empty(); ++m) {
+          const bool fingerprint = m < modes.size();
           v1::JobConfig c = *config;
           c.set_threads(threads);
-          c.set_determinism(modes[m]);
-          auto t = TimeSteps(*plan, c, *model, registry, dataset,
-                             /*fingerprint=*/true, steps);
+          c.set_determinism(modes[fingerprint ? m : 0]);
+          auto t = TimeSteps(*plan, c, *model, registry, dataset, fingerprint,
+                             where, steps);
           if (!t.ok()) {
             error = std::string(t.status().message());
             break;
@@ -344,14 +350,18 @@ int Main() {
       std::string line = absl::StrFormat(
           "%-15s %5d %10d %7d", name, config->batch_size(),
           static_cast<long long>(plan->parameter_count), threads);
-      for (const Timing& t : best) {
-        absl::StrAppendFormat(&line, " %13s", Ms(t.ms_per_step));
+      for (size_t m = 0; m < modes.size(); ++m) {
+        absl::StrAppendFormat(&line, " %13s", Ms(best[m].ms_per_step));
       }
       const double first = modes.empty() ? -1 : best[0].ms_per_step;
+      const double unhashed = best.back().ms_per_step;
       absl::StrAppendFormat(
-          &line, " %9s %15s %7.2f%%", torch ? Ms(torch_ms) : "-",
+          &line, " %9s %15s %7.2f%% %3s", torch ? Ms(torch_ms) : "-",
           Ratio(first, torch_ms),
-          modes.empty() ? 0.0 : 100.0 * best[0].hash_ms_per_step / first);
+          modes.empty() ? 0.0 : 100.0 * (first - unhashed) / first,
+          modes.empty()        ? "-"
+          : best[0].background ? "bg"
+                               : "in");
       std::printf("%s\n", line.c_str());
       if (absl::GetFlag(FLAGS_op_times) && !modes.empty()) {
         PrintOpTimes(best[0], steps);
@@ -363,9 +373,12 @@ int Main() {
       "\nColumns: ms per training step in each mode (fingerprinting "
       "included); pytorch: ms per step of the same model, batch and "
       "optimizer in PyTorch; %s/torch: the first mode's time over "
-      "PyTorch's (<= 1.0: as fast or faster); hash %%: FingerprintTensor "
-      "over one step's tensors, timed on its own, against the first mode's "
-      "step.\n",
+      "PyTorch's (<= 1.0: as fast or faster); hash %%: what fingerprinting "
+      "costs the first mode's step, (with - without) / with, the run "
+      "without fingerprints timed in the same interleaved repetitions (it "
+      "can come out below 0 within the noise); fp: where tensors were "
+      "hashed, bg on a background thread beside the kernels' pool, in "
+      "inline on the step's thread.\n",
       first_mode.c_str());
   return 0;
 }

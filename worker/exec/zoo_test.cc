@@ -230,6 +230,98 @@ TEST(ZooTest, InjectedFaultIsLocalisedInEveryModel) {
   }
 }
 
+// Fingerprints hashed on a background thread are the inline ones, bit for
+// bit, in every model: with the thread free-running, and held back until the
+// step waits for each tensor (every write to a tensor between its hashing
+// and the step's end then lands in its fingerprint unless the executor
+// waits for it first, as it must before a kernel overwrites a queued
+// tensor: clipping's scaled gradients, say). A sink sees the kept list.
+TEST(ZooTest, BackgroundFingerprintsEqualInline) {
+  for (const char* name : kZoo) {
+    SCOPED_TRACE(name);
+    Zoo z = Load(name, 2, 3);
+    ASSERT_NE(z.dataset, nullptr);
+    z.config.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_STEP);
+    ExecutorOptions in;
+    in.fingerprint_thread = FingerprintThread::kInline;
+    auto ref = RunZoo(z, in);
+    ASSERT_THAT(ref, IsOk());
+    ASSERT_EQ(ref->fingerprints.size(), 3u);
+    for (bool hold : {false, true}) {
+      SCOPED_TRACE(hold ? "held" : "free-running");
+      ExecutorOptions bg;
+      bg.fingerprint_thread = FingerprintThread::kBackground;
+      bg.hold_background_fingerprints = hold;
+      bg.background_fingerprint_min_bytes = 0;  // every tensor
+      std::vector<std::vector<std::string>> sunk(3);
+      bg.fingerprint_sink = [&](int step, const v1::ManifestEntry& e,
+                                const v1::TensorFingerprint& fp) {
+        EXPECT_EQ(e.index(), static_cast<int>(sunk[step].size()));
+        sunk[step].push_back(fp.SerializeAsString());
+        return absl::OkStatus();
+      };
+      auto r = RunZoo(z, bg);
+      ASSERT_THAT(r, IsOk());
+      EXPECT_EQ(r->run_digest, ref->run_digest);
+      ASSERT_EQ(r->fingerprints.size(), ref->fingerprints.size());
+      for (size_t s = 0; s < ref->fingerprints.size(); ++s) {
+        ASSERT_EQ(r->fingerprints[s].size(), ref->fingerprints[s].size());
+        ASSERT_EQ(sunk[s].size(), ref->fingerprints[s].size());
+        for (size_t i = 0; i < ref->fingerprints[s].size(); ++i) {
+          // Serialised: hashes and statistics compared as bits.
+          const std::string want = ref->fingerprints[s][i].SerializeAsString();
+          EXPECT_EQ(r->fingerprints[s][i].SerializeAsString(), want)
+              << "step " << s << " "
+              << model::DescribeEntry(ref->manifest.entries(i));
+          EXPECT_EQ(sunk[s][i], want);
+        }
+      }
+    }
+  }
+}
+
+// A config whose clipping scales every gradient in place after it was
+// fingerprinted: held background hashes still see the unscaled gradients.
+TEST(ZooTest, BackgroundFingerprintsSeeGradientsBeforeClipping) {
+  Zoo z = Load("norm_mlp", 2, 2);
+  ASSERT_NE(z.dataset, nullptr);
+  z.config.mutable_optimizer()->set_clip_grad_norm(1e-4f);  // always scales
+  ExecutorOptions in;
+  in.fingerprint_thread = FingerprintThread::kInline;
+  ExecutorOptions bg;
+  bg.fingerprint_thread = FingerprintThread::kBackground;
+  bg.hold_background_fingerprints = true;
+  bg.background_fingerprint_min_bytes = 0;
+  auto a = RunZoo(z, in);
+  auto b = RunZoo(z, bg);
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  EXPECT_EQ(a->run_digest, b->run_digest);
+  EXPECT_EQ(CompareRuns(*a, *b).verdict, RunComparison::Verdict::kIdentical);
+}
+
+// Background hashing needs a run whose tensors nobody else looks at while
+// they are hashed: asked for with an observer, it is refused by name; left
+// to kAuto, an observer keeps hashing inline.
+TEST(ZooTest, BackgroundFingerprintsRefuseAnObserver) {
+  Zoo z = Load("mlp", 2, 1);
+  ASSERT_NE(z.dataset, nullptr);
+  auto observer = [](int, const v1::ManifestEntry&, const kernels::Tensor&,
+                     const v1::TensorFingerprint&) { return absl::OkStatus(); };
+  ExecutorOptions bg;
+  bg.fingerprint_thread = FingerprintThread::kBackground;
+  bg.observer = observer;
+  EXPECT_THAT(RunZoo(z, bg), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      AllOf(HasSubstr("fingerprint_thread"),
+                                            HasSubstr("observer"))));
+  ExecutorOptions automatic;
+  automatic.observer = observer;
+  auto exec = Executor::Create(z.plan, z.config, &testing::CpuRegistry(),
+                               DatasetBatches(z.dataset, 2), automatic);
+  ASSERT_THAT(exec, IsOk());
+  EXPECT_FALSE((*exec)->background_fingerprints());
+}
+
 // Central finite differences of the step-0 loss for three elements of every
 // parameter tensor: the backward wiring of every zoo layer kind.
 TEST(ZooTest, GradientsMatchFiniteDifferences) {

@@ -1,0 +1,138 @@
+#include "worker/exec/fingerprint_pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "kernels/cpu/thread_pool.h"
+
+namespace lockstep::worker {
+namespace {
+
+// How long either side polls before it blocks. A step's tensors come every
+// few to few hundred microseconds, so the thread keeps polling across the
+// gaps inside a step and blocks between steps; a futex wake-up per tensor
+// would cost more than hashing a small one.
+constexpr auto kPollFor = std::chrono::microseconds(200);
+
+// Polls `ready` for up to kPollFor; true when it held.
+template <typename Ready>
+bool PollFor(Ready ready) {
+  if (ready()) return true;
+  const auto until = std::chrono::steady_clock::now() + kPollFor;
+  for (int i = 1;; ++i) {
+    kernels::CpuRelax();
+    if (ready()) return true;
+    if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) return false;
+  }
+}
+
+}  // namespace
+
+FingerprintPipeline::FingerprintPipeline(HashFn hash, bool hold)
+    : hash_(std::move(hash)), hold_(hold), thread_([this] { Loop(); }) {}
+
+FingerprintPipeline::~FingerprintPipeline() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true);
+    work_cv_.notify_all();
+  }
+  thread_.join();
+}
+
+void FingerprintPipeline::Reset(size_t capacity) {
+  // Every published job is done (the caller drained), so the thread reads
+  // no slot until the next publication, which the release store below
+  // orders after these writes.
+  base_ = submitted_;
+  if (jobs_.size() < capacity) jobs_.resize(capacity);
+}
+
+void FingerprintPipeline::Submit(const kernels::Tensor& tensor, int32_t index,
+                                 lockstep::v1::TensorFingerprint* out) {
+  Job& j = jobs_[submitted_ - base_];
+  j.tensor = tensor;
+  j.begin = static_cast<const char*>(tensor.raw_data());
+  j.end = j.begin + tensor.bytes();
+  j.index = index;
+  j.out = out;
+  ++submitted_;
+  published_.store(submitted_);  // seq_cst: pairs with thread_sleeping_
+  if (thread_sleeping_.load()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    work_cv_.notify_one();
+  }
+}
+
+void FingerprintPipeline::WaitFor(const void* data, size_t bytes) {
+  const size_t done = done_.load(std::memory_order_acquire);
+  if (done == submitted_ || bytes == 0) return;
+  const char* begin = static_cast<const char*>(data);
+  const char* end = begin + bytes;
+  for (size_t i = submitted_; i-- > done;) {
+    const Job& j = jobs_[i - base_];
+    if (j.begin < end && begin < j.end) {
+      WaitUntilDone(i);
+      return;
+    }
+  }
+}
+
+absl::Status FingerprintPipeline::Drain() {
+  if (submitted_ > base_) WaitUntilDone(submitted_ - 1);
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(error_, absl::OkStatus());
+}
+
+void FingerprintPipeline::WaitUntilDone(size_t last) {
+  auto ready = [&] { return done_.load(std::memory_order_acquire) > last; };
+  if (ready()) return;
+  if (hold_ && release_.load() <= last) {
+    release_.store(last + 1);
+    if (thread_sleeping_.load()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      work_cv_.notify_one();
+    }
+  }
+  if (PollFor(ready)) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  caller_waiting_.store(true);  // seq_cst: pairs with done_ in Loop
+  done_cv_.wait(lock, ready);
+  caller_waiting_.store(false);
+}
+
+void FingerprintPipeline::Loop() {
+  size_t next = 0;  // == done_; only this thread writes done_
+  auto limit = [&] {
+    const size_t p = published_.load();
+    return hold_ ? std::min(p, release_.load()) : p;
+  };
+  auto has_work = [&] { return stop_.load() || next < limit(); };
+  while (true) {
+    if (!PollFor(has_work)) {
+      std::unique_lock<std::mutex> lock(mu_);
+      thread_sleeping_.store(true);  // seq_cst: pairs with published_
+      work_cv_.wait(lock, has_work);
+      thread_sleeping_.store(false);
+    }
+    if (stop_.load()) return;  // what is left is abandoned
+    while (next < limit() && !stop_.load(std::memory_order_relaxed)) {
+      Job& j = jobs_[next - base_];
+      absl::Status st = hash_(j.tensor, j.index, j.out);
+      j.tensor = kernels::Tensor();  // drop the storage share
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (error_.ok()) error_ = std::move(st);
+      }
+      ++next;
+      done_.store(next);  // seq_cst: pairs with caller_waiting_
+      if (caller_waiting_.load()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_cv_.notify_all();
+      }
+    }
+  }
+}
+
+}  // namespace lockstep::worker

@@ -1,0 +1,114 @@
+// Fingerprints a step's tensors on a thread of their own while the step's
+// thread goes on computing: the executor submits each captured tensor as it
+// is produced, waits before a kernel overwrites one that is not hashed yet,
+// and drains the queue at the end of the step. Each tensor is hashed by the
+// same function as inline hashing, from the same bytes, so the fingerprints
+// and digests are the same bits either way (worker/exec/README.md,
+// "Fingerprinting in the background").
+//
+//   FingerprintPipeline p(hash_fn);
+//   p.Reset(entries);                        // at the start of a step
+//   p.Submit(tensor, index, &fps[i]);        // as each tensor is produced
+//   p.WaitFor(out.raw_data(), out.bytes());  // before a kernel writes `out`
+//   LS_RETURN_IF_ERROR(p.Drain());           // at the end of the step
+//
+// Thread-safety: Reset, Submit, WaitFor and Drain are called by one thread
+// (the step's); the pipeline's own thread only runs the hash function.
+// Submitted tensors are held (their storage shared) until hashed, and the
+// output messages must stay in place until Drain returns.
+#ifndef LOCKSTEP_WORKER_EXEC_FINGERPRINT_PIPELINE_H_
+#define LOCKSTEP_WORKER_EXEC_FINGERPRINT_PIPELINE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/tensor.h"
+#include "lockstep/v1/fingerprint.pb.h"
+
+namespace lockstep::worker {
+
+class FingerprintPipeline {
+ public:
+  // Fills `out` with the fingerprint of `tensor` as manifest entry `index`.
+  using HashFn =
+      std::function<absl::Status(const kernels::Tensor& tensor, int32_t index,
+                                 lockstep::v1::TensorFingerprint* out)>;
+
+  // `hold` (tests only): the thread hashes nothing until WaitFor or Drain
+  // asks for it, so any write to a submitted tensor that the step does not
+  // announce with WaitFor shows up in its fingerprint every time.
+  explicit FingerprintPipeline(HashFn hash, bool hold = false);
+  // Abandons what is not hashed yet (a tensor being hashed is finished)
+  // and joins the thread.
+  ~FingerprintPipeline();
+
+  FingerprintPipeline(const FingerprintPipeline&) = delete;
+  FingerprintPipeline& operator=(const FingerprintPipeline&) = delete;
+
+  // Starts a step of at most `capacity` submissions. REQUIRES: drained.
+  void Reset(size_t capacity);
+
+  // Queues `tensor` for hashing into `*out` (which must stay in place until
+  // Drain returns). REQUIRES: fewer than `capacity` submissions this step.
+  void Submit(const kernels::Tensor& tensor, int32_t index,
+              lockstep::v1::TensorFingerprint* out);
+
+  // Returns once every submitted tensor whose bytes overlap
+  // [data, data + bytes) is hashed.
+  void WaitFor(const void* data, size_t bytes);
+
+  // Returns once every submitted tensor is hashed: the first error, if any.
+  absl::Status Drain();
+
+  // True while a submitted tensor is not hashed yet.
+  bool Busy() const {
+    return done_.load(std::memory_order_acquire) != submitted_;
+  }
+
+ private:
+  struct Job {
+    kernels::Tensor tensor;
+    const char* begin = nullptr;
+    const char* end = nullptr;
+    int32_t index = 0;
+    lockstep::v1::TensorFingerprint* out = nullptr;
+  };
+
+  void Loop();
+  // Blocks until done_ > `last` (a job index).
+  void WaitUntilDone(size_t last);
+
+  const HashFn hash_;
+  const bool hold_;
+  // The step's jobs; job i (counted over the pipeline's life) is in slot
+  // i - base_. Sized by Reset.
+  std::vector<Job> jobs_;
+  size_t base_ = 0;
+  size_t submitted_ = 0;  // the step's thread's own count
+  // Written by the step's thread and by the pipeline's thread respectively,
+  // on cache lines of their own.
+  alignas(64) std::atomic<size_t> published_{0};  // jobs the thread may take
+  alignas(64) std::atomic<size_t> done_{0};       // jobs hashed
+  alignas(64) std::atomic<size_t> release_{0};    // with hold_: may be hashed
+  std::atomic<bool> thread_sleeping_{false};
+  std::atomic<bool> caller_waiting_{false};
+  std::atomic<bool> stop_{false};
+
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // the thread waits here for jobs
+  std::condition_variable done_cv_;  // the step's thread waits here
+  absl::Status error_;               // guarded by mu_
+
+  std::thread thread_;
+};
+
+}  // namespace lockstep::worker
+
+#endif  // LOCKSTEP_WORKER_EXEC_FINGERPRINT_PIPELINE_H_

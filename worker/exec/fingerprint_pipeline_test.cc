@@ -1,0 +1,167 @@
+#include "worker/exec/fingerprint_pipeline.h"
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/tensor.h"
+
+namespace lockstep::worker {
+namespace {
+
+namespace v1 = ::lockstep::v1;
+using ::lockstep::testing::IsOk;
+using ::lockstep::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+kernels::Tensor Floats(std::vector<float> v) {
+  return *kernels::Tensor::FromValues<float>({static_cast<int64_t>(v.size())},
+                                             v);
+}
+
+// A stand-in hash: the index and the tensor's element sum, and a log of
+// the order of the calls.
+struct Recorder {
+  std::mutex mu;
+  std::vector<int32_t> calls;
+  int32_t fail_index = -1;
+
+  FingerprintPipeline::HashFn Fn() {
+    return [this](const kernels::Tensor& t, int32_t index,
+                  v1::TensorFingerprint* out) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        calls.push_back(index);
+      }
+      if (index == fail_index) {
+        return absl::DataLossError(absl::StrCat("tensor ", index));
+      }
+      double sum = 0;
+      for (int64_t i = 0; i < t.numel(); ++i) sum += t.data<float>()[i];
+      out->set_index(index);
+      out->mutable_stats()->set_sum(sum);
+      return absl::OkStatus();
+    };
+  }
+  std::vector<int32_t> Calls() {
+    std::lock_guard<std::mutex> lock(mu);
+    return calls;
+  }
+};
+
+TEST(FingerprintPipelineTest, HashesEverySubmissionInOrder) {
+  Recorder rec;
+  FingerprintPipeline p(rec.Fn());
+  std::vector<v1::TensorFingerprint> out(4);
+  p.Reset(out.size());
+  for (int i = 0; i < 4; ++i) {
+    p.Submit(Floats({1.0f * i, 2.0f}), i, &out[i]);
+  }
+  ASSERT_THAT(p.Drain(), IsOk());
+  EXPECT_FALSE(p.Busy());
+  EXPECT_THAT(rec.Calls(), ElementsAre(0, 1, 2, 3));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(out[i].index(), i);
+    EXPECT_EQ(out[i].stats().sum(), i + 2.0);
+  }
+}
+
+// Held, the thread hashes exactly what a wait asks for: the last queued
+// tensor overlapping the range and everything queued before it.
+TEST(FingerprintPipelineTest, WaitForHashesThroughTheLastOverlappingTensor) {
+  Recorder rec;
+  FingerprintPipeline p(rec.Fn(), /*hold=*/true);
+  kernels::Tensor a = Floats({1, 2, 3, 4});
+  kernels::Tensor b = Floats({5, 6, 7, 8});
+  kernels::Tensor c = Floats({9});
+  kernels::Tensor b_view = *b.Reshape({2, 2});  // same storage as b
+  std::vector<v1::TensorFingerprint> out(4);
+  p.Reset(out.size());
+  p.Submit(a, 0, &out[0]);
+  p.Submit(b, 1, &out[1]);
+  p.Submit(c, 2, &out[2]);
+  EXPECT_TRUE(p.Busy());
+  kernels::Tensor other = Floats({0, 0});
+  p.WaitFor(other.raw_data(), other.bytes());  // overlaps nothing queued
+  EXPECT_TRUE(rec.Calls().empty());
+  // The last float of b: b and a (queued before it) are hashed, c is not.
+  p.WaitFor(static_cast<const char*>(b_view.raw_data()) + 12, 4);
+  EXPECT_THAT(rec.Calls(), ElementsAre(0, 1));
+  EXPECT_EQ(out[1].stats().sum(), 26.0);
+  p.WaitFor(b.raw_data(), b.bytes());  // already hashed: returns at once
+  EXPECT_THAT(rec.Calls(), ElementsAre(0, 1));
+  // A write to c now would reach its hash; Drain hashes it.
+  c.data<float>()[0] = 10;
+  ASSERT_THAT(p.Drain(), IsOk());
+  EXPECT_THAT(rec.Calls(), ElementsAre(0, 1, 2));
+  EXPECT_EQ(out[2].stats().sum(), 10.0);
+}
+
+TEST(FingerprintPipelineTest, DrainReportsTheFirstErrorOnce) {
+  Recorder rec;
+  rec.fail_index = 1;
+  FingerprintPipeline p(rec.Fn());
+  std::vector<v1::TensorFingerprint> out(3);
+  p.Reset(out.size());
+  for (int i = 0; i < 3; ++i) p.Submit(Floats({1}), i, &out[i]);
+  EXPECT_THAT(p.Drain(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("tensor 1")));
+  EXPECT_EQ(out[2].index(), 2);  // the others are still hashed
+  // The next step starts clean.
+  p.Reset(1);
+  p.Submit(Floats({1}), 0, &out[0]);
+  EXPECT_THAT(p.Drain(), IsOk());
+}
+
+// Many short steps with waits in between, the thread free-running: every
+// fingerprint lands in its own slot, and tensors rewritten after a wait are
+// hashed with their values from before.
+TEST(FingerprintPipelineTest, ManyStepsWithWaits) {
+  Recorder rec;
+  FingerprintPipeline p(rec.Fn());
+  constexpr int kPerStep = 16;
+  std::vector<kernels::Tensor> buffers;
+  for (int i = 0; i < kPerStep; ++i) buffers.push_back(Floats({0, 0, 0}));
+  std::vector<v1::TensorFingerprint> out(kPerStep);
+  for (int step = 0; step < 300; ++step) {
+    p.Reset(kPerStep);
+    for (int i = 0; i < kPerStep; ++i) {
+      kernels::Tensor& t = buffers[i];
+      p.WaitFor(t.raw_data(), t.bytes());
+      for (int k = 0; k < 3; ++k) t.data<float>()[k] = step + i;
+      p.Submit(t, i, &out[i]);
+      if (i % 5 == 4) {  // rewrite an earlier tensor, as clipping does
+        kernels::Tensor& back = buffers[i - 3];
+        p.WaitFor(back.raw_data(), back.bytes());
+        back.data<float>()[0] = -1e9f;
+      }
+    }
+    ASSERT_THAT(p.Drain(), IsOk());
+    for (int i = 0; i < kPerStep; ++i) {
+      ASSERT_EQ(out[i].stats().sum(), 3.0 * (step + i)) << step << " " << i;
+    }
+  }
+  EXPECT_EQ(rec.Calls().size(), 300u * kPerStep);
+}
+
+TEST(FingerprintPipelineTest, DestroyedWithTensorsQueued) {
+  Recorder rec;
+  std::vector<v1::TensorFingerprint> out(2);
+  {
+    FingerprintPipeline p(rec.Fn(), /*hold=*/true);
+    p.Reset(out.size());
+    p.Submit(Floats({1}), 0, &out[0]);
+    p.Submit(Floats({2}), 1, &out[1]);
+  }  // returns: the held tensors are abandoned
+  EXPECT_TRUE(rec.Calls().empty());
+}
+
+}  // namespace
+}  // namespace lockstep::worker
