@@ -1351,14 +1351,13 @@ absl::Status Executor::State::Step(int s) {
     step_fps.resize(manifest.entries_size());
     if (pipeline != nullptr) pipeline->Reset(step_fps.size());
   }
-  absl::Status st = RunPasses();
-  if (capturing) {
-    // Every hash queued so far finishes before the step returns, even a
-    // failed one (a failed step's error comes first).
-    absl::Status fp = FinishCapture();
-    if (st.ok()) st = fp;
+  if (absl::Status st = RunPasses(); !st.ok()) {
+    // Every hash queued so far finishes before a failed step returns too
+    // (nothing then writes into its messages); the sink sees none of it.
+    if (capturing && pipeline != nullptr) pipeline->Drain().IgnoreError();
+    return st;
   }
-  LS_RETURN_IF_ERROR(st);
+  if (capturing) LS_RETURN_IF_ERROR(FinishCapture());
   if (cursor != step_tensors.size()) {
     return absl::InternalError(absl::StrFormat(
         "execution order left the manifest: step %d produced %d tensors, the "

@@ -63,7 +63,7 @@ using TensorObserver = std::function<absl::Status(
     const lockstep::v1::TensorFingerprint& fingerprint)>;
 
 // Called for every captured tensor's fingerprint, in manifest order, at the
-// end of its step (before RunStep returns). It sees no tensor, so unlike an
+// end of its step (before RunStep returns; not for a step that failed). It sees no tensor, so unlike an
 // observer it lets the executor fingerprint in the background. A non-OK
 // status fails the step with that status.
 using FingerprintSink = std::function<absl::Status(

@@ -300,6 +300,44 @@ TEST(ZooTest, BackgroundFingerprintsSeeGradientsBeforeClipping) {
   EXPECT_EQ(CompareRuns(*a, *b).verdict, RunComparison::Verdict::kIdentical);
 }
 
+// A step that fails after tensors were queued (a label out of range fails
+// the loss, after the forward's tensors) returns its error once the queued
+// hashes are done, and the sink sees only the steps that completed.
+TEST(ZooTest, FailedStepDrainsBackgroundFingerprints) {
+  Zoo z = Load("resnet_small", 2, 3);
+  ASSERT_NE(z.dataset, nullptr);
+  BatchSource batches = DatasetBatches(z.dataset, z.config.batch_size());
+  BatchFn fill = batches.fill;
+  batches.fill = [fill](int step, kernels::Tensor& x, kernels::Tensor& y) {
+    absl::Status st = fill(step, x, y);
+    if (step == 1) y.data<int32_t>()[0] = 1000;
+    return st;
+  };
+  ExecutorOptions o;
+  o.initializer = z.model.initializer();
+  o.fingerprint_thread = FingerprintThread::kBackground;
+  o.hold_background_fingerprints = true;
+  o.background_fingerprint_min_bytes = 0;
+  std::vector<int> steps_sunk;
+  o.fingerprint_sink = [&](int step, const v1::ManifestEntry&,
+                           const v1::TensorFingerprint&) {
+    steps_sunk.push_back(step);
+    return absl::OkStatus();
+  };
+  auto exec = Executor::Create(z.plan, z.config, &testing::CpuRegistry(),
+                               std::move(batches), o);
+  ASSERT_THAT(exec, IsOk());
+  ASSERT_TRUE((*exec)->background_fingerprints());
+  ASSERT_THAT((*exec)->RunStep(0), IsOk());
+  const size_t per_step = steps_sunk.size();
+  EXPECT_EQ(per_step, static_cast<size_t>((*exec)->manifest().entries_size()));
+  EXPECT_THAT((*exec)->RunStep(1), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("labels[0] = 1000")));
+  EXPECT_EQ(steps_sunk.size(), per_step);  // nothing of step 1
+  EXPECT_THAT((*exec)->RunStep(2),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
 // Background hashing needs a run whose tensors nobody else looks at while
 // they are hashed: asked for with an observer, it is refused by name; left
 // to kAuto, an observer keeps hashing inline.
