@@ -1,7 +1,7 @@
 // Benchmarks of the CPU backend, one Google Benchmark binary:
 //
 //   bazel run -c opt //kernels/cpu:cpu_bench [-- --quick] [-- --reps=N]
-//       [-- --benchmark_filter=REGEX ...]
+//       [-- --net_batch=N] [-- --benchmark_filter=REGEX ...]
 //
 // Registers, on the ISA isa.h picks (LOCKSTEP_CPU_ISA overrides it):
 //   gemm/<size>/t<threads>/{canonical,openblas}
@@ -23,8 +23,9 @@
 //       (lane_kernels.h).
 //   shapes/<i>/<op>/{conv,gemm}
 //       CANONICAL conv2d.forward / grad_input / grad_weight of ResNet-18
-//       (CIFAR) shapes and a depthwise one, batch 8, one thread, next to the
-//       canonical GEMM of one group's product at the same M/N/K.
+//       (CIFAR) shapes and a depthwise one, batch 8 (--net_batch), one
+//       thread, next to the canonical GEMM of one group's product at the
+//       same M/N/K.
 // After Google Benchmark's own report it prints five summary tables, each
 // figure the best of --reps repetitions (default 5; the repetitions of all
 // benchmarks run interleaved in random order, 0.2 s each, unless
@@ -73,6 +74,7 @@ namespace c = ::lockstep::canonical;
 struct Options {
   bool quick = false;
   int reps = 5;
+  int net_batch = 8;  // table (e)'s batch (--net_batch)
 };
 
 Options& Opts() {
@@ -644,8 +646,8 @@ struct NetShape {
 
 // ResNet-18 (CIFAR) convolutions, the narrow ones of the zoo's eighth-width
 // ResNet-18 (8 and 16 channels: products one vector wide), and a depthwise
-// one; batch 8 (1 with --quick).
-int64_t NetBatch() { return Opts().quick ? 1 : 8; }
+// one; batch 8 (--net_batch; 1 with --quick).
+int64_t NetBatch() { return Opts().quick ? 1 : Opts().net_batch; }
 const std::vector<NetShape>& NetShapes() {
   static const auto* shapes = new std::vector<NetShape>{
       {"stem 3x3 3->64 32px", 3, 32, 64, 3, 1, 1, 1},
@@ -789,6 +791,14 @@ int Main(int argc, char** argv) {
       Opts().quick = true;
     } else if (std::strncmp(argv[i], "--reps=", 7) == 0) {
       Opts().reps = std::max(1, std::atoi(argv[i] + 7));
+    } else if (std::strncmp(argv[i], "--net_batch=", 12) == 0) {
+      Opts().net_batch = std::atoi(argv[i] + 12);
+      if (Opts().net_batch < 1 || Opts().net_batch > 256) {
+        std::fprintf(stderr,
+                     "cpu_bench: --net_batch must be 1 to 256, got \"%s\"\n",
+                     argv[i] + 12);
+        return 2;
+      }
     } else {
       for (std::string& d : defaults) {
         if (!d.empty() && std::strncmp(argv[i], d.c_str(), d.find('=')) == 0) {

@@ -548,7 +548,7 @@ absl::Status Executor::State::Call(KernelFn fn, const LayerState& l,
                            ? std::chrono::steady_clock::now()
                            : std::chrono::steady_clock::time_point();
     for (const Tensor& o : out) pipeline->WaitFor(o.raw_data(), o.bytes());
-    if (options.op_times != nullptr) AddOpTime(kFingerprintOpTime, start);
+    if (options.op_times != nullptr) AddOpTime(kFingerprintWaitOpTime, start);
   }
   absl::Status st;
   if (options.op_times == nullptr) {
@@ -627,7 +627,7 @@ absl::Status Executor::State::FinishCapture() {
                            ? std::chrono::steady_clock::now()
                            : std::chrono::steady_clock::time_point();
     absl::Status st = pipeline->Drain();
-    if (options.op_times != nullptr) AddOpTime(kFingerprintOpTime, start);
+    if (options.op_times != nullptr) AddOpTime(kFingerprintWaitOpTime, start);
     LS_RETURN_IF_ERROR(st);
   }
   step_hashes.resize(emitted);

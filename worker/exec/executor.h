@@ -94,6 +94,9 @@ struct OpTime {
 using OpTimes = std::map<std::string, OpTime, std::less<>>;
 // The key under which ExecutorOptions::op_times collects fingerprinting.
 inline constexpr char kFingerprintOpTime[] = "(fingerprint)";
+// The key under which it collects the step's waits for background hashes
+// (before a kernel overwrites a queued tensor, and at the step's end).
+inline constexpr char kFingerprintWaitOpTime[] = "(fingerprint wait)";
 
 struct ExecutorOptions {
   // The model's weight initialiser (lockstep.v1.Model.initializer; the plan
@@ -142,8 +145,9 @@ struct ExecutorOptions {
   // accumulation's adds under model::kGradAccumulateOp) and each captured
   // tensor's fingerprint to (*op_times)[kFingerprintOpTime]. For profiling
   // (step_bench --op_times); costs two clock reads per call. With background
-  // fingerprints, kFingerprintOpTime is the step's own share: queueing the
-  // tensors and waiting for their hashes. Not owned.
+  // fingerprints, kFingerprintOpTime is the step's own share of the work
+  // (queueing a tensor, or hashing one below the size for the thread) and
+  // kFingerprintWaitOpTime its waits for the thread. Not owned.
   OpTimes* op_times = nullptr;
   // On the CUDA backend, keep the run's tensors on the device between
   // kernel calls (kernels/residency.h): inputs are copied in once, outputs

@@ -431,6 +431,33 @@ TEST(ExecutorTest, OpTimesCountKernelCallsAndFingerprints) {
   EXPECT_GE(times.count("conv2d.forward"), 1u);
 }
 
+// With background fingerprints the step's waits for the thread are timed
+// apart from its own fingerprinting work, which still counts every
+// captured tensor once.
+TEST(ExecutorTest, OpTimesSeparateBackgroundWaits) {
+  const model::ModelPlan plan = testing::ConvResPlan(kBatch);
+  const v1::JobConfig config = testing::BaseConfig(kBatch, 3);
+  OpTimes times;
+  ExecutorOptions options;
+  options.op_times = &times;
+  options.fingerprint_thread = FingerprintThread::kBackground;
+  options.background_fingerprint_min_bytes = 0;  // every tensor queued
+  options.hold_background_fingerprints = true;   // so every step waits
+  auto timed = RunModel(plan, config, options);
+  auto plain = RunModel(plan, config);
+  ASSERT_THAT(timed, IsOk());
+  ASSERT_THAT(plain, IsOk());
+  EXPECT_EQ(timed->run_digest, plain->run_digest);
+  const int64_t captured = static_cast<int64_t>(timed->captured_steps.size());
+  ASSERT_GT(captured, 0);
+  ASSERT_EQ(times.count(kFingerprintOpTime), 1u);
+  EXPECT_EQ(times[kFingerprintOpTime].calls,
+            captured * timed->manifest.entries_size());
+  ASSERT_EQ(times.count(kFingerprintWaitOpTime), 1u);
+  // At least the drain at the end of every captured step.
+  EXPECT_GE(times[kFingerprintWaitOpTime].calls, captured);
+}
+
 TEST(ExecutorTest, ObserverSeesManifestOrderAndIndependentFingerprints) {
   const model::ModelPlan plan = testing::ConvResPlan(kBatch);
   v1::JobConfig config = testing::BaseConfig(kBatch, 5);

@@ -12,10 +12,14 @@
 // Lockstep's kernel pool and PyTorch (torch.set_num_threads) run on the same
 // thread count, row by row. Where the executor fingerprints in the background
 // (ExecutorOptions::fingerprint_thread; by default when the pool leaves a CPU
-// free), that thread comes on top: the "fp" column says which. Repetitions of
-// the modes are interleaved, the fastest counts.
+// free), that thread comes on top: the "fp" column says which. Repetitions
+// are interleaved (each runs every mode, the first mode without
+// fingerprints, then PyTorch), the fastest counts; the "paired" columns
+// take the median of the ratios within each repetition instead, which a
+// machine whose speed drifts between repetitions disturbs less.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -41,6 +45,10 @@
 
 ABSL_FLAG(int, steps, 10, "timed steps per measurement");
 ABSL_FLAG(int, repeats, 3, "measurements per setting (the fastest counts)");
+ABSL_FLAG(double, min_ms, 100,
+          "time at least this many ms of steps per measurement: a row whose "
+          "step is shorter times more than --steps steps (the count comes "
+          "from one calibration run of the first mode; 0: exactly --steps)");
 ABSL_FLAG(std::string, zoo_dir, "",
           "examples/ directory (default: the runfiles copy, else ./examples)");
 ABSL_FLAG(std::string, bench_dir, "",
@@ -184,6 +192,16 @@ double TorchStepMs(const std::string& model_json,
   return ms;
 }
 
+// The median of `v` (the mean of the middle two of an even count).
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The most timed steps of one measurement (--steps, or --min_ms's count).
+constexpr int kMaxSteps = 100000;
+
 std::string Ms(double ms) {
   return ms < 0 || ms >= 1e300 ? "-" : absl::StrFormat("%.2f", ms);
 }
@@ -203,6 +221,15 @@ int Main() {
       DataDir(absl::GetFlag(FLAGS_bench_dir), "worker/exec/bench_models");
   const int steps = absl::GetFlag(FLAGS_steps);
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  const double min_ms = absl::GetFlag(FLAGS_min_ms);
+  if (steps < 1 || steps > kMaxSteps) {
+    std::fprintf(stderr, "--steps: %d is not in 1..%d\n", steps, kMaxSteps);
+    return 2;
+  }
+  if (!(min_ms >= 0 && min_ms <= 600000)) {
+    std::fprintf(stderr, "--min_ms: %g is not in 0..600000\n", min_ms);
+    return 2;
+  }
   std::vector<int> thread_counts;
   for (absl::string_view t :
        absl::StrSplit(absl::GetFlag(FLAGS_threads), ',', absl::SkipEmpty())) {
@@ -268,9 +295,10 @@ int Main() {
   const bool torch = absl::GetFlag(FLAGS_pytorch) && HaveTorch();
   std::printf(
       "Lockstep training step, CPU kernels, every tensor of every step "
-      "fingerprinted; %d timed steps after 2 warm-up steps, best of %d "
-      "interleaved repetitions; Lockstep and PyTorch on the same thread "
-      "count. PyTorch: %s.\n\n",
+      "fingerprinted; at least %d timed steps (column steps) after 2 "
+      "warm-up steps, best of %d "
+      "interleaved repetitions (each: every mode, then PyTorch); Lockstep "
+      "and PyTorch on the same thread count. PyTorch: %s.\n\n",
       steps, repeats,
       torch ? "Debian's python3-torch"
       : absl::GetFlag(FLAGS_pytorch)
@@ -280,14 +308,15 @@ int Main() {
   const std::string first_mode =
       modes.empty() ? std::string("first")
                     : absl::AsciiStrToLower(v1::DeterminismMode_Name(modes[0]));
-  std::string header = absl::StrFormat("%-15s %5s %10s %7s", "model", "batch",
-                                       "params", "threads");
+  std::string header = absl::StrFormat("%-15s %5s %10s %7s %6s", "model",
+                                       "batch", "params", "threads", "steps");
   for (v1::DeterminismMode m : modes) {
     absl::StrAppendFormat(&header, " %13s",
                           absl::AsciiStrToLower(v1::DeterminismMode_Name(m)));
   }
-  absl::StrAppendFormat(&header, " %9s %15s %8s %3s", "pytorch",
-                        absl::StrCat(first_mode, "/torch"), "hash %", "fp");
+  absl::StrAppendFormat(&header, " %9s %15s %7s %8s %8s %3s", "pytorch",
+                        absl::StrCat(first_mode, "/torch"), "paired", "hash %",
+                        "paired", "fp");
   std::printf("%s\n", header.c_str());
   for (const auto& [name, dir] : models) {
     auto model = model::ReadModelFile(dir + "/model.json");
@@ -317,11 +346,33 @@ int Main() {
     }
     std::shared_ptr<Dataset> dataset(std::move(*ds));
     for (int threads : thread_counts) {
+      // Enough steps that each measurement lasts --min_ms: a few steps of
+      // a small model take less than a millisecond, where one interrupt
+      // or a neighbour's burst of memory traffic decides the figure.
+      int row_steps = steps;
+      std::string error;
+      if (min_ms > 0 && !modes.empty()) {
+        v1::JobConfig c = *config;
+        c.set_threads(threads);
+        c.set_determinism(modes[0]);
+        auto t =
+            TimeSteps(*plan, c, *model, registry, dataset, true, where, steps);
+        if (!t.ok()) {
+          error = std::string(t.status().message());
+        } else if (t->ms_per_step > 0) {
+          row_steps = static_cast<int>(std::clamp(
+              std::ceil(min_ms / t->ms_per_step), static_cast<double>(steps),
+              static_cast<double>(kMaxSteps)));
+        }
+      }
       // The modes with fingerprints, then the first mode without (the
       // last slot), interleaved.
       std::vector<Timing> best(modes.size() + 1);
       for (Timing& t : best) t.ms_per_step = 1e300;
-      std::string error;
+      // Per repetition: the first mode with and without fingerprints and
+      // PyTorch, timed one after the other, for the paired ratios.
+      std::vector<double> first_ms, unhashed_ms, rep_torch_ms;
+      double torch_ms = -1;
       for (int r = 0; r < repeats && error.empty(); ++r) {
         for (size_t m = 0; m < best.size() && !modes.empty(); ++m) {
           const bool fingerprint = m < modes.size();
@@ -329,36 +380,50 @@ int Main() {
           c.set_threads(threads);
           c.set_determinism(modes[fingerprint ? m : 0]);
           auto t = TimeSteps(*plan, c, *model, registry, dataset, fingerprint,
-                             where, steps);
+                             where, row_steps);
           if (!t.ok()) {
             error = std::string(t.status().message());
             break;
           }
           if (t->ms_per_step < best[m].ms_per_step) best[m] = *t;
+          if (m == 0) first_ms.push_back(t->ms_per_step);
+          if (m + 1 == best.size()) unhashed_ms.push_back(t->ms_per_step);
+        }
+        if (torch && error.empty()) {
+          const double ms = TorchStepMs(
+              dir + "/model.json", dir + "/config.json", row_steps, threads);
+          rep_torch_ms.push_back(ms);
+          if (ms >= 0 && (torch_ms < 0 || ms < torch_ms)) torch_ms = ms;
         }
       }
       if (!error.empty()) {
         std::printf("%-15s %s\n", name.c_str(), error.c_str());
         continue;
       }
-      double torch_ms = -1;
-      for (int r = 0; torch && r < repeats; ++r) {
-        const double ms = TorchStepMs(dir + "/model.json", dir + "/config.json",
-                                      steps, threads);
-        if (ms >= 0 && (torch_ms < 0 || ms < torch_ms)) torch_ms = ms;
+      std::vector<double> ratios, shares;
+      for (size_t r = 0; r < first_ms.size(); ++r) {
+        if (r < rep_torch_ms.size() && rep_torch_ms[r] > 0) {
+          ratios.push_back(first_ms[r] / rep_torch_ms[r]);
+        }
+        if (r < unhashed_ms.size() && first_ms[r] > 0) {
+          shares.push_back(100.0 * (first_ms[r] - unhashed_ms[r]) /
+                           first_ms[r]);
+        }
       }
       std::string line = absl::StrFormat(
-          "%-15s %5d %10d %7d", name, config->batch_size(),
-          static_cast<long long>(plan->parameter_count), threads);
+          "%-15s %5d %10d %7d %6d", name, config->batch_size(),
+          static_cast<long long>(plan->parameter_count), threads, row_steps);
       for (size_t m = 0; m < modes.size(); ++m) {
         absl::StrAppendFormat(&line, " %13s", Ms(best[m].ms_per_step));
       }
       const double first = modes.empty() ? -1 : best[0].ms_per_step;
       const double unhashed = best.back().ms_per_step;
       absl::StrAppendFormat(
-          &line, " %9s %15s %7.2f%% %3s", torch ? Ms(torch_ms) : "-",
+          &line, " %9s %15s %7s %7.2f%% %8s %3s", torch ? Ms(torch_ms) : "-",
           Ratio(first, torch_ms),
+          ratios.empty() ? "-" : absl::StrFormat("%.2f", Median(ratios)),
           modes.empty() ? 0.0 : 100.0 * (first - unhashed) / first,
+          shares.empty() ? "-" : absl::StrFormat("%.2f%%", Median(shares)),
           modes.empty()        ? "-"
           : best[0].background ? "bg"
                                : "in");
@@ -370,13 +435,18 @@ int Main() {
     }
   }
   std::printf(
-      "\nColumns: ms per training step in each mode (fingerprinting "
+      "\nColumns: steps: timed steps per measurement (--steps, or more to "
+      "last --min_ms); ms per training step in each mode (fingerprinting "
       "included); pytorch: ms per step of the same model, batch and "
       "optimizer in PyTorch; %s/torch: the first mode's time over "
-      "PyTorch's (<= 1.0: as fast or faster); hash %%: what fingerprinting "
-      "costs the first mode's step, (with - without) / with, the run "
-      "without fingerprints timed in the same interleaved repetitions (it "
-      "can come out below 0 within the noise); fp: where tensors were "
+      "PyTorch's (<= 1.0: as fast or faster), each the fastest of its "
+      "repetitions; paired: the median over repetitions of the same ratio "
+      "within one repetition, whose runs follow each other (on a machine "
+      "whose speed drifts, the steadier figure); hash %%: what "
+      "fingerprinting costs the first mode's step, (with - without) / "
+      "with, the run without fingerprints timed in the same interleaved "
+      "repetitions (it can come out below 0 within the noise), then paired "
+      "likewise; fp: where tensors were "
       "hashed, bg on a background thread beside the kernels' pool, in "
       "inline on the step's thread.\n",
       first_mode.c_str());

@@ -13,8 +13,9 @@ if ! "$bench" --pytorch=false --steps=1 --repeats=1 --threads=1 \
   exit 1
 fi
 for model in mlp gpt_block; do
-  # model, batch, params, threads, then three mode columns with figures.
-  if ! grep -Eq "^${model} +[0-9]+ +[0-9]+ +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +- " "$out"; then
+  # model, batch, params, threads, steps, then three mode columns with
+  # figures.
+  if ! grep -Eq "^${model} +[0-9]+ +[0-9]+ +1 +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +- " "$out"; then
     echo "step_bench printed no timed row for ${model}; its output:"
     cat "$out"
     exit 1
