@@ -401,27 +401,36 @@ TEST(ExecutorTest, FaultInAnUncapturedTensorShowsUpDownstream) {
   EXPECT_EQ(cmp.first->entry.role(), v1::ACTIVATION);
 }
 
+// Three steps of the residual conv model with `options` and op times
+// collected into *times: checks that timing changes no bit of the run and
+// that (fingerprint) counts every captured tensor once; the run in *timed.
+void RunConvResWithOpTimes(ExecutorOptions options, OpTimes* times,
+                           RunResult* timed) {
+  const model::ModelPlan plan = testing::ConvResPlan(kBatch);
+  const v1::JobConfig config = testing::BaseConfig(kBatch, 3);
+  options.op_times = times;
+  auto run = RunModel(plan, config, options);
+  auto plain = RunModel(plan, config);
+  ASSERT_THAT(run, IsOk());
+  ASSERT_THAT(plain, IsOk());
+  EXPECT_EQ(run->run_digest, plain->run_digest);
+  const int64_t captured = static_cast<int64_t>(run->captured_steps.size());
+  ASSERT_GT(captured, 0);
+  ASSERT_EQ(times->count(kFingerprintOpTime), 1u);
+  EXPECT_EQ((*times)[kFingerprintOpTime].calls,
+            captured * run->manifest.entries_size());
+  *timed = *std::move(run);
+}
+
 // op_times (step_bench --op_times) counts every kernel call by op and every
 // captured tensor's fingerprint, and changes no bit of the run.
 TEST(ExecutorTest, OpTimesCountKernelCallsAndFingerprints) {
-  const model::ModelPlan plan = testing::ConvResPlan(kBatch);
-  const v1::JobConfig config = testing::BaseConfig(kBatch, 3);
   OpTimes times;
-  ExecutorOptions options;
-  options.op_times = &times;
-  auto timed = RunModel(plan, config, options);
-  auto plain = RunModel(plan, config);
-  ASSERT_THAT(timed, IsOk());
-  ASSERT_THAT(plain, IsOk());
-  EXPECT_EQ(timed->run_digest, plain->run_digest);
-  const int64_t captured = static_cast<int64_t>(timed->captured_steps.size());
-  ASSERT_GT(captured, 0);
-  ASSERT_EQ(times.count(kFingerprintOpTime), 1u);
-  EXPECT_EQ(times[kFingerprintOpTime].calls,
-            captured * timed->manifest.entries_size());
+  RunResult timed;
+  ASSERT_NO_FATAL_FAILURE(RunConvResWithOpTimes({}, &times, &timed));
   // Every op the run's kernels were chosen for ran once or more per step.
-  ASSERT_FALSE(timed->kernels.empty());
-  for (const KernelChoice& k : timed->kernels) {
+  ASSERT_FALSE(timed.kernels.empty());
+  for (const KernelChoice& k : timed.kernels) {
     SCOPED_TRACE(k.op);
     ASSERT_EQ(times.count(k.op), 1u);
     EXPECT_GE(times[k.op].calls, 3);
@@ -435,27 +444,17 @@ TEST(ExecutorTest, OpTimesCountKernelCallsAndFingerprints) {
 // apart from its own fingerprinting work, which still counts every
 // captured tensor once.
 TEST(ExecutorTest, OpTimesSeparateBackgroundWaits) {
-  const model::ModelPlan plan = testing::ConvResPlan(kBatch);
-  const v1::JobConfig config = testing::BaseConfig(kBatch, 3);
-  OpTimes times;
   ExecutorOptions options;
-  options.op_times = &times;
   options.fingerprint_thread = FingerprintThread::kBackground;
   options.background_fingerprint_min_bytes = 0;  // every tensor queued
   options.hold_background_fingerprints = true;   // so every step waits
-  auto timed = RunModel(plan, config, options);
-  auto plain = RunModel(plan, config);
-  ASSERT_THAT(timed, IsOk());
-  ASSERT_THAT(plain, IsOk());
-  EXPECT_EQ(timed->run_digest, plain->run_digest);
-  const int64_t captured = static_cast<int64_t>(timed->captured_steps.size());
-  ASSERT_GT(captured, 0);
-  ASSERT_EQ(times.count(kFingerprintOpTime), 1u);
-  EXPECT_EQ(times[kFingerprintOpTime].calls,
-            captured * timed->manifest.entries_size());
+  OpTimes times;
+  RunResult timed;
+  ASSERT_NO_FATAL_FAILURE(RunConvResWithOpTimes(options, &times, &timed));
   ASSERT_EQ(times.count(kFingerprintWaitOpTime), 1u);
   // At least the drain at the end of every captured step.
-  EXPECT_GE(times[kFingerprintWaitOpTime].calls, captured);
+  EXPECT_GE(times[kFingerprintWaitOpTime].calls,
+            static_cast<int64_t>(timed.captured_steps.size()));
 }
 
 TEST(ExecutorTest, ObserverSeesManifestOrderAndIndependentFingerprints) {
