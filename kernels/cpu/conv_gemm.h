@@ -40,6 +40,9 @@
 // grad_input with at most 256 terms per output run each output's one-chunk
 // chain directly and grad_weight runs each output's chunks and tree, all
 // vectorised across channels (DepthwiseConv2d*, gemm.h).
+// The indirect forward and stride-1 grad_input make that copy and run their
+// product for a group of images at a time where the weights are small beside
+// the copy (about 1 MiB of it per group, so it is read back from L2).
 // Scratch memory: the padded x or the dy grid of the indirect paths; the
 // GEMM's packed weights and one slab (at most 1,024 reduction steps) of its
 // other packed panels at a time.
@@ -68,6 +71,13 @@ void Conv2dGradInputGemm(const spatial::Conv2dShape& s, const float* dy,
 void Conv2dGradWeightGemm(const spatial::Conv2dShape& s, const float* x,
                           const float* dy, float* dw, int64_t chunk, CpuIsa isa,
                           ThreadPool* pool);
+
+namespace cpu_internal {
+// Tests only: the indirect forward and stride-1 grad_input run at most
+// `images` images per product, whatever their sizes (0: the default image
+// groups of conv_gemm.cc). Not for concurrent use with other calls.
+void SetConvImageGroupForTesting(int64_t images);
+}  // namespace cpu_internal
 
 }  // namespace lockstep::kernels
 

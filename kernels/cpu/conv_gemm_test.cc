@@ -230,13 +230,17 @@ const Case kCases[] = {
     {"1x1 rows > 1024 packed", 5, 3, 15, 15, 4, 1, 1, 0, 0, 0, 0, 1, 1},
 };
 
-TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
+// Every case against the spec (CANONICAL) and the single chain
+// (DETERMINISTIC), on every ISA with 1, 2, 3 and 8 threads; `note` names
+// the setting in failures.
+template <size_t N>
+void ExpectSpecAndSingleChain(const Case (&cases)[N], uint32_t seed,
+                              const char* note) {
   SetScratchPoisonForTesting(true);
   std::unique_ptr<ThreadPool> pools[] = {
       nullptr, std::make_unique<ThreadPool>(2), std::make_unique<ThreadPool>(3),
       std::make_unique<ThreadPool>(8)};
-  uint32_t seed = 1300;
-  for (const Case& cc : kCases) {
+  for (const Case& cc : cases) {
     const sp::Conv2dShape s = Shape(cc);
     for (bool ints : {false, true}) {
       auto gen = [&](int64_t count) {
@@ -276,9 +280,10 @@ TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
             const char* ops[3] = {"forward", "grad_input", "grad_weight"};
             for (int op = 0; op < 3; ++op) {
               ASSERT_TRUE(BitsEqual(got[op], want[op])) << absl::StrFormat(
-                  "%s %s, ints=%d isa=%s threads=%d %s", cc.label, ops[op],
+                  "%s %s, ints=%d isa=%s threads=%d %s%s", cc.label, ops[op],
                   ints, CpuIsaName(isa), threads,
-                  chunk == canonical::kChunk ? "canonical" : "single chain");
+                  chunk == canonical::kChunk ? "canonical" : "single chain",
+                  note);
             }
           }
         }
@@ -286,6 +291,29 @@ TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
     }
   }
   SetScratchPoisonForTesting(false);
+}
+
+TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
+  ExpectSpecAndSingleChain(kCases, 1300, "");
+}
+
+// The indirect forward and stride-1 grad_input split large batches into
+// image groups (each its own padded copy and product). Forced down to two
+// images per group, the batches of 3 to 20 images run as several groups,
+// the last one short, and every bit stays.
+TEST(ConvGemmTest, ImageGroupsKeepTheBits) {
+  const Case cases[] = {
+      {"3x3 s1 p1 odd", 3, 5, 7, 9, 13, 3, 1, 1, 1, 1, 1, 1, 1},
+      {"3x3 s2 p1", 3, 8, 9, 9, 16, 3, 2, 1, 1, 1, 1, 1, 1},
+      {"rows > 256", 4, 3, 9, 9, 4, 3, 1, 1, 1, 1, 1, 1, 1},
+      {"image batches", 20, 3, 5, 5, 4, 3, 1, 1, 1, 1, 1, 1, 1},
+      {"indirect 1x1 s2", 3, 40, 7, 7, 48, 1, 2, 0, 0, 0, 0, 1, 1},
+      {"indirect many pixels", 5, 32, 16, 16, 33, 1, 1, 1, 1, 1, 1, 1, 1},
+      {"indirect groups 2", 3, 64, 5, 5, 66, 3, 1, 1, 1, 1, 1, 1, 2},
+      {"indirect 3x3 valid in place", 3, 32, 7, 6, 33, 3, 1, 0, 0, 0, 0, 1, 1}};
+  cpu_internal::SetConvImageGroupForTesting(2);
+  ExpectSpecAndSingleChain(cases, 5200, " (2 images per group)");
+  cpu_internal::SetConvImageGroupForTesting(0);
 }
 
 // Strided grad_input, however few its input channels, leaves the stride

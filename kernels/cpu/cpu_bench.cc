@@ -31,12 +31,16 @@
 // benchmarks run interleaved in random order, 0.2 s each, unless
 // --benchmark_enable_random_interleaving / --benchmark_min_time say
 // otherwise), and the ratios between figures measured side by side in this
-// run. --quick runs small shapes, briefly, once (a smoke test: seconds, not
-// meaningful figures). Figures are only printed, never asserted.
+// run; then table (f), timed by itself: the convolutions' image groups
+// (conv_gemm.cc) against the whole batch in one product, the two
+// alternating call by call. --quick runs small shapes, briefly, once (a
+// smoke test: seconds, not meaningful figures). Figures are only printed,
+// never asserted.
 #include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +57,7 @@
 #include "absl/strings/str_format.h"
 #include "benchmark/benchmark.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/conv_gemm.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
@@ -715,6 +720,7 @@ void RegisterNetShapes() {
           [d, op, fn, attrs] {
             Call(fn, d->Inputs(op), d->Output(op), attrs);
           });
+
       const Mnk f = NetMnk(s, op);
       struct Operands {
         std::vector<float> a, b, c;
@@ -776,6 +782,62 @@ void PrintNetShapes() {
   }
 }
 
+// (f) The image groups of the indirect forward and grad_input (conv_gemm.cc)
+// against the whole batch in one product. Two settings of one call differ
+// by a few percent, less than a shared host's drift between Google
+// Benchmark's runs, so here the two alternate call by call and each keeps
+// its fastest call. Shapes without groups run the same code both ways: their
+// ratio shows the method's noise.
+void PrintImageGroups() {
+  const int reps = Opts().quick ? 2 : 15;
+  std::printf(
+      "\n== (f) image groups vs the whole batch in one product, CANONICAL "
+      "conv2d at batch %d, 1 thread; GFLOP/s, fastest of %d calls each, the "
+      "two alternating; whole / groups: time ratio (> 1: the groups are "
+      "faster; 1.00 +- noise where the shape forms no groups) ==\n",
+      static_cast<int>(NetBatch()), reps);
+  std::printf("%-22s %-12s %8s %8s %14s\n", "shape", "op", "groups", "whole",
+              "whole/groups");
+  UseThreads(1);
+  uint32_t seed = 90;
+  for (const NetShape& s : NetShapes()) {
+    if (s.groups != 1 || s.c_in < 16) continue;  // the realistic layers
+    const int64_t b = NetBatch();
+    const int64_t out = (s.px + 2 * s.pad - s.k) / s.stride + 1;
+    ConvData d;
+    d.x = RandomTensor({b, s.c_in, s.px, s.px}, ++seed);
+    d.w = RandomTensor({s.c_out, s.c_in, s.k, s.k}, ++seed);
+    d.dy = RandomTensor({b, s.c_out, out, out}, ++seed);
+    d.y = {ZeroTensor({b, s.c_out, out, out})};
+    d.dx = {ZeroTensor({b, s.c_in, s.px, s.px})};
+    OpAttrs attrs;
+    attrs.stride_h = attrs.stride_w = s.stride;
+    attrs.pad_top = attrs.pad_bottom = attrs.pad_left = attrs.pad_right = s.pad;
+    for (int op = 0; op < 2; ++op) {
+      const KernelFn fn =
+          Kernel(kConvOps[op].op, Mode::kCanonical, kCanonicalAlgorithm);
+      double best[2] = {std::numeric_limits<double>::infinity(),
+                        std::numeric_limits<double>::infinity()};
+      for (int r = 0; r < reps + 1; ++r) {  // the first round warms up
+        for (int whole = 0; whole < 2; ++whole) {
+          cpu_internal::SetConvImageGroupForTesting(
+              whole == 1 ? int64_t{1} << 30 : 0);
+          const auto t0 = std::chrono::steady_clock::now();
+          Call(fn, d.Inputs(op), d.Output(op), attrs);
+          const double t = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - t0)
+                               .count();
+          if (r > 0) best[whole] = std::min(best[whole], t);
+        }
+      }
+      cpu_internal::SetConvImageGroupForTesting(0);
+      std::printf("%-22s %-12s %8.1f %8.1f %14.2f\n", s.name.c_str(),
+                  kConvOps[op].label, NetFlops(s) / best[0] * 1e-9,
+                  NetFlops(s) / best[1] * 1e-9, best[1] / best[0]);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 
 int Main(int argc, char** argv) {
@@ -833,6 +895,7 @@ int Main(int argc, char** argv) {
   PrintHash();
   PrintLanes();
   PrintNetShapes();
+  PrintImageGroups();
   std::fflush(stdout);
   return 0;
 }

@@ -16,11 +16,19 @@ for header in \
     "conv2d training step (forward + grad_input + grad_weight)" \
     "== (c) fingerprinting each op's output" \
     "== (d) bias_add.grad and pooling" \
-    "== (e) CANONICAL conv2d per network shape"; do
+    "== (e) CANONICAL conv2d per network shape" \
+    "== (f) image groups vs the whole batch"; do
   if ! grep -qF -- "$header" "$out"; then
     echo "cpu_bench --quick did not print \"$header\"; its output:"
     cat "$out"
     exit 1
   fi
 done
+# Table (f): the image groups against the whole batch, a ratio per row.
+if ! grep -qE '^3x3 64 32px +grad_input +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]{2}$' \
+    "$out"; then
+  echo "cpu_bench --quick printed no whole/groups ratio in table (f); its output:"
+  cat "$out"
+  exit 1
+fi
 echo "cpu_bench --quick: OK"

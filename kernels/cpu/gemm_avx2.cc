@@ -22,6 +22,17 @@ struct Avx2Vec {
   static T Set1(float x) { return _mm256_set1_ps(x); }
   static T Fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T Add(T a, T b) { return _mm256_add_ps(a, b); }
+  // r[0 .. 8) as an 8 x 8 matrix (row i = r[i]), transposed in place.
+  __attribute__((always_inline)) static void Transpose(T* r) {
+    TransposeAvx2(r);
+  }
+  // r[i] = row i of the transpose of the 8 x 8 matrix whose row l is
+  // p[l * stride ..].
+  __attribute__((always_inline)) static void LoadTransposed(const float* p,
+                                                            int64_t stride,
+                                                            T* r) {
+    LoadTransposeAvx2(p, stride, r);
+  }
 };
 
 }  // namespace
@@ -40,39 +51,20 @@ void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
   avx2_isa::GemmDriver<Avx2Vec, 6, 2>::Run(s, a, b, c, chunk, packing, pool);
 }
 
-namespace avx2_isa {
-namespace {
-
-// The depthwise kernels' vector type (gemm_impl.h).
-struct DepthwiseAvx2Vec : Avx2Vec {
-  __attribute__((always_inline)) static void Transpose(T* r) {
-    TransposeAvx2(r);
-  }
-  __attribute__((always_inline)) static void LoadTransposed(const float* p,
-                                                            int64_t stride,
-                                                            T* r) {
-    LoadTransposeAvx2(p, stride, r);
-  }
-};
-
-}  // namespace
-}  // namespace avx2_isa
-
 void DepthwiseForwardAvx2(const spatial::Conv2dShape& s, const float* x,
                           const float* w, float* y, ThreadPool* pool) {
-  avx2_isa::DepthwiseForward<avx2_isa::DepthwiseAvx2Vec>(s, x, w, y, pool);
+  avx2_isa::DepthwiseForward<avx2_isa::Avx2Vec>(s, x, w, y, pool);
 }
 
 void DepthwiseGradInputAvx2(const spatial::Conv2dShape& s, const float* dy,
                             const float* w, float* dx, ThreadPool* pool) {
-  avx2_isa::DepthwiseGradInput<avx2_isa::DepthwiseAvx2Vec>(s, dy, w, dx, pool);
+  avx2_isa::DepthwiseGradInput<avx2_isa::Avx2Vec>(s, dy, w, dx, pool);
 }
 
 void DepthwiseGradWeightAvx2(const spatial::Conv2dShape& s, const float* x,
                              const float* dy, float* dw, int64_t chunk,
                              ThreadPool* pool) {
-  avx2_isa::DepthwiseGradWeight<avx2_isa::DepthwiseAvx2Vec>(s, x, dy, dw, chunk,
-                                                            pool);
+  avx2_isa::DepthwiseGradWeight<avx2_isa::Avx2Vec>(s, x, dy, dw, chunk, pool);
 }
 
 }  // namespace lockstep::kernels::cpu_internal

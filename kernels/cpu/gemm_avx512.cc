@@ -27,6 +27,17 @@ struct Avx512Vec {
   static T Set1(float x) { return _mm512_set1_ps(x); }
   static T Fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   static T Add(T a, T b) { return _mm512_add_ps(a, b); }
+  // r[0 .. 16) as a 16 x 16 matrix (row i = r[i]), transposed in place.
+  __attribute__((always_inline)) static void Transpose(T* r) {
+    TransposeAvx512(r);
+  }
+  // r[i] = row i of the transpose of the 16 x 16 matrix whose row l is
+  // p[l * stride ..].
+  __attribute__((always_inline)) static void LoadTransposed(const float* p,
+                                                            int64_t stride,
+                                                            T* r) {
+    LoadTransposeAvx512(p, stride, r);
+  }
 };
 
 }  // namespace
@@ -48,41 +59,21 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
                                                             packing, pool);
 }
 
-namespace avx512_isa {
-namespace {
-
-// The depthwise kernels' vector type (gemm_impl.h).
-struct DepthwiseAvx512Vec : Avx512Vec {
-  __attribute__((always_inline)) static void Transpose(T* r) {
-    TransposeAvx512(r);
-  }
-  __attribute__((always_inline)) static void LoadTransposed(const float* p,
-                                                            int64_t stride,
-                                                            T* r) {
-    LoadTransposeAvx512(p, stride, r);
-  }
-};
-
-}  // namespace
-}  // namespace avx512_isa
-
 void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
                             const float* w, float* y, ThreadPool* pool) {
-  avx512_isa::DepthwiseForward<avx512_isa::DepthwiseAvx512Vec>(s, x, w, y,
-                                                               pool);
+  avx512_isa::DepthwiseForward<avx512_isa::Avx512Vec>(s, x, w, y, pool);
 }
 
 void DepthwiseGradInputAvx512(const spatial::Conv2dShape& s, const float* dy,
                               const float* w, float* dx, ThreadPool* pool) {
-  avx512_isa::DepthwiseGradInput<avx512_isa::DepthwiseAvx512Vec>(s, dy, w, dx,
-                                                                 pool);
+  avx512_isa::DepthwiseGradInput<avx512_isa::Avx512Vec>(s, dy, w, dx, pool);
 }
 
 void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
                                const float* dy, float* dw, int64_t chunk,
                                ThreadPool* pool) {
-  avx512_isa::DepthwiseGradWeight<avx512_isa::DepthwiseAvx512Vec>(s, x, dy, dw,
-                                                                  chunk, pool);
+  avx512_isa::DepthwiseGradWeight<avx512_isa::Avx512Vec>(s, x, dy, dw, chunk,
+                                                         pool);
 }
 
 }  // namespace lockstep::kernels::cpu_internal

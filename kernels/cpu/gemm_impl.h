@@ -470,7 +470,25 @@ class GemmDriver {
   static void PackColumns(const canonical::MatMulShape& s, const float* b,
                           int64_t j0, int cols, int64_t begin, int64_t count,
                           float* dst) {
-    for (int64_t p = begin; p < begin + count; ++p) {
+    int64_t p = begin;
+    if (s.b_depth == 1 && s.b_col != 1 && cols == kNR && kW > 1) {
+      // A transposed B (a weight stored output-major: the convolutions'
+      // W^T, a dense layer's): each column is contiguous along p, so
+      // kW x kW blocks are loaded and transposed in registers, kW
+      // consecutive floats per load and per store, instead of one float
+      // per strided load.
+      for (; p + kW <= begin + count; p += kW) {
+        float* d = dst + (p - begin) * kNR;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          T r[kW];
+          V::LoadTransposed(b + p + (j0 + v * kW) * s.b_col, s.b_col, r);
+#pragma GCC unroll 16
+          for (int i = 0; i < kW; ++i) V::Store(d + i * kNR + v * kW, r[i]);
+        }
+      }
+    }
+    for (; p < begin + count; ++p) {
       const float* src = b + p * s.b_depth + j0 * s.b_col;
       float* d = dst + (p - begin) * kNR;
       if (s.b_col == 1 && cols == kNR) {

@@ -19,6 +19,8 @@ struct ScalarVec {
   static T Set1(float x) { return x; }
   static T Fma(T a, T b, T c) { return std::fma(a, b, c); }
   static T Add(T a, T b) { return a + b; }
+  static void Transpose(T*) {}
+  static void LoadTransposed(const float* p, int64_t, T* r) { r[0] = *p; }
 };
 
 }  // namespace
@@ -31,35 +33,21 @@ void GemmScalar(const canonical::MatMulShape& s, const float* a, const float* b,
                                                            packing, pool);
 }
 
-namespace scalar_isa {
-namespace {
-
-// The depthwise kernels' vector type (gemm_impl.h).
-struct DepthwiseScalarVec : ScalarVec {
-  static void Transpose(T*) {}
-  static void LoadTransposed(const float* p, int64_t, T* r) { r[0] = *p; }
-};
-
-}  // namespace
-}  // namespace scalar_isa
-
 void DepthwiseForwardScalar(const spatial::Conv2dShape& s, const float* x,
                             const float* w, float* y, ThreadPool* pool) {
-  scalar_isa::DepthwiseForward<scalar_isa::DepthwiseScalarVec>(s, x, w, y,
-                                                               pool);
+  scalar_isa::DepthwiseForward<scalar_isa::ScalarVec>(s, x, w, y, pool);
 }
 
 void DepthwiseGradInputScalar(const spatial::Conv2dShape& s, const float* dy,
                               const float* w, float* dx, ThreadPool* pool) {
-  scalar_isa::DepthwiseGradInput<scalar_isa::DepthwiseScalarVec>(s, dy, w, dx,
-                                                                 pool);
+  scalar_isa::DepthwiseGradInput<scalar_isa::ScalarVec>(s, dy, w, dx, pool);
 }
 
 void DepthwiseGradWeightScalar(const spatial::Conv2dShape& s, const float* x,
                                const float* dy, float* dw, int64_t chunk,
                                ThreadPool* pool) {
-  scalar_isa::DepthwiseGradWeight<scalar_isa::DepthwiseScalarVec>(s, x, dy, dw,
-                                                                  chunk, pool);
+  scalar_isa::DepthwiseGradWeight<scalar_isa::ScalarVec>(s, x, dy, dw, chunk,
+                                                         pool);
 }
 
 }  // namespace lockstep::kernels::cpu_internal
