@@ -562,18 +562,19 @@ void IndirectGroups(int64_t groups, const c::MatMulShape& m,
   }
 }
 
-// Image groups of the indirect forward and stride-1 grad_input. Their A is
-// a zero-padded copy of the input (x, or dy spread onto its grid), read
-// once per column panel. Made for the whole batch at once it leaves L2 (a
-// 64-channel 32 x 32 layer's copy is 9.5 MiB at batch 32) and is written to
-// and read back from memory; made and consumed about kImageGroupBytes at a
-// time, it stays in L2, at the price of packing the weights once per group.
-// So groups are formed only where that repacking moves no more than the
-// copy itself: large planes, few channels. Measured on one core with a 2 MiB
-// L2 at batch 32 (docs/benchmarks.md): 64-channel 32 x 32 3 x 3 forward
-// +6 %, grad_input +13 - 16 %; 128-channel 16 x 16 +2 % and +6 - 9 %
-// (cpu_bench table (e), whole/conv). The rows of the product are only
-// partitioned: every output's chain, and so every bit, is unchanged.
+// Image groups of the indirect forward and grad_input (stride 1, and by
+// class). Their A is a zero-padded copy of the input (x, or dy spread onto
+// its grid), read once per column panel, and a strided grad_input's class
+// planes are written, then merged into dx. Made for the whole batch at once
+// these leave L2 (a 64-channel 32 x 32 layer's copy is 9.5 MiB at batch 32)
+// and are written to and read back from memory; made and consumed about
+// kImageGroupBytes at a time, they stay in L2, at the price of packing the
+// weights once per group. So groups are formed only where that repacking
+// moves no more than the copy itself: large planes, few channels. Measured
+// on one core with a 2 MiB L2 at batch 32 (docs/benchmarks.md): 64-channel
+// 32 x 32 3 x 3 forward +6 %, grad_input +13 - 17 %; 128-channel 16 x 16
+// +2 % and +6 - 9 % (cpu_bench table (f)). The rows of the products are
+// only partitioned: every output's chain, and so every bit, is unchanged.
 constexpr int64_t kImageGroupBytes = int64_t{1} << 20;
 
 std::atomic<int64_t>& ImageGroupForTesting() {
@@ -689,6 +690,18 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
   }
 }
 
+// dy spread onto the grid the strided grad_input reads by class: dy row r
+// at grid row r + top (the most negative row read is -(KH - 1) * dh / sh),
+// h x w planes; likewise columns.
+struct ClassGrid {
+  explicit ClassGrid(const sp::Conv2dShape& s)
+      : top(((s.k_h - 1) * s.dilation_h + s.stride_h - 1) / s.stride_h),
+        left(((s.k_w - 1) * s.dilation_w + s.stride_w - 1) / s.stride_w),
+        h(top + (s.h - 1 + s.pad_top) / s.stride_h + 2),
+        w(left + (s.w - 1 + s.pad_left) / s.stride_w + 2) {}
+  const int64_t top, left, h, w;
+};
+
 // Strided grad_input's classes along one axis (GradInputByClass): the dx
 // positions p + stride * a < size of class p.
 int64_t ClassSize(int64_t size, int64_t p, int64_t stride) {
@@ -797,10 +810,16 @@ void MergeClasses(const sp::Conv2dShape& s, const float* planes, float* dx,
 // planes instead, [n][c_in] of its rows x columns, where a tile's pixels
 // are adjacent (4 x 4 blocks per store), and MergeClasses interleaves them
 // into dx. A single class with terms (a 1 x 1 kernel's) into a small dx
-// writes dx directly, after one contiguous zeroing of the holes' pixels.
-void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
-                      const float* wt, float* dx, int64_t chunk, CpuIsa isa,
-                      ThreadPool* pool) {
+// writes dx directly, after one contiguous zeroing of the holes' pixels;
+// in an image group (`grouped`: dx a group's, in L2) it does so whatever
+// dx's size, unless dx's planes are a multiple of 4 KiB (their columns'
+// stores would compete for the same L1 sets). Measured at batch 32 on one
+// core: 1 x 1 s2 grad_input 64 -> 128 32px (merged) +9 %, 128 -> 256 16px
+// and 256 -> 512 8px (direct) +16 % and +7 % over the whole batch merged;
+// 3 x 3 s2 64 -> 128 32px +12 %.
+void GradInputByClassImages(const sp::Conv2dShape& s, const float* dy,
+                            const float* wt, float* dx, int64_t chunk,
+                            CpuIsa isa, ThreadPool* pool, bool grouped) {
   const int64_t out_h = sp::Conv2dOutH(s);
   const int64_t out_w = sp::Conv2dOutW(s);
   const int64_t hw = s.h * s.w;
@@ -809,12 +828,8 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
   const int64_t kk = s.k_h * s.k_w;
   const int64_t depth = cog * kk;
   const int64_t sh = s.stride_h, sw = s.stride_w;
-  // dy row r at grid row r + gt (the most negative row read is
-  // -(KH - 1) * dh / sh); likewise columns.
-  const int64_t gt = ((s.k_h - 1) * s.dilation_h + sh - 1) / sh;
-  const int64_t gl = ((s.k_w - 1) * s.dilation_w + sw - 1) / sw;
-  const int64_t gh = gt + (s.h - 1 + s.pad_top) / sh + 2;
-  const int64_t gw = gl + (s.w - 1 + s.pad_left) / sw + 2;
+  const ClassGrid cg(s);
+  const int64_t gt = cg.top, gl = cg.left, gh = cg.h, gw = cg.w;
   const Floats grid(s.n * s.c_out * gh * gw);
   SpreadPlanes(dy, s.n * s.c_out, out_h, out_w, 1, 1, gt, gl, gh, gw,
                grid.data(), pool);
@@ -841,7 +856,8 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
     }
   }
   const int64_t dx_size = s.n * s.c_in * hw;
-  const bool merge = with_terms >= 2 || dx_size >= (int64_t{1} << 18);
+  const bool merge = with_terms >= 2 ||
+                     (grouped ? hw % 1024 == 0 : dx_size >= (int64_t{1} << 18));
   if (!merge && with_terms < classes) {
     ParallelForBlocks(pool, dx_size, int64_t{1} << 16,
                       [&](int64_t b, int64_t e) { ZeroRun(dx + b, e - b); });
@@ -911,6 +927,24 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
     }
   }
   if (merge) MergeClasses(s, planes.data(), dx, pool);
+}
+
+// GradInputByClassImages by image groups (ImagesPerGroup).
+void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
+                      const float* wt, float* dx, int64_t chunk, CpuIsa isa,
+                      ThreadPool* pool) {
+  const ClassGrid cg(s);
+  const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  const int64_t dx_image = s.c_in * s.h * s.w;
+  // Per image: dy's padded grid, and the classes' planes (dx's size).
+  const int64_t per = ImagesPerGroup(s.n, s.c_out * cg.h * cg.w + dx_image,
+                                     sp::Conv2dWeightSize(s));
+  for (int64_t n0 = 0; n0 < s.n; n0 += per) {
+    sp::Conv2dShape g = s;
+    g.n = std::min(per, s.n - n0);
+    GradInputByClassImages(g, dy + n0 * dy_image, wt, dx + n0 * dx_image, chunk,
+                           isa, pool, per < s.n);
+  }
 }
 
 // grad_weight: dw^T[(cl, kh, kw), co] = im2col(x)[tap, (n, pix)] x

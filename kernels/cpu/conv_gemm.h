@@ -40,8 +40,8 @@
 // grad_input with at most 256 terms per output run each output's one-chunk
 // chain directly and grad_weight runs each output's chunks and tree, all
 // vectorised across channels (DepthwiseConv2d*, gemm.h).
-// The indirect forward and stride-1 grad_input make that copy and run their
-// product for a group of images at a time where the weights are small beside
+// The indirect forward and grad_input make that copy and run their
+// products for a group of images at a time where the weights are small beside
 // the copy (about 1 MiB of it per group, so it is read back from L2).
 // Scratch memory: the padded x or the dy grid of the indirect paths; the
 // GEMM's packed weights and one slab (at most 1,024 reduction steps) of its
@@ -73,7 +73,7 @@ void Conv2dGradWeightGemm(const spatial::Conv2dShape& s, const float* x,
                           ThreadPool* pool);
 
 namespace cpu_internal {
-// Tests only: the indirect forward and stride-1 grad_input run at most
+// Tests only: the indirect forward and grad_input run at most
 // `images` images per product, whatever their sizes (0: the default image
 // groups of conv_gemm.cc). Not for concurrent use with other calls.
 void SetConvImageGroupForTesting(int64_t images);

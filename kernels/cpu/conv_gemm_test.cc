@@ -297,10 +297,13 @@ TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
   ExpectSpecAndSingleChain(kCases, 1300, "");
 }
 
-// The indirect forward and stride-1 grad_input split large batches into
-// image groups (each its own padded copy and product). Forced down to two
-// images per group, the batches of 3 to 20 images run as several groups,
-// the last one short, and every bit stays.
+// The indirect forward and grad_input (stride 1, and strided by class)
+// split large batches into image groups (each its own padded copy and
+// products; a strided group writes its classes' planes and merges them, or,
+// with one class with terms, writes dx directly unless the planes are a
+// multiple of 4 KiB). Forced down to two images per group, the batches of 3
+// to 20 images run as several groups, the last one short, and every bit
+// stays.
 TEST(ConvGemmTest, ImageGroupsKeepTheBits) {
   const Case cases[] = {
       {"3x3 s1 p1 odd", 3, 5, 7, 9, 13, 3, 1, 1, 1, 1, 1, 1, 1},
@@ -308,6 +311,7 @@ TEST(ConvGemmTest, ImageGroupsKeepTheBits) {
       {"rows > 256", 4, 3, 9, 9, 4, 3, 1, 1, 1, 1, 1, 1, 1},
       {"image batches", 20, 3, 5, 5, 4, 3, 1, 1, 1, 1, 1, 1, 1},
       {"indirect 1x1 s2", 3, 40, 7, 7, 48, 1, 2, 0, 0, 0, 0, 1, 1},
+      {"1x1 s2 32px planes", 3, 4, 32, 32, 5, 1, 2, 0, 0, 0, 0, 1, 1},
       {"indirect many pixels", 5, 32, 16, 16, 33, 1, 1, 1, 1, 1, 1, 1, 1},
       {"indirect groups 2", 3, 64, 5, 5, 66, 3, 1, 1, 1, 1, 1, 1, 2},
       {"indirect 3x3 valid in place", 3, 32, 7, 6, 33, 3, 1, 0, 0, 0, 0, 1, 1}};
