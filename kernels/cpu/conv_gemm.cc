@@ -632,11 +632,15 @@ void IndirectGroups(int64_t groups, const c::MatMulShape& m,
 // and are written to and read back from memory; made and consumed about
 // kImageGroupBytes at a time, they stay in L2, at the price of packing the
 // weights once per group. So groups are formed only where that repacking
-// moves no more than the copy itself: large planes, few channels. Measured
-// on one core with a 2 MiB L2 at batch 32 (docs/benchmarks.md): 64-channel
-// 32 x 32 3 x 3 forward +6 %, grad_input +13 - 17 %; 128-channel 16 x 16
-// +2 % and +6 - 9 % (cpu_bench table (f)). The rows of the products are
-// only partitioned: every output's chain, and so every bit, is unchanged.
+// moves no more than the copy itself (large planes, few channels), and only
+// for a product on one thread. Measured on one core with a 2 MiB L2 at
+// batch 32 (docs/benchmarks.md): 64-channel 32 x 32 3 x 3 forward +6 %,
+// grad_input +13 - 17 %; 128-channel 16 x 16 +2 % and +6 - 9 % (cpu_bench
+// table (f)). On two threads (each group a smaller product split over the
+// pool, its copy read from two cores' L2s) groups of 1 or 2 MiB were at
+// best as fast as the whole batch and up to 15 % slower (128-channel
+// 16 x 16 forward). The rows of the products are only partitioned: every
+// output's chain, and so every bit, is unchanged.
 constexpr int64_t kImageGroupBytes = int64_t{1} << 20;
 
 std::atomic<int64_t>& ImageGroupForTesting() {
@@ -645,12 +649,14 @@ std::atomic<int64_t>& ImageGroupForTesting() {
 }
 
 // Images per product for a batch of n whose padded copy takes
-// copy_per_image floats per image, with weight_floats weights to pack.
-int64_t ImagesPerGroup(int64_t n, int64_t copy_per_image,
-                       int64_t weight_floats) {
+// copy_per_image floats per image, with weight_floats weights to pack, the
+// product to run on `pool`.
+int64_t ImagesPerGroup(int64_t n, int64_t copy_per_image, int64_t weight_floats,
+                       ThreadPool* pool) {
   const int64_t forced = ImageGroupForTesting().load(std::memory_order_relaxed);
   if (forced > 0) return forced;
-  if (copy_per_image <= 0) return n;  // read in place: nothing to keep warm
+  // Read in place (nothing to keep warm), or a product split over threads.
+  if (copy_per_image <= 0 || Threads(pool) > 1) return n;
   const int64_t per = std::max<int64_t>(
       1, kImageGroupBytes /
              (copy_per_image * static_cast<int64_t>(sizeof(float))));
@@ -685,7 +691,7 @@ void ForwardIndirectImages(const sp::Conv2dShape& s, const float* x,
 void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
                      float* y, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
   const int64_t per = ImagesPerGroup(s.n, IndirectInput::CopyPerImage(s),
-                                     sp::Conv2dWeightSize(s));
+                                     sp::Conv2dWeightSize(s), pool);
   const int64_t x_image = s.c_in * s.h * s.w;
   const int64_t y_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   for (int64_t n0 = 0; n0 < s.n; n0 += per) {
@@ -741,7 +747,7 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
   const int64_t hd = s.h + s.pad_top + (s.k_h - 1) * s.dilation_h;
   const int64_t wd = s.w + s.pad_left + (s.k_w - 1) * s.dilation_w;
   const int64_t per =
-      ImagesPerGroup(s.n, s.c_out * hd * wd, sp::Conv2dWeightSize(s));
+      ImagesPerGroup(s.n, s.c_out * hd * wd, sp::Conv2dWeightSize(s), pool);
   const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const int64_t dx_image = s.c_in * s.h * s.w;
   for (int64_t n0 = 0; n0 < s.n; n0 += per) {
@@ -1000,7 +1006,7 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
   const int64_t dx_image = s.c_in * s.h * s.w;
   // Per image: dy's padded grid, and the classes' planes (dx's size).
   const int64_t per = ImagesPerGroup(s.n, s.c_out * cg.h * cg.w + dx_image,
-                                     sp::Conv2dWeightSize(s));
+                                     sp::Conv2dWeightSize(s), pool);
   for (int64_t n0 = 0; n0 < s.n; n0 += per) {
     sp::Conv2dShape g = s;
     g.n = std::min(per, s.n - n0);

@@ -40,9 +40,9 @@
 // grad_input with at most 256 terms per output run each output's one-chunk
 // chain directly and grad_weight runs each output's chunks and tree, all
 // vectorised across channels (DepthwiseConv2d*, gemm.h).
-// The indirect forward and grad_input make that copy and run their
-// products for a group of images at a time where the weights are small beside
-// the copy (about 1 MiB of it per group, so it is read back from L2).
+// On one thread, the indirect forward and grad_input make that copy and run
+// their products for a group of images at a time where the weights are small
+// beside the copy (about 1 MiB of it per group, so it is read back from L2).
 // Scratch memory: the padded x or the dy grid of the indirect paths; the
 // GEMM's packed weights and one slab (at most 1,024 reduction steps) of its
 // other packed panels at a time.
