@@ -439,6 +439,13 @@ bool AllFinite(const float* v, int64_t n) {
 // transposing copy for 1 x 1 ones), the planes of cl split over the pool.
 void TransposeWeights(const float* w, int64_t groups, int64_t cog, int64_t cig,
                       int64_t kk, float* wt, ThreadPool* pool) {
+  if (kk == 1) {
+    for (int64_t g = 0; g < groups; ++g) {
+      cpu_internal::TransposeCopy(w + g * cog * cig, cig, cog, cig,
+                                  wt + g * cig * cog, cog);
+    }
+    return;
+  }
   const int64_t depth = cog * kk;
   auto rows = [&](int64_t r0, int64_t r1) {  // rows (g, cl) of wt
     for (int64_t r = r0; r < r1; ++r) {
@@ -456,13 +463,6 @@ void TransposeWeights(const float* w, int64_t groups, int64_t cog, int64_t cig,
       }
     }
   };
-  if (kk == 1) {
-    for (int64_t g = 0; g < groups; ++g) {
-      cpu_internal::TransposeCopy(w + g * cog * cig, cig, cog, cig,
-                                  wt + g * cig * cog, cog);
-    }
-    return;
-  }
   const int64_t n = groups * cig;
   if (n * depth < (int64_t{1} << 15)) pool = nullptr;  // small: not worth it
   ParallelForBlocks(pool, n, std::max<int64_t>(1, n / 8), rows);
@@ -665,6 +665,17 @@ int64_t ImagesPerGroup(int64_t n, int64_t copy_per_image, int64_t weight_floats,
   return per;
 }
 
+// fn(g, n0) for each group of at most `per` consecutive images of s, from
+// image n0: g is s with g.n the group's size.
+template <class Fn>
+void ForImageGroups(const sp::Conv2dShape& s, int64_t per, const Fn& fn) {
+  for (int64_t n0 = 0; n0 < s.n; n0 += per) {
+    sp::Conv2dShape g = s;
+    g.n = std::min(per, s.n - n0);
+    fn(g, n0);
+  }
+}
+
 // ForwardIndirect for the images of s (a group of the batch).
 void ForwardIndirectImages(const sp::Conv2dShape& s, const float* x,
                            const float* w, float* y, int64_t chunk, CpuIsa isa,
@@ -694,12 +705,10 @@ void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
                                      sp::Conv2dWeightSize(s), pool);
   const int64_t x_image = s.c_in * s.h * s.w;
   const int64_t y_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
-  for (int64_t n0 = 0; n0 < s.n; n0 += per) {
-    sp::Conv2dShape g = s;
-    g.n = std::min(per, s.n - n0);
+  ForImageGroups(s, per, [&](const sp::Conv2dShape& g, int64_t n0) {
     ForwardIndirectImages(g, x + n0 * x_image, w, y + n0 * y_image, chunk, isa,
                           pool);
-  }
+  });
 }
 
 // GradInputIndirect for the images of s (a group of the batch).
@@ -750,12 +759,10 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
       ImagesPerGroup(s.n, s.c_out * hd * wd, sp::Conv2dWeightSize(s), pool);
   const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const int64_t dx_image = s.c_in * s.h * s.w;
-  for (int64_t n0 = 0; n0 < s.n; n0 += per) {
-    sp::Conv2dShape g = s;
-    g.n = std::min(per, s.n - n0);
+  ForImageGroups(s, per, [&](const sp::Conv2dShape& g, int64_t n0) {
     GradInputIndirectImages(g, dy + n0 * dy_image, wt, dx + n0 * dx_image,
                             chunk, isa, pool);
-  }
+  });
 }
 
 // dy spread onto the grid the strided grad_input reads by class: dy row r
@@ -1007,12 +1014,10 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
   // Per image: dy's padded grid, and the classes' planes (dx's size).
   const int64_t per = ImagesPerGroup(s.n, s.c_out * cg.h * cg.w + dx_image,
                                      sp::Conv2dWeightSize(s), pool);
-  for (int64_t n0 = 0; n0 < s.n; n0 += per) {
-    sp::Conv2dShape g = s;
-    g.n = std::min(per, s.n - n0);
+  ForImageGroups(s, per, [&](const sp::Conv2dShape& g, int64_t n0) {
     GradInputByClassImages(g, dy + n0 * dy_image, wt, dx + n0 * dx_image, chunk,
                            isa, pool, per < s.n);
-  }
+  });
 }
 
 // grad_weight: dw^T[(cl, kh, kw), co] = im2col(x)[tap, (n, pix)] x

@@ -695,23 +695,34 @@ std::string NetName(size_t i, int op, const char* impl) {
   return absl::StrFormat("shapes/%d/%s/%s", i, kConvOps[op].label, impl);
 }
 
+// Random x, w and dy of a shape at NetBatch() (three seeds from *seed),
+// zeroed outputs, and its attributes.
+ConvData NetData(const NetShape& s, uint32_t* seed) {
+  const int64_t b = NetBatch();
+  const int64_t out = (s.px + 2 * s.pad - s.k) / s.stride + 1;
+  ConvData d;
+  d.x = RandomTensor({b, s.c_in, s.px, s.px}, ++*seed);
+  d.w = RandomTensor({s.c_out, s.c_in / s.groups, s.k, s.k}, ++*seed);
+  d.dy = RandomTensor({b, s.c_out, out, out}, ++*seed);
+  d.y = {ZeroTensor({b, s.c_out, out, out})};
+  d.dx = {ZeroTensor({b, s.c_in, s.px, s.px})};
+  d.dw = {ZeroTensor({s.c_out, s.c_in / s.groups, s.k, s.k})};
+  return d;
+}
+OpAttrs NetAttrs(const NetShape& s) {
+  OpAttrs attrs;
+  attrs.stride_h = attrs.stride_w = s.stride;
+  attrs.pad_top = attrs.pad_bottom = attrs.pad_left = attrs.pad_right = s.pad;
+  attrs.groups = s.groups;
+  return attrs;
+}
+
 void RegisterNetShapes() {
   uint32_t seed = 40;
   for (size_t i = 0; i < NetShapes().size(); ++i) {
     const NetShape& s = NetShapes()[i];
-    const int64_t b = NetBatch();
-    const int64_t out = (s.px + 2 * s.pad - s.k) / s.stride + 1;
-    auto d = std::make_shared<ConvData>();
-    d->x = RandomTensor({b, s.c_in, s.px, s.px}, ++seed);
-    d->w = RandomTensor({s.c_out, s.c_in / s.groups, s.k, s.k}, ++seed);
-    d->dy = RandomTensor({b, s.c_out, out, out}, ++seed);
-    d->y = {ZeroTensor({b, s.c_out, out, out})};
-    d->dx = {ZeroTensor({b, s.c_in, s.px, s.px})};
-    d->dw = {ZeroTensor({s.c_out, s.c_in / s.groups, s.k, s.k})};
-    OpAttrs attrs;
-    attrs.stride_h = attrs.stride_w = s.stride;
-    attrs.pad_top = attrs.pad_bottom = attrs.pad_left = attrs.pad_right = s.pad;
-    attrs.groups = s.groups;
+    auto d = std::make_shared<ConvData>(NetData(s, &seed));
+    const OpAttrs attrs = NetAttrs(s);
     for (int op = 0; op < 3; ++op) {
       const KernelFn fn =
           Kernel(kConvOps[op].op, Mode::kCanonical, kCanonicalAlgorithm);
@@ -720,7 +731,6 @@ void RegisterNetShapes() {
           [d, op, fn, attrs] {
             Call(fn, d->Inputs(op), d->Output(op), attrs);
           });
-
       const Mnk f = NetMnk(s, op);
       struct Operands {
         std::vector<float> a, b, c;
@@ -802,17 +812,8 @@ void PrintImageGroups() {
   uint32_t seed = 90;
   for (const NetShape& s : NetShapes()) {
     if (s.groups != 1 || s.c_in < 16) continue;  // the realistic layers
-    const int64_t b = NetBatch();
-    const int64_t out = (s.px + 2 * s.pad - s.k) / s.stride + 1;
-    ConvData d;
-    d.x = RandomTensor({b, s.c_in, s.px, s.px}, ++seed);
-    d.w = RandomTensor({s.c_out, s.c_in, s.k, s.k}, ++seed);
-    d.dy = RandomTensor({b, s.c_out, out, out}, ++seed);
-    d.y = {ZeroTensor({b, s.c_out, out, out})};
-    d.dx = {ZeroTensor({b, s.c_in, s.px, s.px})};
-    OpAttrs attrs;
-    attrs.stride_h = attrs.stride_w = s.stride;
-    attrs.pad_top = attrs.pad_bottom = attrs.pad_left = attrs.pad_right = s.pad;
+    ConvData d = NetData(s, &seed);
+    const OpAttrs attrs = NetAttrs(s);
     for (int op = 0; op < 2; ++op) {
       const KernelFn fn =
           Kernel(kConvOps[op].op, Mode::kCanonical, kCanonicalAlgorithm);
