@@ -631,49 +631,93 @@ void IndirectGroups(int64_t groups, const c::MatMulShape& m,
 // these leave L2 (a 64-channel 32 x 32 layer's copy is 9.5 MiB at batch 32)
 // and are written to and read back from memory; made and consumed about
 // kImageGroupBytes at a time, they stay in L2, at the price of packing the
-// weights once per group. So groups are formed only where that repacking
-// moves no more than the copy itself (large planes, few channels), and only
-// for a product on one thread. Measured on one core with a 2 MiB L2 at
-// batch 32 (docs/benchmarks.md): 64-channel 32 x 32 3 x 3 forward +6 %,
-// grad_input +13 - 17 %; 128-channel 16 x 16 +2 % and +6 - 9 % (cpu_bench
-// table (f)). On two threads (each group a smaller product split over the
-// pool, its copy read from two cores' L2s) groups of 1 or 2 MiB were at
-// best as fast as the whole batch and up to 15 % slower (128-channel
-// 16 x 16 forward). The rows of the products are only partitioned: every
+// weights once per group. So on one thread groups are formed only where
+// that repacking moves no more than the copy itself (large planes, few
+// channels). Measured on one core with a 2 MiB L2 at batch 32
+// (docs/benchmarks.md, cpu_bench table (f)): 64-channel 32 x 32 3 x 3
+// forward +5 %, grad_input +14 %; 128-channel 16 x 16 +1 % and +6 %.
+//
+// On a pool the groups run side by side, each a product on one thread
+// (its copy in that core's L2; nothing shared but the read-only inputs),
+// as many on every thread. Where the L2-sized groups would repack too much,
+// the strided grad_input by class still runs one group per thread (its
+// class products are short; split over the pool, they and the spread and
+// merge around them cross cores), given an image for every thread and at
+// least kMinGroupRows product rows per group (the weights, packed once per
+// group, then cost under 1 / (2 * kMinGroupRows) of its FLOPs). Otherwise
+// one product of the whole batch is split over the pool (for 256-channel
+// 8 x 8 3 x 3 layers, one group per thread was up to 17 % slower). On two
+// threads against the whole batch split over them (table (f)): 64-channel
+// 32 x 32 3 x 3 forward +10 - 21 %, grad_input +11 - 28 %; 3 x 3 stride-2
+// 64 -> 128 +16 - 31 %; 1 x 1 stride-2 grad_input x1.6 - 2.3; 16-channel
+// 16 x 16 x1.5 - 1.8. The rows of the products are only partitioned: every
 // output's chain, and so every bit, is unchanged.
 constexpr int64_t kImageGroupBytes = int64_t{1} << 20;
+constexpr int64_t kMinGroupRows = 512;
 
 std::atomic<int64_t>& ImageGroupForTesting() {
   static std::atomic<int64_t> images{0};
   return images;
 }
 
-// Images per product for a batch of n whose padded copy takes
-// copy_per_image floats per image, with weight_floats weights to pack, the
-// product to run on `pool`.
-int64_t ImagesPerGroup(int64_t n, int64_t copy_per_image, int64_t weight_floats,
-                       ThreadPool* pool) {
+// How the images of a batch of n are split into products: `groups`
+// products of n / groups images (give or take one), each on one thread
+// (`parallel`: the groups spread over the pool), or one product of the
+// whole batch (groups == 1) split over the pool.
+struct ImageGroups {
+  int64_t groups = 1;
+  bool parallel = false;
+};
+
+// The groups for a batch of n whose padded copy takes copy_per_image floats
+// per image (0: read in place) and whose products have rows_per_image rows
+// per image, with weight_floats weights to pack, to run on `pool`;
+// one_per_thread: where L2-sized groups would repack too much, one group
+// per thread rather than the whole batch.
+ImageGroups PlanImageGroups(int64_t n, int64_t copy_per_image,
+                            int64_t rows_per_image, int64_t weight_floats,
+                            bool one_per_thread, ThreadPool* pool) {
+  const int64_t threads = Threads(pool);
+  ImageGroups plan;
   const int64_t forced = ImageGroupForTesting().load(std::memory_order_relaxed);
-  if (forced > 0) return forced;
-  // Read in place (nothing to keep warm), or a product split over threads.
-  if (copy_per_image <= 0 || Threads(pool) > 1) return n;
-  const int64_t per = std::max<int64_t>(
-      1, kImageGroupBytes /
-             (copy_per_image * static_cast<int64_t>(sizeof(float))));
-  const int64_t groups = (n + per - 1) / per;
-  if (groups <= 1 || weight_floats * groups > n * copy_per_image) return n;
-  return per;
+  if (forced > 0) {
+    plan.groups = (n + forced - 1) / forced;
+  } else {
+    if (copy_per_image <= 0) return plan;  // nothing to keep warm
+    const int64_t per = std::max<int64_t>(
+        1, kImageGroupBytes /
+               (copy_per_image * static_cast<int64_t>(sizeof(float))));
+    // L2-sized groups, as many on every thread; else one per thread.
+    int64_t groups = ((n + per - 1) / per + threads - 1) / threads * threads;
+    if (groups > n || weight_floats * groups > n * copy_per_image) {
+      groups = threads;
+      if (!one_per_thread || groups > n ||
+          n / groups * rows_per_image < kMinGroupRows) {
+        groups = 1;
+      }
+    }
+    plan.groups = groups;
+  }
+  plan.parallel = plan.groups > 1 && threads > 1;
+  return plan;
 }
 
-// fn(g, n0) for each group of at most `per` consecutive images of s, from
-// image n0: g is s with g.n the group's size.
+// fn(g, n0, pool) for each group of `plan` over the images of s, from image
+// n0 (g: s with g.n the group's size), with the pool its product may use.
 template <class Fn>
-void ForImageGroups(const sp::Conv2dShape& s, int64_t per, const Fn& fn) {
-  for (int64_t n0 = 0; n0 < s.n; n0 += per) {
+void ForImageGroups(const sp::Conv2dShape& s, const ImageGroups& plan,
+                    ThreadPool* pool, const Fn& fn) {
+  const auto group = [&](int64_t i, ThreadPool* product_pool) {
+    const int64_t n0 = i * s.n / plan.groups;
     sp::Conv2dShape g = s;
-    g.n = std::min(per, s.n - n0);
-    fn(g, n0);
+    g.n = (i + 1) * s.n / plan.groups - n0;
+    fn(g, n0, product_pool);
+  };
+  if (plan.parallel) {
+    ParallelFor(pool, plan.groups, [&](int64_t i) { group(i, nullptr); });
+    return;
   }
+  for (int64_t i = 0; i < plan.groups; ++i) group(i, pool);
 }
 
 // ForwardIndirect for the images of s (a group of the batch).
@@ -701,14 +745,17 @@ void ForwardIndirectImages(const sp::Conv2dShape& s, const float* x,
 // zero-padded x; by image groups.
 void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
                      float* y, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
-  const int64_t per = ImagesPerGroup(s.n, IndirectInput::CopyPerImage(s),
-                                     sp::Conv2dWeightSize(s), pool);
+  const ImageGroups plan = PlanImageGroups(
+      s.n, IndirectInput::CopyPerImage(s),
+      sp::Conv2dOutH(s) * sp::Conv2dOutW(s), sp::Conv2dWeightSize(s),
+      /*one_per_thread=*/false, pool);
   const int64_t x_image = s.c_in * s.h * s.w;
   const int64_t y_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
-  ForImageGroups(s, per, [&](const sp::Conv2dShape& g, int64_t n0) {
-    ForwardIndirectImages(g, x + n0 * x_image, w, y + n0 * y_image, chunk, isa,
-                          pool);
-  });
+  ForImageGroups(s, plan, pool,
+                 [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
+                   ForwardIndirectImages(g, x + n0 * x_image, w,
+                                         y + n0 * y_image, chunk, isa, gp);
+                 });
 }
 
 // GradInputIndirect for the images of s (a group of the batch).
@@ -755,14 +802,16 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
   // The grid's planes (GradInputIndirectImages).
   const int64_t hd = s.h + s.pad_top + (s.k_h - 1) * s.dilation_h;
   const int64_t wd = s.w + s.pad_left + (s.k_w - 1) * s.dilation_w;
-  const int64_t per =
-      ImagesPerGroup(s.n, s.c_out * hd * wd, sp::Conv2dWeightSize(s), pool);
+  const ImageGroups plan =
+      PlanImageGroups(s.n, s.c_out * hd * wd, s.h * s.w,
+                      sp::Conv2dWeightSize(s), /*one_per_thread=*/false, pool);
   const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const int64_t dx_image = s.c_in * s.h * s.w;
-  ForImageGroups(s, per, [&](const sp::Conv2dShape& g, int64_t n0) {
-    GradInputIndirectImages(g, dy + n0 * dy_image, wt, dx + n0 * dx_image,
-                            chunk, isa, pool);
-  });
+  ForImageGroups(s, plan, pool,
+                 [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
+                   GradInputIndirectImages(g, dy + n0 * dy_image, wt,
+                                           dx + n0 * dx_image, chunk, isa, gp);
+                 });
 }
 
 // dy spread onto the grid the strided grad_input reads by class: dy row r
@@ -1004,7 +1053,7 @@ void GradInputByClassImages(const sp::Conv2dShape& s, const float* dy,
   if (merge) MergeClasses(s, planes.data(), dx, pool);
 }
 
-// GradInputByClassImages by image groups (ImagesPerGroup).
+// GradInputByClassImages by image groups (PlanImageGroups).
 void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
                       const float* wt, float* dx, int64_t chunk, CpuIsa isa,
                       ThreadPool* pool) {
@@ -1012,12 +1061,14 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
   const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const int64_t dx_image = s.c_in * s.h * s.w;
   // Per image: dy's padded grid, and the classes' planes (dx's size).
-  const int64_t per = ImagesPerGroup(s.n, s.c_out * cg.h * cg.w + dx_image,
-                                     sp::Conv2dWeightSize(s), pool);
-  ForImageGroups(s, per, [&](const sp::Conv2dShape& g, int64_t n0) {
-    GradInputByClassImages(g, dy + n0 * dy_image, wt, dx + n0 * dx_image, chunk,
-                           isa, pool, per < s.n);
-  });
+  const ImageGroups plan =
+      PlanImageGroups(s.n, s.c_out * cg.h * cg.w + dx_image, s.h * s.w,
+                      sp::Conv2dWeightSize(s), /*one_per_thread=*/true, pool);
+  ForImageGroups(
+      s, plan, pool, [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
+        GradInputByClassImages(g, dy + n0 * dy_image, wt, dx + n0 * dx_image,
+                               chunk, isa, gp, plan.groups > 1);
+      });
 }
 
 // grad_weight: dw^T[(cl, kh, kw), co] = im2col(x)[tap, (n, pix)] x
@@ -1116,9 +1167,11 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
   }
 }
 
-void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
-                          const float* dy, float* dw, int64_t chunk, CpuIsa isa,
-                          ThreadPool* pool) {
+namespace {
+
+// grad_weight of a conv that is not depthwise, over the images of s.
+void GradWeightImages(const sp::Conv2dShape& s, const float* x, const float* dy,
+                      float* dw, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
   const int64_t out_h = sp::Conv2dOutH(s);
   const int64_t out_w = sp::Conv2dOutW(s);
   const int64_t pix = out_h * out_w;
@@ -1126,15 +1179,6 @@ void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
   const int64_t cog = s.c_out / s.groups;
   const int64_t taps = cig * s.k_h * s.k_w;
   const int64_t depth = s.n * pix;  // (n, oh, ow)
-  if (depth == 0) {                 // empty reduction: +0.0f
-    for (int64_t i = 0; i < sp::Conv2dWeightSize(s); ++i) dw[i] = 0.0f;
-    return;
-  }
-  if (cig == 1 && s.groups > 1) {
-    // Depthwise: vectorised across channels, no GEMM.
-    DepthwiseConv2dGradWeight(s, x, dy, dw, chunk, isa, pool);
-    return;
-  }
   if (UseIndirect(s, cog)) {
     GradWeightIndirect(s, x, dy, dw, chunk, isa, pool);
     return;
@@ -1156,6 +1200,94 @@ void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
     packing.ctx = &f;
     GemmPacked(m, nullptr, nullptr, dw + g * cog * taps, chunk, packing, isa,
                pool);
+  }
+}
+
+// grad_weight's reduction runs over (n, oh, ow) in canonical chunks combined
+// by the pairwise tree (kernels/canonical/reduce.h), whose first split is at
+// the largest power of two of chunks below their count. Where that split
+// falls between images and halves the batch, and likewise at every level
+// down to `parts` subtrees, each subtree is the grad_weight of its images
+// alone, and dw is their sum by the same tree: the parts can run side by
+// side, each on one thread with its x, dy and packed operands in that
+// core's cache, where one product split over the pool shares its packed dy
+// between cores. Requires parts a power of two, and each part at least
+// kMinTreePartChunks chunks: the parts' dw (one each, then summed) must be
+// small next to their work. Measured on two threads at batch 32 (cpu_bench
+// table (f)): parts of 16 and more chunks +2 - 48 % (64-channel 32 x 32,
+// 3 x 3 and 1 x 1 stride-2 64 -> 128, 16-channel 16 x 16; 128-channel
+// 16 x 16 even), parts of 4 chunks (256-channel 8 x 8) 4 - 14 % slower.
+constexpr int64_t kMinTreePartChunks = 16;
+
+bool SplitsIntoSubtrees(int64_t n, int64_t pix, int64_t parts) {
+  if (parts == 1) return true;
+  const int64_t chunks = c::NumChunks(n * pix);
+  if (n % 2 != 0 || chunks < 2 * kMinTreePartChunks) return false;
+  if (c::TreeSplit(chunks) * c::kChunk != n / 2 * pix) return false;
+  return SplitsIntoSubtrees(n / 2, pix, parts / 2);
+}
+
+// The number of subtree parts to run a grad_weight on `pool` as (1: one
+// product over the pool).
+int64_t GradWeightParts(const sp::Conv2dShape& s, int64_t chunk,
+                        ThreadPool* pool) {
+  const int64_t threads = Threads(pool);
+  if (chunk != c::kChunk || threads < 2 || (threads & (threads - 1)) != 0) {
+    return 1;
+  }
+  const int64_t forced = ImageGroupForTesting().load(std::memory_order_relaxed);
+  if (forced >= s.n) return 1;
+  const int64_t pix = sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  return SplitsIntoSubtrees(s.n, pix, threads) ? threads : 1;
+}
+
+}  // namespace
+
+void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
+                          const float* dy, float* dw, int64_t chunk, CpuIsa isa,
+                          ThreadPool* pool) {
+  const int64_t cig = s.c_in / s.groups;
+  const int64_t depth = s.n * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  if (depth == 0) {  // empty reduction: +0.0f
+    for (int64_t i = 0; i < sp::Conv2dWeightSize(s); ++i) dw[i] = 0.0f;
+    return;
+  }
+  if (cig == 1 && s.groups > 1) {
+    // Depthwise: vectorised across channels, no GEMM.
+    DepthwiseConv2dGradWeight(s, x, dy, dw, chunk, isa, pool);
+    return;
+  }
+  const int64_t parts = GradWeightParts(s, chunk, pool);
+  if (parts == 1) {
+    GradWeightImages(s, x, dy, dw, chunk, isa, pool);
+    return;
+  }
+  // Part i's images into sums[i] (part 0: dw), then the perfect tree over
+  // the parts: ((0 + 1) + (2 + 3)) + ...
+  const int64_t size = sp::Conv2dWeightSize(s);
+  const Floats extra((parts - 1) * size);
+  std::vector<float*> sums(parts, dw);
+  for (int64_t i = 1; i < parts; ++i) sums[i] = extra.data() + (i - 1) * size;
+  const int64_t images = s.n / parts;
+  const int64_t x_image = s.c_in * s.h * s.w;
+  const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  ParallelFor(pool, parts, [&](int64_t i) {
+    sp::Conv2dShape g = s;
+    g.n = images;
+    GradWeightImages(g, x + i * images * x_image, dy + i * images * dy_image,
+                     sums[i], chunk, isa, nullptr);
+  });
+  for (int64_t step = 1; step < parts; step *= 2) {
+    ParallelForBlocks(pool, size, int64_t{1} << 14,
+                      [&](int64_t begin, int64_t end) {
+                        for (int64_t i = 0; i < parts; i += 2 * step) {
+                          float* left = sums[i];
+                          const float* right = sums[i + step];
+                          for (int64_t e = begin; e < end; ++e) {
+                            left[e] = left[e] + right[e];
+                          }
+                        }
+                      });
   }
 }
 

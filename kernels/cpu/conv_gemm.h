@@ -75,7 +75,9 @@ void Conv2dGradWeightGemm(const spatial::Conv2dShape& s, const float* x,
 namespace cpu_internal {
 // Tests only: the indirect forward and grad_input run at most
 // `images` images per product, whatever their sizes (0: the default image
-// groups of conv_gemm.cc). Not for concurrent use with other calls.
+// groups of conv_gemm.cc), and with `images` at least the batch, grad_weight
+// runs one product (no subtree parts). Not for concurrent use with other
+// calls.
 void SetConvImageGroupForTesting(int64_t images);
 }  // namespace cpu_internal
 

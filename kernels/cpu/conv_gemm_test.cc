@@ -320,6 +320,24 @@ TEST(ConvGemmTest, ImageGroupsKeepTheBits) {
   cpu_internal::SetConvImageGroupForTesting(0);
 }
 
+// On a pool of 2 or 8 threads, a grad_weight whose canonical tree splits
+// between images into halves down to one subtree per thread runs as one
+// grad_weight per subtree, summed by the tree: the same bits. Cases that
+// split on 2 threads (32 and more chunks of 256 terms, halved at an image
+// boundary), one that splits on 8 as well (32 images of 32 x 32 outputs:
+// 8 parts of 16 chunks), and one that does not split (its tree's first
+// split falls inside an image).
+TEST(ConvGemmTest, GradWeightTreePartsKeepTheBits) {
+  const Case cases[] = {
+      {"tree parts indirect", 32, 4, 16, 16, 33, 3, 1, 1, 1, 1, 1, 1, 1},
+      {"tree parts few outputs", 32, 3, 16, 16, 4, 3, 1, 1, 1, 1, 1, 1, 1},
+      {"tree parts stride 2", 32, 5, 32, 32, 36, 3, 2, 1, 1, 1, 1, 1, 1},
+      {"tree parts groups 2", 32, 8, 16, 16, 34, 3, 1, 1, 1, 1, 1, 1, 2},
+      {"tree parts 8 threads", 32, 2, 32, 32, 9, 3, 1, 1, 1, 1, 1, 1, 1},
+      {"no tree parts 15px", 32, 4, 15, 15, 33, 3, 1, 1, 1, 1, 1, 1, 1}};
+  ExpectSpecAndSingleChain(cases, 6100, " (grad_weight by subtrees)");
+}
+
 // Strided grad_input, however few its input channels, leaves the stride
 // holes out of the reduction (exact for finite weights: a canonical chain
 // never holds -0.0f, and fma(0, w, acc) with a finite w leaves any other acc

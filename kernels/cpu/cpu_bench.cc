@@ -802,39 +802,44 @@ void PrintImageGroups() {
   const int reps = Opts().quick ? 2 : 15;
   std::printf(
       "\n== (f) image groups vs the whole batch in one product, CANONICAL "
-      "conv2d at batch %d, 1 thread; GFLOP/s, fastest of %d calls each, the "
-      "two alternating; whole / groups: time ratio (> 1: the groups are "
-      "faster; 1.00 +- noise where the shape forms no groups) ==\n",
+      "conv2d at batch %d; GFLOP/s, fastest of %d calls each, the two "
+      "alternating; whole / groups: time ratio (> 1: the groups are faster; "
+      "1.00 +- noise where the shape forms no groups). On 1 thread the groups "
+      "run one after another, on 2 side by side, each on one thread; "
+      "grad_weight's groups are the subtrees of its reduction, on 2 threads "
+      "==\n",
       static_cast<int>(NetBatch()), reps);
-  std::printf("%-22s %-12s %8s %8s %14s\n", "shape", "op", "groups", "whole",
-              "whole/groups");
-  UseThreads(1);
-  uint32_t seed = 90;
-  for (const NetShape& s : NetShapes()) {
-    if (s.groups != 1 || s.c_in < 16) continue;  // the realistic layers
-    ConvData d = NetData(s, &seed);
-    const OpAttrs attrs = NetAttrs(s);
-    for (int op = 0; op < 2; ++op) {
-      const KernelFn fn =
-          Kernel(kConvOps[op].op, Mode::kCanonical, kCanonicalAlgorithm);
-      double best[2] = {std::numeric_limits<double>::infinity(),
-                        std::numeric_limits<double>::infinity()};
-      for (int r = 0; r < reps + 1; ++r) {  // the first round warms up
-        for (int whole = 0; whole < 2; ++whole) {
-          cpu_internal::SetConvImageGroupForTesting(
-              whole == 1 ? int64_t{1} << 30 : 0);
-          const auto t0 = std::chrono::steady_clock::now();
-          Call(fn, d.Inputs(op), d.Output(op), attrs);
-          const double t = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - t0)
-                               .count();
-          if (r > 0) best[whole] = std::min(best[whole], t);
+  std::printf("%-22s %-12s %7s %8s %8s %14s\n", "shape", "op", "threads",
+              "groups", "whole", "whole/groups");
+  for (const int threads : {1, 2}) {
+    UseThreads(threads);
+    uint32_t seed = 90;
+    for (const NetShape& s : NetShapes()) {
+      if (s.groups != 1 || s.c_in < 16) continue;  // the realistic layers
+      ConvData d = NetData(s, &seed);
+      const OpAttrs attrs = NetAttrs(s);
+      for (int op = 0; op < 3; ++op) {
+        const KernelFn fn =
+            Kernel(kConvOps[op].op, Mode::kCanonical, kCanonicalAlgorithm);
+        double best[2] = {std::numeric_limits<double>::infinity(),
+                          std::numeric_limits<double>::infinity()};
+        for (int r = 0; r < reps + 1; ++r) {  // the first round warms up
+          for (int whole = 0; whole < 2; ++whole) {
+            cpu_internal::SetConvImageGroupForTesting(
+                whole == 1 ? int64_t{1} << 30 : 0);
+            const auto t0 = std::chrono::steady_clock::now();
+            Call(fn, d.Inputs(op), d.Output(op), attrs);
+            const double t = std::chrono::duration<double>(
+                                 std::chrono::steady_clock::now() - t0)
+                                 .count();
+            if (r > 0) best[whole] = std::min(best[whole], t);
+          }
         }
+        cpu_internal::SetConvImageGroupForTesting(0);
+        std::printf("%-22s %-12s %7d %8.1f %8.1f %14.2f\n", s.name.c_str(),
+                    kConvOps[op].label, threads, NetFlops(s) / best[0] * 1e-9,
+                    NetFlops(s) / best[1] * 1e-9, best[1] / best[0]);
       }
-      cpu_internal::SetConvImageGroupForTesting(0);
-      std::printf("%-22s %-12s %8.1f %8.1f %14.2f\n", s.name.c_str(),
-                  kConvOps[op].label, NetFlops(s) / best[0] * 1e-9,
-                  NetFlops(s) / best[1] * 1e-9, best[1] / best[0]);
     }
   }
 }

@@ -24,11 +24,14 @@ for header in \
     exit 1
   fi
 done
-# Table (f): the image groups against the whole batch, a ratio per row.
-if ! grep -qE '^3x3 64 32px +grad_input +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]{2}$' \
-    "$out"; then
-  echo "cpu_bench --quick printed no whole/groups ratio in table (f); its output:"
-  cat "$out"
-  exit 1
-fi
+# Table (f): the image groups against the whole batch, a ratio per row, on
+# one thread and on two.
+for threads in 1 2; do
+  if ! grep -qE "^3x3 64 32px +grad_input +$threads +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]{2}\$" \
+      "$out"; then
+    echo "cpu_bench --quick printed no whole/groups ratio on $threads thread(s) in table (f); its output:"
+    cat "$out"
+    exit 1
+  fi
+done
 echo "cpu_bench --quick: OK"
