@@ -51,6 +51,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -844,6 +845,56 @@ void PrintImageGroups() {
   }
 }
 
+// Busy for `micros` on the calling thread (a stand-in for a kernel's task
+// or for serial work between kernels).
+void BusyFor(double micros) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now() - t0)
+             .count() < micros) {
+  }
+}
+
+// (g) What a job of two tasks costs after a gap of serial work, for a pool
+// whose workers spin kPoolShortSpinMicros before sleeping and one that
+// spins kPoolSpinMicros. The pools take turns by blocks of jobs, each block
+// after a pause that lets the other pool's workers fall asleep (a spinning pool
+// would take a core from the one being timed).
+void PrintPoolHandOff() {
+  const int calls = Opts().quick ? 10 : 200;
+  constexpr double kTask = 300;  // us per task
+  std::printf(
+      "\n== (g) pool hand-off: a job of 2 tasks of %.0f us on 2 threads after "
+      "a gap of serial work; mean us per job over %d jobs (%.0f: both tasks "
+      "side by side), the two pools in turns of %d jobs; a worker that has "
+      "gone to sleep must be woken ==\n",
+      kTask, calls, kTask, calls / 4);
+  std::printf("%-10s %16s %16s\n", "gap us",
+              absl::StrFormat("spin %d us", kPoolShortSpinMicros).c_str(),
+              absl::StrFormat("spin %d us", kPoolSpinMicros).c_str());
+  ThreadPool pools[2] = {ThreadPool(2, kPoolShortSpinMicros),
+                         ThreadPool(2, kPoolSpinMicros)};
+  for (const double gap : {0.0, 100.0, 300.0, 1000.0}) {
+    double total[2] = {0, 0};
+    for (int turn = 0; turn < 4; ++turn) {
+      for (int p = 0; p < 2; ++p) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        for (int r = 0; r < calls / 4; ++r) {
+          BusyFor(gap);
+          const auto t0 = std::chrono::steady_clock::now();
+          pools[p].ParallelFor(2, [&](int64_t) { BusyFor(kTask); });
+          total[p] += std::chrono::duration<double, std::micro>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+        }
+      }
+    }
+    const int done = calls / 4 * 4;
+    std::printf("%-10.0f %16.0f %16.0f\n", gap, total[0] / done,
+                total[1] / done);
+  }
+}
+
 // ---------------------------------------------------------------------------
 
 int Main(int argc, char** argv) {
@@ -902,6 +953,7 @@ int Main(int argc, char** argv) {
   PrintLanes();
   PrintNetShapes();
   PrintImageGroups();
+  PrintPoolHandOff();
   std::fflush(stdout);
   return 0;
 }

@@ -17,7 +17,8 @@ for header in \
     "== (c) fingerprinting each op's output" \
     "== (d) bias_add.grad and pooling" \
     "== (e) CANONICAL conv2d per network shape" \
-    "== (f) image groups vs the whole batch"; do
+    "== (f) image groups vs the whole batch" \
+    "== (g) pool hand-off"; do
   if ! grep -qF -- "$header" "$out"; then
     echo "cpu_bench --quick did not print \"$header\"; its output:"
     cat "$out"

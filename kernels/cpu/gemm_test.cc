@@ -4,9 +4,11 @@
 // transpose combination of the three dense products.
 #include "kernels/cpu/gemm.h"
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -293,6 +295,25 @@ TEST(ThreadPoolTest, RunsEveryTaskOnceAndNests) {
       // A nested call runs inline rather than deadlocking.
       pool.ParallelFor(2, [](int64_t) {});
     });
+    for (int h : hits) ASSERT_EQ(h, 1);
+  }
+}
+
+// Workers spin kPoolSpinMicros before sleeping, unless the pool has more
+// threads than the machine has cores; an explicit value is kept. Jobs after
+// a sleep still run every task (the workers wake).
+TEST(ThreadPoolTest, SpinsLongOnlyWithinTheCores) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  ASSERT_GT(cores, 0);
+  EXPECT_EQ(ThreadPool(cores).spin_micros(), kPoolSpinMicros);
+  EXPECT_EQ(ThreadPool(1).spin_micros(), kPoolSpinMicros);
+  EXPECT_EQ(ThreadPool(cores + 1).spin_micros(), kPoolShortSpinMicros);
+  EXPECT_EQ(ThreadPool(2, 7).spin_micros(), 7);
+  ThreadPool pool(2, 0);
+  for (int round = 0; round < 5; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::vector<int> hits(4, 0);
+    pool.ParallelFor(4, [&](int64_t i) { ++hits[i]; });
     for (int h : hits) ASSERT_EQ(h, 1);
   }
 }

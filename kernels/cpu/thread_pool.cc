@@ -6,8 +6,21 @@
 
 namespace lockstep::kernels {
 
-ThreadPool::ThreadPool(int num_threads)
-    : num_threads_(num_threads < 1 ? 1 : num_threads) {
+namespace {
+
+int64_t DefaultSpinMicros(int num_threads) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores != 0 && static_cast<unsigned>(num_threads) > cores
+             ? kPoolShortSpinMicros
+             : kPoolSpinMicros;
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads, int64_t spin_micros)
+    : num_threads_(num_threads < 1 ? 1 : num_threads),
+      spin_micros_(spin_micros < 0 ? DefaultSpinMicros(num_threads_)
+                                   : spin_micros) {
   for (int i = 1; i < num_threads_; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -22,13 +35,12 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-// Calls busy() until it returns false or about kSpinMicros have passed
+// Calls busy() until it returns false or about spin_micros_ have passed
 // (then the caller sleeps on a condition variable, which decides anyway).
 template <typename Busy>
 void ThreadPool::SpinWhile(const Busy& busy) {
-  constexpr int64_t kSpinMicros = 50;
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::microseconds(spin_micros_);
   while (busy()) {
     for (int i = 0; i < 64 && busy(); ++i) CpuRelax();
     if (std::chrono::steady_clock::now() > until) return;

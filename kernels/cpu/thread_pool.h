@@ -40,15 +40,32 @@ inline void CpuRelax() {
 #endif
 }
 
+// How long a pool's idle worker, and a caller waiting for workers, spin
+// before sleeping on a condition variable. A training step posts hundreds
+// of jobs with serial work between them (inline fingerprints, small ops,
+// the executor); a worker that has gone to sleep takes about 100 us to
+// wake on a virtual machine (cpu_bench table (g)), and a job of two halves
+// then waits that long for its second half, so workers spin through the
+// usual gaps. An idle pool costs at most this much CPU per job before it
+// sleeps (OpenMP runtimes spin for milliseconds to hundreds of them). A
+// pool with more threads than the machine has cores spins only
+// kPoolShortSpinMicros: there a spinning worker takes a core from a thread
+// with work.
+inline constexpr int64_t kPoolSpinMicros = 2000;
+inline constexpr int64_t kPoolShortSpinMicros = 50;
+
 class ThreadPool {
  public:
-  // num_threads >= 1 counts the calling thread: num_threads - 1 workers.
-  explicit ThreadPool(int num_threads);
+  // num_threads >= 1 counts the calling thread: num_threads - 1 workers,
+  // spinning spin_micros before they sleep (< 0: kPoolSpinMicros, or
+  // kPoolShortSpinMicros when num_threads exceeds the cores).
+  explicit ThreadPool(int num_threads, int64_t spin_micros = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
+  int64_t spin_micros() const { return spin_micros_; }
 
   // Runs fn(0) .. fn(num_tasks - 1), each exactly once, spread over the
   // pool's threads (tasks are handed out in index order as threads free
@@ -62,6 +79,7 @@ class ThreadPool {
   void SpinWhile(const Busy& busy);
 
   const int num_threads_;
+  const int64_t spin_micros_;
   std::vector<std::thread> workers_;
   std::mutex busy_;  // held for the whole of one ParallelFor
 
@@ -71,7 +89,7 @@ class ThreadPool {
   uint64_t generation_ = 0;  // guarded by mu_
   int active_ = 0;           // workers inside the current job, guarded by mu_
   // Mirrors of generation_ and active_ that threads spin on, without mu_,
-  // for a short while before they sleep on a condition variable: a
+  // for spin_micros_ before they sleep on a condition variable: a
   // training step posts hundreds of short jobs, and a wake-up through the
   // condition variable costs more than many of them.
   std::atomic<uint64_t> posted_{0};
