@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -299,15 +300,20 @@ TEST(ThreadPoolTest, RunsEveryTaskOnceAndNests) {
   }
 }
 
-// Workers spin kPoolSpinMicros before sleeping, unless the pool has more
-// threads than the machine has cores; an explicit value is kept. Jobs after
-// a sleep still run every task (the workers wake).
-TEST(ThreadPoolTest, SpinsLongOnlyWithinTheCores) {
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  ASSERT_GT(cores, 0);
-  EXPECT_EQ(ThreadPool(cores).spin_micros(), kPoolSpinMicros);
-  EXPECT_EQ(ThreadPool(1).spin_micros(), kPoolSpinMicros);
-  EXPECT_EQ(ThreadPool(cores + 1).spin_micros(), kPoolShortSpinMicros);
+// Workers spin kPoolShortSpinMicros before sleeping unless
+// LOCKSTEP_CPU_SPIN_MICROS says otherwise (invalid values are ignored); an
+// explicit value is kept. Jobs after a sleep still run every task (the
+// workers wake).
+TEST(ThreadPoolTest, SpinsAsConfigured) {
+  unsetenv("LOCKSTEP_CPU_SPIN_MICROS");
+  EXPECT_EQ(ThreadPool(2).spin_micros(), kPoolShortSpinMicros);
+  setenv("LOCKSTEP_CPU_SPIN_MICROS", "2000", 1);
+  EXPECT_EQ(ThreadPool(2).spin_micros(), 2000);
+  for (const char* bad : {"-1", "100001", "2ms", ""}) {
+    setenv("LOCKSTEP_CPU_SPIN_MICROS", bad, 1);
+    EXPECT_EQ(ThreadPool(2).spin_micros(), kPoolShortSpinMicros) << bad;
+  }
+  unsetenv("LOCKSTEP_CPU_SPIN_MICROS");
   EXPECT_EQ(ThreadPool(2, 7).spin_micros(), 7);
   ThreadPool pool(2, 0);
   for (int round = 0; round < 5; ++round) {

@@ -8,19 +8,21 @@ namespace lockstep::kernels {
 
 namespace {
 
-int64_t DefaultSpinMicros(int num_threads) {
-  const unsigned cores = std::thread::hardware_concurrency();
-  return cores != 0 && static_cast<unsigned>(num_threads) > cores
-             ? kPoolShortSpinMicros
-             : kPoolSpinMicros;
+int64_t DefaultSpinMicros() {
+  if (const char* env = std::getenv("LOCKSTEP_CPU_SPIN_MICROS");
+      env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (*end == '\0' && v >= 0 && v <= 100000) return v;
+  }
+  return kPoolShortSpinMicros;
 }
 
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads, int64_t spin_micros)
     : num_threads_(num_threads < 1 ? 1 : num_threads),
-      spin_micros_(spin_micros < 0 ? DefaultSpinMicros(num_threads_)
-                                   : spin_micros) {
+      spin_micros_(spin_micros < 0 ? DefaultSpinMicros() : spin_micros) {
   for (int i = 1; i < num_threads_; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
   }

@@ -45,20 +45,23 @@ inline void CpuRelax() {
 // of jobs with serial work between them (inline fingerprints, small ops,
 // the executor); a worker that has gone to sleep takes about 100 us to
 // wake on a virtual machine (cpu_bench table (g)), and a job of two halves
-// then waits that long for its second half, so workers spin through the
-// usual gaps. An idle pool costs at most this much CPU per job before it
-// sleeps (OpenMP runtimes spin for milliseconds to hundreds of them). A
-// pool with more threads than the machine has cores spins only
-// kPoolShortSpinMicros: there a spinning worker takes a core from a thread
-// with work.
+// then waits that long for its second half. Spinning kPoolSpinMicros
+// bridges the usual gaps (resnet18_cifar on two threads: about 10 % off
+// the step, docs/benchmarks.md), but a spinning worker holds its core:
+// with several processes on the same cores (a worker daemon beside the
+// coordinator and other workers) it starves them, and a fault drill of
+// several workers on two cores changed its timing enough to fail. So the
+// default stays kPoolShortSpinMicros; LOCKSTEP_CPU_SPIN_MICROS (0 to
+// 100000) sets the process pool's spin for a machine whose cores the
+// worker has to itself.
 inline constexpr int64_t kPoolSpinMicros = 2000;
 inline constexpr int64_t kPoolShortSpinMicros = 50;
 
 class ThreadPool {
  public:
   // num_threads >= 1 counts the calling thread: num_threads - 1 workers,
-  // spinning spin_micros before they sleep (< 0: kPoolSpinMicros, or
-  // kPoolShortSpinMicros when num_threads exceeds the cores).
+  // spinning spin_micros before they sleep (< 0: LOCKSTEP_CPU_SPIN_MICROS
+  // if set and valid, else kPoolShortSpinMicros).
   explicit ThreadPool(int num_threads, int64_t spin_micros = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
