@@ -660,64 +660,54 @@ std::atomic<int64_t>& ImageGroupForTesting() {
   return images;
 }
 
-// How the images of a batch of n are split into products: `groups`
-// products of n / groups images (give or take one), each on one thread
-// (`parallel`: the groups spread over the pool), or one product of the
-// whole batch (groups == 1) split over the pool.
-struct ImageGroups {
-  int64_t groups = 1;
-  bool parallel = false;
-};
-
-// The groups for a batch of n whose padded copy takes copy_per_image floats
-// per image (0: read in place) and whose products have rows_per_image rows
-// per image, with weight_floats weights to pack, to run on `pool`;
+// The number of image groups (ForImageGroups; 1: one product of the whole
+// batch) for a batch of n whose padded copy takes copy_per_image floats per
+// image (0: read in place) and whose products have rows_per_image rows per
+// image, with weight_floats weights to pack, to run on `pool`;
 // one_per_thread: where L2-sized groups would repack too much, one group
 // per thread rather than the whole batch.
-ImageGroups PlanImageGroups(int64_t n, int64_t copy_per_image,
-                            int64_t rows_per_image, int64_t weight_floats,
-                            bool one_per_thread, ThreadPool* pool) {
+int64_t PlanImageGroups(int64_t n, int64_t copy_per_image,
+                        int64_t rows_per_image, int64_t weight_floats,
+                        bool one_per_thread, ThreadPool* pool) {
   const int64_t threads = Threads(pool);
-  ImageGroups plan;
   const int64_t forced = ImageGroupForTesting().load(std::memory_order_relaxed);
-  if (forced > 0) {
-    plan.groups = (n + forced - 1) / forced;
-  } else {
-    if (copy_per_image <= 0) return plan;  // nothing to keep warm
-    const int64_t per = std::max<int64_t>(
-        1, kImageGroupBytes /
-               (copy_per_image * static_cast<int64_t>(sizeof(float))));
-    // L2-sized groups, as many on every thread; else one per thread.
-    int64_t groups = ((n + per - 1) / per + threads - 1) / threads * threads;
-    if (groups > n || weight_floats * groups > n * copy_per_image) {
-      groups = threads;
-      if (!one_per_thread || groups > n ||
-          n / groups * rows_per_image < kMinGroupRows) {
-        groups = 1;
-      }
-    }
-    plan.groups = groups;
+  if (forced > 0) return (n + forced - 1) / forced;
+  if (copy_per_image <= 0) return 1;  // nothing to keep warm
+  const int64_t per = std::max<int64_t>(
+      1, kImageGroupBytes /
+             (copy_per_image * static_cast<int64_t>(sizeof(float))));
+  // L2-sized groups, as many on every thread; else one per thread.
+  const int64_t groups =
+      ((n + per - 1) / per + threads - 1) / threads * threads;
+  if (groups <= n && weight_floats * groups <= n * copy_per_image) {
+    return groups;
   }
-  plan.parallel = plan.groups > 1 && threads > 1;
-  return plan;
+  if (!one_per_thread || threads > n ||
+      n / threads * rows_per_image < kMinGroupRows) {
+    return 1;
+  }
+  return threads;
 }
 
-// fn(g, n0, pool) for each group of `plan` over the images of s, from image
-// n0 (g: s with g.n the group's size), with the pool its product may use.
+// fn(g, n0, pool) for each of `groups` groups of consecutive images of s
+// (n / groups images each, give or take one), from image n0 (g: s with g.n
+// the group's size), with the pool its product may use: on a pool of
+// several threads the groups run side by side, each on one thread; else
+// one after another, each on `pool`.
 template <class Fn>
-void ForImageGroups(const sp::Conv2dShape& s, const ImageGroups& plan,
-                    ThreadPool* pool, const Fn& fn) {
+void ForImageGroups(const sp::Conv2dShape& s, int64_t groups, ThreadPool* pool,
+                    const Fn& fn) {
   const auto group = [&](int64_t i, ThreadPool* product_pool) {
-    const int64_t n0 = i * s.n / plan.groups;
+    const int64_t n0 = i * s.n / groups;
     sp::Conv2dShape g = s;
-    g.n = (i + 1) * s.n / plan.groups - n0;
+    g.n = (i + 1) * s.n / groups - n0;
     fn(g, n0, product_pool);
   };
-  if (plan.parallel) {
-    ParallelFor(pool, plan.groups, [&](int64_t i) { group(i, nullptr); });
+  if (groups > 1 && Threads(pool) > 1) {
+    ParallelFor(pool, groups, [&](int64_t i) { group(i, nullptr); });
     return;
   }
-  for (int64_t i = 0; i < plan.groups; ++i) group(i, pool);
+  for (int64_t i = 0; i < groups; ++i) group(i, pool);
 }
 
 // ForwardIndirect for the images of s (a group of the batch).
@@ -745,13 +735,13 @@ void ForwardIndirectImages(const sp::Conv2dShape& s, const float* x,
 // zero-padded x; by image groups.
 void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
                      float* y, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
-  const ImageGroups plan = PlanImageGroups(
-      s.n, IndirectInput::CopyPerImage(s),
-      sp::Conv2dOutH(s) * sp::Conv2dOutW(s), sp::Conv2dWeightSize(s),
-      /*one_per_thread=*/false, pool);
+  const int64_t groups = PlanImageGroups(s.n, IndirectInput::CopyPerImage(s),
+                                         sp::Conv2dOutH(s) * sp::Conv2dOutW(s),
+                                         sp::Conv2dWeightSize(s),
+                                         /*one_per_thread=*/false, pool);
   const int64_t x_image = s.c_in * s.h * s.w;
   const int64_t y_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
-  ForImageGroups(s, plan, pool,
+  ForImageGroups(s, groups, pool,
                  [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
                    ForwardIndirectImages(g, x + n0 * x_image, w,
                                          y + n0 * y_image, chunk, isa, gp);
@@ -802,12 +792,12 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
   // The grid's planes (GradInputIndirectImages).
   const int64_t hd = s.h + s.pad_top + (s.k_h - 1) * s.dilation_h;
   const int64_t wd = s.w + s.pad_left + (s.k_w - 1) * s.dilation_w;
-  const ImageGroups plan =
+  const int64_t groups =
       PlanImageGroups(s.n, s.c_out * hd * wd, s.h * s.w,
                       sp::Conv2dWeightSize(s), /*one_per_thread=*/false, pool);
   const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const int64_t dx_image = s.c_in * s.h * s.w;
-  ForImageGroups(s, plan, pool,
+  ForImageGroups(s, groups, pool,
                  [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
                    GradInputIndirectImages(g, dy + n0 * dy_image, wt,
                                            dx + n0 * dx_image, chunk, isa, gp);
@@ -1061,14 +1051,15 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
   const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const int64_t dx_image = s.c_in * s.h * s.w;
   // Per image: dy's padded grid, and the classes' planes (dx's size).
-  const ImageGroups plan =
+  const int64_t groups =
       PlanImageGroups(s.n, s.c_out * cg.h * cg.w + dx_image, s.h * s.w,
                       sp::Conv2dWeightSize(s), /*one_per_thread=*/true, pool);
-  ForImageGroups(
-      s, plan, pool, [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
-        GradInputByClassImages(g, dy + n0 * dy_image, wt, dx + n0 * dx_image,
-                               chunk, isa, gp, plan.groups > 1);
-      });
+  ForImageGroups(s, groups, pool,
+                 [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
+                   GradInputByClassImages(g, dy + n0 * dy_image, wt,
+                                          dx + n0 * dx_image, chunk, isa, gp,
+                                          groups > 1);
+                 });
 }
 
 // grad_weight: dw^T[(cl, kh, kw), co] = im2col(x)[tap, (n, pix)] x
@@ -1268,15 +1259,14 @@ void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
   const Floats extra((parts - 1) * size);
   std::vector<float*> sums(parts, dw);
   for (int64_t i = 1; i < parts; ++i) sums[i] = extra.data() + (i - 1) * size;
-  const int64_t images = s.n / parts;
+  const int64_t images = s.n / parts;  // parts divides the batch
   const int64_t x_image = s.c_in * s.h * s.w;
   const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
-  ParallelFor(pool, parts, [&](int64_t i) {
-    sp::Conv2dShape g = s;
-    g.n = images;
-    GradWeightImages(g, x + i * images * x_image, dy + i * images * dy_image,
-                     sums[i], chunk, isa, nullptr);
-  });
+  ForImageGroups(s, parts, pool,
+                 [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
+                   GradWeightImages(g, x + n0 * x_image, dy + n0 * dy_image,
+                                    sums[n0 / images], chunk, isa, gp);
+                 });
   for (int64_t step = 1; step < parts; step *= 2) {
     ParallelForBlocks(pool, size, int64_t{1} << 14,
                       [&](int64_t begin, int64_t end) {
