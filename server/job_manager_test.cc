@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "common/device_identity.h"
 #include "common/digest.h"
 #include "common/status_matchers.h"
@@ -155,36 +156,49 @@ class JobManagerTest : public ::testing::Test {
     return raw;
   }
 
-  // Executes an assignment like a worker would, with fake fingerprints that
-  // depend only on (step, index) — plus a flipped tensor when asked.
-  // Returns the run digest it reported.
+  // The batch of one step (sequence = step) of an assignment, with fake
+  // fingerprints that depend only on (step, index), plus a flipped tensor
+  // when asked; its step digest in *digest.
+  static FingerprintBatch StepBatch(const RunAssignment& a, int step,
+                                    int flip_step, int flip_index,
+                                    hash::Fingerprint* digest) {
+    const TensorManifest& m = a.manifest();
+    FingerprintBatch b;
+    b.set_run_id(a.run_id());
+    b.set_attempt(a.attempt());
+    b.set_sequence(step);
+    b.set_step(step);
+    std::vector<hash::Fingerprint> fps;
+    for (int i = 0; i < m.entries_size(); ++i) {
+      TensorFingerprint* f = b.add_fingerprints();
+      f->set_index(i);
+      f->set_hash_hi(step * 1000 + i);
+      f->set_hash_lo(step == flip_step && i == flip_index ? 99 : 1);
+      f->mutable_stats()->set_sum(1.0 + i);
+      f->mutable_stats()->set_l2(2.0);
+      fps.push_back(hash::Fingerprint{f->hash_hi(), f->hash_lo()});
+    }
+    *digest = hash::CombineDigests(fps);
+    b.set_step_complete(true);
+    b.set_step_digest(digest->ToHex());
+    return b;
+  }
+
+  // Executes an assignment like a worker would (StepBatch's fingerprints),
+  // sending the batches of the first `sent_steps` steps (< 0: all).
+  // Returns the run digest it reported (or would report, over every step).
   std::string Execute(FakeWorker* w, const RunAssignment& a, int flip_step = -1,
-                      int flip_index = -1, bool finish = true) {
+                      int flip_index = -1, bool finish = true,
+                      int sent_steps = -1) {
     const TensorManifest& m = a.manifest();
     std::vector<hash::Fingerprint> step_digests;
     step_digests.push_back(
         hash::Fingerprint::FromHex(m.manifest_digest()).value());
-    int64_t seq = 0;
     for (int step = 0; step < m.steps(); ++step) {
-      FingerprintBatch b;
-      b.set_run_id(a.run_id());
-      b.set_attempt(a.attempt());
-      b.set_sequence(seq++);
-      b.set_step(step);
-      std::vector<hash::Fingerprint> fps;
-      for (int i = 0; i < m.entries_size(); ++i) {
-        TensorFingerprint* f = b.add_fingerprints();
-        f->set_index(i);
-        f->set_hash_hi(step * 1000 + i);
-        f->set_hash_lo(step == flip_step && i == flip_index ? 99 : 1);
-        f->mutable_stats()->set_sum(1.0 + i);
-        f->mutable_stats()->set_l2(2.0);
-        fps.push_back(hash::Fingerprint{f->hash_hi(), f->hash_lo()});
-      }
-      const hash::Fingerprint d = hash::CombineDigests(fps);
-      b.set_step_complete(true);
-      b.set_step_digest(d.ToHex());
+      hash::Fingerprint d;
+      const FingerprintBatch b = StepBatch(a, step, flip_step, flip_index, &d);
       step_digests.push_back(d);
+      if (sent_steps >= 0 && step >= sent_steps) continue;
       auto ack = jobs_->OnBatch(w->id, b);
       EXPECT_THAT(ack, IsOk());
       if (ack.ok()) {
@@ -983,6 +997,51 @@ TEST_F(JobManagerTest, ResultIsNotAcknowledgedWhenTheStoreRefusesIt) {
             RUN_RUNNING);
   EXPECT_EQ(jobs_->GetJob(job->job_id())->runs(0).state(), RUN_RUNNING);
   // The worker resends; now it is recorded and acknowledged.
+  ASSERT_THAT(jobs_->OnRunFinished(a->id, f), IsOk());
+  jobs_->WaitForVerdicts();
+  EXPECT_EQ(store_->GetJob(job->job_id())->value().runs(0).state(),
+            RUN_SUCCEEDED);
+  EXPECT_EQ(jobs_->GetJob(job->job_id())->state(), JOB_SUCCEEDED);
+}
+
+// A result that overtakes batches the store refused (the database was
+// full): the worker still holds them, so the result is refused as
+// retryable, naming where to resend from, and the attempt is neither
+// judged nor re-queued; once the batches are stored the resent result is
+// recorded.
+TEST_F(JobManagerTest, ResultAheadOfItsBatchesWaitsForThem) {
+  FakeWorker* a = Connect("a", "class-x", /*slots=*/2);
+  SubmitJobRequest req;
+  *req.mutable_spec() = MlpSpec(1, SAME_WORKER, CANONICAL);
+  auto job = jobs_->Submit(req);
+  auto runs = a->TakeAssignments();
+  ASSERT_EQ(runs.size(), 1u);
+  const int steps = runs[0].manifest().steps();
+  ASSERT_GE(steps, 3);
+  const std::string digest =
+      Execute(a, runs[0], -1, -1, /*finish=*/false, /*sent_steps=*/steps - 2);
+  RunFinished f;
+  f.set_run_id(runs[0].run_id());
+  f.set_attempt(1);
+  f.set_success(true);
+  f.set_run_digest(digest);
+  f.set_batches(steps);
+  EXPECT_THAT(
+      jobs_->OnRunFinished(a->id, f),
+      StatusIs(absl::StatusCode::kUnavailable,
+               HasSubstr(absl::StrFormat(
+                   "sent %d batches, %d are stored; resend the batches from "
+                   "sequence %d",
+                   steps, steps - 2, steps - 2))));
+  EXPECT_EQ(store_->GetJob(job->job_id())->value().runs(0).state(),
+            RUN_RUNNING);
+  EXPECT_EQ(jobs_->GetJob(job->job_id())->runs(0).attempt(), 1);
+  // The worker resends the refused batches, then the result.
+  for (int step = steps - 2; step < steps; ++step) {
+    hash::Fingerprint d;
+    ASSERT_THAT(jobs_->OnBatch(a->id, StepBatch(runs[0], step, -1, -1, &d)),
+                IsOk());
+  }
   ASSERT_THAT(jobs_->OnRunFinished(a->id, f), IsOk());
   jobs_->WaitForVerdicts();
   EXPECT_EQ(store_->GetJob(job->job_id())->value().runs(0).state(),

@@ -573,6 +573,28 @@ absl::Status Scheduler::OnRunFinished(const std::string& worker_id,
   std::string reason;
   Run next;
   (void)writer_.Flush();
+  // A result that overtook batches the store refused (a full database, a
+  // failed commit): the worker still holds them. It is told to resend them
+  // and then the result, instead of the attempt being judged on what
+  // happens to be stored (and re-queued for steps that are not lost).
+  if (finished.success() && finished.batches() > 0) {
+    const absl::StatusOr<int64_t> stored = store_->NextSequence(run.run_id());
+    if (!stored.ok() || *stored < finished.batches()) {
+      absl::MutexLock lock(&mu_);
+      auto active = active_.find(finished.run_id());
+      if (active != active_.end()) active->second.recording = false;
+      if (!stored.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("finished.batches: the stored batches of ",
+                         run.run_id(), " could not be read (",
+                         stored.status().message(), "); resend the result"));
+      }
+      return absl::UnavailableError(absl::StrFormat(
+          "finished.batches: attempt %d of %s sent %d batches, %d are "
+          "stored; resend the batches from sequence %d, then the result",
+          run.attempt(), run.run_id(), finished.batches(), *stored, *stored));
+    }
+  }
   if (finished.success()) {
     std::unique_ptr<StepReader> steps =
         store_->OpenRunSteps(run.run_id(), run.attempt());

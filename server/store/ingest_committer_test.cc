@@ -94,10 +94,11 @@ class IngestCommitterTest : public ::testing::Test {
     Open(int64_t{64} << 20);
   }
 
-  void Open(int64_t max_queue_bytes) {
+  void Open(int64_t max_queue_bytes, int64_t max_bytes = 0) {
     StoreOptions o;
     o.path = path_;
     o.max_ingest_queue_bytes = max_queue_bytes;
+    o.max_bytes = max_bytes;
     store_ = std::move(Store::Open(o).value());
     Job job;
     job.set_job_id("j");
@@ -289,6 +290,75 @@ TEST_F(IngestCommitterTest, StopCommitsWhatIsQueuedAndRefusesTheRest) {
   auto steps = (*reopened)->LoadRunSteps(RunId(1), 1);
   ASSERT_THAT(steps, IsOk());
   EXPECT_EQ(steps->size(), 5u);
+}
+
+// The database reaching its size limit in the middle of a group: SQLite
+// may then roll back the group's whole transaction, savepoints and all.
+// Every batch of the group is answered "full" (retryable: the worker keeps
+// it and resends), none is acknowledged without being stored, and nothing
+// committed before is lost.
+TEST_F(IngestCommitterTest, AFullDatabaseAnswersTheGroupFullAndAcksOnlyStored) {
+  constexpr int kWide = 400;  // fingerprints per batch: several pages each
+  auto wide = [&](const std::string& run, int64_t seq) {
+    FingerprintBatch b;
+    b.set_run_id(run);
+    b.set_attempt(1);
+    b.set_sequence(seq);
+    b.set_step(static_cast<int>(seq));
+    for (int i = 0; i < kWide; ++i) {
+      auto* fp = b.add_fingerprints();
+      fp->set_index(i);
+      fp->set_hash_hi(0x9e3779b97f4a7c15ull * (seq * kWide + i + 1));
+      fp->set_hash_lo(0xc2b2ae3d27d4eb4full * (seq * kWide + i + 1));
+    }
+    b.set_step_complete(true);
+    b.set_step_digest(absl::StrCat("d", seq));
+    return b;
+  };
+  store_.reset();
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::remove((path_ + suffix).c_str());
+  }
+  Open(int64_t{64} << 20, 256 << 10);
+  for (int round = 0; round < 8; ++round) {
+    Answers answers;
+    store_->PauseIngestForTesting(true);
+    constexpr int kGroup = 12;
+    std::map<std::string, int64_t> next;
+    for (int w = 0; w < kRuns; ++w) {
+      next[RunId(w)] = store_->NextSequence(RunId(w)).value();
+    }
+    std::vector<std::pair<std::string, int64_t>> sent;
+    for (int i = 0; i < kGroup; ++i) {
+      const std::string run = RunId(i % kRuns);
+      const int64_t seq = next[run] + i / kRuns;
+      sent.emplace_back(run, seq);
+      store_->SubmitIngest(wide(run, seq), kWide,
+                           answers.For(absl::StrCat(run, "/", seq)));
+    }
+    store_->PauseIngestForTesting(false);
+    answers.WaitFor(kGroup);
+    std::map<std::string, int64_t> acked;
+    for (const auto& [run, seq] : sent) {
+      auto r = answers.Result(absl::StrCat(run, "/", seq));
+      if (r.ok()) {
+        EXPECT_FALSE(r->duplicate);
+        EXPECT_EQ(seq, next[run] + acked[run]) << run << "/" << seq;
+        ++acked[run];
+      } else {
+        EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                         HasSubstr("--max_db_bytes=")))
+            << run << "/" << seq;
+      }
+    }
+    for (int w = 0; w < kRuns; ++w) {
+      EXPECT_THAT(store_->NextSequence(RunId(w)),
+                  IsOkAndHolds(next[RunId(w)] + acked[RunId(w)]))
+          << RunId(w) << " round " << round;
+      EXPECT_EQ(CommittedSteps(RunId(w)), next[RunId(w)] + acked[RunId(w)]);
+    }
+  }
+  EXPECT_TRUE(store_->full()) << "the limit was never reached";
 }
 
 }  // namespace

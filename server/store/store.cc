@@ -1,5 +1,7 @@
 #include "server/store/store.h"
 
+#include <sqlite3.h>
+
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -1239,6 +1241,14 @@ void Store::IngestGroup(
       }
       p->result = IngestBatchLocked(p->batch, p->entries);
       const bool keep = p->result.ok() && !p->result->duplicate;
+      if (!p->result.ok() && sqlite3_get_autocommit(db_->handle()) != 0) {
+        // SQLite rolled back the whole transaction, not just the failed
+        // statement (it may on SQLITE_FULL, _IOERR, _NOMEM, _BUSY): the
+        // group's earlier batches are gone with it. None is acknowledged;
+        // each is answered with the cause (a full database: the workers
+        // keep them and resend).
+        return fail_all(p->result.status());
+      }
       absl::Status s =
           keep ? absl::OkStatus() : db_->Exec("ROLLBACK TO ingest_batch");
       if (s.ok()) s = db_->Exec("RELEASE ingest_batch");
