@@ -300,27 +300,33 @@ TEST(ThreadPoolTest, RunsEveryTaskOnceAndNests) {
   }
 }
 
-// Workers spin kPoolShortSpinMicros before sleeping unless
+// Workers spin kPoolSpinMicros before sleeping unless
 // LOCKSTEP_CPU_SPIN_MICROS says otherwise (invalid values are ignored); an
 // explicit value is kept. Jobs after a sleep still run every task (the
 // workers wake).
 TEST(ThreadPoolTest, SpinsAsConfigured) {
   unsetenv("LOCKSTEP_CPU_SPIN_MICROS");
-  EXPECT_EQ(ThreadPool(2).spin_micros(), kPoolShortSpinMicros);
-  setenv("LOCKSTEP_CPU_SPIN_MICROS", "2000", 1);
-  EXPECT_EQ(ThreadPool(2).spin_micros(), 2000);
+  EXPECT_EQ(ThreadPool(2).spin_micros(), kPoolSpinMicros);
+  setenv("LOCKSTEP_CPU_SPIN_MICROS", "50", 1);
+  EXPECT_EQ(ThreadPool(2).spin_micros(), 50);
   for (const char* bad : {"-1", "100001", "2ms", ""}) {
     setenv("LOCKSTEP_CPU_SPIN_MICROS", bad, 1);
-    EXPECT_EQ(ThreadPool(2).spin_micros(), kPoolShortSpinMicros) << bad;
+    EXPECT_EQ(ThreadPool(2).spin_micros(), kPoolSpinMicros) << bad;
   }
   unsetenv("LOCKSTEP_CPU_SPIN_MICROS");
   EXPECT_EQ(ThreadPool(2, 7).spin_micros(), 7);
-  ThreadPool pool(2, 0);
-  for (int round = 0; round < 5; ++round) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    std::vector<int> hits(4, 0);
-    pool.ParallelFor(4, [&](int64_t i) { ++hits[i]; });
-    for (int h : hits) ASSERT_EQ(h, 1);
+  // No spin; a spin that yields past its first 50 us, the gaps ending
+  // before, while and after it yields.
+  for (const int64_t spin : {int64_t{0}, int64_t{400}}) {
+    ThreadPool pool(3, spin);
+    for (const int gap_us : {0, 20, 200, 2000}) {
+      for (int round = 0; round < 5; ++round) {
+        std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+        std::vector<int> hits(7, 0);
+        pool.ParallelFor(7, [&](int64_t i) { ++hits[i]; });
+        for (int h : hits) ASSERT_EQ(h, 1) << spin << " " << gap_us;
+      }
+    }
   }
 }
 

@@ -1,5 +1,8 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -15,7 +18,7 @@ int64_t DefaultSpinMicros() {
     const long long v = std::strtoll(env, &end, 10);
     if (*end == '\0' && v >= 0 && v <= 100000) return v;
   }
-  return kPoolShortSpinMicros;
+  return kPoolSpinMicros;
 }
 
 }  // namespace
@@ -38,14 +41,19 @@ ThreadPool::~ThreadPool() {
 }
 
 // Calls busy() until it returns false or about spin_micros_ have passed
-// (then the caller sleeps on a condition variable, which decides anyway).
+// (then the caller sleeps on a condition variable, which decides anyway);
+// past the first kPoolShortSpinMicros it yields the core between polls.
 template <typename Busy>
 void ThreadPool::SpinWhile(const Busy& busy) {
-  const auto until = std::chrono::steady_clock::now() +
-                     std::chrono::microseconds(spin_micros_);
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + std::chrono::microseconds(spin_micros_);
+  const auto polite = start + std::chrono::microseconds(std::min<int64_t>(
+                                  spin_micros_, kPoolShortSpinMicros));
   while (busy()) {
     for (int i = 0; i < 64 && busy(); ++i) CpuRelax();
-    if (std::chrono::steady_clock::now() > until) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now > until) return;
+    if (now > polite) sched_yield();
   }
 }
 

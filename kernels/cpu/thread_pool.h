@@ -47,21 +47,20 @@ inline void CpuRelax() {
 // wake on a virtual machine (cpu_bench table (g)), and a job of two halves
 // then waits that long for its second half. Spinning kPoolSpinMicros
 // bridges the usual gaps (resnet18_cifar on two threads: about 10 % off
-// the step, docs/benchmarks.md), but a spinning worker holds its core:
-// with several processes on the same cores (a worker daemon beside the
-// coordinator and other workers) it starves them, and a fault drill of
-// several workers on two cores changed its timing enough to fail. So the
-// default stays kPoolShortSpinMicros; LOCKSTEP_CPU_SPIN_MICROS (0 to
-// 100000) sets the process pool's spin for a machine whose cores the
-// worker has to itself.
+// the step, docs/benchmarks.md). Past its first kPoolShortSpinMicros the
+// spin yields the core (sched_yield) between polls, so a thread of another
+// process on the same core (a coordinator, other workers) runs instead of
+// waiting for the spin to end; where the cores are oversubscribed anyway,
+// LOCKSTEP_CPU_SPIN_MICROS (0 to 100000) sets a shorter spin.
 inline constexpr int64_t kPoolSpinMicros = 2000;
 inline constexpr int64_t kPoolShortSpinMicros = 50;
 
 class ThreadPool {
  public:
   // num_threads >= 1 counts the calling thread: num_threads - 1 workers,
-  // spinning spin_micros before they sleep (< 0: LOCKSTEP_CPU_SPIN_MICROS
-  // if set and valid, else kPoolShortSpinMicros).
+  // spinning spin_micros before they sleep, yielding the core between
+  // polls after the first kPoolShortSpinMicros (< 0:
+  // LOCKSTEP_CPU_SPIN_MICROS if set and valid, else kPoolSpinMicros).
   explicit ThreadPool(int num_threads, int64_t spin_micros = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
