@@ -16,7 +16,10 @@
 // are interleaved (each runs every mode, the first mode without
 // fingerprints, then PyTorch), the fastest counts; the "paired" columns
 // take the median of the ratios within each repetition instead, which a
-// machine whose speed drifts between repetitions disturbs less.
+// machine whose speed drifts between repetitions disturbs less. Each
+// repetition also runs the first mode once more timed op by op, for the
+// "on step" column (fingerprinting's share of the step thread's time) and
+// --op_times.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -63,7 +66,8 @@ ABSL_FLAG(std::string, modes, "CANONICAL,DETERMINISTIC,DEFAULT",
           "comma-separated determinism modes");
 ABSL_FLAG(bool, op_times, false,
           "after each row, the first mode's wall time per op of its fastest "
-          "repetition (ms per step, share of the step), largest first");
+          "run timed op by op (ms per step, share of the step), largest "
+          "first");
 ABSL_FLAG(std::string, fingerprint_thread, "auto",
           "where tensors are hashed: auto, inline (on the step's thread) or "
           "background (ExecutorOptions::fingerprint_thread)");
@@ -107,7 +111,7 @@ std::vector<std::string> ModelsIn(const std::string& dir) {
 struct Timing {
   double ms_per_step = 0;
   bool background = false;  // fingerprints hashed in the background
-  OpTimes ops;              // per op over the timed steps, with --op_times
+  OpTimes ops;              // per op over the timed steps, when profiled
 };
 
 absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
@@ -115,8 +119,8 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
                                  const v1::Model& model,
                                  const kernels::Registry& registry,
                                  std::shared_ptr<Dataset> dataset,
-                                 bool fingerprint, FingerprintThread where,
-                                 int steps) {
+                                 bool fingerprint, bool profile,
+                                 FingerprintThread where, int steps) {
   v1::JobConfig c = config;
   c.set_steps(steps + 2);
   c.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_STEP);
@@ -128,7 +132,7 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
       absl::GetFlag(FLAGS_background_min_bytes);
   o.keep_fingerprints = false;
   Timing t;
-  if (absl::GetFlag(FLAGS_op_times) && fingerprint) o.op_times = &t.ops;
+  if (profile) o.op_times = &t.ops;
   auto exec = Executor::Create(plan, c, &registry,
                                DatasetBatches(dataset, c.batch_size()), o);
   if (!exec.ok()) return exec.status();
@@ -314,9 +318,9 @@ int Main() {
     absl::StrAppendFormat(&header, " %13s",
                           absl::AsciiStrToLower(v1::DeterminismMode_Name(m)));
   }
-  absl::StrAppendFormat(&header, " %9s %15s %7s %8s %8s %3s", "pytorch",
+  absl::StrAppendFormat(&header, " %9s %15s %7s %8s %8s %8s %3s", "pytorch",
                         absl::StrCat(first_mode, "/torch"), "paired", "hash %",
-                        "paired", "fp");
+                        "paired", "on step", "fp");
   std::printf("%s\n", header.c_str());
   for (const auto& [name, dir] : models) {
     auto model = model::ReadModelFile(dir + "/model.json");
@@ -355,8 +359,8 @@ int Main() {
         v1::JobConfig c = *config;
         c.set_threads(threads);
         c.set_determinism(modes[0]);
-        auto t =
-            TimeSteps(*plan, c, *model, registry, dataset, true, where, steps);
+        auto t = TimeSteps(*plan, c, *model, registry, dataset, true, false,
+                           where, steps);
         if (!t.ok()) {
           error = std::string(t.status().message());
         } else if (t->ms_per_step > 0) {
@@ -373,6 +377,13 @@ int Main() {
       // PyTorch, timed one after the other, for the paired ratios.
       std::vector<double> first_ms, unhashed_ms, rep_torch_ms;
       double torch_ms = -1;
+      // Per repetition, one more run of the first mode, timed op by op (not
+      // counted above: the clock reads cost the smallest models a little):
+      // the step thread's own fingerprinting time over its step. The
+      // fastest such run is the one --op_times prints.
+      std::vector<double> on_step;
+      Timing profiled;
+      profiled.ms_per_step = 1e300;
       for (int r = 0; r < repeats && error.empty(); ++r) {
         for (size_t m = 0; m < best.size() && !modes.empty(); ++m) {
           const bool fingerprint = m < modes.size();
@@ -380,7 +391,7 @@ int Main() {
           c.set_threads(threads);
           c.set_determinism(modes[fingerprint ? m : 0]);
           auto t = TimeSteps(*plan, c, *model, registry, dataset, fingerprint,
-                             where, row_steps);
+                             false, where, row_steps);
           if (!t.ok()) {
             error = std::string(t.status().message());
             break;
@@ -388,6 +399,26 @@ int Main() {
           if (t->ms_per_step < best[m].ms_per_step) best[m] = *t;
           if (m == 0) first_ms.push_back(t->ms_per_step);
           if (m + 1 == best.size()) unhashed_ms.push_back(t->ms_per_step);
+        }
+        if (error.empty() && !modes.empty()) {
+          v1::JobConfig c = *config;
+          c.set_threads(threads);
+          c.set_determinism(modes[0]);
+          auto t = TimeSteps(*plan, c, *model, registry, dataset, true, true,
+                             where, row_steps);
+          if (!t.ok()) {
+            error = std::string(t.status().message());
+          } else if (t->ms_per_step > 0) {
+            double seconds = 0;
+            for (const char* key :
+                 {kFingerprintOpTime, kFingerprintWaitOpTime}) {
+              auto it = t->ops.find(key);
+              if (it != t->ops.end()) seconds += it->second.seconds;
+            }
+            on_step.push_back(100.0 * 1e3 * seconds / row_steps /
+                              t->ms_per_step);
+            if (t->ms_per_step < profiled.ms_per_step) profiled = *t;
+          }
         }
         if (torch && error.empty()) {
           const double ms = TorchStepMs(
@@ -419,17 +450,18 @@ int Main() {
       const double first = modes.empty() ? -1 : best[0].ms_per_step;
       const double unhashed = best.back().ms_per_step;
       absl::StrAppendFormat(
-          &line, " %9s %15s %7s %7.2f%% %8s %3s", torch ? Ms(torch_ms) : "-",
-          Ratio(first, torch_ms),
+          &line, " %9s %15s %7s %7.2f%% %8s %8s %3s",
+          torch ? Ms(torch_ms) : "-", Ratio(first, torch_ms),
           ratios.empty() ? "-" : absl::StrFormat("%.2f", Median(ratios)),
           modes.empty() ? 0.0 : 100.0 * (first - unhashed) / first,
           shares.empty() ? "-" : absl::StrFormat("%.2f%%", Median(shares)),
+          on_step.empty() ? "-" : absl::StrFormat("%.2f%%", Median(on_step)),
           modes.empty()        ? "-"
           : best[0].background ? "bg"
                                : "in");
       std::printf("%s\n", line.c_str());
-      if (absl::GetFlag(FLAGS_op_times) && !modes.empty()) {
-        PrintOpTimes(best[0], steps);
+      if (absl::GetFlag(FLAGS_op_times) && !on_step.empty()) {
+        PrintOpTimes(profiled, row_steps);
       }
       std::fflush(stdout);
     }
@@ -446,7 +478,12 @@ int Main() {
       "fingerprinting costs the first mode's step, (with - without) / "
       "with, the run without fingerprints timed in the same interleaved "
       "repetitions (it can come out below 0 within the noise), then paired "
-      "likewise; fp: where tensors were "
+      "likewise; on step: the step thread's own fingerprinting time (hashing "
+      "inline; in the background: queueing tensors and waiting for the "
+      "thread) over its step, the median over one more run per repetition "
+      "timed op by op (steadier than hash %%, but it leaves out what the "
+      "background thread's memory traffic costs the kernels); fp: where "
+      "tensors were "
       "hashed, bg on a background thread beside the kernels' pool, in "
       "inline on the step's thread.\n",
       first_mode.c_str());
