@@ -857,7 +857,8 @@ void BusyFor(double micros) {
 
 // (g) What a job of two tasks costs after a gap of serial work, for a pool
 // whose workers spin kPoolShortSpinMicros before sleeping and one that
-// spins kPoolSpinMicros. The pools take turns by blocks of jobs, each block
+// spins kPoolSpinMicros (the default; past its first kPoolShortSpinMicros
+// it yields the core between polls). The pools take turns by blocks of jobs, each block
 // after a pause that lets the other pool's workers fall asleep (a spinning pool
 // would take a core from the one being timed).
 void PrintPoolHandOff() {
