@@ -355,12 +355,17 @@ int Main() {
       // or a neighbour's burst of memory traffic decides the figure.
       int row_steps = steps;
       std::string error;
-      if (min_ms > 0 && !modes.empty()) {
+      // One measurement of `mode` on this row's thread count.
+      auto time_mode = [&](v1::DeterminismMode mode, bool fingerprint,
+                           bool profile, int n) {
         v1::JobConfig c = *config;
         c.set_threads(threads);
-        c.set_determinism(modes[0]);
-        auto t = TimeSteps(*plan, c, *model, registry, dataset, true, false,
-                           where, steps);
+        c.set_determinism(mode);
+        return TimeSteps(*plan, c, *model, registry, dataset, fingerprint,
+                         profile, where, n);
+      };
+      if (min_ms > 0 && !modes.empty()) {
+        auto t = time_mode(modes[0], true, false, steps);
         if (!t.ok()) {
           error = std::string(t.status().message());
         } else if (t->ms_per_step > 0) {
@@ -387,11 +392,8 @@ int Main() {
       for (int r = 0; r < repeats && error.empty(); ++r) {
         for (size_t m = 0; m < best.size() && !modes.empty(); ++m) {
           const bool fingerprint = m < modes.size();
-          v1::JobConfig c = *config;
-          c.set_threads(threads);
-          c.set_determinism(modes[fingerprint ? m : 0]);
-          auto t = TimeSteps(*plan, c, *model, registry, dataset, fingerprint,
-                             false, where, row_steps);
+          auto t = time_mode(modes[fingerprint ? m : 0], fingerprint, false,
+                             row_steps);
           if (!t.ok()) {
             error = std::string(t.status().message());
             break;
@@ -401,11 +403,7 @@ int Main() {
           if (m + 1 == best.size()) unhashed_ms.push_back(t->ms_per_step);
         }
         if (error.empty() && !modes.empty()) {
-          v1::JobConfig c = *config;
-          c.set_threads(threads);
-          c.set_determinism(modes[0]);
-          auto t = TimeSteps(*plan, c, *model, registry, dataset, true, true,
-                             where, row_steps);
+          auto t = time_mode(modes[0], true, true, row_steps);
           if (!t.ok()) {
             error = std::string(t.status().message());
           } else if (t->ms_per_step > 0) {
