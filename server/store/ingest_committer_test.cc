@@ -183,7 +183,7 @@ TEST_F(IngestCommitterTest, OneRefusedBatchFailsNothingElseInItsGroup) {
   // Run 1 again, as if the refused batch had never been: it stores.
   store_->SubmitIngest(Batch(RunId(1), 0, 0), kEntries, answers.For("c"));
   // Step 0 of run 0 again under a new sequence: refused by the table's
-  // primary key at write time, after a write of its own.
+  // primary key when it writes the step.
   store_->SubmitIngest(Batch(RunId(0), 2, 0), kEntries, answers.For("again"));
   store_->SubmitIngest(Batch(RunId(0), 2, 2), kEntries, answers.For("d"));
   store_->SubmitIngest(Batch(RunId(2), 5, 0), kEntries, answers.For("skip"));
@@ -220,6 +220,40 @@ TEST_F(IngestCommitterTest, OneRefusedBatchFailsNothingElseInItsGroup) {
   ASSERT_THAT(steps, IsOk());
   ASSERT_EQ(steps->size(), 3u);
   EXPECT_EQ((*steps)[2].step, 2);
+}
+
+TEST_F(IngestCommitterTest, ABatchRefusedAfterItsFirstWriteLeavesNoTrace) {
+  // A trigger refuses run 1's sequence update: its batch has already
+  // inserted its step by then, and SQLite undoes only the failed statement.
+  {
+    auto db = Database::Open(path_, false);
+    ASSERT_THAT(db, IsOk());
+    ASSERT_THAT(
+        (*db)->Exec(absl::StrCat(
+            "CREATE TRIGGER refuse_sequence BEFORE UPDATE OF "
+            "next_sequence ON runs WHEN NEW.run_id = '",
+            RunId(1), "' BEGIN SELECT RAISE(ABORT, 'sequence refused'); END")),
+        IsOk());
+  }
+  Answers answers;
+  store_->PauseIngestForTesting(true);
+  store_->SubmitIngest(Batch(RunId(0), 0, 0), kEntries, answers.For("a"));
+  store_->SubmitIngest(Batch(RunId(1), 0, 0), kEntries, answers.For("refused"));
+  store_->SubmitIngest(Batch(RunId(0), 1, 1), kEntries, answers.For("b"));
+  store_->PauseIngestForTesting(false);
+  answers.WaitFor(3);
+  EXPECT_THAT(answers.Names(), ElementsAre("a", "refused", "b"));
+  EXPECT_THAT(answers.Result("a"), IsOk());
+  EXPECT_THAT(answers.Result("b"), IsOk());
+  EXPECT_THAT(answers.Result("refused").status(), ::testing::Not(IsOk()));
+  EXPECT_THAT(answers.Result("refused").status().message(),
+              HasSubstr("sequence refused"));
+  // The group committed its other batches; the refused one's step insert
+  // was rolled back to its savepoint with it.
+  EXPECT_EQ(CommittedSteps(RunId(0)), 2);
+  EXPECT_EQ(CommittedSteps(RunId(1)), 0);
+  EXPECT_THAT(store_->NextSequence(RunId(0)), IsOkAndHolds(2));
+  EXPECT_THAT(store_->NextSequence(RunId(1)), IsOkAndHolds(0));
 }
 
 TEST_F(IngestCommitterTest, ReportsTheQueueFullByBytesUntilItDrains) {
