@@ -1,12 +1,7 @@
 // The store's ingest committer: one thread that stores every queued batch in
 // one transaction and answers each batch only after that commit.
-#include <sys/stat.h>
-
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -99,13 +94,11 @@ class IngestCommitterTest : public ::testing::Test {
     Open(int64_t{64} << 20);
   }
 
-  void Open(int64_t max_queue_bytes, int64_t max_bytes = 0,
-            int checkpoint_pages = 1000) {
+  void Open(int64_t max_queue_bytes, int64_t max_bytes = 0) {
     StoreOptions o;
     o.path = path_;
     o.max_ingest_queue_bytes = max_queue_bytes;
     o.max_bytes = max_bytes;
-    o.checkpoint_pages = checkpoint_pages;
     store_ = std::move(Store::Open(o).value());
     Job job;
     job.set_job_id("j");
@@ -123,17 +116,6 @@ class IngestCommitterTest : public ::testing::Test {
   }
 
   static std::string RunId(int i) { return absl::StrCat("j-r0", i); }
-
-  // Size of the database file or its WAL (-1 if absent).
-  int64_t FileBytes(const std::string& suffix = "") const {
-    struct stat st;
-    return ::stat((path_ + suffix).c_str(), &st) == 0 ? st.st_size : -1;
-  }
-  // The database file's bytes: in WAL mode only a checkpoint writes them.
-  std::string FileContents() const {
-    std::ifstream in(path_, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
 
   // Completed steps of `run` as another connection sees them: only what is
   // committed.
@@ -342,52 +324,6 @@ TEST_F(IngestCommitterTest, StopCommitsWhatIsQueuedAndRefusesTheRest) {
   auto steps = (*reopened)->LoadRunSteps(RunId(1), 1);
   ASSERT_THAT(steps, IsOk());
   EXPECT_EQ(steps->size(), 5u);
-}
-
-// The WAL is copied into the database file by the store's checkpoint
-// thread, not by the commit that takes it past the threshold (which would
-// hold the store, and every caller waiting on it, for the copy).
-TEST_F(IngestCommitterTest, TheWalIsCheckpointedOnAThreadOfItsOwn) {
-  store_.reset();
-  for (const char* suffix : {"", "-wal", "-shm"}) {
-    std::remove((path_ + suffix).c_str());
-  }
-  Open(int64_t{64} << 20, 0, /*checkpoint_pages=*/8);
-  store_->PauseCheckpointsForTesting(true);
-  const std::string file_before = FileContents();
-  ASSERT_FALSE(file_before.empty());
-  constexpr int kSteps = 40;
-  for (int s = 0; s < kSteps; ++s) {
-    ASSERT_THAT(store_->IngestBatch(Batch(RunId(0), s, s), kEntries), IsOk());
-  }
-  // Every commit is in the WAL (well past 8 pages), none in the file.
-  EXPECT_GT(FileBytes("-wal"), 8 * 4096);
-  EXPECT_TRUE(FileContents() == file_before) << "checkpointed by a commit";
-  EXPECT_EQ(CommittedSteps(RunId(0)), kSteps);
-  // Resumed, the thread copies the WAL without another commit.
-  store_->PauseCheckpointsForTesting(false);
-  for (int i = 0; i < 1000 && FileContents() == file_before; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_FALSE(FileContents() == file_before) << "no checkpoint within 10 s";
-  // Later commits start the WAL over and go on as before.
-  for (int s = kSteps; s < 2 * kSteps; ++s) {
-    ASSERT_THAT(store_->IngestBatch(Batch(RunId(0), s, s), kEntries), IsOk());
-  }
-  store_.reset();
-  StoreOptions o;
-  o.path = path_;
-  auto reopened = Store::Open(o);
-  ASSERT_THAT(reopened, IsOk());
-  EXPECT_THAT((*reopened)->NextSequence(RunId(0)), IsOkAndHolds(2 * kSteps));
-  EXPECT_THAT(Store::Open([&] {
-                StoreOptions bad;
-                bad.path = path_ + ".other";
-                bad.checkpoint_pages = 0;
-                return bad;
-              }()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("checkpoint_pages: 0 is below 1")));
 }
 
 // The database reaching its size limit in the middle of a group: SQLite

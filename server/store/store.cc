@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -471,129 +470,10 @@ absl::Status Store::NameFull(absl::Status s) {
       absl::StrCat(what, "; nothing committed is lost (", s.message(), ")"));
 }
 
-// SQLite's automatic checkpoint runs inside the commit that takes the WAL
-// past wal_autocheckpoint pages: on the store's connection, so under mu_,
-// holding up every other store call (and with synchronous=FULL, an fsync of
-// the database file) for as long as it copies. Instead the connection's WAL
-// hook, called after each commit, wakes this thread, which checkpoints on a
-// connection of its own. PASSIVE: it copies what no reader still needs and
-// never waits for, or blocks, a writer; the first write after a complete
-// checkpoint starts the WAL over. Crash safety is SQLite's either way: a
-// checkpoint cut short is redone from the WAL on the next open.
-class Store::Checkpointer {
- public:
-  // Opens the second connection and takes over `main`'s WAL hook.
-  static absl::StatusOr<std::unique_ptr<Checkpointer>> Start(
-      const StoreOptions& options, sqlite3* main) {
-    LS_ASSIGN_OR_RETURN(std::unique_ptr<Database> db,
-                        Database::Open(options.path, /*create=*/false));
-    // A connection finds the WAL on its first read; until then a
-    // checkpoint on it does nothing.
-    LS_RETURN_IF_ERROR(db->Exec(
-        absl::StrCat("PRAGMA busy_timeout = ", options.busy_timeout_ms)));
-    LS_ASSIGN_OR_RETURN(std::string journal,
-                        db->QueryText("PRAGMA journal_mode"));
-    if (journal != "wal") {
-      return absl::InternalError(absl::StrCat(
-          options.path, ": the checkpoint connection found journal mode \"",
-          journal, "\", not WAL"));
-    }
-    auto c = std::unique_ptr<Checkpointer>(
-        new Checkpointer(std::move(db), options.checkpoint_pages));
-    c->thread_ = std::thread([p = c.get()] { p->Loop(); });
-    sqlite3_wal_hook(main, &Checkpointer::OnCommit, c.get());
-    return c;
-  }
-
-  // REQUIRES: the main connection's WAL hook is removed first.
-  ~Checkpointer() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    thread_.join();
-  }
-
-  // Pausing returns once a checkpoint under way has finished.
-  void Pause(bool paused) {
-    {
-      absl::MutexLock lock(&mu_);
-      paused_ = paused;
-    }
-    absl::MutexLock running(&running_mu_);
-  }
-
- private:
-  Checkpointer(std::unique_ptr<Database> db, int pages)
-      : db_(std::move(db)), pages_(pages) {}
-
-  // sqlite3_wal_hook's callback: `frames` is the WAL's length in pages.
-  static int OnCommit(void* self, sqlite3*, const char*, int frames) {
-    auto* c = static_cast<Checkpointer*>(self);
-    if (frames >= c->pages_) {
-      absl::MutexLock lock(&c->mu_);
-      c->wanted_ = true;
-    }
-    return SQLITE_OK;
-  }
-
-  void Loop() {
-    bool failing = false;
-    while (true) {
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](Checkpointer* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
-              return c->stop_ || (c->wanted_ && !c->paused_);
-            },
-            this));
-        if (stop_) return;
-        wanted_ = false;
-      }
-      absl::MutexLock running(&running_mu_);
-      const int rc = sqlite3_wal_checkpoint_v2(
-          db_->handle(), nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-      // BUSY: another connection is checkpointing; the next commit asks
-      // again. Anything else (a full disk) is logged once until a
-      // checkpoint succeeds; the WAL keeps every commit meanwhile.
-      if (rc == SQLITE_OK || rc == SQLITE_BUSY) {
-        failing = false;
-      } else if (!failing) {
-        failing = true;
-        LS_LOG(WARNING) << db_->path() << ": WAL checkpoint failed ("
-                        << SqliteError(db_->handle(), rc, "wal_checkpoint")
-                        << "); the WAL grows until one succeeds";
-      }
-    }
-  }
-
-  const std::unique_ptr<Database> db_;
-  const int pages_;
-  absl::Mutex mu_;
-  bool wanted_ ABSL_GUARDED_BY(mu_) = false;
-  bool paused_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Mutex running_mu_;  // held by the thread while it checkpoints
-  std::thread thread_;
-};
-
 Store::Store(StoreOptions options, std::unique_ptr<Database> db, int version)
     : options_(std::move(options)), db_(std::move(db)), version_(version) {}
 
-Store::~Store() {
-  StopIngest();
-  if (checkpointer_ != nullptr) {
-    {
-      absl::MutexLock lock(&mu_);
-      sqlite3_wal_hook(db_->handle(), nullptr, nullptr);
-    }
-    checkpointer_.reset();
-  }
-}
-
-void Store::PauseCheckpointsForTesting(bool paused) {
-  if (checkpointer_ != nullptr) checkpointer_->Pause(paused);
-}
+Store::~Store() { StopIngest(); }
 
 int Store::schema_version() const { return version_; }
 
@@ -617,10 +497,6 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(
   if (options.max_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_bytes: ", options.max_bytes, " is negative (0: no limit)"));
-  }
-  if (options.checkpoint_pages < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint_pages: ", options.checkpoint_pages, " is below 1"));
   }
   LS_ASSIGN_OR_RETURN(std::unique_ptr<Database> db,
                       Database::Open(options.path, options.create));
@@ -702,16 +578,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(
     }
   }
 
-  LS_ASSIGN_OR_RETURN(std::string journal,
-                      db->QueryText("PRAGMA journal_mode"));
-  std::unique_ptr<Checkpointer> checkpointer;
-  if (journal == "wal") {  // not ":memory:"
-    LS_ASSIGN_OR_RETURN(checkpointer,
-                        Checkpointer::Start(options, db->handle()));
-  }
   auto store =
       std::unique_ptr<Store>(new Store(options, std::move(db), target));
-  store->checkpointer_ = std::move(checkpointer);
   if (target == kSchemaVersion) {
     absl::MutexLock lock(&store->mu_);
     LS_RETURN_IF_ERROR(store->PrepareStatements());

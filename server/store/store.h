@@ -10,8 +10,6 @@
 // Thread-safe: every public method takes the store's mutex. Fingerprint
 // batches are written by one committer thread (SubmitIngest, IngestBatch),
 // started with the first batch and stopped by StopIngest or the destructor.
-// A file-backed store also runs a checkpoint thread on a second connection
-// (StoreOptions::checkpoint_pages), stopped by the destructor.
 #ifndef LOCKSTEP_SERVER_STORE_STORE_H_
 #define LOCKSTEP_SERVER_STORE_STORE_H_
 
@@ -68,11 +66,6 @@ struct StoreOptions {
   // Run PRAGMA quick_check on an existing file before using it; a corrupt
   // file is refused with DATA_LOSS naming it, unmodified. Default: true.
   bool check_on_open = true;
-  // WAL size, in pages, from which the store's checkpoint thread copies the
-  // WAL into the database file (SQLite's wal_autocheckpoint, whose
-  // checkpoint would run inside the committing call, holding the store).
-  // Default 1000, SQLite's own.
-  int checkpoint_pages = 1000;
   // Bytes of fingerprint batches (their encoded size) queued for the
   // ingest committer or being committed, from which SubmitIngest reports
   // the queue full (back-pressure). Default 64 MiB.
@@ -286,9 +279,6 @@ class Store {
   // Holds the committer before its next group (true) or lets it go on;
   // for tests of grouping and back-pressure. StopIngest lets it go on.
   void PauseIngestForTesting(bool paused);
-  // Tests only: while paused, the checkpoint thread copies nothing (the WAL
-  // grows); resuming lets it catch up. No-op on an in-memory store.
-  void PauseCheckpointsForTesting(bool paused);
   // Bytes of the batches queued for the committer or being committed.
   int64_t IngestQueueBytes();
 
@@ -448,10 +438,6 @@ class Store {
   const StoreOptions options_;
   mutable absl::Mutex mu_;
   std::unique_ptr<Database> db_ ABSL_GUARDED_BY(mu_);
-  // Copies the WAL into the file on a thread and connection of its own
-  // (null for an in-memory store). Stopped before db_ closes.
-  class Checkpointer;
-  std::unique_ptr<Checkpointer> checkpointer_;
   const int version_;
   std::atomic<bool> full_{false};
   // Prepared statements, indexed by the Slot enum in store.cc.
