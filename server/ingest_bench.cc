@@ -7,12 +7,18 @@
 // time ("per coordinator core"): the process's CPU time during the ingest
 // less the CPU time of the simulated workers' own threads. The workers'
 // share of gRPC's internal threads is counted to the coordinator, so that
-// figure errs low.
+// figure errs low. Meanwhile a client lists the jobs every 2 ms
+// (--list_every_ms), as a dashboard would: the round trips of those
+// ListJobs calls (median, 99th percentile, largest; the number of calls)
+// are what a store read waited for during the ingest (the client's CPU
+// time, like the workers', is not counted to the coordinator).
 //
 //   bazel run -c opt //server:ingest_bench -- [--steps=200] [--layers=40]
+//       [--list_every_ms=2]
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +29,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/digest.h"
@@ -36,6 +43,9 @@
 ABSL_FLAG(int, workers, 8, "simulated workers (one run each)");
 ABSL_FLAG(int, steps, 200, "training steps per run (one batch each)");
 ABSL_FLAG(int, layers, 40, "dense layers of the model (manifest size)");
+ABSL_FLAG(int, list_every_ms, 2,
+          "a client lists the jobs every this many ms during the ingest (0: "
+          "no such client)");
 
 namespace {
 
@@ -136,7 +146,19 @@ struct Result {
   double per_coordinator_core = 0;  // fingerprints per coordinator CPU second
   int64_t fingerprints = 0;
   int entries = 0;
+  // ListJobs round trips (ms) of a dashboard-like poller during the ingest.
+  double list_jobs_p50_ms = 0;
+  double list_jobs_p99_ms = 0;
+  double list_jobs_max_ms = 0;
+  int list_jobs_calls = 0;
 };
+
+// The q-quantile (0..1) of sorted `v` (nearest rank); 0 if empty.
+double Quantile(const std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  const size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1));
+  return v[i];
+}
 
 Result RunIngest(const std::string& synchronous) {
   const std::string db = TempPath("ingest.db");
@@ -241,9 +263,9 @@ Result RunIngest(const std::string& synchronous) {
   c->mutable_optimizer()->set_learning_rate(0.001f);
   req.mutable_spec()->mutable_placement()->set_runs(workers);
   req.mutable_spec()->mutable_placement()->set_scope(SAME_CLASS);
+  Job job;
   {
     grpc::ClientContext ctx;
-    Job job;
     grpc::Status s = stub->SubmitJob(&ctx, req, &job);
     if (!s.ok()) {
       std::fprintf(stderr, "submit: %s\n", s.error_message().c_str());
@@ -251,11 +273,44 @@ Result RunIngest(const std::string& synchronous) {
     }
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // A dashboard polling the job list every 2 ms while the batches go in:
+  // ListJobs reads the store (GetJob of a running job answers from the
+  // scheduler's memory), so it measures what a store read waits for.
+  std::atomic<bool> ingest_done{false};
+  std::vector<double> list_jobs_ms;
+  std::thread poller([&] {
+    const int every_ms = absl::GetFlag(FLAGS_list_every_ms);
+    if (every_ms <= 0) return;
+    while (!go.load())
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    ThreadCpu poller_cpu(&worker_cpu_ns);
+    // At least one call, however short the ingest.
+    while (true) {
+      ListJobsRequest list;
+      grpc::ClientContext ctx;
+      ListJobsResponse got;
+      const auto t0 = std::chrono::steady_clock::now();
+      grpc::Status s = stub->ListJobs(&ctx, list, &got);
+      const double ms = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count();
+      if (!s.ok()) {
+        std::fprintf(stderr, "ListJobs: %s\n", s.error_message().c_str());
+        return;
+      }
+      list_jobs_ms.push_back(ms);
+      if (ingest_done.load()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(every_ms));
+    }
+  });
   const absl::Time start = absl::Now();
   const double cpu_start = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
   go = true;
   for (auto& t : threads) t.join();
   const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  ingest_done = true;
+  poller.join();
+  std::sort(list_jobs_ms.begin(), list_jobs_ms.end());
   const double coordinator_cpu = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) -
                                  cpu_start - 1e-9 * worker_cpu_ns.load();
   coordinator->Shutdown();
@@ -266,6 +321,10 @@ Result RunIngest(const std::string& synchronous) {
   r.per_coordinator_core =
       coordinator_cpu > 0 ? acked.load() / coordinator_cpu : 0.0;
   r.entries = entries_seen.load();
+  r.list_jobs_calls = static_cast<int>(list_jobs_ms.size());
+  r.list_jobs_p50_ms = Quantile(list_jobs_ms, 0.5);
+  r.list_jobs_p99_ms = Quantile(list_jobs_ms, 0.99);
+  r.list_jobs_max_ms = list_jobs_ms.empty() ? 0 : list_jobs_ms.back();
   return r;
 }
 
@@ -278,16 +337,27 @@ int main(int argc, char** argv) {
       "ingest benchmark: %d simulated workers, %d steps each, one "
       "batch per step, acknowledged after commit\n",
       absl::GetFlag(FLAGS_workers), absl::GetFlag(FLAGS_steps));
-  std::printf("%-10s %14s %10s %22s %18s %8s %24s\n", "synchronous",
+  std::printf("%-10s %14s %10s %22s %18s %8s %24s %32s\n", "synchronous",
               "fingerprints", "per batch", "ingest fingerprints/s",
-              "raw SQLite rows/s", "ratio", "per coordinator core/s");
+              "raw SQLite rows/s", "ratio", "per coordinator core/s",
+              "ListJobs ms p50/p99/max (calls)");
   for (const std::string sync : {"FULL", "NORMAL"}) {
     const double raw = RawSqliteRate(sync);
     const Result r = RunIngest(sync);
-    std::printf("%-10s %14lld %10d %22.0f %18.0f %8.2f %24.0f\n", sync.c_str(),
-                static_cast<long long>(r.fingerprints), r.entries,
+    std::printf("%-10s %14lld %10d %22.0f %18.0f %8.2f %24.0f %32s\n",
+                sync.c_str(), static_cast<long long>(r.fingerprints), r.entries,
                 r.fingerprints_per_s, raw, r.fingerprints_per_s / raw,
-                r.per_coordinator_core);
+                r.per_coordinator_core,
+                r.list_jobs_calls == 0
+                    ? "-"
+                    : absl::StrFormat("%.2f/%.2f/%.2f (%d)", r.list_jobs_p50_ms,
+                                      r.list_jobs_p99_ms, r.list_jobs_max_ms,
+                                      r.list_jobs_calls)
+                          .c_str());
   }
+  std::printf(
+      "ListJobs: a client listing the jobs every %d ms during the ingest "
+      "(round trip over loopback, including waiting for the store)\n",
+      absl::GetFlag(FLAGS_list_every_ms));
   return 0;
 }

@@ -1,5 +1,9 @@
 // The store's ingest committer: one thread that stores every queued batch in
 // one transaction and answers each batch only after that commit.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -10,6 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -94,11 +100,13 @@ class IngestCommitterTest : public ::testing::Test {
     Open(int64_t{64} << 20);
   }
 
-  void Open(int64_t max_queue_bytes, int64_t max_bytes = 0) {
+  void Open(int64_t max_queue_bytes, int64_t max_bytes = 0,
+            int checkpoint_pages = 1000) {
     StoreOptions o;
     o.path = path_;
     o.max_ingest_queue_bytes = max_queue_bytes;
     o.max_bytes = max_bytes;
+    o.checkpoint_pages = checkpoint_pages;
     store_ = std::move(Store::Open(o).value());
     Job job;
     job.set_job_id("j");
@@ -116,6 +124,16 @@ class IngestCommitterTest : public ::testing::Test {
   }
 
   static std::string RunId(int i) { return absl::StrCat("j-r0", i); }
+
+  // Frames the WAL file has room for: the most the WAL has held (SQLite
+  // writes a restarted WAL over the old one without shrinking the file).
+  int64_t WalFrames() const {
+    struct stat st;
+    if (::stat((path_ + "-wal").c_str(), &st) != 0 || st.st_size <= 32) {
+      return 0;
+    }
+    return (st.st_size - 32) / (24 + 4096);
+  }
 
   // Completed steps of `run` as another connection sees them: only what is
   // committed.
@@ -324,6 +342,98 @@ TEST_F(IngestCommitterTest, StopCommitsWhatIsQueuedAndRefusesTheRest) {
   auto steps = (*reopened)->LoadRunSteps(RunId(1), 1);
   ASSERT_THAT(steps, IsOk());
   EXPECT_EQ(steps->size(), 5u);
+}
+
+// Reads run on a connection of their own: while the writer is held (as
+// during a group's commit and fsync) they still answer, from the last
+// commit, and every read sees each commit as soon as it is made (no read
+// transaction is left open on a stale snapshot).
+TEST_F(IngestCommitterTest, ReadsDoNotWaitForTheWriter) {
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_THAT(store_->IngestBatch(Batch(RunId(0), s, s), kEntries), IsOk());
+  }
+  absl::Notification read;
+  std::thread reader;
+  store_->HoldWriterForTesting([&] {
+    reader = std::thread([&] {
+      auto job = store_->GetJob("j");
+      EXPECT_THAT(job, IsOk());
+      EXPECT_TRUE(job.ok() && job->has_value());
+      auto jobs = store_->ListJobs(JobQuery{});
+      EXPECT_THAT(jobs, IsOk());
+      EXPECT_EQ(jobs.ok() ? jobs->size() : 0, 1u);
+      auto steps = store_->LoadRunSteps(RunId(0), 1);
+      EXPECT_THAT(steps, IsOk());
+      EXPECT_EQ(steps.ok() ? steps->size() : 0, 3u);
+      EXPECT_THAT(store_->GetJobReport("j"), IsOk());
+      EXPECT_THAT(store_->ListCertificates("", "", v1::LEVEL_UNSPECIFIED, 10),
+                  IsOk());
+      read.Notify();
+    });
+    EXPECT_TRUE(read.WaitForNotificationWithTimeout(absl::Seconds(10)))
+        << "the reads waited for the writer";
+  });
+  reader.join();
+  for (int s = 3; s < 8; ++s) {
+    ASSERT_THAT(store_->IngestBatch(Batch(RunId(0), s, s), kEntries), IsOk());
+    auto steps = store_->LoadRunSteps(RunId(0), 1);
+    ASSERT_THAT(steps, IsOk());
+    EXPECT_EQ(steps->size(), static_cast<size_t>(s + 1));
+    auto job = store_->GetJob("j");
+    ASSERT_THAT(job, IsOk());
+  }
+}
+
+// Reads on their own connection hold WAL snapshots that a PASSIVE
+// checkpoint must leave alone, and SQLite starts the WAL over only when a
+// write finds every frame copied: with reads going on all the time the WAL
+// grew without bound. A commit past 4 x checkpoint_pages waits for the
+// reads and copies everything, so the WAL stays bounded. The WAL file's
+// size is the most it ever held.
+TEST_F(IngestCommitterTest, TheWalStaysBoundedWhileReadsGoOn) {
+  store_.reset();
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::remove((path_ + suffix).c_str());
+  }
+  Open(int64_t{64} << 20, 0, /*checkpoint_pages=*/8);
+  {
+    // An empty WAL to count from.
+    auto db = Database::Open(path_, false);
+    ASSERT_THAT(db, IsOk());
+    EXPECT_THAT((*db)->QueryText("PRAGMA wal_checkpoint(TRUNCATE)"),
+                IsOkAndHolds("0"));
+  }
+  ASSERT_EQ(WalFrames(), 0);
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0};
+  std::thread reader([&] {
+    for (int i = 0; i < 1000000 && !stop.load(); ++i) {
+      EXPECT_THAT(store_->ListJobs(JobQuery{}), IsOk());
+      EXPECT_THAT(store_->LoadRunSteps(RunId(0), 1), IsOk());
+      ++reads;
+    }
+  });
+  constexpr int kSteps = 1500;
+  int most = 0;  // frames one commit adds, at most
+  for (int s = 0; s < kSteps; ++s) {
+    const int64_t before = WalFrames();
+    ASSERT_THAT(store_->IngestBatch(Batch(RunId(0), s, s), kEntries), IsOk());
+    most = std::max<int>(most, static_cast<int>(WalFrames() - before));
+  }
+  stop = true;
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  // 32 pages and the commit that passed them.
+  EXPECT_LE(WalFrames(), 32 + 2 * std::max(most, 8));
+  EXPECT_THAT(store_->NextSequence(RunId(0)), IsOkAndHolds(kSteps));
+  EXPECT_THAT(Store::Open([&] {
+                StoreOptions bad;
+                bad.path = path_ + ".other";
+                bad.checkpoint_pages = 0;
+                return bad;
+              }()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("checkpoint_pages: 0 is below 1")));
 }
 
 // The database reaching its size limit in the middle of a group: SQLite

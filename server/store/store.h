@@ -63,6 +63,15 @@ struct StoreOptions {
   // full (`full()`): InsertJob refuses new jobs, every other write is still
   // tried, reads go on. Reopen with a larger limit to leave that state.
   int64_t max_bytes = 0;
+  // WAL size, in pages, from which a commit copies the WAL into the database
+  // file (a PASSIVE checkpoint, as SQLite's wal_autocheckpoint: what no
+  // read still needs). Reads on their own connection can keep it from ever
+  // finishing, and SQLite starts the WAL over only when a write finds every
+  // frame copied, so a commit that leaves 4 times as many waits for the
+  // reads under way and copies everything (RESTART); the next write starts
+  // the WAL over. The WAL stays under about 4 * checkpoint_pages pages
+  // (16 MB at the default). Default 1000, SQLite's own; at least 1.
+  int checkpoint_pages = 1000;
   // Run PRAGMA quick_check on an existing file before using it; a corrupt
   // file is refused with DATA_LOSS naming it, unmodified. Default: true.
   bool check_on_open = true;
@@ -279,6 +288,10 @@ class Store {
   // Holds the committer before its next group (true) or lets it go on;
   // for tests of grouping and back-pressure. StopIngest lets it go on.
   void PauseIngestForTesting(bool paused);
+  // Tests only: runs `fn` while the writer is held, as during an ingest
+  // group's commit (the store's mutex taken and a write transaction open on
+  // its connection), then rolls that transaction back.
+  void HoldWriterForTesting(const std::function<void()>& fn);
   // Bytes of the batches queued for the committer or being committed.
   int64_t IngestQueueBytes();
 
@@ -392,6 +405,13 @@ class Store {
       const lockstep::v1::Job& job, const lockstep::v1::Report& report,
       const std::vector<lockstep::v1::Certificate>& certs);
   absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct Reader;
+  // After each commit on db_: checkpoints the WAL (store.cc).
+  static int CheckpointAfterCommit(void* self, sqlite3* db, const char* name,
+                                   int frames);
+  // The reader connection of a file at the current schema.
+  static absl::StatusOr<std::unique_ptr<Reader>> OpenReader(
+      const StoreOptions& options);
   struct PendingIngest;
   // The committer thread: stores what is queued, group by group.
   void CommitLoop() ABSL_LOCKS_EXCLUDED(ingest_mu_, mu_);
@@ -416,10 +436,12 @@ class Store {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status InsertCertificateLocked(const lockstep::v1::Certificate& c)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::vector<lockstep::v1::Audit>> ReadAuditsLocked(
-      Statement* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::optional<lockstep::v1::Job>> GetJobLocked(
-      const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The audits of the rows of `st` (a statement of the caller's scope).
+  static absl::StatusOr<std::vector<lockstep::v1::Audit>> ReadAudits(
+      Statement* st);
+  class ReadScope;
+  absl::StatusOr<std::optional<lockstep::v1::Job>> GetJobIn(
+      const ReadScope& read, const std::string& job_id);
   // InsertJob: a job whose model names a parameters blob references it
   // (FAILED_PRECONDITION naming the digest when the store lacks it).
   absl::Status ReferenceBlobLocked(const lockstep::v1::Job& job)
@@ -442,6 +464,14 @@ class Store {
   std::atomic<bool> full_{false};
   // Prepared statements, indexed by the Slot enum in store.cc.
   std::vector<std::unique_ptr<Statement>> stmts_ ABSL_GUARDED_BY(mu_);
+  // The connection that reads (GetJob, ListJobs, reports, certificates,
+  // audits, workers, a run's steps) use, with a mutex and statements of its
+  // own: in WAL mode a reader sees the last commit and never waits for the
+  // writer, so these calls do not queue behind an ingest group's commit
+  // and fsync. Null for ":memory:" and for a store at an older schema: then
+  // reads take mu_ and db_ as writes do (ReadScope). Declared after db_:
+  // closed first.
+  std::unique_ptr<Reader> reader_;
 
   // The ingest committer's queue. Never held with mu_ taken first (the
   // committer takes mu_ after releasing ingest_mu_).
