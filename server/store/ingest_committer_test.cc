@@ -352,6 +352,18 @@ TEST_F(IngestCommitterTest, ReadsDoNotWaitForTheWriter) {
   for (int s = 0; s < 3; ++s) {
     ASSERT_THAT(store_->IngestBatch(Batch(RunId(0), s, s), kEntries), IsOk());
   }
+  TokenRecord token;
+  token.name = "ci";
+  token.role = "viewer";
+  token.token_sha256 = std::string(64, 'a');
+  token.created_unix_ms = 1;
+  AdminLogEntry log;
+  log.at_unix_ms = 1;
+  log.principal = "local:test";
+  log.action = "token_create";
+  log.target = "ci";
+  log.outcome = "ok";
+  ASSERT_THAT(store_->InsertToken(token, log), IsOk());
   absl::Notification read;
   std::thread reader;
   store_->HoldWriterForTesting([&] {
@@ -368,12 +380,25 @@ TEST_F(IngestCommitterTest, ReadsDoNotWaitForTheWriter) {
       EXPECT_THAT(store_->GetJobReport("j"), IsOk());
       EXPECT_THAT(store_->ListCertificates("", "", v1::LEVEL_UNSPECIFIED, 10),
                   IsOk());
+      // Every authenticated call's token check.
+      auto found = store_->FindTokenByHash(std::string(64, 'a'));
+      EXPECT_THAT(found, IsOk());
+      EXPECT_TRUE(found.ok() && found->has_value());
+      EXPECT_THAT(store_->ListTokens(), IsOk());
+      EXPECT_THAT(store_->ListAdminLog(10), IsOk());
       read.Notify();
     });
     EXPECT_TRUE(read.WaitForNotificationWithTimeout(absl::Seconds(10)))
         << "the reads waited for the writer";
   });
   reader.join();
+  // A revoked token is refused from the revocation's commit on.
+  log.action = "token_revoke";
+  ASSERT_THAT(store_->RevokeToken("ci", 2, log), IsOk());
+  auto revoked = store_->FindTokenByHash(std::string(64, 'a'));
+  ASSERT_THAT(revoked, IsOk());
+  ASSERT_TRUE(revoked->has_value());
+  EXPECT_EQ((*revoked)->revoked_unix_ms, 2);
   for (int s = 3; s < 8; ++s) {
     ASSERT_THAT(store_->IngestBatch(Batch(RunId(0), s, s), kEntries), IsOk());
     auto steps = store_->LoadRunSteps(RunId(0), 1);

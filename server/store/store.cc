@@ -537,6 +537,10 @@ class Store::ReadScope {
   Statement* operator[](Slot slot) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return (*stmts_)[slot].get();
   }
+  // The scope's connection, for statements prepared per call.
+  Database* db() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return reader_ != nullptr ? reader_->db.get() : store_->db_.get();
+  }
 
  private:
   static absl::Status Step(Statement* st) {
@@ -1348,6 +1352,12 @@ void Store::StopIngest() {
 void Store::PauseIngestForTesting(bool paused) {
   absl::MutexLock lock(&ingest_mu_);
   ingest_paused_ = paused;
+}
+
+absl::Status Store::ReadWith(const std::function<absl::Status(Database*)>& fn) {
+  ReadScope read(this);
+  LS_RETURN_IF_ERROR(read.status());
+  return fn(read.db());
 }
 
 void Store::HoldWriterForTesting(const std::function<void()>& fn) {

@@ -440,6 +440,10 @@ class Store {
   static absl::StatusOr<std::vector<lockstep::v1::Audit>> ReadAudits(
       Statement* st);
   class ReadScope;
+  // Runs `fn` on the connection of a read that stands alone (ReadScope),
+  // for reads whose statements are prepared per call (store_security.cc);
+  // fn's statements must end before it returns.
+  absl::Status ReadWith(const std::function<absl::Status(Database*)>& fn);
   absl::StatusOr<std::optional<lockstep::v1::Job>> GetJobIn(
       const ReadScope& read, const std::string& job_id);
   // InsertJob: a job whose model names a parameters blob references it

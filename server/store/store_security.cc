@@ -49,28 +49,29 @@ absl::Status Store::AppendAdminLog(const AdminLogEntry& entry) {
 }
 
 absl::StatusOr<std::vector<AdminLogEntry>> Store::ListAdminLog(int limit) {
-  absl::MutexLock lock(&mu_);
-  LS_RETURN_IF_ERROR(CurrentSchema(!stmts_.empty()));
-  LS_ASSIGN_OR_RETURN(
-      std::unique_ptr<Statement> s,
-      db_->Prepare("SELECT entry_id, at_ms, principal, action, target, "
-                   "detail, outcome FROM admin_log ORDER BY entry_id DESC "
-                   "LIMIT ?"));
-  LS_RETURN_IF_ERROR(s->BindInt64(1, limit));
   std::vector<AdminLogEntry> out;
-  while (true) {
-    LS_ASSIGN_OR_RETURN(bool row, s->Step());
-    if (!row) break;
-    AdminLogEntry e;
-    e.entry_id = s->ColumnInt64(0);
-    e.at_unix_ms = s->ColumnInt64(1);
-    e.principal = s->ColumnText(2);
-    e.action = s->ColumnText(3);
-    e.target = s->ColumnText(4);
-    e.detail = s->ColumnText(5);
-    e.outcome = s->ColumnText(6);
-    out.push_back(std::move(e));
-  }
+  LS_RETURN_IF_ERROR(ReadWith([&](Database* db) -> absl::Status {
+    LS_ASSIGN_OR_RETURN(
+        std::unique_ptr<Statement> s,
+        db->Prepare("SELECT entry_id, at_ms, principal, action, target, "
+                    "detail, outcome FROM admin_log ORDER BY entry_id DESC "
+                    "LIMIT ?"));
+    LS_RETURN_IF_ERROR(s->BindInt64(1, limit));
+    while (true) {
+      LS_ASSIGN_OR_RETURN(bool row, s->Step());
+      if (!row) break;
+      AdminLogEntry e;
+      e.entry_id = s->ColumnInt64(0);
+      e.at_unix_ms = s->ColumnInt64(1);
+      e.principal = s->ColumnText(2);
+      e.action = s->ColumnText(3);
+      e.target = s->ColumnText(4);
+      e.detail = s->ColumnText(5);
+      e.outcome = s->ColumnText(6);
+      out.push_back(std::move(e));
+    }
+    return absl::OkStatus();
+  }));
   return out;
 }
 
@@ -105,33 +106,39 @@ absl::Status Store::InsertToken(const TokenRecord& token,
   return NameFull(tx.Commit());
 }
 
+// Every authenticated call asks this: on the reader connection it does not
+// wait for an ingest group's commit, and it sees every commit made before
+// it starts (a token revoked is refused from then on).
 absl::StatusOr<std::optional<TokenRecord>> Store::FindTokenByHash(
     const std::string& sha256_hex) {
-  absl::MutexLock lock(&mu_);
-  LS_RETURN_IF_ERROR(CurrentSchema(!stmts_.empty()));
-  LS_ASSIGN_OR_RETURN(std::unique_ptr<Statement> s,
-                      db_->Prepare(absl::StrCat("SELECT ", kTokenColumns,
-                                                " FROM api_tokens WHERE "
-                                                "token_sha256 = ?")));
-  LS_RETURN_IF_ERROR(s->BindText(1, sha256_hex));
-  LS_ASSIGN_OR_RETURN(bool row, s->Step());
-  if (!row) return std::optional<TokenRecord>();
-  return std::optional<TokenRecord>(TokenFromRow(*s));
+  std::optional<TokenRecord> out;
+  LS_RETURN_IF_ERROR(ReadWith([&](Database* db) -> absl::Status {
+    LS_ASSIGN_OR_RETURN(std::unique_ptr<Statement> s,
+                        db->Prepare(absl::StrCat("SELECT ", kTokenColumns,
+                                                 " FROM api_tokens WHERE "
+                                                 "token_sha256 = ?")));
+    LS_RETURN_IF_ERROR(s->BindText(1, sha256_hex));
+    LS_ASSIGN_OR_RETURN(bool row, s->Step());
+    if (row) out = TokenFromRow(*s);
+    return absl::OkStatus();
+  }));
+  return out;
 }
 
 absl::StatusOr<std::vector<TokenRecord>> Store::ListTokens() {
-  absl::MutexLock lock(&mu_);
-  LS_RETURN_IF_ERROR(CurrentSchema(!stmts_.empty()));
-  LS_ASSIGN_OR_RETURN(
-      std::unique_ptr<Statement> s,
-      db_->Prepare(absl::StrCat("SELECT ", kTokenColumns,
-                                " FROM api_tokens ORDER BY name")));
   std::vector<TokenRecord> out;
-  while (true) {
-    LS_ASSIGN_OR_RETURN(bool row, s->Step());
-    if (!row) break;
-    out.push_back(TokenFromRow(*s));
-  }
+  LS_RETURN_IF_ERROR(ReadWith([&](Database* db) -> absl::Status {
+    LS_ASSIGN_OR_RETURN(
+        std::unique_ptr<Statement> s,
+        db->Prepare(absl::StrCat("SELECT ", kTokenColumns,
+                                 " FROM api_tokens ORDER BY name")));
+    while (true) {
+      LS_ASSIGN_OR_RETURN(bool row, s->Step());
+      if (!row) break;
+      out.push_back(TokenFromRow(*s));
+    }
+    return absl::OkStatus();
+  }));
   return out;
 }
 
