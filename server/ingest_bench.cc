@@ -263,9 +263,9 @@ Result RunIngest(const std::string& synchronous) {
   c->mutable_optimizer()->set_learning_rate(0.001f);
   req.mutable_spec()->mutable_placement()->set_runs(workers);
   req.mutable_spec()->mutable_placement()->set_scope(SAME_CLASS);
-  Job job;
   {
     grpc::ClientContext ctx;
+    Job job;
     grpc::Status s = stub->SubmitJob(&ctx, req, &job);
     if (!s.ok()) {
       std::fprintf(stderr, "submit: %s\n", s.error_message().c_str());

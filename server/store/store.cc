@@ -350,6 +350,13 @@ constexpr struct {
      "issued_ms DESC, certificate_id DESC LIMIT ?"},
 };
 
+// What every call answers on a store left at an older schema (no prepared
+// statements).
+absl::Status OlderSchemaError() {
+  return absl::FailedPreconditionError(
+      "store opened at an older schema version (migrate_to_version)");
+}
+
 // The statements that ReadScope runs, prepared on the reader connection too.
 constexpr Slot kReadSlots[] = {
     kGetWorker,    kListWorkers,   kListEvents,     kGetJob,
@@ -505,10 +512,7 @@ class Store::ReadScope {
     } else {
       store_->mu_.Lock();
       stmts_ = &store_->stmts_;
-      if (stmts_->empty()) {
-        status_ = absl::FailedPreconditionError(
-            "store opened at an older schema version (migrate_to_version)");
-      }
+      if (stmts_->empty()) status_ = OlderSchemaError();
     }
   }
   ~ReadScope() ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -768,11 +772,8 @@ absl::Status Store::CheckIntegrity() {
   return absl::OkStatus();
 }
 
-#define LS_REQUIRE_CURRENT_SCHEMA()                                      \
-  if (stmts_.empty()) {                                                  \
-    return absl::FailedPreconditionError(                                \
-        "store opened at an older schema version (migrate_to_version)"); \
-  }
+#define LS_REQUIRE_CURRENT_SCHEMA() \
+  if (stmts_.empty()) return OlderSchemaError()
 
 absl::Status Store::UpsertWorker(const Worker& worker, int64_t now_unix_ms) {
   if (worker.worker_id().empty()) {
@@ -1403,8 +1404,7 @@ void Store::IngestGroup(
     for (const auto& p : group) p->result = s;
   };
   if (stmts_.empty()) {
-    return fail_all(absl::FailedPreconditionError(
-        "store opened at an older schema version (migrate_to_version)"));
+    return fail_all(OlderSchemaError());
   }
   Transaction tx(db_.get());
   if (!tx.begin_status().ok()) return fail_all(tx.begin_status());
