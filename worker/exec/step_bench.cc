@@ -9,8 +9,12 @@
 //       [--models=mlp,resnet18_cifar] [--modes=CANONICAL,DETERMINISTIC,DEFAULT]
 //       [--fingerprint_thread=auto|inline|background] [--op_times]
 //
-// Lockstep's kernel pool and PyTorch (torch.set_num_threads) run on the same
-// thread count, row by row. Where the executor fingerprints in the background
+// Lockstep's kernel pool and PyTorch run on the same thread count, row by
+// row: torch_step_bench.py pins PyTorch's OpenMP pool and the BLAS pool its
+// dense products run in (OPENBLAS_NUM_THREADS; torch.set_num_threads alone
+// leaves Debian's OpenBLAS on every core). The "cores" columns print each
+// side's CPU time over its wall time, so a row shows what it compared. Where
+// the executor fingerprints in the background
 // (ExecutorOptions::fingerprint_thread; by default when the pool leaves a CPU
 // free), that thread comes on top: the "fp" column says which. Repetitions
 // are interleaved (each runs every mode, the first mode without
@@ -20,6 +24,8 @@
 // repetition also runs the first mode once more timed op by op, for the
 // "on step" column (fingerprinting's share of the step thread's time) and
 // --op_times.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -108,8 +114,17 @@ std::vector<std::string> ModelsIn(const std::string& dir) {
   return names;
 }
 
+// CPU time of the whole process (every thread), seconds.
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) +
+         1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 struct Timing {
   double ms_per_step = 0;
+  double cores = 0;  // process CPU time over wall time of the timed steps
   bool background = false;  // fingerprints hashed in the background
   OpTimes ops;              // per op over the timed steps, when profiled
 };
@@ -142,12 +157,14 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
   }
   t.ops.clear();  // the timed steps only
   const auto start = Clock::now();
+  const double cpu_start = ProcessCpuSeconds();
   for (int s = 2; s < steps + 2; ++s) {
     if (auto r = (*exec)->RunStep(s); !r.ok()) return r.status();
   }
   const double ms =
       std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   t.ms_per_step = ms / steps;
+  if (ms > 0) t.cores = (ProcessCpuSeconds() - cpu_start) * 1e3 / ms;
   return t;
 }
 
@@ -177,10 +194,15 @@ bool HaveTorch() {
   return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
 }
 
-// Runs torch_step_bench.py from this binary's runfiles on `threads` threads;
-// returns ms/step or a negative number.
-double TorchStepMs(const std::string& model_json,
-                   const std::string& config_json, int steps, int threads) {
+struct TorchTiming {
+  double ms_per_step = -1;  // negative: no figure
+  double cores = -1;        // CPU time over wall time of the timed steps
+};
+
+// Runs torch_step_bench.py from this binary's runfiles on `threads` threads
+// (the script pins PyTorch's pools to that count).
+TorchTiming TorchStep(const std::string& model_json,
+                      const std::string& config_json, int steps, int threads) {
   std::string script = "worker/exec/torch_step_bench.py";
   if (const char* rf = std::getenv("RUNFILES_DIR")) {
     script = absl::StrCat(rf, "/lockstep/", script);
@@ -188,12 +210,16 @@ double TorchStepMs(const std::string& model_json,
   const std::string cmd =
       absl::StrFormat("/usr/bin/python3 '%s' '%s' '%s' %d %d 2>/dev/null",
                       script, model_json, config_json, steps, threads);
+  TorchTiming t;
   std::FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  double ms = -1;
-  if (std::fscanf(p, "%lf", &ms) != 1) ms = -1;
+  if (p == nullptr) return t;
+  double ms = -1, cores = -1;
+  if (std::fscanf(p, "%lf %lf", &ms, &cores) == 2) {
+    t.ms_per_step = ms;
+    t.cores = cores;
+  }
   pclose(p);
-  return ms;
+  return t;
 }
 
 // The median of `v` (the mean of the middle two of an even count).
@@ -318,9 +344,9 @@ int Main() {
     absl::StrAppendFormat(&header, " %13s",
                           absl::AsciiStrToLower(v1::DeterminismMode_Name(m)));
   }
-  absl::StrAppendFormat(&header, " %9s %15s %7s %8s %8s %8s %3s", "pytorch",
-                        absl::StrCat(first_mode, "/torch"), "paired", "hash %",
-                        "paired", "on step", "fp");
+  absl::StrAppendFormat(&header, " %9s %15s %7s %8s %8s %8s %3s %5s %5s",
+                        "pytorch", absl::StrCat(first_mode, "/torch"), "paired",
+                        "hash %", "paired", "on step", "fp", "cores", "torch");
   std::printf("%s\n", header.c_str());
   for (const auto& [name, dir] : models) {
     auto model = model::ReadModelFile(dir + "/model.json");
@@ -381,7 +407,7 @@ int Main() {
       // Per repetition: the first mode with and without fingerprints and
       // PyTorch, timed one after the other, for the paired ratios.
       std::vector<double> first_ms, unhashed_ms, rep_torch_ms;
-      double torch_ms = -1;
+      TorchTiming torch_best;
       // Per repetition, one more run of the first mode, timed op by op (not
       // counted above: the clock reads cost the smallest models a little):
       // the step thread's own fingerprinting time over its step. The
@@ -419,10 +445,13 @@ int Main() {
           }
         }
         if (torch && error.empty()) {
-          const double ms = TorchStepMs(
+          const TorchTiming t = TorchStep(
               dir + "/model.json", dir + "/config.json", row_steps, threads);
-          rep_torch_ms.push_back(ms);
-          if (ms >= 0 && (torch_ms < 0 || ms < torch_ms)) torch_ms = ms;
+          rep_torch_ms.push_back(t.ms_per_step);
+          if (t.ms_per_step >= 0 && (torch_best.ms_per_step < 0 ||
+                                     t.ms_per_step < torch_best.ms_per_step)) {
+            torch_best = t;
+          }
         }
       }
       if (!error.empty()) {
@@ -447,8 +476,9 @@ int Main() {
       }
       const double first = modes.empty() ? -1 : best[0].ms_per_step;
       const double unhashed = best.back().ms_per_step;
+      const double torch_ms = torch_best.ms_per_step;
       absl::StrAppendFormat(
-          &line, " %9s %15s %7s %7.2f%% %8s %8s %3s",
+          &line, " %9s %15s %7s %7.2f%% %8s %8s %3s %5s %5s",
           torch ? Ms(torch_ms) : "-", Ratio(first, torch_ms),
           ratios.empty() ? "-" : absl::StrFormat("%.2f", Median(ratios)),
           modes.empty() ? 0.0 : 100.0 * (first - unhashed) / first,
@@ -456,7 +486,10 @@ int Main() {
           on_step.empty() ? "-" : absl::StrFormat("%.2f%%", Median(on_step)),
           modes.empty()        ? "-"
           : best[0].background ? "bg"
-                               : "in");
+                               : "in",
+          modes.empty() ? "-" : absl::StrFormat("%.2f", best[0].cores),
+          torch_best.cores < 0 ? "-"
+                               : absl::StrFormat("%.2f", torch_best.cores));
       std::printf("%s\n", line.c_str());
       if (absl::GetFlag(FLAGS_op_times) && !on_step.empty()) {
         PrintOpTimes(profiled, row_steps);
@@ -483,7 +516,10 @@ int Main() {
       "background thread's memory traffic costs the kernels); fp: where "
       "tensors were "
       "hashed, bg on a background thread beside the kernels' pool, in "
-      "inline on the step's thread.\n",
+      "inline on the step's thread; cores, torch: CPU time over wall time "
+      "of the fastest run of the first mode and of PyTorch (the cores each "
+      "kept busy: at most the row's threads, plus Lockstep's background "
+      "hashing where fp is bg).\n",
       first_mode.c_str());
   return 0;
 }

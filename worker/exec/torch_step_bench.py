@@ -4,18 +4,33 @@
 usage: torch_step_bench.py model.json config.json STEPS THREADS
 
 Builds the same layers (NCHW, same shapes, same optimizer, gradient clipping
-and batch size) in PyTorch on THREADS CPU threads (torch.set_num_threads),
-trains on random data for 2 warm-up steps and STEPS timed steps, and prints
-the mean milliseconds per step. Numerics are not compared: this is only a
-speed reference. Runs under /usr/bin/python3 (Debian's python3-torch).
+and batch size) in PyTorch on THREADS CPU threads, trains on random data for
+2 warm-up steps and STEPS timed steps, and prints one line: the mean
+milliseconds per step, the process's CPU time over the wall time of the
+timed steps (how many cores it kept busy), and the number of threads the
+process had at the end. Numerics are not compared: this is only a speed
+reference. Runs under /usr/bin/python3 (Debian's python3-torch).
+
+THREADS pins every pool PyTorch computes on: torch.set_num_threads sizes
+its OpenMP pool (oneDNN's convolutions, its own elementwise kernels), but
+Debian's PyTorch does its dense products and matmuls in the system BLAS
+(OpenBLAS), whose own pool starts one thread per core unless
+OPENBLAS_NUM_THREADS says otherwise. Those variables are read when the
+libraries load, so they are set here, before torch is imported.
 """
 import json
 import math
+import os
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+THREADS = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+             "BLIS_NUM_THREADS"):
+    os.environ[_var] = str(THREADS)
+
+import torch  # noqa: E402  (after the thread variables)
+import torch.nn.functional as F  # noqa: E402
 
 
 def numel(shape):
@@ -246,8 +261,7 @@ def main():
     model = json.load(open(sys.argv[1]))
     config = json.load(open(sys.argv[2]))
     steps = int(sys.argv[3])
-    threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-    torch.set_num_threads(threads)
+    torch.set_num_threads(THREADS)
     torch.manual_seed(config.get("seed", 0))
     batch = config["batch_size"]
     params, forward, token_input = build(model, batch)
@@ -286,10 +300,13 @@ def main():
 
     for _ in range(2):
         step()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
-    print("%.6f" % ((time.perf_counter() - start) * 1000.0 / steps))
+    wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
+    print("%.6f %.3f %d" % (wall * 1000.0 / steps, cpu / wall,
+                            len(os.listdir("/proc/self/task"))))
 
 
 if __name__ == "__main__":
