@@ -242,8 +242,23 @@ absl::Status SoftmaxXentForwardKernel(absl::Span<const Tensor> in,
   const float* logits = in[0].data<float>();
   const int32_t* labels = in[1].data<int32_t>();
   std::vector<float> losses(s.n);
-  // The rows' exps on the lane kernels' vector exp (CanonicalExp's bits).
   const CpuIsa isa = ActiveCpuIsa();
+  {
+    // Every row's max and sum with lanes = rows (SoftmaxRowExpsOnce's
+    // bits), then each loss from them.
+    std::vector<float> exps(static_cast<size_t>(s.n * s.c));
+    std::vector<float> max(s.n), sum(s.n);
+    if (SoftmaxRowStatsLanes(logits, exps.data(), max.data(), sum.data(), s.n,
+                             s.c, isa, CpuThreadPool())) {
+      for (int64_t i = 0; i < s.n; ++i) {
+        losses[i] = c::SoftmaxXentLossFrom(logits + i * s.c, labels[i],
+                                           c::SoftmaxRowStats{max[i], sum[i]});
+      }
+      out[0].data<float>()[0] = c::SoftmaxXentMeanLoss(s, losses.data());
+      return absl::OkStatus();
+    }
+  }
+  // The rows' exps on the lane kernels' vector exp (CanonicalExp's bits).
   const auto exp_row = [isa](float* v, int64_t n) {
     CanonicalExpLanes(v, v, n, isa);
   };
@@ -272,8 +287,27 @@ absl::Status SoftmaxXentGradKernel(absl::Span<const Tensor> in,
   const float* logits = in[0].data<float>();
   const int32_t* labels = in[1].data<int32_t>();
   float* dlogits = out[0].data<float>();
-  // The rows' exps on the lane kernels' vector exp (CanonicalExp's bits).
   const CpuIsa isa = ActiveCpuIsa();
+  {
+    // Every row's exps (into dlogits), max and sum with lanes = rows
+    // (SoftmaxRowExpsOnce's bits), then SoftmaxXentGradRowOnce's outputs.
+    std::vector<float> max(s.n), sum(s.n);
+    if (SoftmaxRowStatsLanes(logits, dlogits, max.data(), sum.data(), s.n, s.c,
+                             isa, CpuThreadPool())) {
+      ParallelForBlocks(CpuThreadPool(), s.n, RowsPerTask(s.c),
+                        [&](int64_t b, int64_t e) {
+                          for (int64_t i = b; i < e; ++i) {
+                            float* row = dlogits + i * s.c;
+                            for (int64_t j = 0; j < s.c; ++j) {
+                              row[j] = c::SoftmaxXentGradFromExp(
+                                  s, row[j], sum[i], j == labels[i]);
+                            }
+                          }
+                        });
+      return absl::OkStatus();
+    }
+  }
+  // The rows' exps on the lane kernels' vector exp (CanonicalExp's bits).
   const auto exp_row = [isa](float* v, int64_t n) {
     CanonicalExpLanes(v, v, n, isa);
   };

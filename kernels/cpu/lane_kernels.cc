@@ -4,6 +4,7 @@
 
 #include "kernels/canonical/reduce.h"
 #include "kernels/math/portable_math.h"
+#include "kernels/ops/activations.h"
 
 namespace lockstep::kernels {
 namespace {
@@ -89,6 +90,55 @@ void CanonicalErfLanes(const float* x, float* y, int64_t n, CpuIsa isa) {
     return;
   }
   for (int64_t i = 0; i < n; ++i) y[i] = canonical::CanonicalErf(x[i]);
+}
+
+namespace {
+
+cpu_internal::LaneGeluConstants GeluConstants() {
+  namespace ai = canonical::activation_internal;
+  return {ai::kInvSqrt2, ai::kInvSqrt2Pi, CanonicalNan()};
+}
+
+}  // namespace
+
+void GeluLanes(const float* x, float* y, int64_t n, CpuIsa isa) {
+  if (n <= 0) return;
+  if (auto* gelu = KernelsFor(isa).gelu; gelu != nullptr) {
+    gelu(x, y, n, GeluConstants());
+    return;
+  }
+  canonical::ActivationForward(canonical::Activation::kGelu, x, y, n);
+}
+
+void GeluGradLanes(const float* x, const float* dy, float* dx, int64_t n,
+                   CpuIsa isa) {
+  if (n <= 0) return;
+  if (auto* grad = KernelsFor(isa).gelu_grad; grad != nullptr) {
+    grad(x, dy, dx, n, GeluConstants());
+    return;
+  }
+  canonical::ActivationGrad(canonical::Activation::kGelu, x, dy, dx, n);
+}
+
+bool SoftmaxLanes(const float* x, const float* dy, float* out, int64_t rows,
+                  int64_t d, bool causal, CpuIsa isa, ThreadPool* pool) {
+  auto* softmax = KernelsFor(isa).softmax;
+  if (softmax == nullptr) return false;
+  if (rows > 0 && d > 0) {
+    softmax({x, dy, out, rows, d, causal, CanonicalNan()}, pool);
+  }
+  return true;
+}
+
+bool SoftmaxRowStatsLanes(const float* x, float* exps, float* max, float* sum,
+                          int64_t rows, int64_t d, CpuIsa isa,
+                          ThreadPool* pool) {
+  auto* softmax = KernelsFor(isa).softmax;
+  if (softmax == nullptr) return false;
+  if (rows > 0 && d > 0) {
+    softmax({x, nullptr, exps, rows, d, false, CanonicalNan(), max, sum}, pool);
+  }
+  return true;
 }
 
 void BatchNormVarSumLanes(const canonical::BiasShape& s, const float* x,

@@ -1,5 +1,6 @@
-// CANONICAL bias_add.grad, batch_norm's channel reductions and the pooling
+// CANONICAL bias_add.grad, batch_norm's channel reductions, the pooling
 // ops (max_pool2d, avg_pool2d, global_avg_pool; forward and backward),
+// softmax's and layer_norm's row and column reductions and GELU,
 // vectorised ACROSS outputs, the way
 // the GEMM is (gemm.h): each vector lane computes a different output element
 // and runs that element's canonical sequence of operations unchanged, so the
@@ -53,6 +54,18 @@
 //                   one division by float(H * W).
 //   global_avg_pool.grad  dx plane p is the one quotient dy[p] / float(H * W)
 //                   stored H * W times.
+//   softmax         lanes = rows for the row reductions (the max, the
+//                   exps' sum, grad's dot of (y, dy)), blocks of rows x
+//                   lanes transposed in registers as for bias_add.grad;
+//                   each lane keeps its row's own length (causal rows) and
+//                   its chain skips the terms past it. The exps and the
+//                   elementwise outputs in row layout. softmax_xent takes
+//                   its rows' max and sum from the same kernel.
+//   layer_norm.grad_params  the columns are channels of a [rows, d, 1]
+//                   batch: batch_norm's chains over xhat (formed once per
+//                   element) and dy.
+//   gelu            each lane one element, the whole of the spec's
+//                   expression around the vector erf and exp.
 //
 // Each ISA (isa.h) has its own translation unit built with its own -m flags
 // (lane_kernels_{scalar,avx2,avx512}.cc, sharing lane_kernels_impl.h); the
@@ -171,6 +184,29 @@ void BatchNormTrainingLanes(const canonical::BiasShape& s,
 void CanonicalExpLanes(const float* x, float* y, int64_t n, CpuIsa isa);
 // y[i] = canonical::CanonicalErf(x[i]) likewise.
 void CanonicalErfLanes(const float* x, float* y, int64_t n, CpuIsa isa);
+// gelu.forward (y may be x) and gelu.grad (dx may be dy) over n elements,
+// kernels/ops/activations.h's GeluFromErf and GeluGradFrom around the
+// vector erf and exp, every operation of the spec in its order on each
+// lane, so the spec's bits. On the calling thread.
+void GeluLanes(const float* x, float* y, int64_t n, CpuIsa isa);
+void GeluGradLanes(const float* x, const float* dy, float* dx, int64_t n,
+                   CpuIsa isa);
+// softmax.forward (dy null) and softmax.grad over the last axis of
+// [rows, d] (causal: row r's first r mod d + 1 entries), kernels/ops/
+// norm.h's bits; the row reductions with lanes = rows. out must not
+// overlap x or dy. Returns false, doing nothing, where `isa` has no such
+// kernel (the scalar ISA: the caller runs the spec's rows).
+bool SoftmaxLanes(const float* x, const float* dy, float* out, int64_t rows,
+                  int64_t d, bool causal, CpuIsa isa, ThreadPool* pool);
+// softmax_xent's row statistics (kernels/ops/softmax_xent.h's
+// SoftmaxRowExpsOnce) for every row of [rows, d]: exps[r, j] =
+// CanonicalExp(x[r, j] - max[r]), max[r] the row's max (a later entry wins
+// only if strictly greater), sum[r] the canonical sum of the row's exps;
+// lanes = rows, as SoftmaxLanes. exps must not overlap x. Returns false,
+// doing nothing, where `isa` has no such kernel.
+bool SoftmaxRowStatsLanes(const float* x, float* exps, float* max, float* sum,
+                          int64_t rows, int64_t d, CpuIsa isa,
+                          ThreadPool* pool);
 // relu.forward (y may be x) and relu.grad over n elements, the spec's bits,
 // on `isa`'s vectors. On the calling thread.
 void ReluLanes(const float* x, float* y, int64_t n, CpuIsa isa);
@@ -193,6 +229,26 @@ struct LanePoolGeometry {
 struct LaneGlobalGeometry {
   int64_t planes;  // N * C
   int64_t area;    // H * W
+};
+// softmax over the last axis of [rows, d] (kernels/ops/norm.h): y = softmax
+// (dy null) or dx = softmax.grad; out must not overlap x or dy.
+// With row_max and row_sum set: the rows' statistics only (out = the exps,
+// row_max / row_sum = each row's max and canonical sum of exps).
+struct LaneSoftmaxArgs {
+  const float* x;
+  const float* dy;
+  float* out;
+  int64_t rows, d;
+  bool causal;
+  float nan;
+  float* row_max = nullptr;
+  float* row_sum = nullptr;
+};
+// GELU's constants (kernels/ops/activations.h) and the canonical NaN.
+struct LaneGeluConstants {
+  float inv_sqrt2;
+  float inv_sqrt2pi;
+  float nan;
 };
 
 // One set per ISA translation unit; call only when the ISA is supported.
@@ -229,6 +285,13 @@ struct LaneKernelSet {
   // CanonicalErf).
   void (*exp)(const float* x, float* y, int64_t n);
   void (*erf)(const float* x, float* y, int64_t n);
+  // gelu.forward and gelu.grad; null for the scalar set (the caller runs
+  // the spec's loops).
+  void (*gelu)(const float* x, float* y, int64_t n, const LaneGeluConstants& k);
+  void (*gelu_grad)(const float* x, const float* dy, float* dx, int64_t n,
+                    const LaneGeluConstants& k);
+  // softmax.forward and .grad; null for the scalar set.
+  void (*softmax)(const LaneSoftmaxArgs& a, ThreadPool* pool);
   // relu.forward's and relu.grad's loops (kernels/ops/elementwise.h).
   void (*relu)(const float* x, float* y, int64_t n);
   void (*relu_grad)(const float* x, const float* dy, float* dx, int64_t n);

@@ -128,6 +128,9 @@ struct Avx2Lanes {
     return _mm256_or_ps(greater, _mm256_andnot_ps(best_nan, v_nan));
   }
   static T Select(M m, T a, T b) { return _mm256_blendv_ps(a, b, m); }
+  // a > b (ordered: false where either is NaN), and the two masks' AND.
+  static M Greater(T a, T b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static M AndM(M a, M b) { return _mm256_and_ps(a, b); }
   static I SelectI(M m, I a, I b) {
     return _mm256_castps_si256(
         _mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), m));

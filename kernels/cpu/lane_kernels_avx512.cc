@@ -137,6 +137,9 @@ struct Avx512Lanes {
     return static_cast<__mmask16>(greater | (v_nan & ~best_nan));
   }
   static T Select(M m, T a, T b) { return _mm512_mask_blend_ps(m, a, b); }
+  // a > b (ordered: false where either is NaN), and the two masks' AND.
+  static M Greater(T a, T b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static M AndM(M a, M b) { return static_cast<M>(a & b); }
   static I SelectI(M m, I a, I b) { return _mm512_mask_blend_epi32(m, a, b); }
   static I Set1I(int32_t k) { return _mm512_set1_epi32(k); }
   static void StoreI(int32_t* p, I v) { _mm512_storeu_si512(p, v); }

@@ -79,6 +79,8 @@ struct ScalarLanes {
     return v > best || (v != v && best == best);
   }
   static T Select(M m, T a, T b) { return m ? b : a; }
+  static M Greater(T a, T b) { return a > b; }
+  static M AndM(M a, M b) { return a && b; }
   static I SelectI(M m, I a, I b) { return m ? b : a; }
   static I Set1I(int32_t k) { return k; }
   static void StoreI(int32_t* p, I v) { *p = v; }
@@ -711,6 +713,26 @@ void WalkChannels(const LaneBiasGeometry& g, const float* x, const float* dy,
   if (t1 < 0) t1 = g.n * s;
   if (s == 0 || t0 >= t1) return;
   int64_t left = kLaneChunk;  // terms left in the current chunk
+  if (s == 1) {
+    // A batch row holds one term of every channel: the lanes' terms are
+    // neighbours, one vector load (the real lanes only when partial).
+    for (int64_t n = t0; n < t1; ++n) {
+      const int64_t offset = n * g.c + c0;
+      const T vx =
+          kPartial ? LoadLanes<V>(x + offset, lanes) : V::Load(x + offset);
+      T vd = vx;
+      if constexpr (kDy) {
+        vd = kPartial ? LoadLanes<V>(dy + offset, lanes) : V::Load(dy + offset);
+      }
+      term.Step(vx, vd);
+      if (--left == 0) {
+        term.Close();
+        left = kLaneChunk;
+      }
+    }
+    if (left != kLaneChunk) term.Close();
+    return;
+  }
   for (int64_t n = t0 / s; n * s < t1; ++n) {
     const int64_t offset = (n * g.c + c0) * s;
     int64_t i = n * s < t0 ? t0 - n * s : 0;
@@ -1238,6 +1260,257 @@ constexpr MathRowFn MathRowFor() {
 }
 
 // ---------------------------------------------------------------------------
+// softmax over the last axis (kernels/ops/norm.h's SoftmaxLastForwardRowOnce
+// and SoftmaxLastGradRowOnce), lanes = rows r0 .. r0 + W - 1 for the row
+// reductions (bias_add.grad's walk over a [1, rows, d] image, W x W blocks
+// transposed in registers), row layout for the elementwise passes:
+//   max  m = row[0], then m = row[j] where row[j] > m, j < n (each lane's
+//        own length n: d, or r mod d + 1 when causal)
+//   out[j] = exp(row[j] - m) for j < n, +0.0f after (the vector exp)
+//   sum  the canonical sum of out[0 .. d): the terms past n are +0.0f and
+//        every chain and tree node before them is >= +0.0f or NaN (sums of
+//        exps), so adding them changes no bit (a node + (+0.0f) is the
+//        node; a tree over trailing +0.0f chunks groups the real chunks as
+//        the shorter tree does)
+//   stats    (softmax_xent) the max and the sum stored, out left holding
+//            the exps
+//   forward  y[j] = CanonicalNan(out[j] / sum), j < n
+//   grad     y[j] likewise; g = the canonical dot of (y, dy) over j < n
+//            (lanes past their length keep their chain, so dy there is
+//            never read into it); dx[j] = CanonicalNan(y[j] * (dy[j] - g))
+
+// Per lane: whether term j is inside the lane's row (j < length).
+template <class V>
+typename V::M InRow(typename V::T length, int64_t j) {
+  return V::Greater(length, V::Set1(static_cast<float>(j)));
+}
+
+template <class V>
+struct RowMaxTerm {
+  using T = typename V::T;
+  T length;
+  T m = V::Zero();
+  int64_t j = 0;
+  void Step(T x, T) {
+    if (j == 0) {
+      m = x;
+    } else {
+      m = V::Select(V::AndM(InRow<V>(length, j), V::Greater(x, m)), m, x);
+    }
+    ++j;
+  }
+  void Close() {}
+};
+
+template <class V>
+struct RowDotTerm {
+  using T = typename V::T;
+  T length;
+  T acc = V::Zero();
+  VecTree<V> tree;
+  int64_t j = 0;
+  void Step(T y, T dy) {
+    acc = V::Select(InRow<V>(length, j), acc, V::Fma(y, dy, acc));
+    ++j;
+  }
+  void Close() {
+    tree.Push(acc);
+    acc = V::Zero();
+  }
+};
+
+struct SoftmaxBlock {
+  const LaneBiasGeometry& g;  // {1, rows, d}
+  const LaneSoftmaxArgs& a;
+  template <class V, bool kPartial>
+  void Run(int64_t r0, int lanes) {
+    using T = typename V::T;
+    constexpr int W = V::kWidth;
+    const int64_t d = g.spatial;
+    alignas(64) float len[W];
+    for (int l = 0; l < W; ++l) {
+      const int64_t r = r0 + (l < lanes ? l : 0);
+      len[l] = static_cast<float>(a.causal ? r % d + 1 : d);
+    }
+    const T length = V::Load(len);
+    RowMaxTerm<V> max_term{length};
+    WalkChannels<V, false, kPartial>(g, a.x, nullptr, r0, lanes, max_term);
+    alignas(64) float max[W];
+    V::Store(max, max_term.m);
+    for (int l = 0; l < lanes; ++l) {
+      const int64_t n = static_cast<int64_t>(len[l]);
+      const float* row = a.x + (r0 + l) * d;
+      float* out = a.out + (r0 + l) * d;
+      const T m = V::Set1(max[l]);
+      int64_t j = 0;
+      for (; j + W <= n; j += W) {
+        V::Store(out + j, V::Exp(V::Sub(V::Load(row + j), m)));
+      }
+      if (j < n) {
+        alignas(64) float pad[W];
+        for (int q = 0; q < W; ++q) pad[q] = j + q < n ? row[j + q] : 0.0f;
+        V::Store(pad, V::Exp(V::Sub(V::Load(pad), m)));
+        for (int64_t q = 0; j + q < n; ++q) out[j + q] = pad[q];
+      }
+      for (j = n; j < d; ++j) out[j] = 0.0f;
+    }
+    SumTerm<V> sum_term;
+    WalkChannels<V, false, kPartial>(g, a.out, nullptr, r0, lanes, sum_term);
+    alignas(64) float sum[W];
+    V::Store(sum, sum_term.tree.Result());
+    if (a.row_max != nullptr) {
+      StoreLanes<V>(a.row_max + r0, max_term.m, lanes);
+      StoreLanes<V>(a.row_sum + r0, sum_term.tree.Result(), lanes);
+      return;
+    }
+    for (int l = 0; l < lanes; ++l) {
+      Normalize<V>(a.out + (r0 + l) * d, static_cast<int64_t>(len[l]), sum[l]);
+    }
+    if (a.dy == nullptr) return;
+    RowDotTerm<V> dot_term{length};
+    WalkChannels<V, true, kPartial>(g, a.out, a.dy, r0, lanes, dot_term);
+    alignas(64) float dot[W];
+    V::Store(dot, dot_term.tree.Result());
+    for (int l = 0; l < lanes; ++l) {
+      GradOut<V>(a.dy + (r0 + l) * d, a.out + (r0 + l) * d,
+                 static_cast<int64_t>(len[l]), dot[l]);
+    }
+  }
+
+  // out[j] = CanonicalNan(out[j] / sum) for j < n.
+  template <class V>
+  void Normalize(float* out, int64_t n, float sum) const {
+    constexpr int W = V::kWidth;
+    const typename V::T s = V::Set1(sum);
+    int64_t j = 0;
+    for (; j + W <= n; j += W) {
+      V::Store(out + j, CanonicalNanOf<V>(V::Div(V::Load(out + j), s), a.nan));
+    }
+    for (; j < n; ++j) {
+      const float v = out[j] / sum;
+      out[j] = v != v ? a.nan : v;
+    }
+  }
+
+  // out[j] = CanonicalNan(y[j] * (dy[j] - g)) for j < n, y = out's values.
+  template <class V>
+  void GradOut(const float* dy, float* out, int64_t n, float g) const {
+    constexpr int W = V::kWidth;
+    const typename V::T gv = V::Set1(g);
+    int64_t j = 0;
+    for (; j + W <= n; j += W) {
+      const typename V::T v =
+          V::Mul(V::Load(out + j), V::Sub(V::Load(dy + j), gv));
+      V::Store(out + j, CanonicalNanOf<V>(v, a.nan));
+    }
+    for (; j < n; ++j) {
+      const float v = out[j] * (dy[j] - g);
+      out[j] = v != v ? a.nan : v;
+    }
+  }
+};
+
+template <class V>
+void SoftmaxRows(const LaneSoftmaxArgs& a, ThreadPool* pool) {
+  const LaneBiasGeometry g{1, a.rows, a.d};
+  SoftmaxBlock block{g, a};
+  ForChannelBlocks<V>(g, pool, block);
+}
+
+template <class V>
+constexpr auto SoftmaxRowsFor() {
+  using Fn = void (*)(const LaneSoftmaxArgs&, ThreadPool*);
+  if constexpr (V::kWidth > 1) {
+    return static_cast<Fn>(&SoftmaxRows<V>);
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// gelu (erf form), kernels/ops/activations.h:
+//   y  = CanonicalNan((0.5 * x) * (1 + erf(x * inv_sqrt2)))
+//   dx = CanonicalNan(dy * (0.5 * (1 + erf(x * inv_sqrt2))
+//                           + x * (inv_sqrt2pi * exp(-0.5 * (x * x)))))
+// one vector at a time (vector ISAs only); the tail is one more vector over
+// padded copies.
+
+template <class V>
+typename V::T GeluOf(typename V::T x, const LaneGeluConstants& k) {
+  const typename V::T erf = V::Erf(V::Mul(x, V::Set1(k.inv_sqrt2)));
+  const typename V::T y =
+      V::Mul(V::Mul(V::Set1(0.5f), x), V::Add(V::Set1(1.0f), erf));
+  return CanonicalNanOf<V>(y, k.nan);
+}
+
+template <class V>
+typename V::T GeluGradOf(typename V::T x, typename V::T dy,
+                         const LaneGeluConstants& k) {
+  using T = typename V::T;
+  const T erf = V::Erf(V::Mul(x, V::Set1(k.inv_sqrt2)));
+  const T e = V::Exp(V::Mul(V::Set1(-0.5f), V::Mul(x, x)));
+  const T cdf = V::Mul(V::Set1(0.5f), V::Add(V::Set1(1.0f), erf));
+  const T pdf = V::Mul(V::Set1(k.inv_sqrt2pi), e);
+  const T d = V::Add(cdf, V::Mul(x, pdf));
+  const T dx = V::Mul(dy, d);
+  return CanonicalNanOf<V>(dx, k.nan);
+}
+
+template <class V>
+void GeluRow(const float* x, float* y, int64_t n, const LaneGeluConstants& k) {
+  constexpr int W = V::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) V::Store(y + i, GeluOf<V>(V::Load(x + i), k));
+  if (i < n) {
+    alignas(64) float pad[W];
+    for (int l = 0; l < W; ++l) pad[l] = i + l < n ? x[i + l] : 0.0f;
+    V::Store(pad, GeluOf<V>(V::Load(pad), k));
+    for (int64_t l = 0; i + l < n; ++l) y[i + l] = pad[l];
+  }
+}
+
+template <class V>
+void GeluGradRow(const float* x, const float* dy, float* dx, int64_t n,
+                 const LaneGeluConstants& k) {
+  constexpr int W = V::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V::Store(dx + i, GeluGradOf<V>(V::Load(x + i), V::Load(dy + i), k));
+  }
+  if (i < n) {
+    alignas(64) float px[W];
+    alignas(64) float pd[W];
+    for (int l = 0; l < W; ++l) {
+      px[l] = i + l < n ? x[i + l] : 0.0f;
+      pd[l] = i + l < n ? dy[i + l] : 0.0f;
+    }
+    V::Store(px, GeluGradOf<V>(V::Load(px), V::Load(pd), k));
+    for (int64_t l = 0; i + l < n; ++l) dx[i + l] = px[l];
+  }
+}
+
+template <class V>
+constexpr auto GeluRowFor() {
+  using Fn = void (*)(const float*, float*, int64_t, const LaneGeluConstants&);
+  if constexpr (V::kWidth > 1) {
+    return static_cast<Fn>(&GeluRow<V>);
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+
+template <class V>
+constexpr auto GeluGradRowFor() {
+  using Fn = void (*)(const float*, const float*, float*, int64_t,
+                      const LaneGeluConstants&);
+  if constexpr (V::kWidth > 1) {
+    return static_cast<Fn>(&GeluGradRow<V>);
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+
+// ---------------------------------------------------------------------------
 // relu: y = x <= 0 ? +0 : x (a NaN passes with its bits, -0 gives +0), and
 // dx = x > 0 ? dy : +0 (NaN x gives +0), kernels/ops/elementwise.h.
 // Replaces(+0, x) holds for x > 0 and for NaN x; Replaces(+inf, x) for NaN
@@ -1287,6 +1560,9 @@ const LaneKernelSet& KernelSet() {
                                     &BatchNormTraining<V>,
                                     MathRowFor<V, MathFn::kExp>(),
                                     MathRowFor<V, MathFn::kErf>(),
+                                    GeluRowFor<V>(),
+                                    GeluGradRowFor<V>(),
+                                    SoftmaxRowsFor<V>(),
                                     &ReluRow<V>,
                                     &ReluGradRow<V>};
   return set;

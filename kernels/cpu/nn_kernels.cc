@@ -47,8 +47,6 @@ namespace c = ::lockstep::canonical;
 int64_t RowBlock(int64_t d) { return std::max<int64_t>(1, 65536 / d); }
 
 constexpr int64_t kElementBlock = 16384;
-// Elements per call of the vector erf and exp in the GELU kernels.
-constexpr int64_t kGeluChunk = 256;
 
 template <c::Activation kAct>
 struct ActivationOps;
@@ -90,22 +88,11 @@ absl::Status ActivationForwardKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
   if constexpr (kAct == c::Activation::kGelu) {
-    // The erfs of 256 elements at a time on the lane kernels' vector erf.
+    // The whole element on the lane kernels' vectors (vector erf included).
     const CpuIsa isa = ActiveCpuIsa();
-    ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
-                      [&](int64_t b, int64_t e) {
-                        float erf[kGeluChunk];
-                        for (int64_t i0 = b; i0 < e; i0 += kGeluChunk) {
-                          const int64_t n = std::min(kGeluChunk, e - i0);
-                          for (int64_t i = 0; i < n; ++i) {
-                            erf[i] = c::GeluErfArg(x[i0 + i]);
-                          }
-                          CanonicalErfLanes(erf, erf, n, isa);
-                          for (int64_t i = 0; i < n; ++i) {
-                            y[i0 + i] = c::GeluFromErf(x[i0 + i], erf[i]);
-                          }
-                        }
-                      });
+    ParallelForBlocks(
+        CpuThreadPool(), in[0].numel(), kElementBlock,
+        [&](int64_t b, int64_t e) { GeluLanes(x + b, y + b, e - b, isa); });
     return absl::OkStatus();
   }
   ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
@@ -132,27 +119,12 @@ absl::Status ActivationGradKernel(absl::Span<const Tensor> in,
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
   if constexpr (kAct == c::Activation::kGelu) {
-    // The erfs and exps of 256 elements at a time on the lane kernels'
-    // vector erf and exp. dx may alias dy: each dy is read before its dx is
-    // written.
+    // The whole element on the lane kernels' vectors (vector erf and exp
+    // included). dx may alias dy: each dy is read before its dx is written.
     const CpuIsa isa = ActiveCpuIsa();
     ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
                       [&](int64_t b, int64_t e) {
-                        float erf[kGeluChunk];
-                        float exp[kGeluChunk];
-                        for (int64_t i0 = b; i0 < e; i0 += kGeluChunk) {
-                          const int64_t n = std::min(kGeluChunk, e - i0);
-                          for (int64_t i = 0; i < n; ++i) {
-                            erf[i] = c::GeluErfArg(x[i0 + i]);
-                            exp[i] = c::GeluPdfExpArg(x[i0 + i]);
-                          }
-                          CanonicalErfLanes(erf, erf, n, isa);
-                          CanonicalExpLanes(exp, exp, n, isa);
-                          for (int64_t i = 0; i < n; ++i) {
-                            dx[i0 + i] = c::GeluGradFrom(x[i0 + i], dy[i0 + i],
-                                                         erf[i], exp[i]);
-                          }
-                        }
+                        GeluGradLanes(x + b, dy + b, dx + b, e - b, isa);
                       });
     return absl::OkStatus();
   }
@@ -182,6 +154,10 @@ absl::Status SoftmaxForwardKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
   const CpuIsa isa = ActiveCpuIsa();
+  if (SoftmaxLanes(x, /*dy=*/nullptr, y, s.rows, s.d, s.causal, isa,
+                   CpuThreadPool())) {
+    return absl::OkStatus();
+  }
   ParallelForBlocks(
       CpuThreadPool(), s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r)
@@ -202,6 +178,9 @@ absl::Status SoftmaxGradKernel(absl::Span<const Tensor> in,
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
   const CpuIsa isa = ActiveCpuIsa();
+  if (SoftmaxLanes(x, dy, dx, s.rows, s.d, s.causal, isa, CpuThreadPool())) {
+    return absl::OkStatus();
+  }
   ParallelForBlocks(
       CpuThreadPool(), s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r)
@@ -322,11 +301,30 @@ absl::Status LayerNormGradParamsKernel(absl::Span<const Tensor> in,
   const std::vector<c::LayerNormRowStats> stats = LayerNormStats(s, x);
   float* dgamma = out[0].data<float>();
   float* dbeta = out[1].data<float>();
-  ParallelForBlocks(CpuThreadPool(), s.d, 16, [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) {
-      c::LayerNormGradParamsColumn(s, x, dy, stats.data(), dgamma, dbeta, j);
-    }
-  });
+  // Column j's chains (kernels/ops/norm.h's LayerNormGradParamsColumn) run
+  // over the rows: xhat is formed once per element, as the spec forms it,
+  // then the columns are the channels of a [rows, d, 1] batch: dgamma =
+  // the canonical dot of (dy, xhat) and dbeta = the canonical sum of dy,
+  // lanes = neighbouring columns, on BatchNormGradChainsLanes with mean 0
+  // and rstd 1, whose (xhat - 0) * 1 is xhat itself (-0 and NaN included).
+  std::vector<float> xhat(static_cast<size_t>(s.rows * s.d));
+  ParallelForBlocks(
+      CpuThreadPool(), s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          for (int64_t j = 0; j < s.d; ++j) {
+            xhat[r * s.d + j] = c::LayerNormXhat(stats[r], x[r * s.d + j]);
+          }
+        }
+      });
+  const std::vector<float> zeros(s.d, 0.0f);
+  const std::vector<float> ones(s.d, 1.0f);
+  BatchNormGradChainsLanes(c::BiasShape{s.rows, s.d, 1}, xhat.data(), dy,
+                           zeros.data(), ones.data(), /*scale=*/nullptr, dgamma,
+                           dbeta, ActiveCpuIsa(), CpuThreadPool());
+  for (int64_t j = 0; j < s.d; ++j) {
+    dgamma[j] = c::norm_internal::CanonicalNanOf(dgamma[j]);
+    dbeta[j] = c::norm_internal::CanonicalNanOf(dbeta[j]);
+  }
   return absl::OkStatus();
 }
 

@@ -68,14 +68,19 @@ LS_HD_INLINE SoftmaxRowStats SoftmaxRowStatsOf(const float* row, int64_t c) {
   return st;
 }
 
+// loss_i from row i (of logits) and the row's stats.
+LS_HD_INLINE float SoftmaxXentLossFrom(const float* row, int32_t label,
+                                       const SoftmaxRowStats& st) {
+  const float z = row[label] - st.max;
+  return CanonicalLog(st.sum) - z;
+}
+
 // loss_i for example i.
 LS_HD_INLINE float SoftmaxXentExampleLoss(const SoftmaxShape& s,
                                           const float* logits,
                                           const int32_t* labels, int64_t i) {
   const float* row = logits + i * s.c;
-  const SoftmaxRowStats st = SoftmaxRowStatsOf(row, s.c);
-  const float z = row[labels[i]] - st.max;
-  return CanonicalLog(st.sum) - z;
+  return SoftmaxXentLossFrom(row, labels[i], SoftmaxRowStatsOf(row, s.c));
 }
 
 // The mean of the per-example losses losses[0 .. n).
@@ -95,15 +100,22 @@ LS_HD_INLINE float SoftmaxXentForward(const SoftmaxShape& s,
   return SoftmaxXentMeanLoss(s, scratch);
 }
 
+// d loss / d logits[i, j] from e = CanonicalExp(logits[i, j] - max) and the
+// row's sum.
+LS_HD_INLINE float SoftmaxXentGradFromExp(const SoftmaxShape& s, float e,
+                                          float sum, bool is_label) {
+  const float p = e / sum;
+  const float t = is_label ? p - 1.0f : p;
+  return t / static_cast<float>(s.n);
+}
+
 // d loss / d logits[i, j], given the row's stats.
 LS_HD_INLINE float SoftmaxXentGradElement(const SoftmaxShape& s,
                                           const float* row, int32_t label,
                                           const SoftmaxRowStats& st,
                                           int64_t j) {
-  const float e = CanonicalExp(row[j] - st.max);
-  const float p = e / st.sum;
-  const float t = (j == label) ? p - 1.0f : p;
-  return t / static_cast<float>(s.n);
+  return SoftmaxXentGradFromExp(s, CanonicalExp(row[j] - st.max), st.sum,
+                                j == label);
 }
 
 // One example's gradient row (stats computed once per row).
@@ -160,9 +172,7 @@ LS_HD_INLINE void SoftmaxXentGradRowOnce(const SoftmaxShape& s,
   float* out = dlogits + i * s.c;
   const float sum = SoftmaxRowExpsOnce(row, s.c, out, exp_row).sum;
   for (int64_t j = 0; j < s.c; ++j) {
-    const float p = out[j] / sum;
-    const float t = (j == labels[i]) ? p - 1.0f : p;
-    out[j] = t / static_cast<float>(s.n);
+    out[j] = SoftmaxXentGradFromExp(s, out[j], sum, j == labels[i]);
   }
 }
 
@@ -176,9 +186,8 @@ LS_HD_INLINE float SoftmaxXentExampleLossOnce(const SoftmaxShape& s,
                                               float* scratch,
                                               const ExpRow& exp_row = {}) {
   const float* row = logits + i * s.c;
-  const SoftmaxRowStats st = SoftmaxRowExpsOnce(row, s.c, scratch, exp_row);
-  const float z = row[labels[i]] - st.max;
-  return CanonicalLog(st.sum) - z;
+  return SoftmaxXentLossFrom(row, labels[i],
+                             SoftmaxRowExpsOnce(row, s.c, scratch, exp_row));
 }
 
 LS_HD_INLINE void SoftmaxXentGrad(const SoftmaxShape& s, const float* logits,

@@ -1,0 +1,240 @@
+// The CANONICAL softmax (forward and grad, plain and causal), softmax_xent
+// (the row statistics) and GELU
+// (erf form, forward and grad) kernels run on the lane kernels: softmax's
+// row reductions with lanes = rows (blocks of rows transposed in
+// registers), GELU's whole element on the vector erf and exp. On every ISA
+// path this CPU has and on 1, 2, 3 and 8 threads their bits equal the spec
+// code (kernels/ops/norm.h one row at a time, kernels/ops/activations.h one
+// element at a time), for row counts that leave tails after blocks of 8 and
+// 16, rows shorter and longer than a vector and not a multiple of it, rows
+// that cross the 256-term chunk, and inputs with NaN, infinities, -0,
+// subnormals, ties at the row maximum, and NaN or infinity in dy past a
+// causal row's end (where y is 0 and must not reach the dot).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/types/span.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/ops/activations.h"
+#include "kernels/ops/norm.h"
+#include "kernels/ops/softmax_xent.h"
+#include "kernels/registry.h"
+#include "kernels/tensor.h"
+
+namespace lockstep::kernels {
+namespace {
+
+namespace c = ::lockstep::canonical;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+std::vector<float> RandomFloats(int64_t n, uint32_t seed, float range) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-range, range);
+  std::vector<float> v(n);
+  for (float& f : v) f = u(gen);
+  return v;
+}
+
+Tensor T(std::vector<int64_t> shape, const std::vector<float>& v) {
+  return *Tensor::FromValues<float>(std::move(shape), v);
+}
+
+void ExpectSameBits(const Tensor& got, const std::vector<float>& want,
+                    const std::string& what) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
+  const float* g = got.data<float>();
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (Bits(g[i]) != Bits(want[i])) {
+      ADD_FAILURE() << what << ": element " << i << " is " << g[i] << " (0x"
+                    << std::hex << Bits(g[i]) << "), the spec gives " << want[i]
+                    << " (0x" << Bits(want[i]) << ")";
+      return;
+    }
+  }
+}
+
+class SoftmaxGeluLanesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(RegisterCpuCanonicalKernels(&registry_).ok());
+  }
+  void TearDown() override {
+    SetCpuIsaForTesting(std::nullopt);
+    SetCpuThreadsForTesting(0);
+  }
+
+  KernelFn Kernel(const char* op) {
+    absl::StatusOr<KernelFn> k = registry_.Lookup(
+        KernelKey{op, Mode::kCanonical, kCanonicalAlgorithm, kCpuBackendName});
+    EXPECT_TRUE(k.ok()) << op;
+    return *k;
+  }
+
+  // Runs `op` on every ISA and thread count and compares with `want`.
+  void ExpectSpecBits(const char* op, const std::vector<Tensor>& in,
+                      const std::vector<int64_t>& out_shape,
+                      const std::vector<float>& want, const OpAttrs& attrs,
+                      const std::string& label) {
+    for (CpuIsa isa : SupportedCpuIsas()) {
+      SetCpuIsaForTesting(isa);
+      for (int threads : {1, 2, 3, 8}) {
+        SetCpuThreadsForTesting(threads);
+        const std::string where =
+            absl::StrCat(op, " ", label, ", isa ", CpuIsaName(isa), ", ",
+                         threads, " threads");
+        std::vector<Tensor> inputs = in;
+        Tensor out[] = {T(out_shape, std::vector<float>(want.size(), 7.0f))};
+        ASSERT_TRUE(
+            Kernel(op)(absl::MakeConstSpan(inputs), absl::MakeSpan(out), attrs)
+                .ok())
+            << where;
+        ExpectSameBits(out[0], want, where);
+      }
+    }
+  }
+
+  Registry registry_;
+};
+
+// Specials in x: NaN first in a row (the row's max stays NaN), NaN and
+// infinities inside rows, -0 and +0 tied at the maximum, subnormals; in dy:
+// NaN and infinities, some past causal rows' ends.
+void PlaceSpecials(int64_t rows, int64_t d, std::vector<float>* x,
+                   std::vector<float>* dy) {
+  auto at = [&](int64_t r, int64_t j) -> int64_t {
+    return (r % rows) * d + (j % d);
+  };
+  (*x)[at(1, 0)] = kNan;
+  (*x)[at(2, d / 2)] = kNan;
+  (*x)[at(3, 1)] = kInf;
+  (*x)[at(4, d - 1)] = -kInf;
+  (*x)[at(5, 0)] = -0.0f;
+  (*x)[at(5, 1)] = 0.0f;
+  for (int64_t j = 2; j < d; ++j) (*x)[at(5, j)] = -1.0f;
+  (*x)[at(6, 0)] = 3.0f;
+  (*x)[at(6, d - 1)] = 3.0f;
+  (*x)[at(7, 2)] = 1e-40f;
+  for (int64_t r = 0; r < rows; r += 3) {
+    (*dy)[at(r, d - 1)] = (r % 2) ? kNan : kInf;
+  }
+  (*dy)[at(8, 0)] = -kInf;
+}
+
+TEST_F(SoftmaxGeluLanesTest, SoftmaxGivesTheSpecBitsOnEveryIsaAndThreadCount) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {37, 300}, {3, 7, 64}, {2, 4, 256, 256}, {1, 40, 5},
+      {33, 17},  {2, 9, 9},  {1, 300, 300}};
+  uint32_t seed = 500;
+  for (const std::vector<int64_t>& shape : shapes) {
+    for (const bool causal : {false, true}) {
+      if (causal && shape[shape.size() - 2] != shape.back()) continue;
+      for (const bool specials : {false, true}) {
+        const std::string label =
+            absl::StrCat("shape [", absl::StrJoin(shape, ","), "]",
+                         causal ? " causal" : "", specials ? " specials" : "");
+        int64_t numel = 1;
+        for (int64_t d : shape) numel *= d;
+        c::RowShape s;
+        s.d = shape.back();
+        s.rows = numel / s.d;
+        s.causal = causal;
+        std::vector<float> x = RandomFloats(numel, seed++, 8.0f);
+        std::vector<float> dy = RandomFloats(numel, seed++, 2.0f);
+        if (specials && s.rows >= 9) PlaceSpecials(s.rows, s.d, &x, &dy);
+        std::vector<float> want_y(numel), want_dx(numel);
+        c::SoftmaxLastForward(s, x.data(), want_y.data());
+        c::SoftmaxLastGrad(s, x.data(), dy.data(), want_dx.data());
+        OpAttrs attrs;
+        attrs.causal = causal;
+        ExpectSpecBits(op::kSoftmaxForward, {T(shape, x)}, shape, want_y, attrs,
+                       label);
+        ExpectSpecBits(op::kSoftmaxGrad, {T(shape, x), T(shape, dy)}, shape,
+                       want_dx, attrs, label);
+      }
+    }
+  }
+}
+
+// softmax_xent's row statistics run on the same lane kernel (lanes = rows):
+// the loss and dlogits have the spec's bits, for rows crossing the chunk,
+// row counts with every tail, and specials in the logits.
+TEST_F(SoftmaxGeluLanesTest,
+       SoftmaxXentGivesTheSpecBitsOnEveryIsaAndThreadCount) {
+  const int64_t shapes[][2] = {
+      {300, 10}, {37, 600}, {17, 256}, {1, 1}, {40, 33}};
+  uint32_t seed = 700;
+  for (const auto& shape : shapes) {
+    for (const bool specials : {false, true}) {
+      c::SoftmaxShape s;
+      s.n = shape[0];
+      s.c = shape[1];
+      const std::string label =
+          absl::StrCat("n ", s.n, " c ", s.c, specials ? " specials" : "");
+      std::vector<float> logits = RandomFloats(s.n * s.c, seed++, 8.0f);
+      std::vector<int32_t> labels(s.n);
+      std::mt19937 gen(seed++);
+      for (int32_t& l : labels) l = static_cast<int32_t>(gen() % s.c);
+      if (specials && s.n >= 9) {
+        std::vector<float> unused(s.n * s.c);
+        PlaceSpecials(s.n, s.c, &logits, &unused);
+      }
+      std::vector<float> scratch(s.n), want_dlogits(s.n * s.c);
+      const std::vector<float> want_loss = {c::SoftmaxXentForward(
+          s, logits.data(), labels.data(), scratch.data())};
+      c::SoftmaxXentGrad(s, logits.data(), labels.data(), want_dlogits.data());
+      const Tensor labels_t = *Tensor::FromValues<int32_t>({s.n}, labels);
+      ExpectSpecBits(op::kSoftmaxXentForward, {T({s.n, s.c}, logits), labels_t},
+                     {1}, want_loss, OpAttrs{}, label);
+      ExpectSpecBits(op::kSoftmaxXentGrad, {T({s.n, s.c}, logits), labels_t},
+                     {s.n, s.c}, want_dlogits, OpAttrs{}, label);
+    }
+  }
+}
+
+TEST_F(SoftmaxGeluLanesTest, GeluGivesTheSpecBitsOnEveryIsaAndThreadCount) {
+  // Every branch of the erf (|x| < 1, 1 <= |x| < 6, beyond) and the exp's
+  // underflow, with specials, at lengths that leave every tail.
+  uint32_t seed = 900;
+  for (const int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{40000},
+                          int64_t{16384 * 2 + 5}}) {
+    std::vector<float> x = RandomFloats(n, seed++, 12.0f);
+    std::vector<float> dy = RandomFloats(n, seed++, 2.0f);
+    const float specials[] = {kNan,    kInf, -kInf, -0.0f, 0.0f,  1e-40f,
+                              -1e-40f, 1.0f, -1.0f, 6.0f,  -6.0f, 20.0f};
+    for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); ++i) {
+      if (static_cast<int64_t>(3 * i) < n) x[3 * i] = specials[i];
+      if (static_cast<int64_t>(3 * i + 1) < n) dy[3 * i + 1] = specials[i];
+    }
+    std::vector<float> want_y(n), want_dx(n);
+    c::ActivationForward(c::Activation::kGelu, x.data(), want_y.data(), n);
+    c::ActivationGrad(c::Activation::kGelu, x.data(), dy.data(), want_dx.data(),
+                      n);
+    const std::string label = absl::StrCat("n ", n);
+    ExpectSpecBits(op::kGeluForward, {T({n}, x)}, {n}, want_y, OpAttrs{},
+                   label);
+    ExpectSpecBits(op::kGeluGrad, {T({n}, x), T({n}, dy)}, {n}, want_dx,
+                   OpAttrs{}, label);
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::kernels
