@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/lane_kernels.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/dense.h"
 #include "kernels/ops/elementwise.h"
@@ -246,7 +247,7 @@ absl::Status SoftmaxXentForwardKernel(absl::Span<const Tensor> in,
   {
     // Every row's max and sum with lanes = rows (SoftmaxRowExpsOnce's
     // bits), then each loss from them.
-    std::vector<float> exps(static_cast<size_t>(s.n * s.c));
+    ScratchFloats exps(s.n * s.c);
     std::vector<float> max(s.n), sum(s.n);
     if (SoftmaxRowStatsLanes(logits, exps.data(), max.data(), sum.data(), s.n,
                              s.c, isa, CpuThreadPool())) {

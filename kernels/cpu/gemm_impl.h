@@ -547,7 +547,38 @@ class GemmDriver {
     const int rows = static_cast<int>(std::min<int64_t>(MR, s.rows - i0));
     const float* src[MR];
     for (int r = 0; r < rows; ++r) src[r] = a + (i0 + r) * s.a_row;
-    for (int64_t p = begin; p < begin + count; ++p) {
+    int64_t p = begin;
+    if constexpr (kW > 1 && MR <= kW) {
+      if (s.a_depth == 1 && rows == MR) {
+        // Rows contiguous along p (an activation or dy in a dense layer, a
+        // score matrix): kW steps of the tile's rows are loaded kW floats
+        // at a time and transposed in registers, instead of one float per
+        // strided load. Each step's MR floats are stored as a whole vector
+        // whose last kW - MR lanes spill into the next step's place, which
+        // the next store overwrites; the range's last step is copied
+        // exactly.
+        const int64_t end = begin + count;
+        for (; p + kW <= end; p += kW) {
+          T v[kW];
+#pragma GCC unroll 16
+          for (int r = 0; r < kW; ++r) {
+            v[r] = r < MR ? V::Load(src[r] + p) : V::Zero();
+          }
+          V::Transpose(v);
+          float* d = dst + (p - begin) * MR;
+#pragma GCC unroll 16
+          for (int i = 0; i < kW - 1; ++i) V::Store(d + i * MR, v[i]);
+          if (p + kW < end) {
+            V::Store(d + (kW - 1) * MR, v[kW - 1]);
+          } else {
+            alignas(64) float last[kW];
+            V::Store(last, v[kW - 1]);
+            std::memcpy(d + (kW - 1) * MR, last, MR * sizeof(float));
+          }
+        }
+      }
+    }
+    for (; p < begin + count; ++p) {
       float* d = dst + (p - begin) * MR;
       const int64_t off = p * s.a_depth;
       for (int r = 0; r < rows; ++r) d[r] = src[r][off];

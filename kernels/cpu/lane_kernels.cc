@@ -141,6 +141,14 @@ bool SoftmaxRowStatsLanes(const float* x, float* exps, float* max, float* sum,
   return true;
 }
 
+void LayerNormRowsLanes(const LayerNormRowsArgs& args, CpuIsa isa,
+                        ThreadPool* pool) {
+  if (args.rows <= 0 || args.d <= 0) return;
+  LayerNormRowsArgs a = args;
+  a.nan = CanonicalNan();
+  KernelsFor(isa).layer_norm_rows(a, pool);
+}
+
 void BatchNormVarSumLanes(const canonical::BiasShape& s, const float* x,
                           const float* mean, float* var_sum, CpuIsa isa,
                           ThreadPool* pool) {

@@ -61,9 +61,13 @@
 //                   its chain skips the terms past it. The exps and the
 //                   elementwise outputs in row layout. softmax_xent takes
 //                   its rows' max and sum from the same kernel.
-//   layer_norm.grad_params  the columns are channels of a [rows, d, 1]
-//                   batch: batch_norm's chains over xhat (formed once per
-//                   element) and dy.
+//   layer_norm      the row statistics and grad_input's row sums and dots
+//                   are batch_norm's chains with the rows as channels of a
+//                   [1, rows, d] image; grad_params' column chains are
+//                   batch_norm's with the columns as channels of a
+//                   [rows, d, 1] batch, over xhat (formed once per element)
+//                   and dy; the elementwise passes (y, g = dy * gamma, dx,
+//                   xhat) lanes = neighbouring elements of a row.
 //   gelu            each lane one element, the whole of the spec's
 //                   expression around the vector erf and exp.
 //
@@ -207,6 +211,35 @@ bool SoftmaxLanes(const float* x, const float* dy, float* out, int64_t rows,
 bool SoftmaxRowStatsLanes(const float* x, float* exps, float* max, float* sum,
                           int64_t rows, int64_t d, CpuIsa isa,
                           ThreadPool* pool);
+enum class LayerNormRowsPass { kApply, kScaleDy, kGradApply, kXhat };
+struct LayerNormRowsArgs {
+  LayerNormRowsPass pass;
+  int64_t rows, d;
+  const float* x;
+  const float* dy;
+  const float* gamma;
+  const float* beta;
+  const float* mean;  // per row
+  const float* rstd;  // per row
+  const float* a;     // per row: sum_g / d (kGradApply)
+  const float* b;     // per row: dot_gx / d (kGradApply)
+  float* out;
+  float nan;
+};
+// layer_norm's elementwise passes over x (and dy) of shape [rows, d],
+// kernels/ops/norm.h's operations in its order, vectorised along the rows
+// (the scalar ISA: one element at a time, the same code), rows spread over
+// the pool; mean, rstd (and a, b) hold one float per row:
+//   kApply      out = y = CanonicalNan(((x - mean) * rstd) * gamma + beta)
+//               (LayerNormApplyRow)
+//   kScaleDy    out = g = dy * gamma
+//   kGradApply  out = dx (LayerNormGradInputApplyRow, a = sum_g / d,
+//               b = dot_gx / d)
+//   kXhat       out = (x - mean) * rstd (LayerNormXhat)
+// out must not overlap the inputs.
+void LayerNormRowsLanes(const LayerNormRowsArgs& args, CpuIsa isa,
+                        ThreadPool* pool);
+
 // relu.forward (y may be x) and relu.grad over n elements, the spec's bits,
 // on `isa`'s vectors. On the calling thread.
 void ReluLanes(const float* x, float* y, int64_t n, CpuIsa isa);
@@ -292,6 +325,7 @@ struct LaneKernelSet {
                     const LaneGeluConstants& k);
   // softmax.forward and .grad; null for the scalar set.
   void (*softmax)(const LaneSoftmaxArgs& a, ThreadPool* pool);
+  void (*layer_norm_rows)(const LayerNormRowsArgs& a, ThreadPool* pool);
   // relu.forward's and relu.grad's loops (kernels/ops/elementwise.h).
   void (*relu)(const float* x, float* y, int64_t n);
   void (*relu_grad)(const float* x, const float* dy, float* dx, int64_t n);

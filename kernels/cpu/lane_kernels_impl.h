@@ -1260,6 +1260,83 @@ constexpr MathRowFn MathRowFor() {
 }
 
 // ---------------------------------------------------------------------------
+// layer_norm's elementwise passes over [rows, d] (kernels/ops/norm.h), lanes
+// = neighbouring elements of one row, the row's constants broadcast and
+// gamma / beta loaded per column; the spec's operations in its order:
+//   kApply      y = CanonicalNan(((x - mean) * rstd) * gamma + beta)
+//   kScaleDy    out = dy * gamma
+//   kGradApply  dx = CanonicalNan(((dy * gamma - a) - ((x - mean) * rstd) *
+//               b) * rstd)
+//   kXhat       out = (x - mean) * rstd
+
+template <class V>
+void LayerNormRowPass(const LayerNormRowsArgs& a, int64_t r, int64_t j,
+                      int64_t end) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  const int64_t base = r * a.d;
+  const float* x = a.x + base;
+  const float* dy = a.dy + base;
+  float* out = a.out + base;
+  switch (a.pass) {
+    case LayerNormRowsPass::kApply: {
+      const T m = V::Set1(a.mean[r]);
+      const T rs = V::Set1(a.rstd[r]);
+      for (; j + W <= end; j += W) {
+        const T xhat = V::Mul(V::Sub(V::Load(x + j), m), rs);
+        const T y =
+            V::Add(V::Mul(xhat, V::Load(a.gamma + j)), V::Load(a.beta + j));
+        V::Store(out + j, CanonicalNanOf<V>(y, a.nan));
+      }
+      break;
+    }
+    case LayerNormRowsPass::kScaleDy:
+      for (; j + W <= end; j += W) {
+        V::Store(out + j, V::Mul(V::Load(dy + j), V::Load(a.gamma + j)));
+      }
+      break;
+    case LayerNormRowsPass::kGradApply: {
+      const T m = V::Set1(a.mean[r]);
+      const T rs = V::Set1(a.rstd[r]);
+      const T av = V::Set1(a.a[r]);
+      const T bv = V::Set1(a.b[r]);
+      for (; j + W <= end; j += W) {
+        const T g = V::Mul(V::Load(dy + j), V::Load(a.gamma + j));
+        const T xhat = V::Mul(V::Sub(V::Load(x + j), m), rs);
+        const T v = V::Mul(V::Sub(V::Sub(g, av), V::Mul(xhat, bv)), rs);
+        V::Store(out + j, CanonicalNanOf<V>(v, a.nan));
+      }
+      break;
+    }
+    case LayerNormRowsPass::kXhat: {
+      const T m = V::Set1(a.mean[r]);
+      const T rs = V::Set1(a.rstd[r]);
+      for (; j + W <= end; j += W) {
+        V::Store(out + j, V::Mul(V::Sub(V::Load(x + j), m), rs));
+      }
+      break;
+    }
+  }
+  if constexpr (W > 1) {
+    if (j < end) LayerNormRowPass<ScalarLanes>(a, r, j, end);
+  }
+}
+
+template <class V>
+void LayerNormRows(const LayerNormRowsArgs& a, ThreadPool* pool) {
+  if (a.rows * a.d < kMinParallelElements) pool = nullptr;
+  const int64_t per_task = MaxI(1, kMinParallelElements / MaxI(1, a.d));
+  const int64_t tasks = (a.rows + per_task - 1) / per_task;
+  auto task = [&](int64_t t) {
+    const int64_t r1 = MinI(a.rows, (t + 1) * per_task);
+    for (int64_t r = t * per_task; r < r1; ++r) {
+      LayerNormRowPass<V>(a, r, 0, a.d);
+    }
+  };
+  For(pool, tasks, task);
+}
+
+// ---------------------------------------------------------------------------
 // softmax over the last axis (kernels/ops/norm.h's SoftmaxLastForwardRowOnce
 // and SoftmaxLastGradRowOnce), lanes = rows r0 .. r0 + W - 1 for the row
 // reductions (bias_add.grad's walk over a [1, rows, d] image, W x W blocks
@@ -1563,6 +1640,7 @@ const LaneKernelSet& KernelSet() {
                                     GeluRowFor<V>(),
                                     GeluGradRowFor<V>(),
                                     SoftmaxRowsFor<V>(),
+                                    &LayerNormRows<V>,
                                     &ReluRow<V>,
                                     &ReluGradRow<V>};
   return set;

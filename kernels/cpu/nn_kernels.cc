@@ -30,6 +30,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/lane_kernels.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/activations.h"
 #include "kernels/ops/dropout.h"
@@ -211,6 +212,36 @@ std::vector<c::LayerNormRowStats> LayerNormStats(const c::RowShape& s,
   return stats;
 }
 
+// Every row's mean and rstd (LayerNormStats) as arrays, for the lane
+// kernels' elementwise passes.
+struct LayerNormRowArrays {
+  std::vector<float> mean, rstd;
+};
+LayerNormRowArrays LayerNormArrays(const c::RowShape& s, const float* x) {
+  const std::vector<c::LayerNormRowStats> stats = LayerNormStats(s, x);
+  LayerNormRowArrays r{std::vector<float>(s.rows), std::vector<float>(s.rows)};
+  for (int64_t i = 0; i < s.rows; ++i) {
+    r.mean[i] = stats[i].mean;
+    r.rstd[i] = stats[i].rstd;
+  }
+  return r;
+}
+
+// A LayerNormRowsLanes pass over x's rows into out, with their statistics.
+LayerNormRowsArgs RowPass(LayerNormRowsPass kind, const c::RowShape& s,
+                          const float* x, const LayerNormRowArrays& st,
+                          float* out) {
+  LayerNormRowsArgs pass{};
+  pass.pass = kind;
+  pass.rows = s.rows;
+  pass.d = s.d;
+  pass.x = x;
+  pass.mean = st.mean.data();
+  pass.rstd = st.rstd.data();
+  pass.out = out;
+  return pass;
+}
+
 absl::Status LayerNormForwardKernel(absl::Span<const Tensor> in,
                                     absl::Span<Tensor> out, const OpAttrs& a) {
   LS_RETURN_IF_ERROR(CheckArity(op::kLayerNormForward, in, 3, out, 1));
@@ -225,13 +256,12 @@ absl::Status LayerNormForwardKernel(absl::Span<const Tensor> in,
   const float* gamma = in[1].data<float>();
   const float* beta = in[2].data<float>();
   float* y = out[0].data<float>();
-  const std::vector<c::LayerNormRowStats> stats = LayerNormStats(s, x);
-  ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
-                    [&](int64_t b, int64_t e) {
-                      for (int64_t r = b; r < e; ++r) {
-                        c::LayerNormApplyRow(s, x, gamma, beta, y, r, stats[r]);
-                      }
-                    });
+  const LayerNormRowArrays st = LayerNormArrays(s, x);
+  // LayerNormApplyRow's elements on the lane kernels.
+  LayerNormRowsArgs pass = RowPass(LayerNormRowsPass::kApply, s, x, st, y);
+  pass.gamma = gamma;
+  pass.beta = beta;
+  LayerNormRowsLanes(pass, ActiveCpuIsa(), CpuThreadPool());
   return absl::OkStatus();
 }
 
@@ -250,34 +280,33 @@ absl::Status LayerNormGradInputKernel(absl::Span<const Tensor> in,
   const float* gamma = in[1].data<float>();
   const float* dy = in[2].data<float>();
   float* dx = out[0].data<float>();
-  const std::vector<c::LayerNormRowStats> stats = LayerNormStats(s, x);
+  const LayerNormRowArrays st = LayerNormArrays(s, x);
+  const CpuIsa isa = ActiveCpuIsa();
   // g = dy * gamma, one product per element as the spec forms it, then the
-  // sum of g and the dot of (g, xhat) per row on the lane kernels.
-  std::vector<float> g(static_cast<size_t>(s.rows * s.d));
-  ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
-                    [&](int64_t b, int64_t e) {
-                      for (int64_t r = b; r < e; ++r) {
-                        for (int64_t j = 0; j < s.d; ++j) {
-                          g[r * s.d + j] = dy[r * s.d + j] * gamma[j];
-                        }
-                      }
-                    });
-  std::vector<float> mean(s.rows), rstd(s.rows), dot_gx(s.rows), sum_g(s.rows);
-  for (int64_t r = 0; r < s.rows; ++r) {
-    mean[r] = stats[r].mean;
-    rstd[r] = stats[r].rstd;
-  }
+  // sum of g and the dot of (g, xhat) per row, then dx
+  // (LayerNormGradInputApplyRow), all on the lane kernels.
+  ScratchFloats g(s.rows * s.d);
+  LayerNormRowsArgs pass =
+      RowPass(LayerNormRowsPass::kScaleDy, s, x, st, g.get());
+  pass.dy = dy;
+  pass.gamma = gamma;
+  LayerNormRowsLanes(pass, isa, CpuThreadPool());
+  std::vector<float> dot_gx(s.rows), sum_g(s.rows);
   BatchNormGradChainsLanes(c::BiasShape{1, s.rows, s.d}, x, g.data(),
-                           mean.data(), rstd.data(), /*scale=*/nullptr,
-                           dot_gx.data(), sum_g.data(), ActiveCpuIsa(),
-                           CpuThreadPool());
-  ParallelForBlocks(
-      CpuThreadPool(), s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-          c::LayerNormGradInputApplyRow(s, x, gamma, dy, dx, r, stats[r],
-                                        sum_g[r], dot_gx[r]);
-        }
-      });
+                           st.mean.data(), st.rstd.data(), /*scale=*/nullptr,
+                           dot_gx.data(), sum_g.data(), isa, CpuThreadPool());
+  // LayerNormGradInputApplyRow's a and b.
+  const float fd = static_cast<float>(s.d);
+  std::vector<float> ra(s.rows), rb(s.rows);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    ra[r] = sum_g[r] / fd;
+    rb[r] = dot_gx[r] / fd;
+  }
+  pass.pass = LayerNormRowsPass::kGradApply;
+  pass.a = ra.data();
+  pass.b = rb.data();
+  pass.out = dx;
+  LayerNormRowsLanes(pass, isa, CpuThreadPool());
   return absl::OkStatus();
 }
 
@@ -298,7 +327,7 @@ absl::Status LayerNormGradParamsKernel(absl::Span<const Tensor> in,
   }
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
-  const std::vector<c::LayerNormRowStats> stats = LayerNormStats(s, x);
+  const LayerNormRowArrays st = LayerNormArrays(s, x);
   float* dgamma = out[0].data<float>();
   float* dbeta = out[1].data<float>();
   // Column j's chains (kernels/ops/norm.h's LayerNormGradParamsColumn) run
@@ -307,15 +336,9 @@ absl::Status LayerNormGradParamsKernel(absl::Span<const Tensor> in,
   // the canonical dot of (dy, xhat) and dbeta = the canonical sum of dy,
   // lanes = neighbouring columns, on BatchNormGradChainsLanes with mean 0
   // and rstd 1, whose (xhat - 0) * 1 is xhat itself (-0 and NaN included).
-  std::vector<float> xhat(static_cast<size_t>(s.rows * s.d));
-  ParallelForBlocks(
-      CpuThreadPool(), s.rows, RowBlock(s.d), [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-          for (int64_t j = 0; j < s.d; ++j) {
-            xhat[r * s.d + j] = c::LayerNormXhat(stats[r], x[r * s.d + j]);
-          }
-        }
-      });
+  ScratchFloats xhat(s.rows * s.d);
+  LayerNormRowsLanes(RowPass(LayerNormRowsPass::kXhat, s, x, st, xhat.get()),
+                     ActiveCpuIsa(), CpuThreadPool());
   const std::vector<float> zeros(s.d, 0.0f);
   const std::vector<float> ones(s.d, 1.0f);
   BatchNormGradChainsLanes(c::BiasShape{s.rows, s.d, 1}, xhat.data(), dy,
