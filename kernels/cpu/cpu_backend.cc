@@ -363,9 +363,10 @@ absl::Status AdamKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   float* m = out[1].data<float>();
   float* v = out[2].data<float>();
   const float* g = in[0].data<float>();
+  const CpuIsa isa = ActiveCpuIsa();
   ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementwiseBlock,
                     [&](int64_t i, int64_t e) {
-                      c::AdamUpdate(s, w + i, m + i, v + i, g + i, e - i);
+                      AdamLanes(s, w + i, m + i, v + i, g + i, e - i, isa);
                     });
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 #include "kernels/canonical/reduce.h"
 #include "kernels/math/portable_math.h"
 #include "kernels/ops/activations.h"
+#include "kernels/ops/optimizers.h"
 
 namespace lockstep::kernels {
 namespace {
@@ -147,6 +148,15 @@ void LayerNormRowsLanes(const LayerNormRowsArgs& args, CpuIsa isa,
   LayerNormRowsArgs a = args;
   a.nan = CanonicalNan();
   KernelsFor(isa).layer_norm_rows(a, pool);
+}
+
+void AdamLanes(const canonical::AdamScalars& s, float* w, float* m, float* v,
+               const float* g, int64_t n, CpuIsa isa) {
+  if (n <= 0) return;
+  const cpu_internal::LaneAdamScalars k{s.lr,    s.beta1,    s.beta2, s.eps,
+                                        s.c1,    s.c2,       s.bc1,   s.bc2,
+                                        s.decay, s.decoupled};
+  KernelsFor(isa).adam(k, w, m, v, g, n);
 }
 
 void BatchNormVarSumLanes(const canonical::BiasShape& s, const float* x,

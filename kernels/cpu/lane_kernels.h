@@ -90,6 +90,10 @@
 #include "kernels/ops/elementwise.h"
 #include "kernels/spatial/pool2d.h"
 
+namespace lockstep::canonical {
+struct AdamScalars;  // kernels/ops/optimizers.h
+}  // namespace lockstep::canonical
+
 namespace lockstep::kernels {
 
 // db[c] = canonical sum over (n, i) of dy[(n * C + c) * S + i].
@@ -240,6 +244,12 @@ struct LayerNormRowsArgs {
 void LayerNormRowsLanes(const LayerNormRowsArgs& args, CpuIsa isa,
                         ThreadPool* pool);
 
+// adam.update and adamw.update over n elements (canonical::AdamUpdate's
+// operations in its order, one element per lane; w, m, v updated in
+// place). On the calling thread.
+void AdamLanes(const canonical::AdamScalars& s, float* w, float* m, float* v,
+               const float* g, int64_t n, CpuIsa isa);
+
 // relu.forward (y may be x) and relu.grad over n elements, the spec's bits,
 // on `isa`'s vectors. On the calling thread.
 void ReluLanes(const float* x, float* y, int64_t n, CpuIsa isa);
@@ -277,6 +287,12 @@ struct LaneSoftmaxArgs {
   float* row_max = nullptr;
   float* row_sum = nullptr;
 };
+// adam.update's per-call scalars (canonical::AdamScalars).
+struct LaneAdamScalars {
+  float lr, beta1, beta2, eps, c1, c2, bc1, bc2, decay;
+  bool decoupled;
+};
+
 // GELU's constants (kernels/ops/activations.h) and the canonical NaN.
 struct LaneGeluConstants {
   float inv_sqrt2;
@@ -326,6 +342,8 @@ struct LaneKernelSet {
   // softmax.forward and .grad; null for the scalar set.
   void (*softmax)(const LaneSoftmaxArgs& a, ThreadPool* pool);
   void (*layer_norm_rows)(const LayerNormRowsArgs& a, ThreadPool* pool);
+  void (*adam)(const LaneAdamScalars& s, float* w, float* m, float* v,
+               const float* g, int64_t n);
   // relu.forward's and relu.grad's loops (kernels/ops/elementwise.h).
   void (*relu)(const float* x, float* y, int64_t n);
   void (*relu_grad)(const float* x, const float* dy, float* dx, int64_t n);

@@ -25,6 +25,8 @@ struct Avx2Lanes {
   static T Sub(T a, T b) { return _mm256_sub_ps(a, b); }
   static T Mul(T a, T b) { return _mm256_mul_ps(a, b); }
   static T Div(T a, T b) { return _mm256_div_ps(a, b); }
+  // Correctly rounded, as sqrtss (IEEE).
+  static T Sqrt(T a) { return _mm256_sqrt_ps(a); }
   static T Fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   // canonical::CanonicalErf (kernels/math/portable_math.h), 8 lanes: both
   // branches' operations in the spec's order on every lane, then the

@@ -74,6 +74,7 @@ struct ScalarLanes {
   static T Mul(T a, T b) { return a * b; }
   static T Div(T a, T b) { return a / b; }
   static T Fma(T a, T b, T c) { return __builtin_fmaf(a, b, c); }
+  static T Sqrt(T a) { return __builtin_sqrtf(a); }
   static T Set1(float v) { return v; }
   static M Replaces(T best, T v) {
     return v > best || (v != v && best == best);
@@ -1505,6 +1506,46 @@ constexpr auto SoftmaxRowsFor() {
 }
 
 // ---------------------------------------------------------------------------
+// adam.update / adamw.update (kernels/ops/optimizers.h's AdamElement), one
+// element per lane, the spec's operations in its order (decay first when
+// decoupled); the tail one element at a time with the same code.
+
+template <class V>
+void AdamRun(const LaneAdamScalars& s, float* w, float* m, float* v,
+             const float* g, int64_t i, int64_t n) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  const T beta1 = V::Set1(s.beta1), beta2 = V::Set1(s.beta2);
+  const T c1 = V::Set1(s.c1), c2 = V::Set1(s.c2);
+  const T bc1 = V::Set1(s.bc1), bc2 = V::Set1(s.bc2);
+  const T eps = V::Set1(s.eps), lr = V::Set1(s.lr), decay = V::Set1(s.decay);
+  for (; i + W <= n; i += W) {
+    T wv = V::Load(w + i);
+    if (s.decoupled) wv = V::Mul(wv, decay);
+    const T gv = V::Load(g + i);
+    const T mn = V::Add(V::Mul(beta1, V::Load(m + i)), V::Mul(c1, gv));
+    const T q = V::Mul(gv, gv);
+    const T vn = V::Add(V::Mul(beta2, V::Load(v + i)), V::Mul(c2, q));
+    V::Store(m + i, mn);
+    V::Store(v + i, vn);
+    const T mh = V::Div(mn, bc1);
+    const T vh = V::Div(vn, bc2);
+    const T d = V::Add(V::Sqrt(vh), eps);
+    const T u = V::Mul(lr, V::Div(mh, d));
+    V::Store(w + i, V::Sub(wv, u));
+  }
+  if constexpr (W > 1) {
+    if (i < n) AdamRun<ScalarLanes>(s, w, m, v, g, i, n);
+  }
+}
+
+template <class V>
+void Adam(const LaneAdamScalars& s, float* w, float* m, float* v,
+          const float* g, int64_t n) {
+  AdamRun<V>(s, w, m, v, g, 0, n);
+}
+
+// ---------------------------------------------------------------------------
 // gelu (erf form), kernels/ops/activations.h:
 //   y  = CanonicalNan((0.5 * x) * (1 + erf(x * inv_sqrt2)))
 //   dx = CanonicalNan(dy * (0.5 * (1 + erf(x * inv_sqrt2))
@@ -1641,6 +1682,7 @@ const LaneKernelSet& KernelSet() {
                                     GeluGradRowFor<V>(),
                                     SoftmaxRowsFor<V>(),
                                     &LayerNormRows<V>,
+                                    &Adam<V>,
                                     &ReluRow<V>,
                                     &ReluGradRow<V>};
   return set;

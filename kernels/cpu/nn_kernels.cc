@@ -595,9 +595,10 @@ absl::Status AdamWKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   float* m = out[1].data<float>();
   float* v = out[2].data<float>();
   const float* g = in[0].data<float>();
+  const CpuIsa isa = ActiveCpuIsa();
   ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
                     [&](int64_t b, int64_t e) {
-                      c::AdamUpdate(s, w + b, m + b, v + b, g + b, e - b);
+                      AdamLanes(s, w + b, m + b, v + b, g + b, e - b, isa);
                     });
   return absl::OkStatus();
 }

@@ -1,5 +1,5 @@
 // The CANONICAL softmax (forward and grad, plain and causal), softmax_xent
-// (the row statistics) and GELU
+// (the row statistics), GELU and adam / adamw
 // (erf form, forward and grad) kernels run on the lane kernels: softmax's
 // row reductions with lanes = rows (blocks of rows transposed in
 // registers), GELU's whole element on the vector erf and exp. On every ISA
@@ -7,7 +7,8 @@
 // code (kernels/ops/norm.h one row at a time, kernels/ops/activations.h one
 // element at a time), for row counts that leave tails after blocks of 8 and
 // 16, rows shorter and longer than a vector and not a multiple of it, rows
-// that cross the 256-term chunk, and inputs with NaN, infinities, -0,
+// that cross the 256-term chunk, lengths that leave every vector tail, and
+// inputs with NaN, infinities, -0,
 // subnormals, ties at the row maximum, and NaN or infinity in dy past a
 // causal row's end (where y is 0 and must not reach the dot).
 #include <cmath>
@@ -28,6 +29,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/activations.h"
 #include "kernels/ops/norm.h"
+#include "kernels/ops/optimizers.h"
 #include "kernels/ops/softmax_xent.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"
@@ -72,7 +74,7 @@ void ExpectSameBits(const Tensor& got, const std::vector<float>& want,
   }
 }
 
-class SoftmaxGeluLanesTest : public ::testing::Test {
+class NnLanesTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(RegisterCpuCanonicalKernels(&registry_).ok());
@@ -139,7 +141,7 @@ void PlaceSpecials(int64_t rows, int64_t d, std::vector<float>* x,
   (*dy)[at(8, 0)] = -kInf;
 }
 
-TEST_F(SoftmaxGeluLanesTest, SoftmaxGivesTheSpecBitsOnEveryIsaAndThreadCount) {
+TEST_F(NnLanesTest, SoftmaxGivesTheSpecBitsOnEveryIsaAndThreadCount) {
   const std::vector<std::vector<int64_t>> shapes = {
       {37, 300}, {3, 7, 64}, {2, 4, 256, 256}, {1, 40, 5},
       {33, 17},  {2, 9, 9},  {1, 300, 300}};
@@ -177,8 +179,7 @@ TEST_F(SoftmaxGeluLanesTest, SoftmaxGivesTheSpecBitsOnEveryIsaAndThreadCount) {
 // softmax_xent's row statistics run on the same lane kernel (lanes = rows):
 // the loss and dlogits have the spec's bits, for rows crossing the chunk,
 // row counts with every tail, and specials in the logits.
-TEST_F(SoftmaxGeluLanesTest,
-       SoftmaxXentGivesTheSpecBitsOnEveryIsaAndThreadCount) {
+TEST_F(NnLanesTest, SoftmaxXentGivesTheSpecBitsOnEveryIsaAndThreadCount) {
   const int64_t shapes[][2] = {
       {300, 10}, {37, 600}, {17, 256}, {1, 1}, {40, 33}};
   uint32_t seed = 700;
@@ -210,7 +211,7 @@ TEST_F(SoftmaxGeluLanesTest,
   }
 }
 
-TEST_F(SoftmaxGeluLanesTest, GeluGivesTheSpecBitsOnEveryIsaAndThreadCount) {
+TEST_F(NnLanesTest, GeluGivesTheSpecBitsOnEveryIsaAndThreadCount) {
   // Every branch of the erf (|x| < 1, 1 <= |x| < 6, beyond) and the exp's
   // underflow, with specials, at lengths that leave every tail.
   uint32_t seed = 900;
@@ -233,6 +234,68 @@ TEST_F(SoftmaxGeluLanesTest, GeluGivesTheSpecBitsOnEveryIsaAndThreadCount) {
                    label);
     ExpectSpecBits(op::kGeluGrad, {T({n}, x), T({n}, dy)}, {n}, want_dx,
                    OpAttrs{}, label);
+  }
+}
+
+// adam.update and adamw.update, one element per lane (w, m, v in place):
+// specials in every operand, zero second moments (sqrt(0) + eps), tails.
+TEST_F(NnLanesTest, AdamGivesTheSpecBitsOnEveryIsaAndThreadCount) {
+  uint32_t seed = 1100;
+  for (const bool decoupled : {false, true}) {
+    for (const int64_t n : {int64_t{1}, int64_t{15}, int64_t{17},
+                            int64_t{40000}, int64_t{16384 * 2 + 5}}) {
+      std::vector<float> w = RandomFloats(n, seed++, 3.0f);
+      std::vector<float> m = RandomFloats(n, seed++, 0.5f);
+      std::vector<float> v = RandomFloats(n, seed++, 1.0f);
+      const std::vector<float> g = [&] {
+        std::vector<float> r = RandomFloats(n, seed++, 2.0f);
+        for (float& f : v) f = f * f;  // second moments are >= 0
+        const float specials[] = {kNan, kInf, -kInf, -0.0f, 0.0f, 1e-40f};
+        for (size_t i = 0; i < 6; ++i) {
+          for (size_t k = 0; k < 4; ++k) {
+            const int64_t at = static_cast<int64_t>(4 * i + k + 5 * k);
+            if (at >= n) continue;
+            (k == 0 ? r : k == 1 ? w : k == 2 ? m : v)[at] = specials[i];
+          }
+        }
+        return r;
+      }();
+      OpAttrs attrs;
+      attrs.learning_rate = 0.01f;
+      attrs.beta1 = 0.9f;
+      attrs.beta2 = 0.999f;
+      attrs.epsilon = 1e-8f;
+      attrs.step = 7;
+      attrs.weight_decay = 0.05f;
+      const c::AdamScalars s =
+          decoupled
+              ? c::AdamWScalarsOf(attrs.learning_rate, attrs.beta1, attrs.beta2,
+                                  attrs.epsilon, attrs.step, attrs.weight_decay)
+              : c::AdamScalarsOf(attrs.learning_rate, attrs.beta1, attrs.beta2,
+                                 attrs.epsilon, attrs.step);
+      std::vector<float> want_w = w, want_m = m, want_v = v;
+      c::AdamUpdate(s, want_w.data(), want_m.data(), want_v.data(), g.data(),
+                    n);
+      const char* op = decoupled ? op::kAdamWUpdate : op::kAdamUpdate;
+      for (CpuIsa isa : SupportedCpuIsas()) {
+        SetCpuIsaForTesting(isa);
+        for (int threads : {1, 2, 3, 8}) {
+          SetCpuThreadsForTesting(threads);
+          const std::string where =
+              absl::StrCat(op, " n ", n, ", isa ", CpuIsaName(isa), ", ",
+                           threads, " threads");
+          Tensor in[] = {T({n}, g)};
+          Tensor out[] = {T({n}, w), T({n}, m), T({n}, v)};
+          ASSERT_TRUE(
+              Kernel(op)(absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                  .ok())
+              << where;
+          ExpectSameBits(out[0], want_w, "w, " + where);
+          ExpectSameBits(out[1], want_m, "m, " + where);
+          ExpectSameBits(out[2], want_v, "v, " + where);
+        }
+      }
+    }
   }
 }
 
