@@ -33,6 +33,7 @@
 #include "kernels/ops/softmax_xent.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"
+#include "kernels/testing/float_test_util.h"
 
 namespace lockstep::kernels {
 namespace {
@@ -42,18 +43,9 @@ namespace c = ::lockstep::canonical;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
 std::vector<float> RandomFloats(int64_t n, uint32_t seed, float range) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-range, range);
-  std::vector<float> v(n);
-  for (float& f : v) f = u(gen);
-  return v;
+  return lockstep::testing::RandomFloats(static_cast<size_t>(n), seed, -range,
+                                         range);
 }
 
 Tensor T(std::vector<int64_t> shape, const std::vector<float>& v) {
@@ -62,16 +54,10 @@ Tensor T(std::vector<int64_t> shape, const std::vector<float>& v) {
 
 void ExpectSameBits(const Tensor& got, const std::vector<float>& want,
                     const std::string& what) {
-  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
   const float* g = got.data<float>();
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (Bits(g[i]) != Bits(want[i])) {
-      ADD_FAILURE() << what << ": element " << i << " is " << g[i] << " (0x"
-                    << std::hex << Bits(g[i]) << "), the spec gives " << want[i]
-                    << " (0x" << Bits(want[i]) << ")";
-      return;
-    }
-  }
+  EXPECT_TRUE(lockstep::testing::BitsEqual(
+      std::vector<float>(g, g + got.numel()), want))
+      << what;
 }
 
 class NnLanesTest : public ::testing::Test {
