@@ -1434,13 +1434,14 @@ struct SoftmaxBlock {
     }
     SumTerm<V> sum_term;
     WalkChannels<V, false, kPartial>(g, a.out, nullptr, r0, lanes, sum_term);
-    alignas(64) float sum[W];
-    V::Store(sum, sum_term.tree.Result());
+    const T sums = sum_term.tree.Result();
     if (a.row_max != nullptr) {
       StoreLanes<V>(a.row_max + r0, max_term.m, lanes);
-      StoreLanes<V>(a.row_sum + r0, sum_term.tree.Result(), lanes);
+      StoreLanes<V>(a.row_sum + r0, sums, lanes);
       return;
     }
+    alignas(64) float sum[W];
+    V::Store(sum, sums);
     for (int l = 0; l < lanes; ++l) {
       Normalize<V>(a.out + (r0 + l) * d, static_cast<int64_t>(len[l]), sum[l]);
     }
@@ -1464,9 +1465,8 @@ struct SoftmaxBlock {
     for (; j + W <= n; j += W) {
       V::Store(out + j, CanonicalNanOf<V>(V::Div(V::Load(out + j), s), a.nan));
     }
-    for (; j < n; ++j) {
-      const float v = out[j] / sum;
-      out[j] = v != v ? a.nan : v;
+    if constexpr (W > 1) {
+      if (j < n) Normalize<ScalarLanes>(out + j, n - j, sum);
     }
   }
 
@@ -1481,9 +1481,8 @@ struct SoftmaxBlock {
           V::Mul(V::Load(out + j), V::Sub(V::Load(dy + j), gv));
       V::Store(out + j, CanonicalNanOf<V>(v, a.nan));
     }
-    for (; j < n; ++j) {
-      const float v = out[j] * (dy[j] - g);
-      out[j] = v != v ? a.nan : v;
+    if constexpr (W > 1) {
+      if (j < n) GradOut<ScalarLanes>(dy + j, out + j, n - j, g);
     }
   }
 };

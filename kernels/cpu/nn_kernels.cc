@@ -190,41 +190,28 @@ absl::Status SoftmaxGradKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
-// Every row's statistics from the lane kernels: the rows are the channels
-// of one [1, rows, d] image, so the row sums are BiasAddGradLanes' and the
-// variances' dots BatchNormVarSumLanes' (kernels/ops/norm.h's
-// LayerNormStatsOf, 16 rows at a time).
-std::vector<c::LayerNormRowStats> LayerNormStats(const c::RowShape& s,
-                                                 const float* x) {
-  const c::BiasShape shape{1, s.rows, s.d};
-  std::vector<float> mean(s.rows);
-  std::vector<float> var_sum(s.rows);
-  BiasAddGradLanes(shape, x, mean.data(), ActiveCpuIsa(), CpuThreadPool());
-  for (int64_t r = 0; r < s.rows; ++r) {
-    mean[r] = c::LayerNormMeanOf(s, mean[r]);
-  }
-  BatchNormVarSumLanes(shape, x, mean.data(), var_sum.data(), ActiveCpuIsa(),
-                       CpuThreadPool());
-  std::vector<c::LayerNormRowStats> stats(s.rows);
-  for (int64_t r = 0; r < s.rows; ++r) {
-    stats[r] = c::LayerNormStatsFrom(s, mean[r], var_sum[r]);
-  }
-  return stats;
-}
-
-// Every row's mean and rstd (LayerNormStats) as arrays, for the lane
-// kernels' elementwise passes.
+// Every row's mean and rstd, as arrays for the lane kernels: the rows are
+// the channels of one [1, rows, d] image, so the row sums are
+// BiasAddGradLanes' and the variances' dots BatchNormVarSumLanes'
+// (kernels/ops/norm.h's LayerNormStatsOf, 16 rows at a time).
 struct LayerNormRowArrays {
   std::vector<float> mean, rstd;
 };
 LayerNormRowArrays LayerNormArrays(const c::RowShape& s, const float* x) {
-  const std::vector<c::LayerNormRowStats> stats = LayerNormStats(s, x);
-  LayerNormRowArrays r{std::vector<float>(s.rows), std::vector<float>(s.rows)};
-  for (int64_t i = 0; i < s.rows; ++i) {
-    r.mean[i] = stats[i].mean;
-    r.rstd[i] = stats[i].rstd;
+  const c::BiasShape shape{1, s.rows, s.d};
+  LayerNormRowArrays st{std::vector<float>(s.rows), std::vector<float>(s.rows)};
+  std::vector<float>& mean = st.mean;
+  BiasAddGradLanes(shape, x, mean.data(), ActiveCpuIsa(), CpuThreadPool());
+  for (int64_t r = 0; r < s.rows; ++r) {
+    mean[r] = c::LayerNormMeanOf(s, mean[r]);
   }
-  return r;
+  std::vector<float> var_sum(s.rows);
+  BatchNormVarSumLanes(shape, x, mean.data(), var_sum.data(), ActiveCpuIsa(),
+                       CpuThreadPool());
+  for (int64_t r = 0; r < s.rows; ++r) {
+    st.rstd[r] = c::LayerNormStatsFrom(s, mean[r], var_sum[r]).rstd;
+  }
+  return st;
 }
 
 // A LayerNormRowsLanes pass over x's rows into out, with their statistics.
@@ -295,12 +282,11 @@ absl::Status LayerNormGradInputKernel(absl::Span<const Tensor> in,
   BatchNormGradChainsLanes(c::BiasShape{1, s.rows, s.d}, x, g.data(),
                            st.mean.data(), st.rstd.data(), /*scale=*/nullptr,
                            dot_gx.data(), sum_g.data(), isa, CpuThreadPool());
-  // LayerNormGradInputApplyRow's a and b.
-  const float fd = static_cast<float>(s.d);
+  // LayerNormGradInputApplyRow's a = sum_g / d and b = dot_gx / d.
   std::vector<float> ra(s.rows), rb(s.rows);
   for (int64_t r = 0; r < s.rows; ++r) {
-    ra[r] = sum_g[r] / fd;
-    rb[r] = dot_gx[r] / fd;
+    ra[r] = c::LayerNormMeanOf(s, sum_g[r]);
+    rb[r] = c::LayerNormMeanOf(s, dot_gx[r]);
   }
   pass.pass = LayerNormRowsPass::kGradApply;
   pass.a = ra.data();

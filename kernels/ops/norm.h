@@ -236,7 +236,8 @@ struct LayerNormRowStats {
 
 // A row's statistics from its two reductions: sum = the canonical sum of
 // the row, var_sum = the canonical dot of (d, d), d = x - mean (below, and
-// the CPU's lane kernels, kernels/cpu/lane_kernels.h).
+// the CPU's lane kernels, kernels/cpu/lane_kernels.h). LayerNormMeanOf is
+// also grad_input's a and b (the means of g and of g * xhat).
 LS_HD_INLINE float LayerNormMeanOf(const RowShape& s, float sum) {
   return sum / static_cast<float>(s.d);
 }
@@ -294,9 +295,8 @@ LS_HD_INLINE void LayerNormGradInputApplyRow(const RowShape& s, const float* x,
                                              float sum_g, float dot_gx) {
   const float* row = x + r * s.d;
   const float* drow = dy + r * s.d;
-  const float fd = static_cast<float>(s.d);
-  const float a = sum_g / fd;
-  const float b = dot_gx / fd;
+  const float a = LayerNormMeanOf(s, sum_g);
+  const float b = LayerNormMeanOf(s, dot_gx);
   for (int64_t j = 0; j < s.d; ++j) {
     const float g = drow[j] * gamma[j];
     const float xhat = LayerNormXhat(st, row[j]);
