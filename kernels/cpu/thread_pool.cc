@@ -9,16 +9,21 @@
 
 namespace lockstep::kernels {
 
-namespace {
-
-int64_t DefaultSpinMicros() {
+int64_t SpinMicrosFromEnvironment() {
   if (const char* env = std::getenv("LOCKSTEP_CPU_SPIN_MICROS");
       env != nullptr && *env != '\0') {
     char* end = nullptr;
     const long long v = std::strtoll(env, &end, 10);
     if (*end == '\0' && v >= 0 && v <= 100000) return v;
   }
-  return kPoolSpinMicros;
+  return -1;
+}
+
+namespace {
+
+int64_t DefaultSpinMicros() {
+  const int64_t env = SpinMicrosFromEnvironment();
+  return env >= 0 ? env : kPoolSpinMicros;
 }
 
 }  // namespace

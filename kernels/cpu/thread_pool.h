@@ -55,6 +55,11 @@ inline void CpuRelax() {
 inline constexpr int64_t kPoolSpinMicros = 2000;
 inline constexpr int64_t kPoolShortSpinMicros = 50;
 
+// LOCKSTEP_CPU_SPIN_MICROS when it is set to a valid value (0 to 100000),
+// else -1. Threads that spin for work elsewhere (the executor's background
+// fingerprints) take it too.
+int64_t SpinMicrosFromEnvironment();
+
 class ThreadPool {
  public:
   // num_threads >= 1 counts the calling thread: num_threads - 1 workers,

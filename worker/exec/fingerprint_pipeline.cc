@@ -1,5 +1,7 @@
 #include "worker/exec/fingerprint_pipeline.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -9,28 +11,43 @@
 namespace lockstep::worker {
 namespace {
 
-// How long either side polls before it blocks. A step's tensors come every
-// few to few hundred microseconds, so the thread keeps polling across the
-// gaps inside a step and blocks between steps; a futex wake-up per tensor
-// would cost more than hashing a small one.
-constexpr auto kPollFor = std::chrono::microseconds(200);
+// How long the step's thread polls for a hash it waits for before it
+// blocks: the hash of one tensor, most often.
+constexpr auto kCallerPoll = std::chrono::microseconds(200);
 
-// Polls `ready` for up to kPollFor; true when it held.
+// Polls `ready` for up to `span`, yielding the CPU between polls past the
+// first kernels::kPoolShortSpinMicros; true when it held.
 template <typename Ready>
-bool PollFor(Ready ready) {
+bool PollFor(Ready ready, std::chrono::microseconds span) {
   if (ready()) return true;
-  const auto until = std::chrono::steady_clock::now() + kPollFor;
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + span;
+  const auto polite =
+      start + std::chrono::microseconds(kernels::kPoolShortSpinMicros);
   for (int i = 1;; ++i) {
     kernels::CpuRelax();
     if (ready()) return true;
-    if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) return false;
+    if (i % 64 == 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= until) return false;
+      if (now > polite) sched_yield();
+    }
   }
+}
+
+int64_t DefaultSpinMicros() {
+  const int64_t env = kernels::SpinMicrosFromEnvironment();
+  return env >= 0 ? env : kPipelineSpinMicros;
 }
 
 }  // namespace
 
-FingerprintPipeline::FingerprintPipeline(HashFn hash, bool hold)
-    : hash_(std::move(hash)), hold_(hold), thread_([this] { Loop(); }) {}
+FingerprintPipeline::FingerprintPipeline(HashFn hash, bool hold,
+                                         int64_t spin_micros)
+    : hash_(std::move(hash)),
+      hold_(hold),
+      spin_micros_(spin_micros >= 0 ? spin_micros : DefaultSpinMicros()),
+      thread_([this] { Loop(); }) {}
 
 FingerprintPipeline::~FingerprintPipeline() {
   {
@@ -95,7 +112,7 @@ void FingerprintPipeline::WaitUntilDone(size_t last) {
       work_cv_.notify_one();
     }
   }
-  if (PollFor(ready)) return;
+  if (PollFor(ready, kCallerPoll)) return;
   std::unique_lock<std::mutex> lock(mu_);
   caller_waiting_.store(true);  // seq_cst: pairs with done_ in Loop
   done_cv_.wait(lock, ready);
@@ -110,7 +127,7 @@ void FingerprintPipeline::Loop() {
   };
   auto has_work = [&] { return stop_.load() || next < limit(); };
   while (true) {
-    if (!PollFor(has_work)) {
+    if (!PollFor(has_work, std::chrono::microseconds(spin_micros_))) {
       std::unique_lock<std::mutex> lock(mu_);
       thread_sleeping_.store(true);  // seq_cst: pairs with published_
       work_cv_.wait(lock, has_work);

@@ -34,6 +34,18 @@
 
 namespace lockstep::worker {
 
+// How long the pipeline's thread polls for the next tensor before it
+// sleeps. A wake-up through the condition variable costs the submitting
+// step's thread a system call, 10 - 15 us on a virtual machine, and the
+// tensors of a large model come milliseconds apart (gpt_block: 65 a step,
+// one every 2 ms on average): with a 200 us poll nearly every submission
+// woke a sleeping thread, 1.7 % of gpt_block's one-thread step. The thread
+// only exists where the CPU kernels' pool leaves a CPU free, and past its
+// first 50 us the poll yields that CPU between checks, so another
+// process's thread that needs it runs (docs/benchmarks.md, "the background
+// thread's poll").
+inline constexpr int64_t kPipelineSpinMicros = 10000;
+
 class FingerprintPipeline {
  public:
   // Fills `out` with the fingerprint of `tensor` as manifest entry `index`.
@@ -44,7 +56,11 @@ class FingerprintPipeline {
   // `hold` (tests only): the thread hashes nothing until WaitFor or Drain
   // asks for it, so any write to a submitted tensor that the step does not
   // announce with WaitFor shows up in its fingerprint every time.
-  explicit FingerprintPipeline(HashFn hash, bool hold = false);
+  // `spin_micros`: how long the thread polls for work before it sleeps
+  // (< 0: LOCKSTEP_CPU_SPIN_MICROS if set and valid, as for the CPU
+  // kernels' pool, else kPipelineSpinMicros).
+  explicit FingerprintPipeline(HashFn hash, bool hold = false,
+                               int64_t spin_micros = -1);
   // Abandons what is not hashed yet (a tensor being hashed is finished)
   // and joins the thread.
   ~FingerprintPipeline();
@@ -67,6 +83,8 @@ class FingerprintPipeline {
   // Returns once every submitted tensor is hashed: the first error, if any.
   absl::Status Drain();
 
+  int64_t spin_micros() const { return spin_micros_; }
+
   // True while a submitted tensor is not hashed yet.
   bool Busy() const {
     return done_.load(std::memory_order_acquire) != submitted_;
@@ -87,6 +105,7 @@ class FingerprintPipeline {
 
   const HashFn hash_;
   const bool hold_;
+  const int64_t spin_micros_;
   // The step's jobs; job i (counted over the pipeline's life) is in slot
   // i - base_. Sized by Reset.
   std::vector<Job> jobs_;

@@ -1,8 +1,11 @@
 #include "worker/exec/fingerprint_pipeline.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -149,6 +152,41 @@ TEST(FingerprintPipelineTest, ManyStepsWithWaits) {
     }
   }
   EXPECT_EQ(rec.Calls().size(), 300u * kPerStep);
+}
+
+// The thread polls kPipelineSpinMicros unless LOCKSTEP_CPU_SPIN_MICROS or
+// the caller says otherwise; with no poll at all and with one shorter than
+// the gaps between tensors, every tensor is still hashed (the thread
+// sleeps and is woken).
+TEST(FingerprintPipelineTest, PollsAsConfigured) {
+  Recorder rec;
+  unsetenv("LOCKSTEP_CPU_SPIN_MICROS");
+  EXPECT_EQ(FingerprintPipeline(rec.Fn()).spin_micros(), kPipelineSpinMicros);
+  setenv("LOCKSTEP_CPU_SPIN_MICROS", "50", 1);
+  EXPECT_EQ(FingerprintPipeline(rec.Fn()).spin_micros(), 50);
+  setenv("LOCKSTEP_CPU_SPIN_MICROS", "-3", 1);
+  EXPECT_EQ(FingerprintPipeline(rec.Fn()).spin_micros(), kPipelineSpinMicros);
+  unsetenv("LOCKSTEP_CPU_SPIN_MICROS");
+  EXPECT_EQ(FingerprintPipeline(rec.Fn(), false, 7).spin_micros(), 7);
+  for (const int64_t spin : {int64_t{0}, int64_t{300}}) {
+    Recorder r;
+    FingerprintPipeline p(r.Fn(), /*hold=*/false, spin);
+    std::vector<v1::TensorFingerprint> out(6);
+    p.Reset(out.size());
+    for (int i = 0; i < 6; ++i) {
+      // Gaps of 0, 200 and 1000 us: inside and past the poll.
+      std::this_thread::sleep_for(std::chrono::microseconds(i % 3 == 0 ? 0
+                                                            : i % 3 == 1
+                                                                ? 200
+                                                                : 1000));
+      p.Submit(Floats({static_cast<float>(i), 1}), i, &out[i]);
+    }
+    ASSERT_THAT(p.Drain(), IsOk());
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_EQ(out[i].stats().sum(), i + 1.0) << spin << " " << i;
+    }
+    EXPECT_THAT(r.Calls(), ElementsAre(0, 1, 2, 3, 4, 5)) << spin;
+  }
 }
 
 TEST(FingerprintPipelineTest, DestroyedWithTensorsQueued) {
