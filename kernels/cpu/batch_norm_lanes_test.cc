@@ -21,6 +21,7 @@
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/canonical_kernel_test.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
@@ -55,42 +56,10 @@ std::vector<float> RandomFloats(int64_t n, uint32_t seed, bool specials) {
 }
 
 Tensor T(std::vector<int64_t> shape, const std::vector<float>& v) {
-  return *Tensor::FromValues<float>(std::move(shape), v);
+  return FloatTensor(std::move(shape), v);
 }
 
-void ExpectSameBits(const Tensor& got, const std::vector<float>& want,
-                    const std::string& what) {
-  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
-  const float* g = got.data<float>();
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (Bits(g[i]) != Bits(want[i])) {
-      ADD_FAILURE() << what << ": element " << i << " is " << g[i] << " (0x"
-                    << std::hex << Bits(g[i]) << "), the spec gives " << want[i]
-                    << " (0x" << Bits(want[i]) << ")";
-      return;
-    }
-  }
-}
-
-class BatchNormLanesTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_TRUE(RegisterCpuCanonicalKernels(&registry_).ok());
-  }
-  void TearDown() override {
-    SetCpuIsaForTesting(std::nullopt);
-    SetCpuThreadsForTesting(0);
-  }
-
-  KernelFn Kernel(const char* op) {
-    absl::StatusOr<KernelFn> k = registry_.Lookup(
-        KernelKey{op, Mode::kCanonical, kCanonicalAlgorithm, kCpuBackendName});
-    EXPECT_TRUE(k.ok()) << op;
-    return *k;
-  }
-
-  Registry registry_;
-};
+class BatchNormLanesTest : public CpuCanonicalKernelTest {};
 
 TEST_F(BatchNormLanesTest, EveryIsaAndThreadCountGivesTheSpecBits) {
   // [n, c, spatial...]: c = 37, 20 and 40 leave tails after blocks of 8 and

@@ -24,6 +24,7 @@
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/canonical_kernel_test.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
@@ -49,34 +50,11 @@ std::vector<float> RandomFloats(int64_t n, uint32_t seed, float range) {
 }
 
 Tensor T(std::vector<int64_t> shape, const std::vector<float>& v) {
-  return *Tensor::FromValues<float>(std::move(shape), v);
+  return FloatTensor(std::move(shape), v);
 }
 
-void ExpectSameBits(const Tensor& got, const std::vector<float>& want,
-                    const std::string& what) {
-  const float* g = got.data<float>();
-  EXPECT_TRUE(lockstep::testing::BitsEqual(
-      std::vector<float>(g, g + got.numel()), want))
-      << what;
-}
-
-class NnLanesTest : public ::testing::Test {
+class NnLanesTest : public CpuCanonicalKernelTest {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(RegisterCpuCanonicalKernels(&registry_).ok());
-  }
-  void TearDown() override {
-    SetCpuIsaForTesting(std::nullopt);
-    SetCpuThreadsForTesting(0);
-  }
-
-  KernelFn Kernel(const char* op) {
-    absl::StatusOr<KernelFn> k = registry_.Lookup(
-        KernelKey{op, Mode::kCanonical, kCanonicalAlgorithm, kCpuBackendName});
-    EXPECT_TRUE(k.ok()) << op;
-    return *k;
-  }
-
   // Runs `op` on every ISA and thread count and compares with `want`.
   void ExpectSpecBits(const char* op, const std::vector<Tensor>& in,
                       const std::vector<int64_t>& out_shape,
@@ -99,8 +77,6 @@ class NnLanesTest : public ::testing::Test {
       }
     }
   }
-
-  Registry registry_;
 };
 
 // Specials in x: NaN first in a row (the row's max stays NaN), NaN and
