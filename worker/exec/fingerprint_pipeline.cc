@@ -37,7 +37,7 @@ bool PollFor(Ready ready, std::chrono::microseconds span) {
 
 int64_t DefaultSpinMicros() {
   const int64_t env = kernels::SpinMicrosFromEnvironment();
-  return env >= 0 ? env : kPipelineSpinMicros;
+  return env >= 0 ? env : kPipelinePollMicros;
 }
 
 }  // namespace
@@ -64,6 +64,17 @@ void FingerprintPipeline::Reset(size_t capacity) {
   // orders after these writes.
   base_ = submitted_;
   if (jobs_.size() < capacity) jobs_.resize(capacity);
+  // From here the thread naps instead of sleeping until woken: one wake-up
+  // a step at most, instead of one per submission.
+  in_step_.store(true);  // seq_cst: pairs with thread_sleeping_
+  WakeThread();
+}
+
+void FingerprintPipeline::WakeThread() {
+  if (thread_sleeping_.load()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    work_cv_.notify_one();
+  }
 }
 
 void FingerprintPipeline::Submit(const kernels::Tensor& tensor, int32_t index,
@@ -75,11 +86,8 @@ void FingerprintPipeline::Submit(const kernels::Tensor& tensor, int32_t index,
   j.index = index;
   j.out = out;
   ++submitted_;
-  published_.store(submitted_);  // seq_cst: pairs with thread_sleeping_
-  if (thread_sleeping_.load()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    work_cv_.notify_one();
-  }
+  // No wake-up: within a step the thread looks again after every nap.
+  published_.store(submitted_, std::memory_order_release);
 }
 
 void FingerprintPipeline::WaitFor(const void* data, size_t bytes) {
@@ -98,6 +106,7 @@ void FingerprintPipeline::WaitFor(const void* data, size_t bytes) {
 
 absl::Status FingerprintPipeline::Drain() {
   if (submitted_ > base_) WaitUntilDone(submitted_ - 1);
+  in_step_.store(false);  // the thread sleeps until the next Reset
   std::lock_guard<std::mutex> lock(mu_);
   return std::exchange(error_, absl::OkStatus());
 }
@@ -105,13 +114,9 @@ absl::Status FingerprintPipeline::Drain() {
 void FingerprintPipeline::WaitUntilDone(size_t last) {
   auto ready = [&] { return done_.load(std::memory_order_acquire) > last; };
   if (ready()) return;
-  if (hold_ && release_.load() <= last) {
-    release_.store(last + 1);
-    if (thread_sleeping_.load()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      work_cv_.notify_one();
-    }
-  }
+  if (hold_ && release_.load() <= last) release_.store(last + 1);
+  // The step's thread waits now anyway: no reason to let a nap run out.
+  WakeThread();
   if (PollFor(ready, kCallerPoll)) return;
   std::unique_lock<std::mutex> lock(mu_);
   caller_waiting_.store(true);  // seq_cst: pairs with done_ in Loop
@@ -129,8 +134,14 @@ void FingerprintPipeline::Loop() {
   while (true) {
     if (!PollFor(has_work, std::chrono::microseconds(spin_micros_))) {
       std::unique_lock<std::mutex> lock(mu_);
-      thread_sleeping_.store(true);  // seq_cst: pairs with published_
-      work_cv_.wait(lock, has_work);
+      thread_sleeping_.store(true);  // seq_cst: pairs with in_step_
+      if (in_step_.load()) {
+        // Submit does not wake the thread: it looks again after a nap.
+        work_cv_.wait_for(lock, std::chrono::microseconds(kPipelineNapMicros),
+                          has_work);
+      } else {
+        work_cv_.wait(lock, [&] { return has_work() || in_step_.load(); });
+      }
       thread_sleeping_.store(false);
     }
     if (stop_.load()) return;  // what is left is abandoned

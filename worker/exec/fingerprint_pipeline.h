@@ -34,17 +34,22 @@
 
 namespace lockstep::worker {
 
-// How long the pipeline's thread polls for the next tensor before it
-// sleeps. A wake-up through the condition variable costs the submitting
-// step's thread a system call, 10 - 15 us on a virtual machine, and the
-// tensors of a large model come milliseconds apart (gpt_block: 65 a step,
-// one every 2 ms on average): with a 200 us poll nearly every submission
-// woke a sleeping thread, 1.7 % of gpt_block's one-thread step. The thread
-// only exists where the CPU kernels' pool leaves a CPU free, and past its
-// first 50 us the poll yields that CPU between checks, so another
-// process's thread that needs it runs (docs/benchmarks.md, "the background
-// thread's poll").
-inline constexpr int64_t kPipelineSpinMicros = 10000;
+// How the pipeline's thread waits for the next tensor. Like a worker of
+// the CPU kernels' pool it polls kPipelinePollMicros, yielding its CPU
+// between polls past the first 50 us; then it sleeps. Inside a step (from
+// Reset to the end of Drain) it sleeps at most kPipelineNapMicros at a
+// time and looks again, so Submit never has to wake it: waking a thread
+// through the condition variable is a system call, 10 - 15 us on a virtual
+// machine, paid by the step's thread, and a large model's tensors come
+// milliseconds apart (gpt_block: 65 a step, one every 2 ms on average).
+// When Submit woke a sleeping thread, those calls were 1.7 % of gpt_block's
+// one-thread step. A tensor then waits up to one nap before its hash
+// starts; Drain and WaitFor, which wait for hashes, wake the thread
+// themselves. Between steps it sleeps until the next Reset. The thread
+// only exists where the pool leaves a CPU free (docs/benchmarks.md, "the
+// background thread's naps").
+inline constexpr int64_t kPipelinePollMicros = 2000;
+inline constexpr int64_t kPipelineNapMicros = 250;
 
 class FingerprintPipeline {
  public:
@@ -58,7 +63,7 @@ class FingerprintPipeline {
   // announce with WaitFor shows up in its fingerprint every time.
   // `spin_micros`: how long the thread polls for work before it sleeps
   // (< 0: LOCKSTEP_CPU_SPIN_MICROS if set and valid, as for the CPU
-  // kernels' pool, else kPipelineSpinMicros).
+  // kernels' pool, else kPipelinePollMicros).
   explicit FingerprintPipeline(HashFn hash, bool hold = false,
                                int64_t spin_micros = -1);
   // Abandons what is not hashed yet (a tensor being hashed is finished)
@@ -100,6 +105,8 @@ class FingerprintPipeline {
   };
 
   void Loop();
+  // Wakes the thread if it sleeps (a system call; never per submission).
+  void WakeThread();
   // Blocks until done_ > `last` (a job index).
   void WaitUntilDone(size_t last);
 
@@ -117,6 +124,7 @@ class FingerprintPipeline {
   alignas(64) std::atomic<size_t> done_{0};       // jobs hashed
   alignas(64) std::atomic<size_t> release_{0};    // with hold_: may be hashed
   std::atomic<bool> thread_sleeping_{false};
+  std::atomic<bool> in_step_{false};  // from Reset to the end of Drain
   std::atomic<bool> caller_waiting_{false};
   std::atomic<bool> stop_{false};
 

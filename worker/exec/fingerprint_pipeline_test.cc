@@ -154,18 +154,18 @@ TEST(FingerprintPipelineTest, ManyStepsWithWaits) {
   EXPECT_EQ(rec.Calls().size(), 300u * kPerStep);
 }
 
-// The thread polls kPipelineSpinMicros unless LOCKSTEP_CPU_SPIN_MICROS or
+// The thread polls kPipelinePollMicros unless LOCKSTEP_CPU_SPIN_MICROS or
 // the caller says otherwise; with no poll at all and with one shorter than
 // the gaps between tensors, every tensor is still hashed (the thread
-// sleeps and is woken).
+// naps and looks again, or Drain wakes it).
 TEST(FingerprintPipelineTest, PollsAsConfigured) {
   Recorder rec;
   unsetenv("LOCKSTEP_CPU_SPIN_MICROS");
-  EXPECT_EQ(FingerprintPipeline(rec.Fn()).spin_micros(), kPipelineSpinMicros);
+  EXPECT_EQ(FingerprintPipeline(rec.Fn()).spin_micros(), kPipelinePollMicros);
   setenv("LOCKSTEP_CPU_SPIN_MICROS", "50", 1);
   EXPECT_EQ(FingerprintPipeline(rec.Fn()).spin_micros(), 50);
   setenv("LOCKSTEP_CPU_SPIN_MICROS", "-3", 1);
-  EXPECT_EQ(FingerprintPipeline(rec.Fn()).spin_micros(), kPipelineSpinMicros);
+  EXPECT_EQ(FingerprintPipeline(rec.Fn()).spin_micros(), kPipelinePollMicros);
   unsetenv("LOCKSTEP_CPU_SPIN_MICROS");
   EXPECT_EQ(FingerprintPipeline(rec.Fn(), false, 7).spin_micros(), 7);
   for (const int64_t spin : {int64_t{0}, int64_t{300}}) {
@@ -187,6 +187,32 @@ TEST(FingerprintPipelineTest, PollsAsConfigured) {
     }
     EXPECT_THAT(r.Calls(), ElementsAre(0, 1, 2, 3, 4, 5)) << spin;
   }
+}
+
+// Submit never wakes the thread: inside a step it naps and looks again, so
+// a tensor submitted while it sleeps is hashed without any Drain or
+// WaitFor (bounded wait); after Drain it sleeps until the next Reset, which
+// wakes it.
+TEST(FingerprintPipelineTest, HashesWhatArrivesWhileItNaps) {
+  Recorder rec;
+  FingerprintPipeline p(rec.Fn(), /*hold=*/false, /*spin_micros=*/0);
+  std::vector<v1::TensorFingerprint> out(3);
+  for (int step = 0; step < 3; ++step) {
+    p.Reset(1);
+    // Long enough for the thread to have gone to sleep.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    p.Submit(Floats({static_cast<float>(step)}), step, &out[step]);
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (p.Busy() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    EXPECT_FALSE(p.Busy()) << step;
+    ASSERT_THAT(p.Drain(), IsOk());
+    EXPECT_EQ(out[step].stats().sum(), step);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  EXPECT_THAT(rec.Calls(), ElementsAre(0, 1, 2));
 }
 
 TEST(FingerprintPipelineTest, DestroyedWithTensorsQueued) {
