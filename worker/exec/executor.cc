@@ -426,6 +426,11 @@ struct LayerState {
   // again from the same x (kernels/ops/norm.h); empty otherwise.
   Tensor saved;
   bool saves_stats() const { return saved.numel() > 0; }
+  // RESHAPE, FLATTEN: out is a view of in[0] (no forward kernel runs);
+  // RESHAPE, FLATTEN, ADD: each grad_in is a view of dy (no gradient
+  // kernel runs). See Executor::State::ViewsAllowed.
+  bool forward_view = false;
+  bool grad_view = false;
 };
 
 bool IsGraphDataOp(v1::LayerOp op) {
@@ -505,6 +510,17 @@ struct Executor::State {
   }
 
   absl::Status Setup();
+  // Whether layer `lp`'s data-movement ops may be views instead of copies
+  // (LayerState::forward_view, grad_view). Their values are the bytes they
+  // would copy, so every fingerprint is the same either way; only a fault
+  // injected into one of the layer's own tensors needs a copy, because a
+  // bit flipped in a view would also flip the tensor it shares storage
+  // with, which the copy leaves alone. ExecutorOptions::tensor_views off:
+  // never.
+  bool ViewsAllowed(const model::LayerPlan& lp) const {
+    return options.tensor_views &&
+           (fault_tensor < 0 || step_tensors[fault_tensor].layer() != lp.name);
+  }
   absl::Status Step(int s);
   // Forward, loss, backward, clipping and the optimizer of one step.
   absl::Status RunPasses();
@@ -770,6 +786,14 @@ absl::Status Executor::State::Setup() {
     const model::LayerPlan& lp = *l.plan;
     const std::string what = absl::StrFormat("layer \"%s\"", lp.name);
     LS_ASSIGN_OR_RETURN(l.ops, model::OpsOfLayer(lp.op));
+    const bool reshapes = lp.op == v1::RESHAPE || lp.op == v1::FLATTEN;
+    // The batch source owns the model input's storage: copied from it.
+    l.forward_view =
+        reshapes && lp.inputs[0] != model::kModelInput && ViewsAllowed(lp);
+    l.grad_view = (reshapes || lp.op == v1::ADD) && ViewsAllowed(lp);
+    // An op done by a view keeps its kernel choice: the run records the
+    // variant of every op it fingerprints (server/analysis.cc reads it),
+    // and a view holds exactly the bytes that kernel would copy.
     LS_ASSIGN_OR_RETURN(l.forward, Resolve(l.ops.forward, &used));
     if (lp.op != v1::BIAS_ADD && *l.ops.grad_input != '\0') {
       LS_ASSIGN_OR_RETURN(l.grad_input, Resolve(l.ops.grad_input, &used));
@@ -838,6 +862,12 @@ absl::Status Executor::State::Setup() {
       l.in.push_back(t);
     }
     if (lp.op == v1::SLICE) l.in.push_back(l.aux);
+    if (l.forward_view) {
+      // The producer writes its output buffer in place every step, so a
+      // view of it holds this layer's output as soon as it is produced.
+      LS_ASSIGN_OR_RETURN(l.out, l.in[0].Reshape(lp.output_shape));
+      l.out_k = l.out;
+    }
     for (size_t p = 0; p < lp.params.size(); ++p) {
       const model::ParamPlan& pp = lp.params[p];
       if (pp.role == v1::WEIGHT) l.weight = static_cast<int>(p);
@@ -933,6 +963,12 @@ absl::Status Executor::State::Setup() {
       if (!l.takes_grad[k]) continue;
       if (lp.op == v1::BIAS_ADD) {
         l.grad_in[k] = l.dy;  // d(x + b)/dx = identity: no kernel
+      } else if (l.grad_view) {
+        // Identities too: d(a + b)/da = d(a + b)/db = dy, and a reshape's
+        // gradient is dy in the input's shape. Nothing writes into a
+        // gradient after its producer, so the views stay equal to the
+        // copies they replace.
+        LS_ASSIGN_OR_RETURN(l.grad_in[k], l.dy.Reshape(lp.input_shapes[k]));
       } else {
         LS_ASSIGN_OR_RETURN(l.grad_in[k],
                             Zeros(lp.input_shapes[k], what + " input grad"));
@@ -1054,6 +1090,7 @@ absl::Status Executor::State::Forward() {
       }
       default: {  // RELU, activations, SOFTMAX, pools, FLATTEN, ADD, RESIZE,
                   // TRANSPOSE, RESHAPE, CONSTANT
+        if (l.forward_view) break;  // out is a view of the input
         Tensor out[] = {l.out};
         LS_RETURN_IF_ERROR(
             Call(l.forward, l, l.ops.forward, l.in, out, lp.attrs));
@@ -1187,6 +1224,7 @@ absl::Status Executor::State::Backward() {
         break;
       }
       case v1::ADD: {
+        if (l.grad_view) break;  // both gradients are views of dy
         const Tensor in[] = {l.dy};
         Tensor out[] = {GradOutput(l, 0), GradOutput(l, 1)};
         LS_RETURN_IF_ERROR(
@@ -1260,6 +1298,7 @@ absl::Status Executor::State::Backward() {
         break;    // grad_in[0] is dy itself
       default: {  // AVG_POOL2D, GLOBAL_AVG_POOL, RESIZE_BILINEAR, FLATTEN,
                   // RESHAPE, REDUCE
+        if (l.grad_view) break;  // the gradient is a view of dy
         const Tensor in[] = {l.dy};
         Tensor out[] = {l.grad_in_kernel[0]};
         LS_RETURN_IF_ERROR(

@@ -63,9 +63,9 @@ using TensorObserver = std::function<absl::Status(
     const lockstep::v1::TensorFingerprint& fingerprint)>;
 
 // Called for every captured tensor's fingerprint, in manifest order, at the
-// end of its step (before RunStep returns; not for a step that failed). It sees no tensor, so unlike an
-// observer it lets the executor fingerprint in the background. A non-OK
-// status fails the step with that status.
+// end of its step (before RunStep returns; not for a step that failed). It sees
+// no tensor, so unlike an observer it lets the executor fingerprint in the
+// background. A non-OK status fails the step with that status.
 using FingerprintSink = std::function<absl::Status(
     int step, const lockstep::v1::ManifestEntry& entry,
     const lockstep::v1::TensorFingerprint& fingerprint)>;
@@ -140,6 +140,12 @@ struct ExecutorOptions {
   // Compute fingerprints at all. Off only for benchmarks (digests are then
   // empty and the observer is not called).
   bool fingerprint = true;
+  // Ops that only move bytes are views of the tensors they would copy, and
+  // run no kernel: RESHAPE's and FLATTEN's output (unless their input is
+  // the model input) and gradient, ADD's two gradients (both dy). Same
+  // bytes, so the same fingerprints; a layer that a fault targets copies.
+  // Off (tests, and to rule the views out): every op runs its kernel.
+  bool tensor_views = true;
   // When set, every kernel call's wall time is added to (*op_times)[op]
   // (the op's registry name, e.g. "conv2d.forward"; the gradient
   // accumulation's adds under model::kGradAccumulateOp) and each captured

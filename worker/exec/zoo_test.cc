@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -278,6 +279,135 @@ TEST(ZooTest, BackgroundFingerprintsEqualInline) {
       }
     }
   }
+}
+
+// ADD's gradients and RESHAPE's and FLATTEN's output and gradient are
+// views of the tensors they would copy (ExecutorOptions::tensor_views).
+// Every fingerprint is the same bits with views and with the copy kernels,
+// in every model, hashed inline and in the background held back until the
+// step waits (so a write into shared storage that the executor does not
+// wait for shows up in a fingerprint); with views, no kernel runs for
+// them.
+TEST(ZooTest, ViewsGiveTheFingerprintsOfCopies) {
+  int models_with_views = 0;
+  for (const char* name : kZoo) {
+    SCOPED_TRACE(name);
+    Zoo z = Load(name, 2, 3);
+    ASSERT_NE(z.dataset, nullptr);
+    z.config.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_STEP);
+    bool has_views = false;
+    for (const model::LayerPlan& l : z.plan.layers) {
+      has_views = has_views || l.op == v1::ADD || l.op == v1::RESHAPE ||
+                  l.op == v1::FLATTEN;
+    }
+    models_with_views += has_views ? 1 : 0;
+    OpTimes copy_times;
+    ExecutorOptions copies;
+    copies.tensor_views = false;
+    copies.op_times = &copy_times;
+    auto ref = RunZoo(z, copies);
+    ASSERT_THAT(ref, IsOk());
+    for (bool background : {false, true}) {
+      SCOPED_TRACE(background ? "background, held" : "inline");
+      OpTimes times;
+      ExecutorOptions views;
+      views.op_times = &times;
+      if (background) {
+        views.fingerprint_thread = FingerprintThread::kBackground;
+        views.hold_background_fingerprints = true;
+        views.background_fingerprint_min_bytes = 0;
+      }
+      auto r = RunZoo(z, views);
+      ASSERT_THAT(r, IsOk());
+      EXPECT_EQ(r->run_digest, ref->run_digest);
+      ASSERT_EQ(r->fingerprints.size(), ref->fingerprints.size());
+      for (size_t s = 0; s < ref->fingerprints.size(); ++s) {
+        ASSERT_EQ(r->fingerprints[s].size(), ref->fingerprints[s].size());
+        for (size_t i = 0; i < ref->fingerprints[s].size(); ++i) {
+          EXPECT_EQ(r->fingerprints[s][i].SerializeAsString(),
+                    ref->fingerprints[s][i].SerializeAsString())
+              << "step " << s << " "
+              << model::DescribeEntry(ref->manifest.entries(i));
+        }
+      }
+      for (const char* op : {kernels::op::kAddGrad, kernels::op::kReshape,
+                             kernels::op::kFlatten}) {
+        EXPECT_EQ(times.count(op), 0u) << op;
+      }
+    }
+    EXPECT_EQ(copy_times.count(kernels::op::kAddGrad) > 0,
+              absl::c_any_of(z.plan.layers, [](const model::LayerPlan& l) {
+                return l.op == v1::ADD;
+              }));
+  }
+  EXPECT_GE(models_with_views, 5);
+}
+
+// A fault injected into a tensor of a layer done by views (ADD's first
+// gradient; a RESHAPE's or FLATTEN's output) flips that tensor alone: the
+// layer copies instead, so the tensor it would share storage with (ADD's
+// second gradient; the reshaped input) keeps its fingerprint. Hashed in
+// the background held back until the step waits, so a flip that reached
+// an earlier tensor's storage would show in its fingerprint too.
+TEST(ZooTest, FaultInAViewLayerStaysInItsTensor) {
+  int checked = 0;
+  for (const char* name : kZoo) {
+    SCOPED_TRACE(name);
+    Zoo z = Load(name, 2, 3);
+    ASSERT_NE(z.dataset, nullptr);
+    z.config.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_STEP);
+    // (fault spec, the entry that must keep its fingerprint)
+    std::vector<std::pair<std::string, std::string>> cases;
+    for (const model::LayerPlan& l : z.plan.layers) {
+      if (l.op == v1::ADD) {
+        cases.push_back(
+            {absl::StrCat("step=1,layer=", l.name,
+                          ",role=GRAD_ACTIVATION,slot=input0,bit=30"),
+             absl::StrCat(l.name, "/GRAD_ACTIVATION/input1")});
+        break;
+      }
+    }
+    for (const model::LayerPlan& l : z.plan.layers) {
+      if ((l.op == v1::RESHAPE || l.op == v1::FLATTEN) &&
+          l.inputs[0] != model::kModelInput) {
+        cases.push_back(
+            {absl::StrCat("step=1,layer=", l.name, ",role=ACTIVATION,bit=30"),
+             absl::StrCat(z.plan.layers[l.inputs[0]].name, "/ACTIVATION/")});
+        break;
+      }
+    }
+    ExecutorOptions held;
+    held.fingerprint_thread = FingerprintThread::kBackground;
+    held.hold_background_fingerprints = true;
+    held.background_fingerprint_min_bytes = 0;
+    auto ref = RunZoo(z, held);
+    ASSERT_THAT(ref, IsOk());
+    for (const auto& [spec, kept] : cases) {
+      SCOPED_TRACE(spec);
+      ExecutorOptions o = held;
+      o.fault = *ParseFaultSpec(spec);
+      auto bad = RunZoo(z, o);
+      ASSERT_THAT(bad, IsOk());
+      const RunComparison c = CompareRuns(*ref, *bad);
+      ASSERT_EQ(c.verdict, RunComparison::Verdict::kDiverged);
+      EXPECT_EQ(c.first->step, 1) << DescribeComparison(c);
+      int found = 0;
+      for (int i = 0; i < ref->manifest.entries_size(); ++i) {
+        const v1::ManifestEntry& e = ref->manifest.entries(i);
+        if (absl::StrCat(e.layer(), "/", v1::TensorRole_Name(e.role()), "/",
+                         e.slot()) != kept) {
+          continue;
+        }
+        ++found;
+        EXPECT_EQ(bad->fingerprints[1][i].SerializeAsString(),
+                  ref->fingerprints[1][i].SerializeAsString())
+            << model::DescribeEntry(e);
+      }
+      EXPECT_EQ(found, 1) << kept;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 5);
 }
 
 // A config whose clipping scales every gradient in place after it was
