@@ -45,23 +45,6 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-// Calls busy() until it returns false or about spin_micros_ have passed
-// (then the caller sleeps on a condition variable, which decides anyway);
-// past the first kPoolShortSpinMicros it yields the core between polls.
-template <typename Busy>
-void ThreadPool::SpinWhile(const Busy& busy) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto until = start + std::chrono::microseconds(spin_micros_);
-  const auto polite = start + std::chrono::microseconds(std::min<int64_t>(
-                                  spin_micros_, kPoolShortSpinMicros));
-  while (busy()) {
-    for (int i = 0; i < 64 && busy(); ++i) CpuRelax();
-    const auto now = std::chrono::steady_clock::now();
-    if (now > until) return;
-    if (now > polite) sched_yield();
-  }
-}
-
 void ThreadPool::RunTasks() {
   for (;;) {
     const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
@@ -73,7 +56,8 @@ void ThreadPool::RunTasks() {
 void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
-    SpinWhile([&] { return posted_.load(std::memory_order_acquire) == seen; });
+    SpinUntil([&] { return posted_.load(std::memory_order_acquire) != seen; },
+              spin_micros_);
     {
       std::unique_lock<std::mutex> lock(mu_);
       start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -113,7 +97,8 @@ void ThreadPool::ParallelFor(int64_t num_tasks,
   }
   start_cv_.notify_all();
   RunTasks();
-  SpinWhile([&] { return running_.load(std::memory_order_acquire) != 0; });
+  SpinUntil([&] { return running_.load(std::memory_order_acquire) == 0; },
+            spin_micros_);
   // Every task has been claimed; wait for the workers that joined this job
   // to finish theirs. A worker that wakes late finds no task left. It may
   // only join while fn_ is still valid, so fn_ is reset under mu_ below

@@ -20,8 +20,11 @@
 #include <immintrin.h>
 #endif
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -60,6 +63,28 @@ inline constexpr int64_t kPoolShortSpinMicros = 50;
 // fingerprints) take it too.
 int64_t SpinMicrosFromEnvironment();
 
+// Polls ready() until it holds (returns true) or about `micros` have passed
+// (false), pausing (CpuRelax) between polls; past the first
+// kPoolShortSpinMicros it yields the CPU (sched_yield) after every 64
+// polls, so a thread of another process that needs the CPU runs. The
+// pool's workers and callers spin this way, and so does any thread that
+// waits for the pool's kind of work (the executor's background
+// fingerprints).
+template <typename Ready>
+bool SpinUntil(const Ready& ready, int64_t micros) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + std::chrono::microseconds(micros);
+  const auto polite = start + std::chrono::microseconds(std::min<int64_t>(
+                                  micros, kPoolShortSpinMicros));
+  while (!ready()) {
+    for (int i = 0; i < 64 && !ready(); ++i) CpuRelax();
+    const auto now = std::chrono::steady_clock::now();
+    if (now > until) return ready();
+    if (now > polite) sched_yield();
+  }
+  return true;
+}
+
 class ThreadPool {
  public:
   // num_threads >= 1 counts the calling thread: num_threads - 1 workers,
@@ -82,8 +107,6 @@ class ThreadPool {
  private:
   void WorkerLoop();
   void RunTasks();
-  template <typename Busy>
-  void SpinWhile(const Busy& busy);
 
   const int num_threads_;
   const int64_t spin_micros_;

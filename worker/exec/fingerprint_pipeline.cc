@@ -1,7 +1,5 @@
 #include "worker/exec/fingerprint_pipeline.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -13,27 +11,7 @@ namespace {
 
 // How long the step's thread polls for a hash it waits for before it
 // blocks: the hash of one tensor, most often.
-constexpr auto kCallerPoll = std::chrono::microseconds(200);
-
-// Polls `ready` for up to `span`, yielding the CPU between polls past the
-// first kernels::kPoolShortSpinMicros; true when it held.
-template <typename Ready>
-bool PollFor(Ready ready, std::chrono::microseconds span) {
-  if (ready()) return true;
-  const auto start = std::chrono::steady_clock::now();
-  const auto until = start + span;
-  const auto polite =
-      start + std::chrono::microseconds(kernels::kPoolShortSpinMicros);
-  for (int i = 1;; ++i) {
-    kernels::CpuRelax();
-    if (ready()) return true;
-    if (i % 64 == 0) {
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= until) return false;
-      if (now > polite) sched_yield();
-    }
-  }
-}
+constexpr int64_t kCallerPollMicros = 200;
 
 int64_t DefaultSpinMicros() {
   const int64_t env = kernels::SpinMicrosFromEnvironment();
@@ -117,7 +95,7 @@ void FingerprintPipeline::WaitUntilDone(size_t last) {
   if (hold_ && release_.load() <= last) release_.store(last + 1);
   // The step's thread waits now anyway: no reason to let a nap run out.
   WakeThread();
-  if (PollFor(ready, kCallerPoll)) return;
+  if (kernels::SpinUntil(ready, kCallerPollMicros)) return;
   std::unique_lock<std::mutex> lock(mu_);
   caller_waiting_.store(true);  // seq_cst: pairs with done_ in Loop
   done_cv_.wait(lock, ready);
@@ -132,7 +110,7 @@ void FingerprintPipeline::Loop() {
   };
   auto has_work = [&] { return stop_.load() || next < limit(); };
   while (true) {
-    if (!PollFor(has_work, std::chrono::microseconds(spin_micros_))) {
+    if (!kernels::SpinUntil(has_work, spin_micros_)) {
       std::unique_lock<std::mutex> lock(mu_);
       thread_sleeping_.store(true);  // seq_cst: pairs with in_step_
       if (in_step_.load()) {
