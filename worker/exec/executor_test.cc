@@ -192,16 +192,7 @@ TEST(ExecutorTest, FingerprintsAreTheSameOnEveryPoolSize) {
     auto r = RunModel(plan, config);
     ASSERT_THAT(r, IsOk());
     EXPECT_EQ(CpuPoolParallelism().threads, threads);
-    EXPECT_EQ(r->run_digest, one->run_digest);
-    ASSERT_EQ(r->fingerprints.size(), one->fingerprints.size());
-    for (size_t s = 0; s < r->fingerprints.size(); ++s) {
-      ASSERT_EQ(r->fingerprints[s].size(), one->fingerprints[s].size());
-      for (size_t i = 0; i < r->fingerprints[s].size(); ++i) {
-        EXPECT_EQ(r->fingerprints[s][i].SerializeAsString(),
-                  one->fingerprints[s][i].SerializeAsString())
-            << "step " << s << " tensor " << i;
-      }
-    }
+    testing::ExpectSameFingerprints(*r, *one);
     // Streamed through the observer instead of kept (Emit then reuses one
     // message for every tensor): the same messages, in the same order.
     std::vector<std::string> streamed;

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/random/philox.h"
+#include "model/manifest.h"
 #include "model/spec_io.h"
 
 namespace lockstep::worker::testing {
@@ -96,6 +97,20 @@ ZooModel LoadZooModel(const std::string& name, int batch, int steps,
   EXPECT_TRUE(ds.ok()) << ds.status();
   if (ds.ok()) z.dataset = std::shared_ptr<Dataset>(std::move(*ds));
   return z;
+}
+
+void ExpectSameFingerprints(const RunResult& got, const RunResult& want) {
+  EXPECT_EQ(got.run_digest, want.run_digest);
+  ASSERT_EQ(got.fingerprints.size(), want.fingerprints.size());
+  for (size_t s = 0; s < want.fingerprints.size(); ++s) {
+    ASSERT_EQ(got.fingerprints[s].size(), want.fingerprints[s].size()) << s;
+    for (size_t i = 0; i < want.fingerprints[s].size(); ++i) {
+      EXPECT_EQ(got.fingerprints[s][i].SerializeAsString(),
+                want.fingerprints[s][i].SerializeAsString())
+          << "step " << s << " "
+          << model::DescribeEntry(want.manifest.entries(static_cast<int>(i)));
+    }
+  }
 }
 
 }  // namespace lockstep::worker::testing

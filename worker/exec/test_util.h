@@ -16,6 +16,12 @@
 
 namespace lockstep::worker::testing {
 
+// Expects `got` to have `want`'s run digest and, step by step, every kept
+// fingerprint of `want`, bit for bit (the messages compared serialised:
+// hashes and statistics as bits); a failure names the step and the
+// manifest entry.
+void ExpectSameFingerprints(const RunResult& got, const RunResult& want);
+
 // The CANONICAL CPU registry (built once, shared, read-only).
 const kernels::Registry& CpuRegistry();
 

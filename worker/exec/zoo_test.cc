@@ -50,6 +50,17 @@ Zoo Load(const std::string& name, int batch, int steps,
   return testing::LoadZooModel(name, batch, steps, config_file, model_file);
 }
 
+// Every captured tensor hashed on the background thread; with `hold`, only
+// once the step waits for it (so a write into a queued tensor's storage
+// that the executor does not wait for shows up in its fingerprint).
+ExecutorOptions Background(bool hold) {
+  ExecutorOptions o;
+  o.fingerprint_thread = FingerprintThread::kBackground;
+  o.hold_background_fingerprints = hold;
+  o.background_fingerprint_min_bytes = 0;
+  return o;
+}
+
 absl::StatusOr<RunResult> RunZoo(const Zoo& z, ExecutorOptions options = {}) {
   if (!z.dataset) return absl::InternalError("zoo model not loaded");
   options.initializer = z.model.initializer();
@@ -250,10 +261,7 @@ TEST(ZooTest, BackgroundFingerprintsEqualInline) {
     ASSERT_EQ(ref->fingerprints.size(), 3u);
     for (bool hold : {false, true}) {
       SCOPED_TRACE(hold ? "held" : "free-running");
-      ExecutorOptions bg;
-      bg.fingerprint_thread = FingerprintThread::kBackground;
-      bg.hold_background_fingerprints = hold;
-      bg.background_fingerprint_min_bytes = 0;  // every tensor
+      ExecutorOptions bg = Background(hold);
       std::vector<std::vector<std::string>> sunk(3);
       bg.fingerprint_sink = [&](int step, const v1::ManifestEntry& e,
                                 const v1::TensorFingerprint& fp) {
@@ -263,18 +271,13 @@ TEST(ZooTest, BackgroundFingerprintsEqualInline) {
       };
       auto r = RunZoo(z, bg);
       ASSERT_THAT(r, IsOk());
-      EXPECT_EQ(r->run_digest, ref->run_digest);
-      ASSERT_EQ(r->fingerprints.size(), ref->fingerprints.size());
+      testing::ExpectSameFingerprints(*r, *ref);
       for (size_t s = 0; s < ref->fingerprints.size(); ++s) {
-        ASSERT_EQ(r->fingerprints[s].size(), ref->fingerprints[s].size());
         ASSERT_EQ(sunk[s].size(), ref->fingerprints[s].size());
         for (size_t i = 0; i < ref->fingerprints[s].size(); ++i) {
-          // Serialised: hashes and statistics compared as bits.
-          const std::string want = ref->fingerprints[s][i].SerializeAsString();
-          EXPECT_EQ(r->fingerprints[s][i].SerializeAsString(), want)
+          EXPECT_EQ(sunk[s][i], ref->fingerprints[s][i].SerializeAsString())
               << "step " << s << " "
               << model::DescribeEntry(ref->manifest.entries(i));
-          EXPECT_EQ(sunk[s][i], want);
         }
       }
     }
@@ -310,26 +313,12 @@ TEST(ZooTest, ViewsGiveTheFingerprintsOfCopies) {
     for (bool background : {false, true}) {
       SCOPED_TRACE(background ? "background, held" : "inline");
       OpTimes times;
-      ExecutorOptions views;
+      ExecutorOptions views =
+          background ? Background(/*hold=*/true) : ExecutorOptions();
       views.op_times = &times;
-      if (background) {
-        views.fingerprint_thread = FingerprintThread::kBackground;
-        views.hold_background_fingerprints = true;
-        views.background_fingerprint_min_bytes = 0;
-      }
       auto r = RunZoo(z, views);
       ASSERT_THAT(r, IsOk());
-      EXPECT_EQ(r->run_digest, ref->run_digest);
-      ASSERT_EQ(r->fingerprints.size(), ref->fingerprints.size());
-      for (size_t s = 0; s < ref->fingerprints.size(); ++s) {
-        ASSERT_EQ(r->fingerprints[s].size(), ref->fingerprints[s].size());
-        for (size_t i = 0; i < ref->fingerprints[s].size(); ++i) {
-          EXPECT_EQ(r->fingerprints[s][i].SerializeAsString(),
-                    ref->fingerprints[s][i].SerializeAsString())
-              << "step " << s << " "
-              << model::DescribeEntry(ref->manifest.entries(i));
-        }
-      }
+      testing::ExpectSameFingerprints(*r, *ref);
       for (const char* op : {kernels::op::kAddGrad, kernels::op::kReshape,
                              kernels::op::kFlatten}) {
         EXPECT_EQ(times.count(op), 0u) << op;
@@ -376,10 +365,7 @@ TEST(ZooTest, FaultInAViewLayerStaysInItsTensor) {
         break;
       }
     }
-    ExecutorOptions held;
-    held.fingerprint_thread = FingerprintThread::kBackground;
-    held.hold_background_fingerprints = true;
-    held.background_fingerprint_min_bytes = 0;
+    const ExecutorOptions held = Background(/*hold=*/true);
     auto ref = RunZoo(z, held);
     ASSERT_THAT(ref, IsOk());
     for (const auto& [spec, kept] : cases) {
@@ -418,10 +404,7 @@ TEST(ZooTest, BackgroundFingerprintsSeeGradientsBeforeClipping) {
   z.config.mutable_optimizer()->set_clip_grad_norm(1e-4f);  // always scales
   ExecutorOptions in;
   in.fingerprint_thread = FingerprintThread::kInline;
-  ExecutorOptions bg;
-  bg.fingerprint_thread = FingerprintThread::kBackground;
-  bg.hold_background_fingerprints = true;
-  bg.background_fingerprint_min_bytes = 0;
+  const ExecutorOptions bg = Background(/*hold=*/true);
   auto a = RunZoo(z, in);
   auto b = RunZoo(z, bg);
   ASSERT_THAT(a, IsOk());
@@ -443,11 +426,8 @@ TEST(ZooTest, FailedStepDrainsBackgroundFingerprints) {
     if (step == 1) y.data<int32_t>()[0] = 1000;
     return st;
   };
-  ExecutorOptions o;
+  ExecutorOptions o = Background(/*hold=*/true);
   o.initializer = z.model.initializer();
-  o.fingerprint_thread = FingerprintThread::kBackground;
-  o.hold_background_fingerprints = true;
-  o.background_fingerprint_min_bytes = 0;
   std::vector<int> steps_sunk;
   o.fingerprint_sink = [&](int step, const v1::ManifestEntry&,
                            const v1::TensorFingerprint&) {
