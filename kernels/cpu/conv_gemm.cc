@@ -333,6 +333,70 @@ struct GradWeightOperands {
   }
 };
 
+// B of a grad_input, W'^T, packed straight from w: B(p, j) = w[co][cl][t]
+// for reduction step p = (co, t) (t < kk, the taps kh, kw) and lane j = cl,
+// the values TransposeWeights' wt holds, without making wt. The panel's
+// columns [first, first + count) of one output channel are one contiguous
+// count x kk block of w, which lands transposed in kk consecutive rows of
+// the panel. (Transposing the whole of w first and then gathering each
+// panel's columns kk * cog floats apart read the weights twice and wrote
+// them once more: 13 % and 6 % of a 512-channel 4 x 4 grad_input's time on
+// one core, docs/benchmarks.md.)
+struct GradInputWeights {
+  const float* w;  // the group's first output channel
+  int64_t cig;     // input channels per group
+  int64_t kk;      // taps per kernel
+
+  static void Pack(const void* ctx, int64_t first, int count, int width,
+                   int64_t p_begin, int64_t p_count, float* dst) {
+    const GradInputWeights& f = *static_cast<const GradInputWeights*>(ctx);
+    const int64_t p_end = p_begin + p_count;
+    if (f.kk == 1) {  // a row of the panel is a run of w
+      for (int64_t co = p_begin; co < p_end; ++co) {
+        CopyRun(dst + (co - p_begin) * width, f.w + co * f.cig + first, count);
+      }
+      ZeroTail(p_count, count, width, dst);
+      return;
+    }
+    for (int64_t co = p_begin / f.kk; co * f.kk < p_end; ++co) {
+      const int64_t t0 = std::max<int64_t>(0, p_begin - co * f.kk);
+      const int64_t t1 = std::min<int64_t>(f.kk, p_end - co * f.kk);
+      cpu_internal::TransposeCopy(
+          f.w + (co * f.cig + first) * f.kk + t0, f.kk, count, t1 - t0,
+          dst + (co * f.kk + t0 - p_begin) * width, width);
+    }
+    ZeroTail(p_count, count, width, dst);
+  }
+};
+
+// B of one class of a strided grad_input (GradInputByClassImages), packed
+// straight from w: reduction step p = (co, i) is the class's i-th kept tap
+// tap[i] (of taps per output channel), B(p, j) = w[co][j][tap[i]]. Same
+// values as the kept columns of wt, gathered without making wt.
+struct ClassWeights {
+  const float* w;  // the group's first output channel
+  int64_t cig;     // input channels per group
+  int64_t kk;      // taps per kernel
+  const int64_t* tap;
+  int64_t taps;
+
+  static void Pack(const void* ctx, int64_t first, int count, int width,
+                   int64_t p_begin, int64_t p_count, float* dst) {
+    const ClassWeights& f = *static_cast<const ClassWeights*>(ctx);
+    for (int64_t p = p_begin; p < p_begin + p_count; ++p) {
+      const int64_t co = p / f.taps;
+      const float* src = f.w + (co * f.cig + first) * f.kk + f.tap[p % f.taps];
+      float* d = dst + (p - p_begin) * width;
+      if (f.kk == 1) {
+        CopyRun(d, src, count);
+      } else {
+        for (int v = 0; v < count; ++v) d[v] = src[v * f.kk];
+      }
+    }
+    ZeroTail(p_count, count, width, dst);
+  }
+};
+
 // Scratch floats, left uninitialised (every element is written before it
 // is read), reused between calls (scratch.h).
 using Floats = ScratchFloats;
@@ -600,6 +664,20 @@ c::MatMulShape IndirectShape(int64_t rows, int64_t cols, int64_t depth,
   return m;
 }
 
+// The packing of an indirect product: A(i, p) = a_base[rows[i] +
+// taps[p]], row i of C at c + c_rows[i].
+GemmPacking IndirectPacking(const float* a_base,
+                            const std::vector<int64_t>& rows,
+                            const std::vector<int64_t>& taps,
+                            const std::vector<int64_t>& c_rows) {
+  GemmPacking packing;
+  packing.a_base = a_base;
+  packing.a_rows = rows.data();
+  packing.a_offsets = taps.data();
+  packing.c_rows = c_rows.data();
+  return packing;
+}
+
 // One indirect product per group g of `groups`: A = a_base + g * a_group
 // read through rows and taps, B = b + g * b_group (B(p, j) = b[j * m.b_col
 // + p]), C = c + g * c_group through c_rows; the chunks k_bounds, if any.
@@ -612,11 +690,8 @@ void IndirectGroups(int64_t groups, const c::MatMulShape& m,
                     CpuIsa isa, ThreadPool* pool,
                     const int64_t* k_bounds = nullptr, int64_t k_blocks = 0) {
   for (int64_t g = 0; g < groups; ++g) {
-    GemmPacking packing;
-    packing.a_base = a_base + g * a_group;
-    packing.a_rows = rows.data();
-    packing.a_offsets = taps.data();
-    packing.c_rows = c_rows.data();
+    GemmPacking packing =
+        IndirectPacking(a_base + g * a_group, rows, taps, c_rows);
     packing.k_bounds = k_bounds;
     packing.k_blocks = k_blocks;
     GemmPacked(m, nullptr, b + g * b_group, c + g * c_group, chunk, packing,
@@ -748,16 +823,19 @@ void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
                  });
 }
 
-// GradInputIndirect for the images of s (a group of the batch).
+// GradInputIndirect for the images of s (a group of the batch), B packed
+// from w (GradInputWeights) or, where w is null, from wt
+// (wt[g][ci][(co_l, kh, kw)], TransposeWeights).
 void GradInputIndirectImages(const sp::Conv2dShape& s, const float* dy,
-                             const float* wt, float* dx, int64_t chunk,
-                             CpuIsa isa, ThreadPool* pool) {
+                             const float* w, const float* wt, float* dx,
+                             int64_t chunk, CpuIsa isa, ThreadPool* pool) {
   const int64_t out_h = sp::Conv2dOutH(s);
   const int64_t out_w = sp::Conv2dOutW(s);
   const int64_t hw = s.h * s.w;
   const int64_t cig = s.c_in / s.groups;
   const int64_t cog = s.c_out / s.groups;
-  const int64_t depth = cog * s.k_h * s.k_w;
+  const int64_t kk = s.k_h * s.k_w;
+  const int64_t depth = cog * kk;
   // Tap (ih, kh) reads dy row (ih + pad_top - kh * dh) / sh where that
   // divides and lies in [0, OH): grid row ih + pad_top - kh * dh + off_h,
   // dy row r at grid row off_h + r * sh.
@@ -779,15 +857,29 @@ void GradInputIndirectImages(const sp::Conv2dShape& s, const float* dy,
   PixelRows(s.n, 1, hw, s.c_in * hw, 0, 1, &c_rows);
   c::MatMulShape m = IndirectShape(s.n * hw, cig, depth, depth);
   m.c_col = hw;
-  IndirectGroups(s.groups, m, grid.data(), cog * hd * wd, rows, taps, c_rows,
-                 wt, cig * depth, dx, cig * hw, chunk, isa, pool);
+  if (w == nullptr) {
+    IndirectGroups(s.groups, m, grid.data(), cog * hd * wd, rows, taps, c_rows,
+                   wt, cig * depth, dx, cig * hw, chunk, isa, pool);
+    return;
+  }
+  for (int64_t g = 0; g < s.groups; ++g) {
+    const GradInputWeights f{w + g * cog * cig * kk, cig, kk};
+    GemmPacking packing =
+        IndirectPacking(grid.data() + g * cog * hd * wd, rows, taps, c_rows);
+    packing.pack_b = &GradInputWeights::Pack;
+    packing.pack_b_like_matrix = true;
+    packing.ctx = &f;
+    GemmPacked(m, nullptr, nullptr, dx + g * cig * hw, chunk, packing, isa,
+               pool);
+  }
 }
 
 // grad_input: dx^T[(n, ih, iw), ci] = gather(dy)^T x W'^T, A read from dy
-// spread onto a zero grid (stride holes and borders are zeros), B = wt
-// (wt[ci][(co_l, kh, kw)]); by image groups.
+// spread onto a zero grid (stride holes and borders are zeros), B = W'^T
+// packed from w (GradInputWeights), or from wt where image groups each
+// pack it; by image groups.
 void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
-                       const float* wt, float* dx, int64_t chunk, CpuIsa isa,
+                       const float* w, float* dx, int64_t chunk, CpuIsa isa,
                        ThreadPool* pool) {
   // The grid's planes (GradInputIndirectImages).
   const int64_t hd = s.h + s.pad_top + (s.k_h - 1) * s.dilation_h;
@@ -797,9 +889,18 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
                       sp::Conv2dWeightSize(s), /*one_per_thread=*/false, pool);
   const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const int64_t dx_image = s.c_in * s.h * s.w;
+  // Image groups pack B once each: from wt, transposed once here, the
+  // GEMM's own vector packing is cheaper than each group transposing w.
+  const int64_t cig = s.c_in / s.groups;
+  const int64_t cog = s.c_out / s.groups;
+  const int64_t kk = s.k_h * s.k_w;
+  const Floats wt(groups > 1 ? s.groups * cig * cog * kk : 0);
+  if (groups > 1) TransposeWeights(w, s.groups, cog, cig, kk, wt.data(), pool);
   ForImageGroups(s, groups, pool,
                  [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
-                   GradInputIndirectImages(g, dy + n0 * dy_image, wt,
+                   GradInputIndirectImages(g, dy + n0 * dy_image,
+                                           groups > 1 ? nullptr : w,
+                                           groups > 1 ? wt.data() : nullptr,
                                            dx + n0 * dx_image, chunk, isa, gp);
                  });
 }
@@ -932,7 +1033,7 @@ void MergeClasses(const sp::Conv2dShape& s, const float* planes, float* dx,
 // and 256 -> 512 8px (direct) +16 % and +7 % over the whole batch merged;
 // 3 x 3 s2 64 -> 128 32px +12 %.
 void GradInputByClassImages(const sp::Conv2dShape& s, const float* dy,
-                            const float* wt, float* dx, int64_t chunk,
+                            const float* w, float* dx, int64_t chunk,
                             CpuIsa isa, ThreadPool* pool, bool grouped) {
   const int64_t out_h = sp::Conv2dOutH(s);
   const int64_t out_w = sp::Conv2dOutW(s);
@@ -951,8 +1052,7 @@ void GradInputByClassImages(const sp::Conv2dShape& s, const float* dy,
   std::vector<int64_t>& rows = Table(0);
   std::vector<int64_t>& taps = Table(1);
   std::vector<int64_t>& c_rows = Table(2);
-  std::vector<int64_t> kept, bounds(chunks + 1);
-  const Floats wk(s.groups * cig * depth);  // the kept columns of W'
+  std::vector<int64_t> kept, bounds(chunks + 1), class_taps;
   // Per row class ph and column class pw, the kernel rows and columns it
   // keeps; a class has terms when it keeps one of each.
   std::vector<absl::InlinedVector<int64_t, 8>> row_taps, col_taps;
@@ -984,6 +1084,12 @@ void GradInputByClassImages(const sp::Conv2dShape& s, const float* dy,
       // The class's kept taps (co_l, kh, kw), in order.
       kept.clear();
       taps.clear();
+      class_taps.clear();
+      for (const int64_t kh : row_taps[ph]) {
+        for (const int64_t kw : col_taps[pw]) {
+          class_taps.push_back(kh * s.k_w + kw);
+        }
+      }
       for (int64_t j = 0; j < cog; ++j) {
         for (const int64_t kh : row_taps[ph]) {
           const int64_t th = ph + s.pad_top - kh * s.dilation_h;
@@ -1026,27 +1132,31 @@ void GradInputByClassImages(const sp::Conv2dShape& s, const float* dy,
           }
         }
       }
-      for (int64_t r = 0; r < s.groups * cig; ++r) {
-        for (int64_t q = 0; q < depth_kept; ++q) {
-          wk.data()[r * depth_kept + q] = wt[r * depth + kept[q]];
-        }
-      }
       c::MatMulShape m = IndirectShape(static_cast<int64_t>(rows.size()), cig,
                                        depth_kept, depth_kept);
       const int64_t channel = merge ? plane : hw;
       m.c_col = channel;
-      IndirectGroups(s.groups, m, grid.data(), cog * gh * gw, rows, taps,
-                     c_rows, wk.data(), cig * depth_kept, out, cig * channel,
-                     chunk, isa, pool, bounds.data(), chunks);
+      for (int64_t g = 0; g < s.groups; ++g) {
+        const ClassWeights f{w + g * cog * cig * kk, cig, kk, class_taps.data(),
+                             static_cast<int64_t>(class_taps.size())};
+        GemmPacking packing = IndirectPacking(grid.data() + g * cog * gh * gw,
+                                              rows, taps, c_rows);
+        packing.k_bounds = bounds.data();
+        packing.k_blocks = chunks;
+        packing.pack_b = &ClassWeights::Pack;
+        packing.pack_b_like_matrix = true;
+        packing.ctx = &f;
+        GemmPacked(m, nullptr, nullptr, out + g * cig * channel, chunk, packing,
+                   isa, pool);
+      }
     }
   }
   if (merge) MergeClasses(s, planes.data(), dx, pool);
 }
 
 // GradInputByClassImages by image groups (PlanImageGroups).
-void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
-                      const float* wt, float* dx, int64_t chunk, CpuIsa isa,
-                      ThreadPool* pool) {
+void GradInputByClass(const sp::Conv2dShape& s, const float* dy, const float* w,
+                      float* dx, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
   const ClassGrid cg(s);
   const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const int64_t dx_image = s.c_in * s.h * s.w;
@@ -1056,7 +1166,7 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy,
                       sp::Conv2dWeightSize(s), /*one_per_thread=*/true, pool);
   ForImageGroups(s, groups, pool,
                  [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
-                   GradInputByClassImages(g, dy + n0 * dy_image, wt,
+                   GradInputByClassImages(g, dy + n0 * dy_image, w,
                                           dx + n0 * dx_image, chunk, isa, gp,
                                           groups > 1);
                  });
@@ -1298,21 +1408,21 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
     DepthwiseConv2dGradInput(s, dy, w, dx, isa, pool);
     return;
   }
-  // wt[g][cl][(co_l, kh, kw)] = w[g * cog + co_l, cl, kh, kw].
-  const Floats wt(s.groups * cig * depth);
-  TransposeWeights(w, s.groups, cog, cig, kk, wt.data(), pool);
   // A strided one by class, however narrow (a packed B would hold the
   // stride holes' zeros: for a 1 x 1 kernel and stride 2, three columns in
   // four).
   if ((s.stride_h > 1 || s.stride_w > 1) &&
-      AllFinite(wt.data(), s.groups * cig * depth)) {
-    GradInputByClass(s, dy, wt.data(), dx, chunk, isa, pool);
+      AllFinite(w, s.groups * cig * depth)) {
+    GradInputByClass(s, dy, w, dx, chunk, isa, pool);
     return;
   }
   if (UseIndirect(s, cig)) {
-    GradInputIndirect(s, dy, wt.data(), dx, chunk, isa, pool);
+    GradInputIndirect(s, dy, w, dx, chunk, isa, pool);
     return;
   }
+  // wt[g][cl][(co_l, kh, kw)] = w[g * cog + co_l, cl, kh, kw].
+  const Floats wt(s.groups * cig * depth);
+  TransposeWeights(w, s.groups, cog, cig, kk, wt.data(), pool);
   const std::vector<int64_t> oh_of =
       TapSources(s.h, out_h, s.k_h, s.stride_h, s.pad_top, s.dilation_h);
   const std::vector<int64_t> ow_of =

@@ -28,7 +28,11 @@
 //   per stride class without the holes): a row start per output pixel (or
 //   tap) and an offset per reduction step. Nothing of it is packed.
 //     forward      y^T[(n, pix), co] = im2col(x)^T x W^T
-//     grad_input   dx^T[(n, ih, iw), ci] = gather(dy)^T x W'^T
+//     grad_input   dx^T[(n, ih, iw), ci] = gather(dy)^T x W'^T (W'^T
+//                  packed straight from w, each output channel's block of
+//                  w transposed into its taps' rows of a panel; where image
+//                  groups each pack it, from a transposed copy of w made
+//                  once)
 //     grad_weight  dw^T[(ci, kh, kw), co] = im2col(x) x dy^T (dy packed)
 // - Packed (1 x 1 kernels with fewer channels): the GEMM's panel packers
 //   (GemmPacked) write each k block of a packed panel straight from x or

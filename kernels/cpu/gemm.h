@@ -110,6 +110,10 @@ struct GemmPacking {
   // one slab: with A indirect or given as a matrix, the tasks then need no
   // per-slab packing and run without pool barriers between slabs).
   bool pack_b_whole = false;
+  // True with pack_b: pack_b's B is a weight that every row super-block
+  // reuses, so it is packed as a B given as a matrix is: whole, once, when
+  // several row super-blocks read it; one slab at a time otherwise.
+  bool pack_b_like_matrix = false;
 };
 
 // Gemm with packers and C blocks as `packing` says (a and b are not read

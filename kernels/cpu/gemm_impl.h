@@ -111,16 +111,18 @@ class GemmDriver {
     }
     // An indirect A is read in place. A given as a matrix is packed whole,
     // once (it is typically a weight, reused by every super-block), and so
-    // is a B given as a matrix when more than one row super-block reuses
-    // it; a packer's operand, and a B used by one row super-block, is
-    // packed one slab at a time. With several slabs the next one is packed
-    // while the current one is multiplied (two buffers), one pool barrier
-    // per slab.
+    // is a B given as a matrix (or a packer's weight, pack_b_like_matrix)
+    // when more than one row super-block reuses it; a packer's operand, and
+    // a B used by one row super-block, is packed one slab at a time. With
+    // several slabs the next one is packed while the current one is multiplied
+    // (two buffers), one pool barrier per slab.
     const bool a_indirect = packing.a_base != nullptr;
     const bool a_whole = !a_indirect && packing.pack_a == nullptr;
     const bool a_slabs = !a_indirect && !a_whole;
-    const bool b_whole = packing.pack_b_whole || (packing.pack_b == nullptr &&
-                                                  m_tiles > kSuperRowTiles);
+    const bool b_whole =
+        packing.pack_b_whole ||
+        ((packing.pack_b == nullptr || packing.pack_b_like_matrix) &&
+         m_tiles > kSuperRowTiles);
     const int64_t super_tiles = std::min(m_tiles, kSuperRowTiles);
     const int64_t super_panels = std::min(n_panels, kSuperPanels);
     const int64_t buffers = num_slabs > 1 ? 2 : 1;
