@@ -714,21 +714,23 @@ void IndirectGroups(int64_t groups, const c::MatMulShape& m,
 //
 // On a pool the groups run side by side, each a product on one thread
 // (its copy in that core's L2; nothing shared but the read-only inputs),
-// as many on every thread. Where the L2-sized groups would repack too much,
-// the strided grad_input by class still runs one group per thread (its
-// class products are short; split over the pool, they and the spread and
-// merge around them cross cores), given an image for every thread and at
-// least kMinGroupRows product rows per group (the weights, packed once per
-// group, then cost under 1 / (2 * kMinGroupRows) of its FLOPs). Otherwise
-// one product of the whole batch is split over the pool (for 256-channel
-// 8 x 8 3 x 3 layers, one group per thread was up to 17 % slower). On two
-// threads against the whole batch split over them (table (f)): 64-channel
-// 32 x 32 3 x 3 forward +10 - 21 %, grad_input +11 - 28 %; 3 x 3 stride-2
-// 64 -> 128 +16 - 31 %; 1 x 1 stride-2 grad_input x1.6 - 2.3; 16-channel
-// 16 x 16 x1.5 - 1.8. The rows of the products are only partitioned: every
-// output's chain, and so every bit, is unchanged.
+// as many on every thread. Where the L2-sized groups would repack too much
+// (large weights, small planes), each thread still runs one group, given
+// an image for every thread and at least kMinGroupRows product rows per
+// group (the weights, packed once per group, then cost under 1 / (2 *
+// kMinGroupRows) of its FLOPs); otherwise one product of the whole batch
+// is split over the pool. On two threads against the whole batch split
+// over them (table (f)): 64-channel 32 x 32 3 x 3 forward +10 - 21 %,
+// grad_input +11 - 28 %; 3 x 3 stride-2 64 -> 128 +16 - 31 %; 1 x 1
+// stride-2 grad_input x1.6 - 2.3; 16-channel 16 x 16 x1.5 - 1.8; one group
+// per thread for the 256- and 512-channel layers (three alternating
+// rounds, docs/benchmarks.md): 8 x 8 forward +4 - 17 %, 4 x 4 forward
+// +6 - 16 %, 3 x 3 stride-2 256 -> 512 forward +17 - 23 %, grad_input
+// (W'^T packed from w by each group) 8 x 8 +5 - 8 %, 4 x 4 +9 - 12 %.
+// The rows of the products are only partitioned: every output's chain,
+// and so every bit, is unchanged.
 constexpr int64_t kImageGroupBytes = int64_t{1} << 20;
-constexpr int64_t kMinGroupRows = 512;
+constexpr int64_t kMinGroupRows = 256;
 
 std::atomic<int64_t>& ImageGroupForTesting() {
   static std::atomic<int64_t> images{0};
@@ -738,12 +740,10 @@ std::atomic<int64_t>& ImageGroupForTesting() {
 // The number of image groups (ForImageGroups; 1: one product of the whole
 // batch) for a batch of n whose padded copy takes copy_per_image floats per
 // image (0: read in place) and whose products have rows_per_image rows per
-// image, with weight_floats weights to pack, to run on `pool`;
-// one_per_thread: where L2-sized groups would repack too much, one group
-// per thread rather than the whole batch.
+// image, with weight_floats weights to pack, to run on `pool`.
 int64_t PlanImageGroups(int64_t n, int64_t copy_per_image,
                         int64_t rows_per_image, int64_t weight_floats,
-                        bool one_per_thread, ThreadPool* pool) {
+                        ThreadPool* pool) {
   const int64_t threads = Threads(pool);
   const int64_t forced = ImageGroupForTesting().load(std::memory_order_relaxed);
   if (forced > 0) return (n + forced - 1) / forced;
@@ -757,8 +757,7 @@ int64_t PlanImageGroups(int64_t n, int64_t copy_per_image,
   if (groups <= n && weight_floats * groups <= n * copy_per_image) {
     return groups;
   }
-  if (!one_per_thread || threads > n ||
-      n / threads * rows_per_image < kMinGroupRows) {
+  if (threads > n || n / threads * rows_per_image < kMinGroupRows) {
     return 1;
   }
   return threads;
@@ -812,8 +811,7 @@ void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
                      float* y, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
   const int64_t groups = PlanImageGroups(s.n, IndirectInput::CopyPerImage(s),
                                          sp::Conv2dOutH(s) * sp::Conv2dOutW(s),
-                                         sp::Conv2dWeightSize(s),
-                                         /*one_per_thread=*/false, pool);
+                                         sp::Conv2dWeightSize(s), pool);
   const int64_t x_image = s.c_in * s.h * s.w;
   const int64_t y_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   ForImageGroups(s, groups, pool,
@@ -884,23 +882,24 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
   // The grid's planes (GradInputIndirectImages).
   const int64_t hd = s.h + s.pad_top + (s.k_h - 1) * s.dilation_h;
   const int64_t wd = s.w + s.pad_left + (s.k_w - 1) * s.dilation_w;
-  const int64_t groups =
-      PlanImageGroups(s.n, s.c_out * hd * wd, s.h * s.w,
-                      sp::Conv2dWeightSize(s), /*one_per_thread=*/false, pool);
+  const int64_t groups = PlanImageGroups(s.n, s.c_out * hd * wd, s.h * s.w,
+                                         sp::Conv2dWeightSize(s), pool);
   const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const int64_t dx_image = s.c_in * s.h * s.w;
-  // Image groups pack B once each: from wt, transposed once here, the
-  // GEMM's own vector packing is cheaper than each group transposing w.
+  // Image groups pack B once each: where a thread runs several (L2-sized
+  // groups, small weights), from wt, transposed once here, the GEMM's own
+  // vector packing being cheaper than each group transposing w.
   const int64_t cig = s.c_in / s.groups;
   const int64_t cog = s.c_out / s.groups;
   const int64_t kk = s.k_h * s.k_w;
-  const Floats wt(groups > 1 ? s.groups * cig * cog * kk : 0);
-  if (groups > 1) TransposeWeights(w, s.groups, cog, cig, kk, wt.data(), pool);
+  const bool from_wt = groups > Threads(pool);
+  const Floats wt(from_wt ? s.groups * cig * cog * kk : 0);
+  if (from_wt) TransposeWeights(w, s.groups, cog, cig, kk, wt.data(), pool);
   ForImageGroups(s, groups, pool,
                  [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
                    GradInputIndirectImages(g, dy + n0 * dy_image,
-                                           groups > 1 ? nullptr : w,
-                                           groups > 1 ? wt.data() : nullptr,
+                                           from_wt ? nullptr : w,
+                                           from_wt ? wt.data() : nullptr,
                                            dx + n0 * dx_image, chunk, isa, gp);
                  });
 }
@@ -1163,7 +1162,7 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy, const float* w,
   // Per image: dy's padded grid, and the classes' planes (dx's size).
   const int64_t groups =
       PlanImageGroups(s.n, s.c_out * cg.h * cg.w + dx_image, s.h * s.w,
-                      sp::Conv2dWeightSize(s), /*one_per_thread=*/true, pool);
+                      sp::Conv2dWeightSize(s), pool);
   ForImageGroups(s, groups, pool,
                  [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
                    GradInputByClassImages(g, dy + n0 * dy_image, w,

@@ -47,6 +47,8 @@
 // On one thread, the indirect forward and grad_input make that copy and run
 // their products for a group of images at a time where the weights are small
 // beside the copy (about 1 MiB of it per group, so it is read back from L2).
+// On a pool the groups run side by side, one product per thread, and where
+// the weights are large, each thread takes one group of the batch.
 // Scratch memory: the padded x or the dy grid of the indirect paths; the
 // GEMM's packed weights and one slab (at most 1,024 reduction steps) of its
 // other packed panels at a time.
