@@ -61,7 +61,9 @@
 //   batch_norm.forward  in {x, gamma, beta} out {y, running}  x [N, C, ...],
 //   batch_norm.grad_input  in {x, gamma, dy, running} out {dx}  running [2, C]
 //   batch_norm.grad_params in {x, dy, running} out {dgamma, dbeta}
-//       (kernels/ops/activations.h and kernels/ops/norm.h: the arithmetic)
+//       (kernels/ops/activations.h and kernels/ops/norm.h: the arithmetic;
+//       norm.h also: the CPU kernels' optional saved statistics, and
+//       grad_params writing grad_input's dx in the same call)
 //   embedding.forward   in {ids int32 [P...], w [V, D]} out {y [P..., D]}
 //   embedding.grad_weight in {ids, dy [P..., D]}   out {dw [V, D]}
 //       (kernels/ops/embedding.h: a gather and a sorted segment sum)

@@ -179,6 +179,21 @@ TEST_F(BatchNormLanesTest, EveryIsaAndThreadCountGivesTheSpecBits) {
                 << where;
             ExpectSameBits(pout[0], want_dg, "dgamma from saved, " + where);
             ExpectSameBits(pout[1], want_db, "dbeta from saved, " + where);
+            // Both gradients in one call (gamma in, dx out): each with the
+            // bits of its own op.
+            Tensor bin[] = {T(shape, x), T(shape, dy), T({2, ch}, running),
+                            T({2, ch}, want_saved), T({ch}, gamma)};
+            Tensor bout[] = {T({ch}, std::vector<float>(ch)),
+                             T({ch}, std::vector<float>(ch)),
+                             T(shape, std::vector<float>(numel))};
+            ASSERT_TRUE(
+                Kernel(op::kBatchNormGradParams)(absl::MakeConstSpan(bin),
+                                                 absl::MakeSpan(bout), attrs)
+                    .ok())
+                << where;
+            ExpectSameBits(bout[0], want_dg, "dgamma of both, " + where);
+            ExpectSameBits(bout[1], want_db, "dbeta of both, " + where);
+            ExpectSameBits(bout[2], want_dx, "dx of both, " + where);
           }
           {
             Tensor in[] = {T(shape, x), T({ch}, gamma), T(shape, dy),
@@ -278,6 +293,77 @@ TEST_F(BatchNormLanesTest, GradientsUseTheSavedStatisticsAndCheckThem) {
   const std::vector<float> eval_shifted = grads(&shifted, eval);
   EXPECT_EQ(0, std::memcmp(eval_plain.data(), eval_shifted.data(),
                            eval_plain.size() * 4));
+  // Both gradients in one call: the two calls' results, in training and
+  // in eval (the running statistics), and each output its own tensor.
+  auto both = [&](const std::vector<float>& given, const OpAttrs& a) {
+    Tensor in[] = {T(shape, x), T(shape, dy), T({2, ch}, running),
+                   T({2, ch}, given), T({ch}, gamma)};
+    Tensor out[] = {T({ch}, std::vector<float>(ch)),
+                    T({ch}, std::vector<float>(ch)),
+                    T(shape, std::vector<float>(numel))};
+    EXPECT_TRUE(Kernel(op::kBatchNormGradParams)(absl::MakeConstSpan(in),
+                                                 absl::MakeSpan(out), a)
+                    .ok());
+    std::vector<float> r(out[2].data<float>(), out[2].data<float>() + numel);
+    r.insert(r.end(), out[0].data<float>(), out[0].data<float>() + ch);
+    return r;
+  };
+  for (const OpAttrs& a : {attrs, eval}) {
+    const std::vector<float> separate = grads(&saved, a);
+    const std::vector<float> together = both(saved, a);
+    ASSERT_EQ(separate.size(), together.size());
+    EXPECT_EQ(
+        0, std::memcmp(separate.data(), together.data(), separate.size() * 4))
+        << (a.batch_norm_eval ? "eval" : "training");
+  }
+  const std::vector<float> both_shifted = both(shifted, attrs);
+  EXPECT_EQ(0,
+            std::memcmp(both_shifted.data(), other.data(), other.size() * 4));
+  {
+    Tensor in[] = {T(shape, x), T(shape, dy), T({2, ch}, running),
+                   T({2, ch}, saved), T({ch + 1}, std::vector<float>(ch + 1))};
+    Tensor out[] = {T({ch}, std::vector<float>(ch)),
+                    T({ch}, std::vector<float>(ch)),
+                    T(shape, std::vector<float>(numel))};
+    const absl::Status st = Kernel(op::kBatchNormGradParams)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("gamma"), std::string::npos) << st;
+  }
+  {
+    Tensor in[] = {T(shape, x), T(shape, dy), T({2, ch}, running),
+                   T({2, ch}, saved), T({ch}, gamma)};
+    Tensor out[] = {T({ch}, std::vector<float>(ch)),
+                    T({ch}, std::vector<float>(ch)),
+                    T({4, 20, 36}, std::vector<float>(numel))};
+    const absl::Status st = Kernel(op::kBatchNormGradParams)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("dx"), std::string::npos) << st;
+  }
+  {
+    Tensor dx = T(shape, std::vector<float>(numel));
+    Tensor in[] = {T(shape, x), T(shape, dy), T({2, ch}, running),
+                   T({2, ch}, saved), T({ch}, gamma)};
+    Tensor out[] = {T({ch}, std::vector<float>(ch)),
+                    T({ch}, std::vector<float>(ch)), dx};
+    const Tensor alias_in[] = {in[0], dx, in[2], in[3], in[4]};
+    const absl::Status st = Kernel(op::kBatchNormGradParams)(
+        absl::MakeConstSpan(alias_in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  }
+  {
+    Tensor in[] = {T(shape, x), T(shape, dy), T({2, ch}, running),
+                   T({2, ch}, saved), T({ch}, gamma)};
+    Tensor out[] = {T({ch}, std::vector<float>(ch)),
+                    T({ch}, std::vector<float>(ch))};
+    const absl::Status st = Kernel(op::kBatchNormGradParams)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("or 5 and 3 with gamma and dx"),
+              std::string::npos)
+        << st;
+  }
   // Bad saved tensors and arities.
   {
     Tensor in[] = {T(shape, x), T({ch}, gamma), T(shape, dy),

@@ -157,20 +157,27 @@ void BatchNormGradChainsLanes(const canonical::BiasShape& s, const float* x,
 //               (which turns them into b = dot / m and a = sum / m); then
 //               dx = ((g - a) - xhat * b) * rstd
 //   kGradParams dot[] and sum[] likewise with g = dy; math(kChains).
+//   kGradBoth   kGradInput, whose walk over x and dy also forms kGradParams'
+//               dot and sum, into param_dot[] and param_sum[] (before
+//               math(kChains), which sees kGradInput's): batch_norm's two
+//               gradients from one read of x and dy for their sums, each
+//               chain with its own operations in its own order, so each
+//               result has the bits of its own pass.
 // With stats_given (the grad passes only), mean[] and rstd[] already hold
 // the batch statistics of x (what kForward computed from the same x): the
 // channel sums, the variances' dots, math(kMean) and math(kStats) are
 // skipped, and the results keep their bits.
 // NaN results of y and dx are the canonical NaN. math runs the caller's
 // scalar arithmetic on the block's channels [c0, c0 + count), on the
-// task's thread; mean, var_sum, rstd, dot and sum hold c floats each.
-enum class BatchNormLanePass { kForward, kGradInput, kGradParams };
+// task's thread; mean, var_sum, rstd, dot, sum, param_dot and param_sum
+// hold c floats each.
+enum class BatchNormLanePass { kForward, kGradInput, kGradParams, kGradBoth };
 enum class BatchNormLaneStep { kMean, kStats, kChains };
 struct BatchNormLaneArgs {
   BatchNormLanePass pass;
   const float* x;
   const float* dy;     // the grad passes
-  const float* gamma;  // kForward, kGradInput
+  const float* gamma;  // kForward, kGradInput, kGradBoth
   const float* beta;   // kForward
   float* out;          // y or dx
   float* mean;
@@ -180,7 +187,9 @@ struct BatchNormLaneArgs {
   float* sum;
   void (*math)(void* ctx, BatchNormLaneStep step, int64_t c0, int64_t count);
   void* ctx;
-  bool stats_given = false;  // kGradInput, kGradParams
+  bool stats_given = false;    // the grad passes
+  float* param_dot = nullptr;  // kGradBoth
+  float* param_sum = nullptr;  // kGradBoth
 };
 void BatchNormTrainingLanes(const canonical::BiasShape& s,
                             const BatchNormLaneArgs& args, CpuIsa isa,

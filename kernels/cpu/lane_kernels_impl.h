@@ -831,6 +831,38 @@ struct GradTerm {
   }
 };
 
+// GradTerm scaled (trees 0, 1: batch_norm.grad_input's dot and sum) and
+// unscaled (trees 2, 3: grad_params') from one walk: xhat and each chain
+// with the operations of its own pass, in its order, so the bits of two
+// walks.
+template <class V>
+struct GradBothTerm {
+  using T = typename V::T;
+  T mean, rstd, scale;
+  static constexpr int kTrees = 4;
+  T dot = V::Zero();
+  T sum = V::Zero();
+  T param_dot = V::Zero();
+  T param_sum = V::Zero();
+  VecTree<V> trees[kTrees];
+  VecTree<V>& Tree(int i) { return trees[i]; }
+  void Step(T x, T dy) {
+    const T xhat = V::Mul(V::Sub(x, mean), rstd);
+    const T g = V::Mul(dy, scale);
+    sum = V::Add(sum, g);
+    dot = V::Fma(g, xhat, dot);
+    param_sum = V::Add(param_sum, dy);
+    param_dot = V::Fma(dy, xhat, param_dot);
+  }
+  void Close() {
+    trees[0].Push(dot);
+    trees[1].Push(sum);
+    trees[2].Push(param_dot);
+    trees[3].Push(param_sum);
+    dot = sum = param_dot = param_sum = V::Zero();
+  }
+};
+
 // Runs block.Run<V, kPartial>(c0, lanes) over blocks of W channels and, as
 // one partial block, the channels left over, on the pool.
 template <class V, class Block>
@@ -1001,10 +1033,23 @@ void BatchNormTrainingBlock(const LaneBiasGeometry& g,
     }
     return;
   }
-  const bool input = a.pass == BatchNormLanePass::kGradInput;
-  GradChainsBlock chains{
-      g, a.x, a.dy, a.mean, a.rstd, input ? a.gamma : nullptr, a.dot, a.sum};
-  chains.template Run<V, kPartial>(c0, lanes);
+  const bool both = a.pass == BatchNormLanePass::kGradBoth;
+  const bool input = a.pass == BatchNormLanePass::kGradInput || both;
+  if (both) {
+    GradBothTerm<V> term;
+    term.mean = LoadLanes<V>(a.mean + c0, lanes);
+    term.rstd = LoadLanes<V>(a.rstd + c0, lanes);
+    term.scale = LoadLanes<V>(a.gamma + c0, lanes);
+    WalkChannels<V, true, kPartial>(g, a.x, a.dy, c0, lanes, term);
+    StoreLanes<V>(a.dot + c0, term.trees[0].Result(), lanes);
+    StoreLanes<V>(a.sum + c0, term.trees[1].Result(), lanes);
+    StoreLanes<V>(a.param_dot + c0, term.trees[2].Result(), lanes);
+    StoreLanes<V>(a.param_sum + c0, term.trees[3].Result(), lanes);
+  } else {
+    GradChainsBlock chains{
+        g, a.x, a.dy, a.mean, a.rstd, input ? a.gamma : nullptr, a.dot, a.sum};
+    chains.template Run<V, kPartial>(c0, lanes);
+  }
   a.math(a.ctx, BatchNormLaneStep::kChains, c0, lanes);
   if (!input) return;
   const BatchNormGradInputApplyOp op{a.x,   a.dy,  a.mean, a.rstd, a.gamma,
@@ -1114,21 +1159,40 @@ void BatchNormTrainingByRuns(const LaneBiasGeometry& g,
     ApplyOverRuns<V>(g, op, pool);
     return;
   }
-  const bool input = a.pass == BatchNormLanePass::kGradInput;
+  const bool both = a.pass == BatchNormLanePass::kGradBoth;
+  const bool input = a.pass == BatchNormLanePass::kGradInput || both;
   const float* scale = input ? a.gamma : nullptr;
-  ChainsByRuns<V, true, GradTerm<V>>(
-      g, a.x, a.dy, run_chunks, pool,
-      [&](GradTerm<V>& term, int64_t c0, int lanes) {
-        term.mean = LoadLanes<V>(a.mean + c0, lanes);
-        term.rstd = LoadLanes<V>(a.rstd + c0, lanes);
-        term.scaled = scale != nullptr;
-        term.scale = term.scaled ? LoadLanes<V>(scale + c0, lanes) : V::Zero();
-      },
-      [&](int64_t c0, int lanes, const T* r) {
-        StoreLanes<V>(a.dot + c0, r[0], lanes);
-        StoreLanes<V>(a.sum + c0, r[1], lanes);
-        a.math(a.ctx, BatchNormLaneStep::kChains, c0, lanes);
-      });
+  if (both) {
+    ChainsByRuns<V, true, GradBothTerm<V>>(
+        g, a.x, a.dy, run_chunks, pool,
+        [&](GradBothTerm<V>& term, int64_t c0, int lanes) {
+          term.mean = LoadLanes<V>(a.mean + c0, lanes);
+          term.rstd = LoadLanes<V>(a.rstd + c0, lanes);
+          term.scale = LoadLanes<V>(scale + c0, lanes);
+        },
+        [&](int64_t c0, int lanes, const T* r) {
+          StoreLanes<V>(a.dot + c0, r[0], lanes);
+          StoreLanes<V>(a.sum + c0, r[1], lanes);
+          StoreLanes<V>(a.param_dot + c0, r[2], lanes);
+          StoreLanes<V>(a.param_sum + c0, r[3], lanes);
+          a.math(a.ctx, BatchNormLaneStep::kChains, c0, lanes);
+        });
+  } else {
+    ChainsByRuns<V, true, GradTerm<V>>(
+        g, a.x, a.dy, run_chunks, pool,
+        [&](GradTerm<V>& term, int64_t c0, int lanes) {
+          term.mean = LoadLanes<V>(a.mean + c0, lanes);
+          term.rstd = LoadLanes<V>(a.rstd + c0, lanes);
+          term.scaled = scale != nullptr;
+          term.scale =
+              term.scaled ? LoadLanes<V>(scale + c0, lanes) : V::Zero();
+        },
+        [&](int64_t c0, int lanes, const T* r) {
+          StoreLanes<V>(a.dot + c0, r[0], lanes);
+          StoreLanes<V>(a.sum + c0, r[1], lanes);
+          a.math(a.ctx, BatchNormLaneStep::kChains, c0, lanes);
+        });
+  }
   if (!input) return;
   const BatchNormGradInputApplyOp op{a.x,   a.dy,  a.mean, a.rstd, a.gamma,
                                      a.sum, a.dot, a.out,  nan};

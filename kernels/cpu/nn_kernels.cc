@@ -355,7 +355,9 @@ class BatchNormTraining {
         var_sum_(s.c),
         rstd_(s.c),
         dot_(s.c),
-        sum_(s.c) {}
+        sum_(s.c),
+        param_dot_(pass == BatchNormLanePass::kGradBoth ? s.c : 0),
+        param_sum_(param_dot_.size()) {}
 
   // The grad passes: `saved` (batch_norm.forward's, [2, C]: the means, then
   // rstd) holds x's batch statistics, which Run then does not compute.
@@ -379,6 +381,8 @@ class BatchNormTraining {
         rstd_.data(), dot_.data(), sum_.data(),  &Math,
         this};
     args.stats_given = stats_given_;
+    args.param_dot = param_dot_.data();
+    args.param_sum = param_sum_.data();
     BatchNormTrainingLanes(c::BiasShape{s_.n, s_.c, s_.spatial}, args,
                            ActiveCpuIsa(), CpuThreadPool());
   }
@@ -387,6 +391,9 @@ class BatchNormTraining {
   const std::vector<float>& var_sum() const { return var_sum_; }
   const std::vector<float>& dot() const { return dot_; }
   const std::vector<float>& sum() const { return sum_; }
+  // kGradBoth: kGradParams' dot and sum.
+  const std::vector<float>& param_dot() const { return param_dot_; }
+  const std::vector<float>& param_sum() const { return param_sum_; }
 
  private:
   static void Math(void* ctx, BatchNormLaneStep step, int64_t c0,
@@ -405,7 +412,8 @@ class BatchNormTraining {
                   .rstd;
           break;
         case BatchNormLaneStep::kChains:
-          if (self->pass_ == BatchNormLanePass::kGradInput) {
+          if (self->pass_ == BatchNormLanePass::kGradInput ||
+              self->pass_ == BatchNormLanePass::kGradBoth) {
             self->sum_[ch] = self->sum_[ch] / m;
             self->dot_[ch] = self->dot_[ch] / m;
           }
@@ -416,7 +424,7 @@ class BatchNormTraining {
 
   const c::ChannelShape s_;
   const BatchNormLanePass pass_;
-  std::vector<float> mean_, var_sum_, rstd_, dot_, sum_;
+  std::vector<float> mean_, var_sum_, rstd_, dot_, sum_, param_dot_, param_sum_;
   bool stats_given_ = false;
 };
 
@@ -524,22 +532,47 @@ absl::Status BatchNormGradInputKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// With the saved statistics, batch_norm.grad_params may also take gamma
+// (one more input, last) and write batch_norm.grad_input's dx (one more
+// output, last): in {x, dy, running, saved, gamma} out {dgamma, dbeta, dx}
+// (kernels/ops/norm.h, "Both gradients in one call").
 absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
                                        absl::Span<Tensor> out,
                                        const OpAttrs& a) {
-  LS_ASSIGN_OR_RETURN(
-      const bool has_saved,
-      BatchNormArity(op::kBatchNormGradParams, in, 3, out, 2, false));
-  const Tensor* like[] = {&in[1]};
-  const Tensor* vectors[] = {&out[0], &out[1]};
-  const absl::string_view names[] = {"x", "dy", "dgamma", "dbeta", "running"};
+  const bool both = in.size() == 5 && out.size() == 3;
+  bool has_saved = both;
+  if (!both) {
+    absl::StatusOr<bool> saved =
+        BatchNormArity(op::kBatchNormGradParams, in, 3, out, 2, false);
+    if (!saved.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(saved.status().message(),
+                       "; or 5 and 3 with gamma and dx (both gradients)"));
+    }
+    has_saved = *saved;
+  }
+  const Tensor* like[] = {&in[1], both ? &out[2] : &in[1]};
+  const Tensor* vectors[] = {&out[0], &out[1], both ? &in[4] : &out[0]};
+  const absl::string_view names[] = {"x",     "dy",    "dx",     "dgamma",
+                                     "dbeta", "gamma", "running"};
+  const absl::string_view plain_names[] = {"x", "dy", "dgamma", "dbeta",
+                                           "running"};
   LS_ASSIGN_OR_RETURN(c::ChannelShape s,
-                      ValidateBatchNorm(op::kBatchNormGradParams, in[0], like,
-                                        vectors, in[2], names, a));
+                      both ? ValidateBatchNorm(op::kBatchNormGradParams, in[0],
+                                               like, vectors, in[2], names, a)
+                           : ValidateBatchNorm(op::kBatchNormGradParams, in[0],
+                                               absl::MakeConstSpan(like, 1),
+                                               absl::MakeConstSpan(vectors, 2),
+                                               in[2], plain_names, a));
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kBatchNormGradParams, in, out));
-  if (out[0].SharesStorageWith(out[1])) {
-    return absl::InvalidArgumentError(
-        "batch_norm.grad_params: dgamma and dbeta share storage");
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t j = i + 1; j < out.size(); ++j) {
+      if (out[i].SharesStorageWith(out[j])) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "batch_norm.grad_params: %s and %s share storage",
+            i == 0 ? "dgamma" : "dbeta", j == 1 ? "dbeta" : "dx"));
+      }
+    }
   }
   if (has_saved) {
     LS_RETURN_IF_ERROR(
@@ -548,24 +581,33 @@ absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
   const float* running = in[2].data<float>();
+  const float* gamma = both ? in[4].data<float>() : nullptr;
   float* dgamma = out[0].data<float>();
   float* dbeta = out[1].data<float>();
+  float* dx = both ? out[2].data<float>() : nullptr;
   if (s.eval) {
     ParallelForBlocks(
         CpuThreadPool(), s.c, ChannelBlock(s), [&](int64_t b, int64_t e) {
           for (int64_t ch = b; ch < e; ++ch) {
             c::BatchNormGradParamsChannel(s, x, dy, running, dgamma, dbeta, ch);
+            if (both) {
+              c::BatchNormGradInputChannel(s, x, gamma, dy, running, dx, ch);
+            }
           }
         });
     return absl::OkStatus();
   }
-  // dgamma: the dot of (dy, xhat); dbeta: the sum of dy.
-  BatchNormTraining bn(s, BatchNormLanePass::kGradParams);
+  // dgamma: the dot of (dy, xhat); dbeta: the sum of dy. Both: dx as
+  // BatchNormGradInputKernel writes it, its sums from the same walk.
+  BatchNormTraining bn(
+      s, both ? BatchNormLanePass::kGradBoth : BatchNormLanePass::kGradParams);
   if (has_saved) bn.UseStats(in[3].data<float>());
-  bn.Run(x, dy, nullptr, nullptr, nullptr);
+  bn.Run(x, dy, gamma, nullptr, dx);
+  const std::vector<float>& dot = both ? bn.param_dot() : bn.dot();
+  const std::vector<float>& sum = both ? bn.param_sum() : bn.sum();
   for (int64_t ch = 0; ch < s.c; ++ch) {
-    dgamma[ch] = c::norm_internal::CanonicalNanOf(bn.dot()[ch]);
-    dbeta[ch] = c::norm_internal::CanonicalNanOf(bn.sum()[ch]);
+    dgamma[ch] = c::norm_internal::CanonicalNanOf(dot[ch]);
+    dbeta[ch] = c::norm_internal::CanonicalNanOf(sum[ch]);
   }
   return absl::OkStatus();
 }

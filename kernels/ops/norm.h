@@ -64,6 +64,11 @@
 //   rstd from it instead of reducing x again (eval ignores it). The results
 //   keep their bits, because saved holds exactly what the gradients would
 //   compute; the caller guarantees that x has not changed since the forward.
+// Both gradients in one call (the CPU kernels): batch_norm.grad_params with
+//   saved may take gamma as a fifth input and write dx as a third output,
+//   in {x, dy, running, saved, gamma} out {dgamma, dbeta, dx}: dx is
+//   batch_norm.grad_input's, its sums formed in the same read of x and dy
+//   as dgamma's and dbeta's, every output with the bits of its own op.
 //
 // D <= 2^24 so float(D) is exact. Header-only, LS_HD.
 #ifndef LOCKSTEP_KERNELS_OPS_NORM_H_

@@ -1149,15 +1149,24 @@ absl::Status Executor::State::Backward() {
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_ACTIVATION,
                               model::kGradAccumulateOp, model::kSlotSum, l.dy));
     }
+    // BATCH_NORM on the CPU kernels with an input gradient: grad_params
+    // writes grad_input's dx too, from one read of x and dy for both sums
+    // (kernels/ops/norm.h); dx is emitted where grad_input's would be.
+    const bool bn_both =
+        lp.op == v1::BATCH_NORM && l.saves_stats() && l.takes_grad[0];
     if (lp.op == v1::LAYER_NORM || lp.op == v1::BATCH_NORM) {
       // Both parameter gradients in one call; the shift first, as listed
       // in the manifest.
       std::vector<Tensor> in = {l.in[0], l.dy};
       if (lp.op == v1::BATCH_NORM) in.push_back(l.running);
       if (l.saves_stats()) in.push_back(l.saved);
-      Tensor out[] = {l.grads[l.weight], l.grads[l.bias]};
-      LS_RETURN_IF_ERROR(
-          Call(l.grad_weight, l, l.ops.grad_weight, in, out, lp.attrs));
+      std::vector<Tensor> out = {l.grads[l.weight], l.grads[l.bias]};
+      if (bn_both) {
+        in.push_back(l.params[l.weight]);
+        out.push_back(l.grad_in_kernel[0]);
+      }
+      LS_RETURN_IF_ERROR(Call(l.grad_weight, l, l.ops.grad_weight, in,
+                              absl::MakeSpan(out), lp.attrs));
       LS_RETURN_IF_ERROR(
           Emit(lp.name, v1::GRAD_BIAS, l.ops.grad_weight, "", l.grads[l.bias]));
       LS_RETURN_IF_ERROR(Emit(lp.name, v1::GRAD_WEIGHT, l.ops.grad_weight, "",
@@ -1239,6 +1248,7 @@ absl::Status Executor::State::Backward() {
         break;
       }
       case v1::BATCH_NORM: {
+        if (bn_both) break;  // dx came with the parameter gradients
         const Tensor in[] = {l.in[0], l.params[l.weight], l.dy, l.running,
                              l.saved};
         Tensor out[] = {l.grad_in_kernel[0]};
