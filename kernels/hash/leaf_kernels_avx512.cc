@@ -258,9 +258,32 @@ LeafStats BlockStats(const float* x, size_t n, const void* prefetch,
 // 121; the accumulators are merged with secret offset 11. Each stripe of a
 // float32 leaf is also 16 statistics lanes, so both consume the same load.
 
-// accumulate_512: one stripe into the accumulators.
-__attribute__((always_inline)) inline __m512i AccumulateStripe(
-    __m512i acc, const __m512i data, const uint8_t* secret) {
+// The XXH3 accumulators held as two sums: the initial values and products
+// (and data settled before), and the data of the stripes since, summed
+// unswapped; Settle forms the accumulators.
+struct Accumulators {
+  __m512i products;
+  __m512i data;
+};
+
+// acc[i ^ 1] += data[i]: swap the 64-bit halves of each 128-bit lane.
+__attribute__((always_inline)) inline __m512i SwapHalves(const __m512i v) {
+  return _mm512_shuffle_epi32(v, _MM_PERM_BADC);
+}
+
+// The accumulators with every stripe's data added in.
+__attribute__((always_inline)) inline __m512i Settle(const Accumulators& a) {
+  return _mm512_add_epi64(a.products, SwapHalves(a.data));
+}
+
+// accumulate_512: one stripe into the accumulators. Its data is added to
+// the swapped lanes (acc[i ^ 1] += data[i]), and a lane permutation
+// distributes over the 64-bit additions (mod 2^64, in any order), so the
+// stripes' data are summed as they come and swapped once per block
+// (Settle): one shuffle per 1024 bytes instead of one per stripe, the
+// same accumulators.
+__attribute__((always_inline)) inline Accumulators AccumulateStripe(
+    Accumulators acc, const __m512i data, const uint8_t* secret) {
   const __m512i key = _mm512_loadu_si512(secret);
   const __m512i data_key = _mm512_xor_si512(data, key);
   // The high halves into the low ones, for the 32x32-bit products; a
@@ -268,9 +291,9 @@ __attribute__((always_inline)) inline __m512i AccumulateStripe(
   // its port on Intel cores.
   const __m512i data_key_hi = _mm512_shuffle_epi32(data_key, _MM_PERM_CDAB);
   const __m512i product = _mm512_mul_epu32(data_key, data_key_hi);
-  // acc[i ^ 1] += data[i]: swap the 64-bit halves of each 128-bit lane.
-  const __m512i data_swap = _mm512_shuffle_epi32(data, _MM_PERM_BADC);
-  return _mm512_add_epi64(_mm512_add_epi64(acc, data_swap), product);
+  acc.products = _mm512_add_epi64(acc.products, product);
+  acc.data = _mm512_add_epi64(acc.data, data);
+  return acc;
 }
 
 // scramble: acc = (acc ^ (acc >> 47) ^ secret[128 ..]) * PRIME32_1 (mod
@@ -287,10 +310,9 @@ __attribute__((always_inline)) inline __m512i Scramble(__m512i acc) {
 
 // Stripe `j` (0..3) of a row: hashed and, with kStats, summed.
 template <bool kStats>
-__attribute__((always_inline)) inline __m512i HashStripe(__m512i acc,
-                                                         const uint8_t* p,
-                                                         const uint8_t* secret,
-                                                         int j, StatsRegs& st) {
+__attribute__((always_inline)) inline Accumulators HashStripe(
+    Accumulators acc, const uint8_t* p, const uint8_t* secret, int j,
+    StatsRegs& st) {
   const __m512i v = _mm512_loadu_si512(p);
   if (kStats) LaneStats(v, p, j, st);
   return AccumulateStripe(acc, v, secret);
@@ -298,10 +320,8 @@ __attribute__((always_inline)) inline __m512i HashStripe(__m512i acc,
 
 // A statistics row: four stripes, secret offsets from `secret` on.
 template <bool kStats>
-__attribute__((always_inline)) inline __m512i HashRow(__m512i acc,
-                                                      const uint8_t* p,
-                                                      const uint8_t* secret,
-                                                      StatsRegs& st) {
+__attribute__((always_inline)) inline Accumulators HashRow(
+    Accumulators acc, const uint8_t* p, const uint8_t* secret, StatsRegs& st) {
   acc = HashStripe<kStats>(acc, p, secret, 0, st);
   acc = HashStripe<kStats>(acc, p + 64, secret + 8, 1, st);
   acc = HashStripe<kStats>(acc, p + 128, secret + 16, 2, st);
@@ -343,9 +363,11 @@ template <bool kStats>
 uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats,
                   const void* prefetch, size_t prefetch_bytes) {
   const RowPrefetcher prefetcher(in + len, prefetch, prefetch_bytes);
-  __m512i acc = _mm512_setr_epi64(XXH_PRIME32_3, XXH_PRIME64_1, XXH_PRIME64_2,
-                                  XXH_PRIME64_3, XXH_PRIME64_4, XXH_PRIME32_2,
-                                  XXH_PRIME64_5, XXH_PRIME32_1);
+  Accumulators acc{
+      _mm512_setr_epi64(XXH_PRIME32_3, XXH_PRIME64_1, XXH_PRIME64_2,
+                        XXH_PRIME64_3, XXH_PRIME64_4, XXH_PRIME32_2,
+                        XXH_PRIME64_5, XXH_PRIME32_1),
+      _mm512_setzero_si512()};
   StatsRegs st;
   InitStats(st);
   const size_t full_blocks = (len - 1) / kBlockBytes;
@@ -355,7 +377,7 @@ uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats,
       if (kStats) prefetcher.Row(p);
       acc = HashRow<kStats>(acc, p, XXH3_kSecret + 32 * r, st);
     }
-    acc = Scramble(acc);
+    acc = Accumulators{Scramble(Settle(acc)), _mm512_setzero_si512()};
   }
   // The last block: its full stripes but the last, by rows, then the
   // remaining 0..3 stripes of the last row.
@@ -380,7 +402,7 @@ uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats,
     TailStats(p, n - static_cast<size_t>(p - in) / sizeof(float), rest, st);
     *stats = FinishStats(st, reinterpret_cast<const float*>(in), n);
   }
-  return MergeAccs(acc, len);
+  return MergeAccs(Settle(acc), len);
 }
 
 // Clears the upper halves of the vector registers before returning to
