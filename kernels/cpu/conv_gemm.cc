@@ -1043,10 +1043,20 @@ void GradInputByClassImages(const sp::Conv2dShape& s, const float* dy,
   const int64_t depth = cog * kk;
   const int64_t sh = s.stride_h, sw = s.stride_w;
   const ClassGrid cg(s);
-  const int64_t gt = cg.top, gl = cg.left, gh = cg.h, gw = cg.w;
-  const Floats grid(s.n * s.c_out * gh * gw);
-  SpreadPlanes(dy, s.n * s.c_out, out_h, out_w, 1, 1, gt, gl, gh, gw,
-               grid.data(), pool);
+  // A 1 x 1 kernel with no padding on the top and left reads dy only inside
+  // its planes (class (0, 0)'s pixel (a, b) reads dy[a][b], the other
+  // classes nothing): the products then read dy in place, not a padded
+  // copy.
+  const bool in_place =
+      s.k_h == 1 && s.k_w == 1 && s.pad_top == 0 && s.pad_left == 0;
+  const int64_t gt = in_place ? 0 : cg.top, gl = in_place ? 0 : cg.left;
+  const int64_t gh = in_place ? out_h : cg.h, gw = in_place ? out_w : cg.w;
+  const Floats grid(in_place ? 0 : s.n * s.c_out * gh * gw);
+  if (!in_place) {
+    SpreadPlanes(dy, s.n * s.c_out, out_h, out_w, 1, 1, gt, gl, gh, gw,
+                 grid.data(), pool);
+  }
+  const float* grid_base = in_place ? dy : grid.data();
   const int64_t chunks = (depth + c::kChunk - 1) / c::kChunk;
   std::vector<int64_t>& rows = Table(0);
   std::vector<int64_t>& taps = Table(1);
@@ -1138,8 +1148,8 @@ void GradInputByClassImages(const sp::Conv2dShape& s, const float* dy,
       for (int64_t g = 0; g < s.groups; ++g) {
         const ClassWeights f{w + g * cog * cig * kk, cig, kk, class_taps.data(),
                              static_cast<int64_t>(class_taps.size())};
-        GemmPacking packing = IndirectPacking(grid.data() + g * cog * gh * gw,
-                                              rows, taps, c_rows);
+        GemmPacking packing =
+            IndirectPacking(grid_base + g * cog * gh * gw, rows, taps, c_rows);
         packing.k_bounds = bounds.data();
         packing.k_blocks = chunks;
         packing.pack_b = &ClassWeights::Pack;
