@@ -1018,7 +1018,8 @@ void MergeClasses(const sp::Conv2dShape& s, const float* planes, float* dx,
 // chunks' partials, and so the bits, are those of the full reduction. A
 // kept tap reads dy row a + (ph + pad_top - kh * dh) / sh for class pixel
 // row ih = ph + sh * a (exact division), so dy is only padded, not
-// spread onto a grid of holes. In dx a class's pixels are sw floats apart,
+// spread onto a grid of holes (and a 1 x 1 kernel without top or left
+// padding reads dy in place). In dx a class's pixels are sw floats apart,
 // so the GEMM writes them back one float per store. With two or more
 // classes that have terms, or a large dx, each class writes its own
 // planes instead, [n][c_in] of its rows x columns, where a tile's pixels
