@@ -1041,10 +1041,10 @@ void BatchNormTrainingBlock(const LaneBiasGeometry& g,
     term.rstd = LoadLanes<V>(a.rstd + c0, lanes);
     term.scale = LoadLanes<V>(a.gamma + c0, lanes);
     WalkChannels<V, true, kPartial>(g, a.x, a.dy, c0, lanes, term);
-    StoreLanes<V>(a.dot + c0, term.trees[0].Result(), lanes);
-    StoreLanes<V>(a.sum + c0, term.trees[1].Result(), lanes);
-    StoreLanes<V>(a.param_dot + c0, term.trees[2].Result(), lanes);
-    StoreLanes<V>(a.param_sum + c0, term.trees[3].Result(), lanes);
+    float* const results[] = {a.dot, a.sum, a.param_dot, a.param_sum};
+    for (int k = 0; k < GradBothTerm<V>::kTrees; ++k) {
+      StoreLanes<V>(results[k] + c0, term.trees[k].Result(), lanes);
+    }
   } else {
     GradChainsBlock chains{
         g, a.x, a.dy, a.mean, a.rstd, input ? a.gamma : nullptr, a.dot, a.sum};
@@ -1162,6 +1162,14 @@ void BatchNormTrainingByRuns(const LaneBiasGeometry& g,
   const bool both = a.pass == BatchNormLanePass::kGradBoth;
   const bool input = a.pass == BatchNormLanePass::kGradInput || both;
   const float* scale = input ? a.gamma : nullptr;
+  // The chains' results (the terms' trees in order), then math(kChains).
+  float* const results[] = {a.dot, a.sum, a.param_dot, a.param_sum};
+  auto finish = [&](int64_t c0, int lanes, const T* r) {
+    for (int k = 0; k < (both ? 4 : 2); ++k) {
+      StoreLanes<V>(results[k] + c0, r[k], lanes);
+    }
+    a.math(a.ctx, BatchNormLaneStep::kChains, c0, lanes);
+  };
   if (both) {
     ChainsByRuns<V, true, GradBothTerm<V>>(
         g, a.x, a.dy, run_chunks, pool,
@@ -1170,13 +1178,7 @@ void BatchNormTrainingByRuns(const LaneBiasGeometry& g,
           term.rstd = LoadLanes<V>(a.rstd + c0, lanes);
           term.scale = LoadLanes<V>(scale + c0, lanes);
         },
-        [&](int64_t c0, int lanes, const T* r) {
-          StoreLanes<V>(a.dot + c0, r[0], lanes);
-          StoreLanes<V>(a.sum + c0, r[1], lanes);
-          StoreLanes<V>(a.param_dot + c0, r[2], lanes);
-          StoreLanes<V>(a.param_sum + c0, r[3], lanes);
-          a.math(a.ctx, BatchNormLaneStep::kChains, c0, lanes);
-        });
+        finish);
   } else {
     ChainsByRuns<V, true, GradTerm<V>>(
         g, a.x, a.dy, run_chunks, pool,
@@ -1187,11 +1189,7 @@ void BatchNormTrainingByRuns(const LaneBiasGeometry& g,
           term.scale =
               term.scaled ? LoadLanes<V>(scale + c0, lanes) : V::Zero();
         },
-        [&](int64_t c0, int lanes, const T* r) {
-          StoreLanes<V>(a.dot + c0, r[0], lanes);
-          StoreLanes<V>(a.sum + c0, r[1], lanes);
-          a.math(a.ctx, BatchNormLaneStep::kChains, c0, lanes);
-        });
+        finish);
   }
   if (!input) return;
   const BatchNormGradInputApplyOp op{a.x,   a.dy,  a.mean, a.rstd, a.gamma,
