@@ -1,5 +1,7 @@
 // Every CANONICAL CPU kernel, on every ISA path this CPU has and on 1, 2, 3
-// and 8 threads, twice, against the scalar single-threaded path: identical
+// and 8 threads, twice (the second time with every output that can be
+// written with non-temporal stores written so, StreamOutput in
+// lane_kernels.h), against the scalar single-threaded path: identical
 // bits, on random inputs and on the exact small-integer family
 // (kernels/op_cases.h). And a golden digest per op: the fingerprints of all
 // of the op's seeded outputs, pinned (a change means a new canonical
@@ -14,6 +16,7 @@
 #include "kernels/canonical/version.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/lane_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/hash/fingerprint.h"
 #include "kernels/op_cases.h"
@@ -62,6 +65,7 @@ TEST_P(AllOpsTest, EveryIsaAndThreadCountGivesTheScalarBits) {
     for (int threads : {1, 2, 3, 8}) {
       SetCpuThreadsForTesting(threads);
       for (int rep = 0; rep < 2; ++rep) {
+        cpu_internal::SetStreamOutputFloatsForTesting(rep);
         for (size_t i = 0; i < cases.size(); ++i) {
           const OpCase& c = cases[i];
           ops.insert(c.op);
@@ -72,12 +76,14 @@ TEST_P(AllOpsTest, EveryIsaAndThreadCountGivesTheScalarBits) {
           for (size_t o = 0; o < got->size(); ++o) {
             EXPECT_EQ(FirstDifferingElement((*got)[o], want[i][o]), -1)
                 << c.label << " output " << o << ", isa " << CpuIsaName(isa)
-                << ", " << threads << " threads, rep " << rep;
+                << ", " << threads << " threads, rep " << rep
+                << (rep == 1 ? " (outputs streamed)" : "");
           }
         }
       }
     }
   }
+  cpu_internal::SetStreamOutputFloatsForTesting(0);
   SetCpuIsaForTesting(std::nullopt);
   SetCpuThreadsForTesting(0);
   std::vector<std::string> all = AllOpNames();

@@ -8,6 +8,7 @@
 // width, whose planes are shorter and longer than a vector and not a
 // multiple of it, and whose reductions cross the 256-term chunk boundary
 // inside a transposed block; with NaN, infinities, -0 and subnormals.
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -127,10 +128,16 @@ TEST_F(BatchNormLanesTest, EveryIsaAndThreadCountGivesTheSpecBits) {
       attrs.batch_norm_momentum = s.momentum;
       for (CpuIsa isa : SupportedCpuIsas()) {
         SetCpuIsaForTesting(isa);
-        for (int threads : {1, 2, 3, 8}) {
+        // Each thread count twice, the second time with y and dx written
+        // by non-temporal stores (StreamOutput, lane_kernels.h).
+        for (int run = 0; run < 8; ++run) {
+          const int threads = std::array<int, 4>{1, 2, 3, 8}[run / 2];
+          const bool streamed = run % 2 == 1;
           SetCpuThreadsForTesting(threads);
-          const std::string where = absl::StrCat(
-              label, ", isa ", CpuIsaName(isa), ", ", threads, " threads");
+          cpu_internal::SetStreamOutputFloatsForTesting(streamed ? 1 : 0);
+          const std::string where =
+              absl::StrCat(label, ", isa ", CpuIsaName(isa), ", ", threads,
+                           " threads", streamed ? ", outputs streamed" : "");
           {
             Tensor in[] = {T(shape, x), T({ch}, gamma), T({ch}, beta)};
             Tensor out[] = {T(shape, std::vector<float>(numel)),

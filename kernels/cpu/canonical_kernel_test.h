@@ -1,6 +1,7 @@
 // Test helpers for the CPU backend's CANONICAL kernels: a fixture with the
-// kernels registered, Kernel(op) to look one up, and the ISA and thread
-// count a test forces put back afterwards; float32 tensors from values; and
+// kernels registered, Kernel(op) to look one up, and the ISA, thread count
+// and streamed-output threshold a test forces put back afterwards; float32
+// tensors from values; and
 // a bit-pattern comparison that names the first element that differs.
 //
 //   class MyLanesTest : public CpuCanonicalKernelTest {};
@@ -25,6 +26,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/lane_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/registry.h"
 #include "kernels/tensor.h"
@@ -39,6 +41,7 @@ class CpuCanonicalKernelTest : public ::testing::Test {
   void TearDown() override {
     SetCpuIsaForTesting(std::nullopt);
     SetCpuThreadsForTesting(0);
+    cpu_internal::SetStreamOutputFloatsForTesting(0);
   }
 
   // The CPU backend's CANONICAL kernel of `op` (a test failure if none).

@@ -11,6 +11,7 @@
 #include "absl/container/inlined_vector.h"
 #include "kernels/canonical/reduce.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/lane_kernels.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/transpose_copy.h"
 #include "kernels/ops/dense.h"
@@ -369,27 +370,35 @@ struct GradInputWeights {
   }
 };
 
-// B of one class of a strided grad_input (GradInputByClassImages), packed
-// straight from w: reduction step p = (co, i) is the class's i-th kept tap
-// tap[i] (of taps per output channel), B(p, j) = w[co][j][tap[i]]. Same
-// values as the kept columns of wt, gathered without making wt.
+// B of one class of a strided grad_input (GradInputByClassImages):
+// reduction step p = (co, i) is the class's i-th kept tap tap[i] (of taps
+// per output channel), B(p, j) = w[co][j][tap[i]], the kept columns of
+// w^T. Packed either straight from w, one float every kk (a gather), or,
+// with `by_tap`, from wc[co][t][j] = w[co][j][t] (ClassWeightsByTap), where
+// each row of the panel is a run (so is w's for a 1 x 1 kernel). Image
+// groups each pack B again; the gather cost a 3 x 3 grad_input 64 -> 128
+// 32px 6 - 8 % over the runs on one core and two, and a 256 -> 512 8px
+// one on two cores 4 - 8 %, while with one group (256 -> 512 8px on one
+// core) the transpose cost 1.4 - 3.7 % more than it saved.
 struct ClassWeights {
-  const float* w;  // the group's first output channel
+  const float* w;  // the group's first output channel, in w's or wc's order
   int64_t cig;     // input channels per group
   int64_t kk;      // taps per kernel
   const int64_t* tap;
   int64_t taps;
+  bool by_tap;
 
   static void Pack(const void* ctx, int64_t first, int count, int width,
                    int64_t p_begin, int64_t p_count, float* dst) {
     const ClassWeights& f = *static_cast<const ClassWeights*>(ctx);
     for (int64_t p = p_begin; p < p_begin + p_count; ++p) {
       const int64_t co = p / f.taps;
-      const float* src = f.w + (co * f.cig + first) * f.kk + f.tap[p % f.taps];
+      const int64_t t = f.tap[p % f.taps];
       float* d = dst + (p - p_begin) * width;
-      if (f.kk == 1) {
-        CopyRun(d, src, count);
+      if (f.by_tap || f.kk == 1) {
+        CopyRun(d, f.w + (co * f.kk + t) * f.cig + first, count);
       } else {
+        const float* src = f.w + (co * f.cig + first) * f.kk + t;
         for (int v = 0; v < count; ++v) d[v] = src[v * f.kk];
       }
     }
@@ -939,9 +948,12 @@ absl::InlinedVector<int64_t, 8> ClassTaps(int64_t p, int64_t pad,
 // holds, for every (image, channel), its rows_a x cols_b pixels (ph + sh *
 // a, pw + sw * b), the classes one after the other in (ph, pw) order. Each
 // dx row interleaves the rows of its sw classes; with SSE and sw = 2, four
-// floats of each at a time. Pure data movement.
+// floats of each at a time, and with `stream` (a large dx, StreamOutput in
+// lane_kernels.h) non-temporal stores where a dx row is 16-byte aligned,
+// fenced before each task ends (3 x 3 s2 64 -> 128 32px, batch 32: +1 - 6 %
+// on one core, +5 % on two). Pure data movement.
 void MergeClasses(const sp::Conv2dShape& s, const float* planes, float* dx,
-                  ThreadPool* pool) {
+                  bool stream, ThreadPool* pool) {
   const int64_t sh = s.stride_h, sw = s.stride_w;
   const int64_t images = s.n * s.c_in;
   // Where class (ph, pw)'s planes start, and each one's size.
@@ -980,6 +992,14 @@ void MergeClasses(const sp::Conv2dShape& s, const float* planes, float* dx,
                                 a * cols[first + 1];
               const int64_t pairs = cols[first + 1];  // w / 2
 #if defined(__SSE__)
+              if (stream && reinterpret_cast<uintptr_t>(d) % 16 == 0) {
+                for (; b + 4 <= pairs; b += 4) {
+                  const __m128 e = _mm_loadu_ps(r0 + b);
+                  const __m128 o = _mm_loadu_ps(r1 + b);
+                  _mm_stream_ps(d + 2 * b, _mm_unpacklo_ps(e, o));
+                  _mm_stream_ps(d + 2 * b + 4, _mm_unpackhi_ps(e, o));
+                }
+              }
               for (; b + 4 <= pairs; b += 4) {
                 const __m128 e = _mm_loadu_ps(r0 + b);
                 const __m128 o = _mm_loadu_ps(r1 + b);
@@ -1003,6 +1023,9 @@ void MergeClasses(const sp::Conv2dShape& s, const float* planes, float* dx,
             }
           }
         }
+#if defined(__SSE__)
+        if (stream) _mm_sfence();
+#endif
       });
 }
 
@@ -1033,8 +1056,9 @@ void MergeClasses(const sp::Conv2dShape& s, const float* planes, float* dx,
 // and 256 -> 512 8px (direct) +16 % and +7 % over the whole batch merged;
 // 3 x 3 s2 64 -> 128 32px +12 %.
 void GradInputByClassImages(const sp::Conv2dShape& s, const float* dy,
-                            const float* w, float* dx, int64_t chunk,
-                            CpuIsa isa, ThreadPool* pool, bool grouped) {
+                            const float* w, bool by_tap, float* dx, bool stream,
+                            int64_t chunk, CpuIsa isa, ThreadPool* pool,
+                            bool grouped) {
   const int64_t out_h = sp::Conv2dOutH(s);
   const int64_t out_w = sp::Conv2dOutW(s);
   const int64_t hw = s.h * s.w;
@@ -1147,8 +1171,12 @@ void GradInputByClassImages(const sp::Conv2dShape& s, const float* dy,
       const int64_t channel = merge ? plane : hw;
       m.c_col = channel;
       for (int64_t g = 0; g < s.groups; ++g) {
-        const ClassWeights f{w + g * cog * cig * kk, cig, kk, class_taps.data(),
-                             static_cast<int64_t>(class_taps.size())};
+        const ClassWeights f{w + g * cog * cig * kk,
+                             cig,
+                             kk,
+                             class_taps.data(),
+                             static_cast<int64_t>(class_taps.size()),
+                             by_tap};
         GemmPacking packing =
             IndirectPacking(grid_base + g * cog * gh * gw, rows, taps, c_rows);
         packing.k_bounds = bounds.data();
@@ -1161,10 +1189,27 @@ void GradInputByClassImages(const sp::Conv2dShape& s, const float* dy,
       }
     }
   }
-  if (merge) MergeClasses(s, planes.data(), dx, pool);
+  if (merge) MergeClasses(s, planes.data(), dx, stream, pool);
 }
 
-// GradInputByClassImages by image groups (PlanImageGroups).
+// wc[g][co][t][cl] = w[g][co][cl][t]: each output channel's cig x kk block
+// transposed, so a class's B rows are runs (ClassWeights), the blocks
+// split over the pool.
+void ClassWeightsByTap(const float* w, int64_t blocks, int64_t cig, int64_t kk,
+                       float* wc, ThreadPool* pool) {
+  const int64_t size = cig * kk;
+  if (blocks * size < (int64_t{1} << 15)) pool = nullptr;  // small
+  ParallelForBlocks(pool, blocks, std::max<int64_t>(1, blocks / 8),
+                    [&](int64_t b0, int64_t b1) {
+                      for (int64_t b = b0; b < b1; ++b) {
+                        cpu_internal::TransposeCopy(w + b * size, kk, cig, kk,
+                                                    wc + b * size, cig);
+                      }
+                    });
+}
+
+// GradInputByClassImages by image groups (PlanImageGroups); with several
+// groups, B packed from wc (ClassWeightsByTap), transposed once here.
 void GradInputByClass(const sp::Conv2dShape& s, const float* dy, const float* w,
                       float* dx, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
   const ClassGrid cg(s);
@@ -1174,11 +1219,17 @@ void GradInputByClass(const sp::Conv2dShape& s, const float* dy, const float* w,
   const int64_t groups =
       PlanImageGroups(s.n, s.c_out * cg.h * cg.w + dx_image, s.h * s.w,
                       sp::Conv2dWeightSize(s), pool);
+  const int64_t kk = s.k_h * s.k_w;
+  const int64_t cig = s.c_in / s.groups;
+  const bool by_tap = kk > 1 && groups > 1;
+  const bool stream = StreamOutput(s.n * dx_image, dx, dy, nullptr);
+  const Floats wc(by_tap ? s.c_out * cig * kk : 0);
+  if (by_tap) ClassWeightsByTap(w, s.c_out, cig, kk, wc.data(), pool);
   ForImageGroups(s, groups, pool,
                  [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
-                   GradInputByClassImages(g, dy + n0 * dy_image, w,
-                                          dx + n0 * dx_image, chunk, isa, gp,
-                                          groups > 1);
+                   GradInputByClassImages(
+                       g, dy + n0 * dy_image, by_tap ? wc.data() : w, by_tap,
+                       dx + n0 * dx_image, stream, chunk, isa, gp, groups > 1);
                  });
 }
 

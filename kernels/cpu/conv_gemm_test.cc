@@ -21,6 +21,7 @@
 #include "kernels/canonical/reduce.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/lane_kernels.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/spatial/conv2d.h"
@@ -303,7 +304,8 @@ TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
 // with one class with terms, writes dx directly unless the planes are a
 // multiple of 4 KiB). Forced down to two images per group, the batches of 3
 // to 20 images run as several groups, the last one short, and every bit
-// stays.
+// stays; again with every merge written by non-temporal stores
+// (StreamOutput, lane_kernels.h).
 TEST(ConvGemmTest, ImageGroupsKeepTheBits) {
   const Case cases[] = {
       {"3x3 s1 p1 odd", 3, 5, 7, 9, 13, 3, 1, 1, 1, 1, 1, 1, 1},
@@ -317,6 +319,10 @@ TEST(ConvGemmTest, ImageGroupsKeepTheBits) {
       {"indirect 3x3 valid in place", 3, 32, 7, 6, 33, 3, 1, 0, 0, 0, 0, 1, 1}};
   cpu_internal::SetConvImageGroupForTesting(2);
   ExpectSpecAndSingleChain(cases, 5200, " (2 images per group)");
+  cpu_internal::SetStreamOutputFloatsForTesting(1);
+  ExpectSpecAndSingleChain(cases, 5300,
+                           " (2 images per group, merges streamed)");
+  cpu_internal::SetStreamOutputFloatsForTesting(0);
   cpu_internal::SetConvImageGroupForTesting(0);
 }
 

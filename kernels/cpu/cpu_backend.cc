@@ -156,11 +156,14 @@ absl::Status ReluForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(ValidateSameShapeFloat(op::kReluForward, t, names));
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
-  // The spec's loop on the lane kernels' vectors (the same bits).
+  // The spec's loop on the lane kernels' vectors (the same bits); a large
+  // y written past the caches (kStreamOutputFloats).
   const CpuIsa isa = ActiveCpuIsa();
-  ParallelForBlocks(
-      CpuThreadPool(), in[0].numel(), kElementwiseBlock,
-      [&](int64_t b, int64_t e) { ReluLanes(x + b, y + b, e - b, isa); });
+  const bool stream = StreamOutput(in[0].numel(), y, x, nullptr);
+  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementwiseBlock,
+                    [&](int64_t b, int64_t e) {
+                      ReluLanes(x + b, y + b, e - b, isa, stream);
+                    });
   return absl::OkStatus();
 }
 
@@ -174,9 +177,10 @@ absl::Status ReluGradKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
   const CpuIsa isa = ActiveCpuIsa();
+  const bool stream = StreamOutput(in[0].numel(), dx, x, dy);
   ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementwiseBlock,
                     [&](int64_t b, int64_t e) {
-                      ReluGradLanes(x + b, dy + b, dx + b, e - b, isa);
+                      ReluGradLanes(x + b, dy + b, dx + b, e - b, isa, stream);
                     });
   return absl::OkStatus();
 }

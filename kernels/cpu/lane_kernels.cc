@@ -1,5 +1,6 @@
 #include "kernels/cpu/lane_kernels.h"
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/canonical/reduce.h"
@@ -75,13 +76,33 @@ void CanonicalExpLanes(const float* x, float* y, int64_t n, CpuIsa isa) {
   for (int64_t i = 0; i < n; ++i) y[i] = canonical::CanonicalExp(x[i]);
 }
 
-void ReluLanes(const float* x, float* y, int64_t n, CpuIsa isa) {
-  if (n > 0) KernelsFor(isa).relu(x, y, n);
+namespace {
+std::atomic<int64_t>& StreamOutputFloatsForTesting() {
+  static std::atomic<int64_t> floats{0};
+  return floats;
+}
+}  // namespace
+
+namespace cpu_internal {
+void SetStreamOutputFloatsForTesting(int64_t floats) {
+  StreamOutputFloatsForTesting().store(floats, std::memory_order_relaxed);
+}
+}  // namespace cpu_internal
+
+bool StreamOutput(int64_t n, const float* out, const float* in0,
+                  const float* in1) {
+  const int64_t set =
+      StreamOutputFloatsForTesting().load(std::memory_order_relaxed);
+  return n >= (set > 0 ? set : kStreamOutputFloats) && out != in0 && out != in1;
+}
+
+void ReluLanes(const float* x, float* y, int64_t n, CpuIsa isa, bool stream) {
+  if (n > 0) KernelsFor(isa).relu(x, y, n, stream);
 }
 
 void ReluGradLanes(const float* x, const float* dy, float* dx, int64_t n,
-                   CpuIsa isa) {
-  if (n > 0) KernelsFor(isa).relu_grad(x, dy, dx, n);
+                   CpuIsa isa, bool stream) {
+  if (n > 0) KernelsFor(isa).relu_grad(x, dy, dx, n, stream);
 }
 
 void CanonicalErfLanes(const float* x, float* y, int64_t n, CpuIsa isa) {

@@ -21,6 +21,10 @@ struct Avx2Lanes {
   static T Zero() { return _mm256_setzero_ps(); }
   static T Load(const float* p) { return _mm256_loadu_ps(p); }
   static void Store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  // A non-temporal store (p 32-byte aligned), and the fence that orders
+  // such stores before the thread's later ones.
+  static void Stream(float* p, T v) { _mm256_stream_ps(p, v); }
+  static void Fence() { _mm_sfence(); }
   static T Add(T a, T b) { return _mm256_add_ps(a, b); }
   static T Sub(T a, T b) { return _mm256_sub_ps(a, b); }
   static T Mul(T a, T b) { return _mm256_mul_ps(a, b); }

@@ -27,6 +27,10 @@ struct Avx512Lanes {
   static T Zero() { return _mm512_setzero_ps(); }
   static T Load(const float* p) { return _mm512_loadu_ps(p); }
   static void Store(float* p, T v) { _mm512_storeu_ps(p, v); }
+  // A non-temporal store (p 64-byte aligned), and the fence that orders
+  // such stores before the thread's later ones.
+  static void Stream(float* p, T v) { _mm512_stream_ps(p, v); }
+  static void Fence() { _mm_sfence(); }
   static T Add(T a, T b) { return _mm512_add_ps(a, b); }
   static T Sub(T a, T b) { return _mm512_sub_ps(a, b); }
   static T Mul(T a, T b) { return _mm512_mul_ps(a, b); }

@@ -38,6 +38,18 @@ inline constexpr int64_t kMinParallelElements = int64_t{1} << 15;
 inline int64_t MinI(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t MaxI(int64_t a, int64_t b) { return a > b ? a : b; }
 
+// v into p: with `stream`, a non-temporal store where p is aligned to the
+// vector (V::Fence after the pass orders them), else an ordinary one.
+template <class V>
+void StoreOut(float* p, typename V::T v, bool stream) {
+  if (stream &&
+      reinterpret_cast<uintptr_t>(p) % (sizeof(float) * V::kWidth) == 0) {
+    V::Stream(p, v);
+  } else {
+    V::Store(p, v);
+  }
+}
+
 template <class F>
 void For(ThreadPool* pool, int64_t n, F& f) {
   ParallelForRaw(
@@ -69,6 +81,8 @@ struct ScalarLanes {
   static T Zero() { return 0.0f; }
   static T Load(const float* p) { return *p; }
   static void Store(float* p, T v) { *p = v; }
+  static void Stream(float* p, T v) { *p = v; }
+  static void Fence() {}
   static T Add(T a, T b) { return a + b; }
   static T Sub(T a, T b) { return a - b; }
   static T Mul(T a, T b) { return a * b; }
@@ -957,6 +971,7 @@ struct BatchNormApplyOp {
   const float* beta;
   float* y;
   float nan;
+  bool stream;  // StoreOut
   template <class V>
   void Run(int64_t ch, int64_t i, int64_t end) const {
     using T = typename V::T;
@@ -967,7 +982,8 @@ struct BatchNormApplyOp {
     const T be = V::Set1(beta[ch]);
     for (; i + W <= end; i += W) {
       const T xhat = V::Mul(V::Sub(V::Load(x + i), m), r);
-      V::Store(y + i, CanonicalNanOf<V>(V::Add(V::Mul(xhat, ga), be), nan));
+      StoreOut<V>(y + i, CanonicalNanOf<V>(V::Add(V::Mul(xhat, ga), be), nan),
+                  stream);
     }
     if constexpr (W > 1) {
       if (i < end) Run<ScalarLanes>(ch, i, end);
@@ -987,6 +1003,7 @@ struct BatchNormGradInputApplyOp {
   const float* b;
   float* dx;
   float nan;
+  bool stream;  // StoreOut
   template <class V>
   void Run(int64_t ch, int64_t i, int64_t end) const {
     using T = typename V::T;
@@ -1000,7 +1017,7 @@ struct BatchNormGradInputApplyOp {
       const T gv = V::Mul(V::Load(dy + i), ga);
       const T xhat = V::Mul(V::Sub(V::Load(x + i), m), r);
       const T v = V::Mul(V::Sub(V::Sub(gv, av), V::Mul(xhat, bv)), r);
-      V::Store(dx + i, CanonicalNanOf<V>(v, nan));
+      StoreOut<V>(dx + i, CanonicalNanOf<V>(v, nan), stream);
     }
     if constexpr (W > 1) {
       if (i < end) Run<ScalarLanes>(ch, i, end);
@@ -1024,13 +1041,15 @@ void BatchNormTrainingBlock(const LaneBiasGeometry& g,
   }
   const int64_t s = g.spatial;
   if (forward) {
-    const BatchNormApplyOp op{a.x, a.mean, a.rstd, a.gamma, a.beta, a.out, nan};
+    const BatchNormApplyOp op{a.x,    a.mean, a.rstd, a.gamma,
+                              a.beta, a.out,  nan,    a.stream_out};
     for (int64_t n = 0; n < g.n; ++n) {
       for (int64_t ch = c0; ch < c0 + lanes; ++ch) {
         const int64_t begin = (n * g.c + ch) * s;
         op.template Run<V>(ch, begin, begin + s);
       }
     }
+    if (op.stream) V::Fence();
     return;
   }
   const bool both = a.pass == BatchNormLanePass::kGradBoth;
@@ -1052,14 +1071,16 @@ void BatchNormTrainingBlock(const LaneBiasGeometry& g,
   }
   a.math(a.ctx, BatchNormLaneStep::kChains, c0, lanes);
   if (!input) return;
-  const BatchNormGradInputApplyOp op{a.x,   a.dy,  a.mean, a.rstd, a.gamma,
-                                     a.sum, a.dot, a.out,  nan};
+  const BatchNormGradInputApplyOp op{a.x,     a.dy,        a.mean, a.rstd,
+                                     a.gamma, a.sum,       a.dot,  a.out,
+                                     nan,     a.stream_out};
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t ch = c0; ch < c0 + lanes; ++ch) {
       const int64_t begin = (n * g.c + ch) * s;
       op.template Run<V>(ch, begin, begin + s);
     }
   }
+  if (op.stream) V::Fence();
 }
 
 // The chains of Term over every block of W channels (the last one maybe
@@ -1121,6 +1142,7 @@ void ApplyOverRuns(const LaneBiasGeometry& g, const Op& op, ThreadPool* pool) {
       const int64_t begin = r * g.spatial;
       op.template Run<V>(r % g.c, begin, begin + g.spatial);
     }
+    if (op.stream) V::Fence();  // StoreOut's stores, before the task ends
   };
   For(pool, (rows + per_task - 1) / per_task, task);
 }
@@ -1155,7 +1177,8 @@ void BatchNormTrainingByRuns(const LaneBiasGeometry& g,
         });
   }
   if (forward) {
-    const BatchNormApplyOp op{a.x, a.mean, a.rstd, a.gamma, a.beta, a.out, nan};
+    const BatchNormApplyOp op{a.x,    a.mean, a.rstd, a.gamma,
+                              a.beta, a.out,  nan,    a.stream_out};
     ApplyOverRuns<V>(g, op, pool);
     return;
   }
@@ -1192,8 +1215,9 @@ void BatchNormTrainingByRuns(const LaneBiasGeometry& g,
         finish);
   }
   if (!input) return;
-  const BatchNormGradInputApplyOp op{a.x,   a.dy,  a.mean, a.rstd, a.gamma,
-                                     a.sum, a.dot, a.out,  nan};
+  const BatchNormGradInputApplyOp op{a.x,     a.dy,        a.mean, a.rstd,
+                                     a.gamma, a.sum,       a.dot,  a.out,
+                                     nan,     a.stream_out};
   ApplyOverRuns<V>(g, op, pool);
 }
 
@@ -1707,22 +1731,28 @@ typename V::T ReluGradOf(typename V::T x, typename V::T dy) {
   return V::Select(V::Replaces(V::Set1(__builtin_inff()), x), kept, V::Zero());
 }
 
+// With `stream`, StoreOut's non-temporal stores.
 template <class V>
-void ReluRow(const float* x, float* y, int64_t n) {
-  constexpr int W = V::kWidth;
-  int64_t i = 0;
-  for (; i + W <= n; i += W) V::Store(y + i, ReluOf<V>(V::Load(x + i)));
-  for (; i < n; ++i) y[i] = ReluOf<ScalarLanes>(x[i]);
-}
-
-template <class V>
-void ReluGradRow(const float* x, const float* dy, float* dx, int64_t n) {
+void ReluRow(const float* x, float* y, int64_t n, bool stream) {
   constexpr int W = V::kWidth;
   int64_t i = 0;
   for (; i + W <= n; i += W) {
-    V::Store(dx + i, ReluGradOf<V>(V::Load(x + i), V::Load(dy + i)));
+    StoreOut<V>(y + i, ReluOf<V>(V::Load(x + i)), stream);
+  }
+  for (; i < n; ++i) y[i] = ReluOf<ScalarLanes>(x[i]);
+  if (stream) V::Fence();
+}
+
+template <class V>
+void ReluGradRow(const float* x, const float* dy, float* dx, int64_t n,
+                 bool stream) {
+  constexpr int W = V::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    StoreOut<V>(dx + i, ReluGradOf<V>(V::Load(x + i), V::Load(dy + i)), stream);
   }
   for (; i < n; ++i) dx[i] = ReluGradOf<ScalarLanes>(x[i], dy[i]);
+  if (stream) V::Fence();
 }
 
 template <class V>

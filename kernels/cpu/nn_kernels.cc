@@ -383,6 +383,8 @@ class BatchNormTraining {
     args.stats_given = stats_given_;
     args.param_dot = param_dot_.data();
     args.param_sum = param_sum_.data();
+    args.stream_out =
+        out != nullptr && StreamOutput(s_.n * s_.c * s_.spatial, out, x, dy);
     BatchNormTrainingLanes(c::BiasShape{s_.n, s_.c, s_.spatial}, args,
                            ActiveCpuIsa(), CpuThreadPool());
   }
