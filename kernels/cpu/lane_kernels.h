@@ -266,8 +266,9 @@ void AdamLanes(const canonical::AdamScalars& s, float* w, float* m, float* v,
 // ordinary store first reads each line from memory. Measured on the Xeon
 // of docs/benchmarks.md, 8 MiB, operands cold: relu.forward 1.19 -> 0.92
 // ms, and with a read of y after it 1.71 -> 1.52 ms. Which store writes a
-// value changes no bit. Used by relu.forward / relu.grad, batch norm's
-// y and dx, and a strided grad_input's merge (conv_gemm.cc).
+// value changes no bit. Used by relu.forward / relu.grad, add.forward
+// (cpu_backend.cc), batch norm's y and dx, and a strided grad_input's
+// merge (conv_gemm.cc).
 inline constexpr int64_t kStreamOutputFloats = int64_t{1} << 20;
 
 // Whether a pass writes its output of n floats at `out`, not also one of
