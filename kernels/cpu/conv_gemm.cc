@@ -695,14 +695,15 @@ void IndirectGroups(int64_t groups, const c::MatMulShape& m,
                     const std::vector<int64_t>& rows,
                     const std::vector<int64_t>& taps,
                     const std::vector<int64_t>& c_rows, const float* b,
-                    int64_t b_group, float* c, int64_t c_group, int64_t chunk,
-                    CpuIsa isa, ThreadPool* pool,
+                    int64_t b_group, float* c, int64_t c_group, bool stream_c,
+                    int64_t chunk, CpuIsa isa, ThreadPool* pool,
                     const int64_t* k_bounds = nullptr, int64_t k_blocks = 0) {
   for (int64_t g = 0; g < groups; ++g) {
     GemmPacking packing =
         IndirectPacking(a_base + g * a_group, rows, taps, c_rows);
     packing.k_bounds = k_bounds;
     packing.k_blocks = k_blocks;
+    packing.stream_c = stream_c;
     GemmPacked(m, nullptr, b + g * b_group, c + g * c_group, chunk, packing,
                isa, pool);
   }
@@ -794,9 +795,10 @@ void ForImageGroups(const sp::Conv2dShape& s, int64_t groups, ThreadPool* pool,
 }
 
 // ForwardIndirect for the images of s (a group of the batch).
+// stream_y: y past the caches (GemmPacking::stream_c).
 void ForwardIndirectImages(const sp::Conv2dShape& s, const float* x,
-                           const float* w, float* y, int64_t chunk, CpuIsa isa,
-                           ThreadPool* pool) {
+                           const float* w, float* y, bool stream_y,
+                           int64_t chunk, CpuIsa isa, ThreadPool* pool) {
   const int64_t out_h = sp::Conv2dOutH(s);
   const int64_t out_w = sp::Conv2dOutW(s);
   const int64_t pix = out_h * out_w;
@@ -811,7 +813,8 @@ void ForwardIndirectImages(const sp::Conv2dShape& s, const float* x,
   c::MatMulShape m = IndirectShape(s.n * pix, cog, depth, depth);
   m.c_col = pix;
   IndirectGroups(s.groups, m, in.group(s, 0), cig * in.plane(), rows, taps,
-                 c_rows, w, cog * depth, y, cog * pix, chunk, isa, pool);
+                 c_rows, w, cog * depth, y, cog * pix, stream_y, chunk, isa,
+                 pool);
 }
 
 // forward: y^T[(n, oh, ow), co] = im2col(x)^T x W^T, A read from the
@@ -823,19 +826,23 @@ void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
                                          sp::Conv2dWeightSize(s), pool);
   const int64_t x_image = s.c_in * s.h * s.w;
   const int64_t y_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  const bool stream_y = StreamOutput(s.n * y_image, y, x, nullptr);
   ForImageGroups(s, groups, pool,
                  [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
                    ForwardIndirectImages(g, x + n0 * x_image, w,
-                                         y + n0 * y_image, chunk, isa, gp);
+                                         y + n0 * y_image, stream_y, chunk, isa,
+                                         gp);
                  });
 }
 
 // GradInputIndirect for the images of s (a group of the batch), B packed
 // from w (GradInputWeights) or, where w is null, from wt
-// (wt[g][ci][(co_l, kh, kw)], TransposeWeights).
+// (wt[g][ci][(co_l, kh, kw)], TransposeWeights); stream_dx: dx past the
+// caches (GemmPacking::stream_c).
 void GradInputIndirectImages(const sp::Conv2dShape& s, const float* dy,
                              const float* w, const float* wt, float* dx,
-                             int64_t chunk, CpuIsa isa, ThreadPool* pool) {
+                             bool stream_dx, int64_t chunk, CpuIsa isa,
+                             ThreadPool* pool) {
   const int64_t out_h = sp::Conv2dOutH(s);
   const int64_t out_w = sp::Conv2dOutW(s);
   const int64_t hw = s.h * s.w;
@@ -866,7 +873,7 @@ void GradInputIndirectImages(const sp::Conv2dShape& s, const float* dy,
   m.c_col = hw;
   if (w == nullptr) {
     IndirectGroups(s.groups, m, grid.data(), cog * hd * wd, rows, taps, c_rows,
-                   wt, cig * depth, dx, cig * hw, chunk, isa, pool);
+                   wt, cig * depth, dx, cig * hw, stream_dx, chunk, isa, pool);
     return;
   }
   for (int64_t g = 0; g < s.groups; ++g) {
@@ -876,6 +883,7 @@ void GradInputIndirectImages(const sp::Conv2dShape& s, const float* dy,
     packing.pack_b = &GradInputWeights::Pack;
     packing.pack_b_like_matrix = true;
     packing.ctx = &f;
+    packing.stream_c = stream_dx;
     GemmPacked(m, nullptr, nullptr, dx + g * cig * hw, chunk, packing, isa,
                pool);
   }
@@ -904,12 +912,13 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
   const bool from_wt = groups > Threads(pool);
   const Floats wt(from_wt ? s.groups * cig * cog * kk : 0);
   if (from_wt) TransposeWeights(w, s.groups, cog, cig, kk, wt.data(), pool);
+  const bool stream_dx = StreamOutput(s.n * dx_image, dx, dy, nullptr);
   ForImageGroups(s, groups, pool,
                  [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
-                   GradInputIndirectImages(g, dy + n0 * dy_image,
-                                           from_wt ? nullptr : w,
-                                           from_wt ? wt.data() : nullptr,
-                                           dx + n0 * dx_image, chunk, isa, gp);
+                   GradInputIndirectImages(
+                       g, dy + n0 * dy_image, from_wt ? nullptr : w,
+                       from_wt ? wt.data() : nullptr, dx + n0 * dx_image,
+                       stream_dx, chunk, isa, gp);
                  });
 }
 

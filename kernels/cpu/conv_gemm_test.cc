@@ -304,8 +304,9 @@ TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
 // with one class with terms, writes dx directly unless the planes are a
 // multiple of 4 KiB). Forced down to two images per group, the batches of 3
 // to 20 images run as several groups, the last one short, and every bit
-// stays; again with every merge written by non-temporal stores
-// (StreamOutput, lane_kernels.h).
+// stays; again with every output that can be streamed (a strided
+// grad_input's merges, the staged write-back of 32 x 32 planes) written by
+// non-temporal stores (StreamOutput, lane_kernels.h).
 TEST(ConvGemmTest, ImageGroupsKeepTheBits) {
   const Case cases[] = {
       {"3x3 s1 p1 odd", 3, 5, 7, 9, 13, 3, 1, 1, 1, 1, 1, 1, 1},
@@ -316,12 +317,14 @@ TEST(ConvGemmTest, ImageGroupsKeepTheBits) {
       {"1x1 s2 32px planes", 3, 4, 32, 32, 5, 1, 2, 0, 0, 0, 0, 1, 1},
       {"indirect many pixels", 5, 32, 16, 16, 33, 1, 1, 1, 1, 1, 1, 1, 1},
       {"indirect groups 2", 3, 64, 5, 5, 66, 3, 1, 1, 1, 1, 1, 1, 2},
-      {"indirect 3x3 valid in place", 3, 32, 7, 6, 33, 3, 1, 0, 0, 0, 0, 1, 1}};
+      {"indirect 3x3 valid in place", 3, 32, 7, 6, 33, 3, 1, 0, 0, 0, 0, 1, 1},
+      // 32 x 32 planes (4 KiB apart), 288 steps: the staged write-back.
+      {"32px planes staged", 3, 32, 32, 32, 32, 3, 1, 1, 1, 1, 1, 1, 1}};
   cpu_internal::SetConvImageGroupForTesting(2);
   ExpectSpecAndSingleChain(cases, 5200, " (2 images per group)");
   cpu_internal::SetStreamOutputFloatsForTesting(1);
   ExpectSpecAndSingleChain(cases, 5300,
-                           " (2 images per group, merges streamed)");
+                           " (2 images per group, outputs streamed)");
   cpu_internal::SetStreamOutputFloatsForTesting(0);
   cpu_internal::SetConvImageGroupForTesting(0);
 }

@@ -114,6 +114,11 @@ struct GemmPacking {
   // reuses, so it is packed as a B given as a matrix is: whole, once, when
   // several row super-blocks read it; one slab at a time otherwise.
   bool pack_b_like_matrix = false;
+  // True: C is a large output that nothing reads again before it leaves
+  // the caches (kStreamOutputFloats, lane_kernels.h); where the write-back
+  // is staged (a convolution's planes a multiple of 4 KiB apart), the
+  // staged columns go to C with non-temporal stores.
+  bool stream_c = false;
 };
 
 // Gemm with packers and C blocks as `packing` says (a and b are not read

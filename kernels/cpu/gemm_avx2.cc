@@ -19,6 +19,8 @@ struct Avx2Vec {
   static T Zero() { return _mm256_setzero_ps(); }
   static T Load(const float* p) { return _mm256_loadu_ps(p); }
   static void Store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static void Stream(float* p, T v) { _mm256_stream_ps(p, v); }
+  static void Fence() { _mm_sfence(); }
   static T Set1(float x) { return _mm256_set1_ps(x); }
   static T Fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T Add(T a, T b) { return _mm256_add_ps(a, b); }

@@ -24,6 +24,8 @@ struct Avx512Vec {
   static T Zero() { return _mm512_setzero_ps(); }
   static T Load(const float* p) { return _mm512_loadu_ps(p); }
   static void Store(float* p, T v) { _mm512_storeu_ps(p, v); }
+  static void Stream(float* p, T v) { _mm512_stream_ps(p, v); }
+  static void Fence() { _mm_sfence(); }
   static T Set1(float x) { return _mm512_set1_ps(x); }
   static T Fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   static T Add(T a, T b) { return _mm512_add_ps(a, b); }

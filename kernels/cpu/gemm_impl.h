@@ -474,14 +474,31 @@ class GemmDriver {
         float* dst = c + j0 * s_.c_col + at;
         const float* src = stage_ + (r0 - i_begin_);
         for (int64_t j = 0; j < cols; ++j) {
-          std::memcpy(dst + j * s_.c_col, src + j * kStride,
-                      (r1 - r0) * sizeof(float));
+          if (packing_.stream_c) {
+            StreamRun(src + j * kStride, r1 - r0, dst + j * s_.c_col);
+          } else {
+            std::memcpy(dst + j * s_.c_col, src + j * kStride,
+                        (r1 - r0) * sizeof(float));
+          }
         }
         r0 = r1;
       }
+      if (packing_.stream_c) V::Fence();
     }
 
    private:
+    // n floats from src to dst, with non-temporal stores where dst is
+    // aligned to the vector.
+    static void StreamRun(const float* src, int64_t n, float* dst) {
+      int64_t k = 0;
+      for (; k < n && reinterpret_cast<uintptr_t>(dst + k) % sizeof(T) != 0;
+           ++k) {
+        dst[k] = src[k];
+      }
+      for (; k + kW <= n; k += kW) V::Stream(dst + k, V::Load(src + k));
+      for (; k < n; ++k) dst[k] = src[k];
+    }
+
     // Planes this many floats apart (4 KiB) share their L1 sets.
     static constexpr int64_t kAliasFloats = 1024;
     static constexpr int64_t kStride = kRowTilesPerTask * MR;

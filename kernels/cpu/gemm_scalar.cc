@@ -16,6 +16,8 @@ struct ScalarVec {
   static T Zero() { return 0.0f; }
   static T Load(const float* p) { return *p; }
   static void Store(float* p, T v) { *p = v; }
+  static void Stream(float* p, T v) { *p = v; }
+  static void Fence() {}
   static T Set1(float x) { return x; }
   static T Fma(T a, T b, T c) { return std::fma(a, b, c); }
   static T Add(T a, T b) { return a + b; }
