@@ -260,15 +260,16 @@ void LayerNormRowsLanes(const LayerNormRowsArgs& args, CpuIsa isa,
 void AdamLanes(const canonical::AdamScalars& s, float* w, float* m, float* v,
                const float* g, int64_t n, CpuIsa isa);
 
-// An elementwise pass's output of at least this many floats (4 MiB), not
-// also one of its inputs, is written with non-temporal stores: larger than
-// a core's L2, it is evicted before anything reads it again, and an
-// ordinary store first reads each line from memory. Measured on the Xeon
-// of docs/benchmarks.md, 8 MiB, operands cold: relu.forward 1.19 -> 0.92
-// ms, and with a read of y after it 1.71 -> 1.52 ms. Which store writes a
+// An output of at least this many floats (4 MiB), not also one of its
+// op's inputs, is written with non-temporal stores: larger than a core's
+// L2, it is evicted before anything reads it again, and an ordinary store
+// first reads each line from memory. Measured on the Xeon of
+// docs/benchmarks.md, 8 MiB, operands cold: relu.forward 1.19 -> 0.92 ms,
+// and with a read of y after it 1.71 -> 1.52 ms. Which store writes a
 // value changes no bit. Used by relu.forward / relu.grad, add.forward
-// (cpu_backend.cc), batch norm's y and dx, and a strided grad_input's
-// merge (conv_gemm.cc).
+// (cpu_backend.cc), batch norm's y and dx, a strided grad_input's merge,
+// and the indirect convolutions' staged GEMM write-back
+// (GemmPacking::stream_c; conv_gemm.cc).
 inline constexpr int64_t kStreamOutputFloats = int64_t{1} << 20;
 
 // Whether a pass writes its output of n floats at `out`, not also one of
