@@ -651,10 +651,13 @@ absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
   if (absl::Status s = scratch.Allocate(header->size() + 8 * leaves); !s.ok()) {
     return s;
   }
-  if (absl::Status s = result.Allocate(sizeof(Hash128) + sizeof(StatsPartial));
-      !s.ok()) {
-    return s;
-  }
+  // The combination's two results, side by side: one copy brings both
+  // back.
+  struct Results {
+    Hash128 hash;
+    StatsPartial total;
+  };
+  if (absl::Status s = result.Allocate(sizeof(Results)); !s.ok()) return s;
   if (device_bytes == nullptr && size > 0) {
     LS_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(data.get(), bytes, size, cudaMemcpyHostToDevice));
@@ -679,27 +682,23 @@ absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
         combine_input + header->size());
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
-  auto* out_hash = static_cast<Hash128*>(result.get());
-  auto* out_total = reinterpret_cast<StatsPartial*>(
-      static_cast<unsigned char*>(result.get()) + sizeof(Hash128));
+  auto* out = static_cast<Results*>(result.get());
   LS_RETURN_IF_ERROR(
       CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
                       "DeviceFingerprintAndStats", kCombineThreads));
   CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
       combine_input, header->size() + 8 * leaves, leaves,
-      static_cast<const StatsPartial*>(partials.get()), out_hash, out_total);
+      static_cast<const StatsPartial*>(partials.get()), &out->hash,
+      &out->total);
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  // Only these 56 bytes come back.
-  Hash128 h;
-  StatsPartial total;
+  // Only these 56 bytes come back, in one copy (one wait for the device).
+  Results back;
   LS_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(&h, out_hash, sizeof(h), cudaMemcpyDeviceToHost));
-  LS_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(&total, out_total, sizeof(total), cudaMemcpyDeviceToHost));
+      cudaMemcpy(&back, out, sizeof(back), cudaMemcpyDeviceToHost));
   hash::FingerprintAndStatsResult r;
-  r.fingerprint.hi = h.hi;
-  r.fingerprint.lo = h.lo;
-  r.stats = hash::CombineBlockStats({total});
+  r.fingerprint.hi = back.hash.hi;
+  r.fingerprint.lo = back.hash.lo;
+  r.stats = hash::CombineBlockStats({back.total});
   return r;
 }
 
