@@ -18,6 +18,12 @@ fail() {
   exit 1
 }
 export CUDA_VISIBLE_DEVICES=""
+# The bundle's test binaries must not report into this test's own result
+# files: gtest writes the file XML_OUTPUT_FILE names, and Bazel would take
+# the last binary's cases for this test's.
+unset XML_OUTPUT_FILE GTEST_OUTPUT TEST_PREMATURE_EXIT_FILE \
+  TEST_SHARD_STATUS_FILE TEST_TOTAL_SHARDS TEST_SHARD_INDEX \
+  TEST_WARNINGS_OUTPUT_FILE
 
 bash "$script" > /dev/null 2>&1
 [ $? -eq 2 ] || fail "no arguments: exit status is not 2"
