@@ -609,6 +609,13 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
   return hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
 }
 
+// CombineLeavesWarpKernel's two results, side by side in one device
+// buffer, so that one copy brings both back.
+struct CombineResults {
+  hash::portable::Hash128 hash;
+  hash::portable::StatsPartial total;
+};
+
 // DeviceFingerprintAndStats's work: the host bytes are copied to the
 // device first, or `device_bytes` (16-byte aligned) are already there.
 absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
@@ -651,13 +658,9 @@ absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
   if (absl::Status s = scratch.Allocate(header->size() + 8 * leaves); !s.ok()) {
     return s;
   }
-  // The combination's two results, side by side: one copy brings both
-  // back.
-  struct Results {
-    Hash128 hash;
-    StatsPartial total;
-  };
-  if (absl::Status s = result.Allocate(sizeof(Results)); !s.ok()) return s;
+  if (absl::Status s = result.Allocate(sizeof(CombineResults)); !s.ok()) {
+    return s;
+  }
   if (device_bytes == nullptr && size > 0) {
     LS_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(data.get(), bytes, size, cudaMemcpyHostToDevice));
@@ -682,7 +685,7 @@ absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
         combine_input + header->size());
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
-  auto* out = static_cast<Results*>(result.get());
+  auto* out = static_cast<CombineResults*>(result.get());
   LS_RETURN_IF_ERROR(
       CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
                       "DeviceFingerprintAndStats", kCombineThreads));
@@ -692,7 +695,7 @@ absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
       &out->total);
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   // Only these 56 bytes come back, in one copy (one wait for the device).
-  Results back;
+  CombineResults back;
   LS_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(&back, out, sizeof(back), cudaMemcpyDeviceToHost));
   hash::FingerprintAndStatsResult r;
@@ -778,7 +781,7 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
   // hashes; its contents do not change the timing).
   constexpr uint64_t kHeader = 32;
   LS_RETURN_IF_ERROR(combine_input.Allocate(kHeader + 8 * max_leaves));
-  LS_RETURN_IF_ERROR(result.Allocate(sizeof(Hash128) + sizeof(StatsPartial)));
+  LS_RETURN_IF_ERROR(result.Allocate(sizeof(CombineResults)));
   LS_CUDA_RETURN_IF_ERROR(cudaMemset(src.get(), 0x3c, kMaxBytes));
   LS_CUDA_RETURN_IF_ERROR(
       cudaMemset(combine_input.get(), 0, kHeader + 8 * max_leaves));
@@ -798,9 +801,7 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
   auto* leaf_out = static_cast<uint64_t*>(hashes.get());
   auto* stats_out = static_cast<StatsPartial*>(partials.get());
   auto* combine = static_cast<unsigned char*>(combine_input.get());
-  auto* out_hash = static_cast<Hash128*>(result.get());
-  auto* out_total = reinterpret_cast<StatsPartial*>(
-      static_cast<unsigned char*>(result.get()) + sizeof(Hash128));
+  auto* out = static_cast<CombineResults*>(result.get());
   auto launched = []() -> absl::Status {
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
@@ -852,8 +853,8 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
            LeafHashWarpKernel<<<warp_grid, block>>>(
                in, bytes, leaf_out, stats_out, combine + kHeader);
            CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
-               combine, kHeader + 8 * leaves, leaves, stats_out, out_hash,
-               out_total);
+               combine, kHeader + 8 * leaves, leaves, stats_out, &out->hash,
+               &out->total);
          }},
     };
     for (const Row& row : rows) {
