@@ -29,8 +29,9 @@
 # (deploy/gpu_check_test.sh).
 set -uo pipefail
 
+# The comment block at the top of this file.
 usage() {
-  sed -n '2,29p' "$0" >&2
+  awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0" >&2
   exit 2
 }
 
