@@ -317,6 +317,42 @@ TEST(CudaGpuFingerprintTest, DeviceStatisticsEqualHost) {
   }
 }
 
+// The header as the combination kernel's argument, written on the device
+// in front of the leaf hashes: ranks 0, 28 and 29 (header || leaf hash on
+// either side of XXH3's 240-byte short inputs) and 64 (the longest
+// header), one and three leaves.
+TEST(CudaGpuFingerprintTest, HeaderArgumentAtEveryLength) {
+  const absl::Status device = CudaDeviceStatus();
+  if (!device.ok()) {
+    GTEST_SKIP() << "no usable CUDA device, skipping: " << device;
+  }
+  const int64_t leaf_floats = static_cast<int64_t>(hash::kLeafBytes / 4);
+  std::mt19937 rng(13);
+  for (size_t rank : {size_t{0}, size_t{28}, size_t{29}, hash::kMaxRank}) {
+    for (int64_t n : {int64_t{3}, 2 * leaf_floats + 5}) {
+      if (rank == 0 && n != 3) continue;
+      std::vector<int64_t> shape(rank, 1);
+      if (rank > 0) shape[rank / 2] = n;
+      const int64_t count = rank > 0 ? n : 1;
+      std::vector<float> data(count);
+      std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+      for (float& x : data) x = dist(rng);
+      const size_t size = static_cast<size_t>(count) * 4;
+      const hash::FingerprintAndStatsResult want =
+          hash::FingerprintAndStats(hash::DtypeCode::kFloat32, shape,
+                                    data.data(), size)
+              .value();
+      absl::StatusOr<hash::FingerprintAndStatsResult> got =
+          DeviceFingerprintAndStats(hash::DtypeCode::kFloat32, shape,
+                                    data.data(), size, LaunchConfig{});
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->fingerprint, want.fingerprint)
+          << "rank " << rank << ", " << count << " floats";
+      EXPECT_EQ(std::memcmp(&got->stats.sum, &want.stats.sum, 8), 0);
+    }
+  }
+}
+
 // The warp-per-leaf path around its boundaries (XXH3's short inputs, the
 // 1 KiB block, the 64 KiB leaf, a short last leaf) with NaN, Inf, -0 and
 // subnormals, at 1, 2 and 8 warps per block and grids smaller and larger

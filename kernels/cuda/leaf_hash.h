@@ -135,6 +135,21 @@ inline constexpr int kPartialsPerLane = 2;
 // (SumLeafStatsWarp).
 inline constexpr int kCombineThreads = 2 * kWarpSize;
 
+// The longest encoded tensor header (kernels/hash/SPEC.md, "Header": tag,
+// dtype and rank bytes, then 8 bytes per dimension, at hash::kMaxRank = 64
+// dimensions; plan.cc checks the two agree).
+inline constexpr uint32_t kMaxHeaderBytes = 3 + 8 * 64;
+
+// A tensor's encoded header by value: a kernel argument (520 bytes), so
+// the combination writes the header in front of the leaf hashes itself
+// and the host copies nothing to the device before a fingerprint's
+// kernels (a copy from host memory would first wait for every kernel
+// before it).
+struct TensorHeaderArg {
+  uint32_t len;  // <= kMaxHeaderBytes
+  unsigned char bytes[kMaxHeaderBytes];
+};
+
 // What one lane holds while its warp hashes an input.
 struct WarpHashLane {
   // Secret words of this lane's quarter stripe (q = lane % 4, stripe
@@ -709,8 +724,24 @@ LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
   }
 }
 
-// XXH3-128 of input[0, input_len) (header || leaf hashes, written there by
-// LeafHashAndStatsWarp), warp-cooperative: the accumulation loads
+// input[0, header.len) = the header's bytes, lane l writing bytes l,
+// l + 32, ..., then Sync, so every lane reads all of them afterwards. Call
+// on every lane of the warp with uniform arguments.
+template <class W>
+LS_HD_INLINE void PutHeaderWarp(W& w, const TensorHeaderArg& header,
+                                unsigned char* input) {
+  w.Each([&](int lane, WarpHashLane&) {
+    for (uint32_t i = static_cast<uint32_t>(lane); i < header.len;
+         i += kWarpSize) {
+      input[i] = header.bytes[i];
+    }
+  });
+  w.Sync();
+}
+
+// XXH3-128 of input[0, input_len) (header || leaf hashes: the header put
+// there by PutHeaderWarp, the hashes by LeafHashAndStatsWarp),
+// warp-cooperative: the accumulation loads
 // kCombineBlocksPerLoad KiB at a time; lane 0 writes *fingerprint. Call on
 // every lane of the warp with uniform arguments. REQUIRES: input 16-byte
 // aligned (device).
@@ -797,18 +828,21 @@ LS_HD_INLINE void SumLeafStatsWarp(W& w,
 }
 
 // The warp form of CombineLeavesThread, after LeafHashAndStatsWarp wrote
-// the leaf hashes after the header: *fingerprint = XXH3-128 of
-// input[0, input_len) (CombineLeafHashesWarp) and, when stats is not null,
-// *total = the `leaves` partials added in leaf order (SumLeafStatsWarp).
-// Host (emulated warps) only: the device kernel runs the two parts on two
-// warps of one block (kCombineThreads), the stage in shared memory; here
-// they run one after the other on the same warp, with the same bits.
+// the leaf hashes at input + header.len: the header in front of them
+// (PutHeaderWarp), *fingerprint = XXH3-128 of input[0, input_len)
+// (CombineLeafHashesWarp) and, when stats is not null, *total = the
+// `leaves` partials added in leaf order (SumLeafStatsWarp). Host (emulated
+// warps) only: the device kernel runs the two parts on two warps of one
+// block (kCombineThreads), the stage in shared memory; here they run one
+// after the other on the same warp, with the same bits.
 template <class W>
-inline void CombineLeavesWarp(W& w, const unsigned char* input,
-                              uint64_t input_len, uint64_t leaves,
+inline void CombineLeavesWarp(W& w, const TensorHeaderArg& header,
+                              unsigned char* input, uint64_t input_len,
+                              uint64_t leaves,
                               const hash::portable::StatsPartial* stats,
                               hash::portable::Hash128* fingerprint,
                               hash::portable::StatsPartial* total) {
+  PutHeaderWarp(w, header, input);
   CombineLeafHashesWarp(w, input, input_len, fingerprint);
   if (stats != nullptr) {
     PartialStage stage;

@@ -447,10 +447,19 @@ TEST(LeafHashWarpTest, CombinationBoundariesEqualOneThreadBits) {
     if (leaves >= 64 && Bits(reversed) != Bits(want.sum)) ++order_sensitive;
     auto warp = std::make_unique<EmulatedWarp<WarpHashLane>>();
     std::memset(static_cast<void*>(warp->state), 0xa5, sizeof(warp->state));
+    // The header's room as the device's scratch may leave it: the warp
+    // writes the header there from its argument.
+    std::vector<unsigned char> device_input = input;
+    std::fill(device_input.begin(), device_input.begin() + header.size(), 0xa5);
+    const TensorHeaderArg header_arg =
+        DeviceHeaderArg(hash::DtypeCode::kUInt8, shape).value();
+    ASSERT_EQ(header_arg.len, header.size());
     hash::portable::Hash128 got_hash;
     hash::portable::StatsPartial got;
-    CombineLeavesWarp(*warp, input.data(), input.size(), leaves,
-                      partials.data(), &got_hash, &got);
+    CombineLeavesWarp(*warp, header_arg, device_input.data(),
+                      device_input.size(), leaves, partials.data(), &got_hash,
+                      &got);
+    EXPECT_EQ(device_input, input);
     EXPECT_EQ(got_hash.hi, host.hi);
     EXPECT_EQ(got_hash.lo, host.lo);
     EXPECT_EQ(Bits(got.sum), Bits(want.sum));
@@ -471,6 +480,47 @@ TEST(LeafHashWarpTest, CombinationBoundariesEqualOneThreadBits) {
 
 // The whole emulated device fingerprint at leaf counts around the
 // combination's boundaries = FingerprintAndStats, as bit patterns.
+// The header as the combination's argument: every rank up to the limit
+// (the longest header fills the argument), written by the warp's lanes
+// over garbage, gives the host's fingerprint of the tensor; a rank over
+// the limit is refused as the host refuses it.
+TEST(LeafHashWarpTest, HeaderArgumentUpToTheLargestRank) {
+  EXPECT_EQ(kMaxHeaderBytes, 3 + 8 * hash::kMaxRank);
+  // Ranks 28 and 29: header || leaf hash is 235 and 243 bytes, either
+  // side of XXH3's short inputs (240).
+  for (size_t rank : {size_t{0}, size_t{1}, size_t{4}, size_t{28}, size_t{29},
+                      hash::kMaxRank}) {
+    SCOPED_TRACE(absl::StrFormat("rank %d", rank));
+    std::vector<int64_t> shape(rank, 1);
+    if (rank > 0) shape[0] = 3;
+    const size_t size = rank > 0 ? 12 : 4;  // float32 elements
+    const std::vector<float> data = {1.5f, -2.0f, 0.25f};
+    const hash::Fingerprint host =
+        hash::HashTensorBytes(hash::DtypeCode::kFloat32, shape, data.data(),
+                              size)
+            .value();
+    const TensorHeaderArg arg =
+        DeviceHeaderArg(hash::DtypeCode::kFloat32, shape).value();
+    ASSERT_EQ(arg.len, 3 + 8 * rank);
+    const std::vector<uint8_t> header =
+        hash::EncodeTensorHeader(hash::DtypeCode::kFloat32, shape).value();
+    EXPECT_TRUE(std::equal(header.begin(), header.end(), arg.bytes));
+    const hash::FingerprintAndStatsResult device =
+        EmulateDeviceFingerprint(hash::DtypeCode::kFloat32, shape, data.data(),
+                                 size, /*with_stats=*/true, LaunchConfig{0, 64})
+            .value();
+    EXPECT_EQ(device.fingerprint.hi, host.hi);
+    EXPECT_EQ(device.fingerprint.lo, host.lo);
+  }
+  const std::vector<int64_t> too_many(hash::kMaxRank + 1, 1);
+  const absl::StatusOr<TensorHeaderArg> refused =
+      DeviceHeaderArg(hash::DtypeCode::kFloat32, too_many);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("rank"), std::string::npos)
+      << refused.status();
+}
+
 TEST(LeafHashWarpTest, WholeFingerprintAtCombinationBoundaries) {
   for (uint64_t leaves : {1, 31, 32, 33, 65, 300}) {
     // A short last leaf (4 floats past the last whole leaf) but for 1 leaf.

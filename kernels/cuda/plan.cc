@@ -1451,6 +1451,25 @@ absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesWarp(
   return out;
 }
 
+static_assert(kMaxHeaderBytes == 3 + 8 * hash::kMaxRank,
+              "kMaxHeaderBytes is the header of a tensor of the largest rank");
+
+absl::StatusOr<TensorHeaderArg> DeviceHeaderArg(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape) {
+  LS_ASSIGN_OR_RETURN(const std::vector<uint8_t> header,
+                      hash::EncodeTensorHeader(dtype, shape));
+  if (header.size() > kMaxHeaderBytes) {  // not reached: rank is checked
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shape: its encoded header is %d bytes, over the device limit of %d",
+        header.size(), kMaxHeaderBytes));
+  }
+  TensorHeaderArg arg;
+  arg.len = static_cast<uint32_t>(header.size());
+  std::memset(arg.bytes, 0, sizeof(arg.bytes));
+  std::memcpy(arg.bytes, header.data(), header.size());
+  return arg;
+}
+
 absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
     size_t size, bool with_stats, const LaunchConfig& config, LeafBody body) {
@@ -1470,7 +1489,6 @@ absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
   LS_ASSIGN_OR_RETURN(std::vector<uint8_t> header,
                       hash::EncodeTensorHeader(dtype, shape));
   std::vector<unsigned char> scratch(header.size() + 8 * leaves);
-  std::copy(header.begin(), header.end(), scratch.begin());
   hash::portable::Hash128 h;
   hash::portable::StatsPartial total = hash::portable::EmptyStatsPartial();
   if (body == LeafBody::kWarp) {
@@ -1487,9 +1505,15 @@ absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
                            with_stats ? stats.data() : nullptr,
                            scratch.data() + header.size(), w, warps);
     }
-    CombineLeavesWarp(*warp, scratch.data(), scratch.size(), leaves,
+    // The header's room holds whatever the device's scratch held before:
+    // the combination writes the header there itself, as on the device.
+    std::fill(scratch.begin(), scratch.begin() + header.size(), 0xa5);
+    LS_ASSIGN_OR_RETURN(const TensorHeaderArg header_arg,
+                        DeviceHeaderArg(dtype, shape));
+    CombineLeavesWarp(*warp, header_arg, scratch.data(), scratch.size(), leaves,
                       with_stats ? stats.data() : nullptr, &h, &total);
   } else {
+    std::copy(header.begin(), header.end(), scratch.begin());
     LeafHashesAndStats leaf;
     if (with_stats) {
       leaf = EmulateLeafHashesAndStats(bytes, size, config);

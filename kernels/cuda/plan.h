@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/leaf_hash.h"
 #include "kernels/cuda/thread_bodies.h"
 #include "kernels/hash/fingerprint.h"
 #include "kernels/hash/stats_portable.h"
@@ -195,6 +196,11 @@ absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesWarp(
     const void* bytes, uint64_t size, bool with_stats,
     const LaunchConfig& config);
 
+// The encoded header of a tensor (hash::EncodeTensorHeader) as the
+// combination kernel's argument. Errors as hash::EncodeTensorHeader.
+absl::StatusOr<TensorHeaderArg> DeviceHeaderArg(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape);
+
 // Which leaf body a device fingerprint runs: one thread per leaf (the
 // reference) or one warp per leaf (what the device path uses).
 enum class LeafBody { kOneThread, kWarp };
@@ -202,7 +208,8 @@ enum class LeafBody { kOneThread, kWarp };
 // The whole device fingerprint on an emulated grid. kWarp, as
 // DeviceFingerprintAndStats (cuda_runtime.h) runs it: the leaf kernel
 // (LeafHashAndStatsWarp, with statistics or not) at `config` writing the
-// leaf hashes after the encoded header, then CombineLeavesWarp on one warp;
+// leaf hashes after room for the encoded header, then CombineLeavesWarp on
+// one warp (which writes the header there, DeviceHeaderArg);
 // kOneThread: LeafHashAndStatsThread (or LeafHashThread) and
 // CombineLeavesThread in one thread. The host only converts the 16-byte
 // hash and the totals. Statistics need float32 (INVALID_ARGUMENT
