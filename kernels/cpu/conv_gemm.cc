@@ -466,13 +466,38 @@ c::MatMulShape RowMajor(int64_t rows, int64_t cols, int64_t depth) {
 // and much less for a 1 x 1 one (whole rows), while an indirect product
 // computes all the lanes of a panel (32; 16 when there are at most 16
 // lane channels) however few channels it has; so every
-// spatial convolution runs indirect, and a 1 x 1 one where its lane
+// spatial convolution runs indirect (but for the short forwards of
+// UseIndirectForward), and a 1 x 1 one where its lane
 // channels number kIndirectMinLanes or more (measured on the zoo: LeNet-5's
 // 6-channel convolutions gain a third, MobileNet-v2's narrow pointwise ones
 // lose a few percent indirect).
 constexpr int64_t kIndirectMinLanes = 16;
 bool UseIndirect(const sp::Conv2dShape& s, int64_t lane_channels) {
   return s.k_h * s.k_w > 1 || lane_channels >= kIndirectMinLanes;
+}
+
+// A forward whose reduction is short (fewer than kPackedMaxDepth steps: a
+// network's stem, 3 input channels x 3 x 3 taps, or a narrow pointwise
+// expansion) and whose output channels are many runs packed where
+// UseIndirect would pick the indirect product: with so few multiply-adds
+// per output, the indirect product's transposed write-back (a pixel per
+// row, a channel per lane, into NCHW planes) costs more than packing
+// im2col(x) (one row per tap, copied in runs when the stride is 1) and
+// writing each output row straight into its plane. Measured with cpu_bench
+// on one core, batch 8 (docs/benchmarks.md, "Short forwards packed"): a
+// 3 -> 64 3 x 3 stem at 32 px 0.62 -> 1.05 of the GEMM of its shape,
+// 3 -> 32 at 64 px 0.70 -> 1.00, a 1 x 1 8 -> 48 at 16 px 0.74 -> 1.04;
+// packed, a 1 x 1 32 -> 64 lost (0.91 -> 0.80), and with 16 or fewer
+// output channels or a stride of 2 (a gather per element) packing did not
+// help or lost.
+constexpr int64_t kPackedMaxDepth = 32;
+constexpr int64_t kPackedMinRows = 32;
+bool UseIndirectForward(const sp::Conv2dShape& s, int64_t cog) {
+  const int64_t depth = s.c_in / s.groups * s.k_h * s.k_w;
+  if (depth < kPackedMaxDepth && cog >= kPackedMinRows && s.stride_w == 1) {
+    return false;
+  }
+  return UseIndirect(s, cog);
 }
 
 // Whether no element is infinite or NaN. An element's exponent bits plus
@@ -1299,7 +1324,7 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
     DepthwiseConv2dForward(s, x, w, y, isa, pool);
     return;
   }
-  if (UseIndirect(s, cog)) {
+  if (UseIndirectForward(s, cog)) {
     ForwardIndirect(s, x, w, y, chunk, isa, pool);
     return;
   }

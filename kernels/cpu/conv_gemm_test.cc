@@ -223,12 +223,21 @@ const Case kCases[] = {
     {"indirect 3x3 valid in place", 1, 32, 7, 6, 33, 3, 1, 0, 0, 0, 0, 1, 1},
     {"one pixel", 3, 2, 1, 1, 3, 1, 1, 0, 0, 0, 0, 1, 1},
     // 1 x 1 kernels with fewer than 16 channels on the lanes' side: the
-    // packed paths (every spatial kernel runs indirect).
+    // packed paths (spatial kernels run indirect but for the short forwards
+    // below).
     {"1x1 narrow packed", 20, 5, 5, 6, 7, 1, 1, 0, 0, 0, 0, 1, 1},
     {"1x1 narrow s2 packed", 3, 6, 9, 9, 10, 1, 2, 0, 0, 0, 0, 1, 1},
     {"1x1 padded packed", 2, 4, 5, 6, 5, 1, 2, 1, 0, 2, 1, 1, 1},
     {"1x1 groups packed", 2, 8, 6, 6, 12, 1, 1, 0, 0, 0, 0, 1, 2},
     {"1x1 rows > 1024 packed", 5, 3, 15, 15, 4, 1, 1, 0, 0, 0, 0, 1, 1},
+    // Forwards of fewer than 32 reduction steps into 32 or more output
+    // channels at stride 1 run packed too (spatial kernels included: a
+    // network's stem), their other two ops indirect.
+    {"stem packed", 2, 3, 12, 12, 40, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"stem packed 32x32 planes", 2, 3, 32, 32, 64, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"stem packed dilated", 1, 3, 10, 11, 32, 3, 1, 2, 1, 0, 2, 2, 1},
+    {"stem packed groups 2", 2, 4, 6, 6, 64, 3, 1, 1, 1, 1, 1, 1, 2},
+    {"1x1 wide packed", 3, 8, 6, 7, 48, 1, 1, 0, 0, 0, 0, 1, 1},
 };
 
 // Every case against the spec (CANONICAL) and the single chain

@@ -23,9 +23,9 @@
 //       (lane_kernels.h).
 //   shapes/<i>/<op>/{conv,gemm}
 //       CANONICAL conv2d.forward / grad_input / grad_weight of ResNet-18
-//       (CIFAR) shapes and a depthwise one, batch 8 (--net_batch), one
-//       thread, next to the canonical GEMM of one group's product at the
-//       same M/N/K.
+//       (CIFAR) shapes, a depthwise one and a MobileNet-v2 pointwise
+//       expansion, batch 8 (--net_batch), one thread, next to the
+//       canonical GEMM of one group's product at the same M/N/K.
 // After Google Benchmark's own report it prints five summary tables, each
 // figure the best of --reps repetitions (default 5; the repetitions of all
 // benchmarks run interleaved in random order, 0.2 s each, unless
@@ -651,8 +651,9 @@ struct NetShape {
 };
 
 // ResNet-18 (CIFAR) convolutions, the narrow ones of the zoo's eighth-width
-// ResNet-18 (8 and 16 channels: products one vector wide), and a depthwise
-// one; batch 8 (--net_batch; 1 with --quick).
+// ResNet-18 (8 and 16 channels: products one vector wide), a depthwise one
+// and a pointwise expansion of the zoo's MobileNet-v2; batch 8
+// (--net_batch; 1 with --quick).
 int64_t NetBatch() { return Opts().quick ? 1 : Opts().net_batch; }
 const std::vector<NetShape>& NetShapes() {
   static const auto* shapes = new std::vector<NetShape>{
@@ -670,6 +671,7 @@ const std::vector<NetShape>& NetShapes() {
       {"3x3 s2 8->16 32px", 8, 32, 16, 3, 2, 1, 1},
       {"1x1 s2 8->16 32px", 8, 32, 16, 1, 2, 0, 1},
       {"dw 3x3 128 16px", 128, 16, 128, 3, 1, 1, 128},
+      {"1x1 8->48 16px", 8, 16, 48, 1, 1, 0, 1},
   };
   return *shapes;
 }
@@ -858,9 +860,9 @@ void BusyFor(double micros) {
 // (g) What a job of two tasks costs after a gap of serial work, for a pool
 // whose workers spin kPoolShortSpinMicros before sleeping and one that
 // spins kPoolSpinMicros (the default; past its first kPoolShortSpinMicros
-// it yields the core between polls). The pools take turns by blocks of jobs, each block
-// after a pause that lets the other pool's workers fall asleep (a spinning pool
-// would take a core from the one being timed).
+// it yields the core between polls). The pools take turns by blocks of jobs,
+// each block after a pause that lets the other pool's workers fall asleep (a
+// spinning pool would take a core from the one being timed).
 void PrintPoolHandOff() {
   const int calls = Opts().quick ? 10 : 200;
   constexpr double kTask = 300;  // us per task
