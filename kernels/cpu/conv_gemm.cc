@@ -478,8 +478,9 @@ bool UseIndirect(const sp::Conv2dShape& s, int64_t lane_channels) {
 
 // A forward whose reduction is short (fewer than kPackedMaxDepth steps: a
 // network's stem, 3 input channels x 3 x 3 taps, or a narrow pointwise
-// expansion) and whose output channels are many runs packed where
-// UseIndirect would pick the indirect product: with so few multiply-adds
+// expansion) and whose output channels are many runs packed (a 1 x 1 one
+// at stride 1 without padding as PointwiseProducts) where UseIndirect
+// would pick the indirect product: with so few multiply-adds
 // per output, the indirect product's transposed write-back (a pixel per
 // row, a channel per lane, into NCHW planes) costs more than packing
 // im2col(x) (one row per tap, copied in runs when the stride is 1) and
@@ -1302,6 +1303,53 @@ void GradWeightIndirect(const sp::Conv2dShape& s, const float* x,
   }
 }
 
+// Whether a convolution's lowered matrices are its tensors themselves: a
+// 1 x 1 kernel at stride 1 without padding, where each image's x and dy
+// (channels x pixels, row-major) are the B of its forward and grad_input
+// products, and y and dx their C.
+bool Pointwise(const sp::Conv2dShape& s) {
+  return s.k_h == 1 && s.k_w == 1 && s.stride_h == 1 && s.stride_w == 1 &&
+         s.pad_top == 0 && s.pad_bottom == 0 && s.pad_left == 0 &&
+         s.pad_right == 0;
+}
+
+// The products of a Pointwise convolution as plain GEMMs, one per image
+// and group: C[i][g] = A[g] x B[i][g], A[g] rows x depth at a + g * rows *
+// depth, B[i][g] depth x pix at b + i * b_image + g * depth * pix, C[i][g]
+// rows x pix at c + i * c_image + g * rows * pix, all row-major; images
+// split over the pool as BatchImages splits the packed products. The
+// reduction runs over the channels in order, as the lowered product's
+// depth does, so the bits are those of the packed and indirect paths; but
+// the GEMM packs B with its own packer and writes C's rows straight into
+// their planes, where the packed path's per-tap packer (and the indirect
+// path's transposed write-back) cost up to half the time of a narrow
+// MobileNet-v2 layer (docs/benchmarks.md, "Pointwise convolutions as plain
+// products").
+void PointwiseProducts(int64_t n, int64_t groups, int64_t rows, int64_t depth,
+                       int64_t pix, const float* a, const float* b,
+                       int64_t b_image, float* c, int64_t c_image,
+                       int64_t chunk, CpuIsa isa, ThreadPool* pool) {
+  bool per_batch = false;
+  const int64_t nb = BatchImages(pix, rows * pix * depth, n, pool, &per_batch);
+  const int64_t batches = (n + nb - 1) / nb;
+  ThreadPool* inner = per_batch ? nullptr : pool;
+  const c::MatMulShape m = RowMajor(rows, pix, depth);
+  auto batch = [&](int64_t bi) {
+    const int64_t end = std::min(n, (bi + 1) * nb);
+    for (int64_t i = bi * nb; i < end; ++i) {
+      for (int64_t g = 0; g < groups; ++g) {
+        Gemm(m, a + g * rows * depth, b + i * b_image + g * depth * pix,
+             c + i * c_image + g * rows * pix, chunk, isa, inner);
+      }
+    }
+  };
+  if (per_batch) {
+    ParallelFor(pool, batches, batch);
+  } else {
+    for (int64_t bi = 0; bi < batches; ++bi) batch(bi);
+  }
+}
+
 }  // namespace
 
 namespace cpu_internal {
@@ -1326,6 +1374,12 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
   }
   if (UseIndirectForward(s, cog)) {
     ForwardIndirect(s, x, w, y, chunk, isa, pool);
+    return;
+  }
+  if (Pointwise(s)) {
+    // y[i][g] = W[g] x x[i][g].
+    PointwiseProducts(s.n, s.groups, cog, cig, pix, w, x, s.c_in * pix, y,
+                      s.c_out * pix, chunk, isa, pool);
     return;
   }
   // Batches write disjoint outputs.
@@ -1509,6 +1563,14 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
   if ((s.stride_h > 1 || s.stride_w > 1) &&
       AllFinite(w, s.groups * cig * depth)) {
     GradInputByClass(s, dy, w, dx, chunk, isa, pool);
+    return;
+  }
+  if (Pointwise(s)) {
+    // dx[i][g] = W[g]^T x dy[i][g], W[g]^T (cig x cog) as wt below.
+    const Floats wt(s.groups * cig * depth);
+    TransposeWeights(w, s.groups, cog, cig, kk, wt.data(), pool);
+    PointwiseProducts(s.n, s.groups, cig, cog, hw, wt.data(), dy, s.c_out * pix,
+                      dx, s.c_in * hw, chunk, isa, pool);
     return;
   }
   if (UseIndirect(s, cig)) {

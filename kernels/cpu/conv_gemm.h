@@ -42,6 +42,10 @@
 //   GEMM would have packed from the lowered matrix; small images are
 //   batched as the columns of one product, each image's outputs written to
 //   its own block of y or dx, one product per thread.
+// - Plain (1 x 1 kernels at stride 1 without padding: grad_input, and the
+//   forward where it would run packed): each image's x or dy is the B of
+//   its product and y or dx its C as they are, one Gemm per image and
+//   group.
 // Depthwise convolutions (groups == c_in) skip the GEMM: forward and
 // grad_input with at most 256 terms per output run each output's one-chunk
 // chain directly and grad_weight runs each output's chunks and tree, all

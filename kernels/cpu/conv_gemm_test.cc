@@ -238,6 +238,13 @@ const Case kCases[] = {
     {"stem packed dilated", 1, 3, 10, 11, 32, 3, 1, 2, 1, 0, 2, 2, 1},
     {"stem packed groups 2", 2, 4, 6, 6, 64, 3, 1, 1, 1, 1, 1, 1, 2},
     {"1x1 wide packed", 3, 8, 6, 7, 48, 1, 1, 0, 0, 0, 0, 1, 1},
+    // 1 x 1, stride 1, no padding: forward (where it is not indirect) and
+    // grad_input are plain GEMMs per image and group; reductions past the
+    // 256-term chunk (the canonical tree) on either side.
+    {"1x1 pointwise deep", 2, 300, 3, 5, 8, 1, 1, 0, 0, 0, 0, 1, 1},
+    {"1x1 pointwise wide", 2, 8, 4, 5, 300, 1, 1, 0, 0, 0, 0, 1, 1},
+    {"1x1 pointwise groups", 3, 12, 5, 5, 18, 1, 1, 0, 0, 0, 0, 1, 3},
+    {"1x1 pointwise one row", 9, 20, 1, 3, 17, 1, 1, 0, 0, 0, 0, 1, 1},
 };
 
 // Every case against the spec (CANONICAL) and the single chain

@@ -23,8 +23,8 @@
 //       (lane_kernels.h).
 //   shapes/<i>/<op>/{conv,gemm}
 //       CANONICAL conv2d.forward / grad_input / grad_weight of ResNet-18
-//       (CIFAR) shapes, a depthwise one and a MobileNet-v2 pointwise
-//       expansion, batch 8 (--net_batch), one thread, next to the
+//       (CIFAR) shapes, a depthwise one and two MobileNet-v2 pointwise
+//       ones, batch 8 (--net_batch), one thread, next to the
 //       canonical GEMM of one group's product at the same M/N/K.
 // After Google Benchmark's own report it prints five summary tables, each
 // figure the best of --reps repetitions (default 5; the repetitions of all
@@ -652,8 +652,8 @@ struct NetShape {
 
 // ResNet-18 (CIFAR) convolutions, the narrow ones of the zoo's eighth-width
 // ResNet-18 (8 and 16 channels: products one vector wide), a depthwise one
-// and a pointwise expansion of the zoo's MobileNet-v2; batch 8
-// (--net_batch; 1 with --quick).
+// and a pointwise expansion and projection of the zoo's MobileNet-v2; batch
+// 8 (--net_batch; 1 with --quick).
 int64_t NetBatch() { return Opts().quick ? 1 : Opts().net_batch; }
 const std::vector<NetShape>& NetShapes() {
   static const auto* shapes = new std::vector<NetShape>{
@@ -672,6 +672,7 @@ const std::vector<NetShape>& NetShapes() {
       {"1x1 s2 8->16 32px", 8, 32, 16, 1, 2, 0, 1},
       {"dw 3x3 128 16px", 128, 16, 128, 3, 1, 1, 128},
       {"1x1 8->48 16px", 8, 16, 48, 1, 1, 0, 1},
+      {"1x1 48->12 16px", 48, 16, 12, 1, 1, 0, 1},
   };
   return *shapes;
 }
