@@ -1565,21 +1565,20 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
     GradInputByClass(s, dy, w, dx, chunk, isa, pool);
     return;
   }
-  if (Pointwise(s)) {
-    // dx[i][g] = W[g]^T x dy[i][g], W[g]^T (cig x cog) as wt below.
-    const Floats wt(s.groups * cig * depth);
-    TransposeWeights(w, s.groups, cog, cig, kk, wt.data(), pool);
-    PointwiseProducts(s.n, s.groups, cig, cog, hw, wt.data(), dy, s.c_out * pix,
-                      dx, s.c_in * hw, chunk, isa, pool);
-    return;
-  }
-  if (UseIndirect(s, cig)) {
+  const bool pointwise = Pointwise(s);
+  if (!pointwise && UseIndirect(s, cig)) {
     GradInputIndirect(s, dy, w, dx, chunk, isa, pool);
     return;
   }
   // wt[g][cl][(co_l, kh, kw)] = w[g * cog + co_l, cl, kh, kw].
   const Floats wt(s.groups * cig * depth);
   TransposeWeights(w, s.groups, cog, cig, kk, wt.data(), pool);
+  if (pointwise) {
+    // dx[i][g] = W[g]^T x dy[i][g], W[g]^T (cig x cog) = wt[g].
+    PointwiseProducts(s.n, s.groups, cig, cog, hw, wt.data(), dy, s.c_out * pix,
+                      dx, s.c_in * hw, chunk, isa, pool);
+    return;
+  }
   const std::vector<int64_t> oh_of =
       TapSources(s.h, out_h, s.k_h, s.stride_h, s.pad_top, s.dilation_h);
   const std::vector<int64_t> ow_of =

@@ -1486,9 +1486,9 @@ absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
   LS_RETURN_IF_ERROR(
       hash::CombineLeafHashes(dtype, shape, size, std::vector<uint64_t>(leaves))
           .status());
-  LS_ASSIGN_OR_RETURN(std::vector<uint8_t> header,
-                      hash::EncodeTensorHeader(dtype, shape));
-  std::vector<unsigned char> scratch(header.size() + 8 * leaves);
+  LS_ASSIGN_OR_RETURN(const TensorHeaderArg header,
+                      DeviceHeaderArg(dtype, shape));
+  std::vector<unsigned char> scratch(header.len + 8 * leaves);
   hash::portable::Hash128 h;
   hash::portable::StatsPartial total = hash::portable::EmptyStatsPartial();
   if (body == LeafBody::kWarp) {
@@ -1503,24 +1503,22 @@ absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
       LeafHashAndStatsWarp(*warp, static_cast<const unsigned char*>(bytes),
                            size, leaf_hashes.data(),
                            with_stats ? stats.data() : nullptr,
-                           scratch.data() + header.size(), w, warps);
+                           scratch.data() + header.len, w, warps);
     }
     // The header's room holds whatever the device's scratch held before:
     // the combination writes the header there itself, as on the device.
-    std::fill(scratch.begin(), scratch.begin() + header.size(), 0xa5);
-    LS_ASSIGN_OR_RETURN(const TensorHeaderArg header_arg,
-                        DeviceHeaderArg(dtype, shape));
-    CombineLeavesWarp(*warp, header_arg, scratch.data(), scratch.size(), leaves,
+    std::fill(scratch.begin(), scratch.begin() + header.len, 0xa5);
+    CombineLeavesWarp(*warp, header, scratch.data(), scratch.size(), leaves,
                       with_stats ? stats.data() : nullptr, &h, &total);
   } else {
-    std::copy(header.begin(), header.end(), scratch.begin());
+    std::copy(header.bytes, header.bytes + header.len, scratch.begin());
     LeafHashesAndStats leaf;
     if (with_stats) {
       leaf = EmulateLeafHashesAndStats(bytes, size, config);
     } else {
       leaf.leaf_hashes = EmulateLeafHashes(bytes, size, config);
     }
-    CombineLeavesThread(scratch.data(), header.size(), leaf.leaf_hashes.data(),
+    CombineLeavesThread(scratch.data(), header.len, leaf.leaf_hashes.data(),
                         leaves, with_stats ? leaf.stats.data() : nullptr, &h,
                         &total);
   }
