@@ -11,13 +11,16 @@
 #   deploy/gpu_check.sh assemble BIN_ROOT SRC_ROOT DIR
 #                                    # pack without building: binaries
 #                                    # already under BIN_ROOT
+#   deploy/gpu_check.sh step-times DIR SCRATCH
+#                                    # the `steps` check alone (needs a
+#                                    # device): CUDA ms/step per model
 #
 # `run` takes the checks in order of what they prove (the GPU suite, the
-# selftest, whole CANONICAL runs CPU against CUDA, the vendor suite, the
-# benchmark) and never stops early: a check that fails or runs out of time
+# selftest, whole CANONICAL runs CPU against CUDA, step times on the
+# device, the vendor suite, the benchmark) and never stops early: a check that fails or runs out of time
 # is written down and the next one starts. Environment for `run`:
 #   GPU_CHECK_ONLY      space-separated subset of: suite selftest runs
-#                       vendor bench (default: all, in that order)
+#                       steps vendor bench (default: all, in that order)
 #   GPU_CHECK_SCALE     multiplies every time limit (default 1)
 #   LOCKSTEP_VENDOR_LIBRARY_DIR  where cuBLAS and cuDNN are; when unset,
 #                       the first directory holding libcublas.so* among the
@@ -40,6 +43,10 @@ usage() {
 RUN_MODELS="mlp:3 lenet5:3 norm_mlp:3 resnet_small:3 resnet_bn:3 \
 mobilenet_tiny:3 conv_autoencoder:3 gauntlet:3 char_lm:3 gpt_tiny:3 \
 vit_tiny:3 resnet18:2 mobilenet_v2:2"
+
+# The models whose CUDA step times `steps` measures (docs/gpu.md,
+# "Device-resident runs").
+STEP_MODELS="resnet18 mobilenet_v2 gpt_tiny"
 
 BINARIES="kernels/cuda/cuda_gpu_test kernels/cudnn/vendor_gpu_test \
 kernels/cudnn/gpu_bench worker/lockstep-worker"
@@ -132,10 +139,49 @@ check() {
 }
 
 wants() {
-  case " ${GPU_CHECK_ONLY:-suite selftest runs vendor bench} " in
+  case " ${GPU_CHECK_ONLY:-suite selftest runs steps vendor bench} " in
     *" $1 "*) return 0 ;;
   esac
   return 1
+}
+
+# Milliseconds per step of a device-resident CUDA run of each STEP_MODELS
+# model: wall time at 13 steps minus 3 steps, over 10 (process start and
+# CUDA initialisation cancel), with the device fingerprints queued (one
+# wait per step) and with --queue_device_fingerprints=false (one wait per
+# tensor). One line per model on stdout; fails when a run fails.
+# step_times DIR SCRATCH
+step_times() {
+  local dir="$1" scratch="$2" model steps queue t0 t1
+  mkdir -p "$scratch" || return 1
+  for model in $STEP_MODELS; do
+    local rd="$dir/runs/$model" line="$model:"
+    for steps in 3 13; do
+      sed -E "s/\"steps\": [0-9]+/\"steps\": $steps/" "$rd/cuda.json" \
+        > "$scratch/$model.$steps.json" || return 1
+    done
+    for queue in true false; do
+      local ns3=0 ns13=0
+      for steps in 3 13; do
+        t0=$(date +%s%N)
+        "$dir/bin/lockstep-worker" run "--model=$rd/model.json" \
+          "--config=$scratch/$model.$steps.json" \
+          "--queue_device_fingerprints=$queue" \
+          > "$scratch/$model.$steps.$queue.log" 2>&1 || {
+          echo "$model: the $steps-step run failed:"
+          tail -5 "$scratch/$model.$steps.$queue.log"
+          return 1
+        }
+        t1=$(date +%s%N)
+        if [ "$steps" -eq 3 ]; then ns3=$((t1 - t0)); else ns13=$((t1 - t0)); fi
+      done
+      line="$line $(awk -v a="$ns3" -v b="$ns13" \
+        'BEGIN { printf "%.1f", (b - a) / 10 / 1e6 }') ms/step"
+      [ "$queue" = true ] && line="$line queued," || line="$line waiting"
+      grep -h '^run 0: tensors stayed' "$scratch/$model.13.$queue.log"
+    done
+    echo "$line"
+  done
 }
 
 run_checks() {
@@ -211,6 +257,17 @@ run_checks() {
       fi
     done
   fi
+  if wants steps; then
+    if [ "$have_gpu" -eq 1 ]; then
+      check "step times" 240 steps.log bash "$0" step-times "$dir" \
+        "$OUT/steps"
+      grep -E '^[a-z0-9_]+: .* ms/step' "$OUT/steps.log" | sed 's/^/    /' \
+        >> "$OUT/SUMMARY.txt"
+    else
+      echo "step times                   skipped (no device)" \
+        >> "$OUT/SUMMARY.txt"
+    fi
+  fi
   if wants vendor; then
     check "vendor suite" 240 vendor_gpu_test.log "$bin/vendor_gpu_test"
   fi
@@ -225,5 +282,6 @@ case "${1:-}" in
   pack) [ $# -eq 2 ] || usage; pack "$2" ;;
   assemble) [ $# -eq 4 ] || usage; assemble "$2" "$3" "$4" ;;
   run) [ $# -eq 3 ] || usage; run_checks "$2" "$3" ;;
+  step-times) [ $# -eq 3 ] || usage; step_times "$2" "$3" ;;
   *) usage ;;
 esac

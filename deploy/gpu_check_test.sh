@@ -54,6 +54,8 @@ for name in "probe" "GPU suite" "selftest" "vendor suite" "gpu_bench"; do
 done
 grep -q "^    gpus: *none" "$summary" || fail "the probe saw a device"
 grep -q "^    selftest: PASS" "$summary" || fail "no selftest verdict"
+grep -Eq "^step times +skipped \(no device\)" "$summary" ||
+  fail "the step times did not say they were skipped"
 [ "$(grep -Ec '^run [a-z0-9_]+ cpu +pass ' "$summary")" -eq "$models" ] ||
   fail "not $models passing CPU runs"
 [ "$(grep -Ec '^    [a-z0-9_]+: CPU run digest [0-9a-f]{32}; CUDA run skipped' \

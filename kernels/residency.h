@@ -16,7 +16,13 @@
 //   - the executor fingerprints a tensor whose mirror is newer where it is
 //     (ResidentMirror::FingerprintAndStats: on a GPU, the device
 //     fingerprint; only 56 bytes come back), so the run's fingerprints need
-//     no copies either.
+//     no copies either;
+//   - better still, it queues those fingerprints
+//     (ResidentMirror::QueueFingerprintAndStats) and collects a whole
+//     step's results at once (CollectQueuedFingerprints): on a GPU one
+//     copy back, so the device waits for the host once per step instead of
+//     once per tensor, and the host plans the next kernels while the device
+//     hashes.
 //
 // The bits are the same either way: residency moves bytes, never changes
 // what a kernel computes. The counters say how many copies a run needed.
@@ -30,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,6 +53,21 @@ struct ResidencyCounters {
   int64_t download_bytes = 0;
   int64_t mirror_fingerprints = 0;  // tensors fingerprinted in their mirror
   int64_t mirrors_created = 0;
+  // Of mirror_fingerprints, those queued, and the collections that brought
+  // their results back (one wait for the device each).
+  int64_t queued_fingerprints = 0;
+  int64_t fingerprint_collections = 0;
+};
+
+// Fingerprints queued in a backend's memory (ResidentMirror::
+// QueueFingerprintAndStats) whose results come back together.
+class FingerprintQueue {
+ public:
+  virtual ~FingerprintQueue() = default;
+  // Appends the results of every fingerprint queued since the last
+  // collection to `out`, in queue order, and empties the queue.
+  virtual absl::Status Collect(
+      std::vector<hash::FingerprintAndStatsResult>* out) = 0;
 };
 
 // Makes the calling thread's kernel calls resident until destroyed (scopes
@@ -60,12 +82,31 @@ class ScopedResidentRun {
   ScopedResidentRun& operator=(const ScopedResidentRun&) = delete;
 
  private:
-  ResidencyCounters* outer_;
+  friend ResidencyCounters* ActiveResidentRun();
+  friend std::unique_ptr<FingerprintQueue>* ActiveFingerprintQueue();
+  ResidencyCounters* counters_;
+  ScopedResidentRun* outer_;
+  // Fingerprints queued inside this scope and not collected yet; a scope
+  // that ends with some discards them (a failed step).
+  std::unique_ptr<FingerprintQueue> queue_;
 };
 
 // The innermost scope's counters on this thread, or null: whether the
 // calling thread's kernel calls are resident.
 ResidencyCounters* ActiveResidentRun();
+
+// The innermost scope's fingerprint queue on this thread (null inside: no
+// fingerprint queued yet; a backend's mirror makes its own kind), or null
+// without a scope.
+std::unique_ptr<FingerprintQueue>* ActiveFingerprintQueue();
+
+// The results of every fingerprint queued in the innermost scope since the
+// last collection, in queue order (ResidentMirror::
+// QueueFingerprintAndStats returned each one's position); empty when none
+// was. FAILED_PRECONDITION without a scope; the backend's error (a lost
+// device) otherwise.
+absl::StatusOr<std::vector<hash::FingerprintAndStatsResult>>
+CollectQueuedFingerprints();
 
 // A backend's mirror: copies back, and fingerprints its bytes where they
 // are. A backend increments the active scope's counters for what it does.
@@ -77,7 +118,36 @@ class ResidentMirror : public StorageMirror {
   // hash::HashTensorBytes of the mirror's bytes (any dtype).
   virtual absl::StatusOr<hash::Fingerprint> HashBytes(
       hash::DtypeCode dtype, absl::Span<const int64_t> shape, size_t size) = 0;
+  // FingerprintAndStats of the mirror's bytes as they are now (float32),
+  // queued on the active scope's FingerprintQueue: later kernel calls may
+  // overwrite the bytes, the result is still theirs as of this call. Its
+  // result is element `position` of the next CollectQueuedFingerprints;
+  // returns that position. Errors as FingerprintAndStats, before anything
+  // is queued; FAILED_PRECONDITION without an active scope, or when the
+  // scope's queue belongs to another backend.
+  virtual absl::StatusOr<size_t> QueueFingerprintAndStats(
+      hash::DtypeCode dtype, absl::Span<const int64_t> shape, size_t size) = 0;
 };
+
+// The active scope's queue as a Q, made when the scope has none yet (the
+// backend side of QueueFingerprintAndStats). FAILED_PRECONDITION without an
+// active scope or when the queue is another backend's.
+template <class Q>
+absl::StatusOr<Q*> ActiveFingerprintQueueOf() {
+  std::unique_ptr<FingerprintQueue>* slot = ActiveFingerprintQueue();
+  if (slot == nullptr) {
+    return absl::FailedPreconditionError(
+        "QueueFingerprintAndStats: no resident run is active on this thread");
+  }
+  if (*slot == nullptr) *slot = std::make_unique<Q>();
+  auto* q = dynamic_cast<Q*>(slot->get());
+  if (q == nullptr) {
+    return absl::FailedPreconditionError(
+        "QueueFingerprintAndStats: this step's queued fingerprints belong to "
+        "another backend; collect them first");
+  }
+  return q;
+}
 
 // The tensor's ResidentMirror when it holds the newer bytes; else null (the
 // host bytes are current: hash them there).

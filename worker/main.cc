@@ -37,7 +37,7 @@ constexpr char kUsage[] =
     "      [--inject_fault=step=S,layer=L,role=R,bit=B] "
     "[--dump=first_divergent|"
     "all|<layer>:<role>[:step]] [--dump_dir=DIR] [--data_root=DIR]\n"
-    "      [--device_resident=false]\n"
+    "      [--device_resident=false] [--queue_device_fingerprints=false]\n"
     "      train locally and compare runs (exit 0 agree, 1 differ, 2 bad "
     "spec)\n"
     "  lockstep-worker selftest [--ops=op,...] [--seed=N] [--json]\n"

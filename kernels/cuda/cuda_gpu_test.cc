@@ -253,6 +253,17 @@ TEST(CudaGpuGraphTest, GraphEdgeCasesMatchCpuBits) {
   }
 }
 
+// A resident run's fingerprints queued on the device and collected in one
+// copy: each the host fingerprint of the bytes as they were when queued,
+// though the next kernel overwrote them before the collection.
+TEST(CudaGpuFingerprintTest, QueuedFingerprintsMatchHost) {
+  const absl::Status device = CudaDeviceStatus();
+  if (!device.ok()) GTEST_SKIP() << "no usable CUDA device: " << device;
+  Registry registry;
+  ASSERT_TRUE(RegisterCudaCanonicalKernels(&registry).ok());
+  EXPECT_TRUE(testing::QueuedFingerprintsMatchHost(registry, kCudaBackendName));
+}
+
 TEST(CudaGpuFingerprintTest, DeviceFingerprintEqualsHost) {
   const absl::Status device = CudaDeviceStatus();
   if (!device.ok()) {

@@ -338,7 +338,77 @@ absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
     const void* device_bytes, size_t size, const LaunchConfig& config);
 
+// CombineLeavesWarpKernel's two results, side by side in one device
+// buffer, so that one copy brings both back.
+struct CombineResults {
+  hash::portable::Hash128 hash;
+  hash::portable::StatsPartial total;
+};
+
+// The fingerprint's kernels, queued with their results written to `out`
+// (device memory); nothing waits for the device.
+absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
+                                        absl::Span<const int64_t> shape,
+                                        const void* bytes,
+                                        const void* device_bytes, size_t size,
+                                        const LaunchConfig& config,
+                                        CombineResults* out);
+
 namespace {
+
+// The fingerprint of CombineLeavesWarpKernel's results.
+hash::FingerprintAndStatsResult FingerprintOfResults(const CombineResults& r) {
+  hash::FingerprintAndStatsResult f;
+  f.fingerprint.hi = r.hash.hi;
+  f.fingerprint.lo = r.hash.lo;
+  f.stats = hash::CombineBlockStats({r.total});
+  return f;
+}
+
+// CudaMirror's FingerprintQueue: each queued fingerprint's 56 result bytes
+// land in a slot of device memory; Collect brings back every used slot of
+// a chunk in one copy (a step of up to kSlotsPerChunk tensors: one copy,
+// one wait for the device).
+class CudaFingerprintQueue : public FingerprintQueue {
+ public:
+  absl::StatusOr<size_t> Enqueue(hash::DtypeCode dtype,
+                                 absl::Span<const int64_t> shape,
+                                 const void* device_bytes, size_t size) {
+    const size_t chunk = count_ / kSlotsPerChunk;
+    if (chunk == chunks_.size()) {
+      auto fresh = std::make_unique<DeviceBuffer>();
+      LS_RETURN_IF_ERROR(
+          fresh->Allocate(kSlotsPerChunk * sizeof(CombineResults)));
+      chunks_.push_back(std::move(fresh));
+    }
+    auto* slot = static_cast<CombineResults*>(chunks_[chunk]->get()) +
+                 count_ % kSlotsPerChunk;
+    LS_RETURN_IF_ERROR(EnqueueFingerprintAndStats(
+        dtype, shape, nullptr, device_bytes, size, LaunchConfig{}, slot));
+    return count_++;
+  }
+  absl::Status Collect(
+      std::vector<hash::FingerprintAndStatsResult>* out) override {
+    std::vector<CombineResults> back(count_);
+    for (size_t first = 0; first < count_; first += kSlotsPerChunk) {
+      const size_t n = std::min(kSlotsPerChunk, count_ - first);
+      LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(
+          back.data() + first, chunks_[first / kSlotsPerChunk]->get(),
+          n * sizeof(CombineResults), cudaMemcpyDeviceToHost));
+    }
+    count_ = 0;
+    out->reserve(out->size() + back.size());
+    for (const CombineResults& r : back) {
+      out->push_back(FingerprintOfResults(r));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr size_t kSlotsPerChunk = 1024;
+  std::vector<std::unique_ptr<DeviceBuffer>> chunks_;
+  size_t count_ = 0;
+};
 
 // A tensor's device copy in a resident run (kernels/residency.h): device
 // memory owned by the tensor's storage, freed with it.
@@ -374,6 +444,19 @@ class CudaMirror : public ResidentMirror {
     LS_RETURN_IF_ERROR(
         DeviceLeafHashes(buffer_.get(), size, absl::MakeSpan(leaf_hashes)));
     return hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
+  }
+  absl::StatusOr<size_t> QueueFingerprintAndStats(
+      hash::DtypeCode dtype, absl::Span<const int64_t> shape,
+      size_t size) override {
+    LS_ASSIGN_OR_RETURN(CudaFingerprintQueue * q,
+                        ActiveFingerprintQueueOf<CudaFingerprintQueue>());
+    LS_ASSIGN_OR_RETURN(const size_t position,
+                        q->Enqueue(dtype, shape, buffer_.get(), size));
+    if (ResidencyCounters* c = ActiveResidentRun()) {
+      ++c->mirror_fingerprints;
+      ++c->queued_fingerprints;
+    }
+    return position;
   }
 
  private:
@@ -611,18 +694,15 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
   return hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
 }
 
-// CombineLeavesWarpKernel's two results, side by side in one device
-// buffer, so that one copy brings both back.
-struct CombineResults {
-  hash::portable::Hash128 hash;
-  hash::portable::StatsPartial total;
-};
-
-// DeviceFingerprintAndStats's work: the host bytes are copied to the
-// device first, or `device_bytes` (16-byte aligned) are already there.
-absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
-    hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
-    const void* device_bytes, size_t size, const LaunchConfig& config) {
+// DeviceFingerprintAndStats's kernels: the host bytes are copied to the
+// device first, or `device_bytes` (16-byte aligned) are already there. The
+// buffers made here are freed in stream order, after the kernels.
+absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
+                                        absl::Span<const int64_t> shape,
+                                        const void* bytes,
+                                        const void* device_bytes, size_t size,
+                                        const LaunchConfig& config,
+                                        CombineResults* out) {
   LS_RETURN_IF_ERROR(
       CheckDeviceLaunchConfig(config, "DeviceFingerprintAndStats"));
   if (dtype != hash::DtypeCode::kFloat32) {
@@ -646,8 +726,8 @@ absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
   using hash::portable::Hash128;
   using hash::portable::StatsPartial;
   // Device memory: the tensor, the leaf hashes and statistics partials,
-  // the combination's input (header || leaf hashes), and its results.
-  DeviceBuffer data, hashes, partials, scratch, result;
+  // and the combination's input (header || leaf hashes).
+  DeviceBuffer data, hashes, partials, scratch;
   if (device_bytes == nullptr) {
     if (absl::Status s = data.Allocate(size); !s.ok()) return s;
   }
@@ -657,9 +737,6 @@ absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
     return s;
   }
   if (absl::Status s = scratch.Allocate(header->len + 8 * leaves); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = result.Allocate(sizeof(CombineResults)); !s.ok()) {
     return s;
   }
   if (device_bytes == nullptr && size > 0) {
@@ -684,7 +761,6 @@ absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
         combine_input + header->len);
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
-  auto* out = static_cast<CombineResults*>(result.get());
   LS_RETURN_IF_ERROR(
       CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
                       "DeviceFingerprintAndStats", kCombineThreads));
@@ -693,15 +769,23 @@ absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
       static_cast<const StatsPartial*>(partials.get()), &out->hash,
       &out->total);
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+// DeviceFingerprintAndStats's work, waiting for its result.
+absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    const void* device_bytes, size_t size, const LaunchConfig& config) {
+  DeviceBuffer result;
+  LS_RETURN_IF_ERROR(result.Allocate(sizeof(CombineResults)));
+  auto* out = static_cast<CombineResults*>(result.get());
+  LS_RETURN_IF_ERROR(EnqueueFingerprintAndStats(
+      dtype, shape, bytes, device_bytes, size, config, out));
   // Only these 56 bytes come back, in one copy (one wait for the device).
   CombineResults back;
   LS_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(&back, out, sizeof(back), cudaMemcpyDeviceToHost));
-  hash::FingerprintAndStatsResult r;
-  r.fingerprint.hi = back.hash.hi;
-  r.fingerprint.lo = back.hash.lo;
-  r.stats = hash::CombineBlockStats({back.total});
-  return r;
+  return FingerprintOfResults(back);
 }
 
 absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(

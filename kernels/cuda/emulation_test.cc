@@ -11,6 +11,7 @@
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/emulated_backend.h"
 #include "kernels/cuda/plan.h"
 #include "kernels/cuda/test_cases.h"
 #include "kernels/graph_op_cases.h"
@@ -129,6 +130,15 @@ TEST(EmulationEdgeTest, EveryOutputElementIsWritten) {
       }
     }
   }
+}
+
+// A resident run's queued fingerprints (kernels/residency.h) on
+// EmulatedMirrors: each the host fingerprint of the bytes as they were when
+// queued, collected in queue order, once.
+TEST(EmulationResidencyTest, QueuedFingerprintsMatchHost) {
+  Registry emulated;
+  ASSERT_TRUE(RegisterEmulatedCudaKernels(&emulated).ok());
+  EXPECT_TRUE(testing::QueuedFingerprintsMatchHost(emulated, "cuda"));
 }
 
 TEST(EmulationTest, RunningTwiceGivesTheSameBits) {

@@ -1395,6 +1395,27 @@ absl::StatusOr<hash::Fingerprint> EmulatedMirror::HashBytes(
   return hash::HashTensorBytes(dtype, shape, bytes_.data(), size);
 }
 
+absl::StatusOr<size_t> EmulatedMirror::QueueFingerprintAndStats(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, size_t size) {
+  LS_ASSIGN_OR_RETURN(EmulatedFingerprintQueue * q,
+                      ActiveFingerprintQueueOf<EmulatedFingerprintQueue>());
+  LS_ASSIGN_OR_RETURN(
+      const hash::FingerprintAndStatsResult r,
+      hash::FingerprintAndStats(dtype, shape, bytes_.data(), size));
+  if (ResidencyCounters* c = ActiveResidentRun()) {
+    ++c->mirror_fingerprints;
+    ++c->queued_fingerprints;
+  }
+  return q->Push(r);
+}
+
+absl::Status EmulatedFingerprintQueue::Collect(
+    std::vector<hash::FingerprintAndStatsResult>* out) {
+  out->insert(out->end(), results_.begin(), results_.end());
+  results_.clear();
+  return absl::OkStatus();
+}
+
 std::vector<uint64_t> EmulateLeafHashes(const void* bytes, uint64_t size,
                                         const LaunchConfig& config) {
   std::vector<uint64_t> leaves(NumDeviceLeaves(size), 0);

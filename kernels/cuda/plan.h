@@ -157,6 +157,12 @@ class EmulatedMirror : public ResidentMirror {
   absl::StatusOr<hash::Fingerprint> HashBytes(hash::DtypeCode dtype,
                                               absl::Span<const int64_t> shape,
                                               size_t size) override;
+  // Computes the fingerprint now (a device computes it in stream order,
+  // before any later kernel writes the bytes: the same result) and keeps it
+  // in the scope's EmulatedFingerprintQueue until collected.
+  absl::StatusOr<size_t> QueueFingerprintAndStats(
+      hash::DtypeCode dtype, absl::Span<const int64_t> shape,
+      size_t size) override;
   // The "device" bytes of cb's tensor: its EmulatedMirror (made when
   // missing), filled from the host when cb is an input and the host copy
   // is newer (PrepareResidentMirror). REQUIRES: cb.is_tensor, cb.bytes > 0.
@@ -164,6 +170,20 @@ class EmulatedMirror : public ResidentMirror {
 
  private:
   std::vector<unsigned char> bytes_;
+};
+
+// EmulatedMirror's FingerprintQueue: results held until collected.
+class EmulatedFingerprintQueue : public FingerprintQueue {
+ public:
+  size_t Push(const hash::FingerprintAndStatsResult& r) {
+    results_.push_back(r);
+    return results_.size() - 1;
+  }
+  absl::Status Collect(
+      std::vector<hash::FingerprintAndStatsResult>* out) override;
+
+ private:
+  std::vector<hash::FingerprintAndStatsResult> results_;
 };
 
 // Inside a ScopedResidentRun (kernels/residency.h) the tensors' "device"

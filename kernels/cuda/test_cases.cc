@@ -1,11 +1,14 @@
 #include "kernels/cuda/test_cases.h"
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "kernels/hash/fingerprint.h"
+#include "kernels/residency.h"
 
 namespace lockstep::kernels::cuda::testing {
 
@@ -315,6 +318,122 @@ std::vector<TiledProductCase> TiledProductCases(uint32_t seed) {
     }
   }
   return cases;
+}
+
+::testing::AssertionResult QueuedFingerprintsMatchHost(
+    const Registry& registry, absl::string_view backend) {
+  const absl::StatusOr<KernelFn> relu =
+      registry.Lookup(KernelKey{"relu.forward", Mode::kCanonical,
+                                kCanonicalAlgorithm, std::string(backend)});
+  if (!relu.ok()) return ::testing::AssertionFailure() << relu.status();
+  // Inputs of both signs, a NaN and an infinity among them.
+  auto input = [](int64_t n, uint32_t seed) {
+    std::vector<float> v(static_cast<size_t>(n));
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (float& x : v) x = u(rng);
+    v[1] = std::numeric_limits<float>::quiet_NaN();
+    if (n > 3) v[3] = std::numeric_limits<float>::infinity();
+    return Tensor::FromValues<float>({n}, v);
+  };
+  const int64_t big = (int64_t{1} << 18) + 3;  // 1 MiB + 12 bytes
+  absl::StatusOr<Tensor> x1 = input(big, 1), x2 = input(big, 2),
+                         x3 = input(4, 3);
+  absl::StatusOr<Tensor> y = Tensor::Zeros(DType::kFloat32, {big});
+  absl::StatusOr<Tensor> small = Tensor::Zeros(DType::kFloat32, {4});
+  if (!x1.ok() || !x2.ok() || !x3.ok() || !y.ok() || !small.ok()) {
+    return ::testing::AssertionFailure() << "tensors not made";
+  }
+  auto fingerprint = [](const Tensor& t) {
+    return hash::FingerprintAndStats(hash::DtypeCode::kFloat32, t.shape(),
+                                     t.raw_data(),
+                                     static_cast<size_t>(t.bytes()));
+  };
+  // The host's fingerprints of what each queued fingerprint must see.
+  std::vector<hash::FingerprintAndStatsResult> want;
+  for (const Tensor* x : {&*x1, &*x2, &*x3}) {
+    absl::StatusOr<Tensor> out = x == &*x3 ? small->Clone() : y->Clone();
+    if (!out.ok()) return ::testing::AssertionFailure() << out.status();
+    std::vector<Tensor> outs = {*out};
+    if (absl::Status s = (*relu)({*x}, absl::MakeSpan(outs), OpAttrs{});
+        !s.ok()) {
+      return ::testing::AssertionFailure() << s;
+    }
+    absl::StatusOr<hash::FingerprintAndStatsResult> f = fingerprint(outs[0]);
+    if (!f.ok()) return ::testing::AssertionFailure() << f.status();
+    want.push_back(*f);
+  }
+  if (CollectQueuedFingerprints().status().code() !=
+      absl::StatusCode::kFailedPrecondition) {
+    return ::testing::AssertionFailure()
+           << "collecting outside a resident run did not fail";
+  }
+  ResidencyCounters counters;
+  std::vector<hash::FingerprintAndStatsResult> got, again;
+  {
+    ScopedResidentRun scope(&counters);
+    for (const Tensor* x : {&*x1, &*x2, &*x3}) {
+      std::vector<Tensor> outs = {x == &*x3 ? *small : *y};
+      if (absl::Status s = (*relu)({*x}, absl::MakeSpan(outs), OpAttrs{});
+          !s.ok()) {
+        return ::testing::AssertionFailure() << s;
+      }
+      ResidentMirror* m = NewerResidentMirror(outs[0]);
+      if (m == nullptr) {
+        return ::testing::AssertionFailure()
+               << "relu's output is not newer in its mirror";
+      }
+      absl::StatusOr<size_t> position = m->QueueFingerprintAndStats(
+          hash::DtypeCode::kFloat32, outs[0].shape(),
+          static_cast<size_t>(outs[0].bytes()));
+      if (!position.ok()) {
+        return ::testing::AssertionFailure() << position.status();
+      }
+      if (*position != static_cast<size_t>(x == &*x1 ? 0 : x == &*x2 ? 1 : 2)) {
+        return ::testing::AssertionFailure() << "queued at " << *position;
+      }
+    }
+    absl::StatusOr<std::vector<hash::FingerprintAndStatsResult>> r =
+        CollectQueuedFingerprints();
+    if (!r.ok()) return ::testing::AssertionFailure() << r.status();
+    got = *r;
+    r = CollectQueuedFingerprints();
+    if (!r.ok()) return ::testing::AssertionFailure() << r.status();
+    again = *r;
+  }
+  if (got.size() != want.size() || !again.empty()) {
+    return ::testing::AssertionFailure()
+           << got.size() << " results collected, then " << again.size()
+           << "; want 3, then 0";
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    const hash::FingerprintAndStatsResult& a = got[i];
+    const hash::FingerprintAndStatsResult& b = want[i];
+    auto bits = [](double d) {
+      uint64_t u;
+      std::memcpy(&u, &d, 8);
+      return u;
+    };
+    if (a.fingerprint.hi != b.fingerprint.hi ||
+        a.fingerprint.lo != b.fingerprint.lo ||
+        bits(a.stats.sum) != bits(b.stats.sum) ||
+        bits(a.stats.l2) != bits(b.stats.l2) ||
+        bits(a.stats.max_abs) != bits(b.stats.max_abs) ||
+        a.stats.nan_count != b.stats.nan_count ||
+        a.stats.inf_count != b.stats.inf_count) {
+      return ::testing::AssertionFailure() << absl::StrFormat(
+                 "queued fingerprint %d: %016x%016x, host %016x%016x", i,
+                 a.fingerprint.hi, a.fingerprint.lo, b.fingerprint.hi,
+                 b.fingerprint.lo);
+    }
+  }
+  if (counters.queued_fingerprints != 3 ||
+      counters.fingerprint_collections != 2) {
+    return ::testing::AssertionFailure()
+           << counters.queued_fingerprints << " queued, "
+           << counters.fingerprint_collections << " collections";
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace lockstep::kernels::cuda::testing

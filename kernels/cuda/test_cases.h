@@ -65,6 +65,17 @@ std::vector<TiledProductCase> TiledProductCases(uint32_t seed);
 ::testing::AssertionResult SameBitsAcrossClasses(const Tensor& got,
                                                  const Tensor& want);
 
+// Fingerprints queued in a resident run (kernels/residency.h) on
+// `backend`'s CANONICAL relu.forward: y (1 MiB + 12 bytes, 17 leaves) is
+// written and its fingerprint queued, then y is written again from other
+// inputs (overwriting the bytes the first one saw) and queued again, then
+// a 4-byte tensor; one collection must give hash::FingerprintAndStats of
+// each as it was when queued, in queue order, and a second collection
+// none; the counters must say 3 queued, 2 collections. Outside a scope,
+// queueing and collecting are FAILED_PRECONDITION.
+::testing::AssertionResult QueuedFingerprintsMatchHost(
+    const Registry& registry, absl::string_view backend);
+
 }  // namespace lockstep::kernels::cuda::testing
 
 #endif  // LOCKSTEP_KERNELS_CUDA_TEST_CASES_H_

@@ -81,6 +81,10 @@ ABSL_FLAG(bool, device_resident, true,
           "run: on the CUDA backend keep the run's tensors on the device "
           "between kernels; false copies every kernel's tensors in and out "
           "(the same bits, slower)");
+ABSL_FLAG(bool, queue_device_fingerprints, true,
+          "run: in a device-resident run, queue the device fingerprints and "
+          "collect each step's results at its end; false waits for each "
+          "tensor's result (the same bits, slower)");
 ABSL_FLAG(std::string, ops, "",
           "selftest: comma-separated ops to test, e.g. "
           "dense.forward,conv2d.grad_weight (default: all)");
@@ -103,6 +107,8 @@ RunCommandOptions RunOptionsFromFlags() {
   options.inject_fault = absl::GetFlag(FLAGS_inject_fault);
   options.dump = absl::GetFlag(FLAGS_dump);
   options.device_resident = absl::GetFlag(FLAGS_device_resident);
+  options.queue_device_fingerprints =
+      absl::GetFlag(FLAGS_queue_device_fingerprints);
   options.dump_dir = absl::GetFlag(FLAGS_dump_dir);
   options.data_root = absl::GetFlag(FLAGS_data_root);
   return options;

@@ -168,6 +168,24 @@ hash::Parallelism CpuPoolParallelism() {
   return p;
 }
 
+namespace {
+
+// Sets `out` to a float32 tensor's fingerprint and statistics.
+void SetFloatFingerprint(const hash::FingerprintAndStatsResult& r,
+                         int32_t index, v1::TensorFingerprint* out) {
+  out->set_index(index);
+  out->set_hash_hi(r.fingerprint.hi);
+  out->set_hash_lo(r.fingerprint.lo);
+  v1::TensorStats* s = out->mutable_stats();
+  s->set_sum(r.stats.sum);
+  s->set_l2(r.stats.l2);
+  s->set_max_abs(r.stats.max_abs);
+  s->set_nan_count(r.stats.nan_count);
+  s->set_inf_count(r.stats.inf_count);
+}
+
+}  // namespace
+
 absl::Status FingerprintTensor(const Tensor& t, int32_t index,
                                const hash::Parallelism* parallel,
                                v1::TensorFingerprint* out) {
@@ -176,8 +194,6 @@ absl::Status FingerprintTensor(const Tensor& t, int32_t index,
   // Every field is assigned below, so a message reused from an earlier
   // tensor ends up equal to a new one, and its stats sub-message is reused
   // instead of allocated again.
-  out->set_index(index);
-  v1::TensorStats* s = out->mutable_stats();
   // A device-resident tensor is fingerprinted where it is (same bits).
   kernels::ResidentMirror* mirror = kernels::NewerResidentMirror(t);
   if (t.dtype() == kernels::DType::kFloat32) {
@@ -187,14 +203,10 @@ absl::Status FingerprintTensor(const Tensor& t, int32_t index,
             : hash::FingerprintAndStats(code, t.shape(), t.raw_data(), size,
                                         hash::HashIsa::kAuto, parallel);
     if (!r.ok()) return r.status();
-    out->set_hash_hi(r->fingerprint.hi);
-    out->set_hash_lo(r->fingerprint.lo);
-    s->set_sum(r->stats.sum);
-    s->set_l2(r->stats.l2);
-    s->set_max_abs(r->stats.max_abs);
-    s->set_nan_count(r->stats.nan_count);
-    s->set_inf_count(r->stats.inf_count);
+    SetFloatFingerprint(*r, index, out);
   } else {
+    out->set_index(index);
+    v1::TensorStats* s = out->mutable_stats();
     const absl::StatusOr<hash::Fingerprint> f =
         mirror != nullptr
             ? mirror->HashBytes(code, t.shape(), size)
@@ -492,6 +504,9 @@ struct Executor::State {
   std::vector<v1::TensorFingerprint> step_fps;
   size_t emitted = 0;  // captured tensors of the current step so far
   std::vector<hash::Fingerprint> step_hashes;
+  // The manifest indices of the current step's fingerprints queued on the
+  // device (ExecutorOptions::queue_device_fingerprints), in queue order.
+  std::vector<int> queued_on_device;
   // The CPU pool's threads, lent to the fingerprints of large tensors.
   hash::Parallelism fingerprint_threads;
   RunResult result;
@@ -624,9 +639,25 @@ absl::Status Executor::State::Emit(const std::string& layer,
   const auto start = options.op_times != nullptr
                          ? std::chrono::steady_clock::now()
                          : std::chrono::steady_clock::time_point();
+  kernels::ResidentMirror* mirror =
+      resident && options.queue_device_fingerprints && !options.observer &&
+              t.dtype() == kernels::DType::kFloat32
+          ? kernels::NewerResidentMirror(t)
+          : nullptr;
   if (pipeline != nullptr &&
       t.bytes() >= options.background_fingerprint_min_bytes) {
     pipeline->Submit(t, mi, &fp);
+  } else if (mirror != nullptr) {
+    LS_ASSIGN_OR_RETURN(
+        const size_t position,
+        mirror->QueueFingerprintAndStats(HashDtype(t.dtype()), t.shape(),
+                                         static_cast<size_t>(t.bytes())));
+    if (position != queued_on_device.size()) {
+      return absl::InternalError(absl::StrFormat(
+          "step %d: device fingerprint queued at %d, expected %d", step,
+          position, queued_on_device.size()));
+    }
+    queued_on_device.push_back(mi);
   } else {
     LS_RETURN_IF_ERROR(FingerprintTensor(t, mi, &fingerprint_threads, &fp));
   }
@@ -638,6 +669,25 @@ absl::Status Executor::State::Emit(const std::string& layer,
 }
 
 absl::Status Executor::State::FinishCapture() {
+  if (!queued_on_device.empty()) {
+    const auto start = options.op_times != nullptr
+                           ? std::chrono::steady_clock::now()
+                           : std::chrono::steady_clock::time_point();
+    LS_ASSIGN_OR_RETURN(
+        const std::vector<hash::FingerprintAndStatsResult> results,
+        kernels::CollectQueuedFingerprints());
+    if (results.size() != queued_on_device.size()) {
+      return absl::InternalError(absl::StrFormat(
+          "step %d: %d device fingerprints collected, %d queued", step,
+          results.size(), queued_on_device.size()));
+    }
+    for (size_t i = 0; i < results.size(); ++i) {
+      const int mi = queued_on_device[i];
+      SetFloatFingerprint(results[i], mi, &step_fps[mi]);
+    }
+    queued_on_device.clear();
+    if (options.op_times != nullptr) AddOpTime(kFingerprintWaitOpTime, start);
+  }
   if (pipeline != nullptr) {
     const auto start = options.op_times != nullptr
                            ? std::chrono::steady_clock::now()
@@ -1394,6 +1444,7 @@ absl::Status Executor::State::Step(int s) {
   capturing = options.fingerprint && step_captured[s] != 0;
   emitted = 0;
   step_hashes.clear();
+  queued_on_device.clear();
   if (capturing) {
     // Kept lists move into the result; otherwise the messages are reused.
     if (options.keep_fingerprints) step_fps.clear();

@@ -153,13 +153,23 @@ struct ExecutorOptions {
   // (step_bench --op_times); costs two clock reads per call. With background
   // fingerprints, kFingerprintOpTime is the step's own share of the work
   // (queueing a tensor, or hashing one below the size for the thread) and
-  // kFingerprintWaitOpTime its waits for the thread. Not owned.
+  // kFingerprintWaitOpTime its waits for the thread; with fingerprints
+  // queued on the device (queue_device_fingerprints), the queueing and the
+  // step's collection. Not owned.
   OpTimes* op_times = nullptr;
   // On the CUDA backend, keep the run's tensors on the device between
   // kernel calls (kernels/residency.h): inputs are copied in once, outputs
   // stay there, fingerprints are computed there. false: every kernel call
   // copies its tensors in and out (the bits are the same either way).
   bool device_resident = true;
+  // In a device-resident run, the float32 tensors whose device copy is
+  // newer are fingerprinted on the device in queue (kernels/residency.h,
+  // ResidentMirror::QueueFingerprintAndStats) and the step's results are
+  // collected at its end: one wait for the device per step instead of one
+  // per tensor. false, and always with an observer (which sees each tensor
+  // with its fingerprint): each waits for its own result. Same bits either
+  // way.
+  bool queue_device_fingerprints = true;
 };
 
 // Which kernel ran for one op.

@@ -54,7 +54,8 @@ Zoo Load(const std::string& name, int batch, int steps) {
 
 absl::StatusOr<RunResult> RunZoo(const Zoo& z, v1::Backend backend,
                                  bool resident,
-                                 std::optional<FaultSpec> fault = {}) {
+                                 std::optional<FaultSpec> fault = {},
+                                 bool queue_fingerprints = true) {
   if (!z.dataset) return absl::InternalError("zoo model not loaded");
   v1::JobConfig config = z.config;
   config.set_backend(backend);
@@ -63,6 +64,7 @@ absl::StatusOr<RunResult> RunZoo(const Zoo& z, v1::Backend backend,
   options.keep_fingerprints = true;
   options.device_resident = resident;
   options.fault = fault;
+  options.queue_device_fingerprints = queue_fingerprints;
   return RunJob(z.plan, config, &Registry(),
                 DatasetBatches(z.dataset, config.batch_size()),
                 std::move(options));
@@ -99,14 +101,17 @@ TEST_P(ResidentRunTest, ResidentEqualsCopyingEqualsCpu) {
   const Zoo z = Load(GetParam(), 4, 3);
   auto cpu = RunZoo(z, v1::CPU, true);
   auto resident = RunZoo(z, v1::CUDA, true);
+  auto waiting = RunZoo(z, v1::CUDA, true, {}, /*queue_fingerprints=*/false);
   auto copying = RunZoo(z, v1::CUDA, false);
   ASSERT_THAT(cpu, IsOk());
   ASSERT_THAT(resident, IsOk());
+  ASSERT_THAT(waiting, IsOk());
   ASSERT_THAT(copying, IsOk());
   for (const KernelChoice& k : resident->kernels) {
     EXPECT_EQ(k.ran.backend, "cuda") << k.op;
   }
   ExpectSameRun(*resident, *cpu);
+  ExpectSameRun(*waiting, *cpu);
   ExpectSameRun(*copying, *cpu);
 
   EXPECT_FALSE(cpu->device_resident);
@@ -120,6 +125,15 @@ TEST_P(ResidentRunTest, ResidentEqualsCopyingEqualsCpu) {
   for (const auto& step : resident->fingerprints) fingerprints += step.size();
   EXPECT_GT(c.mirror_fingerprints, fingerprints / 2);
   EXPECT_LE(c.mirror_fingerprints, fingerprints);
+  // The float32 ones were queued and collected once per step; without the
+  // queue each waited for its own result.
+  EXPECT_GT(c.queued_fingerprints, fingerprints / 2);
+  EXPECT_LE(c.queued_fingerprints, c.mirror_fingerprints);
+  EXPECT_EQ(c.fingerprint_collections,
+            static_cast<int64_t>(resident->fingerprints.size()));
+  EXPECT_EQ(waiting->residency.mirror_fingerprints, c.mirror_fingerprints);
+  EXPECT_EQ(waiting->residency.queued_fingerprints, 0);
+  EXPECT_EQ(waiting->residency.fingerprint_collections, 0);
   // Parameters go up once; after that each step uploads only what the
   // host wrote (the batch, its labels, a few scalars): far fewer bytes
   // than a copy of every kernel's inputs would move.
@@ -130,6 +144,8 @@ TEST_P(ResidentRunTest, ResidentEqualsCopyingEqualsCpu) {
   RecordProperty("downloads", static_cast<int>(c.downloads));
   RecordProperty("mirror_fingerprints",
                  static_cast<int>(c.mirror_fingerprints));
+  RecordProperty("queued_fingerprints",
+                 static_cast<int>(c.queued_fingerprints));
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, ResidentRunTest,
@@ -152,6 +168,37 @@ TEST(ResidentRunFaultTest, HostInjectedFaultReachesTheMirror) {
   EXPECT_TRUE(resident->fault_injected);
   ExpectSameRun(*resident, *cpu);
   EXPECT_NE(resident->run_digest, clean->run_digest);
+}
+
+// An observer sees each tensor with its fingerprint as it is produced, so
+// with one the fingerprints are not queued; the run is the same.
+TEST(ResidentRunQueueTest, AnObserverGetsEachFingerprintAtOnce) {
+  const Zoo z = Load("lenet5", 4, 2);
+  v1::JobConfig config = z.config;
+  config.set_backend(v1::CUDA);
+  ExecutorOptions options;
+  options.initializer = z.model.initializer();
+  options.keep_fingerprints = true;
+  int64_t observed = 0;
+  int64_t zero_hashes = 0;
+  options.observer = [&](int, const v1::ManifestEntry&, const kernels::Tensor&,
+                         const v1::TensorFingerprint& fp) {
+    ++observed;
+    if (fp.hash_hi() == 0 && fp.hash_lo() == 0) ++zero_hashes;
+    return absl::OkStatus();
+  };
+  auto observed_run = RunJob(z.plan, config, &Registry(),
+                             DatasetBatches(z.dataset, config.batch_size()),
+                             std::move(options));
+  auto queued = RunZoo(z, v1::CUDA, true);
+  ASSERT_THAT(observed_run, IsOk());
+  ASSERT_THAT(queued, IsOk());
+  ExpectSameRun(*observed_run, *queued);
+  EXPECT_GT(observed, 0);
+  EXPECT_EQ(zero_hashes, 0);
+  EXPECT_GT(observed_run->residency.mirror_fingerprints, 0);
+  EXPECT_EQ(observed_run->residency.queued_fingerprints, 0);
+  EXPECT_GT(queued->residency.queued_fingerprints, 0);
 }
 
 }  // namespace

@@ -61,12 +61,14 @@ struct Job {
   DumpSpec dump;
   std::string dump_dir;
   bool device_resident = true;
+  bool queue_device_fingerprints = true;
 };
 
 ExecutorOptions OptionsFor(const Job& job, int run, int runs) {
   ExecutorOptions o;
   o.initializer = job.model.initializer();
   o.device_resident = job.device_resident;
+  o.queue_device_fingerprints = job.queue_device_fingerprints;
   const int fault_run = runs >= 2 ? 1 : 0;
   if (run == fault_run) o.fault = job.fault;
   if (job.dump.kind == DumpSpec::Kind::kAll ||
@@ -122,10 +124,13 @@ absl::StatusOr<RunResult> RunOnce(Job& job, int run, int runs, std::FILE* out) {
     std::fprintf(out,
                  "run %d: tensors stayed on the device: %d copied in "
                  "(%.1f MB), %d copied back (%.1f MB), %d fingerprinted "
-                 "there\n",
+                 "there (%d of them queued, their results collected in %d "
+                 "copies)\n",
                  run, static_cast<int>(c.uploads), c.upload_bytes / 1e6,
                  static_cast<int>(c.downloads), c.download_bytes / 1e6,
-                 static_cast<int>(c.mirror_fingerprints));
+                 static_cast<int>(c.mirror_fingerprints),
+                 static_cast<int>(c.queued_fingerprints),
+                 static_cast<int>(c.fingerprint_collections));
   }
   std::fprintf(out, "run %d digest %s  dataset %s\n", run,
                r.run_digest.ToHex().c_str(), r.dataset_digest.c_str());
@@ -194,6 +199,7 @@ int RunCommand(const RunCommandOptions& options, std::FILE* out,
   if (!plan.ok()) return Fail(err, plan.status());
   job.plan = *std::move(plan);
   job.device_resident = options.device_resident;
+  job.queue_device_fingerprints = options.queue_device_fingerprints;
   if (!options.inject_fault.empty()) {
     absl::StatusOr<FaultSpec> f = ParseFaultSpec(options.inject_fault);
     if (!f.ok()) return Fail(err, f.status());

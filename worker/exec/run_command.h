@@ -40,6 +40,11 @@ struct RunCommandOptions {
   // the whole run (ExecutorOptions::device_resident); false copies every
   // kernel's tensors in and out (same bits; for comparing the two).
   bool device_resident = true;
+  // --queue_device_fingerprints: in a device-resident run, collect the
+  // device fingerprints once per step
+  // (ExecutorOptions::queue_device_fingerprints); false waits for each
+  // (same bits; for comparing the two).
+  bool queue_device_fingerprints = true;
 };
 
 // Runs the command; progress and results go to `out`, errors to `err`.
