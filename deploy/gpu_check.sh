@@ -23,8 +23,11 @@
 #                       steps vendor bench (default: all, in that order)
 #   GPU_CHECK_SCALE     multiplies every time limit (default 1)
 #   LOCKSTEP_VENDOR_LIBRARY_DIR  where cuBLAS and cuDNN are; when unset,
-#                       the first directory holding libcublas.so* among the
-#                       usual places (docs/gpu.md, "Vendor libraries")
+#                       the first usual directory holding both (docs/gpu.md,
+#                       "Vendor libraries"), else, where they lie apart (the
+#                       CUDA toolkit's cuBLAS, a Python environment's
+#                       nvidia-cudnn wheel), a scratch directory of links
+#                       to both
 # Exit status of `run`: 0 when every check that ran passed, 1 otherwise,
 # 2 for bad usage. Without a device the GPU tests skip, the selftest and
 # the benchmark say why, the CUDA runs are left out (the CPU runs still
@@ -145,6 +148,39 @@ wants() {
   return 1
 }
 
+# The directory for LOCKSTEP_VENDOR_LIBRARY_DIR: the first usual directory
+# holding both libcublas.so* and libcudnn.so*; else, when the two lie in
+# different directories (Python environments' nvidia-* wheels count), a
+# scratch directory of links to both; else the first holding cuBLAS (the
+# cuDNN kernels then say what is missing). Nothing when there is no cuBLAS.
+vendor_library_dir() {
+  local usual=(/usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu /usr/local/lib
+    /opt/nvidia/lib64)
+  local d cublas="" cudnn=""
+  for d in "${usual[@]}"; do
+    if compgen -G "$d/libcublas.so*" > /dev/null &&
+      compgen -G "$d/libcudnn.so*" > /dev/null; then
+      echo "$d"
+      return
+    fi
+  done
+  for d in "${usual[@]}" /usr/local/lib/python3*/dist-packages/nvidia/*/lib \
+    /usr/lib/python3/dist-packages/nvidia/*/lib \
+    /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib; do
+    [ -d "$d" ] || continue
+    [ -z "$cublas" ] && compgen -G "$d/libcublas.so*" > /dev/null && cublas="$d"
+    [ -z "$cudnn" ] && compgen -G "$d/libcudnn.so*" > /dev/null && cudnn="$d"
+  done
+  if [ -n "$cublas" ] && [ -n "$cudnn" ]; then
+    local links
+    links="$(mktemp -d)" || return
+    ln -s "$cublas"/libcublas*.so* "$cudnn"/libcudnn*.so* "$links"/ || return
+    echo "$links"
+  elif [ -n "$cublas" ]; then
+    echo "$cublas"
+  fi
+}
+
 # Milliseconds per step of a device-resident CUDA run of each STEP_MODELS
 # model: wall time at 13 steps minus 3 steps, over 10 (process start and
 # CUDA initialisation cancel), with the device fingerprints queued (one
@@ -194,14 +230,9 @@ run_checks() {
   mkdir -p "$OUT" || exit 2
   export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   if [ -z "${LOCKSTEP_VENDOR_LIBRARY_DIR:-}" ]; then
-    local d
-    for d in /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu \
-      /usr/local/lib /opt/nvidia/lib64; do
-      if compgen -G "$d/libcublas.so*" > /dev/null; then
-        export LOCKSTEP_VENDOR_LIBRARY_DIR="$d"
-        break
-      fi
-    done
+    local vendor_dir
+    vendor_dir="$(vendor_library_dir)"
+    [ -n "$vendor_dir" ] && export LOCKSTEP_VENDOR_LIBRARY_DIR="$vendor_dir"
   fi
   {
     echo "commit: $(cat "$dir/COMMIT" 2> /dev/null || echo unknown)"

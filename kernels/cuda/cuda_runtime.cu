@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -268,6 +269,30 @@ PlanOptions DevicePlanOptions() {
   options.device_multiprocessors = it->second;
   return options;
 }
+
+namespace {
+
+// CudaDeviceStatus without its synchronization, for the calls that must
+// not wait for the device (a resident run's kernel calls, queued
+// fingerprints): the device count is read until it is found usable, then
+// never again. An error of an earlier asynchronous launch (a sticky one)
+// is not looked for here: the next CUDA call that meets it returns it,
+// and a resident run's next copy (its step's fingerprint results, the
+// loss) waits for the device and reports it.
+absl::Status CudaDeviceReady() {
+  static std::atomic<bool> usable{false};
+  if (usable.load(std::memory_order_acquire)) return absl::OkStatus();
+  int count = 0;
+  LS_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        "no usable CUDA device: cudaGetDeviceCount returned 0 devices");
+  }
+  usable.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status CudaDeviceStatus() {
   int count = 0;
@@ -583,7 +608,9 @@ absl::Status RunTiledGemmConfig(int config,
 
 absl::Status RunOnDevice(const DeviceCall& call, const LaunchConfig& config) {
   LS_RETURN_IF_ERROR(CheckDeviceLaunchConfig(config, call.op));
-  if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
+  // No wait for the device here: a call that copies back waits at its end
+  // (so its own faults are its own), and a resident call must not wait.
+  if (absl::Status s = CudaDeviceReady(); !s.ok()) return s;
   const bool resident = ActiveResidentRun() != nullptr;
   std::vector<DeviceBuffer> mem(call.buffers.size());
   std::vector<void*> device(call.buffers.size());
@@ -694,15 +721,11 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
   return hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
 }
 
-// DeviceFingerprintAndStats's kernels: the host bytes are copied to the
-// device first, or `device_bytes` (16-byte aligned) are already there. The
-// buffers made here are freed in stream order, after the kernels.
-absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
-                                        absl::Span<const int64_t> shape,
-                                        const void* bytes,
-                                        const void* device_bytes, size_t size,
-                                        const LaunchConfig& config,
-                                        CombineResults* out) {
+// Everything about a DeviceFingerprintAndStats call that can be wrong
+// before any device work; the combination kernel's header argument.
+absl::StatusOr<TensorHeaderArg> CheckFingerprintAndStats(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    const void* device_bytes, size_t size, const LaunchConfig& config) {
   LS_RETURN_IF_ERROR(
       CheckDeviceLaunchConfig(config, "DeviceFingerprintAndStats"));
   if (dtype != hash::DtypeCode::kFloat32) {
@@ -713,16 +736,30 @@ absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
     return absl::InvalidArgumentError(
         "DeviceFingerprintAndStats: bytes is null but size > 0");
   }
-  const uint64_t leaves = NumDeviceLeaves(size);
-  // Validates shape and size before any device work.
+  // Validates shape and size.
   if (absl::StatusOr<hash::Fingerprint> check = hash::CombineLeafHashes(
-          dtype, shape, size, std::vector<uint64_t>(leaves));
+          dtype, shape, size, std::vector<uint64_t>(NumDeviceLeaves(size)));
       !check.ok()) {
     return check.status();
   }
-  absl::StatusOr<TensorHeaderArg> header = DeviceHeaderArg(dtype, shape);
+  return DeviceHeaderArg(dtype, shape);
+}
+
+// DeviceFingerprintAndStats's kernels: the host bytes are copied to the
+// device first, or `device_bytes` (16-byte aligned) are already there. The
+// buffers made here are freed in stream order, after the kernels.
+absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
+                                        absl::Span<const int64_t> shape,
+                                        const void* bytes,
+                                        const void* device_bytes, size_t size,
+                                        const LaunchConfig& config,
+                                        CombineResults* out) {
+  absl::StatusOr<TensorHeaderArg> header =
+      CheckFingerprintAndStats(dtype, shape, bytes, device_bytes, size, config);
   if (!header.ok()) return header.status();
-  if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
+  const uint64_t leaves = NumDeviceLeaves(size);
+  // Queued fingerprints must not wait for the device.
+  if (absl::Status s = CudaDeviceReady(); !s.ok()) return s;
   using hash::portable::Hash128;
   using hash::portable::StatsPartial;
   // Device memory: the tensor, the leaf hashes and statistics partials,
@@ -776,6 +813,9 @@ absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
 absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
     const void* device_bytes, size_t size, const LaunchConfig& config) {
+  LS_RETURN_IF_ERROR(
+      CheckFingerprintAndStats(dtype, shape, bytes, device_bytes, size, config)
+          .status());
   DeviceBuffer result;
   LS_RETURN_IF_ERROR(result.Allocate(sizeof(CombineResults)));
   auto* out = static_cast<CombineResults*>(result.get());
