@@ -195,6 +195,11 @@ KernelPtr KernelFor(const KernelParams& params) {
     LS_CASE(kConv2dGradInputCol)
     LS_CASE(kConv2dGradWeightCol)
     LS_CASE(kTreeSumParts)
+    LS_CASE(kBnChunks)
+    LS_CASE(kBnOutput)
+    LS_CASE(kBnRunning)
+    LS_CASE(kBnGradInput)
+    LS_CASE(kSumSquaresChunks)
 #undef LS_CASE
     case DeviceOp::kTiledMatMul: {
       KernelPtr kernel = nullptr;

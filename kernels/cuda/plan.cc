@@ -785,6 +785,48 @@ absl::Status PlanLayerNorm(absl::string_view name, absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// y[offset_y + o] = the canonical tree of parts[offset_parts + e * outputs
+// + o] over e < count (CanonicalNanOf'd when `nan`); offsets in floats.
+void AddTreeSum(DeviceCall* call, int parts, int64_t offset_parts, int y,
+                int64_t offset_y, int64_t count, int64_t outputs, bool nan) {
+  KernelParams& p =
+      AddLaunch(call, DeviceOp::kTreeSumParts, outputs, {parts}, {y});
+  p.tree_parts = count;
+  p.tree_nan = nan;
+  Launch& l = call->launches.back();
+  l.in_offset[0] = offset_parts * int64_t{sizeof(float)};
+  l.out_offset[0] = offset_y * int64_t{sizeof(float)};
+}
+
+// Training-mode batch norm, its reductions chunk by chunk (BnChunksThread):
+// the scratch `stats` [4, C] gets row 0 (sum x) and row 1 (dot (d, d)),
+// each through `parts` [2, chunks, C].
+void AddBnStats(DeviceCall* call, const c::ChannelShape& s, int x, int stats,
+                int parts) {
+  const int64_t chunks = ChunksOf(s.n * s.spatial);
+  AddLaunch(call, DeviceOp::kBnChunks, chunks * s.c, {x}, {parts}).channels = s;
+  call->launches.back().params.bn_mode = kBnSumX;
+  AddTreeSum(call, parts, 0, stats, 0, chunks, s.c, false);
+  KernelParams& p =
+      AddLaunch(call, DeviceOp::kBnChunks, chunks * s.c, {x, stats}, {parts});
+  p.channels = s;
+  p.bn_mode = kBnSumSqDev;
+  AddTreeSum(call, parts, 0, stats, s.c, chunks, s.c, false);
+}
+
+// The scratch of AddBnStats: stats [4, C] and parts [2, chunks, C].
+std::pair<int, int> AddBnScratch(DeviceCall* call, const c::ChannelShape& s) {
+  const int64_t chunks = ChunksOf(s.n * s.spatial);
+  const int stats = AddScratch(call, 4 * s.c * int64_t{sizeof(float)});
+  const int parts = AddScratch(call, 2 * chunks * s.c * int64_t{sizeof(float)});
+  return {stats, parts};
+}
+
+// Batch norm: in training mode every channel's reductions run chunk by
+// chunk on threads of their own, then one thread per channel adds the
+// chunks with the canonical tree, then one thread per element (the same
+// bits as one thread per channel, BatchNormForwardChannel and the
+// gradients' channel functions, which eval mode still runs).
 absl::Status PlanBatchNorm(absl::string_view name, absl::Span<const Tensor> in,
                            absl::Span<Tensor> out, const OpAttrs& a,
                            DeviceCall* call) {
@@ -802,8 +844,17 @@ absl::Status PlanBatchNorm(absl::string_view name, absl::Span<const Tensor> in,
     const int beta = AddIn(call, in[2]);
     const int y = AddOut(call, out[0]);
     const int running = AddInOut(call, out[1]);
-    AddLaunch(call, DeviceOp::kBatchNorm, s.c, {x, gamma, beta}, {y, running})
+    if (s.eval) {
+      AddLaunch(call, DeviceOp::kBatchNorm, s.c, {x, gamma, beta}, {y, running})
+          .channels = s;
+      return absl::OkStatus();
+    }
+    const auto [stats, parts] = AddBnScratch(call, s);
+    AddBnStats(call, s, x, stats, parts);
+    AddLaunch(call, DeviceOp::kBnOutput, s.n * s.c * s.spatial,
+              {x, gamma, beta, stats}, {y})
         .channels = s;
+    AddLaunch(call, DeviceOp::kBnRunning, s.c, {stats}, {running}).channels = s;
     return absl::OkStatus();
   }
   if (name == op::kBatchNormGradInput) {
@@ -820,8 +871,23 @@ absl::Status PlanBatchNorm(absl::string_view name, absl::Span<const Tensor> in,
     const int dy = AddIn(call, in[2]);
     const int running = AddIn(call, in[3]);
     const int dx = AddOut(call, out[0]);
-    AddLaunch(call, DeviceOp::kBatchNormGradInput, s.c, {x, gamma, dy, running},
-              {dx})
+    if (s.eval) {
+      AddLaunch(call, DeviceOp::kBatchNormGradInput, s.c,
+                {x, gamma, dy, running}, {dx})
+          .channels = s;
+      return absl::OkStatus();
+    }
+    const auto [stats, parts] = AddBnScratch(call, s);
+    AddBnStats(call, s, x, stats, parts);
+    const int64_t chunks = ChunksOf(s.n * s.spatial);
+    KernelParams& p = AddLaunch(call, DeviceOp::kBnChunks, chunks * s.c,
+                                {x, stats, gamma, dy}, {parts});
+    p.channels = s;
+    p.bn_mode = kBnGradInput;
+    AddTreeSum(call, parts, 0, stats, 2 * s.c, chunks, s.c, false);
+    AddTreeSum(call, parts, chunks * s.c, stats, 3 * s.c, chunks, s.c, false);
+    AddLaunch(call, DeviceOp::kBnGradInput, s.n * s.c * s.spatial,
+              {x, gamma, dy, stats}, {dx})
         .channels = s;
     return absl::OkStatus();
   }
@@ -842,9 +908,21 @@ absl::Status PlanBatchNorm(absl::string_view name, absl::Span<const Tensor> in,
   const int running = AddIn(call, in[2]);
   const int dgamma = AddOut(call, out[0]);
   const int dbeta = AddOut(call, out[1]);
-  AddLaunch(call, DeviceOp::kBatchNormGradParams, s.c, {x, dy, running},
-            {dgamma, dbeta})
-      .channels = s;
+  if (s.eval) {
+    AddLaunch(call, DeviceOp::kBatchNormGradParams, s.c, {x, dy, running},
+              {dgamma, dbeta})
+        .channels = s;
+    return absl::OkStatus();
+  }
+  const auto [stats, parts] = AddBnScratch(call, s);
+  AddBnStats(call, s, x, stats, parts);
+  const int64_t chunks = ChunksOf(s.n * s.spatial);
+  KernelParams& p = AddLaunch(call, DeviceOp::kBnChunks, chunks * s.c,
+                              {x, stats, dy}, {parts});
+  p.channels = s;
+  p.bn_mode = kBnGradParams;
+  AddTreeSum(call, parts, 0, dgamma, 0, chunks, s.c, true);
+  AddTreeSum(call, parts, chunks * s.c, dbeta, 0, chunks, s.c, true);
   return absl::OkStatus();
 }
 
@@ -864,9 +942,16 @@ absl::Status PlanGradNorm(absl::string_view name, absl::Span<const Tensor> in,
           "grad_norm.sum_squares: s must have one element, got %s",
           out[0].DebugString()));
     }
+    // The chunks' chains on threads of their own, then the tree.
+    const int64_t count = in[0].numel();
+    const int64_t chunks = ChunksOf(count);
     const int g = AddIn(call, in[0]);
     const int s = AddOut(call, out[0]);
-    AddLaunch(call, DeviceOp::kSumSquares, 1, {g}, {s}).rows.d = in[0].numel();
+    const int parts =
+        AddScratch(call, std::max<int64_t>(chunks, 1) * int64_t{sizeof(float)});
+    AddLaunch(call, DeviceOp::kSumSquaresChunks, chunks, {g}, {parts}).rows.d =
+        count;
+    AddTreeSum(call, parts, 0, s, 0, chunks, 1, false);
     return absl::OkStatus();
   }
   const Tensor* t[] = {&in[0], &out[0]};

@@ -116,7 +116,17 @@ enum class DeviceOp : int32_t {
   kConv2dGradInputCol,   // in {dy}, out {col}; work N * C_out KH KW * H W
   kConv2dGradWeightCol,  // in {x}, out {col}; work K * N * P
   kTreeSumParts,         // in {parts [tree_parts, work]}, out {y}; work
-                         // outputs
+                         // outputs (tree_nan: each y canonical-NaN'd)
+  // Training-mode batch norm with every channel's reductions split into
+  // their canonical chunks (BnChunksThread; the chunks' sums are combined
+  // by kTreeSumParts into stats [4, C]: sum x, dot (d, d), then the two
+  // gradient reductions).
+  kBnChunks,          // in {x, stats, gamma | dy, dy}, out {parts}; work
+                      // chunks * C (BnChunkMode in bn_mode)
+  kBnOutput,          // in {x, gamma, beta, stats}, out {y}; work numel
+  kBnRunning,         // in {stats}, out {running}; work C
+  kBnGradInput,       // in {x, gamma, dy, stats}, out {dx}; work numel
+  kSumSquaresChunks,  // in {g}, out {parts [chunks]}; work chunks
   kNumOps,
 };
 
@@ -167,6 +177,8 @@ struct KernelParams {
   c::TransposeShape transpose;
   GraphParams graph;
   int64_t tree_parts = 0;  // kTreeSumParts: partial sums per output
+  bool tree_nan = false;   // kTreeSumParts: CanonicalNanOf each output
+  int bn_mode = 0;         // kBnChunks: a BnChunkMode
   // kTiledMatMul: the tiled GEMM configuration that runs it (tiled_gemm.h,
   // WithGemmConfig; the planner sets kPlannedGemmConfig or
   // kFewTilesGemmConfig).
@@ -444,12 +456,14 @@ LS_HD_INLINE void Conv2dGradInputColThread(const sp::Conv2dShape& s,
 // (TreeAccumulator is a binary counter, and a run of 2^L chunks is the
 // finished subtree of level L).
 LS_HD_INLINE void TreeSumPartsThread(const float* parts, int64_t count,
-                                     int64_t outputs, float* y, int64_t thread,
+                                     int64_t outputs, bool canonical_nan,
+                                     float* y, int64_t thread,
                                      int64_t num_threads) {
   for (int64_t o = thread; o < outputs; o += num_threads) {
     c::TreeAccumulator tree;
     for (int64_t e = 0; e < count; ++e) tree.Push(parts[e * outputs + o]);
-    y[o] = tree.Result();
+    y[o] = canonical_nan ? c::norm_internal::CanonicalNanOf(tree.Result())
+                         : tree.Result();
   }
 }
 
@@ -657,6 +671,162 @@ LS_HD_INLINE void BatchNormGradParamsThread(const c::ChannelShape& s,
 LS_HD_INLINE void SumSquaresThread(const float* g, float* s, int64_t count,
                                    int64_t thread) {
   if (thread == 0) s[0] = c::CanonicalDot(g, 1, g, 1, count);
+}
+
+// ---- chunked reductions ---------------------------------------------------
+//
+// A canonical reduction is its chunks' chains (each kChunk terms from +0.0f
+// in term order) pushed into the pairwise tree in chunk order, so the
+// chains can run on threads of their own and one thread per result then
+// pushes them (kTreeSumParts): the same bits as one thread doing both, with
+// as many threads busy as there are chunks.
+
+// The chunks of a reduction of `terms` terms.
+LS_HD_INLINE int64_t ChunksOf(int64_t terms) {
+  return (terms + c::kChunk - 1) / c::kChunk;
+}
+
+// parts[q] = chunk q's chain of CanonicalDot(g, 1, g, 1, count).
+LS_HD_INLINE void SumSquaresChunksThread(const float* g, float* parts,
+                                         int64_t count, int64_t thread,
+                                         int64_t num_threads) {
+  const int64_t chunks = ChunksOf(count);
+  for (int64_t q = thread; q < chunks; q += num_threads) {
+    const int64_t begin = q * c::kChunk;
+    const int64_t n = count - begin < c::kChunk ? count - begin : c::kChunk;
+    parts[q] = c::ChainDot(g + begin, 1, g + begin, 1, n);
+  }
+}
+
+// What a kBnChunks launch reduces per channel c (terms t = n * spatial + k
+// in the order of BatchNormStatsOf's loops; d = x - mean, xhat = d * rstd,
+// g = dy * gamma[c]; stats [4, C] as kTreeSumParts leaves them).
+enum BnChunkMode : int {
+  kBnSumX = 0,        // in {x}: sum x                   -> parts [chunks, C]
+  kBnSumSqDev = 1,    // in {x, stats}: dot (d, d)       -> parts [chunks, C]
+  kBnGradParams = 2,  // in {x, stats, dy}: dot (dy, xhat), sum dy
+                      //                              -> parts [2, chunks, C]
+  kBnGradInput = 3,   // in {x, stats, gamma, dy}: sum g, dot (g, xhat)
+                      //                              -> parts [2, chunks, C]
+};
+
+// The channel statistics of training mode from stats [4, C]: row 0 the
+// canonical sum of x, row 1 the canonical dot (d, d).
+LS_HD_INLINE c::BatchNormChannelStats BnStatsOf(const c::ChannelShape& s,
+                                                const float* stats,
+                                                int64_t ch) {
+  return c::BatchNormStatsFrom(s, c::BatchNormMeanOf(s, stats[ch]),
+                               stats[s.c + ch]);
+}
+
+// Work item w = q * C + ch: chunk q of channel ch's reduction(s) for
+// `mode`, each chain exactly as GatherChain runs it.
+LS_HD_INLINE void BnChunksThread(const c::ChannelShape& s, int mode,
+                                 const float* x, const float* stats,
+                                 const float* a, const float* b, float* parts,
+                                 int64_t thread, int64_t num_threads) {
+  const int64_t terms = s.n * s.spatial;
+  const int64_t work = ChunksOf(terms) * s.c;
+  for (int64_t w = thread; w < work; w += num_threads) {
+    const int64_t q = w / s.c;
+    const int64_t ch = w % s.c;
+    const int64_t begin = q * c::kChunk;
+    const int64_t end = terms - begin < c::kChunk ? terms : begin + c::kChunk;
+    int64_t n = begin / s.spatial;
+    int64_t k = begin % s.spatial;
+    float acc0 = 0.0f;
+    float acc1 = 0.0f;
+    if (mode == kBnSumX) {
+      for (int64_t t = begin; t < end; ++t) {
+        acc0 = acc0 + x[c::norm_internal::ChannelIndex(s, ch, n, k)];
+        if (++k == s.spatial) {
+          k = 0;
+          ++n;
+        }
+      }
+      parts[q * s.c + ch] = acc0;
+    } else if (mode == kBnSumSqDev) {
+      const float mean = c::BatchNormMeanOf(s, stats[ch]);
+      for (int64_t t = begin; t < end; ++t) {
+        const float d = x[c::norm_internal::ChannelIndex(s, ch, n, k)] - mean;
+        acc0 = c::LsFma(d, d, acc0);
+        if (++k == s.spatial) {
+          k = 0;
+          ++n;
+        }
+      }
+      parts[q * s.c + ch] = acc0;
+    } else if (mode == kBnGradParams) {
+      const c::BatchNormChannelStats st = BnStatsOf(s, stats, ch);
+      const float* dy = a;
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t i = c::norm_internal::ChannelIndex(s, ch, n, k);
+        acc0 = c::LsFma(dy[i], (x[i] - st.mean) * st.rstd, acc0);
+        acc1 = acc1 + dy[i];
+        if (++k == s.spatial) {
+          k = 0;
+          ++n;
+        }
+      }
+      parts[q * s.c + ch] = acc0;
+      parts[work + q * s.c + ch] = acc1;
+    } else {  // kBnGradInput
+      const c::BatchNormChannelStats st = BnStatsOf(s, stats, ch);
+      const float* gamma = a;
+      const float* dy = b;
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t i = c::norm_internal::ChannelIndex(s, ch, n, k);
+        const float g = dy[i] * gamma[ch];
+        acc0 = acc0 + g;
+        acc1 = c::LsFma(g, (x[i] - st.mean) * st.rstd, acc1);
+        if (++k == s.spatial) {
+          k = 0;
+          ++n;
+        }
+      }
+      parts[q * s.c + ch] = acc0;
+      parts[work + q * s.c + ch] = acc1;
+    }
+  }
+}
+
+// y in element order from the statistics (training mode).
+LS_HD_INLINE void BnOutputThread(const c::ChannelShape& s, const float* x,
+                                 const float* gamma, const float* beta,
+                                 const float* stats, float* y, int64_t thread,
+                                 int64_t num_threads) {
+  const int64_t total = s.n * s.c * s.spatial;
+  for (int64_t i = thread; i < total; i += num_threads) {
+    const int64_t ch = (i / s.spatial) % s.c;
+    y[i] = c::BatchNormOutputOf(x[i], gamma[ch], beta[ch],
+                                BnStatsOf(s, stats, ch));
+  }
+}
+
+// The running statistics of each channel (training mode).
+LS_HD_INLINE void BnRunningThread(const c::ChannelShape& s, const float* stats,
+                                  float* running, int64_t thread,
+                                  int64_t num_threads) {
+  for (int64_t ch = thread; ch < s.c; ch += num_threads) {
+    c::BatchNormUpdateRunning(s, running, ch, BnStatsOf(s, stats, ch));
+  }
+}
+
+// dx in element order (training mode): stats rows 2 and 3 hold the
+// canonical sum of g and dot (g, xhat).
+LS_HD_INLINE void BnGradInputThread(const c::ChannelShape& s, const float* x,
+                                    const float* gamma, const float* dy,
+                                    const float* stats, float* dx,
+                                    int64_t thread, int64_t num_threads) {
+  const int64_t total = s.n * s.c * s.spatial;
+  const float m = static_cast<float>(s.n * s.spatial);
+  for (int64_t i = thread; i < total; i += num_threads) {
+    const int64_t ch = (i / s.spatial) % s.c;
+    const float a = stats[2 * s.c + ch] / m;
+    const float b = stats[3 * s.c + ch] / m;
+    dx[i] = c::BatchNormGradInputOf(x[i], dy[i], gamma[ch],
+                                    BnStatsOf(s, stats, ch), a, b);
+  }
 }
 
 LS_HD_INLINE void ScaleThread(const float* g, float* y, int64_t count,
@@ -925,7 +1095,22 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
       Conv2dGradWeightColThread(p.conv, i0, o0, t, nt);
       break;
     case DeviceOp::kTreeSumParts:
-      TreeSumPartsThread(i0, p.tree_parts, p.work, o0, t, nt);
+      TreeSumPartsThread(i0, p.tree_parts, p.work, p.tree_nan, o0, t, nt);
+      break;
+    case DeviceOp::kBnChunks:
+      BnChunksThread(p.channels, p.bn_mode, i0, i1, i2, i3, o0, t, nt);
+      break;
+    case DeviceOp::kBnOutput:
+      BnOutputThread(p.channels, i0, i1, i2, i3, o0, t, nt);
+      break;
+    case DeviceOp::kBnRunning:
+      BnRunningThread(p.channels, i0, o0, t, nt);
+      break;
+    case DeviceOp::kBnGradInput:
+      BnGradInputThread(p.channels, i0, i1, i2, i3, o0, t, nt);
+      break;
+    case DeviceOp::kSumSquaresChunks:
+      SumSquaresChunksThread(i0, o0, p.rows.d, t, nt);
       break;
     case DeviceOp::kConv2dGradWeight:
       Conv2dGradWeightThread(p.conv, i0, i1, o0, t, nt);

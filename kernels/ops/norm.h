@@ -447,6 +447,25 @@ LS_HD_INLINE BatchNormChannelStats BatchNormStatsOf(const ChannelShape& s,
   return BatchNormStatsFrom(s, mean, sq.Finish());
 }
 
+// One element of y from x, the channel's gamma and beta and statistics.
+LS_HD_INLINE float BatchNormOutputOf(float x, float gamma, float beta,
+                                     const BatchNormChannelStats& st) {
+  const float xhat = (x - st.mean) * st.rstd;
+  return norm_internal::CanonicalNanOf(xhat * gamma + beta);
+}
+
+// Training mode: channel c of the running statistics, updated from the
+// channel's statistics.
+LS_HD_INLINE void BatchNormUpdateRunning(const ChannelShape& s, float* running,
+                                         int64_t c,
+                                         const BatchNormChannelStats& st) {
+  const float m = static_cast<float>(s.n * s.spatial);
+  const float keep = 1.0f - s.momentum;
+  const float unbiased = st.var_sum / (m - 1.0f);
+  running[c] = keep * running[c] + s.momentum * st.mean;
+  running[s.c + c] = keep * running[s.c + c] + s.momentum * unbiased;
+}
+
 // Channel c of y, and (training) channel c of the running statistics, from
 // the channel's statistics.
 LS_HD_INLINE void BatchNormApplyChannel(const ChannelShape& s, const float* x,
@@ -456,17 +475,10 @@ LS_HD_INLINE void BatchNormApplyChannel(const ChannelShape& s, const float* x,
   for (int64_t n = 0; n < s.n; ++n) {
     for (int64_t k = 0; k < s.spatial; ++k) {
       const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
-      const float xhat = (x[i] - st.mean) * st.rstd;
-      y[i] = norm_internal::CanonicalNanOf(xhat * gamma[c] + beta[c]);
+      y[i] = BatchNormOutputOf(x[i], gamma[c], beta[c], st);
     }
   }
-  if (!s.eval) {
-    const float m = static_cast<float>(s.n * s.spatial);
-    const float keep = 1.0f - s.momentum;
-    const float unbiased = st.var_sum / (m - 1.0f);
-    running[c] = keep * running[c] + s.momentum * st.mean;
-    running[s.c + c] = keep * running[s.c + c] + s.momentum * unbiased;
-  }
+  if (!s.eval) BatchNormUpdateRunning(s, running, c, st);
 }
 
 // Channel c of y, and (training) channel c of the running statistics.
@@ -489,6 +501,16 @@ LS_HD_INLINE void BatchNormGradInputEvalChannel(
   }
 }
 
+// Training mode's dx of one element from x, dy, the channel's gamma and
+// statistics, and a = sum_g / m, b = dot_gx / m (below).
+LS_HD_INLINE float BatchNormGradInputOf(float x, float dy, float gamma,
+                                        const BatchNormChannelStats& st,
+                                        float a, float b) {
+  const float g = dy * gamma;
+  const float xhat = (x - st.mean) * st.rstd;
+  return norm_internal::CanonicalNanOf(((g - a) - xhat * b) * st.rstd);
+}
+
 // Training mode's dx for channel c from its statistics and its two
 // reductions: sum_g = the canonical sum of g = dy * gamma[c], dot_gx = the
 // canonical dot of (g, xhat).
@@ -502,9 +524,7 @@ LS_HD_INLINE void BatchNormGradInputApplyChannel(
   for (int64_t n = 0; n < s.n; ++n) {
     for (int64_t k = 0; k < s.spatial; ++k) {
       const int64_t i = norm_internal::ChannelIndex(s, c, n, k);
-      const float g = dy[i] * gamma[c];
-      const float xhat = (x[i] - st.mean) * st.rstd;
-      dx[i] = norm_internal::CanonicalNanOf(((g - a) - xhat * b) * st.rstd);
+      dx[i] = BatchNormGradInputOf(x[i], dy[i], gamma[c], st, a, b);
     }
   }
 }

@@ -85,6 +85,9 @@ ABSL_FLAG(bool, queue_device_fingerprints, true,
           "run: in a device-resident run, queue the device fingerprints and "
           "collect each step's results at its end; false waits for each "
           "tensor's result (the same bits, slower)");
+ABSL_FLAG(bool, op_times, false,
+          "run: after each run, print its wall time per step by op (on "
+          "CUDA the host's time unless CUDA_LAUNCH_BLOCKING=1)");
 ABSL_FLAG(std::string, ops, "",
           "selftest: comma-separated ops to test, e.g. "
           "dense.forward,conv2d.grad_weight (default: all)");
@@ -109,6 +112,7 @@ RunCommandOptions RunOptionsFromFlags() {
   options.device_resident = absl::GetFlag(FLAGS_device_resident);
   options.queue_device_fingerprints =
       absl::GetFlag(FLAGS_queue_device_fingerprints);
+  options.op_times = absl::GetFlag(FLAGS_op_times);
   options.dump_dir = absl::GetFlag(FLAGS_dump_dir);
   options.data_root = absl::GetFlag(FLAGS_data_root);
   return options;

@@ -168,6 +168,26 @@ hash::Parallelism CpuPoolParallelism() {
   return p;
 }
 
+std::string FormatOpTimes(const OpTimes& times, int steps, double ms_per_step,
+                          absl::string_view indent) {
+  std::vector<std::pair<std::string, OpTime>> ops(times.begin(), times.end());
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  double timed_ms = 0;
+  for (const auto& [op, time] : ops) timed_ms += 1e3 * time.seconds / steps;
+  ops.push_back(
+      {"(between kernels)", OpTime{(ms_per_step - timed_ms) * steps / 1e3, 0}});
+  std::string out;
+  for (const auto& [op, time] : ops) {
+    const double ms = 1e3 * time.seconds / steps;
+    absl::StrAppendFormat(&out, "%s%-34s %8.1f calls %10.3f ms %6.1f%%\n",
+                          indent, op, static_cast<double>(time.calls) / steps,
+                          ms, 100.0 * ms / ms_per_step);
+  }
+  return out;
+}
+
 namespace {
 
 // Sets `out` to a float32 tensor's fingerprint and statistics.

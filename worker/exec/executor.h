@@ -98,6 +98,13 @@ inline constexpr char kFingerprintOpTime[] = "(fingerprint)";
 // (before a kernel overwrites a queued tensor, and at the step's end).
 inline constexpr char kFingerprintWaitOpTime[] = "(fingerprint wait)";
 
+// `times` collected over `steps` steps that took `ms_per_step` each, as a
+// table with the largest first: one line per op, indented by `indent`:
+// name, calls per step, ms per step, share of the step; then the line
+// "(between kernels)": the rest of the step (the executor's own work).
+std::string FormatOpTimes(const OpTimes& times, int steps, double ms_per_step,
+                          absl::string_view indent = "    ");
+
 struct ExecutorOptions {
   // The model's weight initialiser (lockstep.v1.Model.initializer; the plan
   // does not carry it). UNSPECIFIED means GLOROT_UNIFORM.

@@ -1,5 +1,7 @@
 #include "worker/exec/run_command.h"
 
+#include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "kernels/backend.h"
 #include "kernels/registry.h"
 #include "model/manifest.h"
 #include "model/plan.h"
@@ -62,6 +65,7 @@ struct Job {
   std::string dump_dir;
   bool device_resident = true;
   bool queue_device_fingerprints = true;
+  bool op_times = false;
 };
 
 ExecutorOptions OptionsFor(const Job& job, int run, int runs) {
@@ -78,13 +82,32 @@ ExecutorOptions OptionsFor(const Job& job, int run, int runs) {
   return o;
 }
 
+// What --op_times measures on the run's backend: on CUDA a kernel call
+// returns once its kernels are queued, unless CUDA_LAUNCH_BLOCKING=1
+// makes every launch wait for its kernel.
+std::string OpTimesNote(const Job& job) {
+  const absl::StatusOr<std::string> backend =
+      BackendFor(job.registry, job.config);
+  if (!backend.ok() || *backend != kernels::kCudaBackendName) return "";
+  const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
+  if (blocking != nullptr && std::string(blocking) == "1") {
+    return "; CUDA_LAUNCH_BLOCKING=1: each call waited for its kernels";
+  }
+  return "; CUDA: a call returns once its kernels are queued, so this is "
+         "the host's time (CUDA_LAUNCH_BLOCKING=1 counts the device's)";
+}
+
 absl::StatusOr<RunResult> RunOnce(Job& job, int run, int runs, std::FILE* out) {
+  ExecutorOptions options = OptionsFor(job, run, runs);
+  OpTimes times;
+  if (job.op_times) options.op_times = &times;
   LS_ASSIGN_OR_RETURN(
       std::unique_ptr<Executor> exec,
       Executor::Create(job.plan, job.config, &job.registry,
                        DatasetBatches(job.dataset, job.config.batch_size()),
-                       OptionsFor(job, run, runs)));
+                       std::move(options)));
   const int steps = job.config.steps();
+  const auto start = std::chrono::steady_clock::now();
   std::fprintf(out,
                "run %d/%d: model %s, %d steps, %d tensors per step, "
                "manifest %s\n",
@@ -100,6 +123,16 @@ absl::StatusOr<RunResult> RunOnce(Job& job, int run, int runs, std::FILE* out) {
       std::fprintf(out, "step %d/%d  loss %.6f  (not captured)\n", s, steps,
                    sum.loss);
     }
+  }
+  if (job.op_times) {
+    const double ms = std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+    std::fprintf(out,
+                 "run %d: wall time by op, per step (%.3f ms a step over %d "
+                 "steps, the first included)%s:\n%s",
+                 run, ms / steps, steps, OpTimesNote(job).c_str(),
+                 FormatOpTimes(times, steps, ms / steps, "  ").c_str());
   }
   LS_ASSIGN_OR_RETURN(RunResult r, exec->Finish());
   if (r.fault_injected) {
@@ -200,6 +233,7 @@ int RunCommand(const RunCommandOptions& options, std::FILE* out,
   job.plan = *std::move(plan);
   job.device_resident = options.device_resident;
   job.queue_device_fingerprints = options.queue_device_fingerprints;
+  job.op_times = options.op_times;
   if (!options.inject_fault.empty()) {
     absl::StatusOr<FaultSpec> f = ParseFaultSpec(options.inject_fault);
     if (!f.ok()) return Fail(err, f.status());

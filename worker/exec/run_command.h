@@ -45,6 +45,9 @@ struct RunCommandOptions {
   // (ExecutorOptions::queue_device_fingerprints); false waits for each
   // (same bits; for comparing the two).
   bool queue_device_fingerprints = true;
+  // --op_times: after each run, its wall time per step by op
+  // (ExecutorOptions::op_times).
+  bool op_times = false;
 };
 
 // Runs the command; progress and results go to `out`, errors to `err`.

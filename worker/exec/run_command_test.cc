@@ -108,6 +108,33 @@ TEST_F(RunCommandTest, TwoRunsAgree) {
                     HasSubstr("runs agree: 2 runs")));
 }
 
+// --op_times: each run's wall time per step by op, the kernels the model
+// calls among them, fingerprinting and the executor's own share; the
+// digest is the same as without it.
+TEST_F(RunCommandTest, OpTimesNameEveryKernelOfTheStep) {
+  const Result plain = RunWorker({"--model=" + model_, "--config=" + config_});
+  const Result r = RunWorker(
+      {"--model=" + model_, "--config=" + config_, "--runs=2", "--op_times"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output,
+              AllOf(HasSubstr("run 0: wall time by op, per step ("),
+                    HasSubstr("run 1: wall time by op, per step ("),
+                    HasSubstr("over 4 steps, the first included):"),
+                    HasSubstr("  dense.forward "), HasSubstr("  relu.grad "),
+                    HasSubstr("  sgd.update "), HasSubstr("  (fingerprint) "),
+                    HasSubstr("  (between kernels) ")));
+  // Two dense layers: 2 forward calls a step.
+  EXPECT_THAT(r.output, ::testing::ContainsRegex(
+                            "  dense\\.forward +2\\.0 calls +[0-9.]+ ms"));
+  EXPECT_THAT(plain.output, Not(HasSubstr("wall time by op")));
+  const auto digest = [](const std::string& out) {
+    const size_t at = out.find("run 0 digest ");
+    return at == std::string::npos ? std::string() : out.substr(at, 45);
+  };
+  EXPECT_FALSE(digest(plain.output).empty()) << plain.output;
+  EXPECT_EQ(digest(r.output), digest(plain.output));
+}
+
 TEST_F(RunCommandTest, InjectedFaultIsNamedAndExitsOne) {
   const std::string dump_dir = TmpDir() + "/dump_first";
   const Result r = RunWorker(

@@ -172,22 +172,7 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
 // of the step. Kernels only: the executor's own work between calls is the
 // line "(between kernels)".
 void PrintOpTimes(const Timing& t, int steps) {
-  std::vector<std::pair<std::string, OpTime>> ops(t.ops.begin(), t.ops.end());
-  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) {
-    return a.second.seconds > b.second.seconds;
-  });
-  double timed_ms = 0;
-  for (const auto& [op, time] : ops) {
-    timed_ms += 1e3 * time.seconds / steps;
-  }
-  ops.push_back({"(between kernels)",
-                 OpTime{(t.ms_per_step - timed_ms) * steps / 1e3, 0}});
-  for (const auto& [op, time] : ops) {
-    const double ms = 1e3 * time.seconds / steps;
-    std::printf("    %-34s %8.1f calls %10.3f ms %6.1f%%\n", op.c_str(),
-                static_cast<double>(time.calls) / steps, ms,
-                100.0 * ms / t.ms_per_step);
-  }
+  std::fputs(FormatOpTimes(t.ops, steps, t.ms_per_step).c_str(), stdout);
 }
 
 bool HaveTorch() {
