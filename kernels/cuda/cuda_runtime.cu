@@ -87,18 +87,43 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock)
                          GridThreads());
 }
 
-// One warp per leaf (LeafHashAndStatsWarp); stats and combine_input may be
-// null. REQUIRES: blockDim.x a multiple of kWarpSize; bytes 16-byte
-// aligned.
+// One warp per leaf (LeafHashAndStatsWarp), kBlocks 1 KiB blocks loaded
+// at once; stats and combine_input may be null. REQUIRES: blockDim.x a
+// multiple of kWarpSize; bytes 16-byte aligned.
+template <int kBlocks>
 __global__ void __launch_bounds__(kMaxThreadsPerBlock)
-    LeafHashWarpKernel(const unsigned char* bytes, uint64_t size,
-                       uint64_t* leaf_hashes,
-                       hash::portable::StatsPartial* stats,
-                       unsigned char* combine_input) {
+    LeafHashWarpBlocksKernel(const unsigned char* bytes, uint64_t size,
+                             uint64_t* leaf_hashes,
+                             hash::portable::StatsPartial* stats,
+                             unsigned char* combine_input) {
   DeviceWarp<WarpHashLane> w;
   w.lane = static_cast<int>(threadIdx.x % kWarpSize);
-  LeafHashAndStatsWarp(w, bytes, size, leaf_hashes, stats, combine_input,
-                       GlobalThread() / kWarpSize, GridThreads() / kWarpSize);
+  LeafHashAndStatsWarp<kBlocks>(w, bytes, size, leaf_hashes, stats,
+                                combine_input, GlobalThread() / kWarpSize,
+                                GridThreads() / kWarpSize);
+}
+
+// The leaf kernel of `blocks_per_load` (kLeafBlocksPerLoad, or
+// kFewLeavesBlocksPerLoad), as a pointer and queued.
+const void* LeafHashWarpKernelOf(int blocks_per_load) {
+  return blocks_per_load == kFewLeavesBlocksPerLoad
+             ? reinterpret_cast<const void*>(
+                   &LeafHashWarpBlocksKernel<kFewLeavesBlocksPerLoad>)
+             : reinterpret_cast<const void*>(
+                   &LeafHashWarpBlocksKernel<kLeafBlocksPerLoad>);
+}
+void LaunchLeafHashWarp(int blocks_per_load, dim3 grid, dim3 block,
+                        const unsigned char* bytes, uint64_t size,
+                        uint64_t* leaf_hashes,
+                        hash::portable::StatsPartial* stats,
+                        unsigned char* combine_input) {
+  if (blocks_per_load == kFewLeavesBlocksPerLoad) {
+    LeafHashWarpBlocksKernel<kFewLeavesBlocksPerLoad>
+        <<<grid, block>>>(bytes, size, leaf_hashes, stats, combine_input);
+  } else {
+    LeafHashWarpBlocksKernel<kLeafBlocksPerLoad>
+        <<<grid, block>>>(bytes, size, leaf_hashes, stats, combine_input);
+  }
 }
 
 // The combination (CombineLeavesWarp), launched as one block of
@@ -298,6 +323,13 @@ absl::Status CudaDeviceReady() {
 }
 
 }  // namespace
+
+// The leaf kernel's blocks per load for `leaves` leaves on the current
+// device (LeafBlocksPerLoadFor).
+int LeafBlocksPerLoad(uint64_t leaves) {
+  return LeafBlocksPerLoadFor(leaves,
+                              DevicePlanOptions().device_multiprocessors);
+}
 
 absl::Status CudaDeviceStatus() {
   int count = 0;
@@ -676,11 +708,12 @@ absl::Status DeviceLeafHashes(const void* device_bytes, size_t size,
   const dim3 block(static_cast<unsigned>(config.threads_per_block));
   if (reinterpret_cast<uintptr_t>(device_bytes) % 16 == 0) {
     LS_RETURN_IF_ERROR(
-        CheckKernelFits(reinterpret_cast<const void*>(&LeafHashWarpKernel),
+        CheckKernelFits(LeafHashWarpKernelOf(LeafBlocksPerLoad(leaves)),
                         "DeviceLeafHashes", config.threads_per_block));
     const dim3 grid(static_cast<unsigned>(
         BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize)));
-    LeafHashWarpKernel<<<grid, block>>>(in, size, out, nullptr, nullptr);
+    LaunchLeafHashWarp(LeafBlocksPerLoad(leaves), grid, block, in, size, out,
+                       nullptr, nullptr);
   } else {  // the warp body's 16-byte loads need 16-byte alignment
     LS_RETURN_IF_ERROR(
         CheckKernelFits(reinterpret_cast<const void*>(&LeafHashKernel),
@@ -789,18 +822,18 @@ absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
   auto* combine_input = static_cast<unsigned char*>(scratch.get());
   if (leaves > 0) {
     LS_RETURN_IF_ERROR(
-        CheckKernelFits(reinterpret_cast<const void*>(&LeafHashWarpKernel),
+        CheckKernelFits(LeafHashWarpKernelOf(LeafBlocksPerLoad(leaves)),
                         "DeviceFingerprintAndStats", config.threads_per_block));
     const dim3 grid(static_cast<unsigned>(
         BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize)));
     const dim3 block(static_cast<unsigned>(config.threads_per_block));
     // Each leaf's hash also lands after the header: the combination's
     // input.
-    LeafHashWarpKernel<<<grid, block>>>(
-        static_cast<const unsigned char*>(leaves_in), size,
-        static_cast<uint64_t*>(hashes.get()),
-        static_cast<StatsPartial*>(partials.get()),
-        combine_input + header->len);
+    LaunchLeafHashWarp(LeafBlocksPerLoad(leaves), grid, block,
+                       static_cast<const unsigned char*>(leaves_in), size,
+                       static_cast<uint64_t*>(hashes.get()),
+                       static_cast<StatsPartial*>(partials.get()),
+                       combine_input + header->len);
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   LS_RETURN_IF_ERROR(
@@ -921,7 +954,8 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
   for (const void* kernel :
        {reinterpret_cast<const void*>(&LeafHashKernel),
         reinterpret_cast<const void*>(&LeafHashAndStatsKernel),
-        reinterpret_cast<const void*>(&LeafHashWarpKernel)}) {
+        LeafHashWarpKernelOf(kLeafBlocksPerLoad),
+        LeafHashWarpKernelOf(kFewLeavesBlocksPerLoad)}) {
     LS_RETURN_IF_ERROR(
         CheckKernelFits(kernel, "RunGpuBenchmarks", config.threads_per_block));
   }
@@ -958,20 +992,42 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
       const char* what;
       std::function<void()> enqueue;
     };
+    // The leaf kernel the fingerprints run for this many leaves, and the
+    // other one.
+    const int chosen = LeafBlocksPerLoad(leaves);
+    const int other = chosen == kLeafBlocksPerLoad ? kFewLeavesBlocksPerLoad
+                                                   : kLeafBlocksPerLoad;
+    const std::string chosen_what =
+        absl::StrFormat("warp per leaf, %d KiB per load", chosen);
+    const std::string other_what =
+        absl::StrFormat("warp per leaf, %d KiB per load, not chosen", other);
+    const std::string chosen_stats =
+        "float32, hash + statistics, " + chosen_what;
+    const std::string other_stats = "float32, hash + statistics, " + other_what;
     const Row rows[] = {
-        {"device_hash", "warp per leaf",
+        {"device_hash", chosen_what.c_str(),
          [&]() {
-           LeafHashWarpKernel<<<warp_grid, block>>>(in, bytes, leaf_out,
-                                                    nullptr, nullptr);
+           LaunchLeafHashWarp(chosen, warp_grid, block, in, bytes, leaf_out,
+                              nullptr, nullptr);
+         }},
+        {"device_hash", other_what.c_str(),
+         [&]() {
+           LaunchLeafHashWarp(other, warp_grid, block, in, bytes, leaf_out,
+                              nullptr, nullptr);
          }},
         {"device_hash", "thread per leaf",
          [&]() {
            LeafHashKernel<<<thread_grid, block>>>(in, bytes, leaf_out);
          }},
-        {"device_hash_stats", "float32, warp per leaf, hash + statistics",
+        {"device_hash_stats", chosen_stats.c_str(),
          [&]() {
-           LeafHashWarpKernel<<<warp_grid, block>>>(in, bytes, leaf_out,
-                                                    stats_out, nullptr);
+           LaunchLeafHashWarp(chosen, warp_grid, block, in, bytes, leaf_out,
+                              stats_out, nullptr);
+         }},
+        {"device_hash_stats", other_stats.c_str(),
+         [&]() {
+           LaunchLeafHashWarp(other, warp_grid, block, in, bytes, leaf_out,
+                              stats_out, nullptr);
          }},
         {"device_hash_stats", "float32, thread per leaf, hash + statistics",
          [&]() {
@@ -981,8 +1037,8 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
         {"device_fingerprint_stats",
          "float32, warp per leaf, then the two-warp combination",
          [&]() {
-           LeafHashWarpKernel<<<warp_grid, block>>>(
-               in, bytes, leaf_out, stats_out, combine + kHeader);
+           LaunchLeafHashWarp(chosen, warp_grid, block, in, bytes, leaf_out,
+                              stats_out, combine + kHeader);
            CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
                header, combine, kHeader + 8 * leaves, leaves, stats_out,
                &out->hash, &out->total);

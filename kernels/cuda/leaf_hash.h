@@ -127,6 +127,23 @@ inline constexpr uint64_t kXxh3ShortMax = 240;
 // warp alone on its SM; four spill there).
 inline constexpr int kLeafBlocksPerLoad = 1;
 inline constexpr int kCombineBlocksPerLoad = 2;
+// The leaf kernel for a tensor of few leaves, which leaves the device
+// mostly idle: each warp's time is its loads' latency, and two blocks in
+// flight halve the waits (the registers it takes cost no occupancy there).
+// "Few": at most kFewLeavesPerSm per multiprocessor.
+inline constexpr int kFewLeavesBlocksPerLoad = 2;
+inline constexpr int64_t kFewLeavesPerSm = 8;
+
+// The blocks per load of the leaf kernel for `leaves` leaves on a device
+// of `multiprocessors` SMs (0: unknown, kLeafBlocksPerLoad). The bits do
+// not depend on it.
+LS_HD_INLINE int LeafBlocksPerLoadFor(uint64_t leaves,
+                                      int64_t multiprocessors) {
+  return multiprocessors > 0 && leaves <= static_cast<uint64_t>(
+                                              kFewLeavesPerSm * multiprocessors)
+             ? kFewLeavesBlocksPerLoad
+             : kLeafBlocksPerLoad;
+}
 // Statistics partials one lane of the combination's statistics warp loads
 // per batch: a batch is kWarpSize * kPartialsPerLane leaves in a row.
 inline constexpr int kPartialsPerLane = 2;
@@ -163,7 +180,8 @@ struct WarpHashLane {
   uint64_t acc[2];  // accumulators 2q and 2q + 1
   uint64_t sum[2];  // their contributions since the last scramble
   // This lane's 16 bytes of each 512 loaded together (2 per 1 KiB block;
-  // only the first 2 * kLeafBlocksPerLoad in the leaf kernel).
+  // only the first 2 * kLeafBlocksPerLoad, or 2 * kFewLeavesBlocksPerLoad,
+  // in the leaf kernel).
   uint64_t word[2 * kCombineBlocksPerLoad][2];
   // Statistics: the two floats of each 512 (of the block in use) this
   // lane takes from lane ^ 16.
@@ -671,9 +689,10 @@ LS_HD_INLINE void AddPartialsOf(W& w, PartialStage* stage, uint64_t leaves,
 // when `combine_input` is not null, also the leaf hash as 8 little-endian
 // bytes at combine_input + 8 * l (CombineLeavesWarp's input after the
 // header). Call on every lane of the warp with uniform arguments.
-// REQUIRES: bytes 16-byte aligned (device); with stats, size a multiple
-// of 4.
-template <class W>
+// kBlocks: 1 KiB blocks loaded at once (kLeafBlocksPerLoad, or
+// kFewLeavesBlocksPerLoad for few leaves; the same bits). REQUIRES: bytes
+// 16-byte aligned (device); with stats, size a multiple of 4.
+template <int kBlocks = kLeafBlocksPerLoad, class W>
 LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
                                        uint64_t size, uint64_t* leaf_hashes,
                                        hash::portable::StatsPartial* stats,
@@ -695,15 +714,14 @@ LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
       // StatsOfBlock's 128 accumulators in one thread would set the
       // register budget of the whole kernel.
       if (stats != nullptr) {
-        wi::LargeAccumulate<kLeafBlocksPerLoad>(w, in, len, false, true);
+        wi::LargeAccumulate<kBlocks>(w, in, len, false, true);
         p = wi::FoldStats(w);
       }
       w.Each([&](int lane, WarpHashLane&) {
         if (lane == 0) h = hash::portable::Xxh3Hash64(in, len);
       });
     } else {
-      wi::LargeAccumulate<kLeafBlocksPerLoad>(w, in, len, true,
-                                              stats != nullptr);
+      wi::LargeAccumulate<kBlocks>(w, in, len, true, stats != nullptr);
       wi::FinalMerge(w, len, false);
       if (stats != nullptr) p = wi::FoldStats(w);
       w.Each([&](int lane, WarpHashLane& s) {

@@ -279,13 +279,16 @@ TEST(LeafHashWarpTest, LeafHashesEqualOneThreadBodyAndXxh3) {
           size - begin < hash::kLeafBytes ? size - begin : hash::kLeafBytes;
       ASSERT_EQ(want[l], hash::portable::Xxh3Hash64(bytes.data() + begin, len));
     }
-    for (const LaunchConfig& config : kWarpConfigs) {
-      SCOPED_TRACE(Label(size, config));
-      const absl::StatusOr<LeafHashesAndStats> got =
-          EmulateLeafHashesWarp(bytes.data(), size, false, config);
-      ASSERT_TRUE(got.ok()) << got.status();
-      EXPECT_EQ(got->leaf_hashes, want);
-      EXPECT_TRUE(got->stats.empty());
+    for (const int blocks : {kLeafBlocksPerLoad, kFewLeavesBlocksPerLoad}) {
+      for (const LaunchConfig& config : kWarpConfigs) {
+        SCOPED_TRACE(Label(size, config) +
+                     absl::StrFormat(", %d blocks per load", blocks));
+        const absl::StatusOr<LeafHashesAndStats> got =
+            EmulateLeafHashesWarp(bytes.data(), size, false, config, blocks);
+        ASSERT_TRUE(got.ok()) << got.status();
+        EXPECT_EQ(got->leaf_hashes, want);
+        EXPECT_TRUE(got->stats.empty());
+      }
     }
   }
 }
@@ -296,21 +299,25 @@ TEST(LeafHashWarpTest, LeafStatisticsEqualReferenceBits) {
     const std::vector<uint8_t> bytes = WarpTestBytes(size, 200 + size % 89);
     const LeafHashesAndStats want =
         EmulateLeafHashesAndStats(bytes.data(), size, {0, 256});
-    for (const LaunchConfig& config : kWarpConfigs) {
-      SCOPED_TRACE(Label(size, config));
-      const absl::StatusOr<LeafHashesAndStats> got =
-          EmulateLeafHashesWarp(bytes.data(), size, true, config);
-      ASSERT_TRUE(got.ok()) << got.status();
-      EXPECT_EQ(got->leaf_hashes, want.leaf_hashes);
-      ASSERT_EQ(got->stats.size(), want.stats.size());
-      for (size_t l = 0; l < want.stats.size(); ++l) {
-        EXPECT_EQ(Bits(got->stats[l].sum), Bits(want.stats[l].sum)) << l;
-        EXPECT_EQ(Bits(got->stats[l].sum_sq), Bits(want.stats[l].sum_sq)) << l;
-        EXPECT_EQ(got->stats[l].max_abs_bits, want.stats[l].max_abs_bits) << l;
-        EXPECT_EQ(got->stats[l].nan_count, want.stats[l].nan_count) << l;
-        EXPECT_EQ(got->stats[l].inf_count, want.stats[l].inf_count) << l;
+    for (const int blocks : {kLeafBlocksPerLoad, kFewLeavesBlocksPerLoad})
+      for (const LaunchConfig& config : kWarpConfigs) {
+        SCOPED_TRACE(Label(size, config) +
+                     absl::StrFormat(", %d blocks per load", blocks));
+        const absl::StatusOr<LeafHashesAndStats> got =
+            EmulateLeafHashesWarp(bytes.data(), size, true, config, blocks);
+        ASSERT_TRUE(got.ok()) << got.status();
+        EXPECT_EQ(got->leaf_hashes, want.leaf_hashes);
+        ASSERT_EQ(got->stats.size(), want.stats.size());
+        for (size_t l = 0; l < want.stats.size(); ++l) {
+          EXPECT_EQ(Bits(got->stats[l].sum), Bits(want.stats[l].sum)) << l;
+          EXPECT_EQ(Bits(got->stats[l].sum_sq), Bits(want.stats[l].sum_sq))
+              << l;
+          EXPECT_EQ(got->stats[l].max_abs_bits, want.stats[l].max_abs_bits)
+              << l;
+          EXPECT_EQ(got->stats[l].nan_count, want.stats[l].nan_count) << l;
+          EXPECT_EQ(got->stats[l].inf_count, want.stats[l].inf_count) << l;
+        }
       }
-    }
   }
 }
 
@@ -569,6 +576,18 @@ TEST(LeafHashWarpTest, RefusesWhatTheDeviceWould) {
   EXPECT_EQ(odd.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(odd.message()).find("size = 1023"), std::string::npos)
       << odd;
+  const absl::Status blocks =
+      EmulateLeafHashesWarp(bytes.data(), 1024, false, {1, 32}, 3).status();
+  EXPECT_EQ(blocks.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(blocks.message()).find("blocks_per_load = 3"),
+            std::string::npos)
+      << blocks;
+  // The variant for few leaves: on a known device only, up to
+  // kFewLeavesPerSm leaves per multiprocessor.
+  EXPECT_EQ(LeafBlocksPerLoadFor(16, 0), kLeafBlocksPerLoad);
+  EXPECT_EQ(LeafBlocksPerLoadFor(16, 132), kFewLeavesBlocksPerLoad);
+  EXPECT_EQ(LeafBlocksPerLoadFor(8 * 132, 132), kFewLeavesBlocksPerLoad);
+  EXPECT_EQ(LeafBlocksPerLoadFor(8 * 132 + 1, 132), kLeafBlocksPerLoad);
 }
 
 }  // namespace

@@ -1532,8 +1532,15 @@ LeafHashesAndStats EmulateLeafHashesAndStats(const void* bytes, uint64_t size,
 
 absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesWarp(
     const void* bytes, uint64_t size, bool with_stats,
-    const LaunchConfig& config) {
+    const LaunchConfig& config, int blocks_per_load) {
   LS_RETURN_IF_ERROR(CheckDeviceLaunchConfig(config, "EmulateLeafHashesWarp"));
+  if (blocks_per_load != kLeafBlocksPerLoad &&
+      blocks_per_load != kFewLeavesBlocksPerLoad) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "EmulateLeafHashesWarp: blocks_per_load = %d: the leaf kernel is "
+        "built for %d and %d",
+        blocks_per_load, kLeafBlocksPerLoad, kFewLeavesBlocksPerLoad));
+  }
   if (with_stats && size % 4 != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "EmulateLeafHashesWarp: size = %d: statistics need a multiple of 4 "
@@ -1549,10 +1556,17 @@ absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesWarp(
       config.threads_per_block / kWarpSize;
   auto warp = std::make_unique<EmulatedWarp<WarpHashLane>>();
   for (int64_t w = 0; w < warps; ++w) {
-    LeafHashAndStatsWarp(*warp, static_cast<const unsigned char*>(bytes), size,
-                         out.leaf_hashes.data(),
-                         with_stats ? out.stats.data() : nullptr, nullptr, w,
-                         warps);
+    const auto* in = static_cast<const unsigned char*>(bytes);
+    uint64_t* hashes = out.leaf_hashes.data();
+    hash::portable::StatsPartial* stats =
+        with_stats ? out.stats.data() : nullptr;
+    if (blocks_per_load == kFewLeavesBlocksPerLoad) {
+      LeafHashAndStatsWarp<kFewLeavesBlocksPerLoad>(*warp, in, size, hashes,
+                                                    stats, nullptr, w, warps);
+    } else {
+      LeafHashAndStatsWarp<kLeafBlocksPerLoad>(*warp, in, size, hashes, stats,
+                                               nullptr, w, warps);
+    }
   }
   return out;
 }

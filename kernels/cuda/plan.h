@@ -210,11 +210,13 @@ LeafHashesAndStats EmulateLeafHashesAndStats(const void* bytes, uint64_t size,
 // BlocksFor(config, 32 * leaves) * threads_per_block threads form warps of
 // 32 lanes, each run by EmulatedWarp (warp.h). Statistics (float32, size a
 // multiple of 4) only when with_stats; `stats` is empty otherwise.
-// INVALID_ARGUMENT for a config the device would refuse
-// (CheckDeviceLaunchConfig) or statistics of a size not a multiple of 4.
+// `blocks_per_load`: the kernel variant (kLeafBlocksPerLoad or
+// kFewLeavesBlocksPerLoad, leaf_hash.h). INVALID_ARGUMENT for a config the
+// device would refuse (CheckDeviceLaunchConfig), statistics of a size not
+// a multiple of 4, or another blocks_per_load.
 absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesWarp(
     const void* bytes, uint64_t size, bool with_stats,
-    const LaunchConfig& config);
+    const LaunchConfig& config, int blocks_per_load = kLeafBlocksPerLoad);
 
 // The encoded header of a tensor (hash::EncodeTensorHeader) as the
 // combination kernel's argument. Errors as hash::EncodeTensorHeader.
