@@ -798,28 +798,42 @@ void AddTreeSum(DeviceCall* call, int parts, int64_t offset_parts, int y,
   l.out_offset[0] = offset_y * int64_t{sizeof(float)};
 }
 
-// Training-mode batch norm, its reductions chunk by chunk (BnChunksThread):
-// the scratch `stats` [4, C] gets row 0 (sum x) and row 1 (dot (d, d)),
-// each through `parts` [2, chunks, C].
-void AddBnStats(DeviceCall* call, const c::ChannelShape& s, int x, int stats,
-                int parts) {
-  const int64_t chunks = ChunksOf(s.n * s.spatial);
-  AddLaunch(call, DeviceOp::kBnChunks, chunks * s.c, {x}, {parts}).channels = s;
-  call->launches.back().params.bn_mode = kBnSumX;
-  AddTreeSum(call, parts, 0, stats, 0, chunks, s.c, false);
-  KernelParams& p =
-      AddLaunch(call, DeviceOp::kBnChunks, chunks * s.c, {x, stats}, {parts});
+// One kBnChunks launch of `mode` (BnChunkMode) over every (chunk,
+// channel), its inputs `ins`, into `parts`.
+void AddBnChunks(DeviceCall* call, const c::ChannelShape& s, int mode,
+                 std::initializer_list<int> ins, int parts) {
+  KernelParams& p = AddLaunch(call, DeviceOp::kBnChunks,
+                              ChunksOf(s.n * s.spatial) * s.c, ins, {parts});
   p.channels = s;
-  p.bn_mode = kBnSumSqDev;
-  AddTreeSum(call, parts, 0, stats, s.c, chunks, s.c, false);
+  p.bn_mode = mode;
 }
 
-// The scratch of AddBnStats: stats [4, C] and parts [2, chunks, C].
-std::pair<int, int> AddBnScratch(DeviceCall* call, const c::ChannelShape& s) {
+// Training-mode batch norm's statistics, chunk by chunk: the scratch
+// stats [4, C] (returned first) gets row 0 (sum x) and row 1 (dot (d, d))
+// through the scratch parts [2, chunks, C] (returned second), which the
+// gradients' two reductions reuse.
+std::pair<int, int> AddBnStats(DeviceCall* call, const c::ChannelShape& s,
+                               int x) {
   const int64_t chunks = ChunksOf(s.n * s.spatial);
   const int stats = AddScratch(call, 4 * s.c * int64_t{sizeof(float)});
   const int parts = AddScratch(call, 2 * chunks * s.c * int64_t{sizeof(float)});
+  AddBnChunks(call, s, kBnSumX, {x}, parts);
+  AddTreeSum(call, parts, 0, stats, 0, chunks, s.c, false);
+  AddBnChunks(call, s, kBnSumSqDev, {x, stats}, parts);
+  AddTreeSum(call, parts, 0, stats, s.c, chunks, s.c, false);
   return {stats, parts};
+}
+
+// A gradient's two reductions (kBnGradParams or kBnGradInput, inputs
+// `ins`) chunk by chunk, then each channel's tree into y0 and y1 at float
+// offsets offset0 and offset1 (CanonicalNanOf'd when `nan`).
+void AddBnGradientSums(DeviceCall* call, const c::ChannelShape& s, int mode,
+                       std::initializer_list<int> ins, int parts, int y0,
+                       int64_t offset0, int y1, int64_t offset1, bool nan) {
+  const int64_t chunks = ChunksOf(s.n * s.spatial);
+  AddBnChunks(call, s, mode, ins, parts);
+  AddTreeSum(call, parts, 0, y0, offset0, chunks, s.c, nan);
+  AddTreeSum(call, parts, chunks * s.c, y1, offset1, chunks, s.c, nan);
 }
 
 // Batch norm: in training mode every channel's reductions run chunk by
@@ -849,8 +863,7 @@ absl::Status PlanBatchNorm(absl::string_view name, absl::Span<const Tensor> in,
           .channels = s;
       return absl::OkStatus();
     }
-    const auto [stats, parts] = AddBnScratch(call, s);
-    AddBnStats(call, s, x, stats, parts);
+    const int stats = AddBnStats(call, s, x).first;
     AddLaunch(call, DeviceOp::kBnOutput, s.n * s.c * s.spatial,
               {x, gamma, beta, stats}, {y})
         .channels = s;
@@ -877,15 +890,9 @@ absl::Status PlanBatchNorm(absl::string_view name, absl::Span<const Tensor> in,
           .channels = s;
       return absl::OkStatus();
     }
-    const auto [stats, parts] = AddBnScratch(call, s);
-    AddBnStats(call, s, x, stats, parts);
-    const int64_t chunks = ChunksOf(s.n * s.spatial);
-    KernelParams& p = AddLaunch(call, DeviceOp::kBnChunks, chunks * s.c,
-                                {x, stats, gamma, dy}, {parts});
-    p.channels = s;
-    p.bn_mode = kBnGradInput;
-    AddTreeSum(call, parts, 0, stats, 2 * s.c, chunks, s.c, false);
-    AddTreeSum(call, parts, chunks * s.c, stats, 3 * s.c, chunks, s.c, false);
+    const auto [stats, parts] = AddBnStats(call, s, x);
+    AddBnGradientSums(call, s, kBnGradInput, {x, stats, gamma, dy}, parts,
+                      stats, 2 * s.c, stats, 3 * s.c, false);
     AddLaunch(call, DeviceOp::kBnGradInput, s.n * s.c * s.spatial,
               {x, gamma, dy, stats}, {dx})
         .channels = s;
@@ -914,15 +921,9 @@ absl::Status PlanBatchNorm(absl::string_view name, absl::Span<const Tensor> in,
         .channels = s;
     return absl::OkStatus();
   }
-  const auto [stats, parts] = AddBnScratch(call, s);
-  AddBnStats(call, s, x, stats, parts);
-  const int64_t chunks = ChunksOf(s.n * s.spatial);
-  KernelParams& p = AddLaunch(call, DeviceOp::kBnChunks, chunks * s.c,
-                              {x, stats, dy}, {parts});
-  p.channels = s;
-  p.bn_mode = kBnGradParams;
-  AddTreeSum(call, parts, 0, dgamma, 0, chunks, s.c, true);
-  AddTreeSum(call, parts, chunks * s.c, dbeta, 0, chunks, s.c, true);
+  const auto [stats, parts] = AddBnStats(call, s, x);
+  AddBnGradientSums(call, s, kBnGradParams, {x, stats, dy}, parts, dgamma, 0,
+                    dbeta, 0, true);
   return absl::OkStatus();
 }
 
