@@ -225,6 +225,7 @@ KernelPtr KernelFor(const KernelParams& params) {
     LS_CASE(kBnRunning)
     LS_CASE(kBnGradInput)
     LS_CASE(kSumSquaresChunks)
+    LS_CASE(kConv2dGradWeightChunks)
 #undef LS_CASE
     case DeviceOp::kTiledMatMul: {
       KernelPtr kernel = nullptr;

@@ -3,6 +3,7 @@
 // two input families and three launch configurations; the op set v3 graph
 // primitives' edge cases (kernels/graph_op_cases.h) at four more.
 #include <cstring>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -130,6 +131,74 @@ TEST(EmulationEdgeTest, EveryOutputElementIsWritten) {
       }
     }
   }
+}
+
+// conv2d.grad_weight (and the transposed convolution's, its operands
+// swapped) too small or too grouped for the tiled product, whose
+// reductions span two to five chunks, ragged and whole: the chunked
+// launches (kConv2dGradWeightChunks, then the tree) give the CPU
+// backend's bits, with signed zeros and subnormals among the inputs.
+TEST(EmulationConvTest, ChunkedGradWeightEqualsCpuBits) {
+  Registry cpu;
+  ASSERT_TRUE(RegisterCpuCanonicalKernels(&cpu).ok());
+  struct Shape {
+    std::vector<int64_t> x, w;
+    int64_t groups, stride, pad;
+  };
+  const Shape shapes[] = {
+      {{8, 3, 8, 8}, {8, 3, 3, 3}, 1, 1, 1},    // 512 terms: 2 whole chunks
+      {{5, 4, 9, 9}, {6, 2, 3, 3}, 2, 1, 0},    // grouped, 245 -> 1 chunk
+      {{9, 4, 9, 9}, {6, 2, 3, 3}, 2, 1, 0},    // grouped, 441: 2, ragged
+      {{3, 8, 13, 13}, {8, 1, 3, 3}, 8, 2, 1},  // depthwise, stride 2, 147
+      {{9, 8, 16, 16}, {8, 1, 3, 3}, 8, 2, 1},  // depthwise, 576: 3, ragged
+      {{5, 2, 16, 16}, {4, 2, 1, 1}, 1, 1, 0},  // 1 x 1, 1280: 5 whole
+  };
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto fill = [&](std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& f : v) f = u(rng);
+    if (n > 7) {
+      v[1] = -0.0f;
+      v[5] = 1e-40f;
+      v[7] = -3e-39f;
+    }
+    return Tensor::FromValues<float>(std::move(shape), v).value();
+  };
+  int chunked = 0;
+  for (const Shape& sh : shapes) {
+    OpAttrs a;
+    a.groups = sh.groups;
+    a.stride_h = a.stride_w = sh.stride;
+    a.pad_top = a.pad_bottom = a.pad_left = a.pad_right = sh.pad;
+    const int64_t oh = (sh.x[2] + 2 * sh.pad - sh.w[2]) / sh.stride + 1;
+    const int64_t ow = (sh.x[3] + 2 * sh.pad - sh.w[3]) / sh.stride + 1;
+    const Tensor x = fill(sh.x);
+    const Tensor dy = fill({sh.x[0], sh.w[0], oh, ow});
+    OpCase conv{absl::StrFormat("conv2d.grad_weight x=[%d,%d,%d,%d] groups=%d",
+                                sh.x[0], sh.x[1], sh.x[2], sh.x[3], sh.groups),
+                op::kConv2dGradWeight,
+                {x, dy},
+                {Tensor::Zeros(DType::kFloat32, sh.w).value()},
+                a};
+    ExpectCpuBits(cpu, conv, kConfigs, "chunked");
+    // The transposed convolution whose input gradient this conv2d is:
+    // input dy, output x.
+    OpCase transposed = conv;
+    transposed.label = "conv_transpose2d.grad_weight of " + conv.label;
+    transposed.op = op::kConvTranspose2dGradWeight;
+    transposed.inputs = {dy, x};
+    ExpectCpuBits(cpu, transposed, kConfigs, "chunked");
+    std::vector<Tensor> out = CloneAll(conv.outputs);
+    const DeviceCall call =
+        PlanCanonicalOp(conv.op, conv.inputs, absl::MakeSpan(out), a).value();
+    for (const Launch& l : call.launches) {
+      chunked += l.params.op == DeviceOp::kConv2dGradWeightChunks;
+    }
+  }
+  EXPECT_EQ(chunked, 4);  // the shapes of more than one chunk
 }
 
 // A resident run's queued fingerprints (kernels/residency.h) on

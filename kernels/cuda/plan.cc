@@ -84,6 +84,19 @@ KernelParams& AddLaunch(DeviceCall* call, DeviceOp op, int64_t work,
   return call->launches.back().params;
 }
 
+// y[offset_y + o] = the canonical tree of parts[offset_parts + e * outputs
+// + o] over e < count (CanonicalNanOf'd when `nan`); offsets in floats.
+void AddTreeSum(DeviceCall* call, int parts, int64_t offset_parts, int y,
+                int64_t offset_y, int64_t count, int64_t outputs, bool nan) {
+  KernelParams& p =
+      AddLaunch(call, DeviceOp::kTreeSumParts, outputs, {parts}, {y});
+  p.tree_parts = count;
+  p.tree_nan = nan;
+  Launch& l = call->launches.back();
+  l.in_offset[0] = offset_parts * int64_t{sizeof(float)};
+  l.out_offset[0] = offset_y * int64_t{sizeof(float)};
+}
+
 // ---- dense family ---------------------------------------------------------
 
 // Whether a product runs as the tiled GEMM: each of its dimensions is at
@@ -570,6 +583,18 @@ absl::Status PlanConv(absl::string_view name, absl::Span<const Tensor> in,
     AddConvGradWeight(call, s, swap ? i1 : i0, swap ? i0 : i1, o, options);
     return absl::OkStatus();
   }
+  // A grad_weight too small or too grouped for the tiled product: each
+  // output's reduction of N * OH * OW terms split into its chunks (one
+  // thread per chunk and output), then the tree (the same bits).
+  const int64_t chunks = ChunksOf(s.n * out_pixels);
+  if (dop == DeviceOp::kConv2dGradWeight && chunks > 1) {
+    const int parts = AddScratch(call, chunks * work * int64_t{sizeof(float)});
+    AddLaunch(call, DeviceOp::kConv2dGradWeightChunks, chunks * work,
+              {swap ? i1 : i0, swap ? i0 : i1}, {parts})
+        .conv = s;
+    AddTreeSum(call, parts, 0, o, 0, chunks, work, false);
+    return absl::OkStatus();
+  }
   AddLaunch(call, dop, work, {swap ? i1 : i0, swap ? i0 : i1}, {o}).conv = s;
   return absl::OkStatus();
 }
@@ -783,19 +808,6 @@ absl::Status PlanLayerNorm(absl::string_view name, absl::Span<const Tensor> in,
             {dgamma, dbeta})
       .rows = s;
   return absl::OkStatus();
-}
-
-// y[offset_y + o] = the canonical tree of parts[offset_parts + e * outputs
-// + o] over e < count (CanonicalNanOf'd when `nan`); offsets in floats.
-void AddTreeSum(DeviceCall* call, int parts, int64_t offset_parts, int y,
-                int64_t offset_y, int64_t count, int64_t outputs, bool nan) {
-  KernelParams& p =
-      AddLaunch(call, DeviceOp::kTreeSumParts, outputs, {parts}, {y});
-  p.tree_parts = count;
-  p.tree_nan = nan;
-  Launch& l = call->launches.back();
-  l.in_offset[0] = offset_parts * int64_t{sizeof(float)};
-  l.out_offset[0] = offset_y * int64_t{sizeof(float)};
 }
 
 // One kBnChunks launch of `mode` (BnChunkMode) over every (chunk,

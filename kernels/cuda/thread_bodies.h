@@ -121,12 +121,14 @@ enum class DeviceOp : int32_t {
   // their canonical chunks (BnChunksThread; the chunks' sums are combined
   // by kTreeSumParts into stats [4, C]: sum x, dot (d, d), then the two
   // gradient reductions).
-  kBnChunks,          // in {x, stats, gamma | dy, dy}, out {parts}; work
-                      // chunks * C (BnChunkMode in bn_mode)
-  kBnOutput,          // in {x, gamma, beta, stats}, out {y}; work numel
-  kBnRunning,         // in {stats}, out {running}; work C
-  kBnGradInput,       // in {x, gamma, dy, stats}, out {dx}; work numel
-  kSumSquaresChunks,  // in {g}, out {parts [chunks]}; work chunks
+  kBnChunks,                // in {x, stats, gamma | dy, dy}, out {parts}; work
+                            // chunks * C (BnChunkMode in bn_mode)
+  kBnOutput,                // in {x, gamma, beta, stats}, out {y}; work numel
+  kBnRunning,               // in {stats}, out {running}; work C
+  kBnGradInput,             // in {x, gamma, dy, stats}, out {dx}; work numel
+  kSumSquaresChunks,        // in {g}, out {parts [chunks]}; work chunks
+  kConv2dGradWeightChunks,  // in {x, dy}, out {parts [chunks, weights]};
+                            // work chunks * weights
   kNumOps,
 };
 
@@ -698,6 +700,21 @@ LS_HD_INLINE void SumSquaresChunksThread(const float* g, float* parts,
   }
 }
 
+// parts[q * W + i] = chunk q's chain of dw[i] (Conv2dGradWeightChunk),
+// W = Conv2dWeightSize: the one-thread-per-output grad_weight's
+// reductions (small or grouped convolutions) over threads of their own.
+LS_HD_INLINE void Conv2dGradWeightChunksThread(const sp::Conv2dShape& s,
+                                               const float* x, const float* dy,
+                                               float* parts, int64_t thread,
+                                               int64_t num_threads) {
+  const int64_t weights = sp::Conv2dWeightSize(s);
+  const int64_t work =
+      ChunksOf(s.n * sp::Conv2dOutH(s) * sp::Conv2dOutW(s)) * weights;
+  for (int64_t w = thread; w < work; w += num_threads) {
+    parts[w] = sp::Conv2dGradWeightChunk(s, x, dy, w % weights, w / weights);
+  }
+}
+
 // What a kBnChunks launch reduces per channel c (terms t = n * spatial + k
 // in the order of BatchNormStatsOf's loops; d = x - mean, xhat = d * rstd,
 // g = dy * gamma[c]; stats [4, C] as kTreeSumParts leaves them).
@@ -1111,6 +1128,9 @@ LS_HD_INLINE void RunThread(const KernelParams& p, int64_t thread,
       break;
     case DeviceOp::kSumSquaresChunks:
       SumSquaresChunksThread(i0, o0, p.rows.d, t, nt);
+      break;
+    case DeviceOp::kConv2dGradWeightChunks:
+      Conv2dGradWeightChunksThread(p.conv, i0, i1, o0, t, nt);
       break;
     case DeviceOp::kConv2dGradWeight:
       Conv2dGradWeightThread(p.conv, i0, i1, o0, t, nt);

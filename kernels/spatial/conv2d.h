@@ -29,8 +29,8 @@
 
 #include <cstdint>
 
-#include "kernels/canonical/hd.h"
 #include "kernels/canonical/gather.h"
+#include "kernels/canonical/hd.h"
 
 namespace lockstep::spatial {
 
@@ -183,6 +183,45 @@ LS_HD_INLINE float Conv2dGradWeightElement(const Conv2dShape& s, const float* x,
     }
   }
   return chain.Finish();
+}
+
+// Chunk q of Conv2dGradWeightElement(s, x, dy, index)'s canonical sequence
+// (terms q * kChunk .. of (n, oh, ow)): its chain from +0.0f, which
+// GatherChain pushes into the tree (so the chunks' chains, pushed in
+// order, give the element's bits).
+LS_HD_INLINE float Conv2dGradWeightChunk(const Conv2dShape& s, const float* x,
+                                         const float* dy, int64_t index,
+                                         int64_t q) {
+  const int64_t out_h = Conv2dOutH(s);
+  const int64_t out_w = Conv2dOutW(s);
+  const int64_t cig = s.c_in / s.groups;
+  const int64_t cog = s.c_out / s.groups;
+  const int64_t kw = index % s.k_w;
+  int64_t rest = index / s.k_w;
+  const int64_t kh = rest % s.k_h;
+  rest /= s.k_h;
+  const int64_t cl = rest % cig;
+  const int64_t co = rest / cig;
+  const int64_t ci = (co / cog) * cig + cl;
+  const int64_t terms = s.n * out_h * out_w;
+  const int64_t begin = q * canonical::kChunk;
+  const int64_t end =
+      terms - begin < canonical::kChunk ? terms : begin + canonical::kChunk;
+  const int64_t pixels = out_h * out_w;
+  float acc = 0.0f;
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t n = t / pixels;
+    const int64_t oh = (t % pixels) / out_w;
+    const int64_t ow = t % out_w;
+    const int64_t ih = oh * s.stride_h - s.pad_top + kh * s.dilation_h;
+    const int64_t iw = ow * s.stride_w - s.pad_left + kw * s.dilation_w;
+    const float xv = (ih >= 0 && ih < s.h && iw >= 0 && iw < s.w)
+                         ? x[((n * s.c_in + ci) * s.h + ih) * s.w + iw]
+                         : 0.0f;
+    acc = canonical::LsFma(dy[(n * s.c_out + co) * pixels + oh * out_w + ow],
+                           xv, acc);
+  }
+  return acc;
 }
 
 // Host loop drivers: every output element, in flat index order.
