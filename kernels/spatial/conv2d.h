@@ -151,6 +151,25 @@ LS_HD_INLINE float Conv2dGradInputElement(const Conv2dShape& s, const float* dy,
   return chain.Finish();
 }
 
+// The output channel, input channel and kernel tap of weight `index` =
+// ((co * (C_in / groups) + cl) * KH + kh) * KW + kw.
+struct WeightTap {
+  int64_t co, ci, kh, kw;
+};
+LS_HD_INLINE WeightTap WeightTapOf(const Conv2dShape& s, int64_t index) {
+  const int64_t cig = s.c_in / s.groups;
+  const int64_t cog = s.c_out / s.groups;
+  WeightTap t;
+  t.kw = index % s.k_w;
+  int64_t rest = index / s.k_w;
+  t.kh = rest % s.k_h;
+  rest /= s.k_h;
+  const int64_t cl = rest % cig;
+  t.co = rest / cig;
+  t.ci = (t.co / cog) * cig + cl;
+  return t;
+}
+
 // dw[index], index = ((co * (C_in / groups) + cl) * KH + kh) * KW + kw.
 // Canonical sequence (n, oh, ow), length N * OH * OW; the x operand is the
 // zero-padded input, exactly the value the forward tap read.
@@ -158,15 +177,8 @@ LS_HD_INLINE float Conv2dGradWeightElement(const Conv2dShape& s, const float* x,
                                            const float* dy, int64_t index) {
   const int64_t out_h = Conv2dOutH(s);
   const int64_t out_w = Conv2dOutW(s);
-  const int64_t cig = s.c_in / s.groups;
-  const int64_t cog = s.c_out / s.groups;
-  const int64_t kw = index % s.k_w;
-  int64_t rest = index / s.k_w;
-  const int64_t kh = rest % s.k_h;
-  rest /= s.k_h;
-  const int64_t cl = rest % cig;
-  const int64_t co = rest / cig;
-  const int64_t ci = (co / cog) * cig + cl;
+  const WeightTap tap = WeightTapOf(s, index);
+  const int64_t co = tap.co, ci = tap.ci, kh = tap.kh, kw = tap.kw;
   canonical::GatherChain chain;
   for (int64_t n = 0; n < s.n; ++n) {
     const float* x_plane = x + (n * s.c_in + ci) * s.h * s.w;
@@ -194,15 +206,8 @@ LS_HD_INLINE float Conv2dGradWeightChunk(const Conv2dShape& s, const float* x,
                                          int64_t q) {
   const int64_t out_h = Conv2dOutH(s);
   const int64_t out_w = Conv2dOutW(s);
-  const int64_t cig = s.c_in / s.groups;
-  const int64_t cog = s.c_out / s.groups;
-  const int64_t kw = index % s.k_w;
-  int64_t rest = index / s.k_w;
-  const int64_t kh = rest % s.k_h;
-  rest /= s.k_h;
-  const int64_t cl = rest % cig;
-  const int64_t co = rest / cig;
-  const int64_t ci = (co / cog) * cig + cl;
+  const WeightTap tap = WeightTapOf(s, index);
+  const int64_t co = tap.co, ci = tap.ci, kh = tap.kh, kw = tap.kw;
   const int64_t terms = s.n * out_h * out_w;
   const int64_t begin = q * canonical::kChunk;
   const int64_t end =
