@@ -29,12 +29,6 @@ std::vector<const LeafKernels*> AvailableKernels() {
   return k;
 }
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
 uint64_t Bits(double d) {
   uint64_t u;
   std::memcpy(&u, &d, sizeof(u));
