@@ -408,10 +408,16 @@ struct CombineResults {
   hash::portable::StatsPartial total;
 };
 
-// The fingerprint's kernels, queued with their results written to `out`
+// Everything about a DeviceFingerprintAndStats call that can be wrong
+// before any device work; the combination kernel's header argument.
+absl::StatusOr<TensorHeaderArg> CheckFingerprintAndStats(
+    hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
+    const void* device_bytes, size_t size, const LaunchConfig& config);
+
+// The fingerprint's kernels for a call CheckFingerprintAndStats accepted
+// (`header` its result), queued with their results written to `out`
 // (device memory); nothing waits for the device.
-absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
-                                        absl::Span<const int64_t> shape,
+absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
                                         const void* bytes,
                                         const void* device_bytes, size_t size,
                                         const LaunchConfig& config,
@@ -437,6 +443,10 @@ class CudaFingerprintQueue : public FingerprintQueue {
   absl::StatusOr<size_t> Enqueue(hash::DtypeCode dtype,
                                  absl::Span<const int64_t> shape,
                                  const void* device_bytes, size_t size) {
+    LS_ASSIGN_OR_RETURN(
+        const TensorHeaderArg header,
+        CheckFingerprintAndStats(dtype, shape, nullptr, device_bytes, size,
+                                 LaunchConfig{}));
     const size_t chunk = count_ / kSlotsPerChunk;
     if (chunk == chunks_.size()) {
       auto fresh = std::make_unique<DeviceBuffer>();
@@ -446,8 +456,8 @@ class CudaFingerprintQueue : public FingerprintQueue {
     }
     auto* slot = static_cast<CombineResults*>(chunks_[chunk]->get()) +
                  count_ % kSlotsPerChunk;
-    LS_RETURN_IF_ERROR(EnqueueFingerprintAndStats(
-        dtype, shape, nullptr, device_bytes, size, LaunchConfig{}, slot));
+    LS_RETURN_IF_ERROR(EnqueueFingerprintAndStats(header, nullptr, device_bytes,
+                                                  size, LaunchConfig{}, slot));
     return count_++;
   }
   absl::Status Collect(
@@ -708,13 +718,14 @@ absl::Status DeviceLeafHashes(const void* device_bytes, size_t size,
   auto* out = static_cast<uint64_t*>(hashes.get());
   const dim3 block(static_cast<unsigned>(config.threads_per_block));
   if (reinterpret_cast<uintptr_t>(device_bytes) % 16 == 0) {
-    LS_RETURN_IF_ERROR(
-        CheckKernelFits(LeafHashWarpKernelOf(LeafBlocksPerLoad(leaves)),
-                        "DeviceLeafHashes", config.threads_per_block));
+    const int blocks_per_load = LeafBlocksPerLoad(leaves);
+    LS_RETURN_IF_ERROR(CheckKernelFits(LeafHashWarpKernelOf(blocks_per_load),
+                                       "DeviceLeafHashes",
+                                       config.threads_per_block));
     const dim3 grid(static_cast<unsigned>(
         BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize)));
-    LaunchLeafHashWarp(LeafBlocksPerLoad(leaves), grid, block, in, size, out,
-                       nullptr, nullptr);
+    LaunchLeafHashWarp(blocks_per_load, grid, block, in, size, out, nullptr,
+                       nullptr);
   } else {  // the warp body's 16-byte loads need 16-byte alignment
     LS_RETURN_IF_ERROR(
         CheckKernelFits(reinterpret_cast<const void*>(&LeafHashKernel),
@@ -787,15 +798,11 @@ absl::StatusOr<TensorHeaderArg> CheckFingerprintAndStats(
 // DeviceFingerprintAndStats's kernels: the host bytes are copied to the
 // device first, or `device_bytes` (16-byte aligned) are already there. The
 // buffers made here are freed in stream order, after the kernels.
-absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
-                                        absl::Span<const int64_t> shape,
+absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
                                         const void* bytes,
                                         const void* device_bytes, size_t size,
                                         const LaunchConfig& config,
                                         CombineResults* out) {
-  absl::StatusOr<TensorHeaderArg> header =
-      CheckFingerprintAndStats(dtype, shape, bytes, device_bytes, size, config);
-  if (!header.ok()) return header.status();
   const uint64_t leaves = NumDeviceLeaves(size);
   // Queued fingerprints must not wait for the device.
   if (absl::Status s = CudaDeviceReady(); !s.ok()) return s;
@@ -812,7 +819,7 @@ absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = scratch.Allocate(header->len + 8 * leaves); !s.ok()) {
+  if (absl::Status s = scratch.Allocate(header.len + 8 * leaves); !s.ok()) {
     return s;
   }
   if (device_bytes == nullptr && size > 0) {
@@ -822,26 +829,27 @@ absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
   const void* leaves_in = device_bytes != nullptr ? device_bytes : data.get();
   auto* combine_input = static_cast<unsigned char*>(scratch.get());
   if (leaves > 0) {
-    LS_RETURN_IF_ERROR(
-        CheckKernelFits(LeafHashWarpKernelOf(LeafBlocksPerLoad(leaves)),
-                        "DeviceFingerprintAndStats", config.threads_per_block));
+    const int blocks_per_load = LeafBlocksPerLoad(leaves);
+    LS_RETURN_IF_ERROR(CheckKernelFits(LeafHashWarpKernelOf(blocks_per_load),
+                                       "DeviceFingerprintAndStats",
+                                       config.threads_per_block));
     const dim3 grid(static_cast<unsigned>(
         BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize)));
     const dim3 block(static_cast<unsigned>(config.threads_per_block));
     // Each leaf's hash also lands after the header: the combination's
     // input.
-    LaunchLeafHashWarp(LeafBlocksPerLoad(leaves), grid, block,
+    LaunchLeafHashWarp(blocks_per_load, grid, block,
                        static_cast<const unsigned char*>(leaves_in), size,
                        static_cast<uint64_t*>(hashes.get()),
                        static_cast<StatsPartial*>(partials.get()),
-                       combine_input + header->len);
+                       combine_input + header.len);
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   LS_RETURN_IF_ERROR(
       CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
                       "DeviceFingerprintAndStats", kCombineThreads));
   CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
-      *header, combine_input, header->len + 8 * leaves, leaves,
+      header, combine_input, header.len + 8 * leaves, leaves,
       static_cast<const StatsPartial*>(partials.get()), &out->hash,
       &out->total);
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -852,14 +860,14 @@ absl::Status EnqueueFingerprintAndStats(hash::DtypeCode dtype,
 absl::StatusOr<hash::FingerprintAndStatsResult> FingerprintAndStatsOnDevice(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
     const void* device_bytes, size_t size, const LaunchConfig& config) {
-  LS_RETURN_IF_ERROR(
-      CheckFingerprintAndStats(dtype, shape, bytes, device_bytes, size, config)
-          .status());
+  LS_ASSIGN_OR_RETURN(const TensorHeaderArg header,
+                      CheckFingerprintAndStats(dtype, shape, bytes,
+                                               device_bytes, size, config));
   DeviceBuffer result;
   LS_RETURN_IF_ERROR(result.Allocate(sizeof(CombineResults)));
   auto* out = static_cast<CombineResults*>(result.get());
-  LS_RETURN_IF_ERROR(EnqueueFingerprintAndStats(
-      dtype, shape, bytes, device_bytes, size, config, out));
+  LS_RETURN_IF_ERROR(EnqueueFingerprintAndStats(header, bytes, device_bytes,
+                                                size, config, out));
   // Only these 56 bytes come back, in one copy (one wait for the device).
   CombineResults back;
   LS_CUDA_RETURN_IF_ERROR(

@@ -349,10 +349,14 @@ std::vector<TiledProductCase> TiledProductCases(uint32_t seed) {
                                      t.raw_data(),
                                      static_cast<size_t>(t.bytes()));
   };
+  // Call i: relu of inputs[i] into outputs[i] (y twice, then the small one).
+  const Tensor* inputs[] = {&*x1, &*x2, &*x3};
+  const Tensor* outputs[] = {&*y, &*y, &*small};
   // The host's fingerprints of what each queued fingerprint must see.
   std::vector<hash::FingerprintAndStatsResult> want;
-  for (const Tensor* x : {&*x1, &*x2, &*x3}) {
-    absl::StatusOr<Tensor> out = x == &*x3 ? small->Clone() : y->Clone();
+  for (size_t i = 0; i < 3; ++i) {
+    const Tensor* x = inputs[i];
+    absl::StatusOr<Tensor> out = outputs[i]->Clone();
     if (!out.ok()) return ::testing::AssertionFailure() << out.status();
     std::vector<Tensor> outs = {*out};
     if (absl::Status s = (*relu)({*x}, absl::MakeSpan(outs), OpAttrs{});
@@ -372,9 +376,10 @@ std::vector<TiledProductCase> TiledProductCases(uint32_t seed) {
   std::vector<hash::FingerprintAndStatsResult> got, again;
   {
     ScopedResidentRun scope(&counters);
-    for (const Tensor* x : {&*x1, &*x2, &*x3}) {
-      std::vector<Tensor> outs = {x == &*x3 ? *small : *y};
-      if (absl::Status s = (*relu)({*x}, absl::MakeSpan(outs), OpAttrs{});
+    for (size_t i = 0; i < 3; ++i) {
+      std::vector<Tensor> outs = {*outputs[i]};
+      if (absl::Status s =
+              (*relu)({*inputs[i]}, absl::MakeSpan(outs), OpAttrs{});
           !s.ok()) {
         return ::testing::AssertionFailure() << s;
       }
@@ -389,7 +394,7 @@ std::vector<TiledProductCase> TiledProductCases(uint32_t seed) {
       if (!position.ok()) {
         return ::testing::AssertionFailure() << position.status();
       }
-      if (*position != static_cast<size_t>(x == &*x1 ? 0 : x == &*x2 ? 1 : 2)) {
+      if (*position != i) {
         return ::testing::AssertionFailure() << "queued at " << *position;
       }
     }
