@@ -185,12 +185,13 @@ vendor_library_dir() {
 # model: wall time at 13 steps minus 3 steps, over 10 (process start and
 # CUDA initialisation cancel), each the faster of two runs (one slow
 # process start moved a single run's figure by 20 ms a step), with the
-# device fingerprints queued (one wait per step) and with
-# --queue_device_fingerprints=false (one wait per tensor). One line per
-# model on stdout; fails when a run fails.
+# device fingerprints queued (one wait per step), with
+# --queue_device_fingerprints=false (one wait per tensor), and queued with
+# the block-per-leaf leaf kernel (LOCKSTEP_CUDA_LEAF_KERNEL=block). One
+# line per model on stdout; fails when a run fails.
 # step_times DIR SCRATCH
 step_times() {
-  local dir="$1" scratch="$2" model steps queue t0 t1
+  local dir="$1" scratch="$2" model steps variant queue leaf t0 t1
   mkdir -p "$scratch" || return 1
   for model in $STEP_MODELS; do
     local rd="$dir/runs/$model" line="$model:"
@@ -198,19 +199,24 @@ step_times() {
       sed -E "s/\"steps\": [0-9]+/\"steps\": $steps/" "$rd/cuda.json" \
         > "$scratch/$model.$steps.json" || return 1
     done
-    for queue in true false; do
+    for variant in queued waiting block; do
+      queue=true
+      leaf=warp
+      [ "$variant" = waiting ] && queue=false
+      [ "$variant" = block ] && leaf=block
       local ns3=0 ns13=0
       local ns best repeat
       for steps in 3 13; do
         best=0
         for repeat in 1 2; do
           t0=$(date +%s%N)
-          "$dir/bin/lockstep-worker" run "--model=$rd/model.json" \
+          LOCKSTEP_CUDA_LEAF_KERNEL=$leaf "$dir/bin/lockstep-worker" run \
+            "--model=$rd/model.json" \
             "--config=$scratch/$model.$steps.json" \
             "--queue_device_fingerprints=$queue" \
-            > "$scratch/$model.$steps.$queue.log" 2>&1 || {
+            > "$scratch/$model.$steps.$variant.log" 2>&1 || {
             echo "$model: the $steps-step run failed:"
-            tail -5 "$scratch/$model.$steps.$queue.log"
+            tail -5 "$scratch/$model.$steps.$variant.log"
             return 1
           }
           t1=$(date +%s%N)
@@ -220,11 +226,19 @@ step_times() {
         if [ "$steps" -eq 3 ]; then ns3=$best; else ns13=$best; fi
       done
       line="$line $(awk -v a="$ns3" -v b="$ns13" \
-        'BEGIN { printf "%.1f", (b - a) / 10 / 1e6 }') ms/step"
-      [ "$queue" = true ] && line="$line queued," || line="$line waiting"
-      grep -h '^run 0: tensors stayed' "$scratch/$model.13.$queue.log"
+        'BEGIN { printf "%.1f", (b - a) / 10 / 1e6 }') ms/step $variant,"
+      grep -h '^run 0: tensors stayed' "$scratch/$model.13.$variant.log"
     done
-    echo "$line"
+    # The block leaf kernel's run digest must be the warp kernel's.
+    local d_warp d_block
+    d_warp=$(awk '/^run 0 digest/ { print $4 }' "$scratch/$model.13.queued.log")
+    d_block=$(awk '/^run 0 digest/ { print $4 }' "$scratch/$model.13.block.log")
+    if [ -z "$d_warp" ] || [ "$d_warp" != "$d_block" ]; then
+      echo "$model: DIGESTS DIFFER: warp leaf kernel ${d_warp:-none}," \
+        "block leaf kernel ${d_block:-none}"
+      return 1
+    fi
+    echo "${line%,}; digest $d_warp with both leaf kernels"
   done
 }
 
@@ -298,7 +312,7 @@ run_checks() {
   fi
   if wants steps; then
     if [ "$have_gpu" -eq 1 ]; then
-      check "step times" 240 steps.log bash "$0" step-times "$dir" \
+      check "step times" 360 steps.log bash "$0" step-times "$dir" \
         "$OUT/steps"
       grep -E '^[a-z0-9_]+: .* ms/step' "$OUT/steps.log" | sed 's/^/    /' \
         >> "$OUT/SUMMARY.txt"

@@ -261,7 +261,15 @@ TEST(CudaGpuFingerprintTest, QueuedFingerprintsMatchHost) {
   if (!device.ok()) GTEST_SKIP() << "no usable CUDA device: " << device;
   Registry registry;
   ASSERT_TRUE(RegisterCudaCanonicalKernels(&registry).ok());
-  EXPECT_TRUE(testing::QueuedFingerprintsMatchHost(registry, kCudaBackendName));
+  const DeviceLeafKernel before = CurrentDeviceLeafKernel();
+  for (const DeviceLeafKernel kernel :
+       {DeviceLeafKernel::kWarp, DeviceLeafKernel::kBlock}) {
+    SCOPED_TRACE(DeviceLeafKernelName(kernel));
+    SetDeviceLeafKernel(kernel);
+    EXPECT_TRUE(
+        testing::QueuedFingerprintsMatchHost(registry, kCudaBackendName));
+  }
+  SetDeviceLeafKernel(before);
 }
 
 TEST(CudaGpuFingerprintTest, DeviceFingerprintEqualsHost) {
@@ -368,11 +376,29 @@ TEST(CudaGpuFingerprintTest, HeaderArgumentAtEveryLength) {
 // 1 KiB block, the 64 KiB leaf, a short last leaf) with NaN, Inf, -0 and
 // subnormals, at 1, 2 and 8 warps per block and grids smaller and larger
 // than the leaf count; statistics compared as bit patterns.
-TEST(CudaGpuFingerprintTest, WarpPathEqualsHostBits) {
+// Device fingerprints with statistics of float32 tensors at the
+// boundaries of the leaf bodies, at three launch configurations, against
+// the host's bits.
+void ExpectDevicePathEqualsHostBits();
+
+// Both leaf kernels (a warp per leaf, a block of warps per leaf) at the
+// boundaries of their bodies.
+TEST(CudaGpuFingerprintTest, WarpAndBlockPathsEqualHostBits) {
   const absl::Status device = CudaDeviceStatus();
   if (!device.ok()) {
     GTEST_SKIP() << "no usable CUDA device, skipping: " << device;
   }
+  const DeviceLeafKernel before = CurrentDeviceLeafKernel();
+  for (const DeviceLeafKernel kernel :
+       {DeviceLeafKernel::kWarp, DeviceLeafKernel::kBlock}) {
+    SCOPED_TRACE(DeviceLeafKernelName(kernel));
+    SetDeviceLeafKernel(kernel);
+    ExpectDevicePathEqualsHostBits();
+  }
+  SetDeviceLeafKernel(before);
+}
+
+void ExpectDevicePathEqualsHostBits() {
   std::mt19937 rng(21);
   for (uint64_t size :
        {uint64_t{4}, uint64_t{240}, uint64_t{244}, uint64_t{1024},

@@ -103,6 +103,40 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock)
                                 GridThreads() / kWarpSize);
 }
 
+// A block of kLeafBlockWarps warps per leaf (LeafHashAndStatsBlock):
+// leaves blockIdx.x, blockIdx.x + gridDim.x, ...; stats and combine_input
+// may be null. REQUIRES: blockDim.x == kLeafBlockThreads; bytes 16-byte
+// aligned.
+__global__ void __launch_bounds__(kLeafBlockThreads)
+    LeafHashBlockKernel(const unsigned char* bytes, uint64_t size,
+                        uint64_t* leaf_hashes,
+                        hash::portable::StatsPartial* stats,
+                        unsigned char* combine_input) {
+  __shared__ LeafBlockShared sh;
+  DeviceBlockWarp<WarpHashLane> block;
+  block.w.lane = static_cast<int>(threadIdx.x % kWarpSize);
+  block.warp = static_cast<int>(threadIdx.x / kWarpSize);
+  LeafHashAndStatsBlock(block, sh, bytes, size, leaf_hashes, stats,
+                        combine_input, blockIdx.x, gridDim.x);
+}
+
+// Whether the device fingerprint of `leaves` leaves runs the block form
+// (CurrentDeviceLeafKernel, UseLeafBlocksFor).
+bool UseLeafBlocks(uint64_t leaves) {
+  return UseLeafBlocksFor(LeafBlockMode(CurrentDeviceLeafKernel()), leaves,
+                          DevicePlanOptions().device_multiprocessors);
+}
+
+// Queues the block form's leaf kernel on LeafBlockGrid(config, leaves)
+// blocks, after checking that the device runs its blocks; `what` names
+// the caller in errors.
+absl::Status LaunchLeafHashBlock(absl::string_view what,
+                                 const LaunchConfig& config,
+                                 const unsigned char* bytes, uint64_t size,
+                                 uint64_t* leaf_hashes,
+                                 hash::portable::StatsPartial* stats,
+                                 unsigned char* combine_input);
+
 // The leaf kernel of `blocks_per_load` (kLeafBlocksPerLoad, or
 // kFewLeavesBlocksPerLoad), as a pointer and queued.
 const void* LeafHashWarpKernelOf(int blocks_per_load) {
@@ -270,6 +304,23 @@ absl::Status CheckKernelFits(const void* kernel, absl::string_view name,
         "launch bounds %d), the launch asks for threads_per_block = %d",
         name, limit, device, kMaxThreadsPerBlock, threads));
   }
+  return absl::OkStatus();
+}
+
+absl::Status LaunchLeafHashBlock(absl::string_view what,
+                                 const LaunchConfig& config,
+                                 const unsigned char* bytes, uint64_t size,
+                                 uint64_t* leaf_hashes,
+                                 hash::portable::StatsPartial* stats,
+                                 unsigned char* combine_input) {
+  LS_RETURN_IF_ERROR(
+      CheckKernelFits(reinterpret_cast<const void*>(&LeafHashBlockKernel), what,
+                      kLeafBlockThreads));
+  const dim3 grid(
+      static_cast<unsigned>(LeafBlockGrid(config, NumDeviceLeaves(size))));
+  LeafHashBlockKernel<<<grid, kLeafBlockThreads>>>(bytes, size, leaf_hashes,
+                                                   stats, combine_input);
+  LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
@@ -717,7 +768,11 @@ absl::Status DeviceLeafHashes(const void* device_bytes, size_t size,
   const auto* in = static_cast<const unsigned char*>(device_bytes);
   auto* out = static_cast<uint64_t*>(hashes.get());
   const dim3 block(static_cast<unsigned>(config.threads_per_block));
-  if (reinterpret_cast<uintptr_t>(device_bytes) % 16 == 0) {
+  if (reinterpret_cast<uintptr_t>(device_bytes) % 16 == 0 &&
+      UseLeafBlocks(leaves)) {
+    LS_RETURN_IF_ERROR(LaunchLeafHashBlock("DeviceLeafHashes", config, in, size,
+                                           out, nullptr, nullptr));
+  } else if (reinterpret_cast<uintptr_t>(device_bytes) % 16 == 0) {
     const int blocks_per_load = LeafBlocksPerLoad(leaves);
     LS_RETURN_IF_ERROR(CheckKernelFits(LeafHashWarpKernelOf(blocks_per_load),
                                        "DeviceLeafHashes",
@@ -749,13 +804,9 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
     return absl::InvalidArgumentError(
         "DeviceFingerprint: bytes is null but size > 0");
   }
+  // Dtype, shape and size before any device work.
+  LS_RETURN_IF_ERROR(hash::CheckTensorSize(dtype, shape, size));
   std::vector<uint64_t> leaf_hashes(NumDeviceLeaves(size));
-  // Validates dtype, shape and size before any device work.
-  if (absl::StatusOr<hash::Fingerprint> check =
-          hash::CombineLeafHashes(dtype, shape, size, leaf_hashes);
-      !check.ok()) {
-    return check.status();
-  }
   if (absl::Status s = CudaDeviceStatus(); !s.ok()) return s;
   DeviceBuffer data;
   if (absl::Status s = data.Allocate(size); !s.ok()) return s;
@@ -786,12 +837,7 @@ absl::StatusOr<TensorHeaderArg> CheckFingerprintAndStats(
     return absl::InvalidArgumentError(
         "DeviceFingerprintAndStats: bytes is null but size > 0");
   }
-  // Validates shape and size.
-  if (absl::StatusOr<hash::Fingerprint> check = hash::CombineLeafHashes(
-          dtype, shape, size, std::vector<uint64_t>(NumDeviceLeaves(size)));
-      !check.ok()) {
-    return check.status();
-  }
+  LS_RETURN_IF_ERROR(hash::CheckTensorSize(dtype, shape, size));
   return DeviceHeaderArg(dtype, shape);
 }
 
@@ -828,7 +874,14 @@ absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
   }
   const void* leaves_in = device_bytes != nullptr ? device_bytes : data.get();
   auto* combine_input = static_cast<unsigned char*>(scratch.get());
-  if (leaves > 0) {
+  if (leaves > 0 && UseLeafBlocks(leaves)) {
+    LS_RETURN_IF_ERROR(
+        LaunchLeafHashBlock("DeviceFingerprintAndStats", config,
+                            static_cast<const unsigned char*>(leaves_in), size,
+                            static_cast<uint64_t*>(hashes.get()),
+                            static_cast<StatsPartial*>(partials.get()),
+                            combine_input + header.len));
+  } else if (leaves > 0) {
     const int blocks_per_load = LeafBlocksPerLoad(leaves);
     LS_RETURN_IF_ERROR(CheckKernelFits(LeafHashWarpKernelOf(blocks_per_load),
                                        "DeviceFingerprintAndStats",
@@ -971,6 +1024,9 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
   LS_RETURN_IF_ERROR(
       CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
                       "RunGpuBenchmarks", kCombineThreads));
+  LS_RETURN_IF_ERROR(
+      CheckKernelFits(reinterpret_cast<const void*>(&LeafHashBlockKernel),
+                      "RunGpuBenchmarks", kLeafBlockThreads));
   const auto* in = static_cast<const unsigned char*>(src.get());
   auto* leaf_out = static_cast<uint64_t*>(hashes.get());
   auto* stats_out = static_cast<StatsPartial*>(partials.get());
@@ -986,6 +1042,9 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
     const dim3 thread_grid(static_cast<unsigned>(BlocksFor(config, n)));
     const dim3 warp_grid(
         static_cast<unsigned>(BlocksFor(config, n * kWarpSize)));
+    static_assert(kLeafBlockWarps == 8, "the rows below say 8 warps");
+    const dim3 leaf_block_grid(
+        static_cast<unsigned>(LeafBlockGrid(config, leaves)));
     LS_ASSIGN_OR_RETURN(
         const float copy_ms, TimeDeviceWorkMs(reps, [&]() {
           LS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.get(), src.get(), bytes,
@@ -1024,6 +1083,11 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
            LaunchLeafHashWarp(other, warp_grid, block, in, bytes, leaf_out,
                               nullptr, nullptr);
          }},
+        {"device_hash", "block of 8 warps per leaf",
+         [&]() {
+           LeafHashBlockKernel<<<leaf_block_grid, kLeafBlockThreads>>>(
+               in, bytes, leaf_out, nullptr, nullptr);
+         }},
         {"device_hash", "thread per leaf",
          [&]() {
            LeafHashKernel<<<thread_grid, block>>>(in, bytes, leaf_out);
@@ -1038,6 +1102,12 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
            LaunchLeafHashWarp(other, warp_grid, block, in, bytes, leaf_out,
                               stats_out, nullptr);
          }},
+        {"device_hash_stats",
+         "float32, hash + statistics, block of 8 warps per leaf",
+         [&]() {
+           LeafHashBlockKernel<<<leaf_block_grid, kLeafBlockThreads>>>(
+               in, bytes, leaf_out, stats_out, nullptr);
+         }},
         {"device_hash_stats", "float32, thread per leaf, hash + statistics",
          [&]() {
            LeafHashAndStatsKernel<<<thread_grid, block>>>(in, bytes, leaf_out,
@@ -1048,6 +1118,15 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
          [&]() {
            LaunchLeafHashWarp(chosen, warp_grid, block, in, bytes, leaf_out,
                               stats_out, combine + kHeader);
+           CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
+               header, combine, kHeader + 8 * leaves, leaves, stats_out,
+               &out->hash, &out->total);
+         }},
+        {"device_fingerprint_stats",
+         "float32, block of 8 warps per leaf, then the two-warp combination",
+         [&]() {
+           LeafHashBlockKernel<<<leaf_block_grid, kLeafBlockThreads>>>(
+               in, bytes, leaf_out, stats_out, combine + kHeader);
            CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
                header, combine, kHeader + 8 * leaves, leaves, stats_out,
                &out->hash, &out->total);

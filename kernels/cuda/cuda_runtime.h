@@ -111,9 +111,10 @@ absl::StatusOr<float> TimeDeviceWorkMs(
 
 // The device fingerprint's leaf hashes of `size` bytes already on the
 // device: each 64 KiB leaf is hashed by one warp (LeafHashAndStatsWarp,
-// leaf_hash.h; by one thread, LeafHashThread, when device_bytes is not
-// 16-byte aligned) and the NumLeaves(size) hashes, 8 bytes each, are
-// copied into `leaf_hashes`; pass them to hash::CombineLeafHashes.
+// leaf_hash.h), or a block of warps (LeafHashAndStatsBlock) as
+// CurrentDeviceLeafKernel chooses (by one thread, LeafHashThread, when
+// device_bytes is not 16-byte aligned) and the NumLeaves(size) hashes, 8 bytes
+// each, are copied into `leaf_hashes`; pass them to hash::CombineLeafHashes.
 // REQUIRES: device_bytes is device memory readable for `size` bytes.
 // INVALID_ARGUMENT when leaf_hashes.size() != hash::NumLeaves(size).
 absl::Status DeviceLeafHashes(const void* device_bytes, size_t size,
@@ -131,8 +132,10 @@ absl::StatusOr<hash::Fingerprint> DeviceFingerprint(
     size_t size, const LaunchConfig& config = LaunchConfig{});
 
 // DeviceFingerprint plus the tensor's statistics (hash::ComputeStats),
-// computed entirely on the device: per 64 KiB leaf one warp hashes the
-// leaf and computes its statistics block (LeafHashAndStatsWarp), then one
+// computed entirely on the device: per 64 KiB leaf one warp (or, as
+// CurrentDeviceLeafKernel chooses, a block of warps: LeafHashAndStatsBlock)
+// hashes the leaf and computes its statistics block (LeafHashAndStatsWarp),
+// then one
 // warp combines the leaf hashes (XXH3-128 over header || leaf hashes) while
 // a second one loads the partials for its lane 0, which adds them in leaf
 // order (CombineLeavesWarp). Only the
@@ -146,9 +149,10 @@ absl::StatusOr<hash::FingerprintAndStatsResult> DeviceFingerprintAndStats(
 // Runs the device hashing benchmark on 1 MiB and 256 MiB already on the
 // device and returns its report, one result per line: the device's name;
 // per size a device-to-device copy of the bytes, then leaf hashing and leaf
-// hashing with statistics, each with one warp per leaf (the device path)
-// and one thread per leaf (the reference bodies), and the whole
-// fingerprint with statistics (leaf warps + the one-warp combination), in
+// hashing with statistics, each with one warp per leaf (the device path;
+// both variants), a block of warps per leaf (LeafHashAndStatsBlock) and
+// one thread per leaf (the reference bodies), and the whole fingerprint
+// with statistics (leaf warps or leaf blocks + the two-warp combination), in
 // GB/s read and as a fraction of the copy's bytes per second. Each figure
 // is the best of `reps` timed runs (TimeDeviceWorkMs). The canonical kernels'
 // GFLOP/s next to cuBLAS and cuDNN are in kernels/cudnn/vendor_runtime.h,

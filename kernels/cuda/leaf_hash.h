@@ -361,6 +361,20 @@ struct AddF64 {
   LS_HD_INLINE double operator()(double a, double b) const { return a + b; }
 };
 
+// max_finite, nan_count and inf_count := their maximum, sums over the
+// warp's lanes (integers: any order).
+template <class W>
+LS_HD_INLINE void ReduceCounts(W& w) {
+  for (int m = 1; m < kWarpSize; m *= 2) {
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.max_finite; }, MaxU64());
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.nan_count; }, AddU64());
+    w.XorCombine(
+        m, [](WarpHashLane& s) -> uint64_t& { return s.inf_count; }, AddU64());
+  }
+}
+
 // sum[0..1] := the sum over the 8 lanes of the same quarter (lane % 4).
 template <class W>
 LS_HD_INLINE void ReduceQuarterSums(W& w) {
@@ -582,14 +596,7 @@ LS_HD_INLINE hash::portable::StatsPartial FoldStats(W& w) {
         16, [i](WarpHashLane& s) -> double& { return s.chain_sq[i]; },
         AddF64());
   }
-  for (int m = 1; m < kWarpSize; m *= 2) {
-    w.XorCombine(
-        m, [](WarpHashLane& s) -> uint64_t& { return s.max_finite; }, MaxU64());
-    w.XorCombine(
-        m, [](WarpHashLane& s) -> uint64_t& { return s.nan_count; }, AddU64());
-    w.XorCombine(
-        m, [](WarpHashLane& s) -> uint64_t& { return s.inf_count; }, AddU64());
-  }
+  ReduceCounts(w);
   hash::portable::StatsPartial p = hash::portable::EmptyStatsPartial();
   w.Each([&](int lane, WarpHashLane& s) {
     if (lane != 0) return;
@@ -679,8 +686,6 @@ LS_HD_INLINE void AddPartialsOf(W& w, PartialStage* stage, uint64_t leaves,
   }
 }
 
-#undef LS_WARP_UNROLL
-
 }  // namespace warp_internal
 
 // The warp form of LeafHashThread / LeafHashAndStatsThread: warp `warp` of
@@ -738,6 +743,266 @@ LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
               static_cast<unsigned char>((h >> (8 * b)) & 0xffU);
         }
       }
+    });
+  }
+}
+
+// ---- A block of warps per leaf. ----
+//
+// One warp per leaf issues its instructions one after another: on an H200
+// a 64 KiB leaf took that warp about 15k instructions at one per 5 cycles
+// (72 us for a 17-leaf tensor, the device otherwise idle; docs/gpu.md).
+// LeafHashAndStatsBlock spreads each leaf over the kLeafBlockWarps warps
+// of one block, in two phases (warp.h's Phase), the same bits:
+//
+// 1. Warps 0 .. kLeafHashWarps - 1 take the leaf's 1 KiB XXH3 blocks in
+//    turn (warp i blocks i, i + kLeafHashWarps, ...) and write each one's
+//    contributions to the 8 accumulators (the sum over its stripes modulo
+//    2^64, AccumulateQuarter and ReduceQuarterSums as in the one-warp
+//    form) to shared memory. The other kLeafStatsWarps warps run the 64
+//    statistics chains, one per lane: chain j steps through floats j,
+//    j + 64, j + 128, ... of the leaf in order (4-byte loads, consecutive
+//    across the lanes), and max |x| and the counts are reduced per warp.
+// 2. Warp 0 adds the contributions to the accumulators block after block,
+//    with XXH3's scramble after every full block (the order the one-warp
+//    form adds them in, so the same sums modulo 2^64), then the last
+//    stripe, and merges; warp 1 folds the 64 chains by the halving tree
+//    (chains j and j + 32 from shared memory, then shuffles) and combines
+//    the two statistics warps' maxima and counts.
+//
+// Meant for tensors of few leaves, where the device would otherwise be
+// mostly idle; each byte is read by a hashing and a statistics warp (the
+// second read from cache).
+inline constexpr int kLeafBlockWarps = 8;
+inline constexpr int kLeafBlockThreads = kLeafBlockWarps * kWarpSize;
+inline constexpr int kLeafHashWarps = 6;
+inline constexpr int kLeafStatsWarps = kLeafBlockWarps - kLeafHashWarps;
+inline constexpr int kStatsChains = 64;
+static_assert(kLeafStatsWarps * kWarpSize == kStatsChains,
+              "one statistics lane per chain");
+static_assert(hash::portable::xxh3_internal::kBlockLen == 2 * kWarpRowBytes,
+              "a warp loads one XXH3 block in two rows");
+inline constexpr uint64_t kXxh3BlocksPerLeaf =
+    kDeviceLeafBytes / hash::portable::xxh3_internal::kBlockLen;
+// Rows of 64 floats whose loads a statistics lane issues together.
+inline constexpr int kStatsRowsPerLoad = 8;
+
+// The block's shared memory (5.1 KiB).
+struct LeafBlockShared {
+  uint64_t block_sum[kXxh3BlocksPerLeaf][8];
+  double chain_sum[kStatsChains];
+  double chain_sq[kStatsChains];
+  uint64_t max_finite[kLeafStatsWarps];
+  uint64_t nan_count[kLeafStatsWarps];
+  uint64_t inf_count[kLeafStatsWarps];
+};
+
+// The leaf kernel for `leaves` leaves on a device of `multiprocessors`
+// SMs: whether to run LeafHashAndStatsBlock (true) or LeafHashAndStatsWarp.
+// `block_mode`: 0 never, 1 always, 2 for at most kFewLeavesPerSm leaves
+// per SM on a known device. The bits do not depend on it.
+LS_HD_INLINE bool UseLeafBlocksFor(int block_mode, uint64_t leaves,
+                                   int64_t multiprocessors) {
+  if (block_mode == 1) return true;
+  return block_mode == 2 && multiprocessors > 0 &&
+         leaves <= static_cast<uint64_t>(kFewLeavesPerSm * multiprocessors);
+}
+
+// The block form of LeafHashAndStatsWarp: the block hashes leaves
+// first_leaf, first_leaf + leaf_step, ... and writes leaf_hashes[l],
+// stats[l] (float32, when stats is not null) and the leaf hash's 8
+// little-endian bytes at combine_input + 8 * l (when not null). Call on
+// every thread of the block (B: DeviceBlockWarp or EmulatedBlock of
+// kLeafBlockWarps warps) with uniform arguments; `sh` is the block's own
+// (shared memory on the device). REQUIRES: bytes 16-byte aligned
+// (device); with stats, size a multiple of 4.
+template <class B>
+LS_HD_INLINE void LeafHashAndStatsBlock(B& block, LeafBlockShared& sh,
+                                        const unsigned char* bytes,
+                                        uint64_t size, uint64_t* leaf_hashes,
+                                        hash::portable::StatsPartial* stats,
+                                        unsigned char* combine_input,
+                                        int64_t first_leaf, int64_t leaf_step) {
+  namespace wi = warp_internal;
+  namespace x = hash::portable::xxh3_internal;
+  block.Phase([](auto& w, int) {
+    w.Each([](int lane, WarpHashLane& s) { wi::LoadKeys(lane, s); });
+  });
+  const int64_t leaves = static_cast<int64_t>(NumDeviceLeaves(size));
+  for (int64_t l = first_leaf; l < leaves; l += leaf_step) {
+    const uint64_t begin = static_cast<uint64_t>(l) * kDeviceLeafBytes;
+    const uint64_t rest = size - begin;
+    const uint64_t len = rest < kDeviceLeafBytes ? rest : kDeviceLeafBytes;
+    const unsigned char* in = bytes + begin;
+    const bool large = len > kXxh3ShortMax;
+    const uint64_t full_blocks = large ? (len - 1) / x::kBlockLen : 0;
+    // Stripes accumulated with their block's keys (LargeAccumulate), and
+    // the blocks that hold them.
+    const uint64_t stripes =
+        large ? full_blocks * x::kStripesPerBlock +
+                    (len - full_blocks * x::kBlockLen - 1) / x::kStripeLen
+              : 0;
+    const uint64_t hashed_blocks =
+        (stripes + x::kStripesPerBlock - 1) / x::kStripesPerBlock;
+    block.Phase([&](auto& w, int warp) {
+      if (warp < kLeafHashWarps) {
+        for (uint64_t b = static_cast<uint64_t>(warp); b < hashed_blocks;
+             b += kLeafHashWarps) {
+          w.Each([&](int lane, WarpHashLane& s) {
+            s.sum[0] = 0;
+            s.sum[1] = 0;
+            const uint64_t stripe = static_cast<uint64_t>(lane / 4);
+            LS_WARP_UNROLL
+            for (int c = 0; c < 2; ++c) {
+              const uint64_t r = 2 * b + static_cast<uint64_t>(c);
+              s.word[c][0] = 0;
+              s.word[c][1] = 0;
+              if (r * 8 + stripe < stripes) {
+                wi::Load16(
+                    in + r * kWarpRowBytes + 16 * static_cast<uint64_t>(lane),
+                    s.word[c]);
+              }
+            }
+            LS_WARP_UNROLL
+            for (int c = 0; c < 2; ++c) {
+              const uint64_t r = 2 * b + static_cast<uint64_t>(c);
+              if (r * 8 + stripe < stripes) {
+                wi::AccumulateQuarter(s.sum, s.word[c], s.key[c]);
+              }
+            }
+          });
+          wi::ReduceQuarterSums(w);
+          w.Each([&](int lane, WarpHashLane& s) {
+            if (lane >= 4) return;
+            sh.block_sum[b][2 * lane] = s.sum[0];
+            sh.block_sum[b][2 * lane + 1] = s.sum[1];
+          });
+        }
+        return;
+      }
+      if (stats == nullptr) return;
+      const int stats_warp = warp - kLeafHashWarps;
+      const uint64_t floats = len / 4;
+      const uint64_t rows = (floats + kStatsChains - 1) / kStatsChains;
+      w.Each([&](int lane, WarpHashLane& s) {
+        const uint64_t j = static_cast<uint64_t>(stats_warp * kWarpSize + lane);
+        s.chain_sum[0] = 0.0;
+        s.chain_sq[0] = 0.0;
+        s.max_finite = 0;
+        s.nan_count = 0;
+        s.inf_count = 0;
+        for (uint64_t r0 = 0; r0 < rows; r0 += kStatsRowsPerLoad) {
+          // All the batch's loads first; a float past the leaf reads as
+          // +0.0, which adds nothing to a chain (docs/fingerprints.md,
+          // section 8) and counts as neither NaN nor Inf.
+          uint32_t v[kStatsRowsPerLoad];
+          LS_WARP_UNROLL
+          for (int i = 0; i < kStatsRowsPerLoad; ++i) {
+            const uint64_t k =
+                (r0 + static_cast<uint64_t>(i)) * kStatsChains + j;
+            v[i] = k < floats ? wi::Load4(in + 4 * k) : 0U;
+          }
+          LS_WARP_UNROLL
+          for (int i = 0; i < kStatsRowsPerLoad; ++i) {
+            wi::ChainSteps(v[i], 1, s);
+          }
+        }
+      });
+      wi::ReduceCounts(w);
+      w.Each([&](int lane, WarpHashLane& s) {
+        const int j = stats_warp * kWarpSize + lane;
+        sh.chain_sum[j] = s.chain_sum[0];
+        sh.chain_sq[j] = s.chain_sq[0];
+        if (lane != 0) return;
+        sh.max_finite[stats_warp] = s.max_finite;
+        sh.nan_count[stats_warp] = s.nan_count;
+        sh.inf_count[stats_warp] = s.inf_count;
+      });
+    });
+    block.Phase([&](auto& w, int warp) {
+      if (warp == 0) {
+        uint64_t h = 0;
+        if (large) {
+          w.Each([&](int lane, WarpHashLane& s) {
+            // This lane's quarter's accumulators 2q, 2q + 1 (every lane of
+            // the quarter alike).
+            const int q = lane % 4;
+            s.acc[0] = wi::InitialAcc(2 * q);
+            s.acc[1] = wi::InitialAcc(2 * q + 1);
+            for (uint64_t b = 0; b < full_blocks; ++b) {
+              s.acc[0] += sh.block_sum[b][2 * q];
+              s.acc[1] += sh.block_sum[b][2 * q + 1];
+              wi::ScramblePair(s.acc, s.scramble_key);
+            }
+            if (hashed_blocks > full_blocks) {  // the last block's stripes
+              s.acc[0] += sh.block_sum[full_blocks][2 * q];
+              s.acc[1] += sh.block_sum[full_blocks][2 * q + 1];
+            }
+            // The last stripe (the input's last 64 bytes, unaligned in
+            // general).
+            const unsigned char* p =
+                in + len - x::kStripeLen + 16 * static_cast<uint64_t>(q);
+            const uint64_t word[2] = {x::ReadLe64(p), x::ReadLe64(p + 8)};
+            s.sum[0] = 0;
+            s.sum[1] = 0;
+            wi::AccumulateQuarter(s.sum, word, s.last_key);
+            s.acc[0] += s.sum[0];
+            s.acc[1] += s.sum[1];
+          });
+          wi::FinalMerge(w, len, false);
+          w.Each([&](int lane, WarpHashLane& s) {
+            if (lane == 0) h = s.lo;
+          });
+        } else {
+          w.Each([&](int lane, WarpHashLane&) {
+            if (lane == 0) h = hash::portable::Xxh3Hash64(in, len);
+          });
+        }
+        w.Each([&](int lane, WarpHashLane&) {
+          if (lane != 0) return;
+          leaf_hashes[l] = h;
+          if (combine_input != nullptr) {
+            for (int b = 0; b < 8; ++b) {
+              combine_input[8 * l + b] =
+                  static_cast<unsigned char>((h >> (8 * b)) & 0xffU);
+            }
+          }
+        });
+        return;
+      }
+      if (warp != 1 || stats == nullptr) return;
+      // The halving tree: w = 32 from shared memory (chain j += chain
+      // j + 32, lane j), then w = 16 .. 1 by shuffles (lane j < w adds lane
+      // j + w = j ^ w; the other lanes' values are never read).
+      w.Each([&](int lane, WarpHashLane& s) {
+        s.chain_sum[0] = sh.chain_sum[lane] + sh.chain_sum[lane + kWarpSize];
+        s.chain_sq[0] = sh.chain_sq[lane] + sh.chain_sq[lane + kWarpSize];
+      });
+      for (int m = kWarpSize / 2; m >= 1; m /= 2) {
+        w.XorCombine(
+            m, [](WarpHashLane& s) -> double& { return s.chain_sum[0]; },
+            wi::AddF64());
+        w.XorCombine(
+            m, [](WarpHashLane& s) -> double& { return s.chain_sq[0]; },
+            wi::AddF64());
+      }
+      w.Each([&](int lane, WarpHashLane& s) {
+        if (lane != 0) return;
+        hash::portable::StatsPartial p = hash::portable::EmptyStatsPartial();
+        p.sum = s.chain_sum[0];
+        p.sum_sq = s.chain_sq[0];
+        uint64_t max_finite = 0, nan_count = 0, inf_count = 0;
+        for (int i = 0; i < kLeafStatsWarps; ++i) {
+          max_finite =
+              sh.max_finite[i] > max_finite ? sh.max_finite[i] : max_finite;
+          nan_count += sh.nan_count[i];
+          inf_count += sh.inf_count[i];
+        }
+        p.max_abs_bits = static_cast<uint32_t>(max_finite);
+        p.nan_count = static_cast<int64_t>(nan_count);
+        p.inf_count = static_cast<int64_t>(inf_count);
+        stats[l] = p;
+      });
     });
   }
 }
@@ -822,17 +1087,7 @@ LS_HD_INLINE void SumLeafStatsWarp(W& w,
     }
     wi::AddPartialsOf<1>(w, stage, leaves, next);
   }
-  for (int m = 1; m < kWarpSize; m *= 2) {
-    w.XorCombine(
-        m, [](WarpHashLane& s) -> uint64_t& { return s.max_finite; },
-        wi::MaxU64());
-    w.XorCombine(
-        m, [](WarpHashLane& s) -> uint64_t& { return s.nan_count; },
-        wi::AddU64());
-    w.XorCombine(
-        m, [](WarpHashLane& s) -> uint64_t& { return s.inf_count; },
-        wi::AddU64());
-  }
+  wi::ReduceCounts(w);
   w.Each([&](int lane, WarpHashLane& s) {
     if (lane != 0) return;
     hash::portable::StatsPartial t = hash::portable::EmptyStatsPartial();
@@ -869,5 +1124,7 @@ inline void CombineLeavesWarp(W& w, const TensorHeaderArg& header,
 }
 
 }  // namespace lockstep::kernels::cuda
+
+#undef LS_WARP_UNROLL
 
 #endif  // LOCKSTEP_KERNELS_CUDA_LEAF_HASH_H_

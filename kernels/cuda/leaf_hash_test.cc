@@ -333,7 +333,8 @@ TEST(LeafHashWarpTest, WholeFingerprintEqualsHost) {
         hash::HashTensorBytes(dtype, shape, bytes.data(), size).value();
     for (const LaunchConfig& config : kWarpConfigs) {
       SCOPED_TRACE(Label(size, config));
-      for (LeafBody body : {LeafBody::kWarp, LeafBody::kOneThread}) {
+      for (LeafBody body :
+           {LeafBody::kWarp, LeafBody::kBlock, LeafBody::kOneThread}) {
         const absl::StatusOr<hash::FingerprintAndStatsResult> hash_only =
             EmulateDeviceFingerprint(dtype, shape, bytes.data(), size, false,
                                      config, body);
@@ -540,17 +541,137 @@ TEST(LeafHashWarpTest, WholeFingerprintAtCombinationBoundaries) {
         hash::FingerprintAndStats(hash::DtypeCode::kFloat32, shape,
                                   bytes.data(), size)
             .value();
-    const absl::StatusOr<hash::FingerprintAndStatsResult> got =
-        EmulateDeviceFingerprint(hash::DtypeCode::kFloat32, shape, bytes.data(),
-                                 size, true, {0, 256}, LeafBody::kWarp);
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->fingerprint, want.fingerprint);
-    EXPECT_EQ(Bits(got->stats.sum), Bits(want.stats.sum));
-    EXPECT_EQ(Bits(got->stats.l2), Bits(want.stats.l2));
-    EXPECT_EQ(Bits(got->stats.max_abs), Bits(want.stats.max_abs));
-    EXPECT_EQ(got->stats.nan_count, want.stats.nan_count);
-    EXPECT_EQ(got->stats.inf_count, want.stats.inf_count);
+    for (const LeafBody body : {LeafBody::kWarp, LeafBody::kBlock}) {
+      SCOPED_TRACE(body == LeafBody::kWarp ? "warp per leaf"
+                                           : "block per leaf");
+      const absl::StatusOr<hash::FingerprintAndStatsResult> got =
+          EmulateDeviceFingerprint(hash::DtypeCode::kFloat32, shape,
+                                   bytes.data(), size, true, {0, 256}, body);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->fingerprint, want.fingerprint);
+      EXPECT_EQ(Bits(got->stats.sum), Bits(want.stats.sum));
+      EXPECT_EQ(Bits(got->stats.l2), Bits(want.stats.l2));
+      EXPECT_EQ(Bits(got->stats.max_abs), Bits(want.stats.max_abs));
+      EXPECT_EQ(got->stats.nan_count, want.stats.nan_count);
+      EXPECT_EQ(got->stats.inf_count, want.stats.inf_count);
+    }
   }
+}
+
+// The block form's grids: one block per leaf (automatic), one block for
+// every leaf, and grids that leave blocks 1 .. 2 leaves each or none.
+constexpr LaunchConfig kBlockConfigs[] = {
+    {0, 256}, {1, 256}, {3, 32}, {40, 64}};
+
+TEST(LeafHashBlockTest, LeafHashesAndStatisticsEqualReferenceBits) {
+  for (uint64_t size : kWarpSizes) {
+    const std::vector<uint8_t> bytes = WarpTestBytes(size, 500 + size % 79);
+    const bool f32 = size % 4 == 0;
+    const LeafHashesAndStats want =
+        f32 ? EmulateLeafHashesAndStats(bytes.data(), size, {0, 256})
+            : LeafHashesAndStats{
+                  EmulateLeafHashes(bytes.data(), size, {0, 256}), {}};
+    for (const LaunchConfig& config : kBlockConfigs) {
+      SCOPED_TRACE(Label(size, config));
+      const absl::StatusOr<LeafHashesAndStats> hashes =
+          EmulateLeafHashesBlock(bytes.data(), size, false, config);
+      ASSERT_TRUE(hashes.ok()) << hashes.status();
+      EXPECT_EQ(hashes->leaf_hashes, want.leaf_hashes);
+      EXPECT_TRUE(hashes->stats.empty());
+      if (!f32) continue;
+      const absl::StatusOr<LeafHashesAndStats> got =
+          EmulateLeafHashesBlock(bytes.data(), size, true, config);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->leaf_hashes, want.leaf_hashes);
+      ASSERT_EQ(got->stats.size(), want.stats.size());
+      for (size_t l = 0; l < want.stats.size(); ++l) {
+        EXPECT_EQ(Bits(got->stats[l].sum), Bits(want.stats[l].sum)) << l;
+        EXPECT_EQ(Bits(got->stats[l].sum_sq), Bits(want.stats[l].sum_sq)) << l;
+        EXPECT_EQ(got->stats[l].max_abs_bits, want.stats[l].max_abs_bits) << l;
+        EXPECT_EQ(got->stats[l].nan_count, want.stats[l].nan_count) << l;
+        EXPECT_EQ(got->stats[l].inf_count, want.stats[l].inf_count) << l;
+      }
+    }
+  }
+}
+
+// Every length of a leaf's last 1 KiB block, and every float count of the
+// statistics' last row: the scramble count, the last block's stripes, the
+// last stripe's overlap and the chains that end early.
+TEST(LeafHashBlockTest, EveryTailLength) {
+  const std::vector<uint8_t> bytes = WarpTestBytes(4 * 1024 + 1024, 77);
+  for (uint64_t size = 3 * 1024 - 68; size <= 4 * 1024 + 68; size += 4) {
+    SCOPED_TRACE(size);
+    const LeafHashesAndStats want =
+        EmulateLeafHashesAndStats(bytes.data(), size, {0, 256});
+    const absl::StatusOr<LeafHashesAndStats> got =
+        EmulateLeafHashesBlock(bytes.data(), size, true, {0, 256});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->leaf_hashes, want.leaf_hashes);
+    ASSERT_EQ(got->stats.size(), 1u);
+    EXPECT_EQ(Bits(got->stats[0].sum), Bits(want.stats[0].sum));
+    EXPECT_EQ(Bits(got->stats[0].sum_sq), Bits(want.stats[0].sum_sq));
+    EXPECT_EQ(got->stats[0].max_abs_bits, want.stats[0].max_abs_bits);
+    EXPECT_EQ(got->stats[0].nan_count, want.stats[0].nan_count);
+    EXPECT_EQ(got->stats[0].inf_count, want.stats[0].inf_count);
+  }
+}
+
+TEST(LeafHashBlockTest, RefusesWhatTheDeviceWould) {
+  const std::vector<uint8_t> bytes = WarpTestBytes(1024, 2);
+  for (const LaunchConfig& config :
+       {LaunchConfig{1, 1}, LaunchConfig{1, 48}, LaunchConfig{-1, 32}}) {
+    EXPECT_EQ(EmulateLeafHashesBlock(bytes.data(), bytes.size(), false, config)
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << Label(1024, config);
+    EXPECT_EQ(
+        EmulateDeviceFingerprint(hash::DtypeCode::kUInt8, {1024}, bytes.data(),
+                                 bytes.size(), false, config, LeafBody::kBlock)
+            .status()
+            .code(),
+        absl::StatusCode::kInvalidArgument)
+        << Label(1024, config);
+  }
+  const absl::Status odd =
+      EmulateLeafHashesBlock(bytes.data(), 1022, true, {0, 256}).status();
+  EXPECT_EQ(odd.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(odd.message()).find("size = 1022"), std::string::npos)
+      << odd;
+  EXPECT_EQ(LeafBlockGrid({0, 32}, 17), 17);
+  EXPECT_EQ(LeafBlockGrid({5, 32}, 17), 5);
+  EXPECT_EQ(LeafBlockGrid({0, 32}, 1u << 20), kMaxAutoBlocks);
+}
+
+TEST(LeafHashBlockTest, KernelChoice) {
+  // block_mode 0: never; 1: always; 2: few leaves on a known device.
+  EXPECT_FALSE(UseLeafBlocksFor(0, 1, 132));
+  EXPECT_TRUE(UseLeafBlocksFor(1, 1u << 20, 0));
+  EXPECT_FALSE(UseLeafBlocksFor(2, 16, 0));
+  EXPECT_TRUE(UseLeafBlocksFor(2, 8 * 132, 132));
+  EXPECT_FALSE(UseLeafBlocksFor(2, 8 * 132 + 1, 132));
+  for (const DeviceLeafKernel k :
+       {DeviceLeafKernel::kWarp, DeviceLeafKernel::kBlock,
+        DeviceLeafKernel::kAuto}) {
+    const absl::StatusOr<DeviceLeafKernel> parsed =
+        ParseDeviceLeafKernel(DeviceLeafKernelName(k));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, k);
+  }
+  EXPECT_EQ(LeafBlockMode(DeviceLeafKernel::kWarp), 0);
+  EXPECT_EQ(LeafBlockMode(DeviceLeafKernel::kBlock), 1);
+  EXPECT_EQ(LeafBlockMode(DeviceLeafKernel::kAuto), 2);
+  const absl::Status bad = ParseDeviceLeafKernel("blocks").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad.message()).find("LOCKSTEP_CUDA_LEAF_KERNEL"),
+            std::string::npos)
+      << bad;
+  const DeviceLeafKernel before = CurrentDeviceLeafKernel();
+  SetDeviceLeafKernel(DeviceLeafKernel::kAuto);
+  EXPECT_EQ(CurrentDeviceLeafKernel(), DeviceLeafKernel::kAuto);
+  SetDeviceLeafKernel(before);
+  EXPECT_EQ(CurrentDeviceLeafKernel(), before);
 }
 
 TEST(LeafHashWarpTest, RefusesWhatTheDeviceWould) {

@@ -1,7 +1,10 @@
 #include "kernels/cuda/plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -1543,6 +1546,27 @@ LeafHashesAndStats EmulateLeafHashesAndStats(const void* bytes, uint64_t size,
   return out;
 }
 
+namespace {
+
+// Zeroed results for the leaves of `size` bytes (statistics partials only
+// with_stats); INVALID_ARGUMENT naming `what` for statistics of a size not
+// a multiple of 4.
+absl::StatusOr<LeafHashesAndStats> EmptyLeafResults(absl::string_view what,
+                                                    uint64_t size,
+                                                    bool with_stats) {
+  if (with_stats && size % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: size = %d: statistics need a multiple of 4 bytes", what, size));
+  }
+  const uint64_t leaves = NumDeviceLeaves(size);
+  LeafHashesAndStats out;
+  out.leaf_hashes.assign(leaves, 0);
+  if (with_stats) out.stats.assign(leaves, hash::portable::EmptyStatsPartial());
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesWarp(
     const void* bytes, uint64_t size, bool with_stats,
     const LaunchConfig& config, int blocks_per_load) {
@@ -1554,16 +1578,10 @@ absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesWarp(
         "built for %d and %d",
         blocks_per_load, kLeafBlocksPerLoad, kFewLeavesBlocksPerLoad));
   }
-  if (with_stats && size % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "EmulateLeafHashesWarp: size = %d: statistics need a multiple of 4 "
-        "bytes",
-        size));
-  }
-  const uint64_t leaves = NumDeviceLeaves(size);
-  LeafHashesAndStats out;
-  out.leaf_hashes.assign(leaves, 0);
-  if (with_stats) out.stats.assign(leaves, hash::portable::EmptyStatsPartial());
+  LS_ASSIGN_OR_RETURN(
+      LeafHashesAndStats out,
+      EmptyLeafResults("EmulateLeafHashesWarp", size, with_stats));
+  const uint64_t leaves = out.leaf_hashes.size();
   const int64_t warps =
       BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize) *
       config.threads_per_block / kWarpSize;
@@ -1582,6 +1600,103 @@ absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesWarp(
     }
   }
   return out;
+}
+
+int64_t LeafBlockGrid(const LaunchConfig& config, uint64_t leaves) {
+  return BlocksFor({config.blocks, kLeafBlockThreads},
+                   static_cast<int64_t>(leaves) * kLeafBlockThreads);
+}
+
+absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesBlock(
+    const void* bytes, uint64_t size, bool with_stats,
+    const LaunchConfig& config) {
+  LS_RETURN_IF_ERROR(CheckDeviceLaunchConfig(config, "EmulateLeafHashesBlock"));
+  LS_ASSIGN_OR_RETURN(
+      LeafHashesAndStats out,
+      EmptyLeafResults("EmulateLeafHashesBlock", size, with_stats));
+  const uint64_t leaves = out.leaf_hashes.size();
+  const int64_t blocks = LeafBlockGrid(config, leaves);
+  EmulatedBlock<WarpHashLane, kLeafBlockWarps> block;
+  auto shared = std::make_unique<LeafBlockShared>();
+  for (int64_t b = 0; b < blocks; ++b) {
+    LeafHashAndStatsBlock(
+        block, *shared, static_cast<const unsigned char*>(bytes), size,
+        out.leaf_hashes.data(), with_stats ? out.stats.data() : nullptr,
+        nullptr, b, blocks);
+  }
+  return out;
+}
+
+absl::StatusOr<DeviceLeafKernel> ParseDeviceLeafKernel(absl::string_view name) {
+  for (const DeviceLeafKernel k :
+       {DeviceLeafKernel::kWarp, DeviceLeafKernel::kBlock,
+        DeviceLeafKernel::kAuto}) {
+    if (name == DeviceLeafKernelName(k)) return k;
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "LOCKSTEP_CUDA_LEAF_KERNEL = \"%s\": the leaf kernel is one of warp, "
+      "block or auto",
+      name));
+}
+
+const char* DeviceLeafKernelName(DeviceLeafKernel kernel) {
+  switch (kernel) {
+    case DeviceLeafKernel::kWarp:
+      return "warp";
+    case DeviceLeafKernel::kBlock:
+      return "block";
+    case DeviceLeafKernel::kAuto:
+      return "auto";
+  }
+  return "warp";
+}
+
+namespace {
+
+// -1 until the first CurrentDeviceLeafKernel or SetDeviceLeafKernel.
+std::atomic<int>& LeafKernelChoice() {
+  static std::atomic<int> choice{-1};
+  return choice;
+}
+
+}  // namespace
+
+DeviceLeafKernel CurrentDeviceLeafKernel() {
+  const int chosen = LeafKernelChoice().load(std::memory_order_acquire);
+  if (chosen >= 0) return static_cast<DeviceLeafKernel>(chosen);
+  DeviceLeafKernel kernel = DeviceLeafKernel::kWarp;
+  if (const char* env = std::getenv("LOCKSTEP_CUDA_LEAF_KERNEL");
+      env != nullptr && env[0] != '\0') {
+    const absl::StatusOr<DeviceLeafKernel> parsed = ParseDeviceLeafKernel(env);
+    if (parsed.ok()) {
+      kernel = *parsed;
+    } else {
+      std::fprintf(stderr, "lockstep: %s; using warp\n",
+                   std::string(parsed.status().message()).c_str());
+    }
+  }
+  int expected = -1;
+  // A concurrent SetDeviceLeafKernel wins.
+  LeafKernelChoice().compare_exchange_strong(expected, static_cast<int>(kernel),
+                                             std::memory_order_acq_rel);
+  return static_cast<DeviceLeafKernel>(
+      LeafKernelChoice().load(std::memory_order_acquire));
+}
+
+void SetDeviceLeafKernel(DeviceLeafKernel kernel) {
+  LeafKernelChoice().store(static_cast<int>(kernel), std::memory_order_release);
+}
+
+int LeafBlockMode(DeviceLeafKernel kernel) {
+  switch (kernel) {
+    case DeviceLeafKernel::kWarp:
+      return 0;
+    case DeviceLeafKernel::kBlock:
+      return 1;
+    case DeviceLeafKernel::kAuto:
+      return 2;
+  }
+  return 0;
 }
 
 static_assert(kMaxHeaderBytes == 3 + 8 * hash::kMaxRank,
@@ -1610,33 +1725,42 @@ absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
     return absl::InvalidArgumentError(
         "dtype: statistics are defined for float32 only");
   }
-  if (body == LeafBody::kWarp) {
+  if (body != LeafBody::kOneThread) {
     LS_RETURN_IF_ERROR(
         CheckDeviceLaunchConfig(config, "EmulateDeviceFingerprint"));
   }
   const uint64_t leaves = NumDeviceLeaves(size);
-  // Validates dtype, shape and size.
-  LS_RETURN_IF_ERROR(
-      hash::CombineLeafHashes(dtype, shape, size, std::vector<uint64_t>(leaves))
-          .status());
+  LS_RETURN_IF_ERROR(hash::CheckTensorSize(dtype, shape, size));
   LS_ASSIGN_OR_RETURN(const TensorHeaderArg header,
                       DeviceHeaderArg(dtype, shape));
   std::vector<unsigned char> scratch(header.len + 8 * leaves);
   hash::portable::Hash128 h;
   hash::portable::StatsPartial total = hash::portable::EmptyStatsPartial();
-  if (body == LeafBody::kWarp) {
+  if (body != LeafBody::kOneThread) {
     std::vector<uint64_t> leaf_hashes(leaves, 0);
     std::vector<hash::portable::StatsPartial> stats(
         with_stats ? leaves : 0, hash::portable::EmptyStatsPartial());
-    const int64_t warps =
-        BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize) *
-        config.threads_per_block / kWarpSize;
     auto warp = std::make_unique<EmulatedWarp<WarpHashLane>>();
-    for (int64_t w = 0; w < warps; ++w) {
-      LeafHashAndStatsWarp(*warp, static_cast<const unsigned char*>(bytes),
-                           size, leaf_hashes.data(),
-                           with_stats ? stats.data() : nullptr,
-                           scratch.data() + header.len, w, warps);
+    if (body == LeafBody::kBlock) {
+      const int64_t blocks = LeafBlockGrid(config, leaves);
+      EmulatedBlock<WarpHashLane, kLeafBlockWarps> block;
+      auto shared = std::make_unique<LeafBlockShared>();
+      for (int64_t b = 0; b < blocks; ++b) {
+        LeafHashAndStatsBlock(
+            block, *shared, static_cast<const unsigned char*>(bytes), size,
+            leaf_hashes.data(), with_stats ? stats.data() : nullptr,
+            scratch.data() + header.len, b, blocks);
+      }
+    } else {
+      const int64_t warps =
+          BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize) *
+          config.threads_per_block / kWarpSize;
+      for (int64_t w = 0; w < warps; ++w) {
+        LeafHashAndStatsWarp(*warp, static_cast<const unsigned char*>(bytes),
+                             size, leaf_hashes.data(),
+                             with_stats ? stats.data() : nullptr,
+                             scratch.data() + header.len, w, warps);
+      }
     }
     // The header's room holds whatever the device's scratch held before:
     // the combination writes the header there itself, as on the device.

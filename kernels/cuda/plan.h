@@ -218,25 +218,64 @@ absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesWarp(
     const void* bytes, uint64_t size, bool with_stats,
     const LaunchConfig& config, int blocks_per_load = kLeafBlocksPerLoad);
 
+// LeafHashAndStatsBlock (leaf_hash.h) on an emulated grid: the grid's
+// LeafBlockGrid(config, leaves) blocks of kLeafBlockWarps warps, each
+// block run by EmulatedBlock (warp.h); config.threads_per_block is not
+// used (the block form's blocks have kLeafBlockThreads threads).
+// Statistics as EmulateLeafHashesWarp. INVALID_ARGUMENT for a config the
+// device would refuse (CheckDeviceLaunchConfig) or statistics of a size
+// not a multiple of 4.
+absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesBlock(
+    const void* bytes, uint64_t size, bool with_stats,
+    const LaunchConfig& config);
+
+// The blocks the block form's leaf kernel runs on for `leaves` leaves:
+// one per leaf (at most kMaxAutoBlocks; the body is grid-stride), or
+// config.blocks when set.
+int64_t LeafBlockGrid(const LaunchConfig& config, uint64_t leaves);
+
+// Which leaf kernel a device fingerprint runs (leaf_hash.h): one warp per
+// leaf (LeafHashAndStatsWarp), a block of kLeafBlockWarps warps per leaf
+// (LeafHashAndStatsBlock), or the block form for tensors of at most
+// kFewLeavesPerSm leaves per multiprocessor (UseLeafBlocksFor). The bits
+// are the same. kWarp is the default: the block form's bits are proven on
+// the host emulation, its speed has not yet been measured on a device
+// (docs/gpu.md).
+enum class DeviceLeafKernel { kWarp, kBlock, kAuto };
+// "warp", "block" or "auto"; INVALID_ARGUMENT naming the accepted values
+// otherwise.
+absl::StatusOr<DeviceLeafKernel> ParseDeviceLeafKernel(absl::string_view name);
+const char* DeviceLeafKernelName(DeviceLeafKernel kernel);
+// The process's choice: the last SetDeviceLeafKernel, else the environment
+// variable LOCKSTEP_CUDA_LEAF_KERNEL (read once; a value
+// ParseDeviceLeafKernel refuses is reported on stderr and ignored), else
+// kWarp. Thread-safe.
+DeviceLeafKernel CurrentDeviceLeafKernel();
+void SetDeviceLeafKernel(DeviceLeafKernel kernel);
+// UseLeafBlocksFor's block_mode of a choice.
+int LeafBlockMode(DeviceLeafKernel kernel);
+
 // The encoded header of a tensor (hash::EncodeTensorHeader) as the
 // combination kernel's argument. Errors as hash::EncodeTensorHeader.
 absl::StatusOr<TensorHeaderArg> DeviceHeaderArg(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape);
 
 // Which leaf body a device fingerprint runs: one thread per leaf (the
-// reference) or one warp per leaf (what the device path uses).
-enum class LeafBody { kOneThread, kWarp };
+// reference), one warp per leaf, or a block of warps per leaf (the two
+// the device path runs, DeviceLeafKernel).
+enum class LeafBody { kOneThread, kWarp, kBlock };
 
 // The whole device fingerprint on an emulated grid. kWarp, as
 // DeviceFingerprintAndStats (cuda_runtime.h) runs it: the leaf kernel
 // (LeafHashAndStatsWarp, with statistics or not) at `config` writing the
 // leaf hashes after room for the encoded header, then CombineLeavesWarp on
-// one warp (which writes the header there, DeviceHeaderArg);
-// kOneThread: LeafHashAndStatsThread (or LeafHashThread) and
-// CombineLeavesThread in one thread. The host only converts the 16-byte
-// hash and the totals. Statistics need float32 (INVALID_ARGUMENT
-// otherwise); kWarp refuses configs as CheckDeviceLaunchConfig; other
-// errors as hash::HashTensorBytes.
+// one warp (which writes the header there, DeviceHeaderArg); kBlock
+// likewise with LeafHashAndStatsBlock (on LeafBlockGrid(config, leaves)
+// blocks) as the leaf kernel; kOneThread: LeafHashAndStatsThread (or
+// LeafHashThread) and CombineLeavesThread in one thread. The host only converts
+// the 16-byte hash and the totals. Statistics need float32 (INVALID_ARGUMENT
+// otherwise); kWarp and kBlock refuse configs as CheckDeviceLaunchConfig;
+// other errors as hash::HashTensorBytes.
 absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
     hash::DtypeCode dtype, absl::Span<const int64_t> shape, const void* bytes,
     size_t size, bool with_stats, const LaunchConfig& config,

@@ -29,12 +29,28 @@
 // is how the warp bodies are tested on machines without a GPU
 // (kernels/cuda/leaf_hash_test.cc).
 //
+// A block of warps runs a body in phases with a barrier between them:
+//
+//   block.Phase(f)          runs f(w, warp) on every warp of the block (w
+//                           that warp's W, warp its index), then waits
+//                           until every warp of the block has finished it;
+//                           what a phase wrote to memory is visible to
+//                           every warp in the next phase
+//
+// DeviceBlockWarp (nvcc): the calling thread's warp, __syncthreads as the
+// barrier; EmulatedBlock (host): the warps one after another, each to the
+// end of the phase. Warps of one block that talk only through memory
+// written in one phase and read in a later one compute the same values in
+// both. Every thread of the block calls Phase the same number of times
+// (block-uniform control flow).
+//
 // Thread-safety: a warp object belongs to one warp (device) or one host
 // thread.
 #ifndef LOCKSTEP_KERNELS_CUDA_WARP_H_
 #define LOCKSTEP_KERNELS_CUDA_WARP_H_
 
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 
 #include "kernels/canonical/hd.h"
@@ -78,6 +94,20 @@ struct DeviceWarp {
   }
 #endif
 };
+
+template <class LaneState>
+struct DeviceBlockWarp {
+  DeviceWarp<LaneState> w;
+  int warp = 0;  // threadIdx.x / kWarpSize
+
+  template <class F>
+  LS_HD_INLINE void Phase(F&& f) {
+    f(w, warp);
+#if defined(__CUDA_ARCH__)
+    __syncthreads();
+#endif
+  }
+};
 #endif  // __CUDACC__
 
 #if !defined(__CUDA_ARCH__)
@@ -104,6 +134,19 @@ struct EmulatedWarp {
 
   // Each runs every lane to the end before it returns: nothing to order.
   void Sync() {}
+};
+
+template <class LaneState, int kWarps>
+struct EmulatedBlock {
+  // On the heap: a warp's states are kWarpSize lane structs.
+  std::unique_ptr<EmulatedWarp<LaneState>[]> warps {
+    new EmulatedWarp<LaneState>[ kWarps ]
+  };
+
+  template <class F>
+  void Phase(F&& f) {
+    for (int i = 0; i < kWarps; ++i) f(warps[i], i);
+  }
 };
 #endif  // !__CUDA_ARCH__
 

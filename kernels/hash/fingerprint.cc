@@ -136,13 +136,7 @@ absl::StatusOr<size_t> CheckedByteSize(DtypeCode dtype,
 
 absl::Status CheckBytes(DtypeCode dtype, absl::Span<const int64_t> shape,
                         const void* bytes, size_t size) {
-  absl::StatusOr<size_t> want = CheckedByteSize(dtype, shape);
-  if (!want.ok()) return want.status();
-  if (*want != size) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "size: %d bytes given, but shape [%s] of %s needs %d", size,
-        absl::StrJoin(shape, ","), DtypeName(dtype), *want));
-  }
+  if (absl::Status s = CheckTensorSize(dtype, shape, size); !s.ok()) return s;
   if (bytes == nullptr && size > 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("bytes: null with size %d", size));
@@ -499,9 +493,8 @@ absl::StatusOr<FingerprintAndStatsResult> FingerprintAndStats(
   return r;
 }
 
-absl::StatusOr<Fingerprint> CombineLeafHashes(
-    DtypeCode dtype, absl::Span<const int64_t> shape, size_t size,
-    absl::Span<const uint64_t> leaf_hashes) {
+absl::Status CheckTensorSize(DtypeCode dtype, absl::Span<const int64_t> shape,
+                             size_t size) {
   absl::StatusOr<size_t> want = CheckedByteSize(dtype, shape);
   if (!want.ok()) return want.status();
   if (*want != size) {
@@ -509,6 +502,13 @@ absl::StatusOr<Fingerprint> CombineLeafHashes(
         "size: %d bytes given, but shape [%s] of %s needs %d", size,
         absl::StrJoin(shape, ","), DtypeName(dtype), *want));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Fingerprint> CombineLeafHashes(
+    DtypeCode dtype, absl::Span<const int64_t> shape, size_t size,
+    absl::Span<const uint64_t> leaf_hashes) {
+  if (absl::Status s = CheckTensorSize(dtype, shape, size); !s.ok()) return s;
   if (leaf_hashes.size() != NumLeaves(size)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "leaf_hashes: %d given, a tensor of %d bytes has %d leaves",

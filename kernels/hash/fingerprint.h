@@ -216,6 +216,14 @@ absl::StatusOr<FingerprintAndStatsResult> FingerprintAndStats(
 // of the same data, bit for bit.
 TensorStats CombineBlockStats(absl::Span<const portable::StatsPartial> blocks);
 
+// OK when `size` bytes hold a tensor of `shape` and `dtype`: the checks of
+// HashTensorBytes that do not read the bytes (unknown dtype, rank,
+// negative or overflowing dimensions, size), with the same errors. For a
+// caller that hashes the bytes elsewhere (a device) and wants the
+// validation without CombineLeafHashes' hash.
+absl::Status CheckTensorSize(DtypeCode dtype, absl::Span<const int64_t> shape,
+                             size_t size);
+
 // Combines already computed leaf hashes (e.g. from a device) into the
 // fingerprint: XXH3-128 over header || leaf hashes (little-endian u64).
 // Errors as HashTensorBytes (without the bytes checks), plus

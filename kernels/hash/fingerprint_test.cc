@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -442,6 +443,37 @@ TEST(CombineLeafHashesTest, MatchesHashTensorBytesAndChecksCount) {
                                 absl::MakeSpan(leaves).subspan(0, 2)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("leaf_hashes: 2 given")));
+}
+
+TEST(CheckTensorSizeTest, SameVerdictsAsHashTensorBytes) {
+  const std::vector<uint8_t> bytes(64, 0);
+  EXPECT_TRUE(CheckTensorSize(DtypeCode::kFloat32, {4, 4}, 64).ok());
+  EXPECT_TRUE(CheckTensorSize(DtypeCode::kUInt8, {0}, 0).ok());
+  EXPECT_THAT(CheckTensorSize(DtypeCode::kFloat32, {4, 4}, 60),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("size: 60 bytes given, but shape [4,4] of "
+                                 "float32 needs 64")));
+  EXPECT_THAT(CheckTensorSize(DtypeCode::kFloat32, {-1}, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CheckTensorSize(static_cast<DtypeCode>(99), {4}, 16),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  const std::vector<int64_t> too_deep(kMaxRank + 1, 1);
+  EXPECT_THAT(CheckTensorSize(DtypeCode::kUInt8, too_deep, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // Whatever it refuses, HashTensorBytes refuses with the same message.
+  for (const auto& [dtype, shape, size] :
+       std::vector<std::tuple<DtypeCode, std::vector<int64_t>, size_t>>{
+           {DtypeCode::kFloat32, {4, 4}, 60},
+           {DtypeCode::kFloat32, {-1}, 0},
+           {static_cast<DtypeCode>(99), {4}, 16},
+           {DtypeCode::kUInt8, too_deep, 1},
+           {DtypeCode::kInt64, {int64_t{1} << 62, 8}, 64}}) {
+    const absl::Status checked = CheckTensorSize(dtype, shape, size);
+    const absl::Status hashed =
+        HashTensorBytes(dtype, shape, bytes.data(), size).status();
+    EXPECT_FALSE(checked.ok());
+    EXPECT_EQ(checked, hashed);
+  }
 }
 
 // ---- Statistics. ----
