@@ -1607,6 +1607,26 @@ int64_t LeafBlockGrid(const LaunchConfig& config, uint64_t leaves) {
                    static_cast<int64_t>(leaves) * kLeafBlockThreads);
 }
 
+namespace {
+
+// LeafHashAndStatsBlock over every block of LeafBlockGrid(config, leaves),
+// one block after another.
+void RunEmulatedLeafBlocks(const void* bytes, uint64_t size,
+                           const LaunchConfig& config, uint64_t* leaf_hashes,
+                           hash::portable::StatsPartial* stats,
+                           unsigned char* combine_input) {
+  const int64_t blocks = LeafBlockGrid(config, NumDeviceLeaves(size));
+  EmulatedBlock<WarpHashLane, kLeafBlockWarps> block;
+  auto shared = std::make_unique<LeafBlockShared>();
+  for (int64_t b = 0; b < blocks; ++b) {
+    LeafHashAndStatsBlock(block, *shared,
+                          static_cast<const unsigned char*>(bytes), size,
+                          leaf_hashes, stats, combine_input, b, blocks);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesBlock(
     const void* bytes, uint64_t size, bool with_stats,
     const LaunchConfig& config) {
@@ -1614,16 +1634,8 @@ absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesBlock(
   LS_ASSIGN_OR_RETURN(
       LeafHashesAndStats out,
       EmptyLeafResults("EmulateLeafHashesBlock", size, with_stats));
-  const uint64_t leaves = out.leaf_hashes.size();
-  const int64_t blocks = LeafBlockGrid(config, leaves);
-  EmulatedBlock<WarpHashLane, kLeafBlockWarps> block;
-  auto shared = std::make_unique<LeafBlockShared>();
-  for (int64_t b = 0; b < blocks; ++b) {
-    LeafHashAndStatsBlock(
-        block, *shared, static_cast<const unsigned char*>(bytes), size,
-        out.leaf_hashes.data(), with_stats ? out.stats.data() : nullptr,
-        nullptr, b, blocks);
-  }
+  RunEmulatedLeafBlocks(bytes, size, config, out.leaf_hashes.data(),
+                        with_stats ? out.stats.data() : nullptr, nullptr);
   return out;
 }
 
@@ -1742,15 +1754,9 @@ absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
         with_stats ? leaves : 0, hash::portable::EmptyStatsPartial());
     auto warp = std::make_unique<EmulatedWarp<WarpHashLane>>();
     if (body == LeafBody::kBlock) {
-      const int64_t blocks = LeafBlockGrid(config, leaves);
-      EmulatedBlock<WarpHashLane, kLeafBlockWarps> block;
-      auto shared = std::make_unique<LeafBlockShared>();
-      for (int64_t b = 0; b < blocks; ++b) {
-        LeafHashAndStatsBlock(
-            block, *shared, static_cast<const unsigned char*>(bytes), size,
-            leaf_hashes.data(), with_stats ? stats.data() : nullptr,
-            scratch.data() + header.len, b, blocks);
-      }
+      RunEmulatedLeafBlocks(bytes, size, config, leaf_hashes.data(),
+                            with_stats ? stats.data() : nullptr,
+                            scratch.data() + header.len);
     } else {
       const int64_t warps =
           BlocksFor(config, static_cast<int64_t>(leaves) * kWarpSize) *
