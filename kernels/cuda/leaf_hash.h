@@ -846,15 +846,16 @@ LS_HD_INLINE void LeafHashAndStatsBlock(B& block, LeafBlockShared& sh,
         (stripes + x::kStripesPerBlock - 1) / x::kStripesPerBlock;
     block.Phase([&](auto& w, int warp) {
       if (warp < kLeafHashWarps) {
-        for (uint64_t b = static_cast<uint64_t>(warp); b < hashed_blocks;
-             b += kLeafHashWarps) {
+        // Two of the warp's blocks per step (b and b + kLeafHashWarps),
+        // their four rows' loads in flight together.
+        for (uint64_t b0 = static_cast<uint64_t>(warp); b0 < hashed_blocks;
+             b0 += 2 * kLeafHashWarps) {
           w.Each([&](int lane, WarpHashLane& s) {
-            s.sum[0] = 0;
-            s.sum[1] = 0;
             const uint64_t stripe = static_cast<uint64_t>(lane / 4);
             LS_WARP_UNROLL
-            for (int c = 0; c < 2; ++c) {
-              const uint64_t r = 2 * b + static_cast<uint64_t>(c);
+            for (int c = 0; c < 4; ++c) {
+              const uint64_t r = 2 * (b0 + (c / 2) * kLeafHashWarps) +
+                                 static_cast<uint64_t>(c % 2);
               s.word[c][0] = 0;
               s.word[c][1] = 0;
               if (r * 8 + stripe < stripes) {
@@ -863,20 +864,29 @@ LS_HD_INLINE void LeafHashAndStatsBlock(B& block, LeafBlockShared& sh,
                     s.word[c]);
               }
             }
-            LS_WARP_UNROLL
-            for (int c = 0; c < 2; ++c) {
-              const uint64_t r = 2 * b + static_cast<uint64_t>(c);
-              if (r * 8 + stripe < stripes) {
-                wi::AccumulateQuarter(s.sum, s.word[c], s.key[c]);
+          });
+          LS_WARP_UNROLL
+          for (int i = 0; i < 2; ++i) {
+            const uint64_t b = b0 + static_cast<uint64_t>(i) * kLeafHashWarps;
+            if (b >= hashed_blocks) break;
+            w.Each([&](int lane, WarpHashLane& s) {
+              s.sum[0] = 0;
+              s.sum[1] = 0;
+              const uint64_t stripe = static_cast<uint64_t>(lane / 4);
+              LS_WARP_UNROLL
+              for (int c = 0; c < 2; ++c) {
+                if ((2 * b + static_cast<uint64_t>(c)) * 8 + stripe < stripes) {
+                  wi::AccumulateQuarter(s.sum, s.word[2 * i + c], s.key[c]);
+                }
               }
-            }
-          });
-          wi::ReduceQuarterSums(w);
-          w.Each([&](int lane, WarpHashLane& s) {
-            if (lane >= 4) return;
-            sh.block_sum[b][2 * lane] = s.sum[0];
-            sh.block_sum[b][2 * lane + 1] = s.sum[1];
-          });
+            });
+            wi::ReduceQuarterSums(w);
+            w.Each([&](int lane, WarpHashLane& s) {
+              if (lane >= 4) return;
+              sh.block_sum[b][2 * lane] = s.sum[0];
+              sh.block_sum[b][2 * lane + 1] = s.sum[1];
+            });
+          }
         }
         return;
       }
@@ -891,21 +901,33 @@ LS_HD_INLINE void LeafHashAndStatsBlock(B& block, LeafBlockShared& sh,
         s.max_finite = 0;
         s.nan_count = 0;
         s.inf_count = 0;
-        for (uint64_t r0 = 0; r0 < rows; r0 += kStatsRowsPerLoad) {
-          // All the batch's loads first; a float past the leaf reads as
-          // +0.0, which adds nothing to a chain (docs/fingerprints.md,
-          // section 8) and counts as neither NaN nor Inf.
-          uint32_t v[kStatsRowsPerLoad];
+        // Batches of kStatsRowsPerLoad rows in two register buffers: the
+        // next batch's loads are issued before the current one is stepped.
+        // A float past the leaf reads as +0.0, which adds nothing to a
+        // chain (docs/fingerprints.md, section 8) and counts as neither
+        // NaN nor Inf.
+        uint32_t v[2][kStatsRowsPerLoad];
+        const auto load = [&](uint32_t* dst, uint64_t r0) {
           LS_WARP_UNROLL
           for (int i = 0; i < kStatsRowsPerLoad; ++i) {
             const uint64_t k =
                 (r0 + static_cast<uint64_t>(i)) * kStatsChains + j;
-            v[i] = k < floats ? wi::Load4(in + 4 * k) : 0U;
+            dst[i] = k < floats ? wi::Load4(in + 4 * k) : 0U;
           }
+        };
+        const auto step = [&](const uint32_t* src) {
           LS_WARP_UNROLL
           for (int i = 0; i < kStatsRowsPerLoad; ++i) {
-            wi::ChainSteps(v[i], 1, s);
+            wi::ChainSteps(src[i], 1, s);
           }
+        };
+        load(v[0], 0);
+        for (uint64_t r0 = 0; r0 < rows; r0 += 2 * kStatsRowsPerLoad) {
+          load(v[1], r0 + kStatsRowsPerLoad);
+          step(v[0]);
+          if (r0 + kStatsRowsPerLoad >= rows) break;
+          load(v[0], r0 + 2 * kStatsRowsPerLoad);
+          step(v[1]);
         }
       });
       wi::ReduceCounts(w);
