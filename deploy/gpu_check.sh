@@ -13,7 +13,11 @@
 #                                    # already under BIN_ROOT
 #   deploy/gpu_check.sh step-times DIR SCRATCH
 #                                    # the `steps` check alone (needs a
-#                                    # device): CUDA ms/step per model
+#                                    # device): CUDA ms/step per model,
+#                                    # fingerprints queued, waited for,
+#                                    # and queued with the block-per-leaf
+#                                    # kernel (whose run digest must be
+#                                    # the warp kernel's)
 #
 # `run` takes the checks in order of what they prove (the GPU suite, the
 # selftest, whole CANONICAL runs CPU against CUDA, step times on the

@@ -78,4 +78,43 @@ grep -Eq '^run mlp cpu +FAIL \(exit [0-9]+\)' "$work/out2/SUMMARY.txt" ||
 grep -q "GPU suite" "$work/out2/SUMMARY.txt" &&
   fail "GPU_CHECK_ONLY=runs ran the GPU suite"
 
+# The steps check's arithmetic and digest comparison with a stub worker
+# (the real runs need a device): a line per model with the three columns,
+# and a block leaf kernel whose run digest differs fails the check.
+stub="$work/stub"
+step_models=$(sed -n 's/^STEP_MODELS="\(.*\)"$/\1/p' "$work/bundle/gpu_check.sh")
+[ -n "$step_models" ] || fail "no STEP_MODELS in gpu_check.sh"
+mkdir -p "$stub/bin"
+for m in $step_models; do
+  mkdir -p "$stub/runs/$m"
+  echo '{"seed": 1, "steps": 40}' > "$stub/runs/$m/cuda.json"
+  echo '{}' > "$stub/runs/$m/model.json"
+done
+cat > "$stub/bin/lockstep-worker" << 'STUB'
+#!/bin/bash
+digest=0123456789abcdef0123456789abcdef
+if [ "${LOCKSTEP_CUDA_LEAF_KERNEL:-}" = block ] &&
+  [ -n "${STUB_BLOCK_DIGEST:-}" ]; then
+  digest=$STUB_BLOCK_DIGEST
+fi
+echo "run 0: tensors stayed on the device: 0 copied in, 0 copied out"
+echo "run 0 digest $digest  dataset none"
+STUB
+chmod +x "$stub/bin/lockstep-worker"
+bash "$work/bundle/gpu_check.sh" step-times "$stub" "$work/steps" \
+  > "$work/steps.txt" 2>&1 || fail "step-times with a stub worker failed"
+n=$(echo $step_models | wc -w)
+line='^[a-z0-9_]+: -?[0-9]+\.[0-9] ms/step queued, -?[0-9]+\.[0-9] ms/step'
+line="$line waiting, -?[0-9]+\.[0-9] ms/step block; digest"
+line="$line 0123456789abcdef0123456789abcdef with both leaf kernels\$"
+[ "$(grep -Ec "$line" "$work/steps.txt")" -eq "$n" ] ||
+  fail "step-times did not print a line per model: $(cat "$work/steps.txt")"
+grep -q '"steps": 13' "$work/steps/$(echo $step_models | cut -d' ' -f1).13.json" ||
+  fail "step-times did not write a 13-step config"
+STUB_BLOCK_DIGEST=ffffffffffffffffffffffffffffffff \
+  bash "$work/bundle/gpu_check.sh" step-times "$stub" "$work/steps2" \
+  > "$work/steps2.txt" 2>&1 && fail "a differing block-kernel digest passed"
+grep -q "DIGESTS DIFFER: warp leaf kernel 0123456789abcdef0123456789abcdef" \
+  "$work/steps2.txt" || fail "the digest mismatch was not reported"
+
 echo "PASS"

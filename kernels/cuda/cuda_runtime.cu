@@ -123,7 +123,9 @@ __global__ void __launch_bounds__(kLeafBlockThreads)
 // Whether the device fingerprint of `leaves` leaves runs the block form
 // (CurrentDeviceLeafKernel, UseLeafBlocksFor).
 bool UseLeafBlocks(uint64_t leaves) {
-  return UseLeafBlocksFor(LeafBlockMode(CurrentDeviceLeafKernel()), leaves,
+  const int mode = LeafBlockMode(CurrentDeviceLeafKernel());
+  if (mode == 0) return false;  // the default: no device query
+  return UseLeafBlocksFor(mode, leaves,
                           DevicePlanOptions().device_multiprocessors);
 }
 
