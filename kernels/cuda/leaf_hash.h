@@ -756,13 +756,15 @@ LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
 // of one block, in two phases (warp.h's Phase), the same bits:
 //
 // 1. Warps 0 .. kLeafHashWarps - 1 take the leaf's 1 KiB XXH3 blocks in
-//    turn (warp i blocks i, i + kLeafHashWarps, ...) and write each one's
-//    contributions to the 8 accumulators (the sum over its stripes modulo
-//    2^64, AccumulateQuarter and ReduceQuarterSums as in the one-warp
-//    form) to shared memory. The other kLeafStatsWarps warps run the 64
-//    statistics chains, one per lane: chain j steps through floats j,
-//    j + 64, j + 128, ... of the leaf in order (4-byte loads, consecutive
-//    across the lanes), and max |x| and the counts are reduced per warp.
+//    turn (warp i blocks i, i + kLeafHashWarps, ..., two loaded at once)
+//    and write each one's contributions to the 8 accumulators (the sum
+//    over its stripes modulo 2^64, AccumulateQuarter and ReduceQuarterSums
+//    as in the one-warp form) to shared memory. The other kLeafStatsWarps warps
+//    run the 64 statistics chains, one per lane: chain j steps through floats
+//    j, j + 64, j + 128, ... of the leaf in order (4-byte loads, consecutive
+//    across the lanes, the next kStatsRowsPerLoad rows in flight while the
+//    current ones are stepped), and max |x| and the counts are reduced per
+//    warp.
 // 2. Warp 0 adds the contributions to the accumulators block after block,
 //    with XXH3's scramble after every full block (the order the one-warp
 //    form adds them in, so the same sums modulo 2^64), then the last
