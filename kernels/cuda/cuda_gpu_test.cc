@@ -361,13 +361,23 @@ TEST(CudaGpuFingerprintTest, HeaderArgumentAtEveryLength) {
           hash::FingerprintAndStats(hash::DtypeCode::kFloat32, shape,
                                     data.data(), size)
               .value();
-      absl::StatusOr<hash::FingerprintAndStatsResult> got =
-          DeviceFingerprintAndStats(hash::DtypeCode::kFloat32, shape,
-                                    data.data(), size, LaunchConfig{});
-      ASSERT_TRUE(got.ok()) << got.status();
-      EXPECT_EQ(got->fingerprint, want.fingerprint)
-          << "rank " << rank << ", " << count << " floats";
-      EXPECT_EQ(std::memcmp(&got->stats.sum, &want.stats.sum, 8), 0);
+      // The block-per-leaf kernel combines a one-leaf tensor itself up to
+      // rank 28 (CombinesInLeafBlock), the warp kernel never.
+      const DeviceLeafKernel before = CurrentDeviceLeafKernel();
+      for (const DeviceLeafKernel kernel :
+           {DeviceLeafKernel::kWarp, DeviceLeafKernel::kBlock}) {
+        SetDeviceLeafKernel(kernel);
+        absl::StatusOr<hash::FingerprintAndStatsResult> got =
+            DeviceFingerprintAndStats(hash::DtypeCode::kFloat32, shape,
+                                      data.data(), size, LaunchConfig{});
+        ASSERT_TRUE(got.ok()) << got.status();
+        EXPECT_EQ(got->fingerprint, want.fingerprint)
+            << "rank " << rank << ", " << count << " floats, "
+            << DeviceLeafKernelName(kernel);
+        EXPECT_EQ(std::memcmp(&got->stats.sum, &want.stats.sum, 8), 0);
+        EXPECT_EQ(std::memcmp(&got->stats.l2, &want.stats.l2, 8), 0);
+      }
+      SetDeviceLeafKernel(before);
     }
   }
 }

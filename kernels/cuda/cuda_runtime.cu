@@ -105,19 +105,33 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock)
 
 // A block of kLeafBlockWarps warps per leaf (LeafHashAndStatsBlock):
 // leaves blockIdx.x, blockIdx.x + gridDim.x, ...; stats and combine_input
-// may be null. REQUIRES: blockDim.x == kLeafBlockThreads; bytes 16-byte
-// aligned.
-__global__ void __launch_bounds__(kLeafBlockThreads)
-    LeafHashBlockKernel(const unsigned char* bytes, uint64_t size,
-                        uint64_t* leaf_hashes,
-                        hash::portable::StatsPartial* stats,
-                        unsigned char* combine_input) {
+// may be null. With `fingerprint` not null (a one-leaf tensor,
+// CombinesInLeafBlock; combine_input = scratch + header.len), the block
+// also combines it (CombineOneLeafInBlock, the header written at scratch)
+// and no combination kernel follows. REQUIRES: blockDim.x ==
+// kLeafBlockThreads; bytes 16-byte aligned.
+__global__ void __launch_bounds__(kLeafBlockThreads) LeafHashBlockKernel(
+    const unsigned char* bytes, uint64_t size, uint64_t* leaf_hashes,
+    hash::portable::StatsPartial* stats, unsigned char* combine_input,
+    const TensorHeaderArg header, hash::portable::Hash128* fingerprint,
+    hash::portable::StatsPartial* total) {
   __shared__ LeafBlockShared sh;
   DeviceBlockWarp<WarpHashLane> block;
   block.w.lane = static_cast<int>(threadIdx.x % kWarpSize);
   block.warp = static_cast<int>(threadIdx.x / kWarpSize);
   LeafHashAndStatsBlock(block, sh, bytes, size, leaf_hashes, stats,
                         combine_input, blockIdx.x, gridDim.x);
+  if (fingerprint != nullptr) {
+    CombineOneLeafInBlock(block, header, combine_input - header.len, stats,
+                          fingerprint, total);
+  }
+}
+
+// The header argument of the block kernel's launches that combine nothing.
+TensorHeaderArg NoHeader() {
+  TensorHeaderArg h;
+  h.len = 0;
+  return h;
 }
 
 // Whether the device fingerprint of `leaves` leaves runs the block form
@@ -131,13 +145,14 @@ bool UseLeafBlocks(uint64_t leaves) {
 
 // Queues the block form's leaf kernel on LeafBlockGrid(config, leaves)
 // blocks, after checking that the device runs its blocks; `what` names
-// the caller in errors.
-absl::Status LaunchLeafHashBlock(absl::string_view what,
-                                 const LaunchConfig& config,
-                                 const unsigned char* bytes, uint64_t size,
-                                 uint64_t* leaf_hashes,
-                                 hash::portable::StatsPartial* stats,
-                                 unsigned char* combine_input);
+// the caller in errors. `header`, `fingerprint` and `total` as
+// LeafHashBlockKernel's (fingerprint null: no combination).
+absl::Status LaunchLeafHashBlock(
+    absl::string_view what, const LaunchConfig& config,
+    const unsigned char* bytes, uint64_t size, uint64_t* leaf_hashes,
+    hash::portable::StatsPartial* stats, unsigned char* combine_input,
+    const TensorHeaderArg& header, hash::portable::Hash128* fingerprint,
+    hash::portable::StatsPartial* total);
 
 // The leaf kernel of `blocks_per_load` (kLeafBlocksPerLoad, or
 // kFewLeavesBlocksPerLoad), as a pointer and queued.
@@ -309,19 +324,20 @@ absl::Status CheckKernelFits(const void* kernel, absl::string_view name,
   return absl::OkStatus();
 }
 
-absl::Status LaunchLeafHashBlock(absl::string_view what,
-                                 const LaunchConfig& config,
-                                 const unsigned char* bytes, uint64_t size,
-                                 uint64_t* leaf_hashes,
-                                 hash::portable::StatsPartial* stats,
-                                 unsigned char* combine_input) {
+absl::Status LaunchLeafHashBlock(
+    absl::string_view what, const LaunchConfig& config,
+    const unsigned char* bytes, uint64_t size, uint64_t* leaf_hashes,
+    hash::portable::StatsPartial* stats, unsigned char* combine_input,
+    const TensorHeaderArg& header, hash::portable::Hash128* fingerprint,
+    hash::portable::StatsPartial* total) {
   LS_RETURN_IF_ERROR(
       CheckKernelFits(reinterpret_cast<const void*>(&LeafHashBlockKernel), what,
                       kLeafBlockThreads));
   const dim3 grid(
       static_cast<unsigned>(LeafBlockGrid(config, NumDeviceLeaves(size))));
   LeafHashBlockKernel<<<grid, kLeafBlockThreads>>>(bytes, size, leaf_hashes,
-                                                   stats, combine_input);
+                                                   stats, combine_input, header,
+                                                   fingerprint, total);
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -773,7 +789,8 @@ absl::Status DeviceLeafHashes(const void* device_bytes, size_t size,
   if (reinterpret_cast<uintptr_t>(device_bytes) % 16 == 0 &&
       UseLeafBlocks(leaves)) {
     LS_RETURN_IF_ERROR(LaunchLeafHashBlock("DeviceLeafHashes", config, in, size,
-                                           out, nullptr, nullptr));
+                                           out, nullptr, nullptr, NoHeader(),
+                                           nullptr, nullptr));
   } else if (reinterpret_cast<uintptr_t>(device_bytes) % 16 == 0) {
     const int blocks_per_load = LeafBlocksPerLoad(leaves);
     LS_RETURN_IF_ERROR(CheckKernelFits(LeafHashWarpKernelOf(blocks_per_load),
@@ -876,13 +893,17 @@ absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
   }
   const void* leaves_in = device_bytes != nullptr ? device_bytes : data.get();
   auto* combine_input = static_cast<unsigned char*>(scratch.get());
-  if (leaves > 0 && UseLeafBlocks(leaves)) {
-    LS_RETURN_IF_ERROR(
-        LaunchLeafHashBlock("DeviceFingerprintAndStats", config,
-                            static_cast<const unsigned char*>(leaves_in), size,
-                            static_cast<uint64_t*>(hashes.get()),
-                            static_cast<StatsPartial*>(partials.get()),
-                            combine_input + header.len));
+  const bool blocks = leaves > 0 && UseLeafBlocks(leaves);
+  // A one-leaf tensor's leaf block combines it itself.
+  const bool combined = blocks && CombinesInLeafBlock(leaves, header.len);
+  if (blocks) {
+    LS_RETURN_IF_ERROR(LaunchLeafHashBlock(
+        "DeviceFingerprintAndStats", config,
+        static_cast<const unsigned char*>(leaves_in), size,
+        static_cast<uint64_t*>(hashes.get()),
+        static_cast<StatsPartial*>(partials.get()), combine_input + header.len,
+        header, combined ? &out->hash : nullptr,
+        combined ? &out->total : nullptr));
   } else if (leaves > 0) {
     const int blocks_per_load = LeafBlocksPerLoad(leaves);
     LS_RETURN_IF_ERROR(CheckKernelFits(LeafHashWarpKernelOf(blocks_per_load),
@@ -900,6 +921,7 @@ absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
                        combine_input + header.len);
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
+  if (combined) return absl::OkStatus();
   LS_RETURN_IF_ERROR(
       CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
                       "DeviceFingerprintAndStats", kCombineThreads));
@@ -1088,7 +1110,8 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
         {"device_hash", "block of 8 warps per leaf",
          [&]() {
            LeafHashBlockKernel<<<leaf_block_grid, kLeafBlockThreads>>>(
-               in, bytes, leaf_out, nullptr, nullptr);
+               in, bytes, leaf_out, nullptr, nullptr, NoHeader(), nullptr,
+               nullptr);
          }},
         {"device_hash", "thread per leaf",
          [&]() {
@@ -1108,7 +1131,8 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
          "float32, hash + statistics, block of 8 warps per leaf",
          [&]() {
            LeafHashBlockKernel<<<leaf_block_grid, kLeafBlockThreads>>>(
-               in, bytes, leaf_out, stats_out, nullptr);
+               in, bytes, leaf_out, stats_out, nullptr, NoHeader(), nullptr,
+               nullptr);
          }},
         {"device_hash_stats", "float32, thread per leaf, hash + statistics",
          [&]() {
@@ -1128,7 +1152,8 @@ absl::StatusOr<std::string> RunGpuBenchmarks(int reps) {
          "float32, block of 8 warps per leaf, then the two-warp combination",
          [&]() {
            LeafHashBlockKernel<<<leaf_block_grid, kLeafBlockThreads>>>(
-               in, bytes, leaf_out, stats_out, combine + kHeader);
+               in, bytes, leaf_out, stats_out, combine + kHeader, NoHeader(),
+               nullptr, nullptr);
            CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
                header, combine, kHeader + 8 * leaves, leaves, stats_out,
                &out->hash, &out->total);

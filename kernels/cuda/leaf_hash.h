@@ -1031,6 +1031,42 @@ LS_HD_INLINE void LeafHashAndStatsBlock(B& block, LeafBlockShared& sh,
   }
 }
 
+// Whether the block form's leaf kernel also combines a tensor of `leaves`
+// leaves whose encoded header is `header_len` bytes (CombineOneLeafInBlock):
+// one leaf, and header || leaf hash short enough for XXH3-128's short path
+// in one lane (kXxh3ShortMax, rank 28 and below), so no combination kernel
+// is launched for it.
+LS_HD_INLINE bool CombinesInLeafBlock(uint64_t leaves, uint32_t header_len) {
+  return leaves == 1 && header_len + 8 <= kXxh3ShortMax;
+}
+
+// After LeafHashAndStatsBlock over a one-leaf tensor, with `input` + the
+// header's length holding the leaf hash (LeafHashAndStatsBlock's
+// combine_input): CombineLeavesWarp's results, in lane 0 of warp 0 after a
+// block barrier (so warp 1's statistics partial is visible): the header
+// written at input, *fingerprint = XXH3-128 of header || leaf hash (its
+// short path, as CombineLeafHashesWarp takes it), and, when stats is not
+// null, *total = stats[0] added to empty totals (as SumLeafStatsWarp adds
+// a single partial). REQUIRES: CombinesInLeafBlock(1, header.len).
+template <class B>
+LS_HD_INLINE void CombineOneLeafInBlock(
+    B& block, const TensorHeaderArg& header, unsigned char* input,
+    const hash::portable::StatsPartial* stats,
+    hash::portable::Hash128* fingerprint, hash::portable::StatsPartial* total) {
+  block.Phase([&](auto& w, int warp) {
+    if (warp != 0) return;
+    w.Each([&](int lane, WarpHashLane&) {
+      if (lane != 0) return;
+      for (uint32_t i = 0; i < header.len; ++i) input[i] = header.bytes[i];
+      *fingerprint = hash::portable::Xxh3Hash128(input, header.len + 8);
+      if (stats == nullptr) return;
+      hash::portable::StatsPartial t = hash::portable::EmptyStatsPartial();
+      hash::portable::AddBlockStats(&t, stats[0]);
+      *total = t;
+    });
+  });
+}
+
 // input[0, header.len) = the header's bytes, lane l writing bytes l,
 // l + 32, ..., then Sync, so every lane reads all of them afterwards. Call
 // on every lane of the warp with uniform arguments.

@@ -513,12 +513,19 @@ TEST(LeafHashWarpTest, HeaderArgumentUpToTheLargestRank) {
     const std::vector<uint8_t> header =
         hash::EncodeTensorHeader(hash::DtypeCode::kFloat32, shape).value();
     EXPECT_TRUE(std::equal(header.begin(), header.end(), arg.bytes));
-    const hash::FingerprintAndStatsResult device =
-        EmulateDeviceFingerprint(hash::DtypeCode::kFloat32, shape, data.data(),
-                                 size, /*with_stats=*/true, LaunchConfig{0, 64})
-            .value();
-    EXPECT_EQ(device.fingerprint.hi, host.hi);
-    EXPECT_EQ(device.fingerprint.lo, host.lo);
+    // The block form combines a one-leaf tensor in its leaf kernel up to
+    // rank 28, and launches the combination above.
+    EXPECT_EQ(CombinesInLeafBlock(1, arg.len), rank <= 28);
+    for (const LeafBody body : {LeafBody::kWarp, LeafBody::kBlock}) {
+      const hash::FingerprintAndStatsResult device =
+          EmulateDeviceFingerprint(hash::DtypeCode::kFloat32, shape,
+                                   data.data(), size, /*with_stats=*/true,
+                                   LaunchConfig{0, 64}, body)
+              .value();
+      EXPECT_EQ(device.fingerprint.hi, host.hi);
+      EXPECT_EQ(device.fingerprint.lo, host.lo);
+      EXPECT_EQ(device.stats.sum, rank > 0 ? 1.5 - 2.0 + 0.25 : 1.5);
+    }
   }
   const std::vector<int64_t> too_many(hash::kMaxRank + 1, 1);
   const absl::StatusOr<TensorHeaderArg> refused =

@@ -1771,8 +1771,16 @@ absl::StatusOr<hash::FingerprintAndStatsResult> EmulateDeviceFingerprint(
     // The header's room holds whatever the device's scratch held before:
     // the combination writes the header there itself, as on the device.
     std::fill(scratch.begin(), scratch.begin() + header.len, 0xa5);
-    CombineLeavesWarp(*warp, header, scratch.data(), scratch.size(), leaves,
-                      with_stats ? stats.data() : nullptr, &h, &total);
+    if (body == LeafBody::kBlock && CombinesInLeafBlock(leaves, header.len)) {
+      // The block form's leaf kernel combines a one-leaf tensor itself,
+      // after a barrier (LeafHashBlockKernel).
+      EmulatedBlock<WarpHashLane, kLeafBlockWarps> block;
+      CombineOneLeafInBlock(block, header, scratch.data(),
+                            with_stats ? stats.data() : nullptr, &h, &total);
+    } else {
+      CombineLeavesWarp(*warp, header, scratch.data(), scratch.size(), leaves,
+                        with_stats ? stats.data() : nullptr, &h, &total);
+    }
   } else {
     std::copy(header.bytes, header.bytes + header.len, scratch.begin());
     LeafHashesAndStats leaf;
