@@ -232,6 +232,13 @@ step_times() {
       line="$line $(awk -v a="$ns3" -v b="$ns13" \
         'BEGIN { printf "%.1f", (b - a) / 10 / 1e6 }') ms/step $variant,"
       grep -h '^run 0: tensors stayed' "$scratch/$model.13.$variant.log"
+      # The run said which leaf kernel it used (LOCKSTEP_CUDA_LEAF_KERNEL
+      # taken, not ignored).
+      grep -q "^run 0: tensors stayed.*leaf kernel $leaf)" \
+        "$scratch/$model.13.$variant.log" || {
+        echo "$model: the $variant run did not use the $leaf leaf kernel"
+        return 1
+      }
     done
     # The block leaf kernel's run digest must be the warp kernel's.
     local d_warp d_block

@@ -97,7 +97,8 @@ if [ "${LOCKSTEP_CUDA_LEAF_KERNEL:-}" = block ] &&
   [ -n "${STUB_BLOCK_DIGEST:-}" ]; then
   digest=$STUB_BLOCK_DIGEST
 fi
-echo "run 0: tensors stayed on the device: 0 copied in, 0 copied out"
+echo "run 0: tensors stayed on the device: 0 copied in (leaf kernel" \
+  "${LOCKSTEP_CUDA_LEAF_KERNEL:-warp})"
 echo "run 0 digest $digest  dataset none"
 STUB
 chmod +x "$stub/bin/lockstep-worker"
@@ -116,5 +117,12 @@ STUB_BLOCK_DIGEST=ffffffffffffffffffffffffffffffff \
   > "$work/steps2.txt" 2>&1 && fail "a differing block-kernel digest passed"
 grep -q "DIGESTS DIFFER: warp leaf kernel 0123456789abcdef0123456789abcdef" \
   "$work/steps2.txt" || fail "the digest mismatch was not reported"
+# A worker that ignores the leaf kernel's variable fails the check too.
+sed -i 's/LOCKSTEP_CUDA_LEAF_KERNEL:-warp/UNSET_VARIABLE:-warp/' \
+  "$stub/bin/lockstep-worker"
+bash "$work/bundle/gpu_check.sh" step-times "$stub" "$work/steps3" \
+  > "$work/steps3.txt" 2>&1 && fail "a run on the wrong leaf kernel passed"
+grep -q "did not use the block leaf kernel" "$work/steps3.txt" ||
+  fail "the wrong leaf kernel was not reported"
 
 echo "PASS"

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/plan.h"
 #include "kernels/registry.h"
 #include "model/manifest.h"
 #include "model/plan.h"
@@ -158,12 +159,14 @@ absl::StatusOr<RunResult> RunOnce(Job& job, int run, int runs, std::FILE* out) {
                  "run %d: tensors stayed on the device: %d copied in "
                  "(%.1f MB), %d copied back (%.1f MB), %d fingerprinted "
                  "there (%d of them queued, their results collected in %d "
-                 "copies)\n",
+                 "copies; leaf kernel %s)\n",
                  run, static_cast<int>(c.uploads), c.upload_bytes / 1e6,
                  static_cast<int>(c.downloads), c.download_bytes / 1e6,
                  static_cast<int>(c.mirror_fingerprints),
                  static_cast<int>(c.queued_fingerprints),
-                 static_cast<int>(c.fingerprint_collections));
+                 static_cast<int>(c.fingerprint_collections),
+                 kernels::cuda::DeviceLeafKernelName(
+                     kernels::cuda::CurrentDeviceLeafKernel()));
   }
   std::fprintf(out, "run %d digest %s  dataset %s\n", run,
                r.run_digest.ToHex().c_str(), r.dataset_digest.c_str());
