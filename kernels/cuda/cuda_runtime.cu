@@ -137,9 +137,9 @@ TensorHeaderArg NoHeader() {
 // Whether the device fingerprint of `leaves` leaves runs the block form
 // (CurrentDeviceLeafKernel, UseLeafBlocksFor).
 bool UseLeafBlocks(uint64_t leaves) {
-  const int mode = LeafBlockMode(CurrentDeviceLeafKernel());
-  if (mode == 0) return false;  // the default: no device query
-  return UseLeafBlocksFor(mode, leaves,
+  const DeviceLeafKernel kernel = CurrentDeviceLeafKernel();
+  if (kernel == DeviceLeafKernel::kWarp) return false;  // no device query
+  return UseLeafBlocksFor(kernel, leaves,
                           DevicePlanOptions().device_multiprocessors);
 }
 

@@ -799,14 +799,22 @@ struct LeafBlockShared {
   uint64_t inf_count[kLeafStatsWarps];
 };
 
-// The leaf kernel for `leaves` leaves on a device of `multiprocessors`
-// SMs: whether to run LeafHashAndStatsBlock (true) or LeafHashAndStatsWarp.
-// `block_mode`: 0 never, 1 always, 2 for at most kFewLeavesPerSm leaves
-// per SM on a known device. The bits do not depend on it.
-LS_HD_INLINE bool UseLeafBlocksFor(int block_mode, uint64_t leaves,
+// Which leaf kernel a device fingerprint runs: one warp per leaf
+// (LeafHashAndStatsWarp), a block of kLeafBlockWarps warps per leaf
+// (LeafHashAndStatsBlock), or the block form for tensors of at most
+// kFewLeavesPerSm leaves per multiprocessor on a known device. The bits
+// are the same. kWarp is the default (CurrentDeviceLeafKernel, plan.h):
+// the block form's bits are proven on the host emulation, its speed has
+// not yet been measured on a device (docs/gpu.md).
+enum class DeviceLeafKernel { kWarp, kBlock, kAuto };
+
+// Whether `kernel` runs LeafHashAndStatsBlock (true) or
+// LeafHashAndStatsWarp for `leaves` leaves on a device of
+// `multiprocessors` SMs (0: unknown).
+LS_HD_INLINE bool UseLeafBlocksFor(DeviceLeafKernel kernel, uint64_t leaves,
                                    int64_t multiprocessors) {
-  if (block_mode == 1) return true;
-  return block_mode == 2 && multiprocessors > 0 &&
+  if (kernel == DeviceLeafKernel::kBlock) return true;
+  return kernel == DeviceLeafKernel::kAuto && multiprocessors > 0 &&
          leaves <= static_cast<uint64_t>(kFewLeavesPerSm * multiprocessors);
 }
 

@@ -652,12 +652,12 @@ TEST(LeafHashBlockTest, RefusesWhatTheDeviceWould) {
 }
 
 TEST(LeafHashBlockTest, KernelChoice) {
-  // block_mode 0: never; 1: always; 2: few leaves on a known device.
-  EXPECT_FALSE(UseLeafBlocksFor(0, 1, 132));
-  EXPECT_TRUE(UseLeafBlocksFor(1, 1u << 20, 0));
-  EXPECT_FALSE(UseLeafBlocksFor(2, 16, 0));
-  EXPECT_TRUE(UseLeafBlocksFor(2, 8 * 132, 132));
-  EXPECT_FALSE(UseLeafBlocksFor(2, 8 * 132 + 1, 132));
+  // kWarp: never; kBlock: always; kAuto: few leaves on a known device.
+  EXPECT_FALSE(UseLeafBlocksFor(DeviceLeafKernel::kWarp, 1, 132));
+  EXPECT_TRUE(UseLeafBlocksFor(DeviceLeafKernel::kBlock, 1u << 20, 0));
+  EXPECT_FALSE(UseLeafBlocksFor(DeviceLeafKernel::kAuto, 16, 0));
+  EXPECT_TRUE(UseLeafBlocksFor(DeviceLeafKernel::kAuto, 8 * 132, 132));
+  EXPECT_FALSE(UseLeafBlocksFor(DeviceLeafKernel::kAuto, 8 * 132 + 1, 132));
   for (const DeviceLeafKernel k :
        {DeviceLeafKernel::kWarp, DeviceLeafKernel::kBlock,
         DeviceLeafKernel::kAuto}) {
@@ -666,9 +666,6 @@ TEST(LeafHashBlockTest, KernelChoice) {
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, k);
   }
-  EXPECT_EQ(LeafBlockMode(DeviceLeafKernel::kWarp), 0);
-  EXPECT_EQ(LeafBlockMode(DeviceLeafKernel::kBlock), 1);
-  EXPECT_EQ(LeafBlockMode(DeviceLeafKernel::kAuto), 2);
   const absl::Status bad = ParseDeviceLeafKernel("blocks").status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(bad.message()).find("LOCKSTEP_CUDA_LEAF_KERNEL"),

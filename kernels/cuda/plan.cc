@@ -1699,18 +1699,6 @@ void SetDeviceLeafKernel(DeviceLeafKernel kernel) {
   LeafKernelChoice().store(static_cast<int>(kernel), std::memory_order_release);
 }
 
-int LeafBlockMode(DeviceLeafKernel kernel) {
-  switch (kernel) {
-    case DeviceLeafKernel::kWarp:
-      return 0;
-    case DeviceLeafKernel::kBlock:
-      return 1;
-    case DeviceLeafKernel::kAuto:
-      return 2;
-  }
-  return 0;
-}
-
 static_assert(kMaxHeaderBytes == 3 + 8 * hash::kMaxRank,
               "kMaxHeaderBytes is the header of a tensor of the largest rank");
 

@@ -234,16 +234,8 @@ absl::StatusOr<LeafHashesAndStats> EmulateLeafHashesBlock(
 // config.blocks when set.
 int64_t LeafBlockGrid(const LaunchConfig& config, uint64_t leaves);
 
-// Which leaf kernel a device fingerprint runs (leaf_hash.h): one warp per
-// leaf (LeafHashAndStatsWarp), a block of kLeafBlockWarps warps per leaf
-// (LeafHashAndStatsBlock), or the block form for tensors of at most
-// kFewLeavesPerSm leaves per multiprocessor (UseLeafBlocksFor). The bits
-// are the same. kWarp is the default: the block form's bits are proven on
-// the host emulation, its speed has not yet been measured on a device
-// (docs/gpu.md).
-enum class DeviceLeafKernel { kWarp, kBlock, kAuto };
-// "warp", "block" or "auto"; INVALID_ARGUMENT naming the accepted values
-// otherwise.
+// DeviceLeafKernel (leaf_hash.h) by name: "warp", "block" or "auto";
+// INVALID_ARGUMENT naming the accepted values otherwise.
 absl::StatusOr<DeviceLeafKernel> ParseDeviceLeafKernel(absl::string_view name);
 const char* DeviceLeafKernelName(DeviceLeafKernel kernel);
 // The process's choice: the last SetDeviceLeafKernel, else the environment
@@ -252,8 +244,6 @@ const char* DeviceLeafKernelName(DeviceLeafKernel kernel);
 // kWarp. Thread-safe.
 DeviceLeafKernel CurrentDeviceLeafKernel();
 void SetDeviceLeafKernel(DeviceLeafKernel kernel);
-// UseLeafBlocksFor's block_mode of a choice.
-int LeafBlockMode(DeviceLeafKernel kernel);
 
 // The encoded header of a tensor (hash::EncodeTensorHeader) as the
 // combination kernel's argument. Errors as hash::EncodeTensorHeader.
