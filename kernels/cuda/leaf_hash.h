@@ -52,6 +52,13 @@ LS_HD_INLINE uint64_t NumDeviceLeaves(uint64_t size) {
   return (size + kDeviceLeafBytes - 1) / kDeviceLeafBytes;
 }
 
+// Bytes of leaf l of a tensor of `size` bytes (kDeviceLeafBytes but for a
+// short last leaf). REQUIRES: l < NumDeviceLeaves(size).
+LS_HD_INLINE uint64_t DeviceLeafLen(uint64_t size, int64_t l) {
+  const uint64_t rest = size - static_cast<uint64_t>(l) * kDeviceLeafBytes;
+  return rest < kDeviceLeafBytes ? rest : kDeviceLeafBytes;
+}
+
 // leaf_hashes[l] = XXH3-64 of bytes [l * 64 KiB, min(size, (l + 1) * 64 KiB))
 // for the leaves l = thread, thread + num_threads, ...
 LS_HD_INLINE void LeafHashThread(const unsigned char* bytes, uint64_t size,
@@ -60,8 +67,7 @@ LS_HD_INLINE void LeafHashThread(const unsigned char* bytes, uint64_t size,
   const int64_t leaves = static_cast<int64_t>(NumDeviceLeaves(size));
   for (int64_t l = thread; l < leaves; l += num_threads) {
     const uint64_t begin = static_cast<uint64_t>(l) * kDeviceLeafBytes;
-    const uint64_t rest = size - begin;
-    const uint64_t len = rest < kDeviceLeafBytes ? rest : kDeviceLeafBytes;
+    const uint64_t len = DeviceLeafLen(size, l);
     leaf_hashes[l] = hash::portable::Xxh3Hash64(bytes + begin, len);
   }
 }
@@ -78,8 +84,7 @@ LS_HD_INLINE void LeafHashAndStatsThread(const unsigned char* bytes,
   const int64_t leaves = static_cast<int64_t>(NumDeviceLeaves(size));
   for (int64_t l = thread; l < leaves; l += num_threads) {
     const uint64_t begin = static_cast<uint64_t>(l) * kDeviceLeafBytes;
-    const uint64_t rest = size - begin;
-    const uint64_t len = rest < kDeviceLeafBytes ? rest : kDeviceLeafBytes;
+    const uint64_t len = DeviceLeafLen(size, l);
     leaf_hashes[l] = hash::portable::Xxh3Hash64(bytes + begin, len);
     stats[l] = hash::portable::StatsOfBlock(
         reinterpret_cast<const float*>(bytes + begin),
@@ -708,8 +713,7 @@ LS_HD_INLINE void LeafHashAndStatsWarp(W& w, const unsigned char* bytes,
   const int64_t leaves = static_cast<int64_t>(NumDeviceLeaves(size));
   for (int64_t l = warp; l < leaves; l += num_warps) {
     const uint64_t begin = static_cast<uint64_t>(l) * kDeviceLeafBytes;
-    const uint64_t rest = size - begin;
-    const uint64_t len = rest < kDeviceLeafBytes ? rest : kDeviceLeafBytes;
+    const uint64_t len = DeviceLeafLen(size, l);
     const unsigned char* in = bytes + begin;
     uint64_t h = 0;
     hash::portable::StatsPartial p = hash::portable::EmptyStatsPartial();
@@ -841,8 +845,7 @@ LS_HD_INLINE void LeafHashAndStatsBlock(B& block, LeafBlockShared& sh,
   const int64_t leaves = static_cast<int64_t>(NumDeviceLeaves(size));
   for (int64_t l = first_leaf; l < leaves; l += leaf_step) {
     const uint64_t begin = static_cast<uint64_t>(l) * kDeviceLeafBytes;
-    const uint64_t rest = size - begin;
-    const uint64_t len = rest < kDeviceLeafBytes ? rest : kDeviceLeafBytes;
+    const uint64_t len = DeviceLeafLen(size, l);
     const unsigned char* in = bytes + begin;
     const bool large = len > kXxh3ShortMax;
     const uint64_t full_blocks = large ? (len - 1) / x::kBlockLen : 0;
