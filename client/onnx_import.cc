@@ -369,13 +369,16 @@ absl::StatusOr<Known> Importer::ToKnown(const onnx::TensorProto& t,
     default:
       break;
   }
-  if (width > 0) {
-    const int64_t have =
-        has_raw ? static_cast<int64_t>(raw.size()) / width : field;
-    if (have != n ||
-        (has_raw && static_cast<int64_t>(raw.size()) != width * n)) {
-      return fail_count(have);
-    }
+  if (width == 0) {  // before allocating n values for a type refused anyway
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "onnx: %s: element type %s is not supported (float, double, "
+        "int64, int32, int8, uint8, bool are)",
+        what, onnx::TensorProto::DataType_Name(t.data_type())));
+  }
+  const int64_t have =
+      has_raw ? static_cast<int64_t>(raw.size()) / width : field;
+  if (have != n || (has_raw && static_cast<int64_t>(raw.size()) != width * n)) {
+    return fail_count(have);
   }
   k.v.resize(n);
   switch (t.data_type()) {
@@ -455,11 +458,8 @@ absl::StatusOr<Known> Importer::ToKnown(const onnx::TensorProto& t,
       }
       break;
     }
-    default:
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "onnx: %s: element type %s is not supported (float, double, "
-          "int64, int32, int8, uint8, bool are)",
-          what, onnx::TensorProto::DataType_Name(t.data_type())));
+    default:  // refused above (width == 0)
+      break;
   }
   return k;
 }
