@@ -42,7 +42,8 @@ uint8_t* PutLe64(uint64_t v, uint8_t* out) {
 bool CpuSupports(bool avx512) {
   __builtin_cpu_init();
   const bool fma = __builtin_cpu_supports("fma") != 0;
-  return fma && (avx512 ? __builtin_cpu_supports("avx512f") != 0
+  return fma && (avx512 ? __builtin_cpu_supports("avx512f") != 0 &&
+                              __builtin_cpu_supports("avx512dq") != 0
                         : __builtin_cpu_supports("avx2") != 0);
 }
 #else
@@ -91,7 +92,7 @@ absl::StatusOr<const LeafKernels*> KernelsFor(HashIsa isa) {
             internal::Avx512LeafKernels() == nullptr
                 ? "isa: avx512 requested but this build has no AVX-512 kernels"
                 : "isa: avx512 requested but this CPU does not support "
-                  "AVX-512F and FMA");
+                  "AVX-512F, AVX-512DQ and FMA");
       }
       return k;
     }

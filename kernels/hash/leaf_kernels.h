@@ -59,8 +59,9 @@ const LeafKernels& BaselineLeafKernels();
 // build has no AVX2 unit (not x86-64). Callers must also check the CPU.
 const LeafKernels* Avx2LeafKernels();
 
-// Inline XXH3 and intrinsics compiled for AVX-512F and FMA, or nullptr where
-// this build has no AVX-512 unit. Callers must also check the CPU.
+// Inline XXH3 and intrinsics compiled for AVX-512F, AVX-512DQ and FMA, or
+// nullptr where this build has no AVX-512 unit. Callers must also check the
+// CPU.
 const LeafKernels* Avx512LeafKernels();
 
 }  // namespace lockstep::hash::internal

@@ -1,6 +1,6 @@
-// AVX-512 leaf kernels. Built with -mavx512f -mfma on x86-64 (see BUILD);
-// only called after fingerprint.cc has checked __builtin_cpu_supports
-// ("avx512f").
+// AVX-512 leaf kernels. Built with -mavx512f -mavx512dq -mfma on x86-64 (see
+// BUILD); only called after fingerprint.cc has checked
+// __builtin_cpu_supports for "avx512f", "avx512dq" and "fma".
 //
 // Self-contained for the same reason as leaf_kernels_avx2.cc: everything here
 // has internal linkage and no shared inline header is included, so no
@@ -13,6 +13,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -75,8 +76,8 @@ constexpr size_t kScrambleSecret = 192 - 64;
 // The 64 statistics lanes of a block: s<i>/q<i> hold the sums and sums of
 // squares of lanes 8i .. 8i+7, so each lane's additions run in increasing k
 // as the definition requires, with 16 independent accumulators. Non-finite
-// values are added like any other; if the maximum |x| bit pattern shows
-// one, the block is recomputed by the masking reference loop.
+// values are added like any other; if the sums show one (FinishStats), the
+// block is recomputed by the masking reference loop.
 struct StatsRegs {
   __m512d s0, s1, s2, s3, s4, s5, s6, s7;
   __m512d q0, q1, q2, q3, q4, q5, q6, q7;
@@ -91,12 +92,17 @@ __attribute__((always_inline)) inline void InitStats(StatsRegs& st) {
 }
 
 // 16 floats `v` (lanes 16j .. 16j+15 of a row; lo/hi: its halves) into
-// two sum and two sum-of-squares vectors.
+// two sum and two sum-of-squares vectors, and their magnitudes into
+// max_bits by vrangeps (imm 0x0B: the larger magnitude, sign cleared), one
+// instruction where a mask and an integer maximum were two. For finite
+// floats that is the largest |x| bit pattern exactly (±0 and subnormals
+// included); a quiet NaN, though, is skipped by vrangeps as if absent, so
+// a block's NaN and Inf are found from its sums instead (FinishStats).
 __attribute__((always_inline)) inline void AddStripe(
     const __m512i v, const __m256 lo_f, const __m256 hi_f, __m512d& s_lo,
     __m512d& s_hi, __m512d& q_lo, __m512d& q_hi, __m512i& max_bits) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  max_bits = _mm512_max_epu32(max_bits, _mm512_and_si512(v, abs_mask));
+  max_bits = _mm512_castps_si512(_mm512_range_ps(_mm512_castsi512_ps(max_bits),
+                                                 _mm512_castsi512_ps(v), 0x0B));
   const __m512d lo = _mm512_cvtps_pd(lo_f);
   const __m512d hi = _mm512_cvtps_pd(hi_f);
   s_lo = _mm512_add_pd(s_lo, lo);
@@ -175,16 +181,19 @@ __attribute__((always_inline)) inline double FoldLanes(__m512d v0, __m512d v1,
 }
 
 // The block's statistics from its lanes; x[0 .. n) is the block, recomputed
-// by the masking loop if it holds NaN or Inf.
+// by the masking loop if it holds NaN or Inf. The lanes added every element
+// unmasked, so a NaN or Inf made its lane's sum, and with it the folded sum,
+// NaN or ±Inf, while finite elements cannot take it there (|x| < 2^128 and
+// at most 2^14 of them: the sum stays far below the float64 range).
 __attribute__((always_inline)) inline LeafStats FinishStats(const StatsRegs& st,
                                                             const float* x,
                                                             size_t n) {
-  const uint32_t max_abs = _mm512_reduce_max_epu32(st.max_bits);
-  if (max_abs >= kInfBits) return ScalarBlockStats(x, n);
+  const double sum =
+      FoldLanes(st.s0, st.s1, st.s2, st.s3, st.s4, st.s5, st.s6, st.s7);
+  if (!std::isfinite(sum)) return ScalarBlockStats(x, n);
   return LeafStats{
-      FoldLanes(st.s0, st.s1, st.s2, st.s3, st.s4, st.s5, st.s6, st.s7),
-      FoldLanes(st.q0, st.q1, st.q2, st.q3, st.q4, st.q5, st.q6, st.q7),
-      max_abs, 0, 0};
+      sum, FoldLanes(st.q0, st.q1, st.q2, st.q3, st.q4, st.q5, st.q6, st.q7),
+      _mm512_reduce_max_epu32(st.max_bits), 0, 0};
 }
 
 // Software prefetch for a leaf read from DRAM: while a row is read, the
