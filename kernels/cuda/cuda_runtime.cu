@@ -873,18 +873,21 @@ absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
   if (absl::Status s = CudaDeviceReady(); !s.ok()) return s;
   using hash::portable::Hash128;
   using hash::portable::StatsPartial;
-  // Device memory: the tensor, the leaf hashes and statistics partials,
-  // and the combination's input (header || leaf hashes).
-  DeviceBuffer data, hashes, partials, scratch;
+  // Device memory: the tensor (unless it is there already), then one
+  // region for the rest, so that a queued fingerprint costs one allocation
+  // and one free in stream order, not three: the statistics partials, the
+  // leaf hashes and the combination's input (header || leaf hashes), each
+  // starting on a 16-byte boundary (the combination loads its input 16
+  // bytes at a time).
+  DeviceBuffer data, scratch;
   if (device_bytes == nullptr) {
     if (absl::Status s = data.Allocate(size); !s.ok()) return s;
   }
-  if (absl::Status s = hashes.Allocate(leaves * 8); !s.ok()) return s;
-  if (absl::Status s = partials.Allocate(leaves * sizeof(StatsPartial));
+  const auto align16 = [](uint64_t n) { return (n + 15) / 16 * 16; };
+  const uint64_t hashes_at = align16(leaves * sizeof(StatsPartial));
+  const uint64_t input_at = hashes_at + align16(leaves * 8);
+  if (absl::Status s = scratch.Allocate(input_at + header.len + 8 * leaves);
       !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = scratch.Allocate(header.len + 8 * leaves); !s.ok()) {
     return s;
   }
   if (device_bytes == nullptr && size > 0) {
@@ -892,17 +895,18 @@ absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
         cudaMemcpy(data.get(), bytes, size, cudaMemcpyHostToDevice));
   }
   const void* leaves_in = device_bytes != nullptr ? device_bytes : data.get();
-  auto* combine_input = static_cast<unsigned char*>(scratch.get());
+  auto* const region = static_cast<unsigned char*>(scratch.get());
+  auto* const partials = reinterpret_cast<StatsPartial*>(region);
+  auto* const hashes = reinterpret_cast<uint64_t*>(region + hashes_at);
+  unsigned char* const combine_input = region + input_at;
   const bool blocks = leaves > 0 && UseLeafBlocks(leaves);
   // A one-leaf tensor's leaf block combines it itself.
   const bool combined = blocks && CombinesInLeafBlock(leaves, header.len);
   if (blocks) {
     LS_RETURN_IF_ERROR(LaunchLeafHashBlock(
         "DeviceFingerprintAndStats", config,
-        static_cast<const unsigned char*>(leaves_in), size,
-        static_cast<uint64_t*>(hashes.get()),
-        static_cast<StatsPartial*>(partials.get()), combine_input + header.len,
-        header, combined ? &out->hash : nullptr,
+        static_cast<const unsigned char*>(leaves_in), size, hashes, partials,
+        combine_input + header.len, header, combined ? &out->hash : nullptr,
         combined ? &out->total : nullptr));
   } else if (leaves > 0) {
     const int blocks_per_load = LeafBlocksPerLoad(leaves);
@@ -916,9 +920,7 @@ absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
     // input.
     LaunchLeafHashWarp(blocks_per_load, grid, block,
                        static_cast<const unsigned char*>(leaves_in), size,
-                       static_cast<uint64_t*>(hashes.get()),
-                       static_cast<StatsPartial*>(partials.get()),
-                       combine_input + header.len);
+                       hashes, partials, combine_input + header.len);
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   if (combined) return absl::OkStatus();
@@ -926,9 +928,8 @@ absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
       CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
                       "DeviceFingerprintAndStats", kCombineThreads));
   CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
-      header, combine_input, header.len + 8 * leaves, leaves,
-      static_cast<const StatsPartial*>(partials.get()), &out->hash,
-      &out->total);
+      header, combine_input, header.len + 8 * leaves, leaves, partials,
+      &out->hash, &out->total);
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
