@@ -190,12 +190,15 @@ vendor_library_dir() {
 # CUDA initialisation cancel), each the faster of two runs (one slow
 # process start moved a single run's figure by 20 ms a step), with the
 # device fingerprints queued (one wait per step), with
-# --queue_device_fingerprints=false (one wait per tensor), and queued with
-# the block-per-leaf leaf kernel (LOCKSTEP_CUDA_LEAF_KERNEL=block). One
-# line per model on stdout; fails when a run fails.
+# --queue_device_fingerprints=false (one wait per tensor), queued with the
+# block-per-leaf leaf kernel (LOCKSTEP_CUDA_LEAF_KERNEL=block), and queued
+# on a hash stream of their own (LOCKSTEP_CUDA_HASH_STREAM=on). One line
+# per model on stdout; fails when a run fails, when a run did not use the
+# leaf kernel or hash stream it asked for, or when the block or stream
+# run's digest differs from the queued run's.
 # step_times DIR SCRATCH
 step_times() {
-  local dir="$1" scratch="$2" model steps variant queue leaf t0 t1
+  local dir="$1" scratch="$2" model steps variant queue leaf hs t0 t1
   mkdir -p "$scratch" || return 1
   for model in $STEP_MODELS; do
     local rd="$dir/runs/$model" line="$model:"
@@ -203,18 +206,21 @@ step_times() {
       sed -E "s/\"steps\": [0-9]+/\"steps\": $steps/" "$rd/cuda.json" \
         > "$scratch/$model.$steps.json" || return 1
     done
-    for variant in queued waiting block; do
+    for variant in queued waiting block stream; do
       queue=true
       leaf=warp
+      hs=off
       [ "$variant" = waiting ] && queue=false
       [ "$variant" = block ] && leaf=block
+      [ "$variant" = stream ] && hs=on
       local ns3=0 ns13=0
       local ns best repeat
       for steps in 3 13; do
         best=0
         for repeat in 1 2; do
           t0=$(date +%s%N)
-          LOCKSTEP_CUDA_LEAF_KERNEL=$leaf "$dir/bin/lockstep-worker" run \
+          LOCKSTEP_CUDA_LEAF_KERNEL=$leaf LOCKSTEP_CUDA_HASH_STREAM=$hs \
+            "$dir/bin/lockstep-worker" run \
             "--model=$rd/model.json" \
             "--config=$scratch/$model.$steps.json" \
             "--queue_device_fingerprints=$queue" \
@@ -232,24 +238,29 @@ step_times() {
       line="$line $(awk -v a="$ns3" -v b="$ns13" \
         'BEGIN { printf "%.1f", (b - a) / 10 / 1e6 }') ms/step $variant,"
       grep -h '^run 0: tensors stayed' "$scratch/$model.13.$variant.log"
-      # The run said which leaf kernel it used (LOCKSTEP_CUDA_LEAF_KERNEL
-      # taken, not ignored).
-      grep -q "^run 0: tensors stayed.*leaf kernel $leaf)" \
+      # The run said which leaf kernel and hash stream it used (the
+      # variables taken, not ignored).
+      grep -q "^run 0: tensors stayed.*leaf kernel $leaf; hash stream $hs)" \
         "$scratch/$model.13.$variant.log" || {
-        echo "$model: the $variant run did not use the $leaf leaf kernel"
+        echo "$model: the $variant run did not use the $leaf leaf kernel" \
+          "with the hash stream $hs"
         return 1
       }
     done
-    # The block leaf kernel's run digest must be the warp kernel's.
-    local d_warp d_block
+    # The block leaf kernel's and the hash stream's run digests must be
+    # the queued warp kernel's.
+    local d_warp d_other other
     d_warp=$(awk '/^run 0 digest/ { print $4 }' "$scratch/$model.13.queued.log")
-    d_block=$(awk '/^run 0 digest/ { print $4 }' "$scratch/$model.13.block.log")
-    if [ -z "$d_warp" ] || [ "$d_warp" != "$d_block" ]; then
-      echo "$model: DIGESTS DIFFER: warp leaf kernel ${d_warp:-none}," \
-        "block leaf kernel ${d_block:-none}"
-      return 1
-    fi
-    echo "${line%,}; digest $d_warp with both leaf kernels"
+    for other in block stream; do
+      d_other=$(awk '/^run 0 digest/ { print $4 }' \
+        "$scratch/$model.13.$other.log")
+      if [ -z "$d_warp" ] || [ "$d_warp" != "$d_other" ]; then
+        echo "$model: DIGESTS DIFFER: warp leaf kernel ${d_warp:-none}," \
+          "$other run ${d_other:-none}"
+        return 1
+      fi
+    done
+    echo "${line%,}; digest $d_warp in all four"
   done
 }
 

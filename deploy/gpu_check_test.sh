@@ -79,8 +79,9 @@ grep -q "GPU suite" "$work/out2/SUMMARY.txt" &&
   fail "GPU_CHECK_ONLY=runs ran the GPU suite"
 
 # The steps check's arithmetic and digest comparison with a stub worker
-# (the real runs need a device): a line per model with the three columns,
-# and a block leaf kernel whose run digest differs fails the check.
+# (the real runs need a device): a line per model with the four columns,
+# and a block leaf kernel or hash stream run whose digest differs fails the
+# check.
 stub="$work/stub"
 step_models=$(sed -n 's/^STEP_MODELS="\(.*\)"$/\1/p' "$work/bundle/gpu_check.sh")
 [ -n "$step_models" ] || fail "no STEP_MODELS in gpu_check.sh"
@@ -97,8 +98,13 @@ if [ "${LOCKSTEP_CUDA_LEAF_KERNEL:-}" = block ] &&
   [ -n "${STUB_BLOCK_DIGEST:-}" ]; then
   digest=$STUB_BLOCK_DIGEST
 fi
+if [ "${LOCKSTEP_CUDA_HASH_STREAM:-}" = on ] &&
+  [ -n "${STUB_STREAM_DIGEST:-}" ]; then
+  digest=$STUB_STREAM_DIGEST
+fi
 echo "run 0: tensors stayed on the device: 0 copied in (leaf kernel" \
-  "${LOCKSTEP_CUDA_LEAF_KERNEL:-warp})"
+  "${LOCKSTEP_CUDA_LEAF_KERNEL:-warp}; hash stream" \
+  "${LOCKSTEP_CUDA_HASH_STREAM:-off})"
 echo "run 0 digest $digest  dataset none"
 STUB
 chmod +x "$stub/bin/lockstep-worker"
@@ -106,8 +112,8 @@ bash "$work/bundle/gpu_check.sh" step-times "$stub" "$work/steps" \
   > "$work/steps.txt" 2>&1 || fail "step-times with a stub worker failed"
 n=$(echo $step_models | wc -w)
 line='^[a-z0-9_]+: -?[0-9]+\.[0-9] ms/step queued, -?[0-9]+\.[0-9] ms/step'
-line="$line waiting, -?[0-9]+\.[0-9] ms/step block; digest"
-line="$line 0123456789abcdef0123456789abcdef with both leaf kernels\$"
+line="$line waiting, -?[0-9]+\.[0-9] ms/step block, -?[0-9]+\.[0-9] ms/step"
+line="$line stream; digest 0123456789abcdef0123456789abcdef in all four\$"
 [ "$(grep -Ec "$line" "$work/steps.txt")" -eq "$n" ] ||
   fail "step-times did not print a line per model: $(cat "$work/steps.txt")"
 grep -q '"steps": 13' "$work/steps/$(echo $step_models | cut -d' ' -f1).13.json" ||
@@ -117,6 +123,11 @@ STUB_BLOCK_DIGEST=ffffffffffffffffffffffffffffffff \
   > "$work/steps2.txt" 2>&1 && fail "a differing block-kernel digest passed"
 grep -q "DIGESTS DIFFER: warp leaf kernel 0123456789abcdef0123456789abcdef" \
   "$work/steps2.txt" || fail "the digest mismatch was not reported"
+STUB_STREAM_DIGEST=eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee \
+  bash "$work/bundle/gpu_check.sh" step-times "$stub" "$work/steps4" \
+  > "$work/steps4.txt" 2>&1 && fail "a differing hash-stream digest passed"
+grep -q "stream run eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee" "$work/steps4.txt" ||
+  fail "the hash stream's digest mismatch was not reported"
 # A worker that ignores the leaf kernel's variable fails the check too.
 sed -i 's/LOCKSTEP_CUDA_LEAF_KERNEL:-warp/UNSET_VARIABLE:-warp/' \
   "$stub/bin/lockstep-worker"
@@ -124,5 +135,13 @@ bash "$work/bundle/gpu_check.sh" step-times "$stub" "$work/steps3" \
   > "$work/steps3.txt" 2>&1 && fail "a run on the wrong leaf kernel passed"
 grep -q "did not use the block leaf kernel" "$work/steps3.txt" ||
   fail "the wrong leaf kernel was not reported"
+# ... and one that ignores the hash stream's.
+sed -i 's/UNSET_VARIABLE:-warp/LOCKSTEP_CUDA_LEAF_KERNEL:-warp/;
+  s/LOCKSTEP_CUDA_HASH_STREAM:-off/UNSET_VARIABLE:-off/' \
+  "$stub/bin/lockstep-worker"
+bash "$work/bundle/gpu_check.sh" step-times "$stub" "$work/steps5" \
+  > "$work/steps5.txt" 2>&1 && fail "a run without the hash stream passed"
+grep -q "did not use the warp leaf kernel with the hash stream on" \
+  "$work/steps5.txt" || fail "the ignored hash stream was not reported"
 
 echo "PASS"

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -255,21 +256,30 @@ TEST(CudaGpuGraphTest, GraphEdgeCasesMatchCpuBits) {
 
 // A resident run's fingerprints queued on the device and collected in one
 // copy: each the host fingerprint of the bytes as they were when queued,
-// though the next kernel overwrote them before the collection.
+// though the next kernel overwrote them before the collection. With the
+// hash stream on, that kernel runs on the legacy stream after waiting for
+// the hash's event (CudaMirror::WaitForHashes); without the wait it could
+// overwrite the bytes while they are hashed.
 TEST(CudaGpuFingerprintTest, QueuedFingerprintsMatchHost) {
   const absl::Status device = CudaDeviceStatus();
   if (!device.ok()) GTEST_SKIP() << "no usable CUDA device: " << device;
   Registry registry;
   ASSERT_TRUE(RegisterCudaCanonicalKernels(&registry).ok());
   const DeviceLeafKernel before = CurrentDeviceLeafKernel();
-  for (const DeviceLeafKernel kernel :
-       {DeviceLeafKernel::kWarp, DeviceLeafKernel::kBlock}) {
-    SCOPED_TRACE(DeviceLeafKernelName(kernel));
-    SetDeviceLeafKernel(kernel);
-    EXPECT_TRUE(
-        testing::QueuedFingerprintsMatchHost(registry, kCudaBackendName));
+  const bool stream_before = CurrentDeviceHashStream();
+  for (const bool stream : {false, true}) {
+    for (const DeviceLeafKernel kernel :
+         {DeviceLeafKernel::kWarp, DeviceLeafKernel::kBlock}) {
+      SCOPED_TRACE(absl::StrCat(DeviceLeafKernelName(kernel),
+                                stream ? ", hash stream" : ""));
+      SetDeviceLeafKernel(kernel);
+      SetDeviceHashStream(stream);
+      EXPECT_TRUE(
+          testing::QueuedFingerprintsMatchHost(registry, kCudaBackendName));
+    }
   }
   SetDeviceLeafKernel(before);
+  SetDeviceHashStream(stream_before);
 }
 
 TEST(CudaGpuFingerprintTest, DeviceFingerprintEqualsHost) {

@@ -152,7 +152,7 @@ absl::Status LaunchLeafHashBlock(
     const unsigned char* bytes, uint64_t size, uint64_t* leaf_hashes,
     hash::portable::StatsPartial* stats, unsigned char* combine_input,
     const TensorHeaderArg& header, hash::portable::Hash128* fingerprint,
-    hash::portable::StatsPartial* total);
+    hash::portable::StatsPartial* total, cudaStream_t stream = nullptr);
 
 // The leaf kernel of `blocks_per_load` (kLeafBlocksPerLoad, or
 // kFewLeavesBlocksPerLoad), as a pointer and queued.
@@ -167,13 +167,15 @@ void LaunchLeafHashWarp(int blocks_per_load, dim3 grid, dim3 block,
                         const unsigned char* bytes, uint64_t size,
                         uint64_t* leaf_hashes,
                         hash::portable::StatsPartial* stats,
-                        unsigned char* combine_input) {
+                        unsigned char* combine_input,
+                        cudaStream_t stream = nullptr) {
   if (blocks_per_load == kFewLeavesBlocksPerLoad) {
     LeafHashWarpBlocksKernel<kFewLeavesBlocksPerLoad>
-        <<<grid, block>>>(bytes, size, leaf_hashes, stats, combine_input);
+        <<<grid, block, 0, stream>>>(bytes, size, leaf_hashes, stats,
+                                     combine_input);
   } else {
-    LeafHashWarpBlocksKernel<kLeafBlocksPerLoad>
-        <<<grid, block>>>(bytes, size, leaf_hashes, stats, combine_input);
+    LeafHashWarpBlocksKernel<kLeafBlocksPerLoad><<<grid, block, 0, stream>>>(
+        bytes, size, leaf_hashes, stats, combine_input);
   }
 }
 
@@ -329,15 +331,15 @@ absl::Status LaunchLeafHashBlock(
     const unsigned char* bytes, uint64_t size, uint64_t* leaf_hashes,
     hash::portable::StatsPartial* stats, unsigned char* combine_input,
     const TensorHeaderArg& header, hash::portable::Hash128* fingerprint,
-    hash::portable::StatsPartial* total) {
+    hash::portable::StatsPartial* total, cudaStream_t stream) {
   LS_RETURN_IF_ERROR(
       CheckKernelFits(reinterpret_cast<const void*>(&LeafHashBlockKernel), what,
                       kLeafBlockThreads));
   const dim3 grid(
       static_cast<unsigned>(LeafBlockGrid(config, NumDeviceLeaves(size))));
-  LeafHashBlockKernel<<<grid, kLeafBlockThreads>>>(bytes, size, leaf_hashes,
-                                                   stats, combine_input, header,
-                                                   fingerprint, total);
+  LeafHashBlockKernel<<<grid, kLeafBlockThreads, 0, stream>>>(
+      bytes, size, leaf_hashes, stats, combine_input, header, fingerprint,
+      total);
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -486,11 +488,16 @@ absl::StatusOr<TensorHeaderArg> CheckFingerprintAndStats(
 // The fingerprint's kernels for a call CheckFingerprintAndStats accepted
 // (`header` its result), queued with their results written to `out`
 // (device memory); nothing waits for the device.
+// With a `stream` other than the legacy default one (the hash stream), the
+// caller orders it after the work that wrote device_bytes, and orders what
+// later writes or frees device_bytes and `out` after it; REQUIRES then
+// device_bytes (no host copy).
 absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
                                         const void* bytes,
                                         const void* device_bytes, size_t size,
                                         const LaunchConfig& config,
-                                        CombineResults* out);
+                                        CombineResults* out,
+                                        cudaStream_t stream = nullptr);
 
 namespace {
 
@@ -507,11 +514,30 @@ hash::FingerprintAndStatsResult FingerprintOfResults(const CombineResults& r) {
 // land in a slot of device memory; Collect brings back every used slot of
 // a chunk in one copy (a step of up to kSlotsPerChunk tensors: one copy,
 // one wait for the device).
+//
+// With the hash stream (`stream` not null in Enqueue), each fingerprint
+// waits on that stream for everything launched before it on the legacy
+// default stream (an event recorded there), and Collect and the queue's
+// end make the legacy stream wait for the hash stream before the slots are
+// copied back or freed.
 class CudaFingerprintQueue : public FingerprintQueue {
  public:
+  CudaFingerprintQueue() = default;
+  CudaFingerprintQueue(const CudaFingerprintQueue&) = delete;
+  CudaFingerprintQueue& operator=(const CudaFingerprintQueue&) = delete;
+  ~CudaFingerprintQueue() override {
+    // The chunks are freed on the legacy stream: after the hashes that
+    // write them. Errors have nowhere to go (a sticky one is reported by
+    // the next checked call).
+    (void)JoinHashStream();
+    if (ready_ != nullptr) cudaEventDestroy(ready_);
+    if (hashed_ != nullptr) cudaEventDestroy(hashed_);
+  }
+
   absl::StatusOr<size_t> Enqueue(hash::DtypeCode dtype,
                                  absl::Span<const int64_t> shape,
-                                 const void* device_bytes, size_t size) {
+                                 const void* device_bytes, size_t size,
+                                 cudaStream_t stream) {
     LS_ASSIGN_OR_RETURN(
         const TensorHeaderArg header,
         CheckFingerprintAndStats(dtype, shape, nullptr, device_bytes, size,
@@ -525,12 +551,24 @@ class CudaFingerprintQueue : public FingerprintQueue {
     }
     auto* slot = static_cast<CombineResults*>(chunks_[chunk]->get()) +
                  count_ % kSlotsPerChunk;
-    LS_RETURN_IF_ERROR(EnqueueFingerprintAndStats(header, nullptr, device_bytes,
-                                                  size, LaunchConfig{}, slot));
+    if (stream != nullptr) {
+      // The hash starts after the kernels that wrote the tensor (and the
+      // chunk's allocation), all on the legacy stream before this point.
+      if (ready_ == nullptr) {
+        LS_CUDA_RETURN_IF_ERROR(
+            cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+      }
+      LS_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, nullptr));
+      LS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, ready_, 0));
+      stream_ = stream;
+    }
+    LS_RETURN_IF_ERROR(EnqueueFingerprintAndStats(
+        header, nullptr, device_bytes, size, LaunchConfig{}, slot, stream));
     return count_++;
   }
   absl::Status Collect(
       std::vector<hash::FingerprintAndStatsResult>* out) override {
+    LS_RETURN_IF_ERROR(JoinHashStream());
     std::vector<CombineResults> back(count_);
     for (size_t first = 0; first < count_; first += kSlotsPerChunk) {
       const size_t n = std::min(kSlotsPerChunk, count_ - first);
@@ -547,10 +585,42 @@ class CudaFingerprintQueue : public FingerprintQueue {
   }
 
  private:
+  // Makes the legacy stream's later work (the results' copy, the chunks'
+  // frees) wait for every fingerprint queued on the hash stream so far.
+  absl::Status JoinHashStream() {
+    if (stream_ == nullptr) return absl::OkStatus();
+    if (hashed_ == nullptr) {
+      LS_CUDA_RETURN_IF_ERROR(
+          cudaEventCreateWithFlags(&hashed_, cudaEventDisableTiming));
+    }
+    LS_CUDA_RETURN_IF_ERROR(cudaEventRecord(hashed_, stream_));
+    LS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(nullptr, hashed_, 0));
+    stream_ = nullptr;
+    return absl::OkStatus();
+  }
+
   static constexpr size_t kSlotsPerChunk = 1024;
   std::vector<std::unique_ptr<DeviceBuffer>> chunks_;
   size_t count_ = 0;
+  // The hash stream when a fingerprint was queued on it since the last
+  // join, and the events of the two directions (made on first use).
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
+  cudaEvent_t hashed_ = nullptr;
 };
+
+// The stream queued fingerprints run on: a non-blocking stream of their
+// own when CurrentDeviceHashStream is on (made on first use, kept for the
+// process), so that they overlap the kernels launched after them, else the
+// legacy default stream (nullptr), in launch order with everything else.
+absl::StatusOr<cudaStream_t> QueuedFingerprintStream() {
+  if (!CurrentDeviceHashStream()) return cudaStream_t{nullptr};
+  static cudaStream_t stream = nullptr;
+  static const cudaError_t created =
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  LS_CUDA_RETURN_IF_ERROR(created);
+  return stream;
+}
 
 // A tensor's device copy in a resident run (kernels/residency.h): device
 // memory owned by the tensor's storage, freed with it.
@@ -560,6 +630,22 @@ class CudaMirror : public ResidentMirror {
     auto m = std::unique_ptr<CudaMirror>(new CudaMirror(bytes));
     LS_RETURN_IF_ERROR(m->buffer_.Allocate(static_cast<size_t>(bytes)));
     return m;
+  }
+  CudaMirror(const CudaMirror&) = delete;
+  CudaMirror& operator=(const CudaMirror&) = delete;
+  ~CudaMirror() override {
+    // The buffer is freed on the legacy stream: after the hashes reading it.
+    (void)WaitForHashes();
+    if (hashed_ != nullptr) cudaEventDestroy(hashed_);
+  }
+  // Orders the legacy stream's work from here on (a kernel or a copy that
+  // writes the mirror, its free) after the fingerprints of the mirror
+  // queued on the hash stream, which read it. Call before each write.
+  absl::Status WaitForHashes() {
+    if (!hash_pending_) return absl::OkStatus();
+    LS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(nullptr, hashed_, 0));
+    hash_pending_ = false;
+    return absl::OkStatus();
   }
   void* device() { return buffer_.get(); }
   absl::Status CopyToHost(void* host) override {
@@ -592,8 +678,18 @@ class CudaMirror : public ResidentMirror {
       size_t size) override {
     LS_ASSIGN_OR_RETURN(CudaFingerprintQueue * q,
                         ActiveFingerprintQueueOf<CudaFingerprintQueue>());
+    LS_ASSIGN_OR_RETURN(const cudaStream_t stream, QueuedFingerprintStream());
     LS_ASSIGN_OR_RETURN(const size_t position,
-                        q->Enqueue(dtype, shape, buffer_.get(), size));
+                        q->Enqueue(dtype, shape, buffer_.get(), size, stream));
+    if (stream != nullptr) {
+      // The next writer of the mirror waits for this event (WaitForHashes).
+      if (hashed_ == nullptr) {
+        LS_CUDA_RETURN_IF_ERROR(
+            cudaEventCreateWithFlags(&hashed_, cudaEventDisableTiming));
+      }
+      LS_CUDA_RETURN_IF_ERROR(cudaEventRecord(hashed_, stream));
+      hash_pending_ = true;
+    }
     if (ResidencyCounters* c = ActiveResidentRun()) {
       ++c->mirror_fingerprints;
       ++c->queued_fingerprints;
@@ -605,11 +701,17 @@ class CudaMirror : public ResidentMirror {
   explicit CudaMirror(int64_t bytes) : bytes_(bytes) {}
   int64_t bytes_;
   DeviceBuffer buffer_;
+  // Recorded on the hash stream after the mirror's latest queued
+  // fingerprint; pending until the legacy stream has been made to wait.
+  cudaEvent_t hashed_ = nullptr;
+  bool hash_pending_ = false;
 };
 
 // The device memory of cb's tensor in a resident run: its CudaMirror (made
 // when missing), filled from the host when cb is an input and the host copy
 // is newer (PrepareResidentMirror).
+// A call that writes the buffer (copy_out), or an upload into it, first
+// waits for the mirror's fingerprints on the hash stream.
 absl::StatusOr<void*> PrepareResident(const CallBuffer& cb) {
   LS_ASSIGN_OR_RETURN(
       CudaMirror * m,
@@ -617,11 +719,13 @@ absl::StatusOr<void*> PrepareResident(const CallBuffer& cb) {
           cb.tensor, cb.bytes, cb.copy_in, &CudaMirror::Create,
           [](CudaMirror* mirror, const void* host,
              int64_t bytes) -> absl::Status {
+            LS_RETURN_IF_ERROR(mirror->WaitForHashes());
             LS_CUDA_RETURN_IF_ERROR(cudaMemcpy(mirror->device(), host,
                                                static_cast<size_t>(bytes),
                                                cudaMemcpyHostToDevice));
             return absl::OkStatus();
           }));
+  if (cb.copy_out) LS_RETURN_IF_ERROR(m->WaitForHashes());
   return m->device();
 }
 
@@ -867,8 +971,13 @@ absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
                                         const void* bytes,
                                         const void* device_bytes, size_t size,
                                         const LaunchConfig& config,
-                                        CombineResults* out) {
+                                        CombineResults* out,
+                                        cudaStream_t stream) {
   const uint64_t leaves = NumDeviceLeaves(size);
+  if (stream != nullptr && device_bytes == nullptr) {
+    return absl::InternalError(
+        "EnqueueFingerprintAndStats: the hash stream takes device bytes only");
+  }
   // Queued fingerprints must not wait for the device.
   if (absl::Status s = CudaDeviceReady(); !s.ok()) return s;
   using hash::portable::Hash128;
@@ -886,7 +995,8 @@ absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
   const auto align16 = [](uint64_t n) { return (n + 15) / 16 * 16; };
   const uint64_t hashes_at = align16(leaves * sizeof(StatsPartial));
   const uint64_t input_at = hashes_at + align16(leaves * 8);
-  if (absl::Status s = scratch.Allocate(input_at + header.len + 8 * leaves);
+  if (absl::Status s =
+          scratch.Allocate(input_at + header.len + 8 * leaves, stream);
       !s.ok()) {
     return s;
   }
@@ -907,7 +1017,7 @@ absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
         "DeviceFingerprintAndStats", config,
         static_cast<const unsigned char*>(leaves_in), size, hashes, partials,
         combine_input + header.len, header, combined ? &out->hash : nullptr,
-        combined ? &out->total : nullptr));
+        combined ? &out->total : nullptr, stream));
   } else if (leaves > 0) {
     const int blocks_per_load = LeafBlocksPerLoad(leaves);
     LS_RETURN_IF_ERROR(CheckKernelFits(LeafHashWarpKernelOf(blocks_per_load),
@@ -920,14 +1030,14 @@ absl::Status EnqueueFingerprintAndStats(const TensorHeaderArg& header,
     // input.
     LaunchLeafHashWarp(blocks_per_load, grid, block,
                        static_cast<const unsigned char*>(leaves_in), size,
-                       hashes, partials, combine_input + header.len);
+                       hashes, partials, combine_input + header.len, stream);
     LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   if (combined) return absl::OkStatus();
   LS_RETURN_IF_ERROR(
       CheckKernelFits(reinterpret_cast<const void*>(&CombineLeavesWarpKernel),
                       "DeviceFingerprintAndStats", kCombineThreads));
-  CombineLeavesWarpKernel<<<1, kCombineThreads>>>(
+  CombineLeavesWarpKernel<<<1, kCombineThreads, 0, stream>>>(
       header, combine_input, header.len + 8 * leaves, leaves, partials,
       &out->hash, &out->total);
   LS_CUDA_RETURN_IF_ERROR(cudaGetLastError());

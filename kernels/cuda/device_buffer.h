@@ -60,16 +60,21 @@ class DeviceBuffer {
   ~DeviceBuffer() {
     if (ptr_ == nullptr) return;
     if (async_) {
-      cudaFreeAsync(ptr_, nullptr);
+      cudaFreeAsync(ptr_, stream_);
     } else {
       cudaFree(ptr_);
     }
   }
-  absl::Status Allocate(size_t bytes) {
+  // From the pool in the order of `stream` (the legacy default stream by
+  // default), and freed in that stream's order: every use of the region on
+  // another stream must be ordered before the free by the caller (an event
+  // that `stream` waits for).
+  absl::Status Allocate(size_t bytes, cudaStream_t stream = nullptr) {
     const size_t n = bytes < 16 ? 16 : bytes;
     if (StreamOrderedAllocation()) {
-      LS_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&ptr_, n, nullptr));
+      LS_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&ptr_, n, stream));
       async_ = true;
+      stream_ = stream;
     } else {
       LS_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, n));
     }
@@ -105,7 +110,8 @@ class DeviceBuffer {
 
  private:
   void* ptr_ = nullptr;
-  bool async_ = false;  // from the pool: freed with cudaFreeAsync
+  bool async_ = false;             // from the pool: freed with cudaFreeAsync
+  cudaStream_t stream_ = nullptr;  // ... in this stream's order
 };
 
 }  // namespace lockstep::kernels::cuda

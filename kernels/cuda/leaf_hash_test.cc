@@ -678,6 +678,29 @@ TEST(LeafHashBlockTest, KernelChoice) {
   EXPECT_EQ(CurrentDeviceLeafKernel(), before);
 }
 
+// The hash stream's switch: "on" / "off" by name, anything else refused
+// naming the variable; Set overrides the environment's choice.
+TEST(DeviceHashStreamTest, ParsesAndSets) {
+  for (const bool on : {false, true}) {
+    const absl::StatusOr<bool> parsed =
+        ParseDeviceHashStream(on ? "on" : "off");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, on);
+  }
+  for (const char* bad : {"1", "ON", "", "yes"}) {
+    const absl::Status s = ParseDeviceHashStream(bad).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(std::string(s.message()).find("LOCKSTEP_CUDA_HASH_STREAM"),
+              std::string::npos)
+        << s;
+  }
+  const bool before = CurrentDeviceHashStream();
+  SetDeviceHashStream(!before);
+  EXPECT_EQ(CurrentDeviceHashStream(), !before);
+  SetDeviceHashStream(before);
+  EXPECT_EQ(CurrentDeviceHashStream(), before);
+}
+
 TEST(LeafHashWarpTest, RefusesWhatTheDeviceWould) {
   const std::vector<uint8_t> bytes = WarpTestBytes(1024, 1);
   for (const LaunchConfig& config :

@@ -1699,6 +1699,50 @@ void SetDeviceLeafKernel(DeviceLeafKernel kernel) {
   LeafKernelChoice().store(static_cast<int>(kernel), std::memory_order_release);
 }
 
+absl::StatusOr<bool> ParseDeviceHashStream(absl::string_view name) {
+  if (name == "on") return true;
+  if (name == "off") return false;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "LOCKSTEP_CUDA_HASH_STREAM = \"%s\": the hash stream is on or off",
+      name));
+}
+
+namespace {
+
+// -1 until the first CurrentDeviceHashStream or SetDeviceHashStream; then 0
+// (off) or 1 (on).
+std::atomic<int>& HashStreamChoice() {
+  static std::atomic<int> choice{-1};
+  return choice;
+}
+
+}  // namespace
+
+bool CurrentDeviceHashStream() {
+  const int chosen = HashStreamChoice().load(std::memory_order_acquire);
+  if (chosen >= 0) return chosen == 1;
+  bool on = false;
+  if (const char* env = std::getenv("LOCKSTEP_CUDA_HASH_STREAM");
+      env != nullptr && env[0] != '\0') {
+    const absl::StatusOr<bool> parsed = ParseDeviceHashStream(env);
+    if (parsed.ok()) {
+      on = *parsed;
+    } else {
+      std::fprintf(stderr, "lockstep: %s; using off\n",
+                   std::string(parsed.status().message()).c_str());
+    }
+  }
+  int expected = -1;
+  // A concurrent SetDeviceHashStream wins.
+  HashStreamChoice().compare_exchange_strong(expected, on ? 1 : 0,
+                                             std::memory_order_acq_rel);
+  return HashStreamChoice().load(std::memory_order_acquire) == 1;
+}
+
+void SetDeviceHashStream(bool on) {
+  HashStreamChoice().store(on ? 1 : 0, std::memory_order_release);
+}
+
 static_assert(kMaxHeaderBytes == 3 + 8 * hash::kMaxRank,
               "kMaxHeaderBytes is the header of a tensor of the largest rank");
 

@@ -245,6 +245,20 @@ const char* DeviceLeafKernelName(DeviceLeafKernel kernel);
 DeviceLeafKernel CurrentDeviceLeafKernel();
 void SetDeviceLeafKernel(DeviceLeafKernel kernel);
 
+// Whether a resident run's queued device fingerprints run on a CUDA stream
+// of their own (docs/gpu.md, "Hashing on a stream of its own"), so that
+// they overlap the kernels launched after them, instead of in launch order
+// on the legacy default stream with everything else. The bits are the same
+// either way. By name: "on" or "off"; INVALID_ARGUMENT naming the accepted
+// values otherwise.
+absl::StatusOr<bool> ParseDeviceHashStream(absl::string_view name);
+// The process's choice: the last SetDeviceHashStream, else the environment
+// variable LOCKSTEP_CUDA_HASH_STREAM (read once; a value
+// ParseDeviceHashStream refuses is reported on stderr and ignored), else
+// off. Thread-safe.
+bool CurrentDeviceHashStream();
+void SetDeviceHashStream(bool on);
+
 // The encoded header of a tensor (hash::EncodeTensorHeader) as the
 // combination kernel's argument. Errors as hash::EncodeTensorHeader.
 absl::StatusOr<TensorHeaderArg> DeviceHeaderArg(

@@ -159,14 +159,15 @@ absl::StatusOr<RunResult> RunOnce(Job& job, int run, int runs, std::FILE* out) {
                  "run %d: tensors stayed on the device: %d copied in "
                  "(%.1f MB), %d copied back (%.1f MB), %d fingerprinted "
                  "there (%d of them queued, their results collected in %d "
-                 "copies; leaf kernel %s)\n",
+                 "copies; leaf kernel %s; hash stream %s)\n",
                  run, static_cast<int>(c.uploads), c.upload_bytes / 1e6,
                  static_cast<int>(c.downloads), c.download_bytes / 1e6,
                  static_cast<int>(c.mirror_fingerprints),
                  static_cast<int>(c.queued_fingerprints),
                  static_cast<int>(c.fingerprint_collections),
                  kernels::cuda::DeviceLeafKernelName(
-                     kernels::cuda::CurrentDeviceLeafKernel()));
+                     kernels::cuda::CurrentDeviceLeafKernel()),
+                 kernels::cuda::CurrentDeviceHashStream() ? "on" : "off");
   }
   std::fprintf(out, "run %d digest %s  dataset %s\n", run,
                r.run_digest.ToHex().c_str(), r.dataset_digest.c_str());
