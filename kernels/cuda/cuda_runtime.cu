@@ -510,6 +510,16 @@ hash::FingerprintAndStatsResult FingerprintOfResults(const CombineResults& r) {
   return f;
 }
 
+// Records *event (made on first use, without timing) on `stream`.
+absl::Status RecordEvent(cudaEvent_t* event, cudaStream_t stream) {
+  if (*event == nullptr) {
+    LS_CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(event, cudaEventDisableTiming));
+  }
+  LS_CUDA_RETURN_IF_ERROR(cudaEventRecord(*event, stream));
+  return absl::OkStatus();
+}
+
 // CudaMirror's FingerprintQueue: each queued fingerprint's 56 result bytes
 // land in a slot of device memory; Collect brings back every used slot of
 // a chunk in one copy (a step of up to kSlotsPerChunk tensors: one copy,
@@ -554,11 +564,7 @@ class CudaFingerprintQueue : public FingerprintQueue {
     if (stream != nullptr) {
       // The hash starts after the kernels that wrote the tensor (and the
       // chunk's allocation), all on the legacy stream before this point.
-      if (ready_ == nullptr) {
-        LS_CUDA_RETURN_IF_ERROR(
-            cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-      }
-      LS_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, nullptr));
+      LS_RETURN_IF_ERROR(RecordEvent(&ready_, nullptr));
       LS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, ready_, 0));
       stream_ = stream;
     }
@@ -589,11 +595,7 @@ class CudaFingerprintQueue : public FingerprintQueue {
   // frees) wait for every fingerprint queued on the hash stream so far.
   absl::Status JoinHashStream() {
     if (stream_ == nullptr) return absl::OkStatus();
-    if (hashed_ == nullptr) {
-      LS_CUDA_RETURN_IF_ERROR(
-          cudaEventCreateWithFlags(&hashed_, cudaEventDisableTiming));
-    }
-    LS_CUDA_RETURN_IF_ERROR(cudaEventRecord(hashed_, stream_));
+    LS_RETURN_IF_ERROR(RecordEvent(&hashed_, stream_));
     LS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(nullptr, hashed_, 0));
     stream_ = nullptr;
     return absl::OkStatus();
@@ -683,11 +685,7 @@ class CudaMirror : public ResidentMirror {
                         q->Enqueue(dtype, shape, buffer_.get(), size, stream));
     if (stream != nullptr) {
       // The next writer of the mirror waits for this event (WaitForHashes).
-      if (hashed_ == nullptr) {
-        LS_CUDA_RETURN_IF_ERROR(
-            cudaEventCreateWithFlags(&hashed_, cudaEventDisableTiming));
-      }
-      LS_CUDA_RETURN_IF_ERROR(cudaEventRecord(hashed_, stream));
+      LS_RETURN_IF_ERROR(RecordEvent(&hashed_, stream));
       hash_pending_ = true;
     }
     if (ResidencyCounters* c = ActiveResidentRun()) {

@@ -1665,8 +1665,40 @@ const char* DeviceLeafKernelName(DeviceLeafKernel kernel) {
 
 namespace {
 
-// -1 until the first CurrentDeviceLeafKernel or SetDeviceLeafKernel.
+// A process-wide switch kept in `choice` as an int, -1 until made: the
+// value last stored (Set...), else the one the environment variable
+// `env_name` gives through `parse` (read once; a value `parse` refuses is
+// reported on stderr and `fallback` used), else `fallback`. A concurrent
+// store wins over the environment.
+template <class T, class Parse>
+T ProcessChoice(std::atomic<int>& choice, const char* env_name, Parse parse,
+                T fallback, const char* fallback_name) {
+  const int chosen = choice.load(std::memory_order_acquire);
+  if (chosen >= 0) return static_cast<T>(chosen);
+  T value = fallback;
+  if (const char* env = std::getenv(env_name);
+      env != nullptr && env[0] != '\0') {
+    const absl::StatusOr<T> parsed = parse(env);
+    if (parsed.ok()) {
+      value = *parsed;
+    } else {
+      std::fprintf(stderr, "lockstep: %s; using %s\n",
+                   std::string(parsed.status().message()).c_str(),
+                   fallback_name);
+    }
+  }
+  int expected = -1;
+  choice.compare_exchange_strong(expected, static_cast<int>(value),
+                                 std::memory_order_acq_rel);
+  return static_cast<T>(choice.load(std::memory_order_acquire));
+}
+
 std::atomic<int>& LeafKernelChoice() {
+  static std::atomic<int> choice{-1};
+  return choice;
+}
+
+std::atomic<int>& HashStreamChoice() {  // 0 off, 1 on
   static std::atomic<int> choice{-1};
   return choice;
 }
@@ -1674,25 +1706,8 @@ std::atomic<int>& LeafKernelChoice() {
 }  // namespace
 
 DeviceLeafKernel CurrentDeviceLeafKernel() {
-  const int chosen = LeafKernelChoice().load(std::memory_order_acquire);
-  if (chosen >= 0) return static_cast<DeviceLeafKernel>(chosen);
-  DeviceLeafKernel kernel = DeviceLeafKernel::kWarp;
-  if (const char* env = std::getenv("LOCKSTEP_CUDA_LEAF_KERNEL");
-      env != nullptr && env[0] != '\0') {
-    const absl::StatusOr<DeviceLeafKernel> parsed = ParseDeviceLeafKernel(env);
-    if (parsed.ok()) {
-      kernel = *parsed;
-    } else {
-      std::fprintf(stderr, "lockstep: %s; using warp\n",
-                   std::string(parsed.status().message()).c_str());
-    }
-  }
-  int expected = -1;
-  // A concurrent SetDeviceLeafKernel wins.
-  LeafKernelChoice().compare_exchange_strong(expected, static_cast<int>(kernel),
-                                             std::memory_order_acq_rel);
-  return static_cast<DeviceLeafKernel>(
-      LeafKernelChoice().load(std::memory_order_acquire));
+  return ProcessChoice(LeafKernelChoice(), "LOCKSTEP_CUDA_LEAF_KERNEL",
+                       ParseDeviceLeafKernel, DeviceLeafKernel::kWarp, "warp");
 }
 
 void SetDeviceLeafKernel(DeviceLeafKernel kernel) {
@@ -1707,36 +1722,9 @@ absl::StatusOr<bool> ParseDeviceHashStream(absl::string_view name) {
       name));
 }
 
-namespace {
-
-// -1 until the first CurrentDeviceHashStream or SetDeviceHashStream; then 0
-// (off) or 1 (on).
-std::atomic<int>& HashStreamChoice() {
-  static std::atomic<int> choice{-1};
-  return choice;
-}
-
-}  // namespace
-
 bool CurrentDeviceHashStream() {
-  const int chosen = HashStreamChoice().load(std::memory_order_acquire);
-  if (chosen >= 0) return chosen == 1;
-  bool on = false;
-  if (const char* env = std::getenv("LOCKSTEP_CUDA_HASH_STREAM");
-      env != nullptr && env[0] != '\0') {
-    const absl::StatusOr<bool> parsed = ParseDeviceHashStream(env);
-    if (parsed.ok()) {
-      on = *parsed;
-    } else {
-      std::fprintf(stderr, "lockstep: %s; using off\n",
-                   std::string(parsed.status().message()).c_str());
-    }
-  }
-  int expected = -1;
-  // A concurrent SetDeviceHashStream wins.
-  HashStreamChoice().compare_exchange_strong(expected, on ? 1 : 0,
-                                             std::memory_order_acq_rel);
-  return HashStreamChoice().load(std::memory_order_acquire) == 1;
+  return ProcessChoice(HashStreamChoice(), "LOCKSTEP_CUDA_HASH_STREAM",
+                       ParseDeviceHashStream, false, "off");
 }
 
 void SetDeviceHashStream(bool on) {
