@@ -196,58 +196,22 @@ __attribute__((always_inline)) inline LeafStats FinishStats(const StatsRegs& st,
       _mm512_reduce_max_epu32(st.max_bits), 0, 0};
 }
 
-// Software prefetch for a leaf read from DRAM: while a row is read, the
-// four cache lines kPrefetchAhead bytes further on are requested into L2,
-// in the stream of this leaf followed by the caller's `prefetch` range (the
-// next leaf). Prefetching into L1 instead (the next leaf whole, one line
-// per 64 bytes read) held the L1 fill buffers for a DRAM latency per line
-// and evicted the lines again before use (a leaf is larger than L1); into
-// L2 and 24 KiB ahead, hash + statistics of 1 MiB tensors from DRAM went
-// from 9.46 to 10.17 GB/s (medians) on the Xeon build machine
-// (docs/benchmarks.md, "Prefetching into L2, 24 KiB ahead"). Prefetch
-// instructions never fault, so lines past either range's end are harmless.
-constexpr size_t kPrefetchAhead = 24 * 1024;
-
-class RowPrefetcher {
- public:
-  RowPrefetcher(const uint8_t* leaf_end, const void* next, size_t next_bytes)
-      : leaf_end_(reinterpret_cast<uintptr_t>(leaf_end)),
-        next_(reinterpret_cast<uintptr_t>(next)),
-        next_bytes_(next == nullptr ? 0 : next_bytes) {}
-
-  // The row at p (inside the leaf). Addresses as integers: the lines ahead
-  // may lie past the end of either range.
-  __attribute__((always_inline)) void Row(const uint8_t* p) const {
-    uintptr_t a = reinterpret_cast<uintptr_t>(p) + kPrefetchAhead;
-    if (a >= leaf_end_) {
-      const uintptr_t offset = a - leaf_end_;
-      if (offset >= next_bytes_) return;
-      a = next_ + offset;
-    }
-    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T1);
-    _mm_prefetch(reinterpret_cast<const char*>(a + 64), _MM_HINT_T1);
-    _mm_prefetch(reinterpret_cast<const char*>(a + 128), _MM_HINT_T1);
-    _mm_prefetch(reinterpret_cast<const char*>(a + 192), _MM_HINT_T1);
-  }
-
- private:
-  uintptr_t leaf_end_;
-  uintptr_t next_;
-  uintptr_t next_bytes_;
-};
+// No software prefetch: the hardware's stream prefetchers keep up with
+// these loops. An L2 prefetch 24 KiB ahead (RowPrefetcher, until
+// 2026-12-04) took hash + statistics of 1 MiB tensors from DRAM from 9.46
+// to 10.17 GB/s (medians) on the Xeon build machine when its read loop
+// ran at about 11 GB/s, but from 20.4 - 21.7 down to 16.1 - 16.7 GB/s once
+// the same loop read 19 - 20 GB/s (docs/benchmarks.md, "Xeon, 2026-12-04:
+// no software prefetch"). The caller's `prefetch` range is left unused.
 
 // Statistics alone (ComputeStats, and leaves too short for XXH3's long
-// path): one row of 64 floats per iteration, with RowPrefetcher.
-LeafStats BlockStats(const float* x, size_t n, const void* prefetch,
-                     size_t prefetch_bytes) {
+// path): one row of 64 floats per iteration.
+LeafStats BlockStats(const float* x, size_t n) {
   StatsRegs st;
   InitStats(st);
   const size_t rows = n / kLanes;
   const uint8_t* p = reinterpret_cast<const uint8_t*>(x);
-  const RowPrefetcher prefetcher(p + n * sizeof(float), prefetch,
-                                 prefetch_bytes);
   for (size_t r = 0; r < rows; ++r, p += kRowBytes) {
-    prefetcher.Row(p);
     for (int j = 0; j < 4; ++j) {
       LaneStats(_mm512_loadu_si512(p + kStripeBytes * j), p + kStripeBytes * j,
                 j, st);
@@ -366,12 +330,8 @@ uint64_t MergeAccs(__m512i acc_vec, size_t len) {
 
 // XXH3-64 of in[0 .. len), len > 240, and, with kStats, the statistics of
 // the len / 4 floats there (REQUIRES then len % 4 == 0 and len <= 64 KiB).
-// With kStats, RowPrefetcher runs ahead of the rows, into
-// prefetch[0 .. prefetch_bytes) (the next leaf) near the end.
 template <bool kStats>
-uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats,
-                  const void* prefetch, size_t prefetch_bytes) {
-  const RowPrefetcher prefetcher(in + len, prefetch, prefetch_bytes);
+uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats) {
   Accumulators acc{
       _mm512_setr_epi64(XXH_PRIME32_3, XXH_PRIME64_1, XXH_PRIME64_2,
                         XXH_PRIME64_3, XXH_PRIME64_4, XXH_PRIME32_2,
@@ -383,7 +343,6 @@ uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats,
   const uint8_t* p = in;
   for (size_t b = 0; b < full_blocks; ++b) {
     for (size_t r = 0; r < kBlockBytes / kRowBytes; ++r, p += kRowBytes) {
-      if (kStats) prefetcher.Row(p);
       acc = HashRow<kStats>(acc, p, XXH3_kSecret + 32 * r, st);
     }
     acc = Accumulators{Scramble(Settle(acc)), _mm512_setzero_si512()};
@@ -424,33 +383,33 @@ __attribute__((always_inline)) inline void LeaveAvx512() { _mm256_zeroupper(); }
 // The table's entries: each ends with LeaveAvx512.
 
 uint64_t Avx512Hash64(const void* data, size_t len) {
-  const uint64_t h = len <= 240
-                         ? XXH3_64bits(data, len)
-                         : HashLong<false>(static_cast<const uint8_t*>(data),
-                                           len, nullptr, nullptr, 0);
+  const uint64_t h =
+      len <= 240
+          ? XXH3_64bits(data, len)
+          : HashLong<false>(static_cast<const uint8_t*>(data), len, nullptr);
   LeaveAvx512();
   return h;
 }
 
-LeafStats Avx512BlockStats(const float* x, size_t n, const void* prefetch,
-                           size_t prefetch_bytes) {
-  const LeafStats s = BlockStats(x, n, prefetch, prefetch_bytes);
+LeafStats Avx512BlockStats(const float* x, size_t n, const void* /*prefetch*/,
+                           size_t /*prefetch_bytes*/) {
+  const LeafStats s = BlockStats(x, n);
   LeaveAvx512();
   return s;
 }
 
 // One read of the leaf for both; leaves of up to 60 floats (240 bytes,
 // XXH3's short paths) take the two separate kernels.
-LeafHashStats Avx512HashAndStats(const float* x, size_t n, const void* prefetch,
-                                 size_t prefetch_bytes) {
+LeafHashStats Avx512HashAndStats(const float* x, size_t n,
+                                 const void* /*prefetch*/,
+                                 size_t /*prefetch_bytes*/) {
   LeafHashStats r;
   const size_t len = n * sizeof(float);
   if (len <= 240) {
     r.hash = XXH3_64bits(x, len);
-    r.stats = BlockStats(x, n, prefetch, prefetch_bytes);
+    r.stats = BlockStats(x, n);
   } else {
-    r.hash = HashLong<true>(reinterpret_cast<const uint8_t*>(x), len, &r.stats,
-                            prefetch, prefetch_bytes);
+    r.hash = HashLong<true>(reinterpret_cast<const uint8_t*>(x), len, &r.stats);
   }
   LeaveAvx512();
   return r;
