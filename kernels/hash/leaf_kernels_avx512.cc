@@ -200,9 +200,10 @@ __attribute__((always_inline)) inline LeafStats FinishStats(const StatsRegs& st,
 // these loops. An L2 prefetch 24 KiB ahead (RowPrefetcher, until
 // 2026-12-04) took hash + statistics of 1 MiB tensors from DRAM from 9.46
 // to 10.17 GB/s (medians) on the Xeon build machine when its read loop
-// ran at about 11 GB/s, but from 20.4 - 21.7 down to 16.1 - 16.7 GB/s once
-// the same loop read 19 - 20 GB/s (docs/benchmarks.md, "Xeon, 2026-12-04:
-// no software prefetch"). The caller's `prefetch` range is left unused.
+// ran at about 11 GB/s, but held them to 15.9 - 16.2 GB/s against 20.1 -
+// 21.4 without it once the same loop read 18 - 22 GB/s (docs/benchmarks.md,
+// "Xeon, 2026-12-04: no software prefetch"). The caller's `prefetch` range
+// is left unused.
 
 // Statistics alone (ComputeStats, and leaves too short for XXH3's long
 // path): one row of 64 floats per iteration.
