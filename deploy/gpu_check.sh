@@ -15,9 +15,11 @@
 #                                    # the `steps` check alone (needs a
 #                                    # device): CUDA ms/step per model,
 #                                    # fingerprints queued, waited for,
-#                                    # and queued with the block-per-leaf
-#                                    # kernel (whose run digest must be
-#                                    # the warp kernel's)
+#                                    # queued with the block-per-leaf
+#                                    # kernel, and queued on a hash
+#                                    # stream of their own (those two
+#                                    # run digests must be the queued
+#                                    # run's)
 #
 # `run` takes the checks in order of what they prove (the GPU suite, the
 # selftest, whole CANONICAL runs CPU against CUDA, step times on the
