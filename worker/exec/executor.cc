@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -530,6 +531,11 @@ struct Executor::State {
   // The CPU pool's threads, lent to the fingerprints of large tensors.
   hash::Parallelism fingerprint_threads;
   RunResult result;
+  // Under kAuto with a background thread: which steps use it.
+  std::optional<BackgroundChooser> chooser;
+  // Whether the current step hashes its large tensors on `pipeline`.
+  bool background_step = false;
+  int background_steps = 0;  // steps that did, so far
   // Background fingerprints (null: inline). Declared last: destroyed first,
   // while the messages it writes into still exist.
   std::unique_ptr<FingerprintPipeline> pipeline;
@@ -593,7 +599,7 @@ absl::Status Executor::State::Call(KernelFn fn, const LayerState& l,
                                    absl::Span<const Tensor> in,
                                    absl::Span<Tensor> out,
                                    const OpAttrs& attrs) {
-  if (pipeline != nullptr && pipeline->Busy()) {
+  if (background_step && pipeline->Busy()) {
     // A tensor submitted for hashing must not change before it is hashed.
     const auto start = options.op_times != nullptr
                            ? std::chrono::steady_clock::now()
@@ -664,7 +670,7 @@ absl::Status Executor::State::Emit(const std::string& layer,
               t.dtype() == kernels::DType::kFloat32
           ? kernels::NewerResidentMirror(t)
           : nullptr;
-  if (pipeline != nullptr &&
+  if (background_step &&
       t.bytes() >= options.background_fingerprint_min_bytes) {
     pipeline->Submit(t, mi, &fp);
   } else if (mirror != nullptr) {
@@ -708,7 +714,7 @@ absl::Status Executor::State::FinishCapture() {
     queued_on_device.clear();
     if (options.op_times != nullptr) AddOpTime(kFingerprintWaitOpTime, start);
   }
-  if (pipeline != nullptr) {
+  if (background_step) {
     const auto start = options.op_times != nullptr
                            ? std::chrono::steady_clock::now()
                            : std::chrono::steady_clock::time_point();
@@ -784,6 +790,9 @@ absl::Status Executor::State::Setup() {
           return FingerprintTensor(t, index, nullptr, out);
         },
         options.hold_background_fingerprints);
+    if (options.fingerprint_thread == FingerprintThread::kAuto) {
+      chooser.emplace();
+    }
   }
   LS_ASSIGN_OR_RETURN(step_tensors, model::StepTensors(plan, config));
   captured_steps = model::ExpandCapturedSteps(manifest);
@@ -1469,12 +1478,16 @@ absl::Status Executor::State::Step(int s) {
     // Kept lists move into the result; otherwise the messages are reused.
     if (options.keep_fingerprints) step_fps.clear();
     step_fps.resize(manifest.entries_size());
-    if (pipeline != nullptr) pipeline->Reset(step_fps.size());
+    background_step =
+        pipeline != nullptr && (!chooser || chooser->Background());
+    if (background_step) pipeline->Reset(step_fps.size());
+  } else {
+    background_step = false;
   }
   if (absl::Status st = RunPasses(); !st.ok()) {
     // Every hash queued so far finishes before a failed step returns too
     // (nothing then writes into its messages); the sink sees none of it.
-    if (capturing && pipeline != nullptr) pipeline->Drain().IgnoreError();
+    if (background_step) pipeline->Drain().IgnoreError();
     return st;
   }
   if (capturing) LS_RETURN_IF_ERROR(FinishCapture());
@@ -1532,6 +1545,7 @@ absl::StatusOr<StepSummary> Executor::RunStep(int step) {
         s.steps_done, s.config.steps()));
   }
   absl::Status st;
+  const auto start = std::chrono::steady_clock::now();
   if (s.resident) {
     kernels::ScopedResidentRun resident(&s.residency);
     st = s.Step(step);
@@ -1542,6 +1556,12 @@ absl::StatusOr<StepSummary> Executor::RunStep(int step) {
     s.failed = true;
     return st;
   }
+  if (s.capturing && s.chooser) {
+    s.chooser->Record(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  s.background_steps += s.background_step ? 1 : 0;
   StepSummary sum;
   sum.step = step;
   sum.loss = s.result.losses.back();
@@ -1588,6 +1608,7 @@ int Executor::steps_done() const { return s_->steps_done; }
 bool Executor::background_fingerprints() const {
   return s_->pipeline != nullptr;
 }
+int Executor::background_steps() const { return s_->background_steps; }
 
 absl::StatusOr<RunResult> RunJob(const model::ModelPlan& plan,
                                  const v1::JobConfig& config,

@@ -72,9 +72,13 @@ using FingerprintSink = std::function<absl::Status(
 
 // Where captured tensors are hashed (ExecutorOptions::fingerprint_thread).
 enum class FingerprintThread {
-  // kBackground when no observer is set, the run is not device-resident and
-  // the CPU kernels' pool leaves at least one of the CPUs this process may
-  // run on free; kInline otherwise.
+  // A background thread when no observer is set, the run is not
+  // device-resident, some captured tensor has at least
+  // background_fingerprint_min_bytes and the CPU kernels' pool leaves at
+  // least one of the CPUs this process may run on free; each capturing
+  // step then hashes in the background or inline as the run's own step
+  // times say is faster (BackgroundChooser, fingerprint_pipeline.h).
+  // Otherwise kInline.
   kAuto,
   // On the step's thread, each tensor right after it is produced (large
   // tensors lend the CPU kernels' pool).
@@ -320,9 +324,13 @@ class Executor {
   // Every tensor of a step in execution order (model::StepTensors).
   const std::vector<lockstep::v1::ManifestEntry>& step_tensors() const;
   int steps_done() const;
-  // True when captured tensors are hashed in the background
-  // (ExecutorOptions::fingerprint_thread).
+  // True when the executor has a background thread for captured tensors
+  // (ExecutorOptions::fingerprint_thread): every step uses it under
+  // kBackground, the steps its BackgroundChooser picks under kAuto.
   bool background_fingerprints() const;
+  // The steps run so far whose large captured tensors were hashed in the
+  // background.
+  int background_steps() const;
 
  private:
   struct State;

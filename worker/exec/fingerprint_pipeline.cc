@@ -141,4 +141,26 @@ void FingerprintPipeline::Loop() {
   }
 }
 
+int64_t BackgroundChooser::Position() const {
+  return steps_ == 0 ? -1 : (steps_ - 1) % (kProbeSteps + kChosenSteps);
+}
+
+bool BackgroundChooser::Background() const {
+  const int64_t p = Position();
+  if (p < 0) return true;
+  if (p < kProbeSteps) return p / kRunSteps % 2 == 1;
+  return background_;
+}
+
+void BackgroundChooser::Record(double seconds) {
+  const int64_t p = Position();
+  ++steps_;
+  // Only the last step of each probe run counts.
+  if (p < 0 || p >= kProbeSteps || p % kRunSteps != kRunSteps - 1) return;
+  const bool background = p / kRunSteps % 2 == 1;
+  double& best = background ? best_background_ : best_inline_;
+  if (p < 2 * kRunSteps || seconds < best) best = seconds;
+  if (p == kProbeSteps - 1) background_ = best_background_ <= best_inline_;
+}
+
 }  // namespace lockstep::worker

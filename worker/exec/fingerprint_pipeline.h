@@ -136,6 +136,51 @@ class FingerprintPipeline {
   std::thread thread_;
 };
 
+// Where an executor left to choose (FingerprintThread::kAuto) hashes a step's
+// large tensors, step by step. A background thread pays off where the step's
+// kernels do not mind another core reading their outputs, and costs a step far
+// more than hashing inline where they do: on a 2-vCPU AMD EPYC host, in some
+// minutes and not in others, the steps of models up to ResNet-18's size took
+// 10 - 50 % longer with it than inline (docs/benchmarks.md, "AMD EPYC (Zen 4,
+// AVX-512)"). So the run measures it on its own steps: the first capturing step
+// hashes in the background (a warm-up, not compared); then a probe: a run of
+// kRunSteps steps inline, then one in the background, of which only each run's
+// last step is timed (its first one still pays for the cache lines the other
+// way left on the other core); then whichever had the faster timed step (ties:
+// the background) hashes the next kChosenSteps capturing steps, and it probes
+// again. A probe costs a long run little (two inline steps in 68 where the
+// background is faster) and a short one a few steps. The fingerprints are the
+// same bits either way.
+//
+//   BackgroundChooser c;
+//   bool bg = c.Background();   // before each capturing step
+//   ... run the step ...
+//   c.Record(seconds);          // its wall time
+class BackgroundChooser {
+ public:
+  static constexpr int kRunSteps = 2;
+  static constexpr int kProbeSteps = 2 * kRunSteps;  // one run each way
+  static constexpr int kChosenSteps = 64;
+
+  // Whether the next capturing step hashes in the background.
+  bool Background() const;
+  // The wall time of that step; moves on to the next.
+  void Record(double seconds);
+
+  // Capturing steps recorded so far.
+  int64_t steps() const { return steps_; }
+
+ private:
+  // The position of the next step in its probe-and-use cycle (< 0: the
+  // warm-up), probes first.
+  int64_t Position() const;
+
+  int64_t steps_ = 0;
+  double best_inline_ = 0;
+  double best_background_ = 0;
+  bool background_ = true;
+};
+
 }  // namespace lockstep::worker
 
 #endif  // LOCKSTEP_WORKER_EXEC_FINGERPRINT_PIPELINE_H_

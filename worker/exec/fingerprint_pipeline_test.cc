@@ -227,5 +227,53 @@ TEST(FingerprintPipelineTest, DestroyedWithTensorsQueued) {
   EXPECT_TRUE(rec.Calls().empty());
 }
 
+// The chooser's schedule: a background warm-up, then the probe (runs of
+// kRunSteps steps inline and in the background in turns), then the faster
+// way for kChosenSteps steps, then the next probe.
+TEST(BackgroundChooserTest, ProbesThenUsesTheFasterWay) {
+  constexpr int kProbe = BackgroundChooser::kProbeSteps;
+  constexpr int kRun = BackgroundChooser::kRunSteps;
+  for (const bool inline_faster : {true, false}) {
+    SCOPED_TRACE(inline_faster ? "inline faster" : "background faster");
+    BackgroundChooser c;
+    EXPECT_TRUE(c.Background());  // warm-up
+    c.Record(100.0);              // not compared
+    for (int p = 0; p < kProbe; ++p) {
+      const bool bg = c.Background();
+      EXPECT_EQ(bg, p / kRun % 2 == 1) << "probe step " << p;
+      c.Record(bg == inline_faster ? 2.0 : 1.0);
+    }
+    for (int i = 0; i < BackgroundChooser::kChosenSteps; ++i) {
+      ASSERT_EQ(c.Background(), !inline_faster) << "step " << i;
+      c.Record(i % 2 == 0 ? 0.1 : 10.0);  // not compared
+    }
+    // The next probe, which may change the choice.
+    for (int p = 0; p < kProbe; ++p) {
+      const bool bg = c.Background();
+      EXPECT_EQ(bg, p / kRun % 2 == 1) << "second probe step " << p;
+      c.Record(bg == inline_faster ? 1.0 : 2.0);
+    }
+    EXPECT_EQ(c.Background(), inline_faster);
+    EXPECT_EQ(c.steps(), 1 + 2 * kProbe + BackgroundChooser::kChosenSteps);
+  }
+}
+
+// Only each run's last step is timed, so the step after a switch does not
+// decide; a tie goes to the background.
+TEST(BackgroundChooserTest, LastStepOfEachRunDecides) {
+  static_assert(BackgroundChooser::kRunSteps == 2 &&
+                BackgroundChooser::kProbeSteps == 4);
+  // warm-up; in, in*, bg, bg* (* timed)
+  const auto choose = [](std::initializer_list<double> times) {
+    BackgroundChooser c;
+    for (double t : times) c.Record(t);
+    return c.Background();
+  };
+  EXPECT_TRUE(choose({1, 1, 1.0, 9, 0.9}));   // the background's switch slow
+  EXPECT_TRUE(choose({1, 1, 1.0, 1, 1.0}));   // a tie
+  EXPECT_FALSE(choose({1, 9, 0.8, 1, 0.9}));  // inline's switch slow
+  EXPECT_FALSE(choose({9, 1, 1.0, 0.1, 1.1}));
+}
+
 }  // namespace
 }  // namespace lockstep::worker

@@ -16,7 +16,8 @@
 // side's CPU time over its wall time, so a row shows what it compared. Where
 // the executor fingerprints in the background
 // (ExecutorOptions::fingerprint_thread; by default when the pool leaves a CPU
-// free), that thread comes on top: the "fp" column says which. Repetitions
+// free and the run's own step times say it is faster), that thread comes on
+// top: the "fp" column says which. Repetitions
 // are interleaved (each runs every mode, the first mode without
 // fingerprints, then PyTorch), the fastest counts; the "paired" columns
 // take the median of the ratios within each repetition instead, which a
@@ -51,6 +52,7 @@
 #include "worker/data/dataset.h"
 #include "worker/exec/dataset_batches.h"
 #include "worker/exec/executor.h"
+#include "worker/exec/fingerprint_pipeline.h"
 
 ABSL_FLAG(int, steps, 10, "timed steps per measurement");
 ABSL_FLAG(int, repeats, 3, "measurements per setting (the fastest counts)");
@@ -125,8 +127,11 @@ double ProcessCpuSeconds() {
 struct Timing {
   double ms_per_step = 0;
   double cores = 0;  // process CPU time over wall time of the timed steps
-  bool background = false;  // fingerprints hashed in the background
-  OpTimes ops;              // per op over the timed steps, when profiled
+  // Timed steps whose large tensors were hashed in the background, of all
+  // timed steps.
+  int background_steps = 0;
+  int steps = 0;
+  OpTimes ops;  // per op over the timed steps, when profiled
 };
 
 absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
@@ -136,8 +141,14 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
                                  std::shared_ptr<Dataset> dataset,
                                  bool fingerprint, bool profile,
                                  FingerprintThread where, int steps) {
+  // Warm-up steps: 2; where the executor picks inline or background
+  // hashing by timing its own steps (kAuto with a background thread), its
+  // first probe too, so the timed steps are a long run's (docs/benchmarks.md,
+  // "Training step").
+  constexpr int kWarmUp = 2;
+  constexpr int kProbeWarmUp = 1 + BackgroundChooser::kProbeSteps;
   v1::JobConfig c = config;
-  c.set_steps(steps + 2);
+  c.set_steps(steps + std::max(kWarmUp, kProbeWarmUp));
   c.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_STEP);
   ExecutorOptions o;
   o.initializer = model.initializer();
@@ -151,19 +162,25 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
   auto exec = Executor::Create(plan, c, &registry,
                                DatasetBatches(dataset, c.batch_size()), o);
   if (!exec.ok()) return exec.status();
-  t.background = (*exec)->background_fingerprints();
-  for (int s = 0; s < 2; ++s) {  // warm-up
+  const int warm_up =
+      where == FingerprintThread::kAuto && (*exec)->background_fingerprints()
+          ? kProbeWarmUp
+          : kWarmUp;
+  for (int s = 0; s < warm_up; ++s) {
     if (auto r = (*exec)->RunStep(s); !r.ok()) return r.status();
   }
   t.ops.clear();  // the timed steps only
+  const int background_before = (*exec)->background_steps();
   const auto start = Clock::now();
   const double cpu_start = ProcessCpuSeconds();
-  for (int s = 2; s < steps + 2; ++s) {
+  for (int s = warm_up; s < steps + warm_up; ++s) {
     if (auto r = (*exec)->RunStep(s); !r.ok()) return r.status();
   }
   const double ms =
       std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   t.ms_per_step = ms / steps;
+  t.steps = steps;
+  t.background_steps = (*exec)->background_steps() - background_before;
   if (ms > 0) t.cores = (ProcessCpuSeconds() - cpu_start) * 1e3 / ms;
   return t;
 }
@@ -173,6 +190,12 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
 // line "(between kernels)".
 void PrintOpTimes(const Timing& t, int steps) {
   std::fputs(FormatOpTimes(t.ops, steps, t.ms_per_step).c_str(), stdout);
+}
+
+// The "fp" column: where the timed steps of `t` hashed their large tensors.
+const char* Where(const Timing& t) {
+  if (t.background_steps == 0) return "in";
+  return t.background_steps == t.steps ? "bg" : "mx";
 }
 
 bool HaveTorch() {
@@ -311,10 +334,11 @@ int Main() {
   std::printf(
       "Lockstep training step, CPU kernels, every tensor of every step "
       "fingerprinted; at least %d timed steps (column steps) after 2 "
-      "warm-up steps, best of %d "
+      "warm-up steps (%d where the run times its first steps to choose "
+      "between inline and background hashing), best of %d "
       "interleaved repetitions (each: every mode, then PyTorch); Lockstep "
       "and PyTorch on the same thread count. PyTorch: %s.\n\n",
-      steps, repeats,
+      steps, 1 + BackgroundChooser::kProbeSteps, repeats,
       torch ? "Debian's python3-torch"
       : absl::GetFlag(FLAGS_pytorch)
           ? "not installed (apt-get install --no-install-recommends "
@@ -469,9 +493,7 @@ int Main() {
           modes.empty() ? 0.0 : 100.0 * (first - unhashed) / first,
           shares.empty() ? "-" : absl::StrFormat("%.2f%%", Median(shares)),
           on_step.empty() ? "-" : absl::StrFormat("%.2f%%", Median(on_step)),
-          modes.empty()        ? "-"
-          : best[0].background ? "bg"
-                               : "in",
+          modes.empty() ? "-" : Where(best[0]),
           modes.empty() ? "-" : absl::StrFormat("%.2f", best[0].cores),
           torch_best.cores < 0 ? "-"
                                : absl::StrFormat("%.2f", torch_best.cores));
@@ -500,8 +522,10 @@ int Main() {
       "timed op by op (steadier than hash %%, but it leaves out what the "
       "background thread's memory traffic costs the kernels); fp: where "
       "tensors were "
-      "hashed, bg on a background thread beside the kernels' pool, in "
-      "inline on the step's thread; cores, torch: CPU time over wall time "
+      "hashed in the fastest run's timed steps, bg on a background thread "
+      "beside the kernels' pool, in inline on the step's thread, mx some "
+      "steps each way (by default the run measures which is faster: "
+      "BackgroundChooser); cores, torch: CPU time over wall time "
       "of the fastest run of the first mode and of PyTorch (the cores each "
       "kept busy: at most the row's threads, plus Lockstep's background "
       "hashing where fp is bg).\n",

@@ -1,6 +1,8 @@
 // The executor over every model of the zoo (examples/), planned by
 // model::PlanModel with the data set of its config (worker/data), shrunk to a
 // tiny batch and a few steps.
+#include <sched.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +30,7 @@
 #include "worker/exec/compare.h"
 #include "worker/exec/dataset_batches.h"
 #include "worker/exec/executor.h"
+#include "worker/exec/fingerprint_pipeline.h"
 #include "worker/exec/init.h"
 #include "worker/exec/test_util.h"
 
@@ -282,6 +285,46 @@ TEST(ZooTest, BackgroundFingerprintsEqualInline) {
       }
     }
   }
+}
+
+// Left to kAuto with a CPU free, a run probes where to hash: the first
+// capturing step in the background, then two steps inline and two in the
+// background (BackgroundChooser), whatever the step times say. Every
+// fingerprint is the inline run's, and the steps that used the thread are
+// counted.
+TEST(ZooTest, AutoFingerprintsProbeBothWaysWithTheSameBits) {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0 || CPU_COUNT(&cpus) < 2) {
+    GTEST_SKIP() << "needs 2 CPUs: kAuto hashes inline on one";
+  }
+  Zoo z = Load("lenet5", 2, 5);
+  ASSERT_NE(z.dataset, nullptr);
+  z.config.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_STEP);
+  z.config.set_threads(1);  // the kernels' pool leaves a CPU free
+  ExecutorOptions in;
+  in.fingerprint_thread = FingerprintThread::kInline;
+  auto ref = RunZoo(z, in);
+  ASSERT_THAT(ref, IsOk());
+  ExecutorOptions automatic;
+  automatic.initializer = z.model.initializer();
+  automatic.background_fingerprint_min_bytes = 0;
+  auto exec = Executor::Create(z.plan, z.config, &testing::CpuRegistry(),
+                               DatasetBatches(z.dataset, 2), automatic);
+  ASSERT_THAT(exec, IsOk());
+  ASSERT_TRUE((*exec)->background_fingerprints());
+  // Warm-up, then the probe: two steps inline, two in the background.
+  static_assert(BackgroundChooser::kProbeSteps == 4);
+  const int expected[] = {1, 1, 1, 2, 3};
+  for (int s = 0; s < 5; ++s) {
+    ASSERT_THAT((*exec)->RunStep(s), IsOk());
+    EXPECT_EQ((*exec)->background_steps(), expected[s]) << "step " << s;
+  }
+  auto r = (*exec)->Finish();
+  ASSERT_THAT(r, IsOk());
+  testing::ExpectSameFingerprints(*r, *ref);
+  EXPECT_EQ(r->run_digest, ref->run_digest);
+  kernels::SetCpuThreadsForTesting(0);
 }
 
 // ADD's gradients and RESHAPE's and FLATTEN's output and gradient are
