@@ -115,8 +115,10 @@ absl::StatusOr<RunResult> RunOnce(Job& job, int run, int runs, std::FILE* out) {
                run, runs, job.plan.model_name.c_str(), steps,
                exec->manifest().entries_size(),
                exec->manifest().manifest_digest().c_str());
+  int captured = 0;
   for (int s = 0; s < steps; ++s) {
     LS_ASSIGN_OR_RETURN(StepSummary sum, exec->RunStep(s));
+    captured += sum.captured ? 1 : 0;
     if (sum.captured) {
       std::fprintf(out, "step %d/%d  loss %.6f  step digest %s\n", s, steps,
                    sum.loss, Short(sum.digest).c_str());
@@ -134,6 +136,15 @@ absl::StatusOr<RunResult> RunOnce(Job& job, int run, int runs, std::FILE* out) {
                  "steps, the first included)%s:\n%s",
                  run, ms / steps, steps, OpTimesNote(job).c_str(),
                  FormatOpTimes(times, steps, ms / steps, "  ").c_str());
+  }
+  if (exec->background_fingerprints()) {
+    // kAuto: the run timed its own steps to choose (BackgroundChooser).
+    std::fprintf(out,
+                 "run %d: of %d captured steps, %d hashed their large tensors "
+                 "on a thread beside the kernels and %d inline (the run "
+                 "tries both and keeps the faster)\n",
+                 run, captured, exec->background_steps(),
+                 captured - exec->background_steps());
   }
   LS_ASSIGN_OR_RETURN(RunResult r, exec->Finish());
   if (r.fault_injected) {

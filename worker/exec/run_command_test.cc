@@ -2,6 +2,7 @@
 // model and config written to TEST_TMPDIR.
 #include "worker/exec/run_command.h"
 
+#include <sched.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -106,6 +107,47 @@ TEST_F(RunCommandTest, TwoRunsAgree) {
               AllOf(HasSubstr("step 0/4  loss "), HasSubstr("step 3/4  loss "),
                     HasSubstr("step digest "), HasSubstr("run 1 digest "),
                     HasSubstr("runs agree: 2 runs")));
+}
+
+// A run on one kernel thread with a CPU free and a tensor of 64 KiB or more
+// hashes beside its kernels where that is faster, and says in how many
+// steps it did: the warm-up and two probe steps there, two probe steps
+// inline (BackgroundChooser), whatever the step times.
+TEST_F(RunCommandTest, SaysWhereLargeTensorsWereHashed) {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0 || CPU_COUNT(&cpus) < 2) {
+    GTEST_SKIP() << "needs 2 CPUs: with one, every tensor is hashed inline";
+  }
+  const std::string model = Write("wide.json", R"({
+  "name": "wide",
+  "input_shape": [8],
+  "num_classes": 3,
+  "layers": [
+    {"name": "fc1", "op": "DENSE", "dense": {"units": 4096, "use_bias": true}},
+    {"name": "fc2", "op": "DENSE", "dense": {"units": 3, "use_bias": true}},
+    {"name": "loss", "op": "SOFTMAX_XENT"}
+  ]
+}
+)");
+  const std::string config = Write("wide_config.json", R"({
+  "seed": 5,
+  "batch_size": 4,
+  "steps": 5,
+  "threads": 1,
+  "optimizer": {"kind": "SGD", "learning_rate": 0.1},
+  "determinism": "CANONICAL",
+  "capture": {"kind": "EVERY_STEP"}
+}
+)");
+  const Result r = RunWorker({"--model=" + model, "--config=" + config});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("run 0: of 5 captured steps, 3 hashed their large "
+                        "tensors on a thread beside the kernels and 2 inline"));
+  // The tiny model's tensors are all small: nothing to say.
+  const Result small = RunWorker({"--model=" + model_, "--config=" + config_});
+  EXPECT_THAT(small.output, Not(HasSubstr("captured steps, ")));
 }
 
 // --op_times: each run's wall time per step by op, the kernels the model
