@@ -155,12 +155,10 @@ bool BackgroundChooser::Background() const {
 void BackgroundChooser::Record(double seconds) {
   const int64_t p = Position();
   ++steps_;
-  // Only the last step of each probe run counts.
-  if (p < 0 || p >= kProbeSteps || p % kRunSteps != kRunSteps - 1) return;
-  const bool background = p / kRunSteps % 2 == 1;
-  double& best = background ? best_background_ : best_inline_;
-  if (p < 2 * kRunSteps || seconds < best) best = seconds;
-  if (p == kProbeSteps - 1) background_ = best_background_ <= best_inline_;
+  // Only the last step of each probe run counts: the inline run's first,
+  // then the background run's, which decides.
+  if (p == kRunSteps - 1) inline_seconds_ = seconds;
+  if (p == kProbeSteps - 1) background_ = seconds <= inline_seconds_;
 }
 
 }  // namespace lockstep::worker

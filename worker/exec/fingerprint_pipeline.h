@@ -176,8 +176,7 @@ class BackgroundChooser {
   int64_t Position() const;
 
   int64_t steps_ = 0;
-  double best_inline_ = 0;
-  double best_background_ = 0;
+  double inline_seconds_ = 0;  // the last probe's timed inline step
   bool background_ = true;
 };
 
