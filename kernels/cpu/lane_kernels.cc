@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/canonical/reduce.h"
 #include "kernels/math/portable_math.h"
@@ -169,6 +170,21 @@ void LayerNormRowsLanes(const LayerNormRowsArgs& args, CpuIsa isa,
   LayerNormRowsArgs a = args;
   a.nan = CanonicalNan();
   KernelsFor(isa).layer_norm_rows(a, pool);
+}
+
+float SumSquaresLanes(const float* g, int64_t n, CpuIsa isa, ThreadPool* pool) {
+  if (n <= 0) return 0.0f;
+  const int64_t full = n / canonical::kChunk;
+  const int64_t tail = n - full * canonical::kChunk;
+  std::vector<float> partials(static_cast<size_t>(full));
+  if (full > 0) KernelsFor(isa).square_chunks(g, full, partials.data(), pool);
+  canonical::TreeAccumulator tree;
+  for (const float p : partials) tree.Push(p);
+  if (tail > 0) {
+    const float* rest = g + full * canonical::kChunk;
+    tree.Push(canonical::CanonicalDot(rest, 1, rest, 1, tail));
+  }
+  return tree.Result();
 }
 
 void AdamLanes(const canonical::AdamScalars& s, float* w, float* m, float* v,

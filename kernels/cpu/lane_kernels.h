@@ -1,6 +1,7 @@
 // CANONICAL bias_add.grad, batch_norm's channel reductions, the pooling
 // ops (max_pool2d, avg_pool2d, global_avg_pool; forward and backward),
-// softmax's and layer_norm's row and column reductions and GELU,
+// softmax's and layer_norm's row and column reductions, GELU and
+// grad_norm.sum_squares,
 // vectorised ACROSS outputs, the way
 // the GEMM is (gemm.h): each vector lane computes a different output element
 // and runs that element's canonical sequence of operations unchanged, so the
@@ -70,6 +71,14 @@
 //                   xhat) lanes = neighbouring elements of a row.
 //   gelu            each lane one element, the whole of the spec's
 //                   expression around the vector erf and exp.
+//   grad_norm.sum_squares  lanes = chunks: the tensor's full chunks of 256
+//                   as the channels of a [1, chunks, 256] batch, each lane
+//                   one chunk's fma chain (batch_norm's walk, blocks
+//                   transposed in registers); the short last chunk and the
+//                   tree on the calling thread. A single chain per chunk
+//                   waits on each fma's latency; side by side the chunks run
+//                   about 10x faster in cache (0.85 -> 0.32 ms of
+//                   gpt_tiny's 8 ms step, docs/benchmarks.md).
 //
 // Each ISA (isa.h) has its own translation unit built with its own -m flags
 // (lane_kernels_{scalar,avx2,avx512}.cc, sharing lane_kernels_impl.h); the
@@ -260,6 +269,13 @@ void LayerNormRowsLanes(const LayerNormRowsArgs& args, CpuIsa isa,
 void AdamLanes(const canonical::AdamScalars& s, float* w, float* m, float* v,
                const float* g, int64_t n, CpuIsa isa);
 
+// grad_norm.sum_squares: the canonical dot of (g, g) over n elements in
+// index order (canonical::CanonicalDot(g, 1, g, 1, n), same bits): the
+// full chunks' chains side by side, one per lane (and spread over the pool
+// when large), the last short chunk on the calling thread, then the tree
+// in chunk order.
+float SumSquaresLanes(const float* g, int64_t n, CpuIsa isa, ThreadPool* pool);
+
 // An output of at least this many floats (4 MiB), not also one of its
 // op's inputs, is written with non-temporal stores: larger than a core's
 // L2, it is evicted before anything reads it again, and an ordinary store
@@ -383,6 +399,10 @@ struct LaneKernelSet {
   void (*relu)(const float* x, float* y, int64_t n, bool stream);
   void (*relu_grad)(const float* x, const float* dy, float* dx, int64_t n,
                     bool stream);
+  // partials[k] = chain of fma(x[i], x[i], acc) from +0.0f over the chunk
+  // i in [k * 256, (k + 1) * 256), for k < chunks.
+  void (*square_chunks)(const float* x, int64_t chunks, float* partials,
+                        ThreadPool* pool);
 };
 const LaneKernelSet& LaneKernelsScalar();
 const LaneKernelSet& LaneKernelsAvx2();

@@ -918,6 +918,45 @@ void BatchNormVarSum(const LaneBiasGeometry& g, const float* x,
   ForChannelBlocks<V>(g, pool, block);
 }
 
+// grad_norm.sum_squares' chunk partials: the tensor's full chunks of
+// kLaneChunk terms as the channels of a [1, chunks, kLaneChunk] batch, each
+// lane one chunk's chain fma(x, x, acc) from +0.0f in index order
+// (canonical::CanonicalDot's chain), W chunks side by side.
+template <class V>
+struct SquareTerm {
+  using T = typename V::T;
+  static constexpr int kTrees = 1;
+  T acc = V::Zero();
+  VecTree<V> tree;
+  VecTree<V>& Tree(int) { return tree; }
+  void Step(T x, T) { acc = V::Fma(x, x, acc); }
+  void Close() {
+    tree.Push(acc);
+    acc = V::Zero();
+  }
+};
+
+struct SquareChunksBlock {
+  const LaneBiasGeometry& g;
+  const float* x;
+  float* partials;
+  template <class V, bool kPartial>
+  void Run(int64_t c0, int lanes) {
+    SquareTerm<V> term;
+    WalkChannels<V, false, kPartial>(g, x, nullptr, c0, lanes, term);
+    // One chunk per channel: the tree holds that chunk's partial alone.
+    StoreLanes<V>(partials + c0, term.tree.Result(), lanes);
+  }
+};
+
+template <class V>
+void SquareChunks(const float* x, int64_t chunks, float* partials,
+                  ThreadPool* pool) {
+  const LaneBiasGeometry g{1, chunks, kLaneChunk};
+  SquareChunksBlock block{g, x, partials};
+  ForChannelBlocks<V>(g, pool, block);
+}
+
 // One block of channels of BatchNormGradChains.
 struct GradChainsBlock {
   const LaneBiasGeometry& g;
@@ -1775,7 +1814,8 @@ const LaneKernelSet& KernelSet() {
                                     &LayerNormRows<V>,
                                     &Adam<V>,
                                     &ReluRow<V>,
-                                    &ReluGradRow<V>};
+                                    &ReluGradRow<V>,
+                                    &SquareChunks<V>};
   return set;
 }
 

@@ -633,7 +633,8 @@ absl::Status AdamWKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   return absl::OkStatus();
 }
 
-// One reduction over the whole tensor: not split (single task).
+// One canonical reduction over the whole tensor: its chunks' chains side
+// by side (SumSquaresLanes), the tree in chunk order.
 absl::Status SumSquaresKernel(absl::Span<const Tensor> in,
                               absl::Span<Tensor> out, const OpAttrs&) {
   LS_RETURN_IF_ERROR(CheckArity(op::kGradNormSumSquares, in, 1, out, 1));
@@ -650,7 +651,8 @@ absl::Status SumSquaresKernel(absl::Span<const Tensor> in,
         out[0].DebugString()));
   }
   const float* g = in[0].data<float>();
-  out[0].data<float>()[0] = c::CanonicalDot(g, 1, g, 1, in[0].numel());
+  out[0].data<float>()[0] =
+      SumSquaresLanes(g, in[0].numel(), ActiveCpuIsa(), CpuThreadPool());
   return absl::OkStatus();
 }
 

@@ -1,11 +1,11 @@
 // The CANONICAL softmax (forward and grad, plain and causal), softmax_xent
-// (the row statistics), GELU and adam / adamw
-// (erf form, forward and grad) kernels run on the lane kernels: softmax's
-// row reductions with lanes = rows (blocks of rows transposed in
-// registers), GELU's whole element on the vector erf and exp. On every ISA
-// path this CPU has and on 1, 2, 3 and 8 threads their bits equal the spec
-// code (kernels/ops/norm.h one row at a time, kernels/ops/activations.h one
-// element at a time), for row counts that leave tails after blocks of 8 and
+// (the row statistics), GELU (erf form, forward and grad), adam / adamw and
+// grad_norm.sum_squares (chunks side by side) kernels run on the lane
+// kernels: softmax's row reductions with lanes = rows (blocks of rows
+// transposed in registers), GELU's whole element on the vector erf and exp. On
+// every ISA path this CPU has and on 1, 2, 3 and 8 threads their bits equal the
+// spec code (kernels/ops/norm.h one row at a time, kernels/ops/activations.h
+// one element at a time), for row counts that leave tails after blocks of 8 and
 // 16, rows shorter and longer than a vector and not a multiple of it, rows
 // that cross the 256-term chunk, lengths that leave every vector tail, and
 // inputs with NaN, infinities, -0,
@@ -24,6 +24,7 @@
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/canonical/reduce.h"
 #include "kernels/cpu/canonical_kernel_test.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/isa.h"
@@ -257,6 +258,35 @@ TEST_F(NnLanesTest, AdamGivesTheSpecBitsOnEveryIsaAndThreadCount) {
           ExpectSameBits(out[2], want_v, "v, " + where);
         }
       }
+    }
+  }
+}
+
+// grad_norm.sum_squares: the full chunks' chains side by side (one chunk
+// per lane, blocks of 8 and 16 chunks transposed in registers, a partial
+// block, the pool), the short last chunk and the tree: the bits of
+// canonical::CanonicalDot(g, 1, g, 1, n), for lengths around the chunk and
+// the vector blocks, large enough for the pool, and with subnormals, -0,
+// infinities and NaN.
+TEST_F(NnLanesTest, SumSquaresGivesTheSpecBitsOnEveryIsaAndThreadCount) {
+  const float kSubnormal = std::numeric_limits<float>::denorm_min() * 37.0f;
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256},
+                          int64_t{257}, int64_t{8 * 256}, int64_t{16 * 256},
+                          int64_t{2 * 16 * 256 + 9 * 256 + 255},
+                          int64_t{3 * 256 + 1}, int64_t{1 << 19}}) {
+    for (int family = 0; family < 4; ++family) {
+      std::vector<float> g =
+          RandomFloats(n, 900 + static_cast<uint32_t>(n) + family, 3.0f);
+      if (family == 1) {
+        // Subnormals and -0 throughout: their squares underflow to +0.
+        for (int64_t i = 0; i < n; i += 3) g[i] = (i % 2 ? -1 : 1) * kSubnormal;
+        for (int64_t i = 1; i < n; i += 7) g[i] = -0.0f;
+      }
+      if (family == 2 && n > 0) g[n / 2] = -kInf;
+      if (family == 3 && n > 0) g[n - 1] = kNan;
+      const float want = c::CanonicalDot(g.data(), 1, g.data(), 1, n);
+      ExpectSpecBits(op::kGradNormSumSquares, {T({n}, g)}, {1}, {want}, {},
+                     absl::StrCat("n ", n, ", family ", family));
     }
   }
 }
