@@ -122,7 +122,46 @@ cpu_internal::LaneGeluConstants GeluConstants() {
   return {ai::kInvSqrt2, ai::kInvSqrt2Pi, CanonicalNan()};
 }
 
+cpu_internal::LaneActivationConstants ActivationConstants() {
+  namespace ai = canonical::activation_internal;
+  return {ai::kSqrt2OverPi, ai::kGeluCubic, ai::kGeluCubic3, CanonicalNan()};
+}
+
+canonical::Activation SpecActivation(LaneActivation kind) {
+  switch (kind) {
+    case LaneActivation::kSigmoid:
+      return canonical::Activation::kSigmoid;
+    case LaneActivation::kTanh:
+      return canonical::Activation::kTanh;
+    case LaneActivation::kSilu:
+      return canonical::Activation::kSilu;
+    case LaneActivation::kGeluTanh:
+      break;
+  }
+  return canonical::Activation::kGeluTanh;
+}
+
 }  // namespace
+
+void ActivationLanes(LaneActivation kind, const float* x, float* y, int64_t n,
+                     CpuIsa isa) {
+  if (n <= 0) return;
+  if (auto* fn = KernelsFor(isa).activation; fn != nullptr) {
+    fn(kind, x, y, n, ActivationConstants());
+    return;
+  }
+  canonical::ActivationForward(SpecActivation(kind), x, y, n);
+}
+
+void ActivationGradLanes(LaneActivation kind, const float* x, const float* dy,
+                         float* dx, int64_t n, CpuIsa isa) {
+  if (n <= 0) return;
+  if (auto* fn = KernelsFor(isa).activation_grad; fn != nullptr) {
+    fn(kind, x, dy, dx, n, ActivationConstants());
+    return;
+  }
+  canonical::ActivationGrad(SpecActivation(kind), x, dy, dx, n);
+}
 
 void GeluLanes(const float* x, float* y, int64_t n, CpuIsa isa) {
   if (n <= 0) return;

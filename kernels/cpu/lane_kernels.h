@@ -1,7 +1,7 @@
 // CANONICAL bias_add.grad, batch_norm's channel reductions, the pooling
 // ops (max_pool2d, avg_pool2d, global_avg_pool; forward and backward),
-// softmax's and layer_norm's row and column reductions, GELU and
-// grad_norm.sum_squares,
+// softmax's and layer_norm's row and column reductions, GELU, sigmoid, tanh,
+// silu and grad_norm.sum_squares,
 // vectorised ACROSS outputs, the way
 // the GEMM is (gemm.h): each vector lane computes a different output element
 // and runs that element's canonical sequence of operations unchanged, so the
@@ -71,6 +71,11 @@
 //                   xhat) lanes = neighbouring elements of a row.
 //   gelu            each lane one element, the whole of the spec's
 //                   expression around the vector erf and exp.
+//   sigmoid, tanh, silu, gelu (tanh form)  each lane one element, the
+//                   spec's expression around the vector exp and a vector
+//                   tanh (CanonicalTanh's polynomial and exp branches both
+//                   computed, each lane's selected). 8-12x the scalar loop
+//                   (norm_mlp's step 0.22 -> 0.13 ms, docs/benchmarks.md).
 //   grad_norm.sum_squares  lanes = chunks: the tensor's full chunks of 256
 //                   as the channels of a [1, chunks, 256] batch, each lane
 //                   one chunk's fma chain (batch_norm's walk, blocks
@@ -218,6 +223,19 @@ void CanonicalErfLanes(const float* x, float* y, int64_t n, CpuIsa isa);
 void GeluLanes(const float* x, float* y, int64_t n, CpuIsa isa);
 void GeluGradLanes(const float* x, const float* dy, float* dx, int64_t n,
                    CpuIsa isa);
+
+// sigmoid, tanh, silu and gelu (tanh form): forward (y may be x) and grad
+// (dx may be dy) over n elements, kernels/ops/activations.h's
+// ActivationForwardElement / ActivationGradElement with every operation
+// of the spec in its order on each lane, around a vector CanonicalExp and
+// a vector CanonicalTanh (both branches of its split on every lane, the
+// lane's own selected), so the spec's bits. `kind` is any activation
+// (gelu: GeluLanes). On the calling thread.
+enum class LaneActivation { kSigmoid, kTanh, kSilu, kGeluTanh };
+void ActivationLanes(LaneActivation kind, const float* x, float* y, int64_t n,
+                     CpuIsa isa);
+void ActivationGradLanes(LaneActivation kind, const float* x, const float* dy,
+                         float* dx, int64_t n, CpuIsa isa);
 // softmax.forward (dy null) and softmax.grad over the last axis of
 // [rows, d] (causal: row r's first r mod d + 1 entries), kernels/ops/
 // norm.h's bits; the row reductions with lanes = rows. out must not
@@ -351,6 +369,15 @@ struct LaneGeluConstants {
   float nan;
 };
 
+// The tanh-form GELU's constants (kernels/ops/activations.h) and the
+// canonical NaN.
+struct LaneActivationConstants {
+  float sqrt2_over_pi;
+  float cubic;
+  float cubic3;
+  float nan;
+};
+
 // One set per ISA translation unit; call only when the ISA is supported.
 struct LaneKernelSet {
   void (*bias_grad)(const LaneBiasGeometry& g, const float* dy, float* db,
@@ -403,6 +430,13 @@ struct LaneKernelSet {
   // i in [k * 256, (k + 1) * 256), for k < chunks.
   void (*square_chunks)(const float* x, int64_t chunks, float* partials,
                         ThreadPool* pool);
+  // ActivationLanes / ActivationGradLanes; null for the scalar set (the
+  // caller runs the spec's loops).
+  void (*activation)(LaneActivation kind, const float* x, float* y, int64_t n,
+                     const LaneActivationConstants& k);
+  void (*activation_grad)(LaneActivation kind, const float* x, const float* dy,
+                          float* dx, int64_t n,
+                          const LaneActivationConstants& k);
 };
 const LaneKernelSet& LaneKernelsScalar();
 const LaneKernelSet& LaneKernelsAvx2();

@@ -81,6 +81,46 @@ struct Avx2Lanes {
                             _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
                             _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
+  // -x (the sign flipped, as unary minus: -(+0) = -0, NaN keeps its bits
+  // but the sign).
+  static T Neg(T x) { return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)); }
+  // canonical::CanonicalTanh (kernels/math/portable_math.h), 8 lanes: both
+  // branches' operations in the spec's order on every lane, then the
+  // branch each lane takes selected, the sign restored, NaN last.
+  static T Tanh(T x) {
+    const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
+    const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    // a < 1: a + a^3 P(a^2).
+    const __m256 z = _mm256_mul_ps(a, a);
+    __m256 p = _mm256_set1_ps(0x1.0539b8p-13f);
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-0x1.bfd14ep-11f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.9672aap-9f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-0x1.1a4e54p-7f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.6516a2p-6f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-0x1.ba01d6p-5f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.111094p-3f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-0x1.555554p-2f));
+    const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(a, z), p, a);
+    // 1 <= a <= 9.5: 1 - 2 / (e + 1), e = e^(2a), with the division's
+    // remainder.
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 two = _mm256_set1_ps(2.0f);
+    const __m256 e = Exp(_mm256_mul_ps(two, a));
+    const __m256 d = _mm256_add_ps(e, one);
+    const __m256 d_err = _mm256_add_ps(_mm256_sub_ps(e, d), one);
+    const __m256 q = _mm256_div_ps(two, d);
+    const __m256 neg_q = Neg(q);
+    const __m256 rem = _mm256_fmadd_ps(neg_q, d, two);
+    const __m256 corr = _mm256_div_ps(_mm256_fmadd_ps(neg_q, d_err, rem), d);
+    const __m256 mid = _mm256_sub_ps(one, _mm256_add_ps(q, corr));
+    __m256 y = _mm256_blendv_ps(
+        mid, one, _mm256_cmp_ps(a, _mm256_set1_ps(0x1.3p3f), _CMP_GT_OQ));
+    y = _mm256_blendv_ps(y, small, _mm256_cmp_ps(a, one, _CMP_LT_OQ));
+    y = _mm256_or_ps(y, sign);
+    return _mm256_blendv_ps(y,
+                            _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
+                            _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  }
   // canonical::CanonicalExp (kernels/math/portable_math.h), 8 lanes: the
   // same operations in the same order, the special cases selected last.
   static T Exp(T x) {

@@ -89,6 +89,51 @@ struct Avx512Lanes {
         _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y,
         _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
   }
+  // -x (the sign flipped, as unary minus: -(+0) = -0, NaN keeps its bits
+  // but the sign).
+  static T Neg(T x) {
+    return _mm512_castsi512_ps(
+        _mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+  }
+  // canonical::CanonicalTanh (kernels/math/portable_math.h), 16 lanes: both
+  // branches' operations in the spec's order on every lane, then the
+  // branch each lane takes selected, the sign restored, NaN last.
+  static T Tanh(T x) {
+    const __m512i bits = _mm512_castps_si512(x);
+    const __m512i sign = _mm512_and_si512(bits, _mm512_set1_epi32(INT32_MIN));
+    const __m512 a = _mm512_castsi512_ps(
+        _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)));
+    // a < 1: a + a^3 P(a^2).
+    const __m512 z = _mm512_mul_ps(a, a);
+    __m512 p = _mm512_set1_ps(0x1.0539b8p-13f);
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-0x1.bfd14ep-11f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(0x1.9672aap-9f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-0x1.1a4e54p-7f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(0x1.6516a2p-6f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-0x1.ba01d6p-5f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(0x1.111094p-3f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-0x1.555554p-2f));
+    const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(a, z), p, a);
+    // 1 <= a <= 9.5: 1 - 2 / (e + 1), e = e^(2a), with the division's
+    // remainder.
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 two = _mm512_set1_ps(2.0f);
+    const __m512 e = Exp(_mm512_mul_ps(two, a));
+    const __m512 d = _mm512_add_ps(e, one);
+    const __m512 d_err = _mm512_add_ps(_mm512_sub_ps(e, d), one);
+    const __m512 q = _mm512_div_ps(two, d);
+    const __m512 neg_q = Neg(q);
+    const __m512 rem = _mm512_fmadd_ps(neg_q, d, two);
+    const __m512 corr = _mm512_div_ps(_mm512_fmadd_ps(neg_q, d_err, rem), d);
+    const __m512 mid = _mm512_sub_ps(one, _mm512_add_ps(q, corr));
+    __m512 y = _mm512_mask_blend_ps(
+        _mm512_cmp_ps_mask(a, _mm512_set1_ps(0x1.3p3f), _CMP_GT_OQ), mid, one);
+    y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, one, _CMP_LT_OQ), y, small);
+    y = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), sign));
+    return _mm512_mask_blend_ps(
+        _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y,
+        _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+  }
   // canonical::CanonicalExp (kernels/math/portable_math.h), 16 lanes: the
   // same operations in the same order, the special cases selected last.
   static T Exp(T x) {

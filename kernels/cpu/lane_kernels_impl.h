@@ -1731,6 +1731,164 @@ void GeluGradRow(const float* x, const float* dy, float* dx, int64_t n,
   }
 }
 
+// ---------------------------------------------------------------------------
+// sigmoid, tanh, silu, gelu (tanh form), kernels/ops/activations.h, one
+// element per lane around V::Exp and V::Tanh:
+//   sigmoid  s = 1 / (1 + exp(-x));  y = s;  d = s * (1 - s)
+//   tanh     t = tanh(x);  y = t;  d = 1 - t * t
+//   silu     y = x * s;  d = s * (1 + x * (1 - s))
+//   gelu_tanh  t = tanh(sqrt2_over_pi * (x + cubic * ((x * x) * x)));
+//            y = (0.5 * x) * (1 + t);
+//            d = 0.5 * (1 + t) + ((0.5 * x) * (1 - t * t)) *
+//                (sqrt2_over_pi * (1 + cubic3 * (x * x)))
+//   y = CanonicalNan(y), dx = CanonicalNan(dy * d).
+
+template <class V>
+typename V::T SigmoidOf(typename V::T x) {
+  const typename V::T one = V::Set1(1.0f);
+  return V::Div(one, V::Add(one, V::Exp(V::Neg(x))));
+}
+
+template <class V>
+typename V::T GeluTanhOfArg(typename V::T x, const LaneActivationConstants& k) {
+  const typename V::T cube = V::Mul(V::Mul(x, x), x);
+  return V::Tanh(V::Mul(V::Set1(k.sqrt2_over_pi),
+                        V::Add(x, V::Mul(V::Set1(k.cubic), cube))));
+}
+
+template <class V, LaneActivation kAct>
+typename V::T ActivationOf(typename V::T x, const LaneActivationConstants& k) {
+  using T = typename V::T;
+  const T one = V::Set1(1.0f);
+  T y;
+  if constexpr (kAct == LaneActivation::kSigmoid) {
+    y = SigmoidOf<V>(x);
+  } else if constexpr (kAct == LaneActivation::kTanh) {
+    y = V::Tanh(x);
+  } else if constexpr (kAct == LaneActivation::kSilu) {
+    y = V::Mul(x, SigmoidOf<V>(x));
+  } else {
+    const T t = GeluTanhOfArg<V>(x, k);
+    y = V::Mul(V::Mul(V::Set1(0.5f), x), V::Add(one, t));
+  }
+  return CanonicalNanOf<V>(y, k.nan);
+}
+
+template <class V, LaneActivation kAct>
+typename V::T ActivationGradOf(typename V::T x, typename V::T dy,
+                               const LaneActivationConstants& k) {
+  using T = typename V::T;
+  const T one = V::Set1(1.0f);
+  T d;
+  if constexpr (kAct == LaneActivation::kSigmoid) {
+    const T s = SigmoidOf<V>(x);
+    d = V::Mul(s, V::Sub(one, s));
+  } else if constexpr (kAct == LaneActivation::kTanh) {
+    const T t = V::Tanh(x);
+    d = V::Sub(one, V::Mul(t, t));
+  } else if constexpr (kAct == LaneActivation::kSilu) {
+    const T s = SigmoidOf<V>(x);
+    d = V::Mul(s, V::Add(one, V::Mul(x, V::Sub(one, s))));
+  } else {
+    const T t = GeluTanhOfArg<V>(x, k);
+    const T half = V::Set1(0.5f);
+    const T du = V::Mul(V::Set1(k.sqrt2_over_pi),
+                        V::Add(one, V::Mul(V::Set1(k.cubic3), V::Mul(x, x))));
+    d = V::Add(V::Mul(half, V::Add(one, t)),
+               V::Mul(V::Mul(V::Mul(half, x), V::Sub(one, V::Mul(t, t))), du));
+  }
+  return CanonicalNanOf<V>(V::Mul(dy, d), k.nan);
+}
+
+template <class V, LaneActivation kAct>
+void ActivationRowOf(const float* x, float* y, int64_t n,
+                     const LaneActivationConstants& k) {
+  constexpr int W = V::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V::Store(y + i, ActivationOf<V, kAct>(V::Load(x + i), k));
+  }
+  if (i < n) {
+    alignas(64) float pad[W];
+    for (int l = 0; l < W; ++l) pad[l] = i + l < n ? x[i + l] : 0.0f;
+    V::Store(pad, ActivationOf<V, kAct>(V::Load(pad), k));
+    for (int64_t l = 0; i + l < n; ++l) y[i + l] = pad[l];
+  }
+}
+
+template <class V, LaneActivation kAct>
+void ActivationGradRowOf(const float* x, const float* dy, float* dx, int64_t n,
+                         const LaneActivationConstants& k) {
+  constexpr int W = V::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V::Store(dx + i,
+             ActivationGradOf<V, kAct>(V::Load(x + i), V::Load(dy + i), k));
+  }
+  if (i < n) {
+    alignas(64) float px[W];
+    alignas(64) float pd[W];
+    for (int l = 0; l < W; ++l) {
+      px[l] = i + l < n ? x[i + l] : 0.0f;
+      pd[l] = i + l < n ? dy[i + l] : 0.0f;
+    }
+    V::Store(px, ActivationGradOf<V, kAct>(V::Load(px), V::Load(pd), k));
+    for (int64_t l = 0; i + l < n; ++l) dx[i + l] = px[l];
+  }
+}
+
+template <class V>
+void ActivationRow(LaneActivation kind, const float* x, float* y, int64_t n,
+                   const LaneActivationConstants& k) {
+  switch (kind) {
+    case LaneActivation::kSigmoid:
+      return ActivationRowOf<V, LaneActivation::kSigmoid>(x, y, n, k);
+    case LaneActivation::kTanh:
+      return ActivationRowOf<V, LaneActivation::kTanh>(x, y, n, k);
+    case LaneActivation::kSilu:
+      return ActivationRowOf<V, LaneActivation::kSilu>(x, y, n, k);
+    case LaneActivation::kGeluTanh:
+      return ActivationRowOf<V, LaneActivation::kGeluTanh>(x, y, n, k);
+  }
+}
+
+template <class V>
+void ActivationGradRow(LaneActivation kind, const float* x, const float* dy,
+                       float* dx, int64_t n, const LaneActivationConstants& k) {
+  switch (kind) {
+    case LaneActivation::kSigmoid:
+      return ActivationGradRowOf<V, LaneActivation::kSigmoid>(x, dy, dx, n, k);
+    case LaneActivation::kTanh:
+      return ActivationGradRowOf<V, LaneActivation::kTanh>(x, dy, dx, n, k);
+    case LaneActivation::kSilu:
+      return ActivationGradRowOf<V, LaneActivation::kSilu>(x, dy, dx, n, k);
+    case LaneActivation::kGeluTanh:
+      return ActivationGradRowOf<V, LaneActivation::kGeluTanh>(x, dy, dx, n, k);
+  }
+}
+
+template <class V>
+constexpr auto ActivationRowFor() {
+  using Fn = void (*)(LaneActivation, const float*, float*, int64_t,
+                      const LaneActivationConstants&);
+  if constexpr (V::kWidth > 1) {
+    return static_cast<Fn>(&ActivationRow<V>);
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+
+template <class V>
+constexpr auto ActivationGradRowFor() {
+  using Fn = void (*)(LaneActivation, const float*, const float*, float*,
+                      int64_t, const LaneActivationConstants&);
+  if constexpr (V::kWidth > 1) {
+    return static_cast<Fn>(&ActivationGradRow<V>);
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+
 template <class V>
 constexpr auto GeluRowFor() {
   using Fn = void (*)(const float*, float*, int64_t, const LaneGeluConstants&);
@@ -1815,7 +1973,9 @@ const LaneKernelSet& KernelSet() {
                                     &Adam<V>,
                                     &ReluRow<V>,
                                     &ReluGradRow<V>,
-                                    &SquareChunks<V>};
+                                    &SquareChunks<V>,
+                                    ActivationRowFor<V>(),
+                                    ActivationGradRowFor<V>()};
   return set;
 }
 

@@ -55,16 +55,19 @@ template <>
 struct ActivationOps<c::Activation::kSigmoid> {
   static constexpr const char* kForward = op::kSigmoidForward;
   static constexpr const char* kGrad = op::kSigmoidGrad;
+  static constexpr LaneActivation kLanes = LaneActivation::kSigmoid;
 };
 template <>
 struct ActivationOps<c::Activation::kTanh> {
   static constexpr const char* kForward = op::kTanhForward;
   static constexpr const char* kGrad = op::kTanhGrad;
+  static constexpr LaneActivation kLanes = LaneActivation::kTanh;
 };
 template <>
 struct ActivationOps<c::Activation::kSilu> {
   static constexpr const char* kForward = op::kSiluForward;
   static constexpr const char* kGrad = op::kSiluGrad;
+  static constexpr LaneActivation kLanes = LaneActivation::kSilu;
 };
 template <>
 struct ActivationOps<c::Activation::kGelu> {
@@ -75,6 +78,7 @@ template <>
 struct ActivationOps<c::Activation::kGeluTanh> {
   static constexpr const char* kForward = op::kGeluTanhForward;
   static constexpr const char* kGrad = op::kGeluTanhGrad;
+  static constexpr LaneActivation kLanes = LaneActivation::kGeluTanh;
 };
 
 // y may alias x (each element is read once, then written).
@@ -94,12 +98,16 @@ absl::Status ActivationForwardKernel(absl::Span<const Tensor> in,
     ParallelForBlocks(
         CpuThreadPool(), in[0].numel(), kElementBlock,
         [&](int64_t b, int64_t e) { GeluLanes(x + b, y + b, e - b, isa); });
-    return absl::OkStatus();
+  } else {
+    // The whole element on the lane kernels' vectors (vector exp and tanh
+    // included).
+    const CpuIsa isa = ActiveCpuIsa();
+    ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
+                      [&](int64_t b, int64_t e) {
+                        ActivationLanes(ActivationOps<kAct>::kLanes, x + b,
+                                        y + b, e - b, isa);
+                      });
   }
-  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
-                    [&](int64_t b, int64_t e) {
-                      c::ActivationForward(kAct, x + b, y + b, e - b);
-                    });
   return absl::OkStatus();
 }
 
@@ -127,12 +135,15 @@ absl::Status ActivationGradKernel(absl::Span<const Tensor> in,
                       [&](int64_t b, int64_t e) {
                         GeluGradLanes(x + b, dy + b, dx + b, e - b, isa);
                       });
-    return absl::OkStatus();
+  } else {
+    // Likewise on the vector exp and tanh; dx may alias dy as above.
+    const CpuIsa isa = ActiveCpuIsa();
+    ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
+                      [&](int64_t b, int64_t e) {
+                        ActivationGradLanes(ActivationOps<kAct>::kLanes, x + b,
+                                            dy + b, dx + b, e - b, isa);
+                      });
   }
-  ParallelForBlocks(CpuThreadPool(), in[0].numel(), kElementBlock,
-                    [&](int64_t b, int64_t e) {
-                      c::ActivationGrad(kAct, x + b, dy + b, dx + b, e - b);
-                    });
   return absl::OkStatus();
 }
 

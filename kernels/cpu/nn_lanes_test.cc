@@ -1,16 +1,16 @@
 // The CANONICAL softmax (forward and grad, plain and causal), softmax_xent
-// (the row statistics), GELU (erf form, forward and grad), adam / adamw and
-// grad_norm.sum_squares (chunks side by side) kernels run on the lane
-// kernels: softmax's row reductions with lanes = rows (blocks of rows
-// transposed in registers), GELU's whole element on the vector erf and exp. On
-// every ISA path this CPU has and on 1, 2, 3 and 8 threads their bits equal the
-// spec code (kernels/ops/norm.h one row at a time, kernels/ops/activations.h
-// one element at a time), for row counts that leave tails after blocks of 8 and
-// 16, rows shorter and longer than a vector and not a multiple of it, rows
-// that cross the 256-term chunk, lengths that leave every vector tail, and
-// inputs with NaN, infinities, -0,
-// subnormals, ties at the row maximum, and NaN or infinity in dy past a
-// causal row's end (where y is 0 and must not reach the dot).
+// (the row statistics), GELU (erf form, forward and grad), sigmoid, tanh,
+// silu and GELU (tanh form), adam / adamw and grad_norm.sum_squares (chunks
+// side by side) kernels run on the lane kernels: softmax's row reductions with
+// lanes = rows (blocks of rows transposed in registers), GELU's whole element
+// on the vector erf and exp. On every ISA path this CPU has and on 1, 2, 3 and
+// 8 threads their bits equal the spec code (kernels/ops/norm.h one row at a
+// time, kernels/ops/activations.h one element at a time), for row counts that
+// leave tails after blocks of 8 and 16, rows shorter and longer than a vector
+// and not a multiple of it, rows that cross the 256-term chunk, lengths that
+// leave every vector tail, and inputs with NaN, infinities, -0, subnormals,
+// ties at the row maximum, and NaN or infinity in dy past a causal row's end
+// (where y is 0 and must not reach the dot).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -197,6 +197,49 @@ TEST_F(NnLanesTest, GeluGivesTheSpecBitsOnEveryIsaAndThreadCount) {
                    label);
     ExpectSpecBits(op::kGeluGrad, {T({n}, x), T({n}, dy)}, {n}, want_dx,
                    OpAttrs{}, label);
+  }
+}
+
+// sigmoid, tanh, silu and gelu (tanh form), one element per lane around the
+// vector exp and tanh: every branch of the tanh (|x| < 1, 1 <= |x| <= 9.5,
+// beyond, and the edges between them), the exp's overflow and underflow,
+// specials in x and dy, lengths that leave every tail.
+TEST_F(NnLanesTest, TanhFamilyGivesTheSpecBitsOnEveryIsaAndThreadCount) {
+  struct Act {
+    c::Activation a;
+    const char* forward;
+    const char* grad;
+  };
+  const Act acts[] = {
+      {c::Activation::kSigmoid, op::kSigmoidForward, op::kSigmoidGrad},
+      {c::Activation::kTanh, op::kTanhForward, op::kTanhGrad},
+      {c::Activation::kSilu, op::kSiluForward, op::kSiluGrad},
+      {c::Activation::kGeluTanh, op::kGeluTanhForward, op::kGeluTanhGrad},
+  };
+  const float specials[] = {
+      kNan,   -kNan,   kInf,      -kInf,     -0.0f,       0.0f,
+      1e-40f, -1e-40f, 1.0f,      -1.0f,     0.99999994f, 1.0000001f,
+      9.5f,   -9.5f,   9.500001f, 9.499999f, 4.5f,        -4.75f,
+      20.0f,  -20.0f,  88.8f,     -88.8f,    104.0f,      -104.0f,
+      1e30f,  -1e30f,  3.4e38f,   -3.4e38f};
+  uint32_t seed = 1700;
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{15}, int64_t{17},
+                          int64_t{40000}, int64_t{16384 * 2 + 5}}) {
+    std::vector<float> x = RandomFloats(n, seed++, 12.0f);
+    std::vector<float> dy = RandomFloats(n, seed++, 2.0f);
+    for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); ++i) {
+      if (static_cast<int64_t>(3 * i) < n) x[3 * i] = specials[i];
+      if (static_cast<int64_t>(3 * i + 1) < n) dy[3 * i + 1] = specials[i];
+    }
+    for (const Act& act : acts) {
+      std::vector<float> want_y(n), want_dx(n);
+      c::ActivationForward(act.a, x.data(), want_y.data(), n);
+      c::ActivationGrad(act.a, x.data(), dy.data(), want_dx.data(), n);
+      const std::string label = absl::StrCat("n ", n);
+      ExpectSpecBits(act.forward, {T({n}, x)}, {n}, want_y, OpAttrs{}, label);
+      ExpectSpecBits(act.grad, {T({n}, x), T({n}, dy)}, {n}, want_dx, OpAttrs{},
+                     label);
+    }
   }
 }
 
