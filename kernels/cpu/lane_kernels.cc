@@ -1,13 +1,16 @@
 #include "kernels/cpu/lane_kernels.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/canonical/reduce.h"
 #include "kernels/math/portable_math.h"
 #include "kernels/ops/activations.h"
 #include "kernels/ops/optimizers.h"
+#include "kernels/random/philox.h"
 
 namespace lockstep::kernels {
 namespace {
@@ -142,6 +145,41 @@ canonical::Activation SpecActivation(LaneActivation kind) {
 }
 
 }  // namespace
+
+void PhiloxBitsLanes(uint64_t seed, uint64_t stream, uint64_t begin,
+                     int64_t count, uint32_t* out, CpuIsa isa) {
+  if (count <= 0) return;
+  const uint64_t end = begin + static_cast<uint64_t>(count);
+  auto scalar = [&](uint64_t from, uint64_t to) {
+    canonical::ForPhiloxBits(
+        seed, stream, from, to,
+        [&](uint64_t i, uint32_t bits) { out[i - begin] = bits; });
+  };
+  // The indices before the first whole block, the whole blocks, the rest.
+  const uint64_t body = std::min(end, (begin + 3) & ~uint64_t{3});
+  scalar(begin, body);
+  const uint64_t first = body / 4;
+  const int64_t blocks = static_cast<int64_t>((end - body) / 4);
+  uint32_t* dst = out + (body - begin);
+  auto* run = KernelsFor(isa).philox_blocks;
+  const canonical::PhiloxKey key = canonical::PhiloxKeyFor(seed);
+  int64_t done = 0;
+  while (done < blocks) {
+    if (run != nullptr) {
+      done += run(seed, stream, first + static_cast<uint64_t>(done),
+                  blocks - done, dst + 4 * done);
+    }
+    if (done < blocks) {
+      // A group the vector code leaves (the low counter word wraps inside
+      // it, or fewer blocks than a vector): one block the scalar way.
+      const canonical::PhiloxBlock b = canonical::Philox4x32_10(
+          canonical::PhiloxCounterFor(stream, (first + done) * 4), key);
+      std::memcpy(dst + 4 * done, b.v, sizeof(b.v));
+      ++done;
+    }
+  }
+  scalar(body + 4 * static_cast<uint64_t>(blocks), end);
+}
 
 void ActivationLanes(LaneActivation kind, const float* x, float* y, int64_t n,
                      CpuIsa isa) {

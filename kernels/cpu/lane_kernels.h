@@ -76,6 +76,11 @@
 //                   tanh (CanonicalTanh's polynomial and exp branches both
 //                   computed, each lane's selected). 8-12x the scalar loop
 //                   (norm_mlp's step 0.22 -> 0.13 ms, docs/benchmarks.md).
+//   Philox bits     lanes = Philox4x32-10 blocks (PhiloxBitsLanes): 16 or 8
+//                   consecutive counters per vector, ten rounds on the
+//                   vector's 32-bit lanes, the words transposed back into
+//                   index order; dropout.forward's masks and the synthetic
+//                   dataset's noise take their bits from it.
 //   grad_norm.sum_squares  lanes = chunks: the tensor's full chunks of 256
 //                   as the channels of a [1, chunks, 256] batch, each lane
 //                   one chunk's fma chain (batch_norm's walk, blocks
@@ -294,6 +299,14 @@ void AdamLanes(const canonical::AdamScalars& s, float* w, float* m, float* v,
 // in chunk order.
 float SumSquaresLanes(const float* g, int64_t n, CpuIsa isa, ThreadPool* pool);
 
+// out[k] = canonical::PhiloxBits(seed, stream, begin + k) for k < count
+// (kernels/random/philox.h): the Philox4x32-10 blocks of the range 16
+// (AVX-512) or 8 (AVX2) at a time, one per lane, the partial blocks at
+// either end as the scalar code computes them. The same bits on every
+// ISA. REQUIRES: begin + count does not overflow. On the calling thread.
+void PhiloxBitsLanes(uint64_t seed, uint64_t stream, uint64_t begin,
+                     int64_t count, uint32_t* out, CpuIsa isa);
+
 // An output of at least this many floats (4 MiB), not also one of its
 // op's inputs, is written with non-temporal stores: larger than a core's
 // L2, it is evicted before anything reads it again, and an ordinary store
@@ -437,6 +450,13 @@ struct LaneKernelSet {
   void (*activation_grad)(LaneActivation kind, const float* x, const float* dy,
                           float* dx, int64_t n,
                           const LaneActivationConstants& k);
+  // Philox4x32-10 blocks first .. first + blocks - 1 of `stream` under
+  // `seed`, out[4 * b + w] = word w of block first + b, a vector of blocks
+  // at a time; returns how many it wrote (a multiple of the width; it
+  // stops early before a group whose counters' low words would wrap).
+  // Null for the scalar set.
+  int64_t (*philox_blocks)(uint64_t seed, uint64_t stream, uint64_t first,
+                           int64_t blocks, uint32_t* out);
 };
 const LaneKernelSet& LaneKernelsScalar();
 const LaneKernelSet& LaneKernelsAvx2();

@@ -166,6 +166,65 @@ struct Avx2Lanes {
                             _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
                             _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
+  // Philox4x32-10 (kernels/random/philox.h) of the 8 blocks first ..
+  // first + 7 of `stream` under `seed`, one block per lane, their words
+  // stored in block order: out[4 * b + w] = word w of block first + b.
+  // REQUIRES: lo32(first) + 7 does not wrap (hi32 is the same for all).
+  static void PhiloxBlocks(uint64_t seed, uint64_t stream, uint64_t first,
+                           uint32_t* out) {
+    const __m256i m0 = _mm256_set1_epi32(static_cast<int32_t>(0xD2511F53u));
+    const __m256i m1 = _mm256_set1_epi32(static_cast<int32_t>(0xCD9E8D57u));
+    __m256i c0 = _mm256_add_epi32(
+        _mm256_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(first))),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i c1 = _mm256_set1_epi32(
+        static_cast<int32_t>(static_cast<uint32_t>(first >> 32)));
+    __m256i c2 =
+        _mm256_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(stream)));
+    __m256i c3 = _mm256_set1_epi32(
+        static_cast<int32_t>(static_cast<uint32_t>(stream >> 32)));
+    uint32_t k0 = static_cast<uint32_t>(seed);
+    uint32_t k1 = static_cast<uint32_t>(seed >> 32);
+    for (int r = 0; r < 10; ++r) {
+      if (r > 0) {
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+      }
+      const __m256i lo0 = _mm256_mullo_epi32(c0, m0);
+      const __m256i hi0 = _mm256_blend_epi32(
+          _mm256_srli_epi64(_mm256_mul_epu32(c0, m0), 32),
+          _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0), 0xAA);
+      const __m256i lo1 = _mm256_mullo_epi32(c2, m1);
+      const __m256i hi1 = _mm256_blend_epi32(
+          _mm256_srli_epi64(_mm256_mul_epu32(c2, m1), 32),
+          _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1), 0xAA);
+      const __m256i n0 =
+          _mm256_xor_si256(_mm256_xor_si256(hi1, c1),
+                           _mm256_set1_epi32(static_cast<int32_t>(k0)));
+      const __m256i n2 =
+          _mm256_xor_si256(_mm256_xor_si256(hi0, c3),
+                           _mm256_set1_epi32(static_cast<int32_t>(k1)));
+      c0 = n0;
+      c1 = lo1;
+      c2 = n2;
+      c3 = lo0;
+    }
+    // Words to block order: 4 x 4 transposes within 128-bit lanes (r_m
+    // lane L = block 4L + m), then the lanes gathered in block order.
+    const __m256i t0 = _mm256_unpacklo_epi32(c0, c1);
+    const __m256i t1 = _mm256_unpackhi_epi32(c0, c1);
+    const __m256i t2 = _mm256_unpacklo_epi32(c2, c3);
+    const __m256i t3 = _mm256_unpackhi_epi32(c2, c3);
+    const __m256i r0 = _mm256_unpacklo_epi64(t0, t2);
+    const __m256i r1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i r2 = _mm256_unpacklo_epi64(t1, t3);
+    const __m256i r3 = _mm256_unpackhi_epi64(t1, t3);
+    auto* o = reinterpret_cast<__m256i*>(out);
+    _mm256_storeu_si256(o, _mm256_permute2x128_si256(r0, r1, 0x20));
+    _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(r2, r3, 0x20));
+    _mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(r0, r1, 0x31));
+    _mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(r2, r3, 0x31));
+  }
   static T Set1(float v) { return _mm256_set1_ps(v); }
   static M Replaces(T best, T v) {
     const __m256 greater = _mm256_cmp_ps(v, best, _CMP_GT_OQ);

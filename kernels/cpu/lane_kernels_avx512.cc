@@ -180,6 +180,75 @@ struct Avx512Lanes {
         _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y,
         _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
   }
+  // Philox4x32-10 (kernels/random/philox.h) of the 16 blocks first ..
+  // first + 15 of `stream` under `seed`, one block per lane, their words
+  // stored in block order: out[4 * b + w] = word w of block first + b.
+  // REQUIRES: lo32(first) + 15 does not wrap (hi32 is the same for all).
+  static void PhiloxBlocks(uint64_t seed, uint64_t stream, uint64_t first,
+                           uint32_t* out) {
+    const __m512i m0 = _mm512_set1_epi32(static_cast<int32_t>(0xD2511F53u));
+    const __m512i m1 = _mm512_set1_epi32(static_cast<int32_t>(0xCD9E8D57u));
+    __m512i c0 = _mm512_add_epi32(
+        _mm512_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(first))),
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+                          15));
+    __m512i c1 = _mm512_set1_epi32(
+        static_cast<int32_t>(static_cast<uint32_t>(first >> 32)));
+    __m512i c2 =
+        _mm512_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(stream)));
+    __m512i c3 = _mm512_set1_epi32(
+        static_cast<int32_t>(static_cast<uint32_t>(stream >> 32)));
+    uint32_t k0 = static_cast<uint32_t>(seed);
+    uint32_t k1 = static_cast<uint32_t>(seed >> 32);
+    for (int r = 0; r < 10; ++r) {
+      if (r > 0) {
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+      }
+      // (hi, lo) of the 64-bit products: even lanes' high words shifted
+      // down, odd lanes' already in place.
+      const __m512i lo0 = _mm512_mullo_epi32(c0, m0);
+      const __m512i hi0 = _mm512_mask_blend_epi32(
+          0xAAAA, _mm512_srli_epi64(_mm512_mul_epu32(c0, m0), 32),
+          _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), m0));
+      const __m512i lo1 = _mm512_mullo_epi32(c2, m1);
+      const __m512i hi1 = _mm512_mask_blend_epi32(
+          0xAAAA, _mm512_srli_epi64(_mm512_mul_epu32(c2, m1), 32),
+          _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), m1));
+      const __m512i n0 =
+          _mm512_xor_si512(_mm512_xor_si512(hi1, c1),
+                           _mm512_set1_epi32(static_cast<int32_t>(k0)));
+      const __m512i n2 =
+          _mm512_xor_si512(_mm512_xor_si512(hi0, c3),
+                           _mm512_set1_epi32(static_cast<int32_t>(k1)));
+      c0 = n0;
+      c1 = lo1;
+      c2 = n2;
+      c3 = lo0;
+    }
+    // Words to block order: 4 x 4 transposes within 128-bit lanes (r_m
+    // lane L = block 4L + m), then the lanes gathered in block order.
+    const __m512i t0 = _mm512_unpacklo_epi32(c0, c1);
+    const __m512i t1 = _mm512_unpackhi_epi32(c0, c1);
+    const __m512i t2 = _mm512_unpacklo_epi32(c2, c3);
+    const __m512i t3 = _mm512_unpackhi_epi32(c2, c3);
+    const __m512i r0 = _mm512_unpacklo_epi64(t0, t2);
+    const __m512i r1 = _mm512_unpackhi_epi64(t0, t2);
+    const __m512i r2 = _mm512_unpacklo_epi64(t1, t3);
+    const __m512i r3 = _mm512_unpackhi_epi64(t1, t3);
+    const __m512i a = _mm512_shuffle_i32x4(r0, r1, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i b = _mm512_shuffle_i32x4(r2, r3, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i c = _mm512_shuffle_i32x4(r0, r1, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512i d = _mm512_shuffle_i32x4(r2, r3, _MM_SHUFFLE(3, 1, 3, 1));
+    _mm512_storeu_si512(out,
+                        _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_storeu_si512(out + 16,
+                        _mm512_shuffle_i32x4(c, d, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_storeu_si512(out + 32,
+                        _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm512_storeu_si512(out + 48,
+                        _mm512_shuffle_i32x4(c, d, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
   static T Set1(float v) { return _mm512_set1_ps(v); }
   static M Replaces(T best, T v) {
     const __mmask16 greater = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);

@@ -1952,6 +1952,33 @@ void ReluGradRow(const float* x, const float* dy, float* dx, int64_t n,
   if (stream) V::Fence();
 }
 
+// Philox blocks first, first + 1, ... of `stream`, W at a time
+// (V::PhiloxBlocks), words in block order; stops before a group whose
+// counters' low words would wrap and returns the blocks written, a
+// multiple of W (the caller computes the rest).
+template <class V>
+int64_t PhiloxBlocksRun(uint64_t seed, uint64_t stream, uint64_t first,
+                        int64_t blocks, uint32_t* out) {
+  constexpr int W = V::kWidth;
+  int64_t b = 0;
+  for (; b + W <= blocks; b += W) {
+    const uint64_t f = first + static_cast<uint64_t>(b);
+    if (static_cast<uint32_t>(f) > 0xFFFFFFFFu - (W - 1)) break;
+    V::PhiloxBlocks(seed, stream, f, out + 4 * b);
+  }
+  return b;
+}
+
+template <class V>
+constexpr auto PhiloxBlocksFor() {
+  using Fn = int64_t (*)(uint64_t, uint64_t, uint64_t, int64_t, uint32_t*);
+  if constexpr (V::kWidth > 1) {
+    return static_cast<Fn>(&PhiloxBlocksRun<V>);
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+
 template <class V>
 const LaneKernelSet& KernelSet() {
   static const LaneKernelSet set = {&BiasGrad<V>,
@@ -1975,7 +2002,8 @@ const LaneKernelSet& KernelSet() {
                                     &ReluGradRow<V>,
                                     &SquareChunks<V>,
                                     ActivationRowFor<V>(),
-                                    ActivationGradRowFor<V>()};
+                                    ActivationGradRowFor<V>(),
+                                    PhiloxBlocksFor<V>()};
   return set;
 }
 

@@ -797,13 +797,23 @@ absl::Status DropoutForwardKernel(absl::Span<const Tensor> in,
   const float* x = in[0].data<float>();
   float* y = out[0].data<float>();
   float* mask = out[1].data<float>();
+  const CpuIsa isa = ActiveCpuIsa();
   ParallelForBlocks(
       CpuThreadPool(), in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
-        // DropoutMaskElement, a Philox block per 4 elements.
-        c::ForPhiloxBits(p.seed, p.stream, b, e, [&](uint64_t i, uint32_t u) {
-          mask[i] = c::DropoutMaskOfBits(p, u);
-          y[i] = x[i] * mask[i];
-        });
+        // DropoutMaskElement: the Philox bits of a run of elements on the
+        // vector (PhiloxBitsLanes), then mask and y.
+        constexpr int64_t kRun = 1024;
+        uint32_t bits[kRun];
+        for (int64_t i0 = b; i0 < e; i0 += kRun) {
+          const int64_t n = std::min(kRun, e - i0);
+          PhiloxBitsLanes(p.seed, p.stream, static_cast<uint64_t>(i0), n, bits,
+                          isa);
+          for (int64_t k = 0; k < n; ++k) {
+            const float m = c::DropoutMaskOfBits(p, bits[k]);
+            mask[i0 + k] = m;
+            y[i0 + k] = x[i0 + k] * m;
+          }
+        }
       });
   return absl::OkStatus();
 }

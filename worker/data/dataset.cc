@@ -12,6 +12,8 @@
 #include "common/digest.h"
 #include "common/status_macros.h"
 #include "kernels/canonical/version.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/lane_kernels.h"
 #include "kernels/random/philox.h"
 #include "kernels/random/synthetic.h"
 #include "kernels/tensor.h"
@@ -130,20 +132,27 @@ class SyntheticDataset final : public Dataset {
     LS_RETURN_IF_ERROR(AllocateBatch(batch, example_shape_, &xt, &lt));
     float* xd = xt.data<float>();
     int32_t* ld = lt.data<int32_t>();
+    constexpr int64_t kBitsRun = 1024;
+    uint32_t bits[kBitsRun];
+    const kernels::CpuIsa isa = kernels::ActiveCpuIsa();
     uint64_t e = first;
     for (int64_t i = 0; i < batch; ++i) {
       const int32_t label = canonical::SyntheticLabel(seed_, e, num_classes_);
       const float* prototype = teacher_.data() + label * features_;
       float* row = xd + i * features_;
-      // SyntheticInput of every feature, a Philox block per four.
+      // SyntheticInput of every feature: the noise's Philox bits of a run
+      // of features on the vector (PhiloxBitsLanes), then the inputs.
       const uint64_t base = e * static_cast<uint64_t>(features_);
-      canonical::ForPhiloxBits(seed_, canonical::kStreamSyntheticInputs, base,
-                               base + static_cast<uint64_t>(features_),
-                               [&](uint64_t index, uint32_t bits) {
-                                 const uint64_t j = index - base;
-                                 row[j] = canonical::SyntheticInputOfBits(
-                                     prototype[j], bits);
-                               });
+      for (int64_t j0 = 0; j0 < features_; j0 += kBitsRun) {
+        const int64_t n = std::min(kBitsRun, features_ - j0);
+        kernels::PhiloxBitsLanes(seed_, canonical::kStreamSyntheticInputs,
+                                 base + static_cast<uint64_t>(j0), n, bits,
+                                 isa);
+        for (int64_t k = 0; k < n; ++k) {
+          row[j0 + k] =
+              canonical::SyntheticInputOfBits(prototype[j0 + k], bits[k]);
+        }
+      }
       ld[i] = label;
       ++e;
       if (examples_ > 0 && e == static_cast<uint64_t>(examples_)) e = 0;

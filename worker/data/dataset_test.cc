@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/canonical/reduce.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/random/philox.h"
 #include "kernels/random/synthetic.h"
 #include "kernels/tensor.h"
@@ -135,6 +137,43 @@ TEST(SyntheticDatasetTest, SameSeedAndStepGiveIdenticalBits) {
   EXPECT_EQ(BatchBytes(b1.x, b1.labels), BatchBytes(b2.x, b2.labels));
   EXPECT_EQ(BatchBytes(b1.x, b1.labels), BatchBytes(b3.x, b3.labels));
   EXPECT_FALSE(b1.x.SharesStorageWith(b3.x));  // Fresh tensors every call.
+}
+
+// The batches are the spec's (canonical::SyntheticBatch, one Philox block
+// per four features) bit for bit on every ISA path this CPU has (the
+// noise's bits come from PhiloxBitsLanes): rows of 5, 64 and 1,173
+// features (runs of 1,024 bits, then a tail; rows that start inside a
+// Philox block).
+TEST(SyntheticDatasetTest, BatchesAreTheSpecBitsOnEveryIsa) {
+  const std::vector<std::vector<int64_t>> shapes = {{5}, {64}, {3, 23, 17}};
+  for (kernels::CpuIsa isa : kernels::SupportedCpuIsas()) {
+    kernels::SetCpuIsaForTesting(isa);
+    for (const std::vector<int64_t>& shape : shapes) {
+      int64_t features = 1;
+      for (int64_t d : shape) features *= d;
+      absl::StatusOr<std::unique_ptr<Dataset>> d =
+          OpenDataset(Synthetic(0), 11, shape, 7);
+      ASSERT_THAT(d, IsOk());
+      for (int64_t step : {0, 5}) {
+        const Batch got = GetBatch(**d, step, 6);
+        std::vector<float> want_x(static_cast<size_t>(6 * features));
+        std::vector<int32_t> want_labels(6);
+        ASSERT_THAT(
+            canonical::SyntheticBatch(11, step, 6, features, 7, want_x.data(),
+                                      want_labels.data()),
+            IsOk());
+        std::vector<uint32_t> want_bits(want_x.size());
+        std::memcpy(want_bits.data(), want_x.data(),
+                    want_x.size() * sizeof(float));
+        EXPECT_EQ(FloatBits(got.x), want_bits)
+            << "isa " << kernels::CpuIsaName(isa) << ", " << features
+            << " features, step " << step;
+        const int32_t* labels = got.labels.data<int32_t>();
+        EXPECT_EQ(std::vector<int32_t>(labels, labels + 6), want_labels);
+      }
+    }
+  }
+  kernels::SetCpuIsaForTesting(std::nullopt);
 }
 
 TEST(SyntheticDatasetTest, StepAndSeedChangeTheData) {
