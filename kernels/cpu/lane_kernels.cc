@@ -146,6 +146,19 @@ canonical::Activation SpecActivation(LaneActivation kind) {
 
 }  // namespace
 
+void ResizeBilinearLanes(const spatial::ResizeBilinearShape& s,
+                         const spatial::BilinearAxisTaps* rows,
+                         const spatial::BilinearAxisTaps* cols,
+                         const int64_t* row_first, const int64_t* col_first,
+                         const float* in, float* out, bool grad, CpuIsa isa,
+                         ThreadPool* pool) {
+  const cpu_internal::LaneResizeGeometry g{s.n * s.c, s.in_h,    s.in_w,
+                                           s.out_h,   s.out_w,   rows,
+                                           cols,      row_first, col_first};
+  if (g.planes <= 0) return;
+  KernelsFor(isa).resize_bilinear(g, in, out, grad, pool);
+}
+
 void PhiloxBitsLanes(uint64_t seed, uint64_t stream, uint64_t begin,
                      int64_t count, uint32_t* out, CpuIsa isa) {
   if (count <= 0) return;

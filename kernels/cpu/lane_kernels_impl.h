@@ -486,11 +486,11 @@ void PoolInterleaved(const LanePoolGeometry& g, const float* buf, float* out,
 // unit_fn(first plane, whether it is a block) for each, spread over the pool
 // in tasks of about kMinParallelElements elements.
 template <class V, class F>
-void ForPlaneUnits(const LanePoolGeometry& g, int64_t per_plane,
-                   ThreadPool* pool, F& unit_fn) {
+void ForPlaneUnits(int64_t planes, int64_t per_plane, ThreadPool* pool,
+                   F& unit_fn) {
   constexpr int W = V::kWidth;
-  const int64_t blocks = g.planes / W;
-  const int64_t units = blocks + (g.planes - blocks * W);
+  const int64_t blocks = planes / W;
+  const int64_t units = blocks + (planes - blocks * W);
   const int64_t per_unit = MaxI(1, per_plane * W);
   const int64_t per_task = MaxI(1, kMinParallelElements / per_unit);
   const int64_t tasks = (units + per_task - 1) / per_task;
@@ -526,7 +526,8 @@ void MaxPoolForward(const LanePoolGeometry& g, const float* x, float* y,
     PoolInterleaved<V, false>(g, in.get(), out.get(), nullptr);
     Deinterleave<V>(out.get(), out_plane, y + p * out_plane, out_plane);
   };
-  ForPlaneUnits<V>(g, in_plane + out_plane * g.k_h * g.k_w, pool, unit_fn);
+  ForPlaneUnits<V>(g.planes, in_plane + out_plane * g.k_h * g.k_w, pool,
+                   unit_fn);
 }
 
 // dx plane p = 0, then dy added into dx[winner] window by window in (oh, ow)
@@ -566,7 +567,8 @@ void MaxPoolGrad(const LanePoolGeometry& g, const float* x, const float* dy,
                    dx + (p + l) * in_plane);
     }
   };
-  ForPlaneUnits<V>(g, 2 * in_plane + out_plane * g.k_h * g.k_w, pool, unit_fn);
+  ForPlaneUnits<V>(g.planes, 2 * in_plane + out_plane * g.k_h * g.k_w, pool,
+                   unit_fn);
 }
 
 // ---------------------------------------------------------------------------
@@ -658,7 +660,8 @@ void AvgPoolForward(const LanePoolGeometry& g, const float* x, float* y,
     }
     Deinterleave<V>(out.get(), out_plane, y + p * out_plane, out_plane);
   };
-  ForPlaneUnits<V>(g, in_plane + out_plane * g.k_h * g.k_w, pool, unit_fn);
+  ForPlaneUnits<V>(g.planes, in_plane + out_plane * g.k_h * g.k_w, pool,
+                   unit_fn);
 }
 
 // dx of the W interleaved planes: zero, then window by window in (oh, ow)
@@ -703,8 +706,124 @@ void AvgPoolGrad(const LanePoolGeometry& g, const float* dy, float* dx,
     AvgGradInterleaved<V>(g, dy_buf.get(), dx_buf.get());
     Deinterleave<V>(dx_buf.get(), in_plane, dx + p * in_plane, in_plane);
   };
-  ForPlaneUnits<V>(g, 2 * in_plane + out_plane * (1 + g.k_h * g.k_w), pool,
-                   unit_fn);
+  ForPlaneUnits<V>(g.planes, 2 * in_plane + out_plane * (1 + g.k_h * g.k_w),
+                   pool, unit_fn);
+}
+
+// ---------------------------------------------------------------------------
+// resize_bilinear (kernels/spatial/resize_bilinear.h), lanes = image planes
+// (n, c) interleaved as for the pools: every plane has the same taps, so
+// each lane runs the spec's sequence for its plane with the geometry's
+// branches taken once for all of them.
+//   forward   y = fma(w11, x11, fma(w10, x10, fma(w01, x01, fma(w00, x00,
+//             0)))), w_ab = l_a(row) * l_b(col)
+//   grad      dx[ih, iw] = the gather chain (canonical::GatherChain: fma
+//             chains of 256 existing terms, then the tree) over outputs
+//             (oh, ow) in row-major order and within each over the taps
+//             (0,0), (0,1), (1,0), (1,1) that read (ih, iw).
+
+template <class V>
+void ResizeForwardInterleaved(const LaneResizeGeometry& g, const float* x_buf,
+                              float* y_buf) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  for (int64_t oh = 0; oh < g.out_h; ++oh) {
+    const spatial::BilinearAxisTaps& ty = g.rows[oh];
+    const float* r0 = x_buf + ty.i0 * g.in_w * W;
+    const float* r1 = x_buf + ty.i1 * g.in_w * W;
+    for (int64_t ow = 0; ow < g.out_w; ++ow) {
+      const spatial::BilinearAxisTaps& tx = g.cols[ow];
+      T acc = V::Zero();
+      acc = V::Fma(V::Set1(ty.l0 * tx.l0), V::Load(r0 + tx.i0 * W), acc);
+      acc = V::Fma(V::Set1(ty.l0 * tx.l1), V::Load(r0 + tx.i1 * W), acc);
+      acc = V::Fma(V::Set1(ty.l1 * tx.l0), V::Load(r1 + tx.i0 * W), acc);
+      acc = V::Fma(V::Set1(ty.l1 * tx.l1), V::Load(r1 + tx.i1 * W), acc);
+      V::Store(y_buf + (oh * g.out_w + ow) * W, acc);
+    }
+  }
+}
+
+template <class V>
+void ResizeGradInterleaved(const LaneResizeGeometry& g, const float* dy_buf,
+                           float* dx_buf) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  for (int64_t ih = 0; ih < g.in_h; ++ih) {
+    for (int64_t iw = 0; iw < g.in_w; ++iw) {
+      T acc = V::Zero();
+      int64_t in_chunk = 0;
+      VecTree<V> tree;
+      auto term = [&](T dy, float w) {
+        acc = V::Fma(dy, V::Set1(w), acc);
+        if (++in_chunk == kLaneChunk) {
+          tree.Push(acc);
+          acc = V::Zero();
+          in_chunk = 0;
+        }
+      };
+      for (int64_t oh = g.row_first[ih]; oh < g.out_h; ++oh) {
+        const spatial::BilinearAxisTaps& ty = g.rows[oh];
+        if (ty.i0 > ih) break;
+        const bool row0 = ty.i0 == ih;
+        const bool row1 = ty.i1 == ih;
+        if (!row0 && !row1) continue;
+        for (int64_t ow = g.col_first[iw]; ow < g.out_w; ++ow) {
+          const spatial::BilinearAxisTaps& tx = g.cols[ow];
+          if (tx.i0 > iw) break;
+          const bool col0 = tx.i0 == iw;
+          const bool col1 = tx.i1 == iw;
+          if (!col0 && !col1) continue;
+          const T dy = V::Load(dy_buf + (oh * g.out_w + ow) * W);
+          if (row0 && col0) term(dy, ty.l0 * tx.l0);
+          if (row0 && col1) term(dy, ty.l0 * tx.l1);
+          if (row1 && col0) term(dy, ty.l1 * tx.l0);
+          if (row1 && col1) term(dy, ty.l1 * tx.l1);
+        }
+      }
+      if (in_chunk > 0) tree.Push(acc);
+      V::Store(dx_buf + (ih * g.in_w + iw) * W, tree.Result());
+    }
+  }
+}
+
+// kGrad false: y from x; true: dx from dy. Blocks of W planes interleaved
+// (the planes left over one by one, as one-lane vectors).
+template <class V, bool kGrad>
+void ResizePlanes(const LaneResizeGeometry& g, const float* in, float* out,
+                  ThreadPool* pool) {
+  constexpr int W = V::kWidth;
+  const int64_t in_plane = kGrad ? g.out_h * g.out_w : g.in_h * g.in_w;
+  const int64_t out_plane = kGrad ? g.in_h * g.in_w : g.out_h * g.out_w;
+  auto run = [&](auto lanes, const float* src, float* dst) {
+    using L = decltype(lanes);
+    if constexpr (kGrad) {
+      ResizeGradInterleaved<L>(g, src, dst);
+    } else {
+      ResizeForwardInterleaved<L>(g, src, dst);
+    }
+  };
+  auto unit_fn = [&](int64_t p, bool block) {
+    if (!block || W == 1) {
+      run(ScalarLanes{}, in + p * in_plane, out + p * out_plane);
+      return;
+    }
+    Scratch<float> src(in_plane * W);
+    Scratch<float> dst(out_plane * W);
+    Interleave<V>(in + p * in_plane, in_plane, in_plane, src.get());
+    run(V{}, src.get(), dst.get());
+    Deinterleave<V>(dst.get(), out_plane, out + p * out_plane, out_plane);
+  };
+  ForPlaneUnits<V>(g.planes, 2 * (in_plane + out_plane), pool, unit_fn);
+}
+
+template <class V>
+void ResizeBilinear(const LaneResizeGeometry& g, const float* in, float* out,
+                    bool grad, ThreadPool* pool) {
+  if (grad) {
+    ResizePlanes<V, true>(g, in, out, pool);
+  } else {
+    ResizePlanes<V, false>(g, in, out, pool);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -2003,7 +2122,8 @@ const LaneKernelSet& KernelSet() {
                                     &SquareChunks<V>,
                                     ActivationRowFor<V>(),
                                     ActivationGradRowFor<V>(),
-                                    PhiloxBlocksFor<V>()};
+                                    PhiloxBlocksFor<V>(),
+                                    &ResizeBilinear<V>};
   return set;
 }
 

@@ -348,6 +348,12 @@ void ResizeBilinearForwardTables(const sp::ResizeBilinearShape& s,
                                  const float* x, float* y, ThreadPool* pool) {
   const BilinearAxisTable rows(s.in_h, s.out_h);
   const BilinearAxisTable cols(s.in_w, s.out_w);
+  if (const CpuIsa isa = ActiveCpuIsa(); isa != CpuIsa::kScalar) {
+    ResizeBilinearLanes(s, rows.taps.data(), cols.taps.data(),
+                        rows.first_reader.data(), cols.first_reader.data(), x,
+                        y, /*grad=*/false, isa, pool);
+    return;
+  }
   ForEachResizePlane(s, pool, [&](int64_t p) {
     const float* xp = x + p * s.in_h * s.in_w;
     float* yp = y + p * s.out_h * s.out_w;
@@ -364,6 +370,12 @@ void ResizeBilinearGradTables(const sp::ResizeBilinearShape& s, const float* dy,
                               float* dx, ThreadPool* pool) {
   const BilinearAxisTable rows(s.in_h, s.out_h);
   const BilinearAxisTable cols(s.in_w, s.out_w);
+  if (const CpuIsa isa = ActiveCpuIsa(); isa != CpuIsa::kScalar) {
+    ResizeBilinearLanes(s, rows.taps.data(), cols.taps.data(),
+                        rows.first_reader.data(), cols.first_reader.data(), dy,
+                        dx, /*grad=*/true, isa, pool);
+    return;
+  }
   auto row_taps = [&](int64_t oh) { return rows.taps[oh]; };
   auto col_taps = [&](int64_t ow) { return cols.taps[ow]; };
   ForEachResizePlane(s, pool, [&](int64_t p) {
