@@ -1,8 +1,8 @@
 // CANONICAL bias_add.grad, batch_norm's channel reductions, the pooling
 // ops (max_pool2d, avg_pool2d, global_avg_pool; forward and backward),
-// resize_bilinear, softmax's and layer_norm's row and column reductions, GELU, sigmoid, tanh,
-// silu and grad_norm.sum_squares,
-// vectorised ACROSS outputs, the way
+// resize_bilinear, softmax's and layer_norm's row and column reductions,
+// GELU, sigmoid, tanh, silu and grad_norm.sum_squares, vectorised ACROSS
+// outputs, the way
 // the GEMM is (gemm.h): each vector lane computes a different output element
 // and runs that element's canonical sequence of operations unchanged, so the
 // bits equal the scalar spec code (canonical::BiasAddGrad, the spatial::
