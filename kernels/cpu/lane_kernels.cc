@@ -169,7 +169,8 @@ void PhiloxBitsLanes(uint64_t seed, uint64_t stream, uint64_t begin,
         [&](uint64_t i, uint32_t bits) { out[i - begin] = bits; });
   };
   // The indices before the first whole block, the whole blocks, the rest.
-  const uint64_t body = std::min(end, (begin + 3) & ~uint64_t{3});
+  const uint64_t to_block = (4 - (begin & 3)) & 3;  // no overflow near 2^64
+  const uint64_t body = begin + std::min<uint64_t>(to_block, end - begin);
   scalar(begin, body);
   const uint64_t first = body / 4;
   const int64_t blocks = static_cast<int64_t>((end - body) / 4);

@@ -33,8 +33,11 @@ TEST(PhiloxLanesTest, EveryIsaGivesPhiloxBitsForEveryIndex) {
       // Block 2^32 - 5 .. 2^32 + 45: the low counter word wraps inside
       // a group of 8 or 16 blocks.
       {(uint64_t{1} << 34) - 21, 203},
-      // The last indices there are.
+      // The last indices there are, from inside a block and from the
+      // last block's first index.
       {~uint64_t{0} - 300, 300},
+      {~uint64_t{0} - 2, 2},
+      {~uint64_t{0} - 3, 3},
   };
   const uint64_t seeds[] = {0, 20261205, 0xFEDCBA9876543210ull};
   const uint64_t streams[] = {0, 0x44524F5000000003ull, ~uint64_t{0}};
