@@ -14,9 +14,12 @@
 #ifndef LOCKSTEP_KERNELS_CPU_ATOMIC_FLOAT_H_
 #define LOCKSTEP_KERNELS_CPU_ATOMIC_FLOAT_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -76,6 +79,53 @@ class ScopedAtomicArrivalOrderForTesting {
       const ScopedAtomicArrivalOrderForTesting&) = delete;
   ScopedAtomicArrivalOrderForTesting& operator=(
       const ScopedAtomicArrivalOrderForTesting&) = delete;
+};
+
+// Whole partial products added in arrival order, a block of rows at a
+// time: a task adds its rows x cols partial into y one block of
+// kRowsPerLock rows after another, each block under a lock of its own, so
+// every element receives its tasks' terms in the order the tasks take
+// that block's lock, in whatever order they arrive (as AtomicAddFloat's
+// per element), for one lock per block instead of one compare-and-swap
+// per element. Tasks start at different blocks (first_block) so they
+// rarely wait on each other.
+class AtomicRowBlocks {
+ public:
+  static constexpr int64_t kRowsPerLock = 8;
+
+  explicit AtomicRowBlocks(int64_t rows)
+      : blocks_((rows + kRowsPerLock - 1) / kRowsPerLock),
+        locks_(new std::atomic<bool>[blocks_ > 0 ? blocks_ : 1]) {
+    for (int64_t b = 0; b < blocks_; ++b) locks_[b].store(false);
+  }
+
+  // y(i, j) = y[i * c_row + j * c_col] += part[i * cols + j] for i < rows
+  // (the rows given to the constructor), j < cols.
+  void Add(float* y, int64_t c_row, int64_t c_col, const float* part,
+           int64_t rows, int64_t cols, int64_t first_block) {
+    for (int64_t k = 0; k < blocks_; ++k) {
+      const int64_t b = (first_block + k) % blocks_;
+      std::atomic<bool>& lock = locks_[b];
+      while (lock.exchange(true, std::memory_order_acquire)) {
+        while (lock.load(std::memory_order_relaxed)) std::this_thread::yield();
+      }
+      const int64_t r1 = std::min(rows, (b + 1) * kRowsPerLock);
+      for (int64_t i = b * kRowsPerLock; i < r1; ++i) {
+        float* yr = y + i * c_row;
+        const float* pr = part + i * cols;
+        if (c_col == 1) {
+          for (int64_t j = 0; j < cols; ++j) yr[j] += pr[j];
+        } else {
+          for (int64_t j = 0; j < cols; ++j) yr[j * c_col] += pr[j];
+        }
+      }
+      lock.store(false, std::memory_order_release);
+    }
+  }
+
+ private:
+  int64_t blocks_;
+  std::unique_ptr<std::atomic<bool>[]> locks_;
 };
 
 // Runs fn(0) .. fn(num_tasks - 1) of an atomic kernel, each exactly once:

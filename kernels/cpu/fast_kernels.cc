@@ -86,7 +86,8 @@ absl::Status GemmDenseKernel(absl::Span<const Tensor> in,
 
 // DEFAULT dense.forward, "split_k_atomic": K is cut into slices; each task
 // multiplies one slice (one fma chain per output) into a private buffer and
-// adds it into y with atomic compare-and-swap, in arrival order.
+// adds it into y in arrival order, a block of rows at a time under that
+// block's lock (AtomicRowBlocks).
 absl::Status DenseForwardSplitKAtomicKernel(absl::Span<const Tensor> in,
                                             absl::Span<Tensor> out,
                                             const OpAttrs& a) {
@@ -102,6 +103,7 @@ absl::Status DenseForwardSplitKAtomicKernel(absl::Span<const Tensor> in,
   const float* w = in[1].data<float>();
   float* y = out[0].data<float>();
   const CpuIsa isa = ActiveCpuIsa();
+  AtomicRowBlocks blocks(s.rows);
   AtomicParallelFor(pool, slices, [&](int64_t t) {
     const int64_t k0 = t * slice_len;
     if (k0 >= s.depth) return;
@@ -112,11 +114,7 @@ absl::Status DenseForwardSplitKAtomicKernel(absl::Span<const Tensor> in,
     std::unique_ptr<float[]> buf(new float[s.rows * s.cols]);
     Gemm(part, x + k0 * s.a_depth, w + k0 * s.b_depth, buf.get(), kSingleChain,
          isa, /*pool=*/nullptr);
-    for (int64_t i = 0; i < s.rows; ++i) {
-      for (int64_t j = 0; j < s.cols; ++j) {
-        AtomicAddFloat(y + i * s.c_row + j * s.c_col, buf[i * s.cols + j]);
-      }
-    }
+    blocks.Add(y, s.c_row, s.c_col, buf.get(), s.rows, s.cols, t);
   });
   return absl::OkStatus();
 }

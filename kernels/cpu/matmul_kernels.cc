@@ -92,8 +92,9 @@ absl::Status MatMulGradKernel(absl::Span<const Tensor> in,
 
 // DEFAULT matmul.forward, "split_k_atomic": every entry's K is cut into
 // slices; each task multiplies one slice of one entry (one fma chain per
-// output) into a private buffer and adds it into y with atomic
-// compare-and-swap, in arrival order; then y is scaled.
+// output) into a private buffer and adds it into y in arrival order, a
+// block of rows at a time under that block's lock (AtomicRowBlocks); then
+// y is scaled.
 absl::Status MatMulForwardSplitKAtomicKernel(absl::Span<const Tensor> in,
                                              absl::Span<Tensor> out,
                                              const OpAttrs& a) {
@@ -113,6 +114,10 @@ absl::Status MatMulForwardSplitKAtomicKernel(absl::Span<const Tensor> in,
   const float* w = in[1].data<float>();
   float* y = out[0].data<float>();
   const CpuIsa isa = ActiveCpuIsa();
+  // One set of row locks per entry of the batch.
+  std::vector<AtomicRowBlocks> blocks;
+  blocks.reserve(static_cast<size_t>(s.batch));
+  for (int64_t t = 0; t < s.batch; ++t) blocks.emplace_back(s.m.rows);
   AtomicParallelFor(pool, s.batch * slices, [&](int64_t task) {
     const int64_t t = task / slices;
     const int64_t k0 = (task % slices) * slice_len;
@@ -125,13 +130,8 @@ absl::Status MatMulForwardSplitKAtomicKernel(absl::Span<const Tensor> in,
     Gemm(part, x + t * s.a_batch + k0 * s.m.a_depth,
          w + t * s.b_batch + k0 * s.m.b_depth, buf.get(), kSingleChain, isa,
          /*pool=*/nullptr);
-    float* y_t = y + t * s.c_batch;
-    for (int64_t i = 0; i < s.m.rows; ++i) {
-      for (int64_t j = 0; j < s.m.cols; ++j) {
-        AtomicAddFloat(y_t + i * s.m.c_row + j * s.m.c_col,
-                       buf[i * s.m.cols + j]);
-      }
-    }
+    blocks[t].Add(y + t * s.c_batch, s.m.c_row, s.m.c_col, buf.get(), s.m.rows,
+                  s.m.cols, task % slices);
   });
   ScaleBlock(y, out[0].numel(), s.scale);
   return absl::OkStatus();
