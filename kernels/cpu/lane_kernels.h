@@ -86,7 +86,9 @@
 //                   consecutive counters per vector, ten rounds on the
 //                   vector's 32-bit lanes, the words transposed back into
 //                   index order; dropout.forward's masks and the synthetic
-//                   dataset's noise take their bits from it.
+//                   dataset's noise take their bits from it, and turn them
+//                   into floats on the vector too (DropoutApplyLanes,
+//                   UniformFmaLanes: the bits' top 24 as exact floats).
 //   grad_norm.sum_squares  lanes = chunks: the tensor's full chunks of 256
 //                   as the channels of a [1, chunks, 256] batch, each lane
 //                   one chunk's fma chain (batch_norm's walk, blocks
@@ -328,6 +330,21 @@ void ResizeBilinearLanes(const spatial::ResizeBilinearShape& s,
 void PhiloxBitsLanes(uint64_t seed, uint64_t stream, uint64_t begin,
                      int64_t count, uint32_t* out, CpuIsa isa);
 
+// dropout.forward from the elements' Philox bits (kernels/ops/dropout.h):
+// mask[i] = DropoutMaskOfBits(bits[i]) (scale where bits[i] >> 8 >=
+// threshold, else 0; threshold < 2^24) and y[i] = x[i] * mask[i]. On the
+// calling thread; the same bits on every ISA.
+void DropoutApplyLanes(const uint32_t* bits, uint32_t threshold, float scale,
+                       const float* x, float* y, float* mask, int64_t n,
+                       CpuIsa isa);
+
+// out[i] = fma(scale, canonical::BitsToUniform(bits[i], a, b), add[i])
+// (kernels/random/philox.h; a < b finite): the synthetic dataset's inputs
+// from their noise bits. On the calling thread; the same bits on every
+// ISA.
+void UniformFmaLanes(const uint32_t* bits, float a, float b, float scale,
+                     const float* add, float* out, int64_t n, CpuIsa isa);
+
 // An output of at least this many floats (4 MiB), not also one of its
 // op's inputs, is written with non-temporal stores: larger than a core's
 // L2, it is evicted before anything reads it again, and an ordinary store
@@ -414,6 +431,12 @@ struct LaneGeluConstants {
   float nan;
 };
 
+// UniformFmaLanes' constants: the range [a, b), the largest float below b,
+// the fma's scale.
+struct LaneUniformArgs {
+  float a, b, below_b, scale;
+};
+
 // The tanh-form GELU's constants (kernels/ops/activations.h) and the
 // canonical NaN.
 struct LaneActivationConstants {
@@ -493,6 +516,11 @@ struct LaneKernelSet {
   // in = dy, out = dx).
   void (*resize_bilinear)(const LaneResizeGeometry& g, const float* in,
                           float* out, bool grad, ThreadPool* pool);
+  // DropoutApplyLanes and UniformFmaLanes; null for the scalar set.
+  void (*dropout)(const uint32_t* bits, uint32_t threshold, float scale,
+                  const float* x, float* y, float* mask, int64_t n);
+  void (*uniform_fma)(const uint32_t* bits, const LaneUniformArgs& k,
+                      const float* add, float* out, int64_t n);
 };
 const LaneKernelSet& LaneKernelsScalar();
 const LaneKernelSet& LaneKernelsAvx2();

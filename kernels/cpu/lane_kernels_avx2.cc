@@ -225,6 +225,13 @@ struct Avx2Lanes {
     _mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(r0, r1, 0x31));
     _mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(r2, r3, 0x31));
   }
+  // float(p[l] >> 8) for 8 random words: 24-bit integers, exact.
+  static T U24ToFloat(const uint32_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_srli_epi32(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), 8));
+  }
+  // a >= b (ordered), as a lane mask.
+  static M GreaterEqual(T a, T b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
   static T Set1(float v) { return _mm256_set1_ps(v); }
   static M Replaces(T best, T v) {
     const __m256 greater = _mm256_cmp_ps(v, best, _CMP_GT_OQ);

@@ -249,6 +249,14 @@ struct Avx512Lanes {
     _mm512_storeu_si512(out + 48,
                         _mm512_shuffle_i32x4(c, d, _MM_SHUFFLE(3, 1, 3, 1)));
   }
+  // float(p[l] >> 8) for 16 random words: 24-bit integers, exact.
+  static T U24ToFloat(const uint32_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(p), 8));
+  }
+  // a >= b (ordered).
+  static M GreaterEqual(T a, T b) {
+    return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ);
+  }
   static T Set1(float v) { return _mm512_set1_ps(v); }
   static M Replaces(T best, T v) {
     const __mmask16 greater = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);

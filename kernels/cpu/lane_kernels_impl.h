@@ -2071,6 +2071,86 @@ void ReluGradRow(const float* x, const float* dy, float* dx, int64_t n,
   if (stream) V::Fence();
 }
 
+// Floats from Philox bits (kernels/random/philox.h, kernels/ops/dropout.h),
+// one element per lane, the spec's operations:
+//   dropout   m = (bits >> 8) >= threshold ? scale : 0;  mask = m;
+//             y = x * m  (the comparison on exact floats: both < 2^24)
+//   uniform   u = float(bits >> 8) * 2^-24;  r = a + (b - a) * u;
+//             r >= b: below_b (BitsToUniform);  out = fma(scale, r, add)
+template <class V>
+void DropoutRow(const uint32_t* bits, uint32_t threshold, float scale,
+                const float* x, float* y, float* mask, int64_t n) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  const T t = V::Set1(static_cast<float>(threshold));
+  const T sc = V::Set1(scale);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    const T m =
+        V::Select(V::GreaterEqual(V::U24ToFloat(bits + i), t), V::Zero(), sc);
+    V::Store(mask + i, m);
+    V::Store(y + i, V::Mul(V::Load(x + i), m));
+  }
+  for (; i < n; ++i) {
+    const float m = (bits[i] >> 8) >= threshold ? scale : 0.0f;
+    mask[i] = m;
+    y[i] = x[i] * m;
+  }
+}
+
+template <class V>
+void UniformFmaRow(const uint32_t* bits, const LaneUniformArgs& k,
+                   const float* add, float* out, int64_t n) {
+  using T = typename V::T;
+  constexpr int W = V::kWidth;
+  const T a = V::Set1(k.a);
+  const T b = V::Set1(k.b);
+  const T d = V::Set1(k.b - k.a);
+  const T below = V::Set1(k.below_b);
+  const T scale = V::Set1(k.scale);
+  const T unit = V::Set1(0x1.0p-24f);
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    const T u = V::Mul(V::U24ToFloat(bits + i), unit);
+    T r = V::Add(a, V::Mul(d, u));
+    r = V::Select(V::GreaterEqual(r, b), r, below);
+    V::Store(out + i, V::Fma(scale, r, V::Load(add + i)));
+  }
+  if (i < n) {
+    alignas(64) uint32_t pb[W] = {};
+    alignas(64) float pa[W] = {};
+    alignas(64) float po[W];
+    for (int l = 0; i + l < n; ++l) {
+      pb[l] = bits[i + l];
+      pa[l] = add[i + l];
+    }
+    UniformFmaRow<V>(pb, k, pa, po, W);
+    for (int64_t l = 0; i + l < n; ++l) out[i + l] = po[l];
+  }
+}
+
+template <class V>
+constexpr auto DropoutRowFor() {
+  using Fn = void (*)(const uint32_t*, uint32_t, float, const float*, float*,
+                      float*, int64_t);
+  if constexpr (V::kWidth > 1) {
+    return static_cast<Fn>(&DropoutRow<V>);
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+
+template <class V>
+constexpr auto UniformFmaRowFor() {
+  using Fn = void (*)(const uint32_t*, const LaneUniformArgs&, const float*,
+                      float*, int64_t);
+  if constexpr (V::kWidth > 1) {
+    return static_cast<Fn>(&UniformFmaRow<V>);
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+
 // Philox blocks first, first + 1, ... of `stream`, W at a time
 // (V::PhiloxBlocks), words in block order; stops before a group whose
 // counters' low words would wrap and returns the blocks written, a
@@ -2123,7 +2203,9 @@ const LaneKernelSet& KernelSet() {
                                     ActivationRowFor<V>(),
                                     ActivationGradRowFor<V>(),
                                     PhiloxBlocksFor<V>(),
-                                    &ResizeBilinear<V>};
+                                    &ResizeBilinear<V>,
+                                    DropoutRowFor<V>(),
+                                    UniformFmaRowFor<V>()};
   return set;
 }
 

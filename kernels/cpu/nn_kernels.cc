@@ -800,19 +800,17 @@ absl::Status DropoutForwardKernel(absl::Span<const Tensor> in,
   const CpuIsa isa = ActiveCpuIsa();
   ParallelForBlocks(
       CpuThreadPool(), in[0].numel(), kElementBlock, [&](int64_t b, int64_t e) {
-        // DropoutMaskElement: the Philox bits of a run of elements on the
-        // vector (PhiloxBitsLanes), then mask and y.
+        // DropoutMaskElement: the Philox bits of a run of elements, then
+        // mask and y, both on the vector (PhiloxBitsLanes,
+        // DropoutApplyLanes).
         constexpr int64_t kRun = 1024;
         uint32_t bits[kRun];
         for (int64_t i0 = b; i0 < e; i0 += kRun) {
           const int64_t n = std::min(kRun, e - i0);
           PhiloxBitsLanes(p.seed, p.stream, static_cast<uint64_t>(i0), n, bits,
                           isa);
-          for (int64_t k = 0; k < n; ++k) {
-            const float m = c::DropoutMaskOfBits(p, bits[k]);
-            mask[i0 + k] = m;
-            y[i0 + k] = x[i0 + k] * m;
-          }
+          DropoutApplyLanes(bits, p.threshold, p.scale, x + i0, y + i0,
+                            mask + i0, n, isa);
         }
       });
   return absl::OkStatus();

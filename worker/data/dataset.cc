@@ -141,17 +141,18 @@ class SyntheticDataset final : public Dataset {
       const float* prototype = teacher_.data() + label * features_;
       float* row = xd + i * features_;
       // SyntheticInput of every feature: the noise's Philox bits of a run
-      // of features on the vector (PhiloxBitsLanes), then the inputs.
+      // of features, then the inputs, both on the vector.
       const uint64_t base = e * static_cast<uint64_t>(features_);
       for (int64_t j0 = 0; j0 < features_; j0 += kBitsRun) {
         const int64_t n = std::min(kBitsRun, features_ - j0);
         kernels::PhiloxBitsLanes(seed_, canonical::kStreamSyntheticInputs,
                                  base + static_cast<uint64_t>(j0), n, bits,
                                  isa);
-        for (int64_t k = 0; k < n; ++k) {
-          row[j0 + k] =
-              canonical::SyntheticInputOfBits(prototype[j0 + k], bits[k]);
-        }
+        // SyntheticInputOfBits: fma(scale, BitsToUniform(bits, -1, 1),
+        // prototype).
+        kernels::UniformFmaLanes(bits, -1.0f, 1.0f,
+                                 canonical::kSyntheticNoiseScale,
+                                 prototype + j0, row + j0, n, isa);
       }
       ld[i] = label;
       ++e;
