@@ -9,6 +9,7 @@
 #include "kernels/canonical/reduce.h"
 #include "kernels/math/portable_math.h"
 #include "kernels/ops/activations.h"
+#include "kernels/ops/dropout.h"
 #include "kernels/ops/optimizers.h"
 #include "kernels/random/philox.h"
 
@@ -195,18 +196,17 @@ void PhiloxBitsLanes(uint64_t seed, uint64_t stream, uint64_t begin,
   scalar(body + 4 * static_cast<uint64_t>(blocks), end);
 }
 
-void DropoutApplyLanes(const uint32_t* bits, uint32_t threshold, float scale,
+void DropoutApplyLanes(const canonical::DropoutParams& p, const uint32_t* bits,
                        const float* x, float* y, float* mask, int64_t n,
                        CpuIsa isa) {
   if (n <= 0) return;
   if (auto* fn = KernelsFor(isa).dropout; fn != nullptr) {
-    fn(bits, threshold, scale, x, y, mask, n);
+    fn(bits, p.threshold, p.scale, x, y, mask, n);
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
-    const float m = (bits[i] >> 8) >= threshold ? scale : 0.0f;
-    mask[i] = m;
-    y[i] = x[i] * m;
+    mask[i] = canonical::DropoutMaskOfBits(p, bits[i]);
+    y[i] = x[i] * mask[i];
   }
 }
 
@@ -214,12 +214,9 @@ void UniformFmaLanes(const uint32_t* bits, float a, float b, float scale,
                      const float* add, float* out, int64_t n, CpuIsa isa) {
   if (n <= 0) return;
   if (auto* fn = KernelsFor(isa).uniform_fma; fn != nullptr) {
-    // The largest float below b, as BitsToUniform steps down to it.
-    const uint32_t bb = canonical::LsFloatToBits(b);
-    const float below_b =
-        b == 0.0f ? -0x1.0p-149f
-                  : canonical::LsBitsToFloat(b > 0.0f ? bb - 1u : bb + 1u);
-    fn(bits, cpu_internal::LaneUniformArgs{a, b, below_b, scale}, add, out, n);
+    fn(bits,
+       cpu_internal::LaneUniformArgs{a, b, canonical::FloatBelow(b), scale},
+       add, out, n);
     return;
   }
   for (int64_t i = 0; i < n; ++i) {

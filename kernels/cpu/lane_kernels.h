@@ -114,6 +114,7 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/ops/dropout.h"
 #include "kernels/ops/elementwise.h"
 #include "kernels/spatial/pool2d.h"
 #include "kernels/spatial/resize_bilinear.h"
@@ -331,10 +332,10 @@ void PhiloxBitsLanes(uint64_t seed, uint64_t stream, uint64_t begin,
                      int64_t count, uint32_t* out, CpuIsa isa);
 
 // dropout.forward from the elements' Philox bits (kernels/ops/dropout.h):
-// mask[i] = DropoutMaskOfBits(bits[i]) (scale where bits[i] >> 8 >=
-// threshold, else 0; threshold < 2^24) and y[i] = x[i] * mask[i]. On the
-// calling thread; the same bits on every ISA.
-void DropoutApplyLanes(const uint32_t* bits, uint32_t threshold, float scale,
+// mask[i] = DropoutMaskOfBits(p, bits[i]) (p.scale where bits[i] >> 8 >=
+// p.threshold, else 0; the threshold is below 2^24) and y[i] = x[i] *
+// mask[i]. On the calling thread; the same bits on every ISA.
+void DropoutApplyLanes(const canonical::DropoutParams& p, const uint32_t* bits,
                        const float* x, float* y, float* mask, int64_t n,
                        CpuIsa isa);
 

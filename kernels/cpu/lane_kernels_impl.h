@@ -1465,6 +1465,59 @@ void GlobalPoolGrad(const LaneGlobalGeometry& g, const float* dy, float* dx,
 }
 
 // ---------------------------------------------------------------------------
+// Elementwise rows, one element per lane: out[i] = f(x[i]) (MapRow) or
+// f(x[i], dy[i]) (MapRow2) for i < n, whole vectors first, then the tail
+// as one more vector over padded copies (+0.0f in the lanes past n, whose
+// results are dropped). out may be x or dy: each vector is read before it
+// is written.
+
+template <class V, class F>
+void MapRow(const float* x, float* out, int64_t n, const F& f) {
+  constexpr int W = V::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) V::Store(out + i, f(V::Load(x + i)));
+  if (i < n) {
+    alignas(64) float pad[W];
+    for (int l = 0; l < W; ++l) pad[l] = i + l < n ? x[i + l] : 0.0f;
+    V::Store(pad, f(V::Load(pad)));
+    for (int64_t l = 0; i + l < n; ++l) out[i + l] = pad[l];
+  }
+}
+
+template <class V, class F>
+void MapRow2(const float* x, const float* dy, float* out, int64_t n,
+             const F& f) {
+  constexpr int W = V::kWidth;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    V::Store(out + i, f(V::Load(x + i), V::Load(dy + i)));
+  }
+  if (i < n) {
+    alignas(64) float px[W];
+    alignas(64) float pd[W];
+    for (int l = 0; l < W; ++l) {
+      px[l] = i + l < n ? x[i + l] : 0.0f;
+      pd[l] = i + l < n ? dy[i + l] : 0.0f;
+    }
+    V::Store(px, f(V::Load(px), V::Load(pd)));
+    for (int64_t l = 0; i + l < n; ++l) out[i + l] = px[l];
+  }
+}
+
+// `make(V{})` (the address of a function template's instance for V) for a
+// vector ISA, null for the scalar set: the LaneKernelSet entries only the
+// vector ISAs fill. The template `make` names is instantiated only for
+// them.
+template <class V, class Fn, class Make>
+Fn VectorOnly(const Make& make) {
+  if constexpr (V::kWidth > 1) {
+    return make(V{});
+  } else {
+    return nullptr;
+  }
+}
+
+// ---------------------------------------------------------------------------
 // exp and erf: y[i] = canonical::CanonicalExp(x[i]) or CanonicalErf(x[i])
 // with V::Exp / V::Erf (vector ISAs only); the tail is one more vector over
 // a padded copy.
@@ -1482,26 +1535,7 @@ typename V::T Apply(typename V::T v) {
 
 template <class V, MathFn kFn>
 void MathRow(const float* x, float* y, int64_t n) {
-  constexpr int W = V::kWidth;
-  int64_t i = 0;
-  for (; i + W <= n; i += W) V::Store(y + i, Apply<V, kFn>(V::Load(x + i)));
-  if (i < n) {
-    alignas(64) float pad[W];
-    for (int l = 0; l < W; ++l) pad[l] = i + l < n ? x[i + l] : 0.0f;
-    V::Store(pad, Apply<V, kFn>(V::Load(pad)));
-    for (int64_t l = 0; i + l < n; ++l) y[i + l] = pad[l];
-  }
-}
-
-using MathRowFn = void (*)(const float*, float*, int64_t);
-
-template <class V, MathFn kFn>
-constexpr MathRowFn MathRowFor() {
-  if constexpr (V::kWidth > 1) {
-    return &MathRow<V, kFn>;
-  } else {
-    return nullptr;
-  }
+  MapRow<V>(x, y, n, [](typename V::T v) { return Apply<V, kFn>(v); });
 }
 
 // ---------------------------------------------------------------------------
@@ -1738,16 +1772,6 @@ void SoftmaxRows(const LaneSoftmaxArgs& a, ThreadPool* pool) {
   ForChannelBlocks<V>(g, pool, block);
 }
 
-template <class V>
-constexpr auto SoftmaxRowsFor() {
-  using Fn = void (*)(const LaneSoftmaxArgs&, ThreadPool*);
-  if constexpr (V::kWidth > 1) {
-    return static_cast<Fn>(&SoftmaxRows<V>);
-  } else {
-    return static_cast<Fn>(nullptr);
-  }
-}
-
 // ---------------------------------------------------------------------------
 // adam.update / adamw.update (kernels/ops/optimizers.h's AdamElement), one
 // element per lane, the spec's operations in its order (decay first when
@@ -1819,35 +1843,15 @@ typename V::T GeluGradOf(typename V::T x, typename V::T dy,
 
 template <class V>
 void GeluRow(const float* x, float* y, int64_t n, const LaneGeluConstants& k) {
-  constexpr int W = V::kWidth;
-  int64_t i = 0;
-  for (; i + W <= n; i += W) V::Store(y + i, GeluOf<V>(V::Load(x + i), k));
-  if (i < n) {
-    alignas(64) float pad[W];
-    for (int l = 0; l < W; ++l) pad[l] = i + l < n ? x[i + l] : 0.0f;
-    V::Store(pad, GeluOf<V>(V::Load(pad), k));
-    for (int64_t l = 0; i + l < n; ++l) y[i + l] = pad[l];
-  }
+  MapRow<V>(x, y, n, [&k](typename V::T v) { return GeluOf<V>(v, k); });
 }
 
 template <class V>
 void GeluGradRow(const float* x, const float* dy, float* dx, int64_t n,
                  const LaneGeluConstants& k) {
-  constexpr int W = V::kWidth;
-  int64_t i = 0;
-  for (; i + W <= n; i += W) {
-    V::Store(dx + i, GeluGradOf<V>(V::Load(x + i), V::Load(dy + i), k));
-  }
-  if (i < n) {
-    alignas(64) float px[W];
-    alignas(64) float pd[W];
-    for (int l = 0; l < W; ++l) {
-      px[l] = i + l < n ? x[i + l] : 0.0f;
-      pd[l] = i + l < n ? dy[i + l] : 0.0f;
-    }
-    V::Store(px, GeluGradOf<V>(V::Load(px), V::Load(pd), k));
-    for (int64_t l = 0; i + l < n; ++l) dx[i + l] = px[l];
-  }
+  MapRow2<V>(x, dy, dx, n, [&k](typename V::T v, typename V::T d) {
+    return GeluGradOf<V>(v, d, k);
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -1922,38 +1926,16 @@ typename V::T ActivationGradOf(typename V::T x, typename V::T dy,
 template <class V, LaneActivation kAct>
 void ActivationRowOf(const float* x, float* y, int64_t n,
                      const LaneActivationConstants& k) {
-  constexpr int W = V::kWidth;
-  int64_t i = 0;
-  for (; i + W <= n; i += W) {
-    V::Store(y + i, ActivationOf<V, kAct>(V::Load(x + i), k));
-  }
-  if (i < n) {
-    alignas(64) float pad[W];
-    for (int l = 0; l < W; ++l) pad[l] = i + l < n ? x[i + l] : 0.0f;
-    V::Store(pad, ActivationOf<V, kAct>(V::Load(pad), k));
-    for (int64_t l = 0; i + l < n; ++l) y[i + l] = pad[l];
-  }
+  MapRow<V>(x, y, n,
+            [&k](typename V::T v) { return ActivationOf<V, kAct>(v, k); });
 }
 
 template <class V, LaneActivation kAct>
 void ActivationGradRowOf(const float* x, const float* dy, float* dx, int64_t n,
                          const LaneActivationConstants& k) {
-  constexpr int W = V::kWidth;
-  int64_t i = 0;
-  for (; i + W <= n; i += W) {
-    V::Store(dx + i,
-             ActivationGradOf<V, kAct>(V::Load(x + i), V::Load(dy + i), k));
-  }
-  if (i < n) {
-    alignas(64) float px[W];
-    alignas(64) float pd[W];
-    for (int l = 0; l < W; ++l) {
-      px[l] = i + l < n ? x[i + l] : 0.0f;
-      pd[l] = i + l < n ? dy[i + l] : 0.0f;
-    }
-    V::Store(px, ActivationGradOf<V, kAct>(V::Load(px), V::Load(pd), k));
-    for (int64_t l = 0; i + l < n; ++l) dx[i + l] = px[l];
-  }
+  MapRow2<V>(x, dy, dx, n, [&k](typename V::T v, typename V::T d) {
+    return ActivationGradOf<V, kAct>(v, d, k);
+  });
 }
 
 template <class V>
@@ -1983,49 +1965,6 @@ void ActivationGradRow(LaneActivation kind, const float* x, const float* dy,
       return ActivationGradRowOf<V, LaneActivation::kSilu>(x, dy, dx, n, k);
     case LaneActivation::kGeluTanh:
       return ActivationGradRowOf<V, LaneActivation::kGeluTanh>(x, dy, dx, n, k);
-  }
-}
-
-template <class V>
-constexpr auto ActivationRowFor() {
-  using Fn = void (*)(LaneActivation, const float*, float*, int64_t,
-                      const LaneActivationConstants&);
-  if constexpr (V::kWidth > 1) {
-    return static_cast<Fn>(&ActivationRow<V>);
-  } else {
-    return static_cast<Fn>(nullptr);
-  }
-}
-
-template <class V>
-constexpr auto ActivationGradRowFor() {
-  using Fn = void (*)(LaneActivation, const float*, const float*, float*,
-                      int64_t, const LaneActivationConstants&);
-  if constexpr (V::kWidth > 1) {
-    return static_cast<Fn>(&ActivationGradRow<V>);
-  } else {
-    return static_cast<Fn>(nullptr);
-  }
-}
-
-template <class V>
-constexpr auto GeluRowFor() {
-  using Fn = void (*)(const float*, float*, int64_t, const LaneGeluConstants&);
-  if constexpr (V::kWidth > 1) {
-    return static_cast<Fn>(&GeluRow<V>);
-  } else {
-    return static_cast<Fn>(nullptr);
-  }
-}
-
-template <class V>
-constexpr auto GeluGradRowFor() {
-  using Fn = void (*)(const float*, const float*, float*, int64_t,
-                      const LaneGeluConstants&);
-  if constexpr (V::kWidth > 1) {
-    return static_cast<Fn>(&GeluGradRow<V>);
-  } else {
-    return static_cast<Fn>(nullptr);
   }
 }
 
@@ -2091,10 +2030,20 @@ void DropoutRow(const uint32_t* bits, uint32_t threshold, float scale,
     V::Store(mask + i, m);
     V::Store(y + i, V::Mul(V::Load(x + i), m));
   }
-  for (; i < n; ++i) {
-    const float m = (bits[i] >> 8) >= threshold ? scale : 0.0f;
-    mask[i] = m;
-    y[i] = x[i] * m;
+  if (i < n) {
+    alignas(64) uint32_t pb[W] = {};
+    alignas(64) float px[W] = {};
+    alignas(64) float py[W];
+    alignas(64) float pm[W];
+    for (int l = 0; i + l < n; ++l) {
+      pb[l] = bits[i + l];
+      px[l] = x[i + l];
+    }
+    DropoutRow<V>(pb, threshold, scale, px, py, pm, W);
+    for (int64_t l = 0; i + l < n; ++l) {
+      mask[i + l] = pm[l];
+      y[i + l] = py[l];
+    }
   }
 }
 
@@ -2129,28 +2078,6 @@ void UniformFmaRow(const uint32_t* bits, const LaneUniformArgs& k,
   }
 }
 
-template <class V>
-constexpr auto DropoutRowFor() {
-  using Fn = void (*)(const uint32_t*, uint32_t, float, const float*, float*,
-                      float*, int64_t);
-  if constexpr (V::kWidth > 1) {
-    return static_cast<Fn>(&DropoutRow<V>);
-  } else {
-    return static_cast<Fn>(nullptr);
-  }
-}
-
-template <class V>
-constexpr auto UniformFmaRowFor() {
-  using Fn = void (*)(const uint32_t*, const LaneUniformArgs&, const float*,
-                      float*, int64_t);
-  if constexpr (V::kWidth > 1) {
-    return static_cast<Fn>(&UniformFmaRow<V>);
-  } else {
-    return static_cast<Fn>(nullptr);
-  }
-}
-
 // Philox blocks first, first + 1, ... of `stream`, W at a time
 // (V::PhiloxBlocks), words in block order; stops before a group whose
 // counters' low words would wrap and returns the blocks written, a
@@ -2169,43 +2096,44 @@ int64_t PhiloxBlocksRun(uint64_t seed, uint64_t stream, uint64_t first,
 }
 
 template <class V>
-constexpr auto PhiloxBlocksFor() {
-  using Fn = int64_t (*)(uint64_t, uint64_t, uint64_t, int64_t, uint32_t*);
-  if constexpr (V::kWidth > 1) {
-    return static_cast<Fn>(&PhiloxBlocksRun<V>);
-  } else {
-    return static_cast<Fn>(nullptr);
-  }
-}
-
-template <class V>
 const LaneKernelSet& KernelSet() {
-  static const LaneKernelSet set = {&BiasGrad<V>,
-                                    &MaxPoolForward<V>,
-                                    &MaxPoolGrad<V>,
-                                    &AvgPoolForward<V>,
-                                    &AvgPoolGrad<V>,
-                                    &GlobalPoolForward<V>,
-                                    &GlobalPoolGrad<V>,
-                                    &BatchNormVarSum<V>,
-                                    &BatchNormGradChains<V>,
-                                    &BatchNormTraining<V>,
-                                    MathRowFor<V, MathFn::kExp>(),
-                                    MathRowFor<V, MathFn::kErf>(),
-                                    GeluRowFor<V>(),
-                                    GeluGradRowFor<V>(),
-                                    SoftmaxRowsFor<V>(),
-                                    &LayerNormRows<V>,
-                                    &Adam<V>,
-                                    &ReluRow<V>,
-                                    &ReluGradRow<V>,
-                                    &SquareChunks<V>,
-                                    ActivationRowFor<V>(),
-                                    ActivationGradRowFor<V>(),
-                                    PhiloxBlocksFor<V>(),
-                                    &ResizeBilinear<V>,
-                                    DropoutRowFor<V>(),
-                                    UniformFmaRowFor<V>()};
+  static const LaneKernelSet set = {
+      &BiasGrad<V>,
+      &MaxPoolForward<V>,
+      &MaxPoolGrad<V>,
+      &AvgPoolForward<V>,
+      &AvgPoolGrad<V>,
+      &GlobalPoolForward<V>,
+      &GlobalPoolGrad<V>,
+      &BatchNormVarSum<V>,
+      &BatchNormGradChains<V>,
+      &BatchNormTraining<V>,
+      VectorOnly<V, decltype(LaneKernelSet::exp)>(
+          [](auto v) { return &MathRow<decltype(v), MathFn::kExp>; }),
+      VectorOnly<V, decltype(LaneKernelSet::erf)>(
+          [](auto v) { return &MathRow<decltype(v), MathFn::kErf>; }),
+      VectorOnly<V, decltype(LaneKernelSet::gelu)>(
+          [](auto v) { return &GeluRow<decltype(v)>; }),
+      VectorOnly<V, decltype(LaneKernelSet::gelu_grad)>(
+          [](auto v) { return &GeluGradRow<decltype(v)>; }),
+      VectorOnly<V, decltype(LaneKernelSet::softmax)>(
+          [](auto v) { return &SoftmaxRows<decltype(v)>; }),
+      &LayerNormRows<V>,
+      &Adam<V>,
+      &ReluRow<V>,
+      &ReluGradRow<V>,
+      &SquareChunks<V>,
+      VectorOnly<V, decltype(LaneKernelSet::activation)>(
+          [](auto v) { return &ActivationRow<decltype(v)>; }),
+      VectorOnly<V, decltype(LaneKernelSet::activation_grad)>(
+          [](auto v) { return &ActivationGradRow<decltype(v)>; }),
+      VectorOnly<V, decltype(LaneKernelSet::philox_blocks)>(
+          [](auto v) { return &PhiloxBlocksRun<decltype(v)>; }),
+      &ResizeBilinear<V>,
+      VectorOnly<V, decltype(LaneKernelSet::dropout)>(
+          [](auto v) { return &DropoutRow<decltype(v)>; }),
+      VectorOnly<V, decltype(LaneKernelSet::uniform_fma)>(
+          [](auto v) { return &UniformFmaRow<decltype(v)>; })};
   return set;
 }
 

@@ -809,8 +809,7 @@ absl::Status DropoutForwardKernel(absl::Span<const Tensor> in,
           const int64_t n = std::min(kRun, e - i0);
           PhiloxBitsLanes(p.seed, p.stream, static_cast<uint64_t>(i0), n, bits,
                           isa);
-          DropoutApplyLanes(bits, p.threshold, p.scale, x + i0, y + i0,
-                            mask + i0, n, isa);
+          DropoutApplyLanes(p, bits, x + i0, y + i0, mask + i0, n, isa);
         }
       });
   return absl::OkStatus();

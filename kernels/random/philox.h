@@ -151,19 +151,20 @@ LS_HD_INLINE float BitsToUniform01(uint32_t bits) {
 //   if r >= b: r = the largest float below b   (rounding reached b)
 // REQUIRES: a < b, both finite, b - a finite. (Not checked: violating it
 // gives some float, never a crash.)
+// The largest float below b (b finite): b > 0 steps the bit pattern down,
+// b < 0 steps it up, b == +-0 gives -2^-149.
+LS_HD_INLINE float FloatBelow(float b) {
+  if (b == 0.0f) return -0x1.0p-149f;
+  const uint32_t bb = LsFloatToBits(b);
+  return LsBitsToFloat(b > 0.0f ? bb - 1u : bb + 1u);
+}
+
 LS_HD_INLINE float BitsToUniform(uint32_t bits, float a, float b) {
   const float u = BitsToUniform01(bits);
   const float d = b - a;
   const float p = d * u;
-  float r = a + p;
-  if (r >= b) {
-    // One float below b (b finite): b > 0 steps the bit pattern down, b < 0
-    // steps it up, b == +-0 gives -2^-149.
-    if (b == 0.0f) return -0x1.0p-149f;
-    const uint32_t bb = LsFloatToBits(b);
-    r = LsBitsToFloat(b > 0.0f ? bb - 1u : bb + 1u);
-  }
-  return r;
+  const float r = a + p;
+  return r >= b ? FloatBelow(b) : r;
 }
 
 // Uniform float in [0, 1) at (seed, stream, index).
