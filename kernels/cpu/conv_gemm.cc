@@ -465,7 +465,7 @@ c::MatMulShape RowMajor(int64_t rows, int64_t cols, int64_t depth) {
 // about a cycle per element for a spatial kernel (a gather of short rows)
 // and much less for a 1 x 1 one (whole rows), while an indirect product
 // computes all the lanes of a panel (32; 16 when there are at most 16
-// lane channels) however few channels it has; so every
+// lane channels, 8 when at most 8) however few channels it has; so every
 // spatial convolution runs indirect (but for the short forwards of
 // UseIndirectForward), and a 1 x 1 one where its lane
 // channels number kIndirectMinLanes or more (measured on the zoo: LeNet-5's

@@ -49,8 +49,20 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
                 float* c, int64_t chunk, const GemmPacking& packing,
                 ThreadPool* pool) {
   using avx512_isa::Avx512Vec;
-  // A product at most one vector wide (a convolution with 16 or fewer
-  // output channels, or input channels for grad_input) on 12 x 16 tiles:
+  // A product at most 8 columns wide (a convolution with 8 or fewer output
+  // channels, or input channels for grad_input: the channels are the
+  // micro-kernel's lanes) on the AVX2 path's 12 x 8 tiles: a 16-lane tile
+  // would multiply-add at least half its lanes for nothing. Where a 512-bit
+  // fma costs two 256-bit ones (Zen 4) the 8-lane tiles do twice the useful
+  // work per cycle, and where it costs one they do as much (docs/
+  // benchmarks.md, "Eight channels on 8-lane tiles"). Same terms, same
+  // order, so the same bits.
+  if (s.cols <= 8) {
+    GemmAvx2(s, a, b, c, chunk, packing, pool);
+    return;
+  }
+  // A product at most one vector wide (a convolution with 9 - 16 output
+  // channels, or input channels for grad_input) on 12 x 16 tiles:
   // 12 x 32 ones would leave half their lanes or more empty.
   if (s.cols <= Avx512Vec::kWidth) {
     avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 12, 1>::Run(s, a, b, c, chunk,

@@ -68,8 +68,8 @@ const Dims kShapes[] = {
     // Few column panels over a long reduction, and a B reused by several
     // row super-blocks: operands packed in ranges of k on every thread.
     {600, 900, 5},
-    // Exactly one vector of columns: 12 x 8 (AVX2) and 12 x 16 (AVX-512)
-    // tiles, full panels.
+    // Exactly one vector of columns: 12 x 8 (AVX2, and AVX-512 for 8 or
+    // fewer columns) and 12 x 16 (AVX-512) tiles, full panels.
     {29, 300, 8},
     {37, 700, 16},
 };
