@@ -10,35 +10,6 @@
 #include "kernels/cpu/gemm_impl.h"
 
 namespace lockstep::kernels::cpu_internal {
-namespace avx2_isa {
-namespace {
-
-struct Avx2Vec {
-  using T = __m256;
-  static constexpr int kWidth = 8;
-  static T Zero() { return _mm256_setzero_ps(); }
-  static T Load(const float* p) { return _mm256_loadu_ps(p); }
-  static void Store(float* p, T v) { _mm256_storeu_ps(p, v); }
-  static void Stream(float* p, T v) { _mm256_stream_ps(p, v); }
-  static void Fence() { _mm_sfence(); }
-  static T Set1(float x) { return _mm256_set1_ps(x); }
-  static T Fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
-  static T Add(T a, T b) { return _mm256_add_ps(a, b); }
-  // r[0 .. 8) as an 8 x 8 matrix (row i = r[i]), transposed in place.
-  __attribute__((always_inline)) static void Transpose(T* r) {
-    TransposeAvx2(r);
-  }
-  // r[i] = row i of the transpose of the 8 x 8 matrix whose row l is
-  // p[l * stride ..].
-  __attribute__((always_inline)) static void LoadTransposed(const float* p,
-                                                            int64_t stride,
-                                                            T* r) {
-    LoadTransposeAvx2(p, stride, r);
-  }
-};
-
-}  // namespace
-}  // namespace avx2_isa
 
 void GemmAvx2(const canonical::MatMulShape& s, const float* a, const float* b,
               float* c, int64_t chunk, const GemmPacking& packing,

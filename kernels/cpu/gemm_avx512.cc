@@ -51,14 +51,16 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
   using avx512_isa::Avx512Vec;
   // A product at most 8 columns wide (a convolution with 8 or fewer output
   // channels, or input channels for grad_input: the channels are the
-  // micro-kernel's lanes) on the AVX2 path's 12 x 8 tiles: a 16-lane tile
-  // would multiply-add at least half its lanes for nothing. Where a 512-bit
-  // fma costs two 256-bit ones (Zen 4) the 8-lane tiles do twice the useful
-  // work per cycle, and where it costs one they do as much (docs/
-  // benchmarks.md, "Eight channels on 8-lane tiles"). Same terms, same
-  // order, so the same bits.
+  // micro-kernel's lanes) on 12 x 8 tiles of 256-bit vectors: a 16-lane
+  // tile would multiply-add at least half its lanes for nothing. Where a
+  // 512-bit fma costs two 256-bit ones (Zen 4) the 8-lane tiles do twice
+  // the useful work per cycle, and where it costs one they do as much
+  // (docs/benchmarks.md, "... eight channels on 8-lane tiles, eight rows on
+  // 8-row tiles"). Every tile shape gives each output the same terms in
+  // the same order, so the same bits.
   if (s.cols <= 8) {
-    GemmAvx2(s, a, b, c, chunk, packing, pool);
+    avx512_isa::GemmDriver<avx512_isa::Avx2Vec, 12, 1>::Run(s, a, b, c, chunk,
+                                                            packing, pool);
     return;
   }
   // A product at most one vector wide (a convolution with 9 - 16 output
@@ -67,6 +69,14 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
   if (s.cols <= Avx512Vec::kWidth) {
     avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 12, 1>::Run(s, a, b, c, chunk,
                                                               packing, pool);
+    return;
+  }
+  // Eight rows or fewer (a 1 x 1 convolution's packed product into few
+  // channels, a small batch's dense layer) on 8 x 48 tiles: 12-row ones
+  // would multiply-add a third of theirs or more for nothing.
+  if (s.rows <= 8) {
+    avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 8, 3>::Run(s, a, b, c, chunk,
+                                                             packing, pool);
     return;
   }
   avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 12, 2>::Run(s, a, b, c, chunk,

@@ -27,6 +27,12 @@
 #include "kernels/ops/dense.h"
 #include "kernels/spatial/conv2d.h"
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+#include "kernels/cpu/x86_transpose.h"
+#endif
+
 namespace lockstep::kernels::cpu_internal::LS_GEMM_ISA_NS {
 
 // 64-byte aligned scratch floats, reused between calls (scratch.h).
@@ -37,6 +43,35 @@ void For(ThreadPool* pool, int64_t n, F& f) {
   ParallelForRaw(
       pool, n, [](void* ctx, int64_t i) { (*static_cast<F*>(ctx))(i); }, &f);
 }
+
+#if defined(__AVX2__) && defined(__FMA__)
+// 8 float lanes: the AVX2 path's vector, and the AVX-512 path's for
+// products at most 8 columns wide (there, built with AVX-512VL, an fma
+// takes its A operand as an embedded broadcast from memory).
+struct Avx2Vec {
+  using T = __m256;
+  static constexpr int kWidth = 8;
+  static T Zero() { return _mm256_setzero_ps(); }
+  static T Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static void Stream(float* p, T v) { _mm256_stream_ps(p, v); }
+  static void Fence() { _mm_sfence(); }
+  static T Set1(float x) { return _mm256_set1_ps(x); }
+  static T Fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T Add(T a, T b) { return _mm256_add_ps(a, b); }
+  // r[0 .. 8) as an 8 x 8 matrix (row i = r[i]), transposed in place.
+  __attribute__((always_inline)) static void Transpose(T* r) {
+    TransposeAvx2(r);
+  }
+  // r[i] = row i of the transpose of the 8 x 8 matrix whose row l is
+  // p[l * stride ..].
+  __attribute__((always_inline)) static void LoadTransposed(const float* p,
+                                                            int64_t stride,
+                                                            T* r) {
+    LoadTransposeAvx2(p, stride, r);
+  }
+};
+#endif
 
 template <class V, int MR, int NV>
 class GemmDriver {

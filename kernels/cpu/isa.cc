@@ -56,6 +56,7 @@ bool CpuIsaSupported(CpuIsa isa) {
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case CpuIsa::kAvx512:
       return __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }
   return false;

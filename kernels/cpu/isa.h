@@ -26,7 +26,7 @@ namespace lockstep::kernels {
 enum class CpuIsa : int {
   kScalar = 0,  // portable C++, std::fma
   kAvx2 = 1,    // AVX2 + FMA3, 256-bit
-  kAvx512 = 2,  // AVX-512F, 512-bit
+  kAvx512 = 2,  // AVX-512F + VL (and AVX2 + FMA3), 512-bit
 };
 
 // "scalar", "avx2", "avx512".
