@@ -270,6 +270,13 @@ class GemmDriver {
                   packing.a_rows[std::min<int64_t>(t * MR + r, m - 1)];
             }
           }
+          bool a_rows_unit = false;
+          if (a_indirect) {
+            a_rows_unit = true;
+            for (int r = 1; r < MR; ++r) {
+              a_rows_unit &= a_tile_rows[r] == a_tile_rows[0] + r;
+            }
+          }
           float* st = has_state ? slots(t, p) : nullptr;
           if (!tree) {
             if (slab == 0) {
@@ -282,7 +289,11 @@ class GemmDriver {
             const int64_t off = block_begin(blk) - begin;
             const int64_t count = block_begin(blk + 1) - block_begin(blk);
             if (tree) Zero(acc);
-            if (a_indirect) {
+            if (a_indirect && a_rows_unit) {
+              ChainIndirectUnit(a_tile_rows[0],
+                                packing.a_offsets + block_begin(blk),
+                                b_slab_p + off * kNR, count, acc);
+            } else if (a_indirect) {
               ChainIndirect(a_tile_rows, packing.a_offsets + block_begin(blk),
                             b_slab_p + off * kNR, count, acc);
             } else {
@@ -712,6 +723,27 @@ class GemmDriver {
         for (int v = 0; v < NV; ++v) acc[r][v] = V::Fma(av, bv[v], acc[r][v]);
       }
       ap += MR;
+      bp += kNR;
+    }
+  }
+
+  // Chain with A(r, p) = row0[offsets[p] + r]: rows one float apart (a
+  // tile of adjacent output pixels of a stride-1 convolution), every A
+  // load one base register and a constant displacement.
+  static inline void ChainIndirectUnit(const float* row0,
+                                       const int64_t* offsets, const float* bp,
+                                       int64_t count, T (&acc)[MR][NV]) {
+    for (int64_t p = 0; p < count; ++p) {
+      const float* ap = row0 + offsets[p];
+      T bv[NV];
+#pragma GCC unroll 32
+      for (int v = 0; v < NV; ++v) bv[v] = V::Load(bp + v * kW);
+#pragma GCC unroll 32
+      for (int r = 0; r < MR; ++r) {
+        const T av = V::Set1(ap[r]);
+#pragma GCC unroll 32
+        for (int v = 0; v < NV; ++v) acc[r][v] = V::Fma(av, bv[v], acc[r][v]);
+      }
       bp += kNR;
     }
   }
