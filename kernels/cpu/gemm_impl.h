@@ -289,15 +289,29 @@ class GemmDriver {
             const int64_t off = block_begin(blk) - begin;
             const int64_t count = block_begin(blk + 1) - block_begin(blk);
             if (tree) Zero(acc);
-            if (a_indirect && a_rows_unit) {
-              ChainIndirectUnit(a_tile_rows[0],
-                                packing.a_offsets + block_begin(blk),
-                                b_slab_p + off * kNR, count, acc);
-            } else if (a_indirect) {
-              ChainIndirect(a_tile_rows, packing.a_offsets + block_begin(blk),
-                            b_slab_p + off * kNR, count, acc);
+            const float* b_blk = b_slab_p + off * kNR;
+            if (a_indirect) {
+              const int64_t* offsets = packing.a_offsets + block_begin(blk);
+              if (a_rows_unit) {
+                // Rows one float apart (adjacent output pixels of a
+                // stride-1 convolution): every A load one base register and
+                // a constant displacement, where the row starts would take
+                // more general registers than are free.
+                const float* row0 = a_tile_rows[0];
+                Chain([row0, offsets](int64_t q,
+                                      int r) { return row0[offsets[q] + r]; },
+                      b_blk, count, acc);
+              } else {
+                Chain(
+                    [&a_tile_rows, offsets](int64_t q, int r) {
+                      return a_tile_rows[r][offsets[q]];
+                    },
+                    b_blk, count, acc);
+              }
             } else {
-              Chain(a_slab_t + off * MR, b_slab_p + off * kNR, count, acc);
+              const float* a_blk = a_slab_t + off * MR;
+              Chain([a_blk](int64_t q, int r) { return a_blk[q * MR + r]; },
+                    b_blk, count, acc);
             }
             if (tree) PushPartial(st, blk, acc);
           }
@@ -709,57 +723,20 @@ class GemmDriver {
   }
 
   // acc = acc continued by a sequential fma chain over count steps, per
-  // lane.
-  static inline void Chain(const float* ap, const float* bp, int64_t count,
-                           T (&acc)[MR][NV]) {
+  // lane, with A(r, p) = a(p, r): a packed panel, or an indirect A read in
+  // place (GemmPacking::a_base) through its row starts and step offsets.
+  template <class AFn>
+  __attribute__((always_inline)) static inline void Chain(const AFn& a,
+                                                          const float* bp,
+                                                          int64_t count,
+                                                          T (&acc)[MR][NV]) {
     for (int64_t p = 0; p < count; ++p) {
       T bv[NV];
 #pragma GCC unroll 32
       for (int v = 0; v < NV; ++v) bv[v] = V::Load(bp + v * kW);
 #pragma GCC unroll 32
       for (int r = 0; r < MR; ++r) {
-        const T av = V::Set1(ap[r]);
-#pragma GCC unroll 32
-        for (int v = 0; v < NV; ++v) acc[r][v] = V::Fma(av, bv[v], acc[r][v]);
-      }
-      ap += MR;
-      bp += kNR;
-    }
-  }
-
-  // Chain with A(r, p) = row0[offsets[p] + r]: rows one float apart (a
-  // tile of adjacent output pixels of a stride-1 convolution), every A
-  // load one base register and a constant displacement.
-  static inline void ChainIndirectUnit(const float* row0,
-                                       const int64_t* offsets, const float* bp,
-                                       int64_t count, T (&acc)[MR][NV]) {
-    for (int64_t p = 0; p < count; ++p) {
-      const float* ap = row0 + offsets[p];
-      T bv[NV];
-#pragma GCC unroll 32
-      for (int v = 0; v < NV; ++v) bv[v] = V::Load(bp + v * kW);
-#pragma GCC unroll 32
-      for (int r = 0; r < MR; ++r) {
-        const T av = V::Set1(ap[r]);
-#pragma GCC unroll 32
-        for (int v = 0; v < NV; ++v) acc[r][v] = V::Fma(av, bv[v], acc[r][v]);
-      }
-      bp += kNR;
-    }
-  }
-
-  // Chain with A(r, p) = rows[r][offsets[p]].
-  static inline void ChainIndirect(const float* const (&rows)[MR],
-                                   const int64_t* offsets, const float* bp,
-                                   int64_t count, T (&acc)[MR][NV]) {
-    for (int64_t p = 0; p < count; ++p) {
-      const int64_t off = offsets[p];
-      T bv[NV];
-#pragma GCC unroll 32
-      for (int v = 0; v < NV; ++v) bv[v] = V::Load(bp + v * kW);
-#pragma GCC unroll 32
-      for (int r = 0; r < MR; ++r) {
-        const T av = V::Set1(rows[r][off]);
+        const T av = V::Set1(a(p, r));
 #pragma GCC unroll 32
         for (int v = 0; v < NV; ++v) acc[r][v] = V::Fma(av, bv[v], acc[r][v]);
       }
