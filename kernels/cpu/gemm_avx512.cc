@@ -79,6 +79,23 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
                                                              packing, pool);
     return;
   }
+  // Otherwise 8 x 32 tiles where 12 x 32 ones would pad the rows by 2.5 %
+  // or more beyond them (64 rows: 8 tiles of 8 against 6 of 12, the last a
+  // third full): the rows of a 1 x 1 convolution's grad_weight (its input
+  // channels, 16 - 256), an attention head's 256-token products, a
+  // 16-channel convolution's GEMM. On full rows both tiles run at the fma
+  // bound (a 2048^3 product at the same speed within noise on the AMD EPYC
+  // host), and where a product's rows are thousands of pixels or tokens
+  // the last tile's padding is noise, so those keep the 12-row tiles. On
+  // the host the 1 x 1 stride-2 64 -> 128 grad_weight rose from 77 to 92
+  // GFLOP/s (docs/benchmarks.md, "... 8-row tiles where 12-row ones pad").
+  const int64_t pad12 = (s.rows + 11) / 12 * 12;
+  const int64_t pad8 = (s.rows + 7) / 8 * 8;
+  if ((pad12 - pad8) * 40 >= pad12) {
+    avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 8, 2>::Run(s, a, b, c, chunk,
+                                                             packing, pool);
+    return;
+  }
   avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 12, 2>::Run(s, a, b, c, chunk,
                                                             packing, pool);
 }

@@ -220,14 +220,24 @@ struct RowMajorOperands {
 TEST_F(GemmTest, SuperBlocksAndPackedKBlocksKeepTheBits) {
   for (CpuIsa isa : SupportedCpuIsas()) {
     // The micro-kernel tile of each ISA (gemm_scalar.cc, gemm_avx2.cc,
-    // gemm_avx512.cc): MR rows x NR columns.
+    // gemm_avx512.cc): MR rows x NR columns. AVX-512 runs 780 rows (65
+    // tiles of 12) on 12 x 32 tiles, and 256 rows (which 12-row tiles would
+    // pad by 8) on 8 x 32 ones: several column super-blocks, and several
+    // row super-blocks of 12-row tiles (8-row tiles are only chosen for
+    // products too short to form two); 5 rows on 8 x 48 tiles, 17 panels.
     const int64_t mr = isa == CpuIsa::kAvx512 ? 12
                        : isa == CpuIsa::kAvx2 ? 6
                                               : 4;
     const int64_t nr = isa == CpuIsa::kAvx512 ? 32 : 16;
     const int64_t big_m = 64 * mr + mr + 1, big_n = 16 * nr + nr + 3;
-    for (const Dims& dims : {Dims{big_m, 300, big_n}, Dims{big_m, 1100, 20},
-                             Dims{5, 1100, big_n}}) {
+    std::vector<Dims> shapes = {Dims{big_m, 300, big_n}, Dims{big_m, 1100, 20},
+                                Dims{5, 1100, big_n}};
+    if (isa == CpuIsa::kAvx512) {
+      shapes = {Dims{780, 300, big_n}, Dims{256, 300, big_n},
+                Dims{780, 1100, 20}, Dims{256, 1100, 20},
+                Dims{5, 1100, 16 * 48 + 51}};
+    }
+    for (const Dims& dims : shapes) {
       const int64_t m = dims.m, k = dims.k, n = dims.n;
       const std::vector<float> a = RandomFloats(m * k, 11);
       const std::vector<float> b = RandomFloats(k * n, 12);
