@@ -2,10 +2,7 @@
 #include "kernels/cpu/gemm.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-
-#include "kernels/cpu/x86_transpose.h"
-
+// gemm_impl.h brings the intrinsics and the 8-lane vector type (Avx2Vec).
 #define LS_GEMM_ISA_NS avx2_isa
 #include "kernels/cpu/gemm_impl.h"
 
