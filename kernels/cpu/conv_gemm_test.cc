@@ -162,7 +162,8 @@ std::vector<float> ChainGradWeight(const sp::Conv2dShape& s, const float* x,
 
 // ResNet-like geometries, scaled down, plus the edge cases. Micro-kernel
 // panels are 4 (scalar), 16 (AVX2) and 32 (AVX-512) columns wide with 4, 6
-// and 12 rows: output pixel counts and channel counts straddle them.
+// and 8 or 12 rows (8 for the indirect products): output pixel counts and
+// channel counts straddle them.
 const Case kCases[] = {
     // label, n, c_in, h, w, c_out, k, stride, pads t b l r, dil, groups
     {"3x3 s1 p1", 2, 3, 8, 8, 16, 3, 1, 1, 1, 1, 1, 1, 1},
@@ -210,7 +211,8 @@ const Case kCases[] = {
     {"indirect groups 2", 2, 64, 5, 5, 66, 3, 1, 1, 1, 1, 1, 1, 2},
     {"indirect 1x1 s2", 3, 40, 7, 7, 48, 1, 2, 0, 0, 0, 0, 1, 1},
     {"indirect s3 dilated", 1, 32, 11, 10, 70, 3, 3, 2, 1, 1, 2, 2, 1},
-    // More output pixels than one GEMM super-block of rows (768 on AVX-512),
+    // More output pixels than one GEMM super-block of rows (512 on AVX-512,
+    // 64 tiles of 8 rows),
     // and a grad_weight reduction over two slabs (1,620 steps).
     {"indirect many pixels", 5, 32, 16, 16, 33, 1, 1, 1, 1, 1, 1, 1, 1},
     // 32 x 32 planes (4 KiB apart) and reductions of two chunks: the GEMM

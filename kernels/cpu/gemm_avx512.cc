@@ -63,12 +63,31 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
                                                             packing, pool);
     return;
   }
+  // An indirect product (a convolution's input read in place, its rows
+  // output pixels, input pixels or taps) on 8-row tiles. Each reduction
+  // step loads one A value per row through the tile's row starts: 8 of
+  // them stay in general registers, 12 do not (the compiler keeps some in
+  // vector registers or on the stack and moves one back every step) unless
+  // the rows are adjacent floats (the one-base-register case of
+  // GemmDriver), which 12-row tiles are not where they cross the end of an
+  // output row of 16 or 32 pixels. And a 1 x 1 grad_weight's rows (its
+  // input channels, 16 - 256) pad less. On the AMD EPYC host the 1 x 1
+  // stride-2 64 -> 128 grad_weight rose from 77 to 92 GFLOP/s, the
+  // 16-channel 3 x 3 grad_weight from 87 to 94, the 3 x 3 stride-2 8 -> 16
+  // forward from 65 to 69 (docs/benchmarks.md, "... 8-row tiles where
+  // 12-row ones pad, and for indirect products").
+  const bool indirect = packing.a_base != nullptr;
   // A product at most one vector wide (a convolution with 9 - 16 output
-  // channels, or input channels for grad_input) on 12 x 16 tiles:
-  // 12 x 32 ones would leave half their lanes or more empty.
+  // channels, or input channels for grad_input) on 12 x 16 or 8 x 16
+  // tiles: 12 x 32 ones would leave half their lanes or more empty.
   if (s.cols <= Avx512Vec::kWidth) {
-    avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 12, 1>::Run(s, a, b, c, chunk,
-                                                              packing, pool);
+    if (indirect) {
+      avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 8, 1>::Run(
+          s, a, b, c, chunk, packing, pool);
+    } else {
+      avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 12, 1>::Run(
+          s, a, b, c, chunk, packing, pool);
+    }
     return;
   }
   // Eight rows or fewer (a 1 x 1 convolution's packed product into few
@@ -79,19 +98,18 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
                                                              packing, pool);
     return;
   }
-  // Otherwise 8 x 32 tiles where 12 x 32 ones would pad the rows by 2.5 %
-  // or more beyond them (64 rows: 8 tiles of 8 against 6 of 12, the last a
-  // third full): the rows of a 1 x 1 convolution's grad_weight (its input
-  // channels, 16 - 256), an attention head's 256-token products, a
-  // 16-channel convolution's GEMM. On full rows both tiles run at the fma
-  // bound (a 2048^3 product at the same speed within noise on the AMD EPYC
-  // host), and where a product's rows are thousands of pixels or tokens
-  // the last tile's padding is noise, so those keep the 12-row tiles. On
-  // the host the 1 x 1 stride-2 64 -> 128 grad_weight rose from 77 to 92
-  // GFLOP/s (docs/benchmarks.md, "... 8-row tiles where 12-row ones pad").
+  // Otherwise 8 x 32 tiles for an indirect product (above), and where
+  // 12 x 32 ones would pad the rows by 2.5 % or more beyond them (64 rows:
+  // 8 tiles of 8 against 6 of 12, the last a third full): a stem's
+  // packed forward into 64 channels, an attention head's 256-token
+  // products, a 16-channel convolution's GEMM. On full rows both tiles run
+  // at the fma bound (a 2048^3 product at the same speed within noise on
+  // the AMD EPYC host), and where a product's rows are thousands of pixels
+  // or tokens the last tile's padding is noise, so those keep the 12-row
+  // tiles.
   const int64_t pad12 = (s.rows + 11) / 12 * 12;
   const int64_t pad8 = (s.rows + 7) / 8 * 8;
-  if ((pad12 - pad8) * 40 >= pad12) {
+  if (indirect || (pad12 - pad8) * 40 >= pad12) {
     avx512_isa::GemmDriver<avx512_isa::Avx512Vec, 8, 2>::Run(s, a, b, c, chunk,
                                                              packing, pool);
     return;

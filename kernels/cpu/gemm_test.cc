@@ -223,8 +223,9 @@ TEST_F(GemmTest, SuperBlocksAndPackedKBlocksKeepTheBits) {
     // gemm_avx512.cc): MR rows x NR columns. AVX-512 runs 780 rows (65
     // tiles of 12) on 12 x 32 tiles, and 256 rows (which 12-row tiles would
     // pad by 8) on 8 x 32 ones: several column super-blocks, and several
-    // row super-blocks of 12-row tiles (8-row tiles are only chosen for
-    // products too short to form two); 5 rows on 8 x 48 tiles, 17 panels.
+    // row super-blocks of 12-row tiles (the padding rule picks 8-row tiles
+    // only for products too short to form two; conv_gemm_test runs indirect
+    // products over several of them); 5 rows on 8 x 48 tiles, 17 panels.
     const int64_t mr = isa == CpuIsa::kAvx512 ? 12
                        : isa == CpuIsa::kAvx2 ? 6
                                               : 4;
