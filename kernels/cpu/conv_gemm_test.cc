@@ -162,8 +162,8 @@ std::vector<float> ChainGradWeight(const sp::Conv2dShape& s, const float* x,
 
 // ResNet-like geometries, scaled down, plus the edge cases. Micro-kernel
 // panels are 4 (scalar), 16 (AVX2) and 32 (AVX-512) columns wide with 4, 6
-// and 8 or 12 rows (8 for the indirect products): output pixel counts and
-// channel counts straddle them.
+// and 8 or 12 rows (8 for the indirect products wider than 8 columns):
+// output pixel counts and channel counts straddle them.
 const Case kCases[] = {
     // label, n, c_in, h, w, c_out, k, stride, pads t b l r, dil, groups
     {"3x3 s1 p1", 2, 3, 8, 8, 16, 3, 1, 1, 1, 1, 1, 1, 1},
