@@ -39,6 +39,7 @@ struct Case {
   const char* label;
   int64_t n, c_in, h, w, c_out, k;  // k x k kernel
   int64_t stride, pad_t, pad_b, pad_l, pad_r, dil, groups;
+  int64_t stride_w = 0;  // > 0: the column stride, `stride` the row one
 };
 
 sp::Conv2dShape Shape(const Case& c) {
@@ -49,7 +50,8 @@ sp::Conv2dShape Shape(const Case& c) {
   s.w = c.w;
   s.c_out = c.c_out;
   s.k_h = s.k_w = c.k;
-  s.stride_h = s.stride_w = c.stride;
+  s.stride_h = c.stride;
+  s.stride_w = c.stride_w > 0 ? c.stride_w : c.stride;
   s.pad_top = c.pad_t;
   s.pad_bottom = c.pad_b;
   s.pad_left = c.pad_l;
@@ -247,6 +249,17 @@ const Case kCases[] = {
     {"1x1 pointwise wide", 2, 8, 4, 5, 300, 1, 1, 0, 0, 0, 0, 1, 1},
     {"1x1 pointwise groups", 3, 12, 5, 5, 18, 1, 1, 0, 0, 0, 0, 1, 3},
     {"1x1 pointwise one row", 9, 20, 1, 3, 17, 1, 1, 0, 0, 0, 0, 1, 1},
+    // 1 x 1, no padding, column stride 2, 16 or more output columns: the
+    // forward runs packed, each run of a row gathered four floats at a time
+    // (EvenColumnsB); odd and even widths (the last run's loads end inside
+    // the row), runs crossing panels and images, reductions past the
+    // 256-term chunk, groups, row strides 3 and 1.
+    {"1x1 s2 even columns", 3, 8, 9, 33, 16, 1, 2, 0, 0, 0, 0, 1, 1},
+    {"1x1 s2 even columns 32px", 2, 5, 6, 32, 7, 1, 2, 0, 0, 0, 0, 1, 1},
+    {"1x1 s2 even columns deep", 2, 300, 4, 34, 9, 1, 2, 0, 0, 0, 0, 1, 1},
+    {"1x1 s2 even columns groups", 2, 12, 5, 31, 18, 1, 2, 0, 0, 0, 0, 1, 3},
+    {"1x1 s3x2 even columns", 2, 6, 13, 36, 10, 1, 3, 0, 0, 0, 0, 1, 1, 2},
+    {"1x1 s1x2 even columns", 2, 7, 3, 40, 33, 1, 1, 0, 0, 0, 0, 1, 1, 2},
 };
 
 // Every case against the spec (CANONICAL) and the single chain
