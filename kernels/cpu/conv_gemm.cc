@@ -666,6 +666,34 @@ struct EvenColumnsB {
   }
 };
 
+// B(k, (image, p)) = b[image * b_image + k * pix + p]: the B of a
+// pointwise convolution's products over several images, each image's
+// block a row-major matrix; copied in runs of an image's row.
+struct ImageBlocksB {
+  const float* b;
+  int64_t b_image, pix;
+
+  static void Pack(const void* ctx, int64_t first, int count, int width,
+                   int64_t p_begin, int64_t p_count, float* dst) {
+    const ImageBlocksB& f = *static_cast<const ImageBlocksB*>(ctx);
+    int64_t image = first / f.pix;
+    int64_t p0 = first % f.pix;
+    for (int v0 = 0; v0 < count;) {
+      const int len =
+          static_cast<int>(std::min<int64_t>(count - v0, f.pix - p0));
+      const float* src = f.b + image * f.b_image + p_begin * f.pix + p0;
+      float* col = dst + v0;
+      for (int64_t i = 0; i < p_count; ++i, src += f.pix, col += width) {
+        CopyRun(col, src, len);
+      }
+      v0 += len;
+      p0 = 0;
+      ++image;
+    }
+    ZeroTail(p_count, count, width, dst);
+  }
+};
+
 // The output pixels of a batch as rows: start = image * image_stride +
 // oh * row_step + ow * col_step.
 void PixelRows(int64_t n, int64_t out_h, int64_t out_w, int64_t image_stride,
@@ -1394,18 +1422,24 @@ bool StridedPointwiseForward(const sp::Conv2dShape& s) {
          sp::Conv2dOutW(s) >= 16;
 }
 
-// The products of a Pointwise convolution as plain GEMMs, one per image
-// and group: C[i][g] = A[g] x B[i][g], A[g] rows x depth at a + g * rows *
-// depth, B[i][g] depth x pix at b + i * b_image + g * depth * pix, C[i][g]
-// rows x pix at c + i * c_image + g * rows * pix, all row-major; images
-// split over the pool as BatchImages splits the packed products. The
-// reduction runs over the channels in order, as the lowered product's
-// depth does, so the bits are those of the packed and indirect paths; but
-// the GEMM packs B with its own packer and writes C's rows straight into
-// their planes, where the packed path's per-tap packer (and the indirect
-// path's transposed write-back) cost up to half the time of a narrow
-// MobileNet-v2 layer (docs/benchmarks.md, "Pointwise convolutions as plain
-// products").
+// The products of a Pointwise convolution as plain GEMMs, per group: C[i][g]
+// = A[g] x B[i][g], A[g] rows x depth at a + g * rows * depth, B[i][g]
+// depth x pix at b + i * b_image + g * depth * pix, C[i][g] rows x pix at c
+// + i * c_image + g * rows * pix, all row-major; images split over the pool
+// as BatchImages splits the packed products, the images of a batch one
+// product whose columns are theirs side by side (B copied in runs of an
+// image's row, ImageBlocksB; each image's columns landing in its own C
+// block), a batch of one image a plain GEMM. The reduction runs over the
+// channels in order, as the lowered product's depth does, so the bits are
+// those of the packed and indirect paths; but B is copied in whole runs and
+// C's rows are written straight into their planes, where the packed path's
+// per-tap packer (and the indirect path's transposed write-back) cost up to
+// half the time of a narrow MobileNet-v2 layer (docs/benchmarks.md,
+// "Pointwise convolutions as plain products"). One product per image
+// padded its last column panel: a 16 x 16 plane is 256 columns, 6 panels
+// of 48 on 8-row AVX-512 tiles, 11 % of them empty; a batch of them pads
+// under 1 % (the 8 -> 48 grad_input 0.87 -> 0.94 - 0.97 of its GEMM;
+// docs/benchmarks.md, "..., pointwise products over several images").
 void PointwiseProducts(int64_t n, int64_t groups, int64_t rows, int64_t depth,
                        int64_t pix, const float* a, const float* b,
                        int64_t b_image, float* c, int64_t c_image,
@@ -1417,6 +1451,23 @@ void PointwiseProducts(int64_t n, int64_t groups, int64_t rows, int64_t depth,
   const c::MatMulShape m = RowMajor(rows, pix, depth);
   auto batch = [&](int64_t bi) {
     const int64_t end = std::min(n, (bi + 1) * nb);
+    if (end - bi * nb > 1) {
+      const int64_t i0 = bi * nb;
+      c::MatMulShape mj = RowMajor(rows, (end - i0) * pix, depth);
+      mj.c_row = pix;
+      for (int64_t g = 0; g < groups; ++g) {
+        const ImageBlocksB f{b + i0 * b_image + g * depth * pix, b_image, pix};
+        GemmPacking packing;
+        packing.pack_b = &ImageBlocksB::Pack;
+        packing.ctx = &f;
+        packing.c_block = pix;
+        packing.c_block_stride = c_image;
+        GemmPacked(mj, a + g * rows * depth, nullptr,
+                   c + i0 * c_image + g * rows * pix, chunk, packing, isa,
+                   inner);
+      }
+      return;
+    }
     for (int64_t i = bi * nb; i < end; ++i) {
       for (int64_t g = 0; g < groups; ++g) {
         Gemm(m, a + g * rows * depth, b + i * b_image + g * depth * pix,
