@@ -1459,6 +1459,7 @@ void PointwiseProducts(int64_t n, int64_t groups, int64_t rows, int64_t depth,
         const ImageBlocksB f{b + i0 * b_image + g * depth * pix, b_image, pix};
         GemmPacking packing;
         packing.pack_b = &ImageBlocksB::Pack;
+        packing.pack_b_like_matrix = true;  // as the GEMM takes a matrix B
         packing.ctx = &f;
         packing.c_block = pix;
         packing.c_block_stride = c_image;
@@ -1519,6 +1520,8 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
                            pix};
       GemmPacking packing;
       packing.pack_b = &EvenColumnsB::Pack;
+      // Gathered once where several row super-blocks read it.
+      packing.pack_b_like_matrix = true;
       packing.ctx = &f;
       packing.c_block = pix;
       packing.c_block_stride = s.c_out * pix;

@@ -260,6 +260,12 @@ const Case kCases[] = {
     {"1x1 s2 even columns groups", 2, 12, 5, 31, 18, 1, 2, 0, 0, 0, 0, 1, 3},
     {"1x1 s3x2 even columns", 2, 6, 13, 36, 10, 1, 3, 0, 0, 0, 0, 1, 1, 2},
     {"1x1 s1x2 even columns", 2, 7, 3, 40, 33, 1, 1, 0, 0, 0, 0, 1, 1, 2},
+    // More than 64 row tiles (768 rows on 12-row tiles): B, copied or
+    // gathered by the packers above, packed whole once for every row
+    // super-block, as a matrix B is.
+    {"1x1 s2 even columns rows > 768", 2, 3, 2, 32, 800, 1, 2, 0, 0, 0, 0, 1,
+     1},
+    {"1x1 pointwise rows > 768", 2, 800, 2, 3, 5, 1, 1, 0, 0, 0, 0, 1, 1},
 };
 
 // Every case against the spec (CANONICAL) and the single chain
