@@ -113,6 +113,30 @@ void ForTapRows(int64_t k_h, int64_t k_w, int64_t p_begin, int64_t p_count,
   }
 }
 
+// The columns [first, first + count) of a lowered matrix whose columns are
+// (image, row, col), `rows` x `cols` per image, in runs along one row of
+// one image: run(v0, len, image, row, col0) for columns first + v0 ..
+// first + v0 + len - 1, in order.
+template <class F>
+void ForColumnRuns(int64_t first, int count, int64_t rows, int64_t cols,
+                   F&& run) {
+  const int64_t per_image = rows * cols;
+  int64_t image = first / per_image;
+  int64_t row = first % per_image / cols;
+  int64_t col0 = first % cols;
+  for (int v0 = 0; v0 < count;) {
+    const int len =
+        static_cast<int>(std::min<int64_t>(count - v0, cols - col0));
+    run(v0, len, image, row, col0);
+    v0 += len;
+    col0 = 0;
+    if (++row == rows) {
+      row = 0;
+      ++image;
+    }
+  }
+}
+
 // Forward, B = im2col(x) of one group for images n0 .. n0 + count - 1:
 // rows (cl, kh, kw), columns (image, oh, ow).
 struct ForwardB {
@@ -125,46 +149,41 @@ struct ForwardB {
                    int64_t p_begin, int64_t p_count, float* dst) {
     const ForwardB& f = *static_cast<const ForwardB*>(ctx);
     const sp::Conv2dShape& s = *f.s;
-    const int64_t pix = f.out_h * f.out_w;
     const int64_t plane_size = s.h * s.w;
     // Runs of columns on one output row of one image.
-    for (int v0 = 0; v0 < count;) {
-      const int64_t j = first + v0;
-      const int64_t image = j / pix;
-      const int64_t oh = j % pix / f.out_w;
-      const int64_t ow0 = j % pix % f.out_w;
-      const int len =
-          static_cast<int>(std::min<int64_t>(count - v0, f.out_w - ow0));
-      const float* image_x = f.x + image * s.c_in * plane_size;
-      ForTapRows(s.k_h, s.k_w, p_begin, p_count,
-                 [&](int64_t i, int64_t cl, int64_t kh, int64_t kw) {
-                   float* col = dst + i * width + v0;
-                   const int64_t ih =
-                       oh * s.stride_h + kh * s.dilation_h - s.pad_top;
-                   if (ih < 0 || ih >= s.h) {
-                     ZeroRun(col, len);
-                     return;
-                   }
-                   const float* src = image_x + cl * plane_size + ih * s.w;
-                   const int64_t off = kw * s.dilation_w - s.pad_left;
-                   // Taps t with ow0 + t in [lo, hi) lie inside the row.
-                   const int64_t lo =
-                       std::clamp<int64_t>(f.ow_range->lo[kw] - ow0, 0, len);
-                   const int64_t hi =
-                       std::clamp<int64_t>(f.ow_range->hi[kw] - ow0, lo, len);
-                   for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
-                   const int64_t base = ow0 * s.stride_w + off;  // tap t = 0
-                   if (s.stride_w == 1) {
-                     CopyRun(col + lo, src + base + lo, hi - lo);
-                   } else {
-                     for (int64_t t = lo; t < hi; ++t) {
-                       col[t] = src[base + t * s.stride_w];
-                     }
-                   }
-                   for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
-                 });
-      v0 += len;
-    }
+    ForColumnRuns(
+        first, count, f.out_h, f.out_w,
+        [&](int v0, int len, int64_t image, int64_t oh, int64_t ow0) {
+          const float* image_x = f.x + image * s.c_in * plane_size;
+          ForTapRows(
+              s.k_h, s.k_w, p_begin, p_count,
+              [&](int64_t i, int64_t cl, int64_t kh, int64_t kw) {
+                float* col = dst + i * width + v0;
+                const int64_t ih =
+                    oh * s.stride_h + kh * s.dilation_h - s.pad_top;
+                if (ih < 0 || ih >= s.h) {
+                  ZeroRun(col, len);
+                  return;
+                }
+                const float* src = image_x + cl * plane_size + ih * s.w;
+                const int64_t off = kw * s.dilation_w - s.pad_left;
+                // Taps t with ow0 + t in [lo, hi) lie inside the row.
+                const int64_t lo =
+                    std::clamp<int64_t>(f.ow_range->lo[kw] - ow0, 0, len);
+                const int64_t hi =
+                    std::clamp<int64_t>(f.ow_range->hi[kw] - ow0, lo, len);
+                for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
+                const int64_t base = ow0 * s.stride_w + off;  // tap t = 0
+                if (s.stride_w == 1) {
+                  CopyRun(col + lo, src + base + lo, hi - lo);
+                } else {
+                  for (int64_t t = lo; t < hi; ++t) {
+                    col[t] = src[base + t * s.stride_w];
+                  }
+                }
+                for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
+              });
+        });
     ZeroTail(p_count, count, width, dst);
   }
 };
@@ -183,44 +202,38 @@ struct GradInputB {
                    int64_t p_begin, int64_t p_count, float* dst) {
     const GradInputB& f = *static_cast<const GradInputB*>(ctx);
     const sp::Conv2dShape& s = *f.s;
-    const int64_t hw = s.h * s.w;
     const int64_t pix = f.out_h * f.out_w;
-    for (int v0 = 0; v0 < count;) {
-      const int64_t j = first + v0;
-      const int64_t image = j / hw;
-      const int64_t ih = j % hw / s.w;
-      const int64_t iw0 = j % hw % s.w;
-      const int len =
-          static_cast<int>(std::min<int64_t>(count - v0, s.w - iw0));
-      const float* image_dy = f.dy + image * s.c_out * pix;
-      ForTapRows(s.k_h, s.k_w, p_begin, p_count,
-                 [&](int64_t i, int64_t jc, int64_t kh, int64_t kw) {
-                   float* col = dst + i * width + v0;
-                   const int64_t oh = f.oh_of[kh * s.h + ih];
-                   if (oh < 0) {
-                     ZeroRun(col, len);
-                     return;
-                   }
-                   const float* src = image_dy + jc * pix + oh * f.out_w;
-                   if (s.stride_w == 1) {
-                     // ow = iw + off: the taps t with 0 <= iw0 + off + t < OW.
-                     const int64_t off = s.pad_left - kw * s.dilation_w;
-                     const int64_t lo =
-                         std::clamp<int64_t>(-(iw0 + off), 0, len);
-                     const int64_t hi =
-                         std::clamp<int64_t>(f.out_w - (iw0 + off), lo, len);
-                     for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
-                     CopyRun(col + lo, src + iw0 + off + lo, hi - lo);
-                     for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
-                     return;
-                   }
-                   const int64_t* ow = f.ow_of + kw * s.w + iw0;
-                   for (int t = 0; t < len; ++t) {
-                     col[t] = ow[t] >= 0 ? src[ow[t]] : 0.0f;
-                   }
-                 });
-      v0 += len;
-    }
+    ForColumnRuns(first, count, s.h, s.w,
+                  [&](int v0, int len, int64_t image, int64_t ih, int64_t iw0) {
+                    const float* image_dy = f.dy + image * s.c_out * pix;
+                    ForTapRows(
+                        s.k_h, s.k_w, p_begin, p_count,
+                        [&](int64_t i, int64_t jc, int64_t kh, int64_t kw) {
+                          float* col = dst + i * width + v0;
+                          const int64_t oh = f.oh_of[kh * s.h + ih];
+                          if (oh < 0) {
+                            ZeroRun(col, len);
+                            return;
+                          }
+                          const float* src = image_dy + jc * pix + oh * f.out_w;
+                          if (s.stride_w == 1) {
+                            // ow = iw + off: taps t with 0 <= iw0+off+t < OW.
+                            const int64_t off = s.pad_left - kw * s.dilation_w;
+                            const int64_t lo =
+                                std::clamp<int64_t>(-(iw0 + off), 0, len);
+                            const int64_t hi = std::clamp<int64_t>(
+                                f.out_w - (iw0 + off), lo, len);
+                            for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
+                            CopyRun(col + lo, src + iw0 + off + lo, hi - lo);
+                            for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
+                            return;
+                          }
+                          const int64_t* ow = f.ow_of + kw * s.w + iw0;
+                          for (int t = 0; t < len; ++t) {
+                            col[t] = ow[t] >= 0 ? src[ow[t]] : 0.0f;
+                          }
+                        });
+                  });
     ZeroTail(p_count, count, width, dst);
   }
 };
@@ -640,28 +653,16 @@ struct EvenColumnsB {
   static void Pack(const void* ctx, int64_t first, int count, int width,
                    int64_t p_begin, int64_t p_count, float* dst) {
     const EvenColumnsB& f = *static_cast<const EvenColumnsB*>(ctx);
-    const int64_t out_h = f.pix / f.out_w;
-    // Column first's image, output row and column, then stepped run by
-    // run.
-    int64_t image = first / f.pix;
-    int64_t oh = first % f.pix / f.out_w;
-    int64_t ow0 = first % f.pix % f.out_w;
-    for (int v0 = 0; v0 < count;) {
-      const int len =
-          static_cast<int>(std::min<int64_t>(count - v0, f.out_w - ow0));
-      const float* src = f.x + image * f.image_floats + oh * f.row_step +
-                         2 * ow0 + p_begin * f.plane;
-      float* col = dst + v0;
-      for (int64_t i = 0; i < p_count; ++i, src += f.plane, col += width) {
-        GatherEven(src, f.w - 2 * ow0, col, len);
-      }
-      v0 += len;
-      ow0 = 0;
-      if (++oh == out_h) {
-        oh = 0;
-        ++image;
-      }
-    }
+    ForColumnRuns(
+        first, count, f.pix / f.out_w, f.out_w,
+        [&](int v0, int len, int64_t image, int64_t oh, int64_t ow0) {
+          const float* src = f.x + image * f.image_floats + oh * f.row_step +
+                             2 * ow0 + p_begin * f.plane;
+          float* col = dst + v0;
+          for (int64_t i = 0; i < p_count; ++i, src += f.plane, col += width) {
+            GatherEven(src, f.w - 2 * ow0, col, len);
+          }
+        });
     ZeroTail(p_count, count, width, dst);
   }
 };
@@ -676,20 +677,15 @@ struct ImageBlocksB {
   static void Pack(const void* ctx, int64_t first, int count, int width,
                    int64_t p_begin, int64_t p_count, float* dst) {
     const ImageBlocksB& f = *static_cast<const ImageBlocksB*>(ctx);
-    int64_t image = first / f.pix;
-    int64_t p0 = first % f.pix;
-    for (int v0 = 0; v0 < count;) {
-      const int len =
-          static_cast<int>(std::min<int64_t>(count - v0, f.pix - p0));
-      const float* src = f.b + image * f.b_image + p_begin * f.pix + p0;
-      float* col = dst + v0;
-      for (int64_t i = 0; i < p_count; ++i, src += f.pix, col += width) {
-        CopyRun(col, src, len);
-      }
-      v0 += len;
-      p0 = 0;
-      ++image;
-    }
+    ForColumnRuns(
+        first, count, 1, f.pix,
+        [&](int v0, int len, int64_t image, int64_t, int64_t p0) {
+          const float* src = f.b + image * f.b_image + p_begin * f.pix + p0;
+          float* col = dst + v0;
+          for (int64_t i = 0; i < p_count; ++i, src += f.pix, col += width) {
+            CopyRun(col, src, len);
+          }
+        });
     ZeroTail(p_count, count, width, dst);
   }
 };
