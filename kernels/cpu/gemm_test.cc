@@ -226,17 +226,18 @@ TEST_F(GemmTest, SuperBlocksAndPackedKBlocksKeepTheBits) {
     // row super-blocks of 12-row tiles (the padding rule picks 8-row tiles
     // only for products too short to form two; conv_gemm_test runs indirect
     // products over several of them); 5 rows on 8 x 48 tiles, 17 panels.
-    const int64_t mr = isa == CpuIsa::kAvx512 ? 12
-                       : isa == CpuIsa::kAvx2 ? 6
-                                              : 4;
     const int64_t nr = isa == CpuIsa::kAvx512 ? 32 : 16;
-    const int64_t big_m = 64 * mr + mr + 1, big_n = 16 * nr + nr + 3;
-    std::vector<Dims> shapes = {Dims{big_m, 300, big_n}, Dims{big_m, 1100, 20},
-                                Dims{5, 1100, big_n}};
+    const int64_t big_n = 16 * nr + nr + 3;
+    std::vector<Dims> shapes;
     if (isa == CpuIsa::kAvx512) {
       shapes = {Dims{780, 300, big_n}, Dims{256, 300, big_n},
                 Dims{780, 1100, 20}, Dims{256, 1100, 20},
                 Dims{5, 1100, 16 * 48 + 51}};
+    } else {
+      const int64_t mr = isa == CpuIsa::kAvx2 ? 6 : 4;
+      const int64_t big_m = 64 * mr + mr + 1;
+      shapes = {Dims{big_m, 300, big_n}, Dims{big_m, 1100, 20},
+                Dims{5, 1100, big_n}};
     }
     for (const Dims& dims : shapes) {
       const int64_t m = dims.m, k = dims.k, n = dims.n;
