@@ -46,8 +46,15 @@ bool CpuSupports(bool avx512) {
                               __builtin_cpu_supports("avx512dq") != 0
                         : __builtin_cpu_supports("avx2") != 0);
 }
+// AMD's cores read with non-temporal loads faster (leaf_kernels.h,
+// Avx512StreamLeafKernels).
+bool PreferStreamLoads() {
+  __builtin_cpu_init();
+  return __builtin_cpu_is("amd") != 0;
+}
 #else
 bool CpuSupports(bool /*avx512*/) { return false; }
+bool PreferStreamLoads() { return false; }
 #endif
 
 const LeafKernels* Avx2IfUsable() {
@@ -56,9 +63,10 @@ const LeafKernels* Avx2IfUsable() {
   return (k != nullptr && cpu) ? k : nullptr;
 }
 
-const LeafKernels* Avx512IfUsable() {
+const LeafKernels* Avx512IfUsable(bool stream = false) {
   static const bool cpu = CpuSupports(/*avx512=*/true);
-  const LeafKernels* k = internal::Avx512LeafKernels();
+  const LeafKernels* k = stream ? internal::Avx512StreamLeafKernels()
+                                : internal::Avx512LeafKernels();
   return (k != nullptr && cpu) ? k : nullptr;
 }
 
@@ -66,7 +74,9 @@ absl::StatusOr<const LeafKernels*> KernelsFor(HashIsa isa) {
   switch (isa) {
     case HashIsa::kAuto: {
       static const LeafKernels* const kAuto = [] {
-        if (const LeafKernels* k = Avx512IfUsable()) return k;
+        if (const LeafKernels* k = Avx512IfUsable(PreferStreamLoads())) {
+          return k;
+        }
         if (const LeafKernels* k = Avx2IfUsable()) return k;
         return &internal::BaselineLeafKernels();
       }();
@@ -85,14 +95,16 @@ absl::StatusOr<const LeafKernels*> KernelsFor(HashIsa isa) {
       }
       return k;
     }
-    case HashIsa::kAvx512: {
-      const LeafKernels* k = Avx512IfUsable();
+    case HashIsa::kAvx512:
+    case HashIsa::kAvx512Stream: {
+      const LeafKernels* k = Avx512IfUsable(isa == HashIsa::kAvx512Stream);
       if (k == nullptr) {
-        return absl::FailedPreconditionError(
+        return absl::FailedPreconditionError(absl::StrFormat(
             internal::Avx512LeafKernels() == nullptr
-                ? "isa: avx512 requested but this build has no AVX-512 kernels"
-                : "isa: avx512 requested but this CPU does not support "
-                  "AVX-512F, AVX-512DQ and FMA");
+                ? "isa: %s requested but this build has no AVX-512 kernels"
+                : "isa: %s requested but this CPU does not support "
+                  "AVX-512F, AVX-512DQ and FMA",
+            IsaName(isa)));
       }
       return k;
     }
@@ -348,6 +360,7 @@ bool IsaAvailable(HashIsa isa) { return KernelsFor(isa).ok(); }
 HashIsa SelectedIsa() {
   const LeafKernels* k = *KernelsFor(HashIsa::kAuto);
   if (k == &internal::BaselineLeafKernels()) return HashIsa::kBaseline;
+  if (k == internal::Avx512StreamLeafKernels()) return HashIsa::kAvx512Stream;
   return k == internal::Avx512LeafKernels() ? HashIsa::kAvx512 : HashIsa::kAvx2;
 }
 
@@ -361,6 +374,8 @@ const char* IsaName(HashIsa isa) {
       return "avx2";
     case HashIsa::kAvx512:
       return "avx512";
+    case HashIsa::kAvx512Stream:
+      return "avx512-stream";
   }
   return "unknown";
 }

@@ -119,16 +119,18 @@ struct TensorStats {
 
 // Which leaf-kernel implementation to run. kAuto (the default everywhere) is
 // the fastest the CPU supports; the others exist so tests and benchmarks can
-// force a path. All give identical results.
-enum class HashIsa { kAuto, kBaseline, kAvx2, kAvx512 };
+// force a path. All give identical results. kAvx512Stream is kAvx512 reading
+// 64-byte-aligned leaves by non-temporal loads; kAuto takes it over kAvx512
+// on AMD CPUs, where it reads leaves from DRAM faster.
+enum class HashIsa { kAuto, kBaseline, kAvx2, kAvx512, kAvx512Stream };
 
 // Whether `isa` can run here (kAuto and kBaseline always can; kAvx2 needs an
-// x86-64 build and a CPU with AVX2 and FMA, kAvx512 one with AVX-512F and
-// FMA).
+// x86-64 build and a CPU with AVX2 and FMA, kAvx512 and kAvx512Stream one
+// with AVX-512F, AVX-512DQ and FMA).
 bool IsaAvailable(HashIsa isa);
 // What kAuto resolves to in this process.
 HashIsa SelectedIsa();
-// "auto", "baseline", "avx2", "avx512".
+// "auto", "baseline", "avx2", "avx512", "avx512-stream".
 const char* IsaName(HashIsa isa);
 
 // Fewest leaves one thread of a parallel fingerprint gets by default:

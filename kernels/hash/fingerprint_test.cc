@@ -30,7 +30,8 @@ using ::lockstep::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr HashIsa kAllIsas[] = {HashIsa::kAuto, HashIsa::kBaseline,
-                                HashIsa::kAvx2, HashIsa::kAvx512};
+                                HashIsa::kAvx2, HashIsa::kAvx512,
+                                HashIsa::kAvx512Stream};
 
 std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -387,8 +388,14 @@ TEST(HashTensorBytesTest, RejectsBadArguments) {
 }
 
 TEST(HashTensorBytesTest, SelectsTheWidestAvailableIsa) {
+  EXPECT_EQ(IsaAvailable(HashIsa::kAvx512Stream),
+            IsaAvailable(HashIsa::kAvx512));
   if (IsaAvailable(HashIsa::kAvx512)) {
-    EXPECT_EQ(SelectedIsa(), HashIsa::kAvx512);
+#if defined(__x86_64__)
+    // Non-temporal loads on AMD CPUs only.
+    EXPECT_EQ(SelectedIsa(), __builtin_cpu_is("amd") ? HashIsa::kAvx512Stream
+                                                     : HashIsa::kAvx512);
+#endif
   } else if (IsaAvailable(HashIsa::kAvx2)) {
     EXPECT_EQ(SelectedIsa(), HashIsa::kAvx2);
   } else {
@@ -402,7 +409,11 @@ TEST(HashTensorBytesTest, UnavailableIsaIsAnError) {
     EXPECT_THAT(
         HashTensorBytes(DtypeCode::kFloat32, {1}, &x, 4, HashIsa::kAvx512),
         StatusIs(absl::StatusCode::kFailedPrecondition,
-                 HasSubstr("isa: avx512")));
+                 HasSubstr("isa: avx512 requested")));
+    EXPECT_THAT(HashTensorBytes(DtypeCode::kFloat32, {1}, &x, 4,
+                                HashIsa::kAvx512Stream),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("isa: avx512-stream requested")));
   }
   if (IsaAvailable(HashIsa::kAvx2)) GTEST_SKIP() << "this CPU has AVX2";
   EXPECT_EQ(SelectedIsa(), HashIsa::kBaseline);
@@ -412,7 +423,8 @@ TEST(HashTensorBytesTest, UnavailableIsaIsAnError) {
 }
 
 TEST(HashTensorBytesTest, VectorPathsAndBaselineAgree) {
-  for (HashIsa isa : {HashIsa::kAvx2, HashIsa::kAvx512}) {
+  for (HashIsa isa :
+       {HashIsa::kAvx2, HashIsa::kAvx512, HashIsa::kAvx512Stream}) {
     if (!IsaAvailable(isa)) continue;
     std::mt19937_64 rng(21);
     for (int i = 0; i < 40; ++i) {

@@ -282,24 +282,29 @@ __attribute__((always_inline)) inline __m512i Scramble(__m512i acc) {
   return _mm512_add_epi64(lo, _mm512_slli_epi64(hi, 32));
 }
 
-// Stripe `j` (0..3) of a row: hashed and, with kStats, summed.
-template <bool kStats>
+// Stripe `j` (0..3) of a row: hashed and, with kStats, summed. With
+// kStream (REQUIRES p 64-byte aligned) the stripe is read by a
+// non-temporal load (vmovntdqa); the statistics' conversions then read the
+// same line again by ordinary loads (in cache no slower than with an
+// ordinary first load, docs/benchmarks.md).
+template <bool kStats, bool kStream>
 __attribute__((always_inline)) inline Accumulators HashStripe(
     Accumulators acc, const uint8_t* p, const uint8_t* secret, int j,
     StatsRegs& st) {
-  const __m512i v = _mm512_loadu_si512(p);
+  const __m512i v = kStream ? _mm512_stream_load_si512(const_cast<uint8_t*>(p))
+                            : _mm512_loadu_si512(p);
   if (kStats) LaneStats(v, p, j, st);
   return AccumulateStripe(acc, v, secret);
 }
 
 // A statistics row: four stripes, secret offsets from `secret` on.
-template <bool kStats>
+template <bool kStats, bool kStream>
 __attribute__((always_inline)) inline Accumulators HashRow(
     Accumulators acc, const uint8_t* p, const uint8_t* secret, StatsRegs& st) {
-  acc = HashStripe<kStats>(acc, p, secret, 0, st);
-  acc = HashStripe<kStats>(acc, p + 64, secret + 8, 1, st);
-  acc = HashStripe<kStats>(acc, p + 128, secret + 16, 2, st);
-  return HashStripe<kStats>(acc, p + 192, secret + 24, 3, st);
+  acc = HashStripe<kStats, kStream>(acc, p, secret, 0, st);
+  acc = HashStripe<kStats, kStream>(acc, p + 64, secret + 8, 1, st);
+  acc = HashStripe<kStats, kStream>(acc, p + 128, secret + 16, 2, st);
+  return HashStripe<kStats, kStream>(acc, p + 192, secret + 24, 3, st);
 }
 
 uint64_t MulFold64(uint64_t a, uint64_t b) {
@@ -331,7 +336,10 @@ uint64_t MergeAccs(__m512i acc_vec, size_t len) {
 
 // XXH3-64 of in[0 .. len), len > 240, and, with kStats, the statistics of
 // the len / 4 floats there (REQUIRES then len % 4 == 0 and len <= 64 KiB).
-template <bool kStats>
+// kStream (REQUIRES in 64-byte aligned): the whole stripes are read by
+// non-temporal loads (HashStripe); the overlapping last stripe and the
+// statistics' tail by ordinary ones.
+template <bool kStats, bool kStream>
 uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats) {
   Accumulators acc{
       _mm512_setr_epi64(XXH_PRIME32_3, XXH_PRIME64_1, XXH_PRIME64_2,
@@ -344,7 +352,7 @@ uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats) {
   const uint8_t* p = in;
   for (size_t b = 0; b < full_blocks; ++b) {
     for (size_t r = 0; r < kBlockBytes / kRowBytes; ++r, p += kRowBytes) {
-      acc = HashRow<kStats>(acc, p, XXH3_kSecret + 32 * r, st);
+      acc = HashRow<kStats, kStream>(acc, p, XXH3_kSecret + 32 * r, st);
     }
     acc = Accumulators{Scramble(Settle(acc)), _mm512_setzero_si512()};
   }
@@ -353,11 +361,12 @@ uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats) {
   const size_t stripes = (len - full_blocks * kBlockBytes - 1) / kStripeBytes;
   const size_t rows = stripes / 4;
   for (size_t r = 0; r < rows; ++r, p += kRowBytes) {
-    acc = HashRow<kStats>(acc, p, XXH3_kSecret + 32 * r, st);
+    acc = HashRow<kStats, kStream>(acc, p, XXH3_kSecret + 32 * r, st);
   }
   const int rest = static_cast<int>(stripes % 4);
   for (int j = 0; j < rest; ++j, p += kStripeBytes) {
-    acc = HashStripe<kStats>(acc, p, XXH3_kSecret + 32 * rows + 8 * j, j, st);
+    acc = HashStripe<kStats, kStream>(acc, p, XXH3_kSecret + 32 * rows + 8 * j,
+                                      j, st);
   }
   // The last stripe: the input's last 64 bytes (overlapping the stripes
   // already taken unless len % 64 == 0).
@@ -381,13 +390,26 @@ uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats) {
 // (about 150 ns per call measured on a 64-float leaf).
 __attribute__((always_inline)) inline void LeaveAvx512() { _mm256_zeroupper(); }
 
-// The table's entries: each ends with LeaveAvx512.
+// Whether a leaf at p can be read by non-temporal loads (kStream).
+bool Aligned64(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 63) == 0;
+}
 
+// The tables' entries: each ends with LeaveAvx512. kStream: the
+// "avx512-stream" table's, which read 64-byte-aligned leaves by
+// non-temporal loads and others as the "avx512" table does.
+
+template <bool kStream>
 uint64_t Avx512Hash64(const void* data, size_t len) {
-  const uint64_t h =
-      len <= 240
-          ? XXH3_64bits(data, len)
-          : HashLong<false>(static_cast<const uint8_t*>(data), len, nullptr);
+  const auto* in = static_cast<const uint8_t*>(data);
+  uint64_t h;
+  if (len <= 240) {
+    h = XXH3_64bits(data, len);
+  } else if (kStream && Aligned64(in)) {
+    h = HashLong<false, true>(in, len, nullptr);
+  } else {
+    h = HashLong<false, false>(in, len, nullptr);
+  }
   LeaveAvx512();
   return h;
 }
@@ -401,16 +423,20 @@ LeafStats Avx512BlockStats(const float* x, size_t n, const void* /*prefetch*/,
 
 // One read of the leaf for both; leaves of up to 60 floats (240 bytes,
 // XXH3's short paths) take the two separate kernels.
+template <bool kStream>
 LeafHashStats Avx512HashAndStats(const float* x, size_t n,
                                  const void* /*prefetch*/,
                                  size_t /*prefetch_bytes*/) {
   LeafHashStats r;
   const size_t len = n * sizeof(float);
+  const auto* in = reinterpret_cast<const uint8_t*>(x);
   if (len <= 240) {
     r.hash = XXH3_64bits(x, len);
     r.stats = BlockStats(x, n);
+  } else if (kStream && Aligned64(in)) {
+    r.hash = HashLong<true, true>(in, len, &r.stats);
   } else {
-    r.hash = HashLong<true>(reinterpret_cast<const uint8_t*>(x), len, &r.stats);
+    r.hash = HashLong<true, false>(in, len, &r.stats);
   }
   LeaveAvx512();
   return r;
@@ -419,8 +445,16 @@ LeafHashStats Avx512HashAndStats(const float* x, size_t n,
 }  // namespace
 
 const LeafKernels* Avx512LeafKernels() {
-  static constexpr LeafKernels kKernels = {
-      "avx512", &Avx512Hash64, &Avx512BlockStats, &Avx512HashAndStats};
+  static constexpr LeafKernels kKernels = {"avx512", &Avx512Hash64<false>,
+                                           &Avx512BlockStats,
+                                           &Avx512HashAndStats<false>};
+  return &kKernels;
+}
+
+const LeafKernels* Avx512StreamLeafKernels() {
+  static constexpr LeafKernels kKernels = {"avx512-stream", &Avx512Hash64<true>,
+                                           &Avx512BlockStats,
+                                           &Avx512HashAndStats<true>};
   return &kKernels;
 }
 
@@ -430,6 +464,7 @@ const LeafKernels* Avx512LeafKernels() {
 
 namespace lockstep::hash::internal {
 const LeafKernels* Avx512LeafKernels() { return nullptr; }
+const LeafKernels* Avx512StreamLeafKernels() { return nullptr; }
 }  // namespace lockstep::hash::internal
 
 #endif

@@ -26,8 +26,25 @@ std::vector<const LeafKernels*> AvailableKernels() {
   std::vector<const LeafKernels*> k = {&BaselineLeafKernels()};
   if (IsaAvailable(HashIsa::kAvx2)) k.push_back(Avx2LeafKernels());
   if (IsaAvailable(HashIsa::kAvx512)) k.push_back(Avx512LeafKernels());
+  if (IsaAvailable(HashIsa::kAvx512Stream)) {
+    k.push_back(Avx512StreamLeafKernels());
+  }
   return k;
 }
+
+// `bytes` bytes whose first is 64-byte aligned (the avx512-stream kernels
+// read such leaves by non-temporal loads, others as avx512 does).
+class AlignedBuffer {
+ public:
+  explicit AlignedBuffer(size_t bytes) : storage_(bytes + 63) {}
+  uint8_t* data() {
+    const auto p = reinterpret_cast<uintptr_t>(storage_.data());
+    return storage_.data() + ((64 - p % 64) % 64);
+  }
+
+ private:
+  std::vector<uint8_t> storage_;
+};
 
 uint64_t Bits(double d) {
   uint64_t u;
@@ -130,14 +147,18 @@ std::vector<size_t> FloatCounts() {
 
 TEST(LeafKernelsTest, Hash64EqualsLibxxhashOnEveryLengthAndAlignment) {
   std::mt19937_64 rng(3);
-  std::vector<uint8_t> bytes(kLeafBytes + 64);
-  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng() >> 56);
+  AlignedBuffer buffer(kLeafBytes + 64);
+  uint8_t* const bytes = buffer.data();
+  for (size_t i = 0; i < kLeafBytes + 64; ++i) {
+    bytes[i] = static_cast<uint8_t>(rng() >> 56);
+  }
   for (const LeafKernels* k : AvailableKernels()) {
     for (size_t len : ByteLengths()) {
-      for (size_t start : {0, 1, 7, 36}) {
+      // 0 and 64: 64-byte aligned.
+      for (size_t start : {0, 1, 7, 36, 64}) {
         // Every start on lengths up to 4 KiB and around block ends.
         if (start != 0 && len > 4096 && len % 1024 > 128) continue;
-        const uint8_t* p = bytes.data() + start;
+        const uint8_t* p = bytes + start;
         ASSERT_EQ(k->hash64(p, len), XXH3_64bits(p, len))
             << k->name << " len " << len << " start " << start;
       }
@@ -150,15 +171,17 @@ TEST(LeafKernelsTest, HashAndStatsEqualLibxxhashAndReference) {
   for (bool nonfinite : {false, true}) {
     const std::vector<float> data =
         TestFloats(16384, 11 + nonfinite, nonfinite);
-    std::vector<float> shifted(16384 + 16);
+    AlignedBuffer buffer(4 * (16384 + 16));
+    float* const shifted = reinterpret_cast<float*>(buffer.data());
     for (size_t n : FloatCounts()) {
       const uint64_t want_hash = XXH3_64bits(data.data(), 4 * n);
       const portable::StatsPartial want =
           portable::StatsOfBlock(data.data(), static_cast<int64_t>(n));
-      for (size_t start : {0, 1, 3, 15}) {  // in floats: 4-byte aligned
+      // In floats: 4-byte aligned; 0 and 16 also 64-byte aligned.
+      for (size_t start : {0, 1, 3, 15, 16}) {
         if (start != 0 && n > 1024 && n % 256 > 20 && n % 256 < 236) continue;
-        std::memcpy(shifted.data() + start, data.data(), 4 * n);
-        const float* x = shifted.data() + start;
+        std::memcpy(shifted + start, data.data(), 4 * n);
+        const float* x = shifted + start;
         for (const LeafKernels* k : AvailableKernels()) {
           const LeafHashStats got = k->hash_and_stats(x, n, nullptr, 0);
           ASSERT_EQ(got.hash, want_hash) << k->name << " n " << n << " start "
