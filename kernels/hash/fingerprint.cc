@@ -99,12 +99,16 @@ absl::StatusOr<const LeafKernels*> KernelsFor(HashIsa isa) {
     case HashIsa::kAvx512Stream: {
       const LeafKernels* k = Avx512IfUsable(isa == HashIsa::kAvx512Stream);
       if (k == nullptr) {
-        return absl::FailedPreconditionError(absl::StrFormat(
+        return absl::FailedPreconditionError(
             internal::Avx512LeafKernels() == nullptr
-                ? "isa: %s requested but this build has no AVX-512 kernels"
-                : "isa: %s requested but this CPU does not support "
-                  "AVX-512F, AVX-512DQ and FMA",
-            IsaName(isa)));
+                ? absl::StrFormat(
+                      "isa: %s requested but this build has no AVX-512 "
+                      "kernels",
+                      IsaName(isa))
+                : absl::StrFormat(
+                      "isa: %s requested but this CPU does not support "
+                      "AVX-512F, AVX-512DQ and FMA",
+                      IsaName(isa)));
       }
       return k;
     }
