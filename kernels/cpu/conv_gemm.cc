@@ -92,41 +92,19 @@ void ZeroTail(int64_t rows, int count, int width, float* dst) {
 // matrices of the canonical reductions hold (zeros at padding taps and
 // stride holes).
 
-// The rows [p_begin, p_begin + p_count) of a depth (channel, kh, kw), as
-// calls row(p - p_begin, channel, kh, kw) in order.
-template <class F>
-void ForTapRows(int64_t k_h, int64_t k_w, int64_t p_begin, int64_t p_count,
-                F&& row) {
-  const int64_t kk = k_h * k_w;
-  int64_t ch = p_begin / kk;
-  int64_t kh = p_begin % kk / k_w;
-  int64_t kw = p_begin % k_w;
-  for (int64_t i = 0; i < p_count; ++i) {
-    row(i, ch, kh, kw);
-    if (++kw == k_w) {
-      kw = 0;
-      if (++kh == k_h) {
-        kh = 0;
-        ++ch;
-      }
-    }
-  }
-}
-
 // The columns [first, first + count) of a lowered matrix whose columns are
 // (image, row, col), `rows` x `cols` per image, in runs along one row of
 // one image: run(v0, len, image, row, col0) for columns first + v0 ..
 // first + v0 + len - 1, in order.
 template <class F>
-void ForColumnRuns(int64_t first, int count, int64_t rows, int64_t cols,
+void ForColumnRuns(int64_t first, int64_t count, int64_t rows, int64_t cols,
                    F&& run) {
   const int64_t per_image = rows * cols;
   int64_t image = first / per_image;
   int64_t row = first % per_image / cols;
   int64_t col0 = first % cols;
-  for (int v0 = 0; v0 < count;) {
-    const int len =
-        static_cast<int>(std::min<int64_t>(count - v0, cols - col0));
+  for (int64_t v0 = 0; v0 < count;) {
+    const int64_t len = std::min(count - v0, cols - col0);
     run(v0, len, image, row, col0);
     v0 += len;
     col0 = 0;
@@ -135,6 +113,19 @@ void ForColumnRuns(int64_t first, int count, int64_t rows, int64_t cols,
       ++image;
     }
   }
+}
+
+// The rows [p_begin, p_begin + p_count) of a depth (channel, kh, kw), as
+// calls row(p - p_begin, channel, kh, kw) in order: the depth's taps walked
+// like the columns (image, row, col) of ForColumnRuns, one call per tap.
+template <class F>
+void ForTapRows(int64_t k_h, int64_t k_w, int64_t p_begin, int64_t p_count,
+                F&& row) {
+  ForColumnRuns(
+      p_begin, p_count, k_h, k_w,
+      [&](int64_t i0, int64_t len, int64_t ch, int64_t kh, int64_t kw0) {
+        for (int64_t j = 0; j < len; ++j) row(i0 + j, ch, kh, kw0 + j);
+      });
 }
 
 // Forward, B = im2col(x) of one group for images n0 .. n0 + count - 1:
@@ -153,7 +144,7 @@ struct ForwardB {
     // Runs of columns on one output row of one image.
     ForColumnRuns(
         first, count, f.out_h, f.out_w,
-        [&](int v0, int len, int64_t image, int64_t oh, int64_t ow0) {
+        [&](int64_t v0, int64_t len, int64_t image, int64_t oh, int64_t ow0) {
           const float* image_x = f.x + image * s.c_in * plane_size;
           ForTapRows(
               s.k_h, s.k_w, p_begin, p_count,
@@ -203,37 +194,37 @@ struct GradInputB {
     const GradInputB& f = *static_cast<const GradInputB*>(ctx);
     const sp::Conv2dShape& s = *f.s;
     const int64_t pix = f.out_h * f.out_w;
-    ForColumnRuns(first, count, s.h, s.w,
-                  [&](int v0, int len, int64_t image, int64_t ih, int64_t iw0) {
-                    const float* image_dy = f.dy + image * s.c_out * pix;
-                    ForTapRows(
-                        s.k_h, s.k_w, p_begin, p_count,
-                        [&](int64_t i, int64_t jc, int64_t kh, int64_t kw) {
-                          float* col = dst + i * width + v0;
-                          const int64_t oh = f.oh_of[kh * s.h + ih];
-                          if (oh < 0) {
-                            ZeroRun(col, len);
-                            return;
-                          }
-                          const float* src = image_dy + jc * pix + oh * f.out_w;
-                          if (s.stride_w == 1) {
-                            // ow = iw + off: taps t with 0 <= iw0+off+t < OW.
-                            const int64_t off = s.pad_left - kw * s.dilation_w;
-                            const int64_t lo =
-                                std::clamp<int64_t>(-(iw0 + off), 0, len);
-                            const int64_t hi = std::clamp<int64_t>(
-                                f.out_w - (iw0 + off), lo, len);
-                            for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
-                            CopyRun(col + lo, src + iw0 + off + lo, hi - lo);
-                            for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
-                            return;
-                          }
-                          const int64_t* ow = f.ow_of + kw * s.w + iw0;
-                          for (int t = 0; t < len; ++t) {
-                            col[t] = ow[t] >= 0 ? src[ow[t]] : 0.0f;
-                          }
-                        });
-                  });
+    ForColumnRuns(
+        first, count, s.h, s.w,
+        [&](int64_t v0, int64_t len, int64_t image, int64_t ih, int64_t iw0) {
+          const float* image_dy = f.dy + image * s.c_out * pix;
+          ForTapRows(s.k_h, s.k_w, p_begin, p_count,
+                     [&](int64_t i, int64_t jc, int64_t kh, int64_t kw) {
+                       float* col = dst + i * width + v0;
+                       const int64_t oh = f.oh_of[kh * s.h + ih];
+                       if (oh < 0) {
+                         ZeroRun(col, len);
+                         return;
+                       }
+                       const float* src = image_dy + jc * pix + oh * f.out_w;
+                       if (s.stride_w == 1) {
+                         // ow = iw + off: taps t with 0 <= iw0+off+t < OW.
+                         const int64_t off = s.pad_left - kw * s.dilation_w;
+                         const int64_t lo =
+                             std::clamp<int64_t>(-(iw0 + off), 0, len);
+                         const int64_t hi = std::clamp<int64_t>(
+                             f.out_w - (iw0 + off), lo, len);
+                         for (int64_t t = 0; t < lo; ++t) col[t] = 0.0f;
+                         CopyRun(col + lo, src + iw0 + off + lo, hi - lo);
+                         for (int64_t t = hi; t < len; ++t) col[t] = 0.0f;
+                         return;
+                       }
+                       const int64_t* ow = f.ow_of + kw * s.w + iw0;
+                       for (int64_t t = 0; t < len; ++t) {
+                         col[t] = ow[t] >= 0 ? src[ow[t]] : 0.0f;
+                       }
+                     });
+        });
     ZeroTail(p_count, count, width, dst);
   }
 };
@@ -655,7 +646,7 @@ struct EvenColumnsB {
     const EvenColumnsB& f = *static_cast<const EvenColumnsB*>(ctx);
     ForColumnRuns(
         first, count, f.pix / f.out_w, f.out_w,
-        [&](int v0, int len, int64_t image, int64_t oh, int64_t ow0) {
+        [&](int64_t v0, int64_t len, int64_t image, int64_t oh, int64_t ow0) {
           const float* src = f.x + image * f.image_floats + oh * f.row_step +
                              2 * ow0 + p_begin * f.plane;
           float* col = dst + v0;
@@ -679,7 +670,7 @@ struct ImageBlocksB {
     const ImageBlocksB& f = *static_cast<const ImageBlocksB*>(ctx);
     ForColumnRuns(
         first, count, 1, f.pix,
-        [&](int v0, int len, int64_t image, int64_t, int64_t p0) {
+        [&](int64_t v0, int64_t len, int64_t image, int64_t, int64_t p0) {
           const float* src = f.b + image * f.b_image + p_begin * f.pix + p0;
           float* col = dst + v0;
           for (int64_t i = 0; i < p_count; ++i, src += f.pix, col += width) {
