@@ -1124,10 +1124,14 @@ void DepthwiseGradInput(const spatial::Conv2dShape& s, const float* dy,
 // Depthwise conv2d grad_weight (DepthwiseConv2dGradWeight, gemm.h): lanes =
 // kWidth input channels, over channel-interleaved copies of x (zero-padded
 // planes) and dy, so that one term of kWidth outputs is one fma of two
-// vector loads. Each output's terms (n, oh, ow) run in order in chunks of
-// `chunk` from +0.0f, and the chunk partials enter the canonical tree as in
-// GemmDriver (a binary counter of perfect subtrees per lane). A task is one
-// (j, channel block) and up to kMaxTapsPerTask taps, all in registers.
+// vector loads. The copies are block-major: a channel block's x and dy are
+// contiguous, so a task streams whole cache lines of its own block (with
+// all channels of a pixel side by side, a task of one block read kWidth
+// floats of every pixel's cpad, and on two threads each core pulled most
+// of both copies' lines). Each output's terms (n, oh, ow) run in order in
+// chunks of `chunk` from +0.0f, and the chunk partials enter the canonical tree
+// as in GemmDriver (a binary counter of perfect subtrees per lane). A task is
+// one (j, channel block) and up to kMaxTapsPerTask taps, all in registers.
 template <class V>
 void DepthwiseGradWeight(const spatial::Conv2dShape& s, const float* x,
                          const float* dy, float* dw, int64_t chunk,
@@ -1148,35 +1152,37 @@ void DepthwiseGradWeight(const spatial::Conv2dShape& s, const float* x,
       (out_h - 1) * s.stride_h + (s.k_h - 1) * s.dilation_h + 1;
   const int64_t row_len =
       (out_w - 1) * s.stride_w + (s.k_w - 1) * s.dilation_w + 1;
-  // xt[n][r][c][ch]: x[n, ch, r - top, c - left] or zero; dyt[j][n][p][ch]:
-  // dy[n, ch * mult + j, p] (zero for ch >= c_in).
+  // xt[b][n][r][c][l]: x[n, b * kW + l, r - top, c - left] or zero;
+  // dyt[j][b][n][p][l]: dy[n, (b * kW + l) * mult + j, p] (zero for
+  // channels >= c_in).
   AlignedFloats xt(s.n * rows * row_len * cpad);
   AlignedFloats dyt(mult * s.n * pix * cpad);
   // Per (image, channel block): the block interleaved in registers, then
-  // placed at its channels' offset.
+  // placed in its block's copy.
   auto fill = [&](int64_t i) {
     const int64_t n = i / blocks;
-    const int64_t c0 = i % blocks * kW;
+    const int64_t b = i % blocks;
+    const int64_t c0 = b * kW;
     const int lanes = static_cast<int>(std::min<int64_t>(kW, s.c_in - c0));
     AlignedFloats flat_buf(std::max(hw, pix) * kW);
     float* flat = flat_buf.get();
     GatherLanes<V>(x + (n * s.c_in + c0) * hw, hw, hw, lanes, flat);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t ih = r - s.pad_top;
-      float* d = xt.get() + (n * rows + r) * row_len * cpad + c0;
+      float* d = xt.get() + ((b * s.n + n) * rows + r) * row_len * kW;
       for (int64_t c = 0; c < row_len; ++c) {
         const int64_t iw = c - s.pad_left;
         const bool inside = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w;
-        V::Store(d + c * cpad,
+        V::Store(d + c * kW,
                  inside ? V::Load(flat + (ih * s.w + iw) * kW) : V::Zero());
       }
     }
     for (int64_t j = 0; j < mult; ++j) {
       GatherLanes<V>(dy + (n * s.c_out + c0 * mult + j) * pix, mult * pix, pix,
                      lanes, flat);
-      float* d = dyt.get() + (j * s.n + n) * pix * cpad + c0;
+      float* d = dyt.get() + ((j * blocks + b) * s.n + n) * pix * kW;
       for (int64_t p = 0; p < pix; ++p) {
-        V::Store(d + p * cpad, V::Load(flat + p * kW));
+        V::Store(d + p * kW, V::Load(flat + p * kW));
       }
     }
   };
@@ -1197,22 +1203,22 @@ void DepthwiseGradWeight(const spatial::Conv2dShape& s, const float* x,
     for (int t = 0; t < nt; ++t) {
       const int64_t kh = (t0 + t) / s.k_w;
       const int64_t kw = (t0 + t) % s.k_w;
-      offset[t] = (kh * s.dilation_h * row_len + kw * s.dilation_w) * cpad;
+      offset[t] = (kh * s.dilation_h * row_len + kw * s.dilation_w) * kW;
     }
     AlignedFloats slots(nt * levels * kW);
     T acc[kMaxTapsPerTask];
     for (int t = 0; t < nt; ++t) acc[t] = V::Zero();
     int64_t left = std::min(chunk, terms);  // terms left in this chunk
     int64_t index = 0;                      // chunks finished
-    const float* dy_j = dyt.get() + j * s.n * pix * cpad + b * kW;
+    const float* dy_j = dyt.get() + (j * blocks + b) * s.n * pix * kW;
+    const float* x_b = xt.get() + b * s.n * rows * row_len * kW;
     for (int64_t n = 0; n < s.n; ++n) {
       for (int64_t oh = 0; oh < out_h; ++oh) {
-        const float* dyv_p = dy_j + (n * pix + oh * out_w) * cpad;
-        const float* x_p =
-            xt.get() + ((n * rows + oh * s.stride_h) * row_len) * cpad + b * kW;
+        const float* dyv_p = dy_j + (n * pix + oh * out_w) * kW;
+        const float* x_p = x_b + ((n * rows + oh * s.stride_h) * row_len) * kW;
         for (int64_t ow = 0; ow < out_w; ++ow) {
-          const T dyv = V::Load(dyv_p + ow * cpad);
-          const float* xb = x_p + ow * s.stride_w * cpad;
+          const T dyv = V::Load(dyv_p + ow * kW);
+          const float* xb = x_p + ow * s.stride_w * kW;
           for (int t = 0; t < nt; ++t) {
             acc[t] = V::Fma(dyv, V::Load(xb + offset[t]), acc[t]);
           }
