@@ -158,8 +158,8 @@ LeafStats Avx2BlockStats(const float* x, size_t n, const void* prefetch,
     }
     __asm__ volatile("" : : "x"(touch));
   }
-  uint32_t max_abs = QuarterRows(x, rows, 0, sum, sum_sq, &pf, pf_end);
-  for (int first = 16; first < kLanes; first += 16) {
+  uint32_t max_abs = 0;
+  for (int first = 0; first < kLanes; first += 16) {
     const uint32_t m = QuarterRows(x, rows, first, sum, sum_sq, &pf, pf_end);
     if (m > max_abs) max_abs = m;
   }
