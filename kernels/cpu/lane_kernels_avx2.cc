@@ -32,13 +32,8 @@ struct Avx2Lanes {
   // Correctly rounded, as sqrtss (IEEE).
   static T Sqrt(T a) { return _mm256_sqrt_ps(a); }
   static T Fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
-  // canonical::CanonicalErf (kernels/math/portable_math.h), 8 lanes: both
-  // branches' operations in the spec's order on every lane, then the
-  // branch each lane takes selected, the sign restored, NaN last.
-  static T Erf(T x) {
-    const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
-    const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-    // a < 1.
+  // CanonicalErf's a < 1 branch on a = |x| (a >= +0): a * P(a^2).
+  __attribute__((always_inline)) static T ErfSmall(T a) {
     const __m256 z = _mm256_mul_ps(a, a);
     __m256 p = _mm256_set1_ps(-0x1.51d718p-30f);
     p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.fcc572p-27f));
@@ -52,7 +47,34 @@ struct Avx2Lanes {
     p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.ce2f22p-4f));
     p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-0x1.812746p-2f));
     p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(0x1.20dd76p+0f));
-    const __m256 small = _mm256_mul_ps(a, p);
+    return _mm256_mul_ps(a, p);
+  }
+  static constexpr bool kHasErfBelowOne = true;
+  // CanonicalErf's |x| < 1 branch alone: Erf(x) wherever every lane has
+  // |x| < 1 (BothBelowOne), in half the operations (no division, no exp).
+  // The lane kernels' GELU takes it for pairs of vectors it fits
+  // (GeluRow).
+  __attribute__((always_inline)) static T ErfBelowOne(T x) {
+    const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
+    return _mm256_or_ps(ErfSmall(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x)),
+                        sign);
+  }
+  // Whether every lane of u and of v has |lane| < 1 (so none is NaN).
+  static bool BothBelowOne(T u, T v) {
+    const __m256 abs = _mm256_set1_ps(-0.0f);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 below =
+        _mm256_and_ps(_mm256_cmp_ps(_mm256_andnot_ps(abs, u), one, _CMP_LT_OQ),
+                      _mm256_cmp_ps(_mm256_andnot_ps(abs, v), one, _CMP_LT_OQ));
+    return _mm256_movemask_ps(below) == 0xFF;
+  }
+  // canonical::CanonicalErf (kernels/math/portable_math.h), 8 lanes: both
+  // branches' operations in the spec's order on every lane, then the
+  // branch each lane takes selected, the sign restored, NaN last.
+  __attribute__((always_inline)) static T Erf(T x) {
+    const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
+    const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    const __m256 small = ErfSmall(a);
     // 1 <= a < 6.
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 t =

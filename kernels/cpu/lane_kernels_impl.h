@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/lane_kernels.h"
 #include "kernels/cpu/thread_pool.h"
@@ -1836,18 +1837,22 @@ void Adam(const LaneAdamScalars& s, float* w, float* m, float* v,
 // padded copies.
 
 template <class V>
-typename V::T GeluOf(typename V::T x, const LaneGeluConstants& k) {
-  const typename V::T erf = V::Erf(V::Mul(x, V::Set1(k.inv_sqrt2)));
+typename V::T GeluFromErf(typename V::T x, typename V::T erf,
+                          const LaneGeluConstants& k) {
   const typename V::T y =
       V::Mul(V::Mul(V::Set1(0.5f), x), V::Add(V::Set1(1.0f), erf));
   return CanonicalNanOf<V>(y, k.nan);
 }
 
 template <class V>
-typename V::T GeluGradOf(typename V::T x, typename V::T dy,
-                         const LaneGeluConstants& k) {
+typename V::T GeluOf(typename V::T x, const LaneGeluConstants& k) {
+  return GeluFromErf<V>(x, V::Erf(V::Mul(x, V::Set1(k.inv_sqrt2))), k);
+}
+
+template <class V>
+typename V::T GeluGradFromErf(typename V::T x, typename V::T dy,
+                              typename V::T erf, const LaneGeluConstants& k) {
   using T = typename V::T;
-  const T erf = V::Erf(V::Mul(x, V::Set1(k.inv_sqrt2)));
   const T e = V::Exp(V::Mul(V::Set1(-0.5f), V::Mul(x, x)));
   const T cdf = V::Mul(V::Set1(0.5f), V::Add(V::Set1(1.0f), erf));
   const T pdf = V::Mul(V::Set1(k.inv_sqrt2pi), e);
@@ -1857,16 +1862,84 @@ typename V::T GeluGradOf(typename V::T x, typename V::T dy,
 }
 
 template <class V>
+typename V::T GeluGradOf(typename V::T x, typename V::T dy,
+                         const LaneGeluConstants& k) {
+  return GeluGradFromErf<V>(x, dy, V::Erf(V::Mul(x, V::Set1(k.inv_sqrt2))), k);
+}
+
+// Whether V has ErfBelowOne and BothBelowOne (the AVX2 lanes, which say
+// so with kHasErfBelowOne): V::Erf's |x| < 1 branch alone, and the test
+// that a pair of vectors lies in it.
+template <class V, class = void>
+struct HasErfBelowOne : std::false_type {};
+template <class V>
+struct HasErfBelowOne<V, std::void_t<decltype(V::kHasErfBelowOne)>>
+    : std::bool_constant<V::kHasErfBelowOne> {};
+
+// GELU's erf over two vectors at a time, into e0 and e1: where both
+// arguments lie wholly within |u| < 1 (inputs within about +-1.41: most
+// pairs of gpt_block's fc outputs), the erf's other branch, whose division
+// and exp every lane would otherwise compute and discard, is skipped. The
+// same operations on the lanes' own branch either way, so the same bits.
+// Per pair, so that the full erf's two chains still interleave (MapRow).
+template <class V>
+void GeluErfPair(typename V::T x0, typename V::T x1, const LaneGeluConstants& k,
+                 typename V::T& e0, typename V::T& e1) {
+  const typename V::T u0 = V::Mul(x0, V::Set1(k.inv_sqrt2));
+  const typename V::T u1 = V::Mul(x1, V::Set1(k.inv_sqrt2));
+  if (V::BothBelowOne(u0, u1)) {
+    e0 = V::ErfBelowOne(u0);
+    e1 = V::ErfBelowOne(u1);
+  } else {
+    e0 = V::Erf(u0);
+    e1 = V::Erf(u1);
+  }
+}
+
+// fn(i, x0, x1, e0, e1) for the pairs of vectors x0 = x[i ..], x1 = x[i +
+// W ..] in x[0 .. n), with their erfs e0 and e1 (GeluErfPair); returns
+// where the pairs end, for the caller's MapRow over the rest (0 where V has
+// no ErfBelowOne: all of it).
+template <class V, class F>
+int64_t GeluPairs(const float* x, int64_t n, const LaneGeluConstants& k,
+                  const F& fn) {
+  int64_t i = 0;
+  if constexpr (HasErfBelowOne<V>::value) {
+    constexpr int W = V::kWidth;
+    for (; i + 2 * W <= n; i += 2 * W) {
+      const typename V::T x0 = V::Load(x + i);
+      const typename V::T x1 = V::Load(x + i + W);
+      typename V::T e0, e1;
+      GeluErfPair<V>(x0, x1, k, e0, e1);
+      fn(i, x0, x1, e0, e1);
+    }
+  }
+  return i;
+}
+
+template <class V>
 void GeluRow(const float* x, float* y, int64_t n, const LaneGeluConstants& k) {
-  MapRow<V>(x, y, n, [&k](typename V::T v) { return GeluOf<V>(v, k); });
+  using T = typename V::T;
+  const int64_t i =
+      GeluPairs<V>(x, n, k, [y, &k](int64_t i, T x0, T x1, T e0, T e1) {
+        V::Store(y + i, GeluFromErf<V>(x0, e0, k));
+        V::Store(y + i + V::kWidth, GeluFromErf<V>(x1, e1, k));
+      });
+  MapRow<V>(x + i, y + i, n - i, [&k](T v) { return GeluOf<V>(v, k); });
 }
 
 template <class V>
 void GeluGradRow(const float* x, const float* dy, float* dx, int64_t n,
                  const LaneGeluConstants& k) {
-  MapRow2<V>(x, dy, dx, n, [&k](typename V::T v, typename V::T d) {
-    return GeluGradOf<V>(v, d, k);
-  });
+  using T = typename V::T;
+  const int64_t i =
+      GeluPairs<V>(x, n, k, [dy, dx, &k](int64_t i, T x0, T x1, T e0, T e1) {
+        V::Store(dx + i, GeluGradFromErf<V>(x0, V::Load(dy + i), e0, k));
+        V::Store(dx + i + V::kWidth,
+                 GeluGradFromErf<V>(x1, V::Load(dy + i + V::kWidth), e1, k));
+      });
+  MapRow2<V>(x + i, dy + i, dx + i, n - i,
+             [&k](T v, T d) { return GeluGradOf<V>(v, d, k); });
 }
 
 // ---------------------------------------------------------------------------

@@ -176,27 +176,42 @@ TEST_F(NnLanesTest, SoftmaxXentGivesTheSpecBitsOnEveryIsaAndThreadCount) {
 
 TEST_F(NnLanesTest, GeluGivesTheSpecBitsOnEveryIsaAndThreadCount) {
   // Every branch of the erf (|x| < 1, 1 <= |x| < 6, beyond) and the exp's
-  // underflow, with specials, at lengths that leave every tail.
+  // underflow, with specials, at lengths that leave every tail. Then
+  // narrower ranges, where many pairs of vectors lie wholly within the
+  // erf's |x| < 1 branch (the AVX2 lanes then compute that branch alone:
+  // GeluErfPair) and others straddle it, with arguments at the branch's
+  // edge (x / sqrt(2) just below 1, and 1 or just above) among them.
   uint32_t seed = 900;
-  for (const int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{40000},
-                          int64_t{16384 * 2 + 5}}) {
-    std::vector<float> x = RandomFloats(n, seed++, 12.0f);
-    std::vector<float> dy = RandomFloats(n, seed++, 2.0f);
-    const float specials[] = {kNan,    kInf, -kInf, -0.0f, 0.0f,  1e-40f,
-                              -1e-40f, 1.0f, -1.0f, 6.0f,  -6.0f, 20.0f};
-    for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); ++i) {
-      if (static_cast<int64_t>(3 * i) < n) x[3 * i] = specials[i];
-      if (static_cast<int64_t>(3 * i + 1) < n) dy[3 * i + 1] = specials[i];
+  const float edges[] = {1.4142134f, 1.4142135f, 1.4142137f, -1.4142134f,
+                         -1.4142137f};
+  for (const float range : {12.0f, 1.5f, 1.2f}) {
+    for (const int64_t n : {int64_t{1}, int64_t{15}, int64_t{17},
+                            int64_t{40000}, int64_t{16384 * 2 + 5}}) {
+      std::vector<float> x = RandomFloats(n, seed++, range);
+      std::vector<float> dy = RandomFloats(n, seed++, 2.0f);
+      const float specials[] = {kNan,    kInf, -kInf, -0.0f, 0.0f,  1e-40f,
+                                -1e-40f, 1.0f, -1.0f, 6.0f,  -6.0f, 20.0f};
+      for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); ++i) {
+        if (range > 2.0f && static_cast<int64_t>(3 * i) < n) {
+          x[3 * i] = specials[i];
+        }
+        if (static_cast<int64_t>(3 * i + 1) < n) dy[3 * i + 1] = specials[i];
+      }
+      if (range < 2.0f) {
+        for (int64_t i = 500, e = 0; i < n; i += 997, ++e) {
+          x[i] = edges[e % (sizeof(edges) / sizeof(edges[0]))];
+        }
+      }
+      std::vector<float> want_y(n), want_dx(n);
+      c::ActivationForward(c::Activation::kGelu, x.data(), want_y.data(), n);
+      c::ActivationGrad(c::Activation::kGelu, x.data(), dy.data(),
+                        want_dx.data(), n);
+      const std::string label = absl::StrCat("range ", range, ", n ", n);
+      ExpectSpecBits(op::kGeluForward, {T({n}, x)}, {n}, want_y, OpAttrs{},
+                     label);
+      ExpectSpecBits(op::kGeluGrad, {T({n}, x), T({n}, dy)}, {n}, want_dx,
+                     OpAttrs{}, label);
     }
-    std::vector<float> want_y(n), want_dx(n);
-    c::ActivationForward(c::Activation::kGelu, x.data(), want_y.data(), n);
-    c::ActivationGrad(c::Activation::kGelu, x.data(), dy.data(), want_dx.data(),
-                      n);
-    const std::string label = absl::StrCat("n ", n);
-    ExpectSpecBits(op::kGeluForward, {T({n}, x)}, {n}, want_y, OpAttrs{},
-                   label);
-    ExpectSpecBits(op::kGeluGrad, {T({n}, x), T({n}, dy)}, {n}, want_dx,
-                   OpAttrs{}, label);
   }
 }
 
