@@ -26,16 +26,23 @@
 //       (CIFAR) shapes, a depthwise one and two MobileNet-v2 pointwise
 //       ones, batch 8 (--net_batch), one thread, next to the
 //       canonical GEMM of one group's product at the same M/N/K.
-// After Google Benchmark's own report it prints five summary tables, each
-// figure the best of --reps repetitions (default 5; the repetitions of all
-// benchmarks run interleaved in random order, 0.2 s each, unless
-// --benchmark_enable_random_interleaving / --benchmark_min_time say
-// otherwise), and the ratios between figures measured side by side in this
-// run; then table (f), timed by itself: the convolutions' image groups
-// (conv_gemm.cc) against the whole batch in one product, the two
-// alternating call by call. --quick runs small shapes, briefly, once (a
-// smoke test: seconds, not meaningful figures). Figures are only printed,
-// never asserted.
+//   transformer/<product>/t<threads>/{canonical,openblas}
+//       gpt_block's products (worker/exec/bench_models): each dense
+//       layer's forward, grad_input and grad_weight over 2048 tokens and
+//       the attention entries' matmul.forward / matmul.grad (32 entries of
+//       256 x 256 x 64), through the registered CANONICAL kernels, and
+//       OpenBLAS on the same products (a matmul one sgemm per entry).
+// After Google Benchmark's own report it prints summary tables (a) - (e)
+// and (h), each figure the best of --reps repetitions (default 5; the
+// repetitions of all benchmarks run interleaved in random order, 0.2 s
+// each, unless --benchmark_enable_random_interleaving /
+// --benchmark_min_time say otherwise), and the ratios between figures
+// measured side by side in this run; and tables (f) and (g), timed by
+// themselves: the convolutions' image groups (conv_gemm.cc) against the
+// whole batch in one product, the two alternating call by call, and the
+// pool's hand-off after serial work. --quick runs small shapes, briefly,
+// once (a smoke test: seconds, not meaningful figures). Figures are only
+// printed, never asserted.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -901,6 +908,213 @@ void PrintPoolHandOff() {
 
 // ---------------------------------------------------------------------------
 
+// ---------------------------------------------------------------------------
+// (h) transformer products: gpt_block's (worker/exec/bench_models) dense
+// layers and attention entries through the registered CANONICAL kernels,
+// against OpenBLAS on the same products (a matmul: one sgemm per entry).
+
+struct TransformerProduct {
+  std::string name;  // also the benchmark name's row
+  std::string op;    // dense.forward, ..., matmul.forward, matmul.grad
+  OpAttrs attrs;
+  std::vector<Tensor> in, out;
+  double flops = 0;
+  // The same product(s) by cblas_sgemm (row-major), from in into out.
+  std::function<void(const std::vector<Tensor>& in, std::vector<Tensor>& out)>
+      blas;
+};
+
+// cblas_sgemm(CblasRowMajor, ta, tb, ...), ta / tb true: transposed.
+void Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+           int64_t ldc) {
+  Blas().sgemm(101, ta ? 112 : 111, tb ? 112 : 111, static_cast<int>(m),
+               static_cast<int>(n), static_cast<int>(k), alpha, a,
+               static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c,
+               static_cast<int>(ldc));
+}
+
+std::vector<TransformerProduct>& TransformerProducts() {
+  static auto* products = [] {
+    auto* v = new std::vector<TransformerProduct>();
+    const bool q = Opts().quick;
+    const int64_t tokens = q ? 64 : 2048;  // batch 8 x sequence 256
+    const int64_t s = q ? 32 : 256;        // sequence
+    const int64_t e = q ? 2 : 32;          // entries: batch 8 x 4 heads
+    const int64_t h = 64;                  // head width
+    uint32_t seed = 900;
+    using In = const std::vector<Tensor>&;
+    using Out = std::vector<Tensor>&;
+    auto f = [](In t, size_t i) { return t[i].data<float>(); };
+    // Each dense layer's three passes: y = x w, dx = dy w^T, dw = x^T dy.
+    for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{
+             {256, 256}, {256, 1024}, {1024, 256}}) {
+      const std::string layer = absl::StrFormat("dense %d->%d", k, n);
+      const double flops = 2.0 * tokens * k * n;
+      const Tensor x = RandomTensor({tokens, k}, ++seed);
+      const Tensor w = RandomTensor({k, n}, ++seed);
+      const Tensor dy = RandomTensor({tokens, n}, ++seed);
+      const int64_t m = tokens;
+      v->push_back({layer + " forward",
+                    op::kDenseForward,
+                    {},
+                    {x, w},
+                    {ZeroTensor({m, n})},
+                    flops,
+                    [=](In in, Out out) {
+                      Sgemm(false, false, m, n, k, 1.0f, f(in, 0), k, f(in, 1),
+                            n, out[0].data<float>(), n);
+                    }});
+      v->push_back({layer + " grad_input",
+                    op::kDenseGradInput,
+                    {},
+                    {dy, w},
+                    {ZeroTensor({m, k})},
+                    flops,
+                    [=](In in, Out out) {
+                      Sgemm(false, true, m, k, n, 1.0f, f(in, 0), n, f(in, 1),
+                            n, out[0].data<float>(), k);
+                    }});
+      v->push_back({layer + " grad_weight",
+                    op::kDenseGradWeight,
+                    {},
+                    {x, dy},
+                    {ZeroTensor({k, n})},
+                    flops,
+                    [=](In in, Out out) {
+                      Sgemm(true, false, k, n, m, 1.0f, f(in, 0), k, f(in, 1),
+                            n, out[0].data<float>(), n);
+                    }});
+    }
+    // Attention, per entry: scores = q k^T / 8 and ctx = p v, each forward
+    // and its grad (both operands' gradients).
+    const double flops = 2.0 * e * s * s * h;
+    const Tensor qt = RandomTensor({e, s, h}, ++seed);
+    const Tensor kt = RandomTensor({e, s, h}, ++seed);
+    const Tensor pt = RandomTensor({e, s, s}, ++seed);
+    const Tensor vt = RandomTensor({e, s, h}, ++seed);
+    const Tensor ds = RandomTensor({e, s, s}, ++seed);
+    const Tensor dc = RandomTensor({e, s, h}, ++seed);
+    OpAttrs scores;
+    scores.transpose_w = true;
+    scores.scale = 0.125f;
+    const float a = scores.scale;
+    const int64_t sh = s * h, ss = s * s;
+    v->push_back({"attn q k^T forward",
+                  op::kMatMulForward,
+                  scores,
+                  {qt, kt},
+                  {ZeroTensor({e, s, s})},
+                  flops,
+                  [=](In in, Out out) {
+                    for (int64_t i = 0; i < e; ++i) {
+                      Sgemm(false, true, s, s, h, a, f(in, 0) + i * sh, h,
+                            f(in, 1) + i * sh, h, out[0].data<float>() + i * ss,
+                            s);
+                    }
+                  }});
+    v->push_back(
+        {"attn q k^T grad",
+         op::kMatMulGrad,
+         scores,
+         {qt, kt, ds},
+         {ZeroTensor({e, s, h}), ZeroTensor({e, s, h})},
+         2 * flops,
+         [=](In in, Out out) {
+           for (int64_t i = 0; i < e; ++i) {
+             // dq = ds k / 8, dk = ds^T q / 8
+             Sgemm(false, false, s, h, s, a, f(in, 2) + i * ss, s,
+                   f(in, 1) + i * sh, h, out[0].data<float>() + i * sh, h);
+             Sgemm(true, false, s, h, s, a, f(in, 2) + i * ss, s,
+                   f(in, 0) + i * sh, h, out[1].data<float>() + i * sh, h);
+           }
+         }});
+    v->push_back({"attn p v forward",
+                  op::kMatMulForward,
+                  {},
+                  {pt, vt},
+                  {ZeroTensor({e, s, h})},
+                  flops,
+                  [=](In in, Out out) {
+                    for (int64_t i = 0; i < e; ++i) {
+                      Sgemm(false, false, s, h, s, 1.0f, f(in, 0) + i * ss, s,
+                            f(in, 1) + i * sh, h, out[0].data<float>() + i * sh,
+                            h);
+                    }
+                  }});
+    v->push_back(
+        {"attn p v grad",
+         op::kMatMulGrad,
+         {},
+         {pt, vt, dc},
+         {ZeroTensor({e, s, s}), ZeroTensor({e, s, h})},
+         2 * flops,
+         [=](In in, Out out) {
+           for (int64_t i = 0; i < e; ++i) {
+             // dp = dc v^T, dv = p^T dc
+             Sgemm(false, true, s, s, h, 1.0f, f(in, 2) + i * sh, h,
+                   f(in, 1) + i * sh, h, out[0].data<float>() + i * ss, s);
+             Sgemm(true, false, s, h, s, 1.0f, f(in, 0) + i * ss, s,
+                   f(in, 2) + i * sh, h, out[1].data<float>() + i * sh, h);
+           }
+         }});
+    return v;
+  }();
+  return *products;
+}
+
+std::string TransformerName(const TransformerProduct& p, int threads,
+                            const char* impl) {
+  return absl::StrFormat("transformer/%s/t%d/%s", p.name, threads, impl);
+}
+
+void RegisterTransformer() {
+  for (TransformerProduct& p : TransformerProducts()) {
+    TransformerProduct* product = &p;
+    const KernelFn fn = Kernel(p.op, Mode::kCanonical, kCanonicalAlgorithm);
+    for (int threads : ThreadCounts()) {
+      Add(
+          TransformerName(p, threads, "canonical"),
+          [threads] { UseThreads(threads); },
+          [product, fn] {
+            Call(fn, product->in, product->out, product->attrs);
+          });
+      if (Blas().sgemm == nullptr) continue;
+      Add(
+          TransformerName(p, threads, "openblas"),
+          [threads] {
+            if (Blas().set_threads != nullptr) Blas().set_threads(threads);
+          },
+          [product] { product->blas(product->in, product->out); });
+    }
+  }
+}
+
+void PrintTransformer() {
+  std::printf(
+      "\n== (h) transformer products: gpt_block's dense layers (%d tokens) "
+      "and attention entries, CANONICAL kernel vs OpenBLAS sgemm, GFLOP/s, "
+      "ISA %s ==\n",
+      Opts().quick ? 64 : 2048,
+      std::string(CpuIsaName(ActiveCpuIsa())).c_str());
+  if (Blas().sgemm == nullptr) {
+    std::printf("OpenBLAS: not installed (apt-get install libopenblas-dev)\n");
+  }
+  std::printf("%-30s %7s %10s %10s %16s\n", "product", "threads", "canonical",
+              "openblas", "canonical/blas");
+  for (const TransformerProduct& p : TransformerProducts()) {
+    for (int threads : ThreadCounts()) {
+      const double gc =
+          p.flops / Seconds(TransformerName(p, threads, "canonical")) * 1e-9;
+      const double gb =
+          p.flops / Seconds(TransformerName(p, threads, "openblas")) * 1e-9;
+      std::printf("%-30s %7d %10s %10s %16s\n", p.name.c_str(), threads,
+                  Fmt(gc, "%.1f").c_str(), Fmt(gb, "%.1f").c_str(),
+                  Fmt(gc / gb, "%.2f").c_str());
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   // Our flags first; the rest goes to Google Benchmark, with defaults of
   // ours unless given: repetitions of all benchmarks interleaved in random
@@ -943,6 +1157,7 @@ int Main(int argc, char** argv) {
   RegisterConv();
   RegisterLanes();
   RegisterNetShapes();
+  RegisterTransformer();
   CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
@@ -958,6 +1173,7 @@ int Main(int argc, char** argv) {
   PrintNetShapes();
   PrintImageGroups();
   PrintPoolHandOff();
+  PrintTransformer();
   std::fflush(stdout);
   return 0;
 }

@@ -18,7 +18,8 @@ for header in \
     "== (d) bias_add.grad and pooling" \
     "== (e) CANONICAL conv2d per network shape" \
     "== (f) image groups vs the whole batch" \
-    "== (g) pool hand-off"; do
+    "== (g) pool hand-off" \
+    "== (h) transformer products"; do
   if ! grep -qF -- "$header" "$out"; then
     echo "cpu_bench --quick did not print \"$header\"; its output:"
     cat "$out"
@@ -31,6 +32,14 @@ for threads in 1 2; do
   if ! grep -qE "^3x3 64 32px +grad_input +$threads +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]{2}\$" \
       "$out"; then
     echo "cpu_bench --quick printed no whole/groups ratio on $threads thread(s) in table (f); its output:"
+    cat "$out"
+    exit 1
+  fi
+done
+# Table (h): a canonical figure for a dense pass and an attention grad.
+for row in "dense 256->256 grad_weight" "attn q k\^T grad"; do
+  if ! grep -qE "^$row +1 +[0-9]+\.[0-9] " "$out"; then
+    echo "cpu_bench --quick printed no canonical figure for \"$row\" in table (h); its output:"
     cat "$out"
     exit 1
   fi
