@@ -947,8 +947,9 @@ std::vector<TransformerProduct>& TransformerProducts() {
     using Out = std::vector<Tensor>&;
     auto f = [](In t, size_t i) { return t[i].data<float>(); };
     // Each dense layer's three passes: y = x w, dx = dy w^T, dw = x^T dy.
-    for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{
+    for (const auto& [k_in, n_out] : std::vector<std::pair<int64_t, int64_t>>{
              {256, 256}, {256, 1024}, {1024, 256}}) {
+      const int64_t k = k_in, n = n_out;  // (lambdas capture variables)
       const std::string layer = absl::StrFormat("dense %d->%d", k, n);
       const double flops = 2.0 * tokens * k * n;
       const Tensor x = RandomTensor({tokens, k}, ++seed);
