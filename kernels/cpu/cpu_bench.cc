@@ -212,8 +212,14 @@ void Call(KernelFn fn, const std::vector<Tensor>& in, std::vector<Tensor>& out,
 
 std::vector<int> ThreadCounts() { return {1, 2}; }
 
+// v by a printf format of one double ("%.1f"), or "-" for NaN (a figure
+// that did not run). (absl::StrFormat takes only formats known at compile
+// time under clang.)
 std::string Fmt(double v, const char* format) {
-  return v == v ? absl::StrFormat(format, v) : std::string("-");
+  if (v != v) return "-";
+  char text[64];
+  std::snprintf(text, sizeof(text), format, v);
+  return text;
 }
 
 // ---------------------------------------------------------------------------
