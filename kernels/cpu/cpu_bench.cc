@@ -250,6 +250,16 @@ const OpenBlas& Blas() {
   return blas;
 }
 
+// cblas_sgemm(CblasRowMajor, ta, tb, ...), ta / tb true: transposed.
+void Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+           int64_t ldc) {
+  Blas().sgemm(101, ta ? 112 : 111, tb ? 112 : 111, static_cast<int>(m),
+               static_cast<int>(n), static_cast<int>(k), alpha, a,
+               static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c,
+               static_cast<int>(ldc));
+}
+
 std::vector<int64_t> GemmSizes() {
   if (Opts().quick) return {256};
   return {256, 512, 1024, 2048};
@@ -287,16 +297,14 @@ void RegisterGemm() {
             benchmark::DoNotOptimize(d->c.data());
           });
       if (Blas().sgemm == nullptr) continue;
-      const int ni = static_cast<int>(n);
       Add(
           GemmName(n, threads, "openblas"),
           [threads] {
             if (Blas().set_threads != nullptr) Blas().set_threads(threads);
           },
-          [d, ni] {
-            // CblasRowMajor, CblasNoTrans, CblasNoTrans.
-            Blas().sgemm(101, 111, 111, ni, ni, ni, 1.0f, d->a.data(), ni,
-                         d->b.data(), ni, 0.0f, d->c.data(), ni);
+          [d, n] {
+            Sgemm(false, false, n, n, n, 1.0f, d->a.data(), n, d->b.data(), n,
+                  d->c.data(), n);
             benchmark::DoNotOptimize(d->c.data());
           });
     }
@@ -913,8 +921,6 @@ void PrintPoolHandOff() {
 }
 
 // ---------------------------------------------------------------------------
-
-// ---------------------------------------------------------------------------
 // (h) transformer products: gpt_block's (worker/exec/bench_models) dense
 // layers and attention entries through the registered CANONICAL kernels,
 // against OpenBLAS on the same products (a matmul: one sgemm per entry).
@@ -930,24 +936,17 @@ struct TransformerProduct {
       blas;
 };
 
-// cblas_sgemm(CblasRowMajor, ta, tb, ...), ta / tb true: transposed.
-void Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-           const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-           int64_t ldc) {
-  Blas().sgemm(101, ta ? 112 : 111, tb ? 112 : 111, static_cast<int>(m),
-               static_cast<int>(n), static_cast<int>(k), alpha, a,
-               static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c,
-               static_cast<int>(ldc));
-}
+// Table (h)'s dense layers' rows: gpt_block's batch 8 x sequence 256.
+int64_t TransformerTokens() { return Opts().quick ? 64 : 2048; }
 
 std::vector<TransformerProduct>& TransformerProducts() {
   static auto* products = [] {
     auto* v = new std::vector<TransformerProduct>();
     const bool q = Opts().quick;
-    const int64_t tokens = q ? 64 : 2048;  // batch 8 x sequence 256
-    const int64_t s = q ? 32 : 256;        // sequence
-    const int64_t e = q ? 2 : 32;          // entries: batch 8 x 4 heads
-    const int64_t h = 64;                  // head width
+    const int64_t tokens = TransformerTokens();
+    const int64_t s = q ? 32 : 256;  // sequence
+    const int64_t e = q ? 2 : 32;    // entries: batch 8 x 4 heads
+    const int64_t h = 64;            // head width
     uint32_t seed = 900;
     using In = const std::vector<Tensor>&;
     using Out = std::vector<Tensor>&;
@@ -1102,7 +1101,7 @@ void PrintTransformer() {
       "\n== (h) transformer products: gpt_block's dense layers (%d tokens) "
       "and attention entries, CANONICAL kernel vs OpenBLAS sgemm, GFLOP/s, "
       "ISA %s ==\n",
-      Opts().quick ? 64 : 2048,
+      static_cast<int>(TransformerTokens()),
       std::string(CpuIsaName(ActiveCpuIsa())).c_str());
   if (Blas().sgemm == nullptr) {
     std::printf("OpenBLAS: not installed (apt-get install libopenblas-dev)\n");
@@ -1121,6 +1120,8 @@ void PrintTransformer() {
     }
   }
 }
+
+// ---------------------------------------------------------------------------
 
 int Main(int argc, char** argv) {
   // Our flags first; the rest goes to Google Benchmark, with defaults of

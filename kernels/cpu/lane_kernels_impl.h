@@ -1694,26 +1694,18 @@ struct RowDotTerm {
 struct SoftmaxBlock {
   const LaneBiasGeometry& g;  // {1, rows, d}
   const LaneSoftmaxArgs& a;
-
-  // WalkChannels over the lanes' rows, terms [0, n) only, n the longest
-  // lane's length: the terms past it (a causal block's upper triangle, up
-  // to half of every row) change no lane's max, sum or dot. The max and
-  // the dot pass over every term past a lane's length; the sum adds +0.0f
-  // there to a chain >= +0.0f or NaN; and the chunks past n, walked, only
-  // closed +0.0f partials into the trees, which change no node (no chain
-  // from +0.0f ends at -0.0f).
-  template <class V, bool kDy, bool kPartial, class Term>
-  void WalkPrefix(const float* x, const float* dy, int64_t r0, int lanes,
-                  int64_t n, Term& term) const {
-    WalkChannels<V, kDy, kPartial>(g, x, dy, r0, lanes, term, 0, n);
-  }
-
   template <class V, bool kPartial>
   void Run(int64_t r0, int lanes) {
     using T = typename V::T;
     constexpr int W = V::kWidth;
     const int64_t d = g.spatial;
     alignas(64) float len[W];
+    // The walks below stop at the longest lane's length: the terms past it
+    // (a causal block's upper triangle, up to half of every row) change no
+    // lane's max, sum or dot. The max and the dot pass over every term past
+    // a lane's length; the sum adds +0.0f there to a chain >= +0.0f or NaN;
+    // and the chunks past it, walked, only closed +0.0f partials into the
+    // trees, which change no node (no chain from +0.0f ends at -0.0f).
     int64_t longest = 0;
     for (int l = 0; l < W; ++l) {
       const int64_t r = r0 + (l < lanes ? l : 0);
@@ -1723,7 +1715,8 @@ struct SoftmaxBlock {
     }
     const T length = V::Load(len);
     RowMaxTerm<V> max_term{length};
-    WalkPrefix<V, false, kPartial>(a.x, nullptr, r0, lanes, longest, max_term);
+    WalkChannels<V, false, kPartial>(g, a.x, nullptr, r0, lanes, max_term, 0,
+                                     longest);
     alignas(64) float max[W];
     V::Store(max, max_term.m);
     for (int l = 0; l < lanes; ++l) {
@@ -1744,8 +1737,8 @@ struct SoftmaxBlock {
       for (j = n; j < d; ++j) out[j] = 0.0f;
     }
     SumTerm<V> sum_term;
-    WalkPrefix<V, false, kPartial>(a.out, nullptr, r0, lanes, longest,
-                                   sum_term);
+    WalkChannels<V, false, kPartial>(g, a.out, nullptr, r0, lanes, sum_term, 0,
+                                     longest);
     const T sums = sum_term.tree.Result();
     if (a.row_max != nullptr) {
       StoreLanes<V>(a.row_max + r0, max_term.m, lanes);
@@ -1759,7 +1752,8 @@ struct SoftmaxBlock {
     }
     if (a.dy == nullptr) return;
     RowDotTerm<V> dot_term{length};
-    WalkPrefix<V, true, kPartial>(a.out, a.dy, r0, lanes, longest, dot_term);
+    WalkChannels<V, true, kPartial>(g, a.out, a.dy, r0, lanes, dot_term, 0,
+                                    longest);
     alignas(64) float dot[W];
     V::Store(dot, dot_term.tree.Result());
     for (int l = 0; l < lanes; ++l) {
