@@ -45,8 +45,8 @@ struct LeafKernels {
                            size_t prefetch_bytes);
   // Both of the above for one leaf x[0 .. n), n <= 16384: hash64(x, 4 * n)
   // and block_stats(x, n, prefetch, prefetch_bytes). The AVX-512 kernel reads
-  // the leaf once for both; the others call the two in turn (the leaf is in
-  // cache for the second).
+  // the leaf once for both; the AVX2 kernel hashes 4 KiB, then sums it from
+  // L1, chunk by chunk; the baseline calls the two in turn.
   LeafHashStats (*hash_and_stats)(const float* x, size_t n,
                                   const void* prefetch, size_t prefetch_bytes);
 };
@@ -55,8 +55,9 @@ struct LeafKernels {
 // statistics. Always available.
 const LeafKernels& BaselineLeafKernels();
 
-// Inline XXH3 and intrinsics compiled for AVX2 and FMA, or nullptr where this
-// build has no AVX2 unit (not x86-64). Callers must also check the CPU.
+// Its own XXH3 long loop and intrinsics compiled for AVX2 and FMA, or nullptr
+// where this build has no AVX2 unit (not x86-64). Callers must also check the
+// CPU.
 const LeafKernels* Avx2LeafKernels();
 
 // Inline XXH3 and intrinsics compiled for AVX-512F, AVX-512DQ and FMA, or

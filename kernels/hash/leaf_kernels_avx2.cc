@@ -59,23 +59,33 @@ __attribute__((always_inline)) inline void Accumulate8(
   q_hi = _mm256_fmadd_pd(hi, hi, q_hi);
 }
 
-// Accumulates lanes [first, first + 16) over the `rows` full rows of the
-// block (row r = x[64r .. 64r + 64)) into sum/sum_sq[first ..], adding
+// Adds lanes [first, first + 16) of the `rows` full rows at x (row r =
+// x[64r .. 64r + 64)) onto the running sum/sum_sq[first ..], adding
 // every element, finite or not, and returns the running maximum of the
-// |x| bit patterns. Four sum and four sum-of-squares accumulators of 4
-// doubles stay in registers beside the mask, the maximum and the
+// |x| bit patterns into max_bits. Four sum and four sum-of-squares accumulators
+// of 4 doubles stay in registers beside the mask, the maximum and the
 // temporaries (AVX2 has 16): a pass over 32 lanes needs 16 accumulators
 // alone, and those the compiler then spills put a store-to-load round trip
 // into their chains (a third slower in cache). Keep function calls and
 // accumulator arrays out of this loop for the same reason. While it runs,
 // one cache line from `*pf` on is prefetched per row, up to pf_end, and
 // `*pf` is advanced past them.
-uint32_t QuarterRows(const float* x, size_t rows, int first, double* sum,
-                     double* sum_sq, const char** pf, const char* pf_end) {
+__attribute__((always_inline)) inline void QuarterRows(
+    const float* x, size_t rows, int first, bool onto, double* sum,
+    double* sum_sq, __m256i& max_bits, const char** pf, const char* pf_end) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
   __m256d q0 = s0, q1 = s0, q2 = s0, q3 = s0;
-  __m256i max_bits = _mm256_setzero_si256();
+  if (onto) {
+    s0 = _mm256_loadu_pd(sum + first);
+    s1 = _mm256_loadu_pd(sum + first + 4);
+    s2 = _mm256_loadu_pd(sum + first + 8);
+    s3 = _mm256_loadu_pd(sum + first + 12);
+    q0 = _mm256_loadu_pd(sum_sq + first);
+    q1 = _mm256_loadu_pd(sum_sq + first + 4);
+    q2 = _mm256_loadu_pd(sum_sq + first + 8);
+    q3 = _mm256_loadu_pd(sum_sq + first + 12);
+  }
   const float* p = x + first;
   const char* next = *pf;  // a local: through *pf, a store per row
   for (size_t r = 0; r < rows; ++r, p += kLanes) {
@@ -95,6 +105,10 @@ uint32_t QuarterRows(const float* x, size_t rows, int first, double* sum,
   _mm256_storeu_pd(sum_sq + first + 4, q1);
   _mm256_storeu_pd(sum_sq + first + 8, q2);
   _mm256_storeu_pd(sum_sq + first + 12, q3);
+}
+
+// The largest of the eight lanes.
+uint32_t MaxLane(const __m256i max_bits) {
   uint32_t lane_max[8];
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane_max), max_bits);
   uint32_t m = 0;
@@ -131,13 +145,13 @@ LeafStats ScalarBlockStats(const float* x, size_t n) {
 }
 
 // Four passes over the block, lanes 0..15, 16..31, 32..47, 48..63, each
-// lane's additions in increasing k as the definition requires. Called after
-// the hash, the block is in cache, and the passes prefetch the next leaf,
-// one cache line per 64 bytes summed, so the DRAM reads for the next hash
-// overlap this loop. Called for statistics alone (prefetch == nullptr), the
-// block may still be in DRAM, where passes that read one cache line in four
-// do not start the hardware's DRAM streams (1.35 x slower than with the
-// sequential load of every line that then comes first).
+// lane's additions in increasing k as the definition requires. Called for
+// statistics alone (prefetch == nullptr), the block may still be in DRAM,
+// where passes that read one cache line in four do not start the
+// hardware's DRAM streams (1.35 x slower than with the sequential load of
+// every line that then comes first). Called after the hash of a short leaf
+// (HashAndStats below), the passes prefetch the next leaf, one cache line
+// per 64 bytes summed.
 // Non-finite values are added like any other here; if the maximum |x| bit
 // pattern shows one, the block is recomputed by the masking reference loop.
 LeafStats Avx2BlockStats(const float* x, size_t n, const void* prefetch,
@@ -158,11 +172,11 @@ LeafStats Avx2BlockStats(const float* x, size_t n, const void* prefetch,
     }
     __asm__ volatile("" : : "x"(touch));
   }
-  uint32_t max_abs = 0;
+  __m256i max_bits = _mm256_setzero_si256();
   for (int first = 0; first < kLanes; first += 16) {
-    const uint32_t m = QuarterRows(x, rows, first, sum, sum_sq, &pf, pf_end);
-    if (m > max_abs) max_abs = m;
+    QuarterRows(x, rows, first, false, sum, sum_sq, max_bits, &pf, pf_end);
   }
+  uint32_t max_abs = MaxLane(max_bits);
   // Tail: rows * 64 is in lane 0.
   for (size_t k = rows * kLanes; k < n; ++k) {
     const int j = static_cast<int>(k & (kLanes - 1));
@@ -176,9 +190,219 @@ LeafStats Avx2BlockStats(const float* x, size_t n, const void* prefetch,
   return LeafStats{Fold(sum), Fold(sum_sq), max_abs, 0, 0};
 }
 
-// Hash, then statistics while the leaf is in cache.
+// ---- XXH3-64, long inputs, interleaved with the statistics. ----
+//
+// XXH3-64 of more than 240 bytes (xxHash's XXH3_hashLong_64b with the
+// default secret; docs/fingerprints.md): eight u64 accumulators (two ymm)
+// take every 64-byte stripe; 16 stripes make a 1024-byte block, after which
+// the accumulators are scrambled; the last block's full stripes but its
+// last are accumulated, then the input's last 64 bytes with secret offset
+// 121; the accumulators are merged with secret offset 11.
+//
+// The statistics' 64 lanes need 32 accumulators of 4 doubles, twice
+// AVX2's registers, so they cannot ride along with the hash's loads as on
+// AVX-512. Instead the leaf goes in chunks of 4 KiB (4 blocks, 16 rows):
+// the hash reads a chunk from memory, then QuarterRows sums the same rows
+// from L1 in four passes, the lanes kept in memory between chunks. Every
+// line is read from DRAM once, and the DRAM reads run on during the
+// statistics: the hash prefetches the next chunk as it goes (one line per
+// stripe, a chunk ahead), and the statistics passes prefetch the next
+// chunk again (or the caller's next leaf after the last chunk). Measured on
+// a Zen 2 core (docs/benchmarks.md, "AMD EPYC (Zen 2, AVX2), 2026-12-06:
+// the leaf in 4 KiB chunks"): 12 GB/s from DRAM, as fast as a read loop,
+// where hashing the whole leaf and then summing it ran at 7.8 GB/s;
+// without either prefetch 9.7 - 10.2 GB/s, with 2 or 8 KiB chunks, or the
+// hash's prefetch 3 or 6 KiB ahead, slower.
+constexpr size_t kStripeBytes = 64;
+constexpr size_t kBlockBytes = 1024;  // 16 stripes, 4 statistics rows
+constexpr size_t kRowBytes = 256;     // 64 floats: one statistics row
+constexpr size_t kChunkBlocks = 4;
+constexpr size_t kChunkBytes = kChunkBlocks * kBlockBytes;
+constexpr size_t kLastStripeSecret = 192 - 64 - 7;
+constexpr size_t kMergeSecret = 11;
+constexpr size_t kScrambleSecret = 192 - 64;
+
+// The accumulators as two sums each half: products (with the initial
+// values and the data settled before) and the data of the stripes since,
+// summed unswapped; Settle forms the accumulators (acc[i ^ 1] += data[i]
+// distributes over the additions mod 2^64).
+struct Accumulators {
+  __m256i products0, products1;
+  __m256i data0, data1;
+};
+
+__attribute__((always_inline)) inline __m256i SwapHalves(const __m256i v) {
+  return _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2));
+}
+
+__attribute__((always_inline)) inline void Settle(Accumulators& a) {
+  a.products0 = _mm256_add_epi64(a.products0, SwapHalves(a.data0));
+  a.products1 = _mm256_add_epi64(a.products1, SwapHalves(a.data1));
+  a.data0 = a.data1 = _mm256_setzero_si256();
+}
+
+__attribute__((always_inline)) inline void AccumulateHalf(const __m256i data,
+                                                          const uint8_t* secret,
+                                                          __m256i& products,
+                                                          __m256i& sums) {
+  const __m256i key =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(secret));
+  const __m256i data_key = _mm256_xor_si256(data, key);
+  const __m256i data_key_hi =
+      _mm256_shuffle_epi32(data_key, _MM_SHUFFLE(2, 3, 0, 1));
+  products =
+      _mm256_add_epi64(products, _mm256_mul_epu32(data_key, data_key_hi));
+  sums = _mm256_add_epi64(sums, data);
+}
+
+// accumulate_512: the 64-byte stripe at p.
+__attribute__((always_inline)) inline void AccumulateStripe(
+    Accumulators& a, const uint8_t* p, const uint8_t* secret) {
+  AccumulateHalf(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
+                 secret, a.products0, a.data0);
+  AccumulateHalf(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)),
+                 secret + 32, a.products1, a.data1);
+}
+
+__attribute__((always_inline)) inline __m256i ScrambleHalf(
+    __m256i acc, const uint8_t* key_p) {
+  const __m256i prime32 = _mm256_set1_epi32(static_cast<int>(XXH_PRIME32_1));
+  const __m256i key =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key_p));
+  const __m256i k =
+      _mm256_xor_si256(_mm256_xor_si256(acc, _mm256_srli_epi64(acc, 47)), key);
+  const __m256i lo = _mm256_mul_epu32(k, prime32);
+  const __m256i hi = _mm256_mul_epu32(_mm256_srli_epi64(k, 32), prime32);
+  return _mm256_add_epi64(lo, _mm256_slli_epi64(hi, 32));
+}
+
+// The block's 16 stripes, then scramble; meanwhile the lines a chunk
+// ahead are prefetched (a hint: past the end of the input it fetches
+// nothing useful, and never faults).
+__attribute__((always_inline)) inline void HashBlock(Accumulators& a,
+                                                     const uint8_t* p) {
+  for (size_t s = 0; s < kBlockBytes / kStripeBytes; ++s) {
+    _mm_prefetch(
+        reinterpret_cast<const char*>(p) + kChunkBytes + kStripeBytes * s,
+        _MM_HINT_T0);
+    AccumulateStripe(a, p + kStripeBytes * s, XXH3_kSecret + 8 * s);
+  }
+  Settle(a);
+  a.products0 = ScrambleHalf(a.products0, XXH3_kSecret + kScrambleSecret);
+  a.products1 = ScrambleHalf(a.products1, XXH3_kSecret + kScrambleSecret + 32);
+}
+
+uint64_t MulFold64(uint64_t a, uint64_t b) {
+  const unsigned __int128 m = static_cast<unsigned __int128>(a) * b;
+  return static_cast<uint64_t>(m) ^ static_cast<uint64_t>(m >> 64);
+}
+
+uint64_t ReadLe64(const uint8_t* p) {
+  uint64_t v;
+  __builtin_memcpy(&v, p, sizeof(v));  // x86-64: little-endian
+  return v;
+}
+
+// mergeAccs and the final avalanche of XXH3-64.
+uint64_t MergeAccs(Accumulators& a, size_t len) {
+  Settle(a);
+  alignas(32) uint64_t acc[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(acc), a.products0);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(acc + 4), a.products1);
+  const uint8_t* s = XXH3_kSecret + kMergeSecret;
+  uint64_t r = static_cast<uint64_t>(len) * XXH_PRIME64_1;
+  for (int i = 0; i < 4; ++i) {
+    r += MulFold64(acc[2 * i] ^ ReadLe64(s + 16 * i),
+                   acc[2 * i + 1] ^ ReadLe64(s + 16 * i + 8));
+  }
+  r ^= r >> 37;
+  r *= 0x165667919E3779F9ULL;
+  r ^= r >> 32;
+  return r;
+}
+
+// Rows [0, rows) of x added to the lanes sum/sum_sq, four passes of 16
+// lanes, their |x| bits to max_bits; prefetches [pf, pf_end) meanwhile.
+__attribute__((always_inline)) inline void StatsRows(
+    const float* x, size_t rows, bool onto, double* sum, double* sum_sq,
+    __m256i& max_bits, const char* pf, const char* pf_end) {
+  for (int first = 0; first < kLanes; first += 16) {
+    QuarterRows(x, rows, first, onto, sum, sum_sq, max_bits, &pf, pf_end);
+  }
+}
+
+// XXH3-64 of the leaf x[0 .. n) (4n > 240 bytes) and its statistics, a
+// chunk at a time (see above); `prefetch` is the caller's next leaf.
+LeafHashStats HashStatsLong(const float* x, size_t n, const void* prefetch,
+                            size_t prefetch_bytes) {
+  const size_t len = n * sizeof(float);
+  const auto* in = reinterpret_cast<const uint8_t*>(x);
+  Accumulators a{_mm256_setr_epi64x(XXH_PRIME32_3, XXH_PRIME64_1, XXH_PRIME64_2,
+                                    XXH_PRIME64_3),
+                 _mm256_setr_epi64x(XXH_PRIME64_4, XXH_PRIME32_2, XXH_PRIME64_5,
+                                    XXH_PRIME32_1),
+                 _mm256_setzero_si256(), _mm256_setzero_si256()};
+  double sum[kLanes];
+  double sum_sq[kLanes];
+  bool onto = false;  // whether sum and sum_sq hold rows yet
+  __m256i max_bits = _mm256_setzero_si256();
+  const size_t full_blocks = (len - 1) / kBlockBytes;
+  const uint8_t* p = in;
+  const uint8_t* summed = in;  // rows before it are in the lanes
+  const char* const leaf_end = reinterpret_cast<const char*>(in + len);
+  for (size_t b = 0; b < full_blocks; ++b, p += kBlockBytes) {
+    HashBlock(a, p);
+    if ((b + 1) % kChunkBlocks == 0) {
+      // The next chunk, which the hash has started to fetch.
+      const char* pf = reinterpret_cast<const char*>(p + kBlockBytes);
+      const char* pf_end =
+          pf + kChunkBytes < leaf_end ? pf + kChunkBytes : leaf_end;
+      StatsRows(reinterpret_cast<const float*>(summed),
+                (p + kBlockBytes - summed) / kRowBytes, onto, sum, sum_sq,
+                max_bits, pf, pf_end);
+      onto = true;
+      summed = p + kBlockBytes;
+    }
+  }
+  const size_t stripes = (len - full_blocks * kBlockBytes - 1) / kStripeBytes;
+  for (size_t s = 0; s < stripes; ++s) {
+    AccumulateStripe(a, p + kStripeBytes * s, XXH3_kSecret + 8 * s);
+  }
+  AccumulateStripe(a, in + len - kStripeBytes,
+                   XXH3_kSecret + kLastStripeSecret);
+  const size_t rows = (in + len - summed) / kRowBytes;
+  // Meanwhile the next leaf's first chunk.
+  const char* next = static_cast<const char*>(prefetch);
+  const size_t next_bytes =
+      prefetch_bytes < kChunkBytes ? prefetch_bytes : kChunkBytes;
+  // Zero rows still set the lanes (to +0.0) unless they hold rows already.
+  StatsRows(reinterpret_cast<const float*>(summed), rows, onto, sum, sum_sq,
+            max_bits, next, next == nullptr ? nullptr : next + next_bytes);
+  uint32_t max_abs = MaxLane(max_bits);
+  // Tail: in-block index rows * 64 of the remainder is lane 0.
+  const float* t = reinterpret_cast<const float*>(summed) + rows * kLanes;
+  for (int j = 0; t + j < x + n; ++j) {
+    const uint32_t b = Bits(t[j]) & 0x7fffffffU;
+    if (b > max_abs) max_abs = b;
+    const double d = static_cast<double>(t[j]);
+    sum[j] = sum[j] + d;
+    sum_sq[j] = sum_sq[j] + d * d;
+  }
+  LeafHashStats r;
+  r.hash = MergeAccs(a, len);
+  r.stats = max_abs >= kInfBits
+                ? ScalarBlockStats(x, n)
+                : LeafStats{Fold(sum), Fold(sum_sq), max_abs, 0, 0};
+  return r;
+}
+
+// Leaves of up to 60 floats (240 bytes, XXH3's short paths) take the two
+// separate kernels.
 LeafHashStats Avx2HashAndStats(const float* x, size_t n, const void* prefetch,
                                size_t prefetch_bytes) {
+  if (n * sizeof(float) > 240) {
+    return HashStatsLong(x, n, prefetch, prefetch_bytes);
+  }
   LeafHashStats r;
   r.hash = Avx2Hash64(x, n * sizeof(float));
   r.stats = Avx2BlockStats(x, n, prefetch, prefetch_bytes);

@@ -19,8 +19,8 @@
 //
 // 64 independent lanes make the CPU code throughput-bound rather than bound
 // by the latency of dependent adds (AVX-512: eight 8-wide double vectors per
-// accumulator; AVX2: two passes of eight 4-wide vectors over the cached
-// block) and map onto a warp on the GPU (kernels/cuda/leaf_hash.h: lane t
+// accumulator; AVX2: four passes of four 4-wide vectors over each 4 KiB
+// chunk in L1) and map onto a warp on the GPU (kernels/cuda/leaf_hash.h: lane t
 // of 16 owns chains 4t .. 4t + 3 and takes both rows of each 512-byte load
 // in order; the halving tree is then a shuffle tree), while the order of
 // every floating-point addition stays fixed. Skipping a non-finite element
