@@ -59,17 +59,17 @@ __attribute__((always_inline)) inline void Accumulate8(
   q_hi = _mm256_fmadd_pd(hi, hi, q_hi);
 }
 
-// Adds lanes [first, first + 16) of the `rows` full rows at x (row r =
-// x[64r .. 64r + 64)) onto the running sum/sum_sq[first ..], adding
-// every element, finite or not, and returns the running maximum of the
-// |x| bit patterns into max_bits. Four sum and four sum-of-squares accumulators
-// of 4 doubles stay in registers beside the mask, the maximum and the
-// temporaries (AVX2 has 16): a pass over 32 lanes needs 16 accumulators
-// alone, and those the compiler then spills put a store-to-load round trip
-// into their chains (a third slower in cache). Keep function calls and
-// accumulator arrays out of this loop for the same reason. While it runs,
-// one cache line from `*pf` on is prefetched per row, up to pf_end, and
-// `*pf` is advanced past them.
+// Sums lanes [first, first + 16) of the `rows` full rows at x (row r =
+// x[64r .. 64r + 64)) into sum/sum_sq[first ..], starting from their
+// values with `onto`, else from +0.0, adding every element, finite or not;
+// the |x| bit patterns go into the running maximum max_bits. Four sum and
+// four sum-of-squares accumulators of 4 doubles stay in registers beside the
+// mask, the maximum and the temporaries (AVX2 has 16): a pass over 32 lanes
+// needs 16 accumulators alone, and those the compiler then spills put a
+// store-to-load round trip into their chains (a third slower in cache). Keep
+// function calls and accumulator arrays out of this loop for the same reason.
+// While it runs, one cache line from `*pf` on is prefetched per row, up to
+// pf_end, and `*pf` is advanced past them.
 __attribute__((always_inline)) inline void QuarterRows(
     const float* x, size_t rows, int first, bool onto, double* sum,
     double* sum_sq, __m256i& max_bits, const char** pf, const char* pf_end) {
