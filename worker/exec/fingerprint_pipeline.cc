@@ -155,10 +155,15 @@ bool BackgroundChooser::Background() const {
 void BackgroundChooser::Record(double seconds) {
   const int64_t p = Position();
   ++steps_;
-  // Only the last step of each probe run counts: the inline run's first,
-  // then the background run's, which decides.
-  if (p == kRunSteps - 1) inline_seconds_ = seconds;
-  if (p == kProbeSteps - 1) background_ = seconds <= inline_seconds_;
+  // Only the last step of each probe run counts, each way's fastest over
+  // the probe's rounds; the probe's last step decides.
+  if (p < 0 || p >= kProbeSteps || p % kRunSteps != kRunSteps - 1) return;
+  const bool background = p / kRunSteps % 2 == 1;
+  double& fastest = background ? background_seconds_ : inline_seconds_;
+  if (p < 2 * kRunSteps || seconds < fastest) fastest = seconds;
+  if (p == kProbeSteps - 1) {
+    background_ = background_seconds_ <= inline_seconds_;
+  }
 }
 
 }  // namespace lockstep::worker

@@ -143,14 +143,19 @@ class FingerprintPipeline {
 // minutes and not in others, the steps of models up to ResNet-18's size took
 // 10 - 50 % longer with it than inline (docs/benchmarks.md, "AMD EPYC (Zen 4,
 // AVX-512)"). So the run measures it on its own steps: the first capturing step
-// hashes in the background (a warm-up, not compared); then a probe: a run of
-// kRunSteps steps inline, then one in the background, of which only each run's
-// last step is timed (its first one still pays for the cache lines the other
-// way left on the other core); then whichever had the faster timed step (ties:
-// the background) hashes the next kChosenSteps capturing steps, and it probes
-// again. A probe costs a long run little (two inline steps in 68 where the
-// background is faster) and a short one a few steps. The fingerprints are the
-// same bits either way.
+// hashes in the background (a warm-up, not compared); then a probe of
+// kProbeRounds rounds, each a run of kRunSteps steps inline, then one in the
+// background, of which only each run's last step is timed (its first one still
+// pays for the cache lines the other way left on the other core); then
+// whichever way's fastest timed step was faster (ties: the background) hashes
+// the next kChosenSteps capturing steps, and it probes again. Taking each
+// way's fastest of two keeps one slow step (an interrupt, a neighbour on the
+// host) from deciding: with one round, a single background step 25 % slower
+// than usual made a whole run of mobilenet_v2 hash inline at 1.1 x
+// the background's step time (docs/benchmarks.md, "AMD EPYC (Zen 2, AVX2),
+// 2026-12-06: the chooser's probe in two rounds"). A probe costs a long run
+// little (four inline steps in 72 where the background is faster) and a short
+// one a few steps. The fingerprints are the same bits either way.
 //
 //   BackgroundChooser c;
 //   bool bg = c.Background();   // before each capturing step
@@ -159,7 +164,9 @@ class FingerprintPipeline {
 class BackgroundChooser {
  public:
   static constexpr int kRunSteps = 2;
-  static constexpr int kProbeSteps = 2 * kRunSteps;  // one run each way
+  static constexpr int kProbeRounds = 2;
+  // kProbeRounds runs each way, in turns.
+  static constexpr int kProbeSteps = kProbeRounds * 2 * kRunSteps;
   static constexpr int kChosenSteps = 64;
 
   // Whether the next capturing step hashes in the background.
@@ -176,7 +183,9 @@ class BackgroundChooser {
   int64_t Position() const;
 
   int64_t steps_ = 0;
-  double inline_seconds_ = 0;  // the last probe's timed inline step
+  // The current probe's fastest timed step each way.
+  double inline_seconds_ = 0;
+  double background_seconds_ = 0;
   bool background_ = true;
 };
 

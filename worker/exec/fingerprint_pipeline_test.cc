@@ -259,20 +259,52 @@ TEST(BackgroundChooserTest, ProbesThenUsesTheFasterWay) {
 }
 
 // Only each run's last step is timed, so the step after a switch does not
-// decide; a tie goes to the background.
-TEST(BackgroundChooserTest, LastStepOfEachRunDecides) {
+// decide; each way's fastest timed step over the two rounds counts; a tie
+// goes to the background.
+TEST(BackgroundChooserTest, FastestLastStepOfEachRunDecides) {
   static_assert(BackgroundChooser::kRunSteps == 2 &&
-                BackgroundChooser::kProbeSteps == 4);
-  // warm-up; in, in*, bg, bg* (* timed)
+                BackgroundChooser::kProbeRounds == 2 &&
+                BackgroundChooser::kProbeSteps == 8);
+  // warm-up; in, in*, bg, bg*, in, in*, bg, bg* (* timed)
   const auto choose = [](std::initializer_list<double> times) {
     BackgroundChooser c;
     for (double t : times) c.Record(t);
     return c.Background();
   };
-  EXPECT_TRUE(choose({1, 1, 1.0, 9, 0.9}));   // the background's switch slow
-  EXPECT_TRUE(choose({1, 1, 1.0, 1, 1.0}));   // a tie
-  EXPECT_FALSE(choose({1, 9, 0.8, 1, 0.9}));  // inline's switch slow
-  EXPECT_FALSE(choose({9, 1, 1.0, 0.1, 1.1}));
+  // The background's switches slow.
+  EXPECT_TRUE(choose({1, 1, 1.0, 9, 0.9, 1, 1.0, 9, 0.9}));
+  // A tie.
+  EXPECT_TRUE(choose({1, 1, 1.0, 1, 1.0, 1, 1.0, 1, 1.0}));
+  // Inline's switches slow.
+  EXPECT_FALSE(choose({1, 9, 0.8, 1, 0.9, 9, 0.8, 1, 0.9}));
+  EXPECT_FALSE(choose({9, 1, 1.0, 0.1, 1.1, 1, 1.0, 0.1, 1.1}));
+  // One slow timed step, either way and in either round, does not decide.
+  EXPECT_TRUE(choose({1, 1, 1.0, 1, 1.3, 1, 1.0, 1, 0.9}));
+  EXPECT_TRUE(choose({1, 1, 1.0, 1, 0.9, 1, 1.0, 1, 1.3}));
+  EXPECT_FALSE(choose({1, 1, 0.9, 1, 1.0, 1, 1.3, 1, 1.0}));
+  EXPECT_FALSE(choose({1, 1, 1.3, 1, 1.0, 1, 0.9, 1, 1.0}));
+  // Each way's fastest, not its last or first.
+  EXPECT_FALSE(choose({1, 1, 0.8, 1, 0.9, 1, 1.0, 1, 0.85}));
+  EXPECT_TRUE(choose({1, 1, 0.9, 1, 1.0, 1, 0.95, 1, 0.85}));
+}
+
+// A later probe starts afresh: the first probe's fast steps do not carry
+// over into the next one's comparison.
+TEST(BackgroundChooserTest, EachProbeComparesItsOwnSteps) {
+  constexpr int kProbe = BackgroundChooser::kProbeSteps;
+  constexpr int kRun = BackgroundChooser::kRunSteps;
+  BackgroundChooser c;
+  c.Record(1.0);  // warm-up
+  for (int p = 0; p < kProbe; ++p) {
+    c.Record(c.Background() ? 0.1 : 1.0);  // background far faster
+  }
+  ASSERT_TRUE(c.Background());
+  for (int i = 0; i < BackgroundChooser::kChosenSteps; ++i) c.Record(0.1);
+  for (int p = 0; p < kProbe; ++p) {
+    ASSERT_EQ(c.Background(), p / kRun % 2 == 1) << "probe step " << p;
+    c.Record(c.Background() ? 2.0 : 1.0);  // now inline is faster
+  }
+  EXPECT_FALSE(c.Background());
 }
 
 }  // namespace

@@ -288,8 +288,8 @@ TEST(ZooTest, BackgroundFingerprintsEqualInline) {
 }
 
 // Left to kAuto with a CPU free, a run probes where to hash: the first
-// capturing step in the background, then two steps inline and two in the
-// background (BackgroundChooser), whatever the step times say. Every
+// capturing step in the background, then two rounds of two steps inline and
+// two in the background (BackgroundChooser), whatever the step times say. Every
 // fingerprint is the inline run's, and the steps that used the thread are
 // counted.
 TEST(ZooTest, AutoFingerprintsProbeBothWaysWithTheSameBits) {
@@ -298,7 +298,7 @@ TEST(ZooTest, AutoFingerprintsProbeBothWaysWithTheSameBits) {
   if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0 || CPU_COUNT(&cpus) < 2) {
     GTEST_SKIP() << "needs 2 CPUs: kAuto hashes inline on one";
   }
-  Zoo z = Load("lenet5", 2, 5);
+  Zoo z = Load("lenet5", 2, 9);
   ASSERT_NE(z.dataset, nullptr);
   z.config.mutable_capture()->set_kind(v1::CapturePolicy::EVERY_STEP);
   z.config.set_threads(1);  // the kernels' pool leaves a CPU free
@@ -313,10 +313,10 @@ TEST(ZooTest, AutoFingerprintsProbeBothWaysWithTheSameBits) {
                                DatasetBatches(z.dataset, 2), automatic);
   ASSERT_THAT(exec, IsOk());
   ASSERT_TRUE((*exec)->background_fingerprints());
-  // Warm-up, then the probe: two steps inline, two in the background.
-  static_assert(BackgroundChooser::kProbeSteps == 4);
-  const int expected[] = {1, 1, 1, 2, 3};
-  for (int s = 0; s < 5; ++s) {
+  // Warm-up, then the probe: twice two steps inline, two in the background.
+  static_assert(BackgroundChooser::kProbeSteps == 8);
+  const int expected[] = {1, 1, 1, 2, 3, 3, 3, 4, 5};
+  for (int s = 0; s < 9; ++s) {
     ASSERT_THAT((*exec)->RunStep(s), IsOk());
     EXPECT_EQ((*exec)->background_steps(), expected[s]) << "step " << s;
   }
