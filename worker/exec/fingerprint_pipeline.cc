@@ -154,11 +154,11 @@ bool BackgroundChooser::Background() const {
 
 void BackgroundChooser::Record(double seconds) {
   const int64_t p = Position();
+  const bool background = Background();  // the way this step hashed
   ++steps_;
   // Only the last step of each probe run counts, each way's fastest over
   // the probe's rounds; the probe's last step decides.
   if (p < 0 || p >= kProbeSteps || p % kRunSteps != kRunSteps - 1) return;
-  const bool background = p / kRunSteps % 2 == 1;
   double& fastest = background ? background_seconds_ : inline_seconds_;
   if (p < 2 * kRunSteps || seconds < fastest) fastest = seconds;
   if (p == kProbeSteps - 1) {
