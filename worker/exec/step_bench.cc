@@ -35,6 +35,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "kernels/cpu/core_distance.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/registry.h"
 #include "model/plan.h"
@@ -248,6 +250,17 @@ std::string Ratio(double a, double b) {
   return a < 0 || b <= 0 || a >= 1e300 ? "-" : absl::StrFormat("%.2f", a / b);
 }
 
+// The "c2c ns" column: "75", "75-410" where the two measurements differ
+// once rounded, "-" where none was possible (one CPU).
+std::string Distance(std::optional<double> before,
+                     std::optional<double> after) {
+  if (!before && !after) return "-";
+  const long long a = std::llround(before ? *before : *after);
+  const long long b = std::llround(after ? *after : *before);
+  if (a == b) return absl::StrFormat("%d", a);
+  return absl::StrFormat("%d-%d", std::min(a, b), std::max(a, b));
+}
+
 int Main() {
   kernels::Registry registry;
   if (!kernels::RegisterCpuCanonicalKernels(&registry).ok()) return 1;
@@ -353,9 +366,10 @@ int Main() {
     absl::StrAppendFormat(&header, " %13s",
                           absl::AsciiStrToLower(v1::DeterminismMode_Name(m)));
   }
-  absl::StrAppendFormat(&header, " %9s %15s %7s %8s %8s %8s %3s %5s %5s",
+  absl::StrAppendFormat(&header, " %9s %15s %7s %8s %8s %8s %3s %5s %5s %9s",
                         "pytorch", absl::StrCat(first_mode, "/torch"), "paired",
-                        "hash %", "paired", "on step", "fp", "cores", "torch");
+                        "hash %", "paired", "on step", "fp", "cores", "torch",
+                        "c2c ns");
   std::printf("%s\n", header.c_str());
   for (const auto& [name, dir] : models) {
     auto model = model::ReadModelFile(dir + "/model.json");
@@ -411,6 +425,9 @@ int Main() {
       }
       // The modes with fingerprints, then the first mode without (the
       // last slot), interleaved.
+      // The two CPUs' distance before the row's runs and after them.
+      const std::optional<double> distance_before =
+          kernels::CacheLineRoundTripNanos();
       std::vector<Timing> best(modes.size() + 1);
       for (Timing& t : best) t.ms_per_step = 1e300;
       // Per repetition: the first mode with and without fingerprints and
@@ -467,6 +484,8 @@ int Main() {
         std::printf("%-15s %s\n", name.c_str(), error.c_str());
         continue;
       }
+      const std::optional<double> distance_after =
+          kernels::CacheLineRoundTripNanos();
       std::vector<double> ratios, shares;
       for (size_t r = 0; r < first_ms.size(); ++r) {
         if (r < rep_torch_ms.size() && rep_torch_ms[r] > 0) {
@@ -487,7 +506,7 @@ int Main() {
       const double unhashed = best.back().ms_per_step;
       const double torch_ms = torch_best.ms_per_step;
       absl::StrAppendFormat(
-          &line, " %9s %15s %7s %7.2f%% %8s %8s %3s %5s %5s",
+          &line, " %9s %15s %7s %7.2f%% %8s %8s %3s %5s %5s %9s",
           torch ? Ms(torch_ms) : "-", Ratio(first, torch_ms),
           ratios.empty() ? "-" : absl::StrFormat("%.2f", Median(ratios)),
           modes.empty() ? 0.0 : 100.0 * (first - unhashed) / first,
@@ -496,7 +515,8 @@ int Main() {
           modes.empty() ? "-" : Where(best[0]),
           modes.empty() ? "-" : absl::StrFormat("%.2f", best[0].cores),
           torch_best.cores < 0 ? "-"
-                               : absl::StrFormat("%.2f", torch_best.cores));
+                               : absl::StrFormat("%.2f", torch_best.cores),
+          Distance(distance_before, distance_after));
       std::printf("%s\n", line.c_str());
       if (absl::GetFlag(FLAGS_op_times) && !on_step.empty()) {
         PrintOpTimes(profiled, row_steps);
@@ -528,7 +548,14 @@ int Main() {
       "BackgroundChooser); cores, torch: CPU time over wall time "
       "of the fastest run of the first mode and of PyTorch (the cores each "
       "kept busy: at most the row's threads, plus Lockstep's background "
-      "hashing where fp is bg).\n",
+      "hashing where fp is bg); c2c ns: the time a cache line takes from "
+      "the first of this process's CPUs to the second and back, measured "
+      "before the row's runs and after them (one figure where both round "
+      "to it; - with one CPU): on a virtual machine whose CPUs sit on one "
+      "core complex of the host at some times and on two at others, it "
+      "says which placement the row ran on, and with it what a second "
+      "thread that reads the step's tensors (fp bg, two-thread rows) costs "
+      "the kernels.\n",
       first_mode.c_str());
   return 0;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Smoke test of //worker/exec:step_bench: one step of a zoo model and of a
 # benchmark model in every mode, without PyTorch, exits 0 and prints a row
-# with a figure for each mode. Usage: step_bench_smoke_test.sh <step_bench>
+# with a figure for each mode and the CPUs' distance. Usage: step_bench_smoke_test.sh <step_bench>
 set -euo pipefail
 
 bench="$1"
@@ -21,6 +21,15 @@ for model in mlp gpt_block; do
     exit 1
   fi
 done
+# The last column: the CPUs' cache-line round trip in ns ("77", "75-410"),
+# or "-" where the process has one CPU.
+if ! grep -q " c2c ns$" "$out" ||
+   ! grep -E "^(mlp|gpt_block) " "$out" |
+       awk '$NF !~ /^([0-9]+(-[0-9]+)?|-)$/ { bad = 1 } END { exit bad }'; then
+  echo "step_bench printed no c2c ns column; its output:"
+  cat "$out"
+  exit 1
+fi
 if ! grep -q "PyTorch: not timed (--pytorch=false)" "$out"; then
   echo "step_bench did not say PyTorch was skipped; its output:"
   cat "$out"
