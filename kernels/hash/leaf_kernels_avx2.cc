@@ -212,7 +212,10 @@ LeafStats Avx2BlockStats(const float* x, size_t n, const void* prefetch,
 // the leaf in 4 KiB chunks"): 12 GB/s from DRAM, as fast as a read loop,
 // where hashing the whole leaf and then summing it ran at 7.8 GB/s;
 // without either prefetch 9.7 - 10.2 GB/s, with 2 or 8 KiB chunks, or the
-// hash's prefetch 3 or 6 KiB ahead, slower.
+// hash's prefetch 3 or 6 KiB ahead, slower. The prefetches stay T0: with
+// PREFETCHNTA cold tensors streamed at 17.9 GB/s instead of 15.0, but a
+// training step's kernels, which read many of the tensors just hashed
+// again, ran up to 14 % slower ("…, 2026-12-06: the two vCPUs' distance").
 constexpr size_t kStripeBytes = 64;
 constexpr size_t kBlockBytes = 1024;  // 16 stripes, 4 statistics rows
 constexpr size_t kRowBytes = 256;     // 64 floats: one statistics row

@@ -142,20 +142,23 @@ class FingerprintPipeline {
 // more than hashing inline where they do: on a 2-vCPU AMD EPYC host, in some
 // minutes and not in others, the steps of models up to ResNet-18's size took
 // 10 - 50 % longer with it than inline (docs/benchmarks.md, "AMD EPYC (Zen 4,
-// AVX-512)"). So the run measures it on its own steps: the first capturing step
-// hashes in the background (a warm-up, not compared); then a probe of
-// kProbeRounds rounds, each a run of kRunSteps steps inline, then one in the
-// background, of which only each run's last step is timed (its first one still
-// pays for the cache lines the other way left on the other core); then
-// whichever way's fastest timed step was faster (ties: the background) hashes
-// the next kChosenSteps capturing steps, and it probes again. Taking each
-// way's fastest of two keeps one slow step (an interrupt, a neighbour on the
-// host) from deciding: with one round, a single background step 25 % slower
-// than usual made a whole run of mobilenet_v2 hash inline at 1.1 x
-// the background's step time (docs/benchmarks.md, "AMD EPYC (Zen 2, AVX2),
-// 2026-12-06: the chooser's probe in two rounds"). A probe costs a long run
-// little (four inline steps in 72 where the background is faster) and a short
-// one a few steps. The fingerprints are the same bits either way.
+// AVX-512)"); on a Zen 2 host, the minutes in which the host had put the two
+// vCPUs on different core complexes (a cache line's round trip 360 - 470 ns
+// instead of 60 - 80: kernels/cpu/core_distance.h; "AMD EPYC (Zen 2, AVX2),
+// 2026-12-06: the two vCPUs' distance"). So the run measures it on its own
+// steps: the first capturing step hashes in the background (a warm-up, not
+// compared); then a probe of kProbeRounds rounds, each a run of kRunSteps steps
+// inline, then one in the background, of which only each run's last step is
+// timed (its first one still pays for the cache lines the other way left on the
+// other core); then whichever way's fastest timed step was faster (ties: the
+// background) hashes the next kChosenSteps capturing steps, and it probes
+// again. Taking each way's fastest of two keeps one slow step (an interrupt, a
+// neighbour on the host) from deciding: with one round, a single background
+// step 25 % slower than usual made a whole run of mobilenet_v2 hash inline at
+// 1.1 x the background's step time (docs/benchmarks.md, "AMD EPYC (Zen 2,
+// AVX2), 2026-12-06: the chooser's probe in two rounds"). A probe costs a long
+// run little (four inline steps in 72 where the background is faster) and a
+// short one a few steps. The fingerprints are the same bits either way.
 //
 //   BackgroundChooser c;
 //   bool bg = c.Background();   // before each capturing step
