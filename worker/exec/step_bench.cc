@@ -423,11 +423,11 @@ int Main() {
               static_cast<double>(kMaxSteps)));
         }
       }
-      // The modes with fingerprints, then the first mode without (the
-      // last slot), interleaved.
       // The two CPUs' distance before the row's runs and after them.
       const std::optional<double> distance_before =
           kernels::CacheLineRoundTripNanos();
+      // The modes with fingerprints, then the first mode without (the
+      // last slot), interleaved.
       std::vector<Timing> best(modes.size() + 1);
       for (Timing& t : best) t.ms_per_step = 1e300;
       // Per repetition: the first mode with and without fingerprints and
