@@ -16,13 +16,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool PinTo(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
-}
-
 // The shared line: turn n of a batch is 2n + 1 for the first CPU's write,
 // 2n + 2 for the second's. Either side gives up (sets `abort`) at the
 // deadline.
@@ -33,9 +26,21 @@ struct alignas(64) Line {
 struct Shared {
   Line line;
   alignas(64) std::atomic<bool> abort{false};
-  alignas(64) std::atomic<bool> pinned_ok{true};
   Clock::time_point deadline;
 };
+
+// Pins the calling thread to `cpu`; where it cannot, makes both sides give
+// up and returns false.
+bool PinOrAbort(Shared& s, int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0) {
+    return true;
+  }
+  s.abort.store(true);
+  return false;
+}
 
 // Waits until line == want; false on abort or deadline.
 bool WaitFor(Shared& s, int64_t want) {
@@ -77,11 +82,7 @@ std::optional<double> CacheLineRoundTripNanos(
   // be ready (value -1), then writes the odd turns; the second answers with
   // the even ones.
   std::thread second([&] {
-    if (!PinTo(cpus[1])) {
-      s.pinned_ok.store(false);
-      s.abort.store(true);
-      return;
-    }
+    if (!PinOrAbort(s, cpus[1])) return;
     for (int b = 0; b < batches; ++b) {
       if (!WaitFor(s, 0)) return;
       s.line.value.store(-1, std::memory_order_release);
@@ -92,11 +93,7 @@ std::optional<double> CacheLineRoundTripNanos(
     }
   });
   std::thread first([&] {
-    if (!PinTo(cpus[0])) {
-      s.pinned_ok.store(false);
-      s.abort.store(true);
-      return;
-    }
+    if (!PinOrAbort(s, cpus[0])) return;
     for (int b = 0; b < batches; ++b) {
       if (!WaitFor(s, -1)) return;
       const Clock::time_point start = Clock::now();
@@ -117,8 +114,7 @@ std::optional<double> CacheLineRoundTripNanos(
   });
   first.join();
   second.join();
-  if (s.abort.load() || !s.pinned_ok.load() ||
-      static_cast<int>(nanos.size()) != batches) {
+  if (s.abort.load() || static_cast<int>(nanos.size()) != batches) {
     return std::nullopt;
   }
   std::nth_element(nanos.begin(), nanos.begin() + batches / 2, nanos.end());
