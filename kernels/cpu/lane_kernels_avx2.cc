@@ -50,23 +50,20 @@ struct Avx2Lanes {
     return _mm256_mul_ps(a, p);
   }
   static constexpr bool kHasErfBelowOne = true;
-  // CanonicalErf's |x| < 1 branch alone: Erf(x) wherever every lane has
-  // |x| < 1 (BothBelowOne), in half the operations (no division, no exp).
-  // The lane kernels' GELU takes it for pairs of vectors it fits
-  // (GeluRow).
+  // CanonicalErf's |x| < 1 branch alone: Erf(x) wherever |x| < 1, in half
+  // the operations (no division, no exp). The lane kernels' GELU takes it
+  // for every lane, then gives the lanes NotBelowOne names the whole Erf
+  // (GeluBlocks).
   __attribute__((always_inline)) static T ErfBelowOne(T x) {
     const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
     return _mm256_or_ps(ErfSmall(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x)),
                         sign);
   }
-  // Whether every lane of u and of v has |lane| < 1 (so none is NaN).
-  static bool BothBelowOne(T u, T v) {
-    const __m256 abs = _mm256_set1_ps(-0.0f);
-    const __m256 one = _mm256_set1_ps(1.0f);
-    const __m256 below =
-        _mm256_and_ps(_mm256_cmp_ps(_mm256_andnot_ps(abs, u), one, _CMP_LT_OQ),
-                      _mm256_cmp_ps(_mm256_andnot_ps(abs, v), one, _CMP_LT_OQ));
-    return _mm256_movemask_ps(below) == 0xFF;
+  // The lanes of u without |lane| < 1 (NaN among them), one bit each.
+  static unsigned NotBelowOne(T u) {
+    return static_cast<unsigned>(_mm256_movemask_ps(
+        _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), u),
+                      _mm256_set1_ps(1.0f), _CMP_NLT_UQ)));
   }
   // canonical::CanonicalErf (kernels/math/portable_math.h), 8 lanes: both
   // branches' operations in the spec's order on every lane, then the

@@ -177,10 +177,11 @@ TEST_F(NnLanesTest, SoftmaxXentGivesTheSpecBitsOnEveryIsaAndThreadCount) {
 TEST_F(NnLanesTest, GeluGivesTheSpecBitsOnEveryIsaAndThreadCount) {
   // Every branch of the erf (|x| < 1, 1 <= |x| < 6, beyond) and the exp's
   // underflow, with specials, at lengths that leave every tail. Then
-  // narrower ranges, where many pairs of vectors lie wholly within the
-  // erf's |x| < 1 branch (the AVX2 lanes then compute that branch alone:
-  // GeluErfPair) and others straddle it, with arguments at the branch's
-  // edge (x / sqrt(2) just below 1, and 1 or just above) among them.
+  // narrower ranges, where most lanes lie within the erf's |x| < 1 branch
+  // and a few, scattered, outside it (the AVX2 lanes compute that branch
+  // alone for every lane, then the whole erf for the others, gathered:
+  // GeluBlocks), with arguments at the branch's edge (x / sqrt(2) just
+  // below 1, and 1 or just above) among them.
   uint32_t seed = 900;
   const float edges[] = {1.4142134f, 1.4142135f, 1.4142137f, -1.4142134f,
                          -1.4142137f};
