@@ -413,7 +413,8 @@ TEST_F(BatchNormLanesTest, GradientsUseTheSavedStatisticsAndCheckThem) {
 // layer_norm's row statistics and grad_input reductions run on the same
 // lane kernels (rows as the channels of one image): the spec's bits on
 // every ISA and thread count, for row counts with tails after blocks of 8
-// and 16 and rows shorter than a vector, crossing a chunk, with specials.
+// and 16 and rows shorter than a vector, crossing a chunk, with specials;
+// also with the statistics the forward saved.
 TEST_F(BatchNormLanesTest, LayerNormGivesTheSpecBitsOnEveryIsaAndThreadCount) {
   const std::vector<std::vector<int64_t>> shapes = {
       {37, 63}, {4, 5, 300}, {2, 16, 128}, {3, 7}, {1, 600}};
@@ -442,6 +443,12 @@ TEST_F(BatchNormLanesTest, LayerNormGivesTheSpecBitsOnEveryIsaAndThreadCount) {
                             want_dx.data());
       c::LayerNormGradParams(s, x.data(), dy.data(), scratch.data(),
                              want_dg.data(), want_db.data());
+      // The statistics LayerNormGradParams formed, as the forward saves them.
+      std::vector<float> want_saved(2 * s.rows);
+      for (int64_t r = 0; r < s.rows; ++r) {
+        want_saved[r] = scratch[r].mean;
+        want_saved[s.rows + r] = scratch[r].rstd;
+      }
       OpAttrs attrs;
       attrs.norm_epsilon = s.epsilon;
       for (CpuIsa isa : SupportedCpuIsas()) {
@@ -479,9 +486,144 @@ TEST_F(BatchNormLanesTest, LayerNormGivesTheSpecBitsOnEveryIsaAndThreadCount) {
             ExpectSameBits(out[0], want_dg, "dgamma, " + where);
             ExpectSameBits(out[1], want_db, "dbeta, " + where);
           }
+          // With the saved statistics: the forward writes every row's mean
+          // and rstd, and the gradients that take them give the same bits.
+          {
+            Tensor in[] = {T(shape, x), T({s.d}, gamma), T({s.d}, beta)};
+            Tensor out[] = {T(shape, std::vector<float>(numel)),
+                            T({2, s.rows}, std::vector<float>(2 * s.rows))};
+            ASSERT_TRUE(Kernel(op::kLayerNormForward)(
+                            absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                            .ok())
+                << where;
+            ExpectSameBits(out[0], want_y, "y with saved, " + where);
+            ExpectSameBits(out[1], want_saved, "saved, " + where);
+          }
+          {
+            Tensor in[] = {T(shape, x), T({s.d}, gamma), T(shape, dy),
+                           T({2, s.rows}, want_saved)};
+            Tensor out[] = {T(shape, std::vector<float>(numel))};
+            ASSERT_TRUE(Kernel(op::kLayerNormGradInput)(
+                            absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                            .ok())
+                << where;
+            ExpectSameBits(out[0], want_dx, "dx from saved, " + where);
+          }
+          {
+            Tensor in[] = {T(shape, x), T(shape, dy),
+                           T({2, s.rows}, want_saved)};
+            Tensor out[] = {T({s.d}, std::vector<float>(s.d)),
+                            T({s.d}, std::vector<float>(s.d))};
+            ASSERT_TRUE(Kernel(op::kLayerNormGradParams)(
+                            absl::MakeConstSpan(in), absl::MakeSpan(out), attrs)
+                            .ok())
+                << where;
+            ExpectSameBits(out[0], want_dg, "dgamma from saved, " + where);
+            ExpectSameBits(out[1], want_db, "dbeta from saved, " + where);
+          }
         }
       }
     }
+  }
+}
+
+// layer_norm's gradients take the saved row statistics as given (other
+// statistics give other rows), and refuse a saved tensor of the wrong
+// shape, dtype or arity by name.
+TEST_F(BatchNormLanesTest,
+       LayerNormGradientsUseTheSavedStatisticsAndCheckThem) {
+  const std::vector<int64_t> shape = {6, 40};
+  const int64_t rows = 6, d = 40, numel = rows * d;
+  const std::vector<float> x = RandomFloats(numel, 71, false);
+  const std::vector<float> dy = RandomFloats(numel, 72, false);
+  const std::vector<float> gamma = RandomFloats(d, 73, false);
+  OpAttrs attrs;
+  std::vector<float> saved(2 * rows);
+  {
+    Tensor in[] = {T(shape, x), T({d}, gamma), T({d}, gamma)};
+    Tensor out[] = {T(shape, std::vector<float>(numel)), T({2, rows}, saved)};
+    ASSERT_TRUE(Kernel(op::kLayerNormForward)(absl::MakeConstSpan(in),
+                                              absl::MakeSpan(out), attrs)
+                    .ok());
+    std::memcpy(saved.data(), out[1].data<float>(), saved.size() * 4);
+  }
+  auto dx_of = [&](const std::vector<float>& given) {
+    Tensor in[] = {T(shape, x), T({d}, gamma), T(shape, dy),
+                   T({2, rows}, given)};
+    Tensor out[] = {T(shape, std::vector<float>(numel))};
+    EXPECT_TRUE(Kernel(op::kLayerNormGradInput)(absl::MakeConstSpan(in),
+                                                absl::MakeSpan(out), attrs)
+                    .ok());
+    return std::vector<float>(out[0].data<float>(),
+                              out[0].data<float>() + numel);
+  };
+  auto dgamma_of = [&](const std::vector<float>& given) {
+    Tensor in[] = {T(shape, x), T(shape, dy), T({2, rows}, given)};
+    Tensor out[] = {T({d}, std::vector<float>(d)),
+                    T({d}, std::vector<float>(d))};
+    EXPECT_TRUE(Kernel(op::kLayerNormGradParams)(absl::MakeConstSpan(in),
+                                                 absl::MakeSpan(out), attrs)
+                    .ok());
+    return std::vector<float>(out[0].data<float>(), out[0].data<float>() + d);
+  };
+  std::vector<float> shifted = saved;
+  shifted[2] += 0.25f;        // row 2's mean
+  shifted[rows + 4] *= 2.0f;  // row 4's rstd
+  const std::vector<float> dx = dx_of(saved), dx_shifted = dx_of(shifted);
+  auto row_differs = [&](int64_t r) {
+    for (int64_t j = 0; j < d; ++j) {
+      if (Bits(dx[r * d + j]) != Bits(dx_shifted[r * d + j])) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(row_differs(2));
+  EXPECT_TRUE(row_differs(4));
+  EXPECT_FALSE(row_differs(0));
+  EXPECT_FALSE(row_differs(5));
+  const std::vector<float> dg = dgamma_of(saved);
+  const std::vector<float> dg_shifted = dgamma_of(shifted);
+  EXPECT_NE(0, std::memcmp(dg.data(), dg_shifted.data(), d * 4));
+  {
+    Tensor in[] = {T(shape, x), T(shape, dy),
+                   T({2, rows + 1}, std::vector<float>(2 * rows + 2))};
+    Tensor out[] = {T({d}, std::vector<float>(d)),
+                    T({d}, std::vector<float>(d))};
+    const absl::Status st = Kernel(op::kLayerNormGradParams)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("saved has shape [2, 7], expected [2, 6]"),
+              std::string::npos)
+        << st;
+  }
+  {
+    Tensor in[] = {T(shape, x), T({d}, gamma), T(shape, dy), T({d}, gamma)};
+    Tensor out[] = {T(shape, std::vector<float>(numel))};
+    const absl::Status st = Kernel(op::kLayerNormGradInput)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("layer_norm.grad_input: saved"),
+              std::string::npos)
+        << st;
+  }
+  {
+    Tensor y = T(shape, std::vector<float>(numel));
+    Tensor in[] = {T(shape, x), T({d}, gamma), T({d}, gamma)};
+    Tensor out[] = {y, y};
+    const absl::Status st = Kernel(op::kLayerNormForward)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  }
+  {
+    Tensor in[] = {T(shape, x)};
+    Tensor out[] = {T({d}, std::vector<float>(d)),
+                    T({d}, std::vector<float>(d))};
+    const absl::Status st = Kernel(op::kLayerNormGradParams)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), attrs);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("expected 2 inputs and 2 outputs (3 and 2 "
+                                "with the saved statistics), got 1 and 2"),
+              std::string::npos)
+        << st;
   }
 }
 

@@ -205,12 +205,20 @@ absl::Status SoftmaxGradKernel(absl::Span<const Tensor> in,
 // the channels of one [1, rows, d] image, so the row sums are
 // BiasAddGradLanes' and the variances' dots BatchNormVarSumLanes'
 // (kernels/ops/norm.h's LayerNormStatsOf, 16 rows at a time).
+// With `saved` (layer_norm.forward's [2, rows]: the means, then rstd) they
+// are taken from it instead (kernels/ops/norm.h, "Saved statistics").
 struct LayerNormRowArrays {
   std::vector<float> mean, rstd;
 };
-LayerNormRowArrays LayerNormArrays(const c::RowShape& s, const float* x) {
+LayerNormRowArrays LayerNormArrays(const c::RowShape& s, const float* x,
+                                   const float* saved = nullptr) {
   const c::BiasShape shape{1, s.rows, s.d};
   LayerNormRowArrays st{std::vector<float>(s.rows), std::vector<float>(s.rows)};
+  if (saved != nullptr) {
+    std::copy(saved, saved + s.rows, st.mean.begin());
+    std::copy(saved + s.rows, saved + 2 * s.rows, st.rstd.begin());
+    return st;
+  }
   std::vector<float>& mean = st.mean;
   BiasAddGradLanes(shape, x, mean.data(), ActiveCpuIsa(), CpuThreadPool());
   for (int64_t r = 0; r < s.rows; ++r) {
@@ -223,6 +231,23 @@ LayerNormRowArrays LayerNormArrays(const c::RowShape& s, const float* x) {
     st.rstd[r] = c::LayerNormStatsFrom(s, mean[r], var_sum[r]).rstd;
   }
   return st;
+}
+
+// batch_norm.*'s and layer_norm.*'s arity: `n_in` inputs and `n_out`
+// outputs, or one more of the side that carries the optional saved
+// statistics (kernels/ops/norm.h). Returns whether the call has them.
+absl::StatusOr<bool> SavedStatsArity(absl::string_view op,
+                                     absl::Span<const Tensor> in, size_t n_in,
+                                     absl::Span<Tensor> out, size_t n_out,
+                                     bool saved_is_output) {
+  const size_t in_saved = saved_is_output ? n_in : n_in + 1;
+  const size_t out_saved = saved_is_output ? n_out + 1 : n_out;
+  if (in.size() == n_in && out.size() == n_out) return false;
+  if (in.size() == in_saved && out.size() == out_saved) return true;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: expected %d inputs and %d outputs (%d and %d with the saved "
+      "statistics), got %d and %d",
+      op, n_in, n_out, in_saved, out_saved, in.size(), out.size()));
 }
 
 // A LayerNormRowsLanes pass over x's rows into out, with their statistics.
@@ -242,7 +267,9 @@ LayerNormRowsArgs RowPass(LayerNormRowsPass kind, const c::RowShape& s,
 
 absl::Status LayerNormForwardKernel(absl::Span<const Tensor> in,
                                     absl::Span<Tensor> out, const OpAttrs& a) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kLayerNormForward, in, 3, out, 1));
+  LS_ASSIGN_OR_RETURN(
+      const bool has_saved,
+      SavedStatsArity(op::kLayerNormForward, in, 3, out, 1, true));
   const Tensor* like[] = {&out[0]};
   const Tensor* vectors[] = {&in[1], &in[2]};
   const absl::string_view names[] = {"x", "y", "gamma", "beta"};
@@ -250,11 +277,24 @@ absl::Status LayerNormForwardKernel(absl::Span<const Tensor> in,
                       ValidateRows(op::kLayerNormForward, in[0], like, vectors,
                                    names, a, true));
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kLayerNormForward, in, out));
+  if (has_saved) {
+    LS_RETURN_IF_ERROR(
+        ValidateLayerNormSaved(op::kLayerNormForward, out[1], s));
+    if (out[1].SharesStorageWith(out[0])) {
+      return absl::InvalidArgumentError(
+          "layer_norm.forward: saved shares storage with y");
+    }
+  }
   const float* x = in[0].data<float>();
   const float* gamma = in[1].data<float>();
   const float* beta = in[2].data<float>();
   float* y = out[0].data<float>();
   const LayerNormRowArrays st = LayerNormArrays(s, x);
+  if (has_saved) {
+    float* saved = out[1].data<float>();
+    std::copy(st.mean.begin(), st.mean.end(), saved);
+    std::copy(st.rstd.begin(), st.rstd.end(), saved + s.rows);
+  }
   // LayerNormApplyRow's elements on the lane kernels.
   LayerNormRowsArgs pass = RowPass(LayerNormRowsPass::kApply, s, x, st, y);
   pass.gamma = gamma;
@@ -266,7 +306,9 @@ absl::Status LayerNormForwardKernel(absl::Span<const Tensor> in,
 absl::Status LayerNormGradInputKernel(absl::Span<const Tensor> in,
                                       absl::Span<Tensor> out,
                                       const OpAttrs& a) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kLayerNormGradInput, in, 3, out, 1));
+  LS_ASSIGN_OR_RETURN(
+      const bool has_saved,
+      SavedStatsArity(op::kLayerNormGradInput, in, 3, out, 1, false));
   const Tensor* like[] = {&in[2], &out[0]};
   const Tensor* vectors[] = {&in[1]};
   const absl::string_view names[] = {"x", "dy", "dx", "gamma"};
@@ -274,11 +316,16 @@ absl::Status LayerNormGradInputKernel(absl::Span<const Tensor> in,
       c::RowShape s, ValidateRows(op::kLayerNormGradInput, in[0], like, vectors,
                                   names, a, true));
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kLayerNormGradInput, in, out));
+  if (has_saved) {
+    LS_RETURN_IF_ERROR(
+        ValidateLayerNormSaved(op::kLayerNormGradInput, in[3], s));
+  }
   const float* x = in[0].data<float>();
   const float* gamma = in[1].data<float>();
   const float* dy = in[2].data<float>();
   float* dx = out[0].data<float>();
-  const LayerNormRowArrays st = LayerNormArrays(s, x);
+  const LayerNormRowArrays st =
+      LayerNormArrays(s, x, has_saved ? in[3].data<float>() : nullptr);
   const CpuIsa isa = ActiveCpuIsa();
   // g = dy * gamma, one product per element as the spec forms it, then the
   // sum of g and the dot of (g, xhat) per row, then dx
@@ -310,7 +357,9 @@ absl::Status LayerNormGradInputKernel(absl::Span<const Tensor> in,
 absl::Status LayerNormGradParamsKernel(absl::Span<const Tensor> in,
                                        absl::Span<Tensor> out,
                                        const OpAttrs& a) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kLayerNormGradParams, in, 2, out, 2));
+  LS_ASSIGN_OR_RETURN(
+      const bool has_saved,
+      SavedStatsArity(op::kLayerNormGradParams, in, 2, out, 2, false));
   const Tensor* like[] = {&in[1]};
   const Tensor* vectors[] = {&out[0], &out[1]};
   const absl::string_view names[] = {"x", "dy", "dgamma", "dbeta"};
@@ -322,9 +371,14 @@ absl::Status LayerNormGradParamsKernel(absl::Span<const Tensor> in,
     return absl::InvalidArgumentError(
         "layer_norm.grad_params: dgamma and dbeta share storage");
   }
+  if (has_saved) {
+    LS_RETURN_IF_ERROR(
+        ValidateLayerNormSaved(op::kLayerNormGradParams, in[2], s));
+  }
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
-  const LayerNormRowArrays st = LayerNormArrays(s, x);
+  const LayerNormRowArrays st =
+      LayerNormArrays(s, x, has_saved ? in[2].data<float>() : nullptr);
   float* dgamma = out[0].data<float>();
   float* dbeta = out[1].data<float>();
   // Column j's chains (kernels/ops/norm.h's LayerNormGradParamsColumn) run
@@ -441,29 +495,12 @@ class BatchNormTraining {
   bool stats_given_ = false;
 };
 
-// batch_norm.*'s arity: `n_in` inputs and `n_out` outputs, or one more of
-// the side that carries the optional saved statistics (kernels/ops/norm.h).
-// Returns whether the call has them.
-absl::StatusOr<bool> BatchNormArity(absl::string_view op,
-                                    absl::Span<const Tensor> in, size_t n_in,
-                                    absl::Span<Tensor> out, size_t n_out,
-                                    bool saved_is_output) {
-  const size_t in_saved = saved_is_output ? n_in : n_in + 1;
-  const size_t out_saved = saved_is_output ? n_out + 1 : n_out;
-  if (in.size() == n_in && out.size() == n_out) return false;
-  if (in.size() == in_saved && out.size() == out_saved) return true;
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "%s: expected %d inputs and %d outputs (%d and %d with the saved "
-      "statistics), got %d and %d",
-      op, n_in, n_out, in_saved, out_saved, in.size(), out.size()));
-}
-
 // running is in/out: updated in training, read in eval.
 absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
                                     absl::Span<Tensor> out, const OpAttrs& a) {
   LS_ASSIGN_OR_RETURN(
       const bool has_saved,
-      BatchNormArity(op::kBatchNormForward, in, 3, out, 2, true));
+      SavedStatsArity(op::kBatchNormForward, in, 3, out, 2, true));
   const Tensor* like[] = {&out[0]};
   const Tensor* vectors[] = {&in[1], &in[2]};
   const absl::string_view names[] = {"x", "y", "gamma", "beta", "running"};
@@ -513,7 +550,7 @@ absl::Status BatchNormGradInputKernel(absl::Span<const Tensor> in,
                                       const OpAttrs& a) {
   LS_ASSIGN_OR_RETURN(
       const bool has_saved,
-      BatchNormArity(op::kBatchNormGradInput, in, 4, out, 1, false));
+      SavedStatsArity(op::kBatchNormGradInput, in, 4, out, 1, false));
   const Tensor* like[] = {&in[2], &out[0]};
   const Tensor* vectors[] = {&in[1]};
   const absl::string_view names[] = {"x", "dy", "dx", "gamma", "running"};
@@ -556,7 +593,7 @@ absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
   bool has_saved = both;
   if (!both) {
     absl::StatusOr<bool> saved =
-        BatchNormArity(op::kBatchNormGradParams, in, 3, out, 2, false);
+        SavedStatsArity(op::kBatchNormGradParams, in, 3, out, 2, false);
     if (!saved.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(saved.status().message(),

@@ -64,6 +64,10 @@
 //   rstd from it instead of reducing x again (eval ignores it). The results
 //   keep their bits, because saved holds exactly what the gradients would
 //   compute; the caller guarantees that x has not changed since the forward.
+//   layer_norm.* likewise: layer_norm.forward may take a second output
+//   saved [2, R] (row 0 every row's mean, row 1 its rstd), and
+//   layer_norm.grad_input and layer_norm.grad_params one more input, last,
+//   that tensor, in {x, gamma, dy, saved} and {x, dy, saved}.
 // Both gradients in one call (the CPU kernels): batch_norm.grad_params with
 //   saved may take gamma as a fifth input and write dx as a third output,
 //   in {x, dy, running, saved, gamma} out {dgamma, dbeta, dx}: dx is

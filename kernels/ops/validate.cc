@@ -422,6 +422,12 @@ absl::Status ValidateBatchNormSaved(absl::string_view op, const Tensor& saved,
   return ExpectShape(op, saved, {2, shape.c}, "saved");
 }
 
+absl::Status ValidateLayerNormSaved(absl::string_view op, const Tensor& saved,
+                                    const canonical::RowShape& shape) {
+  if (auto s = CheckFloatRank(op, saved, "saved", 2); !s.ok()) return s;
+  return ExpectShape(op, saved, {2, shape.rows}, "saved");
+}
+
 absl::StatusOr<canonical::EmbeddingShape> ValidateEmbedding(
     absl::string_view op, const Tensor& ids, const Tensor& table,
     absl::string_view table_name, const Tensor& rows,

@@ -100,6 +100,11 @@ absl::StatusOr<canonical::ChannelShape> ValidateBatchNorm(
 absl::Status ValidateBatchNormSaved(absl::string_view op, const Tensor& saved,
                                     const canonical::ChannelShape& shape);
 
+// The optional row statistics of layer_norm.* (kernels/ops/norm.h):
+// float32 [2, R], R = shape.rows.
+absl::Status ValidateLayerNormSaved(absl::string_view op, const Tensor& saved,
+                                    const canonical::RowShape& shape);
+
 // embedding.forward (table = w, rows = y) and embedding.grad_weight
 // (table = dw, rows = dy): ids int32 of rank >= 1, every id in [0, V);
 // table float32 [V, D] with 1 <= V <= kMaxEmbeddingVocab and D >= 1; rows

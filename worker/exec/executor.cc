@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -91,6 +92,23 @@ absl::StatusOr<Tensor> Zeros(const std::vector<int64_t>& shape,
                         absl::StrCat(what, ": ", t.status().message()));
   }
   return t;
+}
+
+// Whether every op of a normalisation layer resolved to a CPU kernel: then
+// its gradients take the statistics its forward saved (LayerState::saved;
+// the CUDA kernels recompute them). Every layer's x is written only by its
+// producer, before the forward reads it, so the gradients see the x the
+// statistics came from.
+bool AllOnCpu(const std::map<std::string, KernelChoice>& used,
+              std::initializer_list<const char*> ops) {
+  for (const char* op : ops) {
+    const auto it = used.find(op);
+    if (it == used.end() ||
+        it->second.ran.backend != kernels::kCpuBackendName) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // Validates the parts of the config the executor itself interprets.
@@ -457,6 +475,8 @@ struct LayerState {
   // BATCH_NORM in training on the CPU kernels: the batch statistics [2, C]
   // the forward saves and both gradients read instead of computing them
   // again from the same x (kernels/ops/norm.h); empty otherwise.
+  // LAYER_NORM on the CPU kernels: likewise every row's mean and rstd
+  // [2, rows].
   Tensor saved;
   bool saves_stats() const { return saved.numel() > 0; }
   // RESHAPE, FLATTEN: out is a view of in[0] (no forward kernel runs);
@@ -981,21 +1001,25 @@ absl::Status Executor::State::Setup() {
               options.parameters, lp.name, kRunningStatsParam)) {
         LS_RETURN_IF_ERROR(CopyParameterTensor(*given, l.running));
       }
-      // Every layer's x is written only by its producer, before the
-      // forward reads it, so the gradients see the x the statistics came
-      // from. The CPU kernels take them (the CUDA ones recompute).
-      bool cpu = true;
-      for (const char* op :
-           {kernels::op::kBatchNormForward, kernels::op::kBatchNormGradInput,
-            kernels::op::kBatchNormGradParams}) {
-        const auto it = used.find(op);
-        cpu = cpu && it != used.end() &&
-              it->second.ran.backend == kernels::kCpuBackendName;
-      }
-      if (cpu && !lp.attrs.batch_norm_eval) {
+      if (AllOnCpu(used, {kernels::op::kBatchNormForward,
+                          kernels::op::kBatchNormGradInput,
+                          kernels::op::kBatchNormGradParams}) &&
+          !lp.attrs.batch_norm_eval) {
         LS_ASSIGN_OR_RETURN(
             l.saved, Zeros({2, channels}, what + " saved batch statistics"));
       }
+    }
+    if (lp.op == v1::LAYER_NORM && !lp.output_shape.empty() &&
+        lp.output_shape.back() > 0 &&
+        AllOnCpu(used, {kernels::op::kLayerNormForward,
+                        kernels::op::kLayerNormGradInput,
+                        kernels::op::kLayerNormGradParams})) {
+      int64_t rows = 1;
+      for (size_t i = 0; i + 1 < lp.output_shape.size(); ++i) {
+        rows *= lp.output_shape[i];
+      }
+      LS_ASSIGN_OR_RETURN(l.saved,
+                          Zeros({2, rows}, what + " saved row statistics"));
     }
     if (lp.op == v1::DROPOUT) {
       LS_ASSIGN_OR_RETURN(l.mask, Zeros(lp.output_shape, what + " mask"));
@@ -1125,9 +1149,10 @@ absl::Status Executor::State::Forward() {
       }
       case v1::LAYER_NORM: {
         const Tensor in[] = {l.in[0], l.params[l.weight], l.params[l.bias]};
-        Tensor out[] = {l.out};
-        LS_RETURN_IF_ERROR(
-            Call(l.forward, l, l.ops.forward, in, out, lp.attrs));
+        Tensor out[] = {l.out, l.saved};
+        LS_RETURN_IF_ERROR(Call(l.forward, l, l.ops.forward, in,
+                                absl::MakeSpan(out, l.saves_stats() ? 2 : 1),
+                                lp.attrs));
         break;
       }
       case v1::BATCH_NORM: {
@@ -1320,10 +1345,11 @@ absl::Status Executor::State::Backward() {
         break;
       }
       case v1::LAYER_NORM: {
-        const Tensor in[] = {l.in[0], l.params[l.weight], l.dy};
+        const Tensor in[] = {l.in[0], l.params[l.weight], l.dy, l.saved};
         Tensor out[] = {l.grad_in_kernel[0]};
-        LS_RETURN_IF_ERROR(
-            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        LS_RETURN_IF_ERROR(Call(
+            l.grad_input, l, l.ops.grad_input,
+            absl::MakeConstSpan(in, l.saves_stats() ? 4 : 3), out, lp.attrs));
         break;
       }
       case v1::BATCH_NORM: {
