@@ -274,6 +274,19 @@ bool SoftmaxLanes(const float* x, const float* dy, float* out, int64_t rows,
   return true;
 }
 
+bool SoftmaxGradFromYLanes(const float* y, const float* dy, float* dx,
+                           int64_t rows, int64_t d, bool causal, CpuIsa isa,
+                           ThreadPool* pool) {
+  auto* softmax = KernelsFor(isa).softmax;
+  if (softmax == nullptr) return false;
+  if (rows > 0 && d > 0) {
+    cpu_internal::LaneSoftmaxArgs a{y, dy, dx, rows, d, causal, CanonicalNan()};
+    a.x_is_y = true;
+    softmax(a, pool);
+  }
+  return true;
+}
+
 bool SoftmaxRowStatsLanes(const float* x, float* exps, float* max, float* sum,
                           int64_t rows, int64_t d, CpuIsa isa,
                           ThreadPool* pool) {

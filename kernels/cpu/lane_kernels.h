@@ -258,6 +258,12 @@ void ActivationGradLanes(LaneActivation kind, const float* x, const float* dy,
 // kernel (the scalar ISA: the caller runs the spec's rows).
 bool SoftmaxLanes(const float* x, const float* dy, float* out, int64_t rows,
                   int64_t d, bool causal, CpuIsa isa, ThreadPool* pool);
+// softmax.grad from the forward's y (softmax of the same x) instead of x:
+// dx with SoftmaxLanes' bits, without recomputing y. dx must not overlap y
+// or dy. Returns false, doing nothing, where `isa` has no such kernel.
+bool SoftmaxGradFromYLanes(const float* y, const float* dy, float* dx,
+                           int64_t rows, int64_t d, bool causal, CpuIsa isa,
+                           ThreadPool* pool);
 // softmax_xent's row statistics (kernels/ops/softmax_xent.h's
 // SoftmaxRowExpsOnce) for every row of [rows, d]: exps[r, j] =
 // CanonicalExp(x[r, j] - max[r]), max[r] the row's max (a later entry wins
@@ -408,7 +414,8 @@ struct LaneGlobalGeometry {
 // softmax over the last axis of [rows, d] (kernels/ops/norm.h): y = softmax
 // (dy null) or dx = softmax.grad; out must not overlap x or dy.
 // With row_max and row_sum set: the rows' statistics only (out = the exps,
-// row_max / row_sum = each row's max and canonical sum of exps).
+// row_max / row_sum = each row's max and canonical sum of exps). With
+// x_is_y: softmax.grad from x = the forward's y (not recomputed).
 struct LaneSoftmaxArgs {
   const float* x;
   const float* dy;
@@ -418,6 +425,7 @@ struct LaneSoftmaxArgs {
   float nan;
   float* row_max = nullptr;
   float* row_sum = nullptr;
+  bool x_is_y = false;
 };
 // adam.update's per-call scalars (canonical::AdamScalars).
 struct LaneAdamScalars {

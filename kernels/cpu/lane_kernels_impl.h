@@ -1715,6 +1715,14 @@ struct SoftmaxBlock {
       longest = MaxI(longest, n);
     }
     const T length = V::Load(len);
+    if (a.x_is_y) {  // softmax.grad from the forward's y
+      Grad<V, kPartial>(a.x, r0, lanes, length, len, longest);
+      for (int l = 0; l < lanes; ++l) {
+        float* out = a.out + (r0 + l) * d;
+        for (int64_t j = static_cast<int64_t>(len[l]); j < d; ++j) out[j] = 0;
+      }
+      return;
+    }
     RowMaxTerm<V> max_term{length};
     WalkChannels<V, false, kPartial>(g, a.x, nullptr, r0, lanes, max_term, 0,
                                      longest);
@@ -1752,14 +1760,26 @@ struct SoftmaxBlock {
       Normalize<V>(a.out + (r0 + l) * d, static_cast<int64_t>(len[l]), sum[l]);
     }
     if (a.dy == nullptr) return;
+    Grad<V, kPartial>(a.out, r0, lanes, length, len, longest);
+  }
+
+  // The grad's rows r0 .. r0 + lanes from y's: g = the canonical dot of (y,
+  // dy) per row, then out = CanonicalNan(y * (dy - g)) over each row's
+  // length (y may be out).
+  template <class V, bool kPartial>
+  void Grad(const float* y, int64_t r0, int lanes, typename V::T length,
+            const float* len, int64_t longest) const {
+    constexpr int W = V::kWidth;
+    const int64_t d = g.spatial;
     RowDotTerm<V> dot_term{length};
-    WalkChannels<V, true, kPartial>(g, a.out, a.dy, r0, lanes, dot_term, 0,
+    WalkChannels<V, true, kPartial>(g, y, a.dy, r0, lanes, dot_term, 0,
                                     longest);
     alignas(64) float dot[W];
     V::Store(dot, dot_term.tree.Result());
     for (int l = 0; l < lanes; ++l) {
-      GradOut<V>(a.dy + (r0 + l) * d, a.out + (r0 + l) * d,
-                 static_cast<int64_t>(len[l]), dot[l]);
+      const int64_t row = (r0 + l) * d;
+      GradOut<V>(a.dy + row, y + row, a.out + row, static_cast<int64_t>(len[l]),
+                 dot[l]);
     }
   }
 
@@ -1777,19 +1797,20 @@ struct SoftmaxBlock {
     }
   }
 
-  // out[j] = CanonicalNan(y[j] * (dy[j] - g)) for j < n, y = out's values.
+  // out[j] = CanonicalNan(y[j] * (dy[j] - g)) for j < n (y may be out).
   template <class V>
-  void GradOut(const float* dy, float* out, int64_t n, float g) const {
+  void GradOut(const float* dy, const float* y, float* out, int64_t n,
+               float g) const {
     constexpr int W = V::kWidth;
     const typename V::T gv = V::Set1(g);
     int64_t j = 0;
     for (; j + W <= n; j += W) {
       const typename V::T v =
-          V::Mul(V::Load(out + j), V::Sub(V::Load(dy + j), gv));
+          V::Mul(V::Load(y + j), V::Sub(V::Load(dy + j), gv));
       V::Store(out + j, CanonicalNanOf<V>(v, a.nan));
     }
     if constexpr (W > 1) {
-      if (j < n) GradOut<ScalarLanes>(dy + j, out + j, n - j, g);
+      if (j < n) GradOut<ScalarLanes>(dy + j, y + j, out + j, n - j, g);
     }
   }
 };

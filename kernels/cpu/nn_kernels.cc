@@ -178,18 +178,43 @@ absl::Status SoftmaxForwardKernel(absl::Span<const Tensor> in,
   return absl::OkStatus();
 }
 
+// With a third input y (softmax.forward's output for the same x), dx comes
+// from it instead of from a recomputed y (kernels/ops/norm.h).
 absl::Status SoftmaxGradKernel(absl::Span<const Tensor> in,
                                absl::Span<Tensor> out, const OpAttrs& a) {
-  LS_RETURN_IF_ERROR(CheckArity(op::kSoftmaxGrad, in, 2, out, 1));
-  const Tensor* like[] = {&in[1], &out[0]};
-  const absl::string_view names[] = {"x", "dy", "dx"};
-  LS_ASSIGN_OR_RETURN(c::RowShape s, ValidateRows(op::kSoftmaxGrad, in[0], like,
-                                                  {}, names, a, false));
+  if (in.size() != 3) {
+    LS_RETURN_IF_ERROR(CheckArity(op::kSoftmaxGrad, in, 2, out, 1));
+  } else if (out.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: expected 1 output, got %d", op::kSoftmaxGrad, out.size()));
+  }
+  const bool has_y = in.size() == 3;
+  const Tensor* like[] = {&in[1], &out[0], has_y ? &in[2] : &in[1]};
+  const absl::string_view names[] = {"x", "dy", "dx", "y"};
+  LS_ASSIGN_OR_RETURN(
+      c::RowShape s,
+      ValidateRows(op::kSoftmaxGrad, in[0],
+                   absl::MakeConstSpan(like, has_y ? 3 : 2), {},
+                   absl::MakeConstSpan(names, has_y ? 4 : 3), a, false));
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kSoftmaxGrad, in, out));
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
   float* dx = out[0].data<float>();
   const CpuIsa isa = ActiveCpuIsa();
+  if (has_y) {
+    const float* y = in[2].data<float>();
+    if (SoftmaxGradFromYLanes(y, dy, dx, s.rows, s.d, s.causal, isa,
+                              CpuThreadPool())) {
+      return absl::OkStatus();
+    }
+    ParallelForBlocks(CpuThreadPool(), s.rows, RowBlock(s.d),
+                      [&](int64_t b, int64_t e) {
+                        for (int64_t r = b; r < e; ++r) {
+                          c::SoftmaxLastGradFromYRow(s, y, dy, dx, r);
+                        }
+                      });
+    return absl::OkStatus();
+  }
   if (SoftmaxLanes(x, dy, dx, s.rows, s.d, s.causal, isa, CpuThreadPool())) {
     return absl::OkStatus();
   }

@@ -134,8 +134,36 @@ TEST_F(NnLanesTest, SoftmaxGivesTheSpecBitsOnEveryIsaAndThreadCount) {
                        label);
         ExpectSpecBits(op::kSoftmaxGrad, {T(shape, x), T(shape, dy)}, shape,
                        want_dx, attrs, label);
+        // From the forward's y: the same bits, and y is what it reads (x
+        // replaced by other values changes nothing).
+        ExpectSpecBits(op::kSoftmaxGrad,
+                       {T(shape, RandomFloats(numel, seed++, 8.0f)),
+                        T(shape, dy), T(shape, want_y)},
+                       shape, want_dx, attrs, label + " from y");
       }
     }
+  }
+}
+
+// softmax.grad's y is checked like dy: shaped like x, float32, named.
+TEST_F(NnLanesTest, SoftmaxGradRefusesAMisshapenY) {
+  const std::vector<float> v(24, 0.5f);
+  Tensor out[] = {T({4, 6}, std::vector<float>(24))};
+  {
+    Tensor in[] = {T({4, 6}, v), T({4, 6}, v), T({6, 4}, v)};
+    const absl::Status st = Kernel(op::kSoftmaxGrad)(
+        absl::MakeConstSpan(in), absl::MakeSpan(out), OpAttrs{});
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("softmax.grad: y"), std::string::npos) << st;
+  }
+  {
+    Tensor in[] = {T({4, 6}, v), T({4, 6}, v), T({4, 6}, v)};
+    Tensor two[] = {out[0], T({4, 6}, std::vector<float>(24))};
+    const absl::Status st = Kernel(op::kSoftmaxGrad)(
+        absl::MakeConstSpan(in), absl::MakeSpan(two), OpAttrs{});
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("expected 1 output, got 2"), std::string::npos)
+        << st;
   }
 }
 

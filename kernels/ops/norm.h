@@ -16,6 +16,9 @@
 // softmax.grad     in {x, dy} out {dx}, per row (y recomputed as above):
 //   g   = dot over j of (y_j, dy_j)
 //   dx_j = y_j * (dy_j - g)
+//   The CPU kernel may take a third input, y: softmax.forward's output for
+//   the same x, which it then reads instead of recomputing (the same bits;
+//   the caller guarantees that y is that forward's).
 // Causal (attrs.causal; x's last two dimensions equal, [.., T, T]): row r is
 // query position i = r mod T and only its first n = i + 1 entries take
 // part: m, s, g and the y_j, dx_j above run over j = 0 .. i exactly as for
@@ -222,6 +225,25 @@ LS_HD_INLINE void SoftmaxLastGradRowOnce(const RowShape& s, const float* x,
   const float g = dot.Finish();
   for (int64_t j = 0; j < n; ++j) {
     out[j] = norm_internal::CanonicalNanOf(out[j] * (drow[j] - g));
+  }
+  for (int64_t j = n; j < s.d; ++j) out[j] = 0.0f;
+}
+
+// One row of dx from the forward's y (the softmax of the same x, as
+// SoftmaxLastForwardRow writes it): SoftmaxLastGradRowOnce's operations
+// after its y, so the same bits.
+LS_HD_INLINE void SoftmaxLastGradFromYRow(const RowShape& s, const float* y,
+                                          const float* dy, float* dx,
+                                          int64_t r) {
+  const float* yrow = y + r * s.d;
+  const float* drow = dy + r * s.d;
+  float* out = dx + r * s.d;
+  const int64_t n = RowLength(s, r);
+  GatherChain dot;
+  for (int64_t j = 0; j < n; ++j) dot.Fma(yrow[j], drow[j]);
+  const float g = dot.Finish();
+  for (int64_t j = 0; j < n; ++j) {
+    out[j] = norm_internal::CanonicalNanOf(yrow[j] * (drow[j] - g));
   }
   for (int64_t j = n; j < s.d; ++j) out[j] = 0.0f;
 }

@@ -479,6 +479,9 @@ struct LayerState {
   // [2, rows].
   Tensor saved;
   bool saves_stats() const { return saved.numel() > 0; }
+  // SOFTMAX on the CPU kernels: softmax.grad reads the forward's y (out)
+  // instead of recomputing it from x (kernels/ops/norm.h).
+  bool grad_reads_out = false;
   // RESHAPE, FLATTEN: out is a view of in[0] (no forward kernel runs);
   // RESHAPE, FLATTEN, ADD: each grad_in is a view of dy (no gradient
   // kernel runs). See Executor::State::ViewsAllowed.
@@ -1009,6 +1012,13 @@ absl::Status Executor::State::Setup() {
             l.saved, Zeros({2, channels}, what + " saved batch statistics"));
       }
     }
+    // out is written only by the forward; a fault injected into it (at its
+    // emission) would reach a gradient that read it but not one that
+    // recomputes it, so a layer a fault hits recomputes, as the spec does.
+    l.grad_reads_out =
+        lp.op == v1::SOFTMAX && l.bias < 0 &&
+        AllOnCpu(used, {kernels::op::kSoftmaxGrad}) &&
+        (fault_tensor < 0 || step_tensors[fault_tensor].layer() != lp.name);
     if (lp.op == v1::LAYER_NORM && !lp.output_shape.empty() &&
         lp.output_shape.back() > 0 &&
         AllOnCpu(used, {kernels::op::kLayerNormForward,
@@ -1323,10 +1333,11 @@ absl::Status Executor::State::Backward() {
       case v1::SOFTMAX:
       case v1::MAX_POOL2D:
       case v1::UNARY: {
-        const Tensor in[] = {l.in[0], l.dy};
+        const Tensor in[] = {l.in[0], l.dy, l.out};
         Tensor out[] = {l.grad_in_kernel[0]};
-        LS_RETURN_IF_ERROR(
-            Call(l.grad_input, l, l.ops.grad_input, in, out, lp.attrs));
+        LS_RETURN_IF_ERROR(Call(
+            l.grad_input, l, l.ops.grad_input,
+            absl::MakeConstSpan(in, l.grad_reads_out ? 3 : 2), out, lp.attrs));
         break;
       }
       case v1::SOFTMAX_XENT: {

@@ -170,6 +170,26 @@ TEST(ResidentRunFaultTest, HostInjectedFaultReachesTheMirror) {
   EXPECT_NE(resident->run_digest, clean->run_digest);
 }
 
+// A bit flipped in a softmax's output reaches its consumers but not the
+// softmax's own gradient, which the spec recomputes from x: the CPU run,
+// whose softmax.grad otherwise reads the forward's y, recomputes for the
+// layer the fault hits, and diverges as the CUDA run (which always
+// recomputes) does.
+TEST(ResidentRunFaultTest, FaultInASoftmaxOutputLeavesItsGradientToX) {
+  const Zoo z = Load("norm_mlp", 4, 3);
+  auto fault = ParseFaultSpec("step=1,layer=attn,role=ACTIVATION,bit=22");
+  ASSERT_THAT(fault, IsOk());
+  auto cpu = RunZoo(z, v1::CPU, true, *fault);
+  auto resident = RunZoo(z, v1::CUDA, true, *fault);
+  auto clean = RunZoo(z, v1::CPU, true);
+  ASSERT_THAT(cpu, IsOk());
+  ASSERT_THAT(resident, IsOk());
+  ASSERT_THAT(clean, IsOk());
+  EXPECT_TRUE(cpu->fault_injected);
+  ExpectSameRun(*cpu, *resident);
+  EXPECT_NE(cpu->run_digest, clean->run_digest);
+}
+
 // An observer sees each tensor with its fingerprint as it is produced, so
 // with one the fingerprints are not queued; the run is the same.
 TEST(ResidentRunQueueTest, AnObserverGetsEachFingerprintAtOnce) {
