@@ -304,7 +304,7 @@ absl::Status LayerNormForwardKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kLayerNormForward, in, out));
   if (has_saved) {
     LS_RETURN_IF_ERROR(
-        ValidateLayerNormSaved(op::kLayerNormForward, out[1], s));
+        ValidateSavedStats(op::kLayerNormForward, out[1], s.rows));
     if (out[1].SharesStorageWith(out[0])) {
       return absl::InvalidArgumentError(
           "layer_norm.forward: saved shares storage with y");
@@ -343,7 +343,7 @@ absl::Status LayerNormGradInputKernel(absl::Span<const Tensor> in,
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kLayerNormGradInput, in, out));
   if (has_saved) {
     LS_RETURN_IF_ERROR(
-        ValidateLayerNormSaved(op::kLayerNormGradInput, in[3], s));
+        ValidateSavedStats(op::kLayerNormGradInput, in[3], s.rows));
   }
   const float* x = in[0].data<float>();
   const float* gamma = in[1].data<float>();
@@ -398,7 +398,7 @@ absl::Status LayerNormGradParamsKernel(absl::Span<const Tensor> in,
   }
   if (has_saved) {
     LS_RETURN_IF_ERROR(
-        ValidateLayerNormSaved(op::kLayerNormGradParams, in[2], s));
+        ValidateSavedStats(op::kLayerNormGradParams, in[2], s.rows));
   }
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();
@@ -534,8 +534,7 @@ absl::Status BatchNormForwardKernel(absl::Span<const Tensor> in,
                                         vectors, out[1], names, a));
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kBatchNormForward, in, out));
   if (has_saved) {
-    LS_RETURN_IF_ERROR(
-        ValidateBatchNormSaved(op::kBatchNormForward, out[2], s));
+    LS_RETURN_IF_ERROR(ValidateSavedStats(op::kBatchNormForward, out[2], s.c));
     if (out[2].SharesStorageWith(out[0]) || out[2].SharesStorageWith(out[1])) {
       return absl::InvalidArgumentError(
           "batch_norm.forward: saved shares storage with y or running");
@@ -584,8 +583,7 @@ absl::Status BatchNormGradInputKernel(absl::Span<const Tensor> in,
                                         vectors, in[3], names, a));
   LS_RETURN_IF_ERROR(CheckNoAlias(op::kBatchNormGradInput, in, out));
   if (has_saved) {
-    LS_RETURN_IF_ERROR(
-        ValidateBatchNormSaved(op::kBatchNormGradInput, in[4], s));
+    LS_RETURN_IF_ERROR(ValidateSavedStats(op::kBatchNormGradInput, in[4], s.c));
   }
   const float* x = in[0].data<float>();
   const float* gamma = in[1].data<float>();
@@ -651,7 +649,7 @@ absl::Status BatchNormGradParamsKernel(absl::Span<const Tensor> in,
   }
   if (has_saved) {
     LS_RETURN_IF_ERROR(
-        ValidateBatchNormSaved(op::kBatchNormGradParams, in[3], s));
+        ValidateSavedStats(op::kBatchNormGradParams, in[3], s.c));
   }
   const float* x = in[0].data<float>();
   const float* dy = in[1].data<float>();

@@ -416,16 +416,10 @@ absl::StatusOr<canonical::ChannelShape> ValidateBatchNorm(
   return shape;
 }
 
-absl::Status ValidateBatchNormSaved(absl::string_view op, const Tensor& saved,
-                                    const canonical::ChannelShape& shape) {
+absl::Status ValidateSavedStats(absl::string_view op, const Tensor& saved,
+                                int64_t count) {
   if (auto s = CheckFloatRank(op, saved, "saved", 2); !s.ok()) return s;
-  return ExpectShape(op, saved, {2, shape.c}, "saved");
-}
-
-absl::Status ValidateLayerNormSaved(absl::string_view op, const Tensor& saved,
-                                    const canonical::RowShape& shape) {
-  if (auto s = CheckFloatRank(op, saved, "saved", 2); !s.ok()) return s;
-  return ExpectShape(op, saved, {2, shape.rows}, "saved");
+  return ExpectShape(op, saved, {2, count}, "saved");
 }
 
 absl::StatusOr<canonical::EmbeddingShape> ValidateEmbedding(

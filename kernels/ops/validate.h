@@ -95,15 +95,11 @@ absl::StatusOr<canonical::ChannelShape> ValidateBatchNorm(
     absl::Span<const Tensor* const> channel_vectors, const Tensor& running,
     absl::Span<const absl::string_view> names, const OpAttrs& attrs);
 
-// The optional batch statistics of batch_norm.* (kernels/ops/norm.h):
-// float32 [2, C], C = shape.c.
-absl::Status ValidateBatchNormSaved(absl::string_view op, const Tensor& saved,
-                                    const canonical::ChannelShape& shape);
-
-// The optional row statistics of layer_norm.* (kernels/ops/norm.h):
-// float32 [2, R], R = shape.rows.
-absl::Status ValidateLayerNormSaved(absl::string_view op, const Tensor& saved,
-                                    const canonical::RowShape& shape);
+// The optional saved statistics of batch_norm.* and layer_norm.*
+// (kernels/ops/norm.h): float32 [2, count], count = the channels (C) or
+// the rows (R).
+absl::Status ValidateSavedStats(absl::string_view op, const Tensor& saved,
+                                int64_t count);
 
 // embedding.forward (table = w, rows = y) and embedding.grad_weight
 // (table = dw, rows = dy): ids int32 of rank >= 1, every id in [0, V);

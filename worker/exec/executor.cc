@@ -582,8 +582,12 @@ struct Executor::State {
   // with, which the copy leaves alone. ExecutorOptions::tensor_views off:
   // never.
   bool ViewsAllowed(const model::LayerPlan& lp) const {
-    return options.tensor_views &&
-           (fault_tensor < 0 || step_tensors[fault_tensor].layer() != lp.name);
+    return options.tensor_views && !FaultHitsLayer(lp);
+  }
+  // Whether the run's injected fault lands in one of layer `lp`'s own
+  // tensors.
+  bool FaultHitsLayer(const model::LayerPlan& lp) const {
+    return fault_tensor >= 0 && step_tensors[fault_tensor].layer() == lp.name;
   }
   absl::Status Step(int s);
   // Forward, loss, backward, clipping and the optimizer of one step.
@@ -1015,19 +1019,15 @@ absl::Status Executor::State::Setup() {
     // out is written only by the forward; a fault injected into it (at its
     // emission) would reach a gradient that read it but not one that
     // recomputes it, so a layer a fault hits recomputes, as the spec does.
-    l.grad_reads_out =
-        lp.op == v1::SOFTMAX && l.bias < 0 &&
-        AllOnCpu(used, {kernels::op::kSoftmaxGrad}) &&
-        (fault_tensor < 0 || step_tensors[fault_tensor].layer() != lp.name);
+    l.grad_reads_out = lp.op == v1::SOFTMAX && l.bias < 0 &&
+                       AllOnCpu(used, {kernels::op::kSoftmaxGrad}) &&
+                       !FaultHitsLayer(lp);
     if (lp.op == v1::LAYER_NORM && !lp.output_shape.empty() &&
         lp.output_shape.back() > 0 &&
         AllOnCpu(used, {kernels::op::kLayerNormForward,
                         kernels::op::kLayerNormGradInput,
                         kernels::op::kLayerNormGradParams})) {
-      int64_t rows = 1;
-      for (size_t i = 0; i + 1 < lp.output_shape.size(); ++i) {
-        rows *= lp.output_shape[i];
-      }
+      const int64_t rows = l.out.numel() / lp.output_shape.back();
       LS_ASSIGN_OR_RETURN(l.saved,
                           Zeros({2, rows}, what + " saved row statistics"));
     }
