@@ -37,7 +37,25 @@ uint32_t Bits(float f) {
   return u;
 }
 
-double Fold(double lanes[kLanes]) {
+// The section 8 fold of 64 lanes (w = 32, 16, 8, 4, 2, 1), lanes[j] +
+// lanes[j + w] four lanes per vector: the same additions of the same values
+// as the scalar tree, in registers.
+double Fold(const double lanes[kLanes]) {
+  __m256d v[8];
+  for (int i = 0; i < 8; ++i) {
+    v[i] = _mm256_add_pd(_mm256_loadu_pd(lanes + 4 * i),
+                         _mm256_loadu_pd(lanes + 32 + 4 * i));
+  }
+  for (int i = 0; i < 4; ++i) v[i] = _mm256_add_pd(v[i], v[i + 4]);
+  for (int i = 0; i < 2; ++i) v[i] = _mm256_add_pd(v[i], v[i + 2]);
+  v[0] = _mm256_add_pd(v[0], v[1]);
+  const __m128d h =
+      _mm_add_pd(_mm256_castpd256_pd128(v[0]), _mm256_extractf128_pd(v[0], 1));
+  return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
+// The reference fold, for the scalar loop below.
+double ScalarFold(double lanes[kLanes]) {
   for (int w = kLanes / 2; w >= 1; w /= 2) {
     for (int j = 0; j < w; ++j) lanes[j] = lanes[j] + lanes[j + w];
   }
@@ -87,12 +105,19 @@ __attribute__((always_inline)) inline void QuarterRows(
     q3 = _mm256_loadu_pd(sum_sq + first + 12);
   }
   const float* p = x + first;
+  // The rows that prefetch a line come first, in a loop of their own: a
+  // test per row of whether lines are left made the passes a fifth slower.
   const char* next = *pf;  // a local: through *pf, a store per row
-  for (size_t r = 0; r < rows; ++r, p += kLanes) {
-    if (next < pf_end) {
-      _mm_prefetch(next, _MM_HINT_T0);
-      next += 64;
-    }
+  const size_t lines =
+      next < pf_end ? (static_cast<size_t>(pf_end - next) + 63) / 64 : 0;
+  const size_t prefetching = lines < rows ? lines : rows;
+  size_t r = 0;
+  for (; r < prefetching; ++r, p += kLanes, next += 64) {
+    _mm_prefetch(next, _MM_HINT_T0);
+    Accumulate8(p, abs_mask, s0, s1, q0, q1, max_bits);
+    Accumulate8(p + 8, abs_mask, s2, s3, q2, q3, max_bits);
+  }
+  for (; r < rows; ++r, p += kLanes) {
     Accumulate8(p, abs_mask, s0, s1, q0, q1, max_bits);
     Accumulate8(p + 8, abs_mask, s2, s3, q2, q3, max_bits);
   }
@@ -107,15 +132,30 @@ __attribute__((always_inline)) inline void QuarterRows(
   _mm256_storeu_pd(sum_sq + first + 12, q3);
 }
 
+// The last count < 64 elements of a block, t[0 .. count), whose in-block
+// lanes are 0 .. count - 1, added onto the lanes as a row padded with +0.0:
+// adding +0.0 leaves a lane as it is (a lane never holds -0.0, section 8)
+// and the maximum too. Where the scalar loop it replaces read each lane back
+// from the passes' vector stores, this is four more passes of one row.
+__attribute__((always_inline)) inline void TailRow(const float* t, size_t count,
+                                                   double* sum, double* sum_sq,
+                                                   __m256i& max_bits) {
+  if (count == 0) return;
+  alignas(32) float row[kLanes] = {};
+  __builtin_memcpy(row, t, count * sizeof(float));
+  const char* none = nullptr;
+  for (int first = 0; first < kLanes; first += 16) {
+    QuarterRows(row, 1, first, true, sum, sum_sq, max_bits, &none, nullptr);
+  }
+}
+
 // The largest of the eight lanes.
 uint32_t MaxLane(const __m256i max_bits) {
-  uint32_t lane_max[8];
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane_max), max_bits);
-  uint32_t m = 0;
-  for (int i = 0; i < 8; ++i) {
-    if (lane_max[i] > m) m = lane_max[i];
-  }
-  return m;
+  __m128i v = _mm_max_epu32(_mm256_castsi256_si128(max_bits),
+                            _mm256_extracti128_si256(max_bits, 1));
+  v = _mm_max_epu32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = _mm_max_epu32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(v));
 }
 
 // The reference loop of stats_portable.h (non-finite values add +0.0), used
@@ -139,8 +179,8 @@ LeafStats ScalarBlockStats(const float* x, size_t n) {
       ++out.nan_count;
     }
   }
-  out.sum = Fold(sum);
-  out.sum_sq = Fold(sum_sq);
+  out.sum = ScalarFold(sum);
+  out.sum_sq = ScalarFold(sum_sq);
   return out;
 }
 
@@ -176,16 +216,8 @@ LeafStats Avx2BlockStats(const float* x, size_t n, const void* prefetch,
   for (int first = 0; first < kLanes; first += 16) {
     QuarterRows(x, rows, first, false, sum, sum_sq, max_bits, &pf, pf_end);
   }
-  uint32_t max_abs = MaxLane(max_bits);
-  // Tail: rows * 64 is in lane 0.
-  for (size_t k = rows * kLanes; k < n; ++k) {
-    const int j = static_cast<int>(k & (kLanes - 1));
-    const uint32_t a = Bits(x[k]) & 0x7fffffffU;
-    if (a > max_abs) max_abs = a;
-    const double d = static_cast<double>(x[k]);
-    sum[j] = sum[j] + d;
-    sum_sq[j] = sum_sq[j] + d * d;
-  }
+  TailRow(x + rows * kLanes, n - rows * kLanes, sum, sum_sq, max_bits);
+  const uint32_t max_abs = MaxLane(max_bits);
   if (max_abs >= kInfBits) return ScalarBlockStats(x, n);
   return LeafStats{Fold(sum), Fold(sum_sq), max_abs, 0, 0};
 }
@@ -381,16 +413,10 @@ LeafHashStats HashStatsLong(const float* x, size_t n, const void* prefetch,
   // Zero rows still set the lanes (to +0.0) unless they hold rows already.
   StatsRows(reinterpret_cast<const float*>(summed), rows, onto, sum, sum_sq,
             max_bits, next, next == nullptr ? nullptr : next + next_bytes);
-  uint32_t max_abs = MaxLane(max_bits);
-  // Tail: in-block index rows * 64 of the remainder is lane 0.
+  // In-block index rows * 64 of the remainder is lane 0.
   const float* t = reinterpret_cast<const float*>(summed) + rows * kLanes;
-  for (int j = 0; t + j < x + n; ++j) {
-    const uint32_t b = Bits(t[j]) & 0x7fffffffU;
-    if (b > max_abs) max_abs = b;
-    const double d = static_cast<double>(t[j]);
-    sum[j] = sum[j] + d;
-    sum_sq[j] = sum_sq[j] + d * d;
-  }
+  TailRow(t, x + n - t, sum, sum_sq, max_bits);
+  const uint32_t max_abs = MaxLane(max_bits);
   LeafHashStats r;
   r.hash = MergeAccs(a, len);
   r.stats = max_abs >= kInfBits
