@@ -209,29 +209,9 @@ LS_HD_INLINE void SoftmaxLastForwardRowOnce(const RowShape& s, const float* x,
   for (int64_t j = n; j < s.d; ++j) out[j] = 0.0f;
 }
 
-template <typename ExpRow = ScalarExpRow>
-LS_HD_INLINE void SoftmaxLastGradRowOnce(const RowShape& s, const float* x,
-                                         const float* dy, float* dx, int64_t r,
-                                         const ExpRow& exp_row = {}) {
-  const float* drow = dy + r * s.d;
-  float* out = dx + r * s.d;
-  const int64_t n = RowLength(s, r);
-  const float sum = SoftmaxExpsInto(x + r * s.d, n, out, exp_row);
-  GatherChain dot;
-  for (int64_t j = 0; j < n; ++j) {
-    out[j] = norm_internal::CanonicalNanOf(out[j] / sum);  // y_j
-    dot.Fma(out[j], drow[j]);
-  }
-  const float g = dot.Finish();
-  for (int64_t j = 0; j < n; ++j) {
-    out[j] = norm_internal::CanonicalNanOf(out[j] * (drow[j] - g));
-  }
-  for (int64_t j = n; j < s.d; ++j) out[j] = 0.0f;
-}
-
-// One row of dx from the forward's y (the softmax of the same x, as
-// SoftmaxLastForwardRow writes it): SoftmaxLastGradRowOnce's operations
-// after its y, so the same bits.
+// One row of dx from the row's y (the softmax of the same x, as
+// SoftmaxLastForwardRow writes it): g = the dot of (y, dy), then dx. y may
+// be dx itself (SoftmaxLastGradRowOnce below); dx must not overlap dy.
 LS_HD_INLINE void SoftmaxLastGradFromYRow(const RowShape& s, const float* y,
                                           const float* dy, float* dx,
                                           int64_t r) {
@@ -246,6 +226,20 @@ LS_HD_INLINE void SoftmaxLastGradFromYRow(const RowShape& s, const float* y,
     out[j] = norm_internal::CanonicalNanOf(yrow[j] * (drow[j] - g));
   }
   for (int64_t j = n; j < s.d; ++j) out[j] = 0.0f;
+}
+
+// y into the dx row, then dx from it in place.
+template <typename ExpRow = ScalarExpRow>
+LS_HD_INLINE void SoftmaxLastGradRowOnce(const RowShape& s, const float* x,
+                                         const float* dy, float* dx, int64_t r,
+                                         const ExpRow& exp_row = {}) {
+  float* out = dx + r * s.d;
+  const int64_t n = RowLength(s, r);
+  const float sum = SoftmaxExpsInto(x + r * s.d, n, out, exp_row);
+  for (int64_t j = 0; j < n; ++j) {
+    out[j] = norm_internal::CanonicalNanOf(out[j] / sum);
+  }
+  SoftmaxLastGradFromYRow(s, dx, dy, dx, r);
 }
 
 LS_HD_INLINE void SoftmaxLastForward(const RowShape& s, const float* x,
