@@ -379,6 +379,23 @@ TEST(HashTensorBytesTest, RejectsBadArguments) {
   EXPECT_THAT(HashTensorBytes(DtypeCode::kFloat32, huge, x, 24),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("exceeds the addressable size")));
+  // 4 * 2^62 * 4 bytes is 0 modulo 2^64: an overflow that wraps to the size
+  // given must still be refused, by both functions.
+  const std::vector<int64_t> wraps = {int64_t{1} << 62, 4};
+  EXPECT_THAT(HashTensorBytes(DtypeCode::kFloat32, wraps, nullptr, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("exceeds the addressable size")));
+  EXPECT_THAT(FingerprintAndStats(DtypeCode::kFloat32, wraps, nullptr, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("exceeds the addressable size")));
+  // A zero dimension makes the tensor empty, however large the others.
+  EXPECT_THAT(
+      HashTensorBytes(DtypeCode::kFloat32,
+                      {int64_t{1} << 62, 0, int64_t{1} << 62}, nullptr, 0),
+      IsOk());
+  EXPECT_THAT(HashTensorBytes(DtypeCode::kFloat32, {0, 2}, x, 24),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("size: 24 bytes given")));
   const std::vector<int64_t> rank65(65, 1);
   EXPECT_THAT(HashTensorBytes(DtypeCode::kFloat32, rank65, x, 4),
               StatusIs(absl::StatusCode::kInvalidArgument,
