@@ -184,16 +184,20 @@ struct ScalarExpRow {
 // dx) between the passes. The same operations on the same values in the
 // same order, so the same bits. The output must not overlap x or dy.
 
-// out[j] = exp(row[j] - max) for j < n; returns their canonical sum.
+// out[j] = softmax(row)[j] for j < n: exp(row[j] - max), then each over
+// their canonical sum. out[n ..] is not written.
 template <typename ExpRow>
-LS_HD_INLINE float SoftmaxExpsInto(const float* row, int64_t n, float* out,
-                                   const ExpRow& exp_row) {
+LS_HD_INLINE void SoftmaxYInto(const float* row, int64_t n, float* out,
+                               const ExpRow& exp_row) {
   const float max = norm_internal::RowMax(row, n);
   for (int64_t j = 0; j < n; ++j) out[j] = row[j] - max;
   exp_row(out, n);
   GatherChain chain;
   for (int64_t j = 0; j < n; ++j) chain.Add(out[j]);
-  return chain.Finish();
+  const float sum = chain.Finish();
+  for (int64_t j = 0; j < n; ++j) {
+    out[j] = norm_internal::CanonicalNanOf(out[j] / sum);
+  }
 }
 
 template <typename ExpRow = ScalarExpRow>
@@ -202,10 +206,7 @@ LS_HD_INLINE void SoftmaxLastForwardRowOnce(const RowShape& s, const float* x,
                                             const ExpRow& exp_row = {}) {
   float* out = y + r * s.d;
   const int64_t n = RowLength(s, r);
-  const float sum = SoftmaxExpsInto(x + r * s.d, n, out, exp_row);
-  for (int64_t j = 0; j < n; ++j) {
-    out[j] = norm_internal::CanonicalNanOf(out[j] / sum);
-  }
+  SoftmaxYInto(x + r * s.d, n, out, exp_row);
   for (int64_t j = n; j < s.d; ++j) out[j] = 0.0f;
 }
 
@@ -228,17 +229,13 @@ LS_HD_INLINE void SoftmaxLastGradFromYRow(const RowShape& s, const float* y,
   for (int64_t j = n; j < s.d; ++j) out[j] = 0.0f;
 }
 
-// y into the dx row, then dx from it in place.
+// y into the dx row (its padding is left to the from-y row, which zeroes
+// it), then dx from it in place.
 template <typename ExpRow = ScalarExpRow>
 LS_HD_INLINE void SoftmaxLastGradRowOnce(const RowShape& s, const float* x,
                                          const float* dy, float* dx, int64_t r,
                                          const ExpRow& exp_row = {}) {
-  float* out = dx + r * s.d;
-  const int64_t n = RowLength(s, r);
-  const float sum = SoftmaxExpsInto(x + r * s.d, n, out, exp_row);
-  for (int64_t j = 0; j < n; ++j) {
-    out[j] = norm_internal::CanonicalNanOf(out[j] / sum);
-  }
+  SoftmaxYInto(x + r * s.d, RowLength(s, r), dx + r * s.d, exp_row);
   SoftmaxLastGradFromYRow(s, dx, dy, dx, r);
 }
 
