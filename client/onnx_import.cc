@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -41,6 +42,8 @@ constexpr int64_t kMinOpset = 7;
 constexpr int64_t kMaxOpset = 18;
 // Largest tensor folded at import time.
 constexpr int64_t kMaxFoldedElements = int64_t{1} << 22;
+// Integers read from folded tensors saturate at this magnitude.
+constexpr double kMaxKnownInt = 4611686018427387904.0;  // 2^62
 // Placeholder for "the model input" in Layer.inputs until layers are final.
 constexpr char kInputRef[] = "\x01input";
 // How a layer names the model input (model::kModelInputName, model/plan.h).
@@ -97,10 +100,36 @@ std::string ShapeStr(const std::vector<int64_t>& s) {
   return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
 }
 
+// The product of s[from..]: -1 when an entry is negative, 0 when one is 0,
+// and kSaturated when it does not fit in int64_t, so a comparison against a
+// limit never sees a wrapped product.
+constexpr int64_t kSaturated = std::numeric_limits<int64_t>::max();
 int64_t Product(const std::vector<int64_t>& s, size_t from = 0) {
+  bool zero = false;
+  for (size_t i = from; i < s.size(); ++i) {
+    if (s[i] < 0) return -1;
+    zero |= s[i] == 0;
+  }
+  if (zero) return 0;
   int64_t p = 1;
-  for (size_t i = from; i < s.size(); ++i) p *= s[i];
+  for (size_t i = from; i < s.size(); ++i) {
+    if (__builtin_mul_overflow(p, s[i], &p)) return kSaturated;
+  }
   return p;
+}
+
+// Folded tensors keep every dimension and the product of their non-zero
+// dimensions at most this, so strides and offsets into them never overflow
+// (a zero dimension beside huge ones holds no elements but still strides).
+constexpr int64_t kMaxKnownExtent = int64_t{1} << 31;
+bool KnownExtentOk(const std::vector<int64_t>& dims) {
+  int64_t p = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || d > kMaxKnownExtent) return false;
+    if (d == 0) continue;
+    if (__builtin_mul_overflow(p, d, &p) || p > kMaxKnownExtent) return false;
+  }
+  return true;
 }
 
 bool IsWhole(double x) { return std::isfinite(x) && std::floor(x) == x; }
@@ -208,7 +237,8 @@ class Importer {
     // the real limits.
     int64_t elems = 1;
     for (size_t j = batched ? 1 : 0; j < shape.size(); ++j) {
-      if (shape[j] < 1 || shape[j] > kMaxDim || elems > kMaxElements) {
+      if (shape[j] < 1 || shape[j] > kMaxDim ||
+          shape[j] > kMaxElements / elems) {
         if (shape_error_.ok()) {
           shape_error_ = NodeError(
               n, absl::StrFormat("output shape %s: every dimension must be in "
@@ -316,19 +346,20 @@ class Importer {
 absl::StatusOr<Known> Importer::ToKnown(const onnx::TensorProto& t,
                                         absl::string_view what) {
   Known k;
-  int64_t n = 1;
   for (int64_t d : t.dims()) {
     if (d < 0) {
       return absl::InvalidArgumentError(
           absl::StrFormat("onnx: %s: negative dimension %d", what, d));
     }
     k.dims.push_back(d);
-    n *= d;
-    if (n > (int64_t{1} << 31)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("onnx: %s: more than 2^31 elements", what));
-    }
   }
+  if (!KnownExtentOk(k.dims)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "onnx: %s: dimensions [%s] span more than 2^31 elements (zero "
+        "dimensions aside)",
+        what, absl::StrJoin(k.dims, ", ")));
+  }
+  const int64_t n = Product(k.dims);
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "onnx: %s: external data is not supported (export the model into "
@@ -474,7 +505,10 @@ absl::StatusOr<std::vector<int64_t>> Importer::KnownInts(
       return NodeError(
           n, absl::StrFormat("%s: %g is not a whole number", what, x));
     }
-    out.push_back(static_cast<int64_t>(x));
+    // Exporters write INT64_MAX for "to the end" (2^63 as a double, which
+    // no int64_t holds): saturate at +-2^62, past every real length.
+    out.push_back(
+        static_cast<int64_t>(std::clamp(x, -kMaxKnownInt, kMaxKnownInt)));
   }
   return out;
 }
@@ -766,7 +800,9 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
       }
     }
     const int64_t total = Product(od);
-    if (total > kMaxFoldedElements) return absl::OkStatus();
+    if (total > kMaxFoldedElements || !KnownExtentOk(od)) {
+      return absl::OkStatus();
+    }
     std::vector<std::vector<int64_t>> sts;
     for (int i = 0; i < arity; ++i) {
       std::vector<int64_t> d(rank - ks[i]->dims.size(), 1);
@@ -905,17 +941,23 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
     if (!shape.ok()) return shape.status();
     out = a;
     out.dims = *shape;
-    int64_t known = 1, infer = -1;
+    int64_t infer = -1;
     for (size_t j = 0; j < out.dims.size(); ++j) {
       if (out.dims[j] == 0 && j < a.dims.size()) out.dims[j] = a.dims[j];
       if (out.dims[j] == -1) {
+        if (infer >= 0) return NodeError(n, "shape: more than one -1");
         infer = j;
-      } else {
-        known *= out.dims[j];
+      } else if (out.dims[j] < 0) {
+        return NodeError(n, absl::StrFormat("shape: entry %d at %d is not "
+                                            "valid",
+                                            out.dims[j], j));
       }
     }
-    if (infer >= 0 && known > 0) {
-      out.dims[infer] = static_cast<int64_t>(a.v.size()) / known;
+    if (infer >= 0) {
+      out.dims[infer] = 1;
+      const int64_t known = Product(out.dims);
+      out.dims[infer] =
+          known > 0 ? static_cast<int64_t>(a.v.size()) / known : -1;
     }
     if (Product(out.dims) != static_cast<int64_t>(a.v.size())) {
       return NodeError(n, "shape does not match the constant's elements");
@@ -943,12 +985,12 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
         if (!IsWhole(id)) {
           return NodeError(n, "indices must be whole numbers");
         }
+        if (id < -static_cast<double>(len) || id >= static_cast<double>(len)) {
+          return NodeError(n, absl::StrFormat("index %g is outside [-%d, %d)",
+                                              id, len, len));
+        }
         int64_t i = static_cast<int64_t>(id);
         if (i < 0) i += len;
-        if (i < 0 || i >= len) {
-          return NodeError(
-              n, absl::StrFormat("index %g is outside [0, %d)", id, len));
-        }
         for (int64_t e = 0; e < inner; ++e) {
           out.v.push_back(a.v[(o * len + i) * inner + e]);
         }
@@ -1101,6 +1143,12 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
     out.dims = {static_cast<int64_t>(out.v.size())};
   } else {
     return absl::OkStatus();
+  }
+  if (!KnownExtentOk(out.dims)) {
+    return NodeError(n, absl::StrFormat("result dimensions [%s] span more "
+                                        "than 2^31 elements (zero dimensions "
+                                        "aside)",
+                                        absl::StrJoin(out.dims, ", ")));
   }
   if (static_cast<int64_t>(out.v.size()) != Product(out.dims)) {
     return NodeError(n, "internal: folded shape and values disagree");
@@ -1807,6 +1855,7 @@ absl::Status Importer::MapSplit(const onnx::NodeProto& n) {
       (*x)->known && (*x)->layer.empty() ? (*x)->k.dims : (*x)->shape;
   absl::StatusOr<int> axis = Axis(n, AttrInt(n, "axis", 0), s.size(), "axis");
   if (!axis.ok()) return axis.status();
+  if (s[*axis] == kBatchDim) return NodeError(n, "cannot split the batch axis");
   std::vector<int64_t> split;
   if (Opset() >= 13) {
     if (HasIn(n, 1)) {
@@ -1828,6 +1877,22 @@ absl::Status Importer::MapSplit(const onnx::NodeProto& n) {
   }
   if (static_cast<int>(split.size()) != outs) {
     return NodeError(n, "split must have one entry per output");
+  }
+  // Checked entry by entry, so the running sum never overflows.
+  int64_t sum = 0;
+  bool adds_up = true;
+  for (int64_t p : split) {
+    if (p < 0 || p > s[*axis] - sum) {
+      adds_up = false;
+      break;
+    }
+    sum += p;
+  }
+  if (!adds_up || sum != s[*axis]) {
+    return NodeError(
+        n, absl::StrFormat("split [%s] does not add up to the "
+                           "length %d of axis %d",
+                           absl::StrJoin(split, ", "), s[*axis], *axis));
   }
   int64_t start = 0;
   for (int i = 0; i < outs; ++i) {
@@ -1965,6 +2030,11 @@ absl::Status Importer::MapReshapeLike(const onnx::NodeProto& n) {
         infer = j;
         d = -1;
       } else if (v >= 1 && IsWhole(v)) {
+        if (v > kMaxDim) {
+          return NodeError(n, absl::StrFormat("shape: entry %g at %d exceeds "
+                                              "the largest dimension, %d",
+                                              v, j, kMaxDim));
+        }
         d = static_cast<int64_t>(v);
       } else {
         return NodeError(n, absl::StrFormat("shape: entry %g at %d is not "
@@ -1972,7 +2042,15 @@ absl::Status Importer::MapReshapeLike(const onnx::NodeProto& n) {
                                             v, j));
       }
       out.push_back(d);
-      if (d != -1 && d != kBatchDim) known *= d;
+      if (d != -1 && d != kBatchDim) {
+        if (d > kMaxElements / known) {
+          return NodeError(
+              n, absl::StrFormat("shape [%s]: an example would "
+                                 "exceed %d elements",
+                                 absl::StrJoin(shape->v, ", "), kMaxElements));
+        }
+        known *= d;
+      }
     }
     const int64_t elems = Product(in, batched ? 1 : 0);
     if (batched && !out.empty() && out[0] != kBatchDim && infer == 0) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -811,6 +812,126 @@ TEST(OnnxImportErrorsTest, ShapeOperandMustBeConstant) {
                                   HasSubstr("node \"/reshape\" (Reshape): "
                                             "shape (input 1, \"r\") must be "
                                             "a constant")));
+}
+
+onnx::NodeProto* AddIntsConstant(onnx::ModelProto* m, const std::string& out,
+                                 std::vector<int64_t> values) {
+  auto* c = AddNode(m, "Constant", "/" + out, {}, out);
+  auto* v = c->add_attribute();
+  v->set_name("value_ints");
+  v->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : values) v->add_ints(x);
+  return c;
+}
+
+TEST(OnnxImportErrorsTest, ReshapeEntriesBeyondTheLimitsAreNamed) {
+  // One entry past the largest dimension (2^60 * 8 once overflowed).
+  onnx::ModelProto m = Graph();
+  AddIntsConstant(&m, "s", {-1, int64_t{1} << 60, 8});
+  AddNode(&m, "Reshape", "/reshape", {"x", "s"}, "y");
+  SetOutput(&m, "y");
+  EXPECT_THAT(Import(m),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("node \"/reshape\" (Reshape): shape: entry "
+                                 "1.15292e+18 at 1 exceeds the largest "
+                                 "dimension, 16777216")));
+  // Every entry within the limit, their product past an example's limit.
+  onnx::ModelProto m2 = Graph();
+  AddIntsConstant(&m2, "s", {-1, 1 << 24, 1 << 24, 1 << 24});
+  AddNode(&m2, "Reshape", "/reshape", {"x", "s"}, "y");
+  SetOutput(&m2, "y");
+  EXPECT_THAT(Import(m2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("an example would exceed 1099511627776 "
+                                 "elements")));
+}
+
+TEST(OnnxImportErrorsTest, SliceToInt64MaxReachesTheEnd) {
+  // Exporters end a slice "to the end" with INT64_MAX, 2^63 as a double.
+  onnx::ModelProto m = Graph();
+  AddIntsConstant(&m, "starts", {1});
+  AddIntsConstant(&m, "ends", {std::numeric_limits<int64_t>::max()});
+  AddIntsConstant(&m, "axes", {1});
+  AddNode(&m, "Slice", "/slice", {"x", "starts", "ends", "axes"}, "y");
+  SetOutput(&m, "y");
+  absl::StatusOr<ImportedModel> r = Import(m);
+  ASSERT_THAT(r, IsOk());
+  ASSERT_GE(r->model.layers_size(), 1);
+  const v1::Layer& l = r->model.layers(0);
+  ASSERT_EQ(l.op(), v1::SLICE);
+  EXPECT_EQ(l.slice().axis(), 1);
+  EXPECT_EQ(l.slice().start(), 1);
+  EXPECT_EQ(l.slice().end(), 3);
+}
+
+TEST(OnnxImportErrorsTest, FoldedShapesStaySmallEvenWithoutElements) {
+  // A constant with no elements reshaped to huge dimensions beside a 0.
+  onnx::ModelProto m = Graph();
+  auto* c = AddNode(&m, "Constant", "/empty", {}, "e");
+  auto* v = c->add_attribute();
+  v->set_name("value");
+  v->set_type(onnx::AttributeProto::TENSOR);
+  v->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  v->mutable_t()->add_dims(0);
+  AddIntsConstant(&m, "s", {int64_t{1} << 40, 0, int64_t{1} << 40});
+  AddNode(&m, "Reshape", "/fold", {"e", "s"}, "r");
+  AddNode(&m, "Add", "/add", {"x", "r"}, "y");
+  SetOutput(&m, "y");
+  EXPECT_THAT(Import(m),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("node \"/fold\" (Reshape): result "
+                                 "dimensions [1099511627776, 0, "
+                                 "1099511627776] span more than 2^31 "
+                                 "elements")));
+  // The same as an initializer's dimensions.
+  onnx::ModelProto m2 = Graph();
+  auto* t = m2.mutable_graph()->add_initializer();
+  t->set_name("w");
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {int64_t{0}, int64_t{1} << 40, int64_t{1} << 40}) {
+    t->add_dims(d);
+  }
+  AddNode(&m2, "Add", "/add", {"x", "w"}, "y");
+  SetOutput(&m2, "y");
+  EXPECT_THAT(Import(m2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dimensions [0, 1099511627776, "
+                                 "1099511627776] span more than 2^31")));
+}
+
+TEST(OnnxImportErrorsTest, SplitMustAddUpToTheAxis) {
+  onnx::ModelProto m = Graph();
+  AddIntsConstant(&m, "sizes", {int64_t{1} << 62, int64_t{1} << 62});
+  auto* split = AddNode(&m, "Split", "/split", {"x", "sizes"}, "a");
+  split->add_output("b");
+  split->add_attribute()->set_name("axis");
+  split->mutable_attribute(0)->set_type(onnx::AttributeProto::INT);
+  split->mutable_attribute(0)->set_i(1);
+  AddNode(&m, "Add", "/add", {"a", "b"}, "y");
+  SetOutput(&m, "y");
+  EXPECT_THAT(Import(m, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("split [4611686018427387904, "
+                                 "4611686018427387904] does not add up to "
+                                 "the length 3 of axis 1")));
+  split->mutable_attribute(0)->set_i(0);
+  EXPECT_THAT(Import(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("cannot split the batch axis")));
+}
+
+TEST(OnnxImportErrorsTest, GatherIndexFarOutsideIsNamed) {
+  onnx::ModelProto m = Graph();
+  AddIntsConstant(&m, "data", {5, 6, 7});
+  auto* c = AddNode(&m, "Constant", "/idx", {}, "i");
+  auto* v = c->add_attribute();
+  v->set_name("value_float");
+  v->set_type(onnx::AttributeProto::FLOAT);
+  v->set_f(1e30f);
+  AddNode(&m, "Gather", "/gather", {"data", "i"}, "g");
+  AddNode(&m, "Add", "/add", {"x", "g"}, "y");
+  SetOutput(&m, "y");
+  EXPECT_THAT(Import(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("index 1e+30 is outside [-3, 3)")));
 }
 
 TEST(OnnxImportErrorsTest, BatchAxisMustStayFirst) {
