@@ -1197,7 +1197,7 @@ absl::Status Importer::ConvInputs(const onnx::NodeProto& n, ConvGeometry* g) {
   for (int j = 0; j < 2; ++j) {
     if (g->strides[j] < 1 || g->dil[j] < 1 || g->pads[j] < 0 ||
         g->pads[j + 2] < 0 || g->strides[j] > kMaxDim || g->dil[j] > kMaxDim ||
-        g->pads[j] > kMaxDim) {
+        g->pads[j] > kMaxDim || g->pads[j + 2] > kMaxDim) {
       return NodeError(n, absl::StrFormat("strides and dilations must be in "
                                           "1..%d, pads in 0..%d",
                                           kMaxDim, kMaxDim));
@@ -1291,17 +1291,20 @@ absl::Status Importer::MapConvTranspose(const onnx::NodeProto& n) {
   }
   std::vector<int64_t> out_pad = AttrInts(n, "output_padding");
   if (out_pad.empty()) out_pad = {0, 0};
-  if (out_pad.size() != 2 || out_pad[0] < 0 || out_pad[1] < 0) {
+  if (out_pad.size() != 2 || out_pad[0] < 0 || out_pad[1] < 0 ||
+      out_pad[0] > kMaxDim || out_pad[1] > kMaxDim) {
     return NodeError(n, absl::StrFormat("output_padding [%s] must be 2 "
-                                        "values, each 0 or more",
-                                        absl::StrJoin(out_pad, ", ")));
+                                        "values, each in 0..%d",
+                                        absl::StrJoin(out_pad, ", "), kMaxDim));
   }
   const std::vector<int64_t> out_shape = AttrInts(n, "output_shape");
   if (!out_shape.empty()) {
-    if (out_shape.size() != 2) {
-      return NodeError(n, absl::StrFormat("output_shape [%s] must be the 2 "
-                                          "spatial sizes",
-                                          absl::StrJoin(out_shape, ", ")));
+    if (out_shape.size() != 2 || out_shape[0] < 1 || out_shape[1] < 1 ||
+        out_shape[0] > kMaxDim || out_shape[1] > kMaxDim) {
+      return NodeError(
+          n, absl::StrFormat("output_shape [%s] must be the 2 "
+                             "spatial sizes, each in 1..%d",
+                             absl::StrJoin(out_shape, ", "), kMaxDim));
     }
     for (int j = 0; j < 2; ++j) {
       const int64_t total = g.strides[j] * (in[2 + j] - 1) + out_pad[j] +
@@ -2324,7 +2327,7 @@ absl::Status Importer::MapPool(const onnx::NodeProto& n) {
   }
   for (int j = 0; j < 2; ++j) {
     if (k[j] < 1 || s[j] < 1 || p[j] < 0 || p[j + 2] < 0 || k[j] > kMaxDim ||
-        s[j] > kMaxDim || p[j] > kMaxDim) {
+        s[j] > kMaxDim || p[j] > kMaxDim || p[j + 2] > kMaxDim) {
       return NodeError(n, absl::StrFormat("kernel_shape and strides must be "
                                           "in 1..%d, pads in 0..%d",
                                           kMaxDim, kMaxDim));

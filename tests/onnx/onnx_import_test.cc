@@ -772,6 +772,38 @@ TEST(OnnxImportErrorsTest, ConvTransposeOutputPaddingMustStayBelowTheStride) {
                                  "axis 2)")));
 }
 
+TEST(OnnxImportErrorsTest, ConvTransposeAttributesBeyondTheLimitsAreNamed) {
+  // Each once overflowed the output-size arithmetic (INT64_MAX + 1).
+  struct Case {
+    const char* attr;
+    std::vector<int64_t> values;
+    const char* error;
+  };
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  for (const Case& c : std::vector<Case>{
+           {"output_padding",
+            {big, 0},
+            "output_padding [9223372036854775807, 0] must be 2 values, each "
+            "in 0..16777216"},
+           {"output_shape",
+            {-big - 1, 16},
+            "output_shape [-9223372036854775808, 16] must be the 2 spatial "
+            "sizes, each in 1..16777216"},
+           {"pads", {1, 0, big, 0}, "pads in 0..16777216"}}) {
+    onnx::ModelProto m = Graph();
+    AddFloatInit(&m, "w", {3, 2, 3, 3}, 0.5f);
+    auto* n = AddNode(&m, "ConvTranspose", "/up", {"x", "w"}, "y");
+    AddInts(n, "strides", {2, 2});
+    AddInts(n, c.attr, c.values);
+    if (std::string(c.attr) == "output_padding")
+      AddInts(n, "pads", {1, 0, 1, 0});
+    SetOutput(&m, "y");
+    EXPECT_THAT(Import(m), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr(c.error)))
+        << c.attr;
+  }
+}
+
 // Asymmetric pads (begin, end) and output_shape become a symmetric pad and
 // an output padding with the same output elements.
 TEST(OnnxImportErrorsTest, ConvTransposePadsAndOutputShapeMapToOutputPadding) {
