@@ -131,6 +131,12 @@ bool KnownExtentOk(const std::vector<int64_t>& dims) {
   }
   return true;
 }
+// Why dims fail KnownExtentOk.
+std::string KnownExtentError(const std::vector<int64_t>& dims) {
+  return absl::StrFormat(
+      "dimensions [%s] span more than 2^31 elements (zero dimensions aside)",
+      absl::StrJoin(dims, ", "));
+}
 
 bool IsWhole(double x) { return std::isfinite(x) && std::floor(x) == x; }
 
@@ -354,10 +360,8 @@ absl::StatusOr<Known> Importer::ToKnown(const onnx::TensorProto& t,
     k.dims.push_back(d);
   }
   if (!KnownExtentOk(k.dims)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "onnx: %s: dimensions [%s] span more than 2^31 elements (zero "
-        "dimensions aside)",
-        what, absl::StrJoin(k.dims, ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("onnx: ", what, ": ", KnownExtentError(k.dims)));
   }
   const int64_t n = Product(k.dims);
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
@@ -1145,10 +1149,7 @@ absl::Status Importer::Fold(const onnx::NodeProto& n, bool* folded) {
     return absl::OkStatus();
   }
   if (!KnownExtentOk(out.dims)) {
-    return NodeError(n, absl::StrFormat("result dimensions [%s] span more "
-                                        "than 2^31 elements (zero dimensions "
-                                        "aside)",
-                                        absl::StrJoin(out.dims, ", ")));
+    return NodeError(n, "result " + KnownExtentError(out.dims));
   }
   if (static_cast<int64_t>(out.v.size()) != Product(out.dims)) {
     return NodeError(n, "internal: folded shape and values disagree");

@@ -846,14 +846,19 @@ TEST(OnnxImportErrorsTest, ShapeOperandMustBeConstant) {
                                             "a constant")));
 }
 
-onnx::NodeProto* AddIntsConstant(onnx::ModelProto* m, const std::string& out,
-                                 std::vector<int64_t> values) {
-  auto* c = AddNode(m, "Constant", "/" + out, {}, out);
-  auto* v = c->add_attribute();
-  v->set_name("value_ints");
-  v->set_type(onnx::AttributeProto::INTS);
-  for (int64_t x : values) v->add_ints(x);
-  return c;
+// A Constant node "/<out>" whose value is `values` (value_ints) or `value`
+// (value_float).
+void AddIntsConstant(onnx::ModelProto* m, const std::string& out,
+                     std::vector<int64_t> values) {
+  AddInts(AddNode(m, "Constant", "/" + out, {}, out), "value_ints",
+          std::move(values));
+}
+void AddFloatConstant(onnx::ModelProto* m, const std::string& out,
+                      float value) {
+  auto* v = AddNode(m, "Constant", "/" + out, {}, out)->add_attribute();
+  v->set_name("value_float");
+  v->set_type(onnx::AttributeProto::FLOAT);
+  v->set_f(value);
 }
 
 TEST(OnnxImportErrorsTest, ReshapeEntriesBeyondTheLimitsAreNamed) {
@@ -954,11 +959,7 @@ TEST(OnnxImportErrorsTest, SplitMustAddUpToTheAxis) {
 TEST(OnnxImportErrorsTest, GatherIndexFarOutsideIsNamed) {
   onnx::ModelProto m = Graph();
   AddIntsConstant(&m, "data", {5, 6, 7});
-  auto* c = AddNode(&m, "Constant", "/idx", {}, "i");
-  auto* v = c->add_attribute();
-  v->set_name("value_float");
-  v->set_type(onnx::AttributeProto::FLOAT);
-  v->set_f(1e30f);
+  AddFloatConstant(&m, "i", 1e30f);
   AddNode(&m, "Gather", "/gather", {"data", "i"}, "g");
   AddNode(&m, "Add", "/add", {"x", "g"}, "y");
   SetOutput(&m, "y");
@@ -981,11 +982,7 @@ TEST(OnnxImportErrorsTest, BatchAxisMustStayFirst) {
 
 TEST(OnnxImportErrorsTest, InfiniteConstantIsRefused) {
   onnx::ModelProto m = Graph();
-  auto* c = AddNode(&m, "Constant", "/c", {}, "inf");
-  auto* v = c->add_attribute();
-  v->set_name("value_float");
-  v->set_type(onnx::AttributeProto::FLOAT);
-  v->set_f(-INFINITY);
+  AddFloatConstant(&m, "inf", -INFINITY);
   AddNode(&m, "Add", "/add", {"x", "inf"}, "y");
   SetOutput(&m, "y");
   EXPECT_THAT(Import(m), StatusIs(absl::StatusCode::kInvalidArgument,
