@@ -196,17 +196,9 @@ __attribute__((always_inline)) inline LeafStats FinishStats(const StatsRegs& st,
       _mm512_reduce_max_epu32(st.max_bits), 0, 0};
 }
 
-// No software prefetch: the hardware's stream prefetchers keep up with
-// these loops. An L2 prefetch 24 KiB ahead (RowPrefetcher, until
-// 2026-12-04) took hash + statistics of 1 MiB tensors from DRAM from 9.46
-// to 10.17 GB/s (medians) on the Xeon build machine when its read loop
-// ran at about 11 GB/s, but held them to 15.9 - 16.2 GB/s against 20.1 -
-// 21.4 without it once the same loop read 18 - 22 GB/s (docs/benchmarks.md,
-// "Xeon, 2026-12-04: no software prefetch"). The caller's `prefetch` range
-// is left unused.
-
 // Statistics alone (ComputeStats, and leaves too short for XXH3's long
-// path): one row of 64 floats per iteration.
+// path): one row of 64 floats per iteration, no software prefetch (the
+// hash's loops prefetch: Ahead below).
 LeafStats BlockStats(const float* x, size_t n) {
   StatsRegs st;
   InitStats(st);
@@ -221,6 +213,60 @@ LeafStats BlockStats(const float* x, size_t n) {
   TailStats(p, n - rows * kLanes, 0, st);
   return FinishStats(st, x, n);
 }
+
+// The lines 4 KiB ahead of the row being hashed, one per stripe, into L2
+// (PREFETCHT1): through the leaf, then the first 4 KiB of the caller's
+// next leaf, then none, so a leaf in cache fetches nothing it will not
+// read. The hardware's stream prefetchers alone kept up on some days and
+// not on others: on the Xeon build machine (docs/benchmarks.md, "Xeon,
+// 2026-12-07: prefetching 4 KiB ahead") hash + statistics from DRAM ran
+// at 0.53 - 0.61 of a read loop without this, 0.85 - 0.97 with it; an L2
+// prefetch 24 KiB ahead had cost a fifth on a day when the read loop ran
+// at 18 - 22 GB/s ("Xeon, 2026-12-04: no software prefetch"). The
+// "avx512-stream" kernels (AMD) do not prefetch: measured there without.
+constexpr size_t kAheadBytes = 4096;
+
+class Ahead {
+ public:
+  // No prefetch at all.
+  Ahead() = default;
+  // For the leaf in[0 .. len), then next[0 .. next_bytes) (next may be
+  // null).
+  Ahead(const uint8_t* in, size_t len, const void* next, size_t next_bytes)
+      : at_(reinterpret_cast<const char*>(in) + kAheadBytes),
+        end_(reinterpret_cast<const char*>(in) + len),
+        next_(static_cast<const char*>(next)),
+        next_end_(next_ == nullptr
+                      ? nullptr
+                      : next_ + (next_bytes < kAheadBytes ? next_bytes
+                                                          : kAheadBytes)) {
+    // A leaf of at most 4 KiB: in cache or not, its next lines are the
+    // caller's next leaf's, which a short leaf (the last) does not have.
+    if (at_ >= end_) at_ = end_ = next_ = next_end_ = nullptr;
+  }
+
+  // The four lines of the next row ahead.
+  __attribute__((always_inline)) void Row() {
+    if (at_ >= end_) {
+      if (next_ == nullptr) return;
+      at_ = next_;
+      end_ = next_end_;
+      next_ = nullptr;
+      if (at_ >= end_) return;
+    }
+    _mm_prefetch(at_, _MM_HINT_T1);
+    _mm_prefetch(at_ + 64, _MM_HINT_T1);
+    _mm_prefetch(at_ + 128, _MM_HINT_T1);
+    _mm_prefetch(at_ + 192, _MM_HINT_T1);
+    at_ += kRowBytes;
+  }
+
+ private:
+  const char* at_ = nullptr;
+  const char* end_ = nullptr;
+  const char* next_ = nullptr;
+  const char* next_end_ = nullptr;
+};
 
 // ---- XXH3-64, long inputs, fused with the statistics. ----
 //
@@ -339,8 +385,10 @@ uint64_t MergeAccs(__m512i acc_vec, size_t len) {
 // kStream (REQUIRES in 64-byte aligned): the whole stripes are read by
 // non-temporal loads (HashStripe); the overlapping last stripe and the
 // statistics' tail by ordinary ones.
+// `ahead` prefetches a row ahead of each row hashed.
 template <bool kStats, bool kStream>
-uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats) {
+uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats,
+                  Ahead ahead) {
   Accumulators acc{
       _mm512_setr_epi64(XXH_PRIME32_3, XXH_PRIME64_1, XXH_PRIME64_2,
                         XXH_PRIME64_3, XXH_PRIME64_4, XXH_PRIME32_2,
@@ -352,6 +400,7 @@ uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats) {
   const uint8_t* p = in;
   for (size_t b = 0; b < full_blocks; ++b) {
     for (size_t r = 0; r < kBlockBytes / kRowBytes; ++r, p += kRowBytes) {
+      ahead.Row();
       acc = HashRow<kStats, kStream>(acc, p, XXH3_kSecret + 32 * r, st);
     }
     acc = Accumulators{Scramble(Settle(acc)), _mm512_setzero_si512()};
@@ -361,6 +410,7 @@ uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats) {
   const size_t stripes = (len - full_blocks * kBlockBytes - 1) / kStripeBytes;
   const size_t rows = stripes / 4;
   for (size_t r = 0; r < rows; ++r, p += kRowBytes) {
+    ahead.Row();
     acc = HashRow<kStats, kStream>(acc, p, XXH3_kSecret + 32 * r, st);
   }
   const int rest = static_cast<int>(stripes % 4);
@@ -406,9 +456,10 @@ uint64_t Avx512Hash64(const void* data, size_t len) {
   if (len <= 240) {
     h = XXH3_64bits(data, len);
   } else if (kStream && Aligned64(in)) {
-    h = HashLong<false, true>(in, len, nullptr);
+    h = HashLong<false, true>(in, len, nullptr, Ahead());
   } else {
-    h = HashLong<false, false>(in, len, nullptr);
+    h = HashLong<false, false>(in, len, nullptr,
+                               kStream ? Ahead() : Ahead(in, len, nullptr, 0));
   }
   LeaveAvx512();
   return h;
@@ -424,9 +475,8 @@ LeafStats Avx512BlockStats(const float* x, size_t n, const void* /*prefetch*/,
 // One read of the leaf for both; leaves of up to 60 floats (240 bytes,
 // XXH3's short paths) take the two separate kernels.
 template <bool kStream>
-LeafHashStats Avx512HashAndStats(const float* x, size_t n,
-                                 const void* /*prefetch*/,
-                                 size_t /*prefetch_bytes*/) {
+LeafHashStats Avx512HashAndStats(const float* x, size_t n, const void* prefetch,
+                                 size_t prefetch_bytes) {
   LeafHashStats r;
   const size_t len = n * sizeof(float);
   const auto* in = reinterpret_cast<const uint8_t*>(x);
@@ -434,9 +484,11 @@ LeafHashStats Avx512HashAndStats(const float* x, size_t n,
     r.hash = XXH3_64bits(x, len);
     r.stats = BlockStats(x, n);
   } else if (kStream && Aligned64(in)) {
-    r.hash = HashLong<true, true>(in, len, &r.stats);
+    r.hash = HashLong<true, true>(in, len, &r.stats, Ahead());
   } else {
-    r.hash = HashLong<true, false>(in, len, &r.stats);
+    r.hash = HashLong<true, false>(
+        in, len, &r.stats,
+        kStream ? Ahead() : Ahead(in, len, prefetch, prefetch_bytes));
   }
   LeaveAvx512();
   return r;
