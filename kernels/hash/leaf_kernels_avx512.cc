@@ -220,7 +220,7 @@ LeafStats BlockStats(const float* x, size_t n) {
 // read. The hardware's stream prefetchers alone kept up on some days and
 // not on others: on the Xeon build machine (docs/benchmarks.md, "Xeon,
 // 2026-12-07: prefetching 4 KiB ahead") hash + statistics from DRAM ran
-// at 0.53 - 0.61 of a read loop without this, 0.85 - 0.97 with it; an L2
+// at 0.53 - 0.61 of a read loop without this, 0.84 - 0.97 with it; an L2
 // prefetch 24 KiB ahead had cost a fifth on a day when the read loop ran
 // at 18 - 22 GB/s ("Xeon, 2026-12-04: no software prefetch"). The
 // "avx512-stream" kernels (AMD) do not prefetch: measured there without.
@@ -440,6 +440,14 @@ uint64_t HashLong(const uint8_t* in, size_t len, LeafStats* stats,
 // (about 150 ns per call measured on a 64-float leaf).
 __attribute__((always_inline)) inline void LeaveAvx512() { _mm256_zeroupper(); }
 
+// The prefetch of a table's HashLong: the "avx512" table's prefetches
+// (Ahead), the "avx512-stream" table's none, aligned leaf or not.
+template <bool kStream>
+Ahead TableAhead(const uint8_t* in, size_t len, const void* next = nullptr,
+                 size_t next_bytes = 0) {
+  return kStream ? Ahead() : Ahead(in, len, next, next_bytes);
+}
+
 // Whether a leaf at p can be read by non-temporal loads (kStream).
 bool Aligned64(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 63) == 0;
@@ -452,14 +460,14 @@ bool Aligned64(const void* p) {
 template <bool kStream>
 uint64_t Avx512Hash64(const void* data, size_t len) {
   const auto* in = static_cast<const uint8_t*>(data);
+  const Ahead ahead = TableAhead<kStream>(in, len);
   uint64_t h;
   if (len <= 240) {
     h = XXH3_64bits(data, len);
   } else if (kStream && Aligned64(in)) {
-    h = HashLong<false, true>(in, len, nullptr, Ahead());
+    h = HashLong<false, true>(in, len, nullptr, ahead);
   } else {
-    h = HashLong<false, false>(in, len, nullptr,
-                               kStream ? Ahead() : Ahead(in, len, nullptr, 0));
+    h = HashLong<false, false>(in, len, nullptr, ahead);
   }
   LeaveAvx512();
   return h;
@@ -480,15 +488,14 @@ LeafHashStats Avx512HashAndStats(const float* x, size_t n, const void* prefetch,
   LeafHashStats r;
   const size_t len = n * sizeof(float);
   const auto* in = reinterpret_cast<const uint8_t*>(x);
+  const Ahead ahead = TableAhead<kStream>(in, len, prefetch, prefetch_bytes);
   if (len <= 240) {
     r.hash = XXH3_64bits(x, len);
     r.stats = BlockStats(x, n);
   } else if (kStream && Aligned64(in)) {
-    r.hash = HashLong<true, true>(in, len, &r.stats, Ahead());
+    r.hash = HashLong<true, true>(in, len, &r.stats, ahead);
   } else {
-    r.hash = HashLong<true, false>(
-        in, len, &r.stats,
-        kStream ? Ahead() : Ahead(in, len, prefetch, prefetch_bytes));
+    r.hash = HashLong<true, false>(in, len, &r.stats, ahead);
   }
   LeaveAvx512();
   return r;
