@@ -274,6 +274,32 @@ struct GradWeightOperands {
       ZeroTail(p_count, count, width, dst);
       return;
     }
+    if (kk == 1 && s.stride_w <= 2 && s.pad_top == 0 && s.pad_left == 0 &&
+        s.pad_bottom == 0 && s.pad_right == 0) {
+      // A 1 x 1 kernel without padding: in output row oh, lane v's terms
+      // are a run of input row oh * stride_h of plane first + v, every
+      // column or (stride 2) every other one, transposed in 4 x 4 blocks.
+      ForImageRuns(
+          pix, p_begin, p_count,
+          [&](int64_t i, int64_t n, int64_t q0, int64_t q1) {
+            for (int64_t oh = q0 / f.out_w; oh * f.out_w < q1; ++oh) {
+              const int64_t a = std::max<int64_t>(q0 - oh * f.out_w, 0);
+              const int64_t b = std::min<int64_t>(q1 - oh * f.out_w, f.out_w);
+              const float* src = f.x + (n * s.c_in + first) * plane_size +
+                                 oh * s.stride_h * s.w + s.stride_w * a;
+              float* rows = dst + (i + oh * f.out_w + a - q0) * width;
+              if (s.stride_w == 1) {
+                cpu_internal::TransposeCopy(src, plane_size, count, b - a, rows,
+                                            width);
+              } else {
+                cpu_internal::TransposeCopyEven(src, plane_size, s.w - 2 * a,
+                                                count, b - a, rows, width);
+              }
+            }
+          });
+      ZeroTail(p_count, count, width, dst);
+      return;
+    }
     // Each lane's tap (cl, kh, kw), decoded once.
     absl::InlinedVector<int64_t, 32> lane_cl(count), lane_kh(count),
         lane_kw(count);
@@ -1564,6 +1590,26 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
 
 namespace {
 
+// Whether a grad_weight runs packed (dy as A, im2col(x)^T as B, the taps
+// on the lanes) where UseIndirect would pick the indirect product: a 1 x 1
+// kernel without padding at a column stride of 2 with at least
+// kPackedStridedMinTaps input channels per group. The indirect product
+// packs only dy^T but its micro-kernel, each step's broadcasts read in
+// place from as many planes of x at a column stride of 2, is slower than
+// the GEMM's over packed panels, which the packed product runs after
+// packing dy's rows and x's even columns transposed (TransposeCopyEven).
+// Measured with cpu_bench on one core
+// (AVX-512, docs/benchmarks.md, "1 x 1 stride-2 grad_weights packed"), as
+// fractions of the GEMM of each shape at batch 8: 64 -> 128 at 32 px
+// 0.65 - 0.71 -> 0.80 - 0.86, 256 -> 512 at 8 px 0.64 - 0.78 -> 0.90 -
+// 0.93; with 8 input channels (8 lanes of 32) packed lost, 2.9 -> 1.6.
+constexpr int64_t kPackedStridedMinTaps = 32;
+bool PackedStridedPointwiseGradWeight(const sp::Conv2dShape& s) {
+  return s.k_h == 1 && s.k_w == 1 && s.stride_w == 2 && s.pad_top == 0 &&
+         s.pad_bottom == 0 && s.pad_left == 0 && s.pad_right == 0 &&
+         s.c_in / s.groups >= kPackedStridedMinTaps;
+}
+
 // grad_weight of a conv that is not depthwise, over the images of s.
 void GradWeightImages(const sp::Conv2dShape& s, const float* x, const float* dy,
                       float* dw, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
@@ -1574,11 +1620,12 @@ void GradWeightImages(const sp::Conv2dShape& s, const float* x, const float* dy,
   const int64_t cog = s.c_out / s.groups;
   const int64_t taps = cig * s.k_h * s.k_w;
   const int64_t depth = s.n * pix;  // (n, oh, ow)
-  if (UseIndirect(s, cog)) {
+  if (!PackedStridedPointwiseGradWeight(s) && UseIndirect(s, cog)) {
     GradWeightIndirect(s, x, dy, dw, chunk, isa, pool);
     return;
   }
-  // Few output channels: dw[co, tap] = dy[co, (n, pix)] x
+  // Few output channels, or a strided 1 x 1 kernel with many input
+  // channels: dw[co, tap] = dy[co, (n, pix)] x
   // im2col(x)^T[(n, pix), tap], both operands packed straight from dy and x
   // (fma(dy, x, acc) equals the indirect path's fma(x, dy, acc) bit for
   // bit), the taps as the micro-kernel's lanes.

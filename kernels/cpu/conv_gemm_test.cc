@@ -260,6 +260,27 @@ const Case kCases[] = {
     {"1x1 s2 even columns groups", 2, 12, 5, 31, 18, 1, 2, 0, 0, 0, 0, 1, 3},
     {"1x1 s3x2 even columns", 2, 6, 13, 36, 10, 1, 3, 0, 0, 0, 0, 1, 1, 2},
     {"1x1 s1x2 even columns", 2, 7, 3, 40, 33, 1, 1, 0, 0, 0, 0, 1, 1, 2},
+    // 1 x 1, no padding, column stride 2, 32 or more input channels per
+    // group: grad_weight runs packed, x's even columns transposed 4 x 4
+    // (TransposeCopyEven); odd and even widths (the last block's loads end
+    // inside the row, or the row's last float goes one at a time), lanes
+    // past a panel's 32, reductions past the 256-term chunk crossing
+    // images and slabs that start mid-row, groups, row strides 3 and 1.
+    // The narrow ones run packed for any stride: a row stride of 2 with a
+    // column stride of 1 takes the transposing copy of each output row.
+    {"1x1 s2 grad_weight packed", 4, 40, 9, 33, 20, 1, 2, 0, 0, 0, 0, 1, 1},
+    {"1x1 s2 grad_weight packed 32px", 2, 64, 6, 32, 17, 1, 2, 0, 0, 0, 0, 1,
+     1},
+    {"1x1 s2 grad_weight packed groups", 2, 66, 5, 14, 6, 1, 2, 0, 0, 0, 0, 1,
+     2},
+    {"1x1 s3x2 grad_weight packed", 2, 33, 13, 19, 9, 1, 3, 0, 0, 0, 0, 1, 1,
+     2},
+    {"1x1 s1x2 grad_weight packed", 3, 35, 3, 40, 33, 1, 1, 0, 0, 0, 0, 1, 1,
+     2},
+    {"1x1 s2x1 narrow packed", 2, 6, 9, 10, 8, 1, 2, 0, 0, 0, 0, 1, 1, 1},
+    // A reduction of 1,155 steps: its second slab starts mid-row.
+    {"1x1 s2 grad_weight packed, slab mid-row", 5, 32, 21, 41, 5, 1, 2, 0, 0, 0,
+     0, 1, 1},
     // More than 64 row tiles (768 rows on 12-row tiles): B, copied or
     // gathered by the packers above, packed whole once for every row
     // super-block, as a matrix B is.

@@ -8,6 +8,7 @@
 #ifndef LOCKSTEP_KERNELS_CPU_TRANSPOSE_COPY_H_
 #define LOCKSTEP_KERNELS_CPU_TRANSPOSE_COPY_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #if defined(__SSE__)
@@ -16,16 +17,29 @@
 
 namespace lockstep::kernels::cpu_internal {
 
-// dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows, j < cols.
-// With SSE, 4 x 4 blocks go through registers, so each store writes four
-// consecutive floats of dst instead of one (the strided single stores were
-// the cost); the rest, and other architectures, one float at a time. Pure
-// data movement.
-__attribute__((always_inline)) static inline void TransposeCopy(
+// dst[j * dst_stride + i] = src[i * src_stride + kStep * j] for i < rows,
+// j < cols (kStep 1 or 2). With SSE, 4 x 4 blocks of the first
+// vector_cols columns (at most cols) go through registers, so each store
+// writes four consecutive floats of dst instead of one (the strided single
+// stores were the cost), each row of a block one load (kStep 2: two loads
+// and a shuffle, which read src up to kStep * vector_cols floats into each
+// row); the rest, and other architectures, one float at a time. Pure data
+// movement.
+template <int kStep>
+__attribute__((always_inline)) static inline void TransposeCopyStep(
     const float* src, int64_t src_stride, int64_t rows, int64_t cols,
-    float* dst, int64_t dst_stride) {
+    int64_t vector_cols, float* dst, int64_t dst_stride) {
+  static_assert(kStep == 1 || kStep == 2);
   int64_t i = 0;
 #if defined(__SSE__)
+  auto load4 = [](const float* s) {
+    if constexpr (kStep == 1) {
+      return _mm_loadu_ps(s);
+    } else {
+      return _mm_shuffle_ps(_mm_loadu_ps(s), _mm_loadu_ps(s + 4),
+                            _MM_SHUFFLE(2, 0, 2, 0));
+    }
+  };
   for (; i + 4 <= rows; i += 4) {
     const float* s0 = src + i * src_stride;
     const float* s1 = s0 + src_stride;
@@ -33,11 +47,11 @@ __attribute__((always_inline)) static inline void TransposeCopy(
     const float* s3 = s2 + src_stride;
     float* d = dst + i;
     int64_t j = 0;
-    for (; j + 4 <= cols; j += 4, d += 4 * dst_stride) {
-      __m128 r0 = _mm_loadu_ps(s0 + j);
-      __m128 r1 = _mm_loadu_ps(s1 + j);
-      __m128 r2 = _mm_loadu_ps(s2 + j);
-      __m128 r3 = _mm_loadu_ps(s3 + j);
+    for (; j + 4 <= vector_cols; j += 4, d += 4 * dst_stride) {
+      __m128 r0 = load4(s0 + kStep * j);
+      __m128 r1 = load4(s1 + kStep * j);
+      __m128 r2 = load4(s2 + kStep * j);
+      __m128 r3 = load4(s3 + kStep * j);
       _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
       _mm_storeu_ps(d, r0);
       _mm_storeu_ps(d + dst_stride, r1);
@@ -45,17 +59,34 @@ __attribute__((always_inline)) static inline void TransposeCopy(
       _mm_storeu_ps(d + 3 * dst_stride, r3);
     }
     for (; j < cols; ++j, d += dst_stride) {
-      d[0] = s0[j];
-      d[1] = s1[j];
-      d[2] = s2[j];
-      d[3] = s3[j];
+      d[0] = s0[kStep * j];
+      d[1] = s1[kStep * j];
+      d[2] = s2[kStep * j];
+      d[3] = s3[kStep * j];
     }
   }
 #endif
   for (; i < rows; ++i) {
     const float* si = src + i * src_stride;
-    for (int64_t j = 0; j < cols; ++j) dst[j * dst_stride + i] = si[j];
+    for (int64_t j = 0; j < cols; ++j) dst[j * dst_stride + i] = si[kStep * j];
   }
+}
+
+// dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows, j < cols.
+__attribute__((always_inline)) static inline void TransposeCopy(
+    const float* src, int64_t src_stride, int64_t rows, int64_t cols,
+    float* dst, int64_t dst_stride) {
+  TransposeCopyStep<1>(src, src_stride, rows, cols, cols, dst, dst_stride);
+}
+
+// dst[j * dst_stride + i] = src[i * src_stride + 2 * j] for i < rows, j <
+// cols, where each row of src holds len >= 2 * cols - 1 floats: every
+// other column; the 4 x 4 blocks' loads stay inside the rows.
+__attribute__((always_inline)) static inline void TransposeCopyEven(
+    const float* src, int64_t src_stride, int64_t len, int64_t rows,
+    int64_t cols, float* dst, int64_t dst_stride) {
+  TransposeCopyStep<2>(src, src_stride, rows, cols, std::min(cols, len / 2),
+                       dst, dst_stride);
 }
 
 }  // namespace lockstep::kernels::cpu_internal
