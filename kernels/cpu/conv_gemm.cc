@@ -1598,11 +1598,11 @@ namespace {
 // place from as many planes of x at a column stride of 2, is slower than
 // the GEMM's over packed panels, which the packed product runs after
 // packing dy's rows and x's even columns transposed (TransposeCopyEven).
-// Measured with cpu_bench on one core
-// (AVX-512, docs/benchmarks.md, "1 x 1 stride-2 grad_weights packed"), as
-// fractions of the GEMM of each shape at batch 8: 64 -> 128 at 32 px
-// 0.65 - 0.71 -> 0.80 - 0.86, 256 -> 512 at 8 px 0.64 - 0.78 -> 0.90 -
-// 0.93; with 8 input channels (8 lanes of 32) packed lost, 2.9 -> 1.6.
+// Measured with cpu_bench on one core (AVX-512, docs/benchmarks.md, "1 x 1
+// stride-2 grad_weights packed; table (e) paired"), as fractions of the
+// GEMM of each shape at batch 8: 64 -> 128 at 32 px 0.65 - 0.71 -> 0.80 -
+// 0.86, 256 -> 512 at 8 px 0.64 - 0.78 -> 0.90 - 0.93; with 8 input
+// channels (8 lanes of 32) packed lost, 2.9 -> 1.6.
 constexpr int64_t kPackedStridedMinTaps = 32;
 bool PackedStridedPointwiseGradWeight(const sp::Conv2dShape& s) {
   return s.k_h == 1 && s.k_w == 1 && s.stride_w == 2 && s.pad_top == 0 &&

@@ -37,12 +37,13 @@
 // repetitions of all benchmarks run interleaved in random order, 0.2 s
 // each, unless --benchmark_enable_random_interleaving /
 // --benchmark_min_time say otherwise), and the ratios between figures
-// measured side by side in this run; and tables (f) and (g), timed by
-// themselves: the convolutions' image groups (conv_gemm.cc) against the
-// whole batch in one product, the two alternating call by call, and the
-// pool's hand-off after serial work. --quick runs small shapes, briefly,
-// once (a smoke test: seconds, not meaningful figures). Figures are only
-// printed, never asserted.
+// measured side by side in this run; table (e)'s `paired` column and
+// tables (f) and (g), timed by themselves: each network shape's
+// convolution against the GEMM of its shape and the convolutions' image
+// groups (conv_gemm.cc) against the whole batch in one product, the two
+// alternating call by call, and the pool's hand-off after serial work. --quick
+// runs small shapes, briefly, once (a smoke test: seconds, not meaningful
+// figures). Figures are only printed, never asserted.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -742,6 +743,45 @@ OpAttrs NetAttrs(const NetShape& s) {
   return attrs;
 }
 
+// The canonical GEMM of one group's product of a shape's op, on random
+// row-major operands (two seeds from *seed), on the calling thread.
+struct NetGemm {
+  std::vector<float> a, b, c;
+  c::MatMulShape m;
+
+  NetGemm(const Mnk& f, uint32_t* seed)
+      : a(Random(f.m * f.k, ++*seed)),
+        b(Random(f.k * f.n, ++*seed)),
+        c(f.m * f.n, 0.0f),
+        m(c::DenseForwardShape(c::DenseShape{f.m, f.k, f.n, false, false})) {}
+  void Run() {
+    CanonicalGemm(m, a.data(), b.data(), c.data(), ActiveCpuIsa(),
+                  /*pool=*/nullptr);
+    benchmark::DoNotOptimize(c.data());
+  }
+};
+
+// The fastest of `reps` calls of each of call(0) and call(1), the two
+// alternating call by call after one warm-up round: two settings compared
+// within moments of each other, where a shared host's speed drifts more
+// between Google Benchmark's runs than they differ.
+std::pair<double, double> FastestAlternating(
+    int reps, const std::function<void(int)>& call) {
+  double best[2] = {std::numeric_limits<double>::infinity(),
+                    std::numeric_limits<double>::infinity()};
+  for (int r = 0; r < reps + 1; ++r) {
+    for (int which = 0; which < 2; ++which) {
+      const auto t0 = std::chrono::steady_clock::now();
+      call(which);
+      const double t =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
+      if (r > 0) best[which] = std::min(best[which], t);
+    }
+  }
+  return {best[0], best[1]};
+}
+
 void RegisterNetShapes() {
   uint32_t seed = 40;
   for (size_t i = 0; i < NetShapes().size(); ++i) {
@@ -756,46 +796,47 @@ void RegisterNetShapes() {
           [d, op, fn, attrs] {
             Call(fn, d->Inputs(op), d->Output(op), attrs);
           });
-      const Mnk f = NetMnk(s, op);
-      struct Operands {
-        std::vector<float> a, b, c;
-      };
-      auto g = std::make_shared<Operands>();
-      g->a = Random(f.m * f.k, ++seed);
-      g->b = Random(f.k * f.n, ++seed);
-      g->c.assign(f.m * f.n, 0.0f);
-      c::MatMulShape m;
-      m.rows = f.m;
-      m.cols = f.n;
-      m.depth = f.k;
-      m.a_row = f.k;
-      m.a_depth = 1;
-      m.b_depth = f.n;
-      m.b_col = 1;
-      m.c_row = f.n;
-      m.c_col = 1;
+      auto g = std::make_shared<NetGemm>(NetMnk(s, op), &seed);
       Add(
-          NetName(i, op, "gemm"), [] {},
-          [g, m] {
-            CanonicalGemm(m, g->a.data(), g->b.data(), g->c.data(),
-                          ActiveCpuIsa(),
-                          /*pool=*/nullptr);
-            benchmark::DoNotOptimize(g->c.data());
-          });
+          NetName(i, op, "gemm"), [] {}, [g] { g->Run(); });
     }
   }
 }
 
+// The GEMM time over the conv time of one op of a shape (groups x GEMM
+// time / conv time), the two alternating call by call, the fastest of
+// `reps` calls each, on fresh operands (seeds from *seed).
+double PairedNetRatio(const NetShape& s, int op, int reps, uint32_t* seed) {
+  ConvData d = NetData(s, seed);
+  NetGemm g(NetMnk(s, op), seed);
+  const KernelFn fn =
+      Kernel(kConvOps[op].op, Mode::kCanonical, kCanonicalAlgorithm);
+  const OpAttrs attrs = NetAttrs(s);
+  const auto [conv, gemm] = FastestAlternating(reps, [&](int which) {
+    if (which == 0) {
+      Call(fn, d.Inputs(op), d.Output(op), attrs);
+    } else {
+      g.Run();
+    }
+  });
+  return s.groups * gemm / conv;
+}
+
 void PrintNetShapes() {
+  const int reps = Opts().quick ? 2 : 15;
   std::printf(
       "\n== (e) CANONICAL conv2d per network shape vs the canonical GEMM at "
       "the same M/N/K (one group's product), batch %d, 1 thread; GFLOP/s "
       "(the convolution's own flops), and groups x GEMM time / conv time, "
-      "ISA %s ==\n",
+      "ISA %s; paired: the same ratio with the two alternating call by "
+      "call, fastest of %d calls each (steadier on a host whose speed "
+      "drifts) ==\n",
       static_cast<int>(NetBatch()),
-      std::string(CpuIsaName(ActiveCpuIsa())).c_str());
-  std::printf("%-22s %-12s %18s %8s %8s %10s\n", "shape", "op", "M x N x K",
-              "conv", "gemm", "gemm/conv");
+      std::string(CpuIsaName(ActiveCpuIsa())).c_str(), reps);
+  std::printf("%-22s %-12s %18s %8s %8s %10s %8s\n", "shape", "op", "M x N x K",
+              "conv", "gemm", "gemm/conv", "paired");
+  UseThreads(1);
+  uint32_t seed = 140;
   for (size_t i = 0; i < NetShapes().size(); ++i) {
     const NetShape& s = NetShapes()[i];
     for (int op = 0; op < 3; ++op) {
@@ -808,11 +849,12 @@ void PrintNetShapes() {
       // grad_input includes the stride holes' zero terms).
       const double ratio = s.groups * Seconds(NetName(i, op, "gemm")) /
                            Seconds(NetName(i, op, "conv"));
-      std::printf("%-22s %-12s %18s %8s %8s %10s\n", s.name.c_str(),
+      std::printf("%-22s %-12s %18s %8s %8s %10s %8.2f\n", s.name.c_str(),
                   kConvOps[op].label,
                   absl::StrFormat("%dx%dx%d", f.m, f.n, f.k).c_str(),
                   Fmt(gc, "%.1f").c_str(), Fmt(gg, "%.1f").c_str(),
-                  Fmt(ratio, "%.2f").c_str());
+                  Fmt(ratio, "%.2f").c_str(),
+                  PairedNetRatio(s, op, reps, &seed));
     }
   }
 }
@@ -846,24 +888,15 @@ void PrintImageGroups() {
       for (int op = 0; op < 3; ++op) {
         const KernelFn fn =
             Kernel(kConvOps[op].op, Mode::kCanonical, kCanonicalAlgorithm);
-        double best[2] = {std::numeric_limits<double>::infinity(),
-                          std::numeric_limits<double>::infinity()};
-        for (int r = 0; r < reps + 1; ++r) {  // the first round warms up
-          for (int whole = 0; whole < 2; ++whole) {
-            cpu_internal::SetConvImageGroupForTesting(
-                whole == 1 ? int64_t{1} << 30 : 0);
-            const auto t0 = std::chrono::steady_clock::now();
-            Call(fn, d.Inputs(op), d.Output(op), attrs);
-            const double t = std::chrono::duration<double>(
-                                 std::chrono::steady_clock::now() - t0)
-                                 .count();
-            if (r > 0) best[whole] = std::min(best[whole], t);
-          }
-        }
+        const auto [groups, whole] = FastestAlternating(reps, [&](int w) {
+          cpu_internal::SetConvImageGroupForTesting(w == 1 ? int64_t{1} << 30
+                                                           : 0);
+          Call(fn, d.Inputs(op), d.Output(op), attrs);
+        });
         cpu_internal::SetConvImageGroupForTesting(0);
         std::printf("%-22s %-12s %7d %8.1f %8.1f %14.2f\n", s.name.c_str(),
-                    kConvOps[op].label, threads, NetFlops(s) / best[0] * 1e-9,
-                    NetFlops(s) / best[1] * 1e-9, best[1] / best[0]);
+                    kConvOps[op].label, threads, NetFlops(s) / groups * 1e-9,
+                    NetFlops(s) / whole * 1e-9, whole / groups);
       }
     }
   }

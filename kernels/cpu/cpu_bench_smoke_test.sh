@@ -26,6 +26,13 @@ for header in \
     exit 1
   fi
 done
+# Table (e): a row with both ratios, Google Benchmark's and the paired one.
+if ! grep -qE "^3x3 64 32px +grad_weight +[0-9x]+ +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2}\$" \
+    "$out"; then
+  echo "cpu_bench --quick printed no paired ratio in table (e); its output:"
+  cat "$out"
+  exit 1
+fi
 # Table (f): the image groups against the whole batch, a ratio per row, on
 # one thread and on two.
 for threads in 1 2; do
