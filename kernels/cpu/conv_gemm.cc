@@ -261,32 +261,28 @@ struct GradWeightOperands {
     const int64_t plane_size = s.h * s.w;
     const int64_t kk = s.k_h * s.k_w;
     const int64_t pix = f.out_h * f.out_w;
-    if (kk == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_top == 0 &&
-        s.pad_left == 0 && f.out_h == s.h && f.out_w == s.w) {
-      // A 1 x 1 kernel that reads every pixel in place: lane v's terms are
-      // input plane first + v itself.
-      ForImageRuns(pix, p_begin, p_count,
-                   [&](int64_t i, int64_t n, int64_t q0, int64_t q1) {
-                     cpu_internal::TransposeCopy(
-                         f.x + (n * s.c_in + first) * plane_size + q0,
-                         plane_size, count, q1 - q0, dst + i * width, width);
-                   });
-      ZeroTail(p_count, count, width, dst);
-      return;
-    }
     if (kk == 1 && s.stride_w <= 2 && s.pad_top == 0 && s.pad_left == 0 &&
         s.pad_bottom == 0 && s.pad_right == 0) {
-      // A 1 x 1 kernel without padding: in output row oh, lane v's terms
-      // are a run of input row oh * stride_h of plane first + v, every
-      // column or (stride 2) every other one, transposed in 4 x 4 blocks.
+      // A 1 x 1 kernel without padding. At stride 1 it reads every pixel
+      // in place: lane v's terms are input plane first + v itself, a run
+      // per image. Otherwise, in output row oh, lane v's terms are a run of
+      // input row oh * stride_h of plane first + v, every column or
+      // (stride 2) every other one. Transposed in 4 x 4 blocks.
+      const bool every_pixel = s.stride_h == 1 && s.stride_w == 1;
       ForImageRuns(
           pix, p_begin, p_count,
           [&](int64_t i, int64_t n, int64_t q0, int64_t q1) {
+            const float* planes = f.x + (n * s.c_in + first) * plane_size;
+            if (every_pixel) {
+              cpu_internal::TransposeCopy(planes + q0, plane_size, count,
+                                          q1 - q0, dst + i * width, width);
+              return;
+            }
             for (int64_t oh = q0 / f.out_w; oh * f.out_w < q1; ++oh) {
               const int64_t a = std::max<int64_t>(q0 - oh * f.out_w, 0);
               const int64_t b = std::min<int64_t>(q1 - oh * f.out_w, f.out_w);
-              const float* src = f.x + (n * s.c_in + first) * plane_size +
-                                 oh * s.stride_h * s.w + s.stride_w * a;
+              const float* src =
+                  planes + oh * s.stride_h * s.w + s.stride_w * a;
               float* rows = dst + (i + oh * f.out_w + a - q0) * width;
               if (s.stride_w == 1) {
                 cpu_internal::TransposeCopy(src, plane_size, count, b - a, rows,
