@@ -548,6 +548,22 @@ struct Executor::State {
   std::vector<v1::TensorFingerprint> step_fps;
   size_t emitted = 0;  // captured tensors of the current step so far
   std::vector<hash::Fingerprint> step_hashes;
+  // Kernel calls made so far (Call), and the captured tensor hashed last in
+  // the current step: its manifest index (-1: none yet), the tensor, and
+  // the kernel calls made before it. A captured tensor emitted right after
+  // it, with no kernel call in between, that is a view of the same bytes in
+  // the same shape and dtype (ADD's two input gradients are dy, which the
+  // layer after the ADD emitted just before) takes its fingerprint
+  // instead of hashing those bytes again: same bytes, same header, same
+  // fingerprint.
+  int64_t kernel_calls = 0;
+  int last_hashed = -1;
+  int reusable_at = -1;  // the manifest index right after it, or its views
+  Tensor last_hashed_tensor;
+  int64_t last_hashed_calls = 0;
+  // (manifest index, the index whose fingerprint it takes) of the current
+  // step's reused fingerprints not copied yet.
+  std::vector<std::pair<int, int>> reused;
   // The manifest indices of the current step's fingerprints queued on the
   // device (ExecutorOptions::queue_device_fingerprints), in queue order.
   std::vector<int> queued_on_device;
@@ -603,6 +619,26 @@ struct Executor::State {
   absl::Status FinishCapture();
   // Whether to hash in the background (ExecutorOptions::fingerprint_thread).
   absl::StatusOr<bool> UseBackgroundFingerprints() const;
+  // Whether captured tensor `t` (manifest index mi; `flipped`: a fault was
+  // just injected into it) may take the fingerprint of the tensor hashed
+  // last (last_hashed): emitted right after it with no kernel call in
+  // between, not flipped, on the CPU, and the same storage, dtype and shape.
+  bool SameBytesAsLastHashed(const Tensor& t, int mi, bool flipped) const {
+    return last_hashed >= 0 && mi == reusable_at &&
+           kernel_calls == last_hashed_calls && !flipped && !resident &&
+           t.dtype() == last_hashed_tensor.dtype() &&
+           t.raw_data() == last_hashed_tensor.raw_data() &&
+           t.bytes() == last_hashed_tensor.bytes() &&
+           t.shape() == last_hashed_tensor.shape();
+  }
+  // Copies the fingerprints listed in `reused` and clears it.
+  void CopyReused() {
+    for (const auto& [mi, source] : reused) {
+      step_fps[mi] = step_fps[source];
+      step_fps[mi].set_index(mi);
+    }
+    reused.clear();
+  }
   // Adds the wall time since `start` to (*options.op_times)[op].
   void AddOpTime(absl::string_view op,
                  std::chrono::steady_clock::time_point start) {
@@ -634,6 +670,7 @@ absl::Status Executor::State::Call(KernelFn fn, const LayerState& l,
     for (const Tensor& o : out) pipeline->WaitFor(o.raw_data(), o.bytes());
     if (options.op_times != nullptr) AddOpTime(kFingerprintWaitOpTime, start);
   }
+  ++kernel_calls;
   absl::Status st;
   if (options.op_times == nullptr) {
     st = fn(in, out, attrs);
@@ -674,9 +711,11 @@ absl::Status Executor::State::Emit(const std::string& layer,
   }
   const int index = static_cast<int>(cursor);
   ++cursor;
+  bool flipped = false;
   if (index == fault_tensor && step == options.fault->step) {
     LS_RETURN_IF_ERROR(FlipBit(t, options.fault->element, options.fault->bit));
     result.fault_injected = true;
+    flipped = true;
   }
   if (!capturing) return absl::OkStatus();
   const int mi = manifest_index[index];
@@ -692,6 +731,22 @@ absl::Status Executor::State::Emit(const std::string& layer,
   const auto start = options.op_times != nullptr
                          ? std::chrono::steady_clock::now()
                          : std::chrono::steady_clock::time_point();
+  if (SameBytesAsLastHashed(t, mi, flipped)) {
+    // Copied at the step's end, when every hash has been collected; with
+    // an observer (which hashes inline) the source is ready now.
+    reused.emplace_back(mi, last_hashed);
+    reusable_at = mi + 1;
+    if (options.op_times != nullptr) AddOpTime(kFingerprintReusedOpTime, start);
+    if (options.observer) {
+      CopyReused();
+      LS_RETURN_IF_ERROR(options.observer(step, manifest.entries(mi), t, fp));
+    }
+    return absl::OkStatus();
+  }
+  last_hashed = mi;
+  reusable_at = mi + 1;
+  last_hashed_tensor = t;
+  last_hashed_calls = kernel_calls;
   kernels::ResidentMirror* mirror =
       resident && options.queue_device_fingerprints && !options.observer &&
               t.dtype() == kernels::DType::kFloat32
@@ -749,6 +804,7 @@ absl::Status Executor::State::FinishCapture() {
     if (options.op_times != nullptr) AddOpTime(kFingerprintWaitOpTime, start);
     LS_RETURN_IF_ERROR(st);
   }
+  CopyReused();
   step_hashes.resize(emitted);
   for (size_t i = 0; i < emitted; ++i) step_hashes[i] = HashOf(step_fps[i]);
   if (options.fingerprint_sink) {
@@ -1509,6 +1565,10 @@ absl::Status Executor::State::Step(int s) {
   cursor = 0;
   capturing = options.fingerprint && step_captured[s] != 0;
   emitted = 0;
+  last_hashed = -1;
+  reusable_at = -1;
+  last_hashed_tensor = Tensor();
+  reused.clear();
   step_hashes.clear();
   queued_on_device.clear();
   if (capturing) {

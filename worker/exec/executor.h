@@ -101,6 +101,11 @@ inline constexpr char kFingerprintOpTime[] = "(fingerprint)";
 // The key under which it collects the step's waits for background hashes
 // (before a kernel overwrites a queued tensor, and at the step's end).
 inline constexpr char kFingerprintWaitOpTime[] = "(fingerprint wait)";
+// The key under which it counts captured tensors that took the fingerprint
+// of the tensor hashed just before them instead of being hashed: views of
+// the same bytes in the same shape (ADD's two input gradients, which are
+// dy).
+inline constexpr char kFingerprintReusedOpTime[] = "(fingerprint reused)";
 
 // `times` collected over `steps` steps that took `ms_per_step` each, as a
 // table with the largest first: one line per op, indented by `indent`:

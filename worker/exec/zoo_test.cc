@@ -366,7 +366,18 @@ TEST(ZooTest, ViewsGiveTheFingerprintsOfCopies) {
                              kernels::op::kFlatten}) {
         EXPECT_EQ(times.count(op), 0u) << op;
       }
+      // ADD's two gradients take the fingerprint of dy, hashed just before
+      // them, in each of the three captured steps; with copies, nothing
+      // is reused (each copy is storage of its own).
+      const int64_t adds = absl::c_count_if(
+          z.plan.layers,
+          [](const model::LayerPlan& l) { return l.op == v1::ADD; });
+      const auto reused = times.find(kFingerprintReusedOpTime);
+      const int64_t reused_calls =
+          reused == times.end() ? 0 : reused->second.calls;
+      EXPECT_EQ(reused_calls, 2 * adds * 3);
     }
+    EXPECT_EQ(copy_times.count(kFingerprintReusedOpTime), 0u);
     EXPECT_EQ(copy_times.count(kernels::op::kAddGrad) > 0,
               absl::c_any_of(z.plan.layers, [](const model::LayerPlan& l) {
                 return l.op == v1::ADD;
