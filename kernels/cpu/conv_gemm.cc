@@ -655,13 +655,33 @@ inline void GatherEven(const float* __restrict s, int64_t len,
   for (; c < n; ++c) d[c] = s[2 * c];
 }
 
+// GatherEven over `rows` rows (cpu_internal::GatherEvenRowsAvx512's
+// contract), for the ISAs without a gather of their own.
+void GatherEvenRows(const float* src, int64_t src_stride, int64_t rows,
+                    int64_t len, float* dst, int64_t dst_stride, int64_t n) {
+  for (int64_t i = 0; i < rows; ++i, src += src_stride, dst += dst_stride) {
+    GatherEven(src, len, dst, n);
+  }
+}
+
+using GatherEvenRowsFn = void (*)(const float*, int64_t, int64_t, int64_t,
+                                  float*, int64_t, int64_t);
+// The gather for `isa`: with AVX-512 sixteen floats per two-register
+// permute, where GatherEven's SSE shuffles move four.
+GatherEvenRowsFn GatherEvenRowsFor(CpuIsa isa) {
+  return isa == CpuIsa::kAvx512 && CpuIsaSupported(CpuIsa::kAvx512)
+             ? &cpu_internal::GatherEvenRowsAvx512
+             : &GatherEvenRows;
+}
+
 // Forward of a 1 x 1 convolution without padding at a column stride of
 // 2 (StridedPointwiseForward), B = its lowered matrix for images n0 ..:
-// rows cl, columns (image, oh, ow), each run of an output row gathered by
-// GatherEven; ForwardB's values.
+// rows cl, columns (image, oh, ow), each run of an output row, in all the
+// slab's rows, gathered by `gather` (GatherEvenRowsFor); ForwardB's values.
 struct EvenColumnsB {
   const float* x;  // image n0, the group's first input plane
   int64_t image_floats, plane, w, row_step, out_w, pix;
+  GatherEvenRowsFn gather;
 
   static void Pack(const void* ctx, int64_t first, int count, int width,
                    int64_t p_begin, int64_t p_count, float* dst) {
@@ -671,10 +691,7 @@ struct EvenColumnsB {
         [&](int64_t v0, int64_t len, int64_t image, int64_t oh, int64_t ow0) {
           const float* src = f.x + image * f.image_floats + oh * f.row_step +
                              2 * ow0 + p_begin * f.plane;
-          float* col = dst + v0;
-          for (int64_t i = 0; i < p_count; ++i, src += f.plane, col += width) {
-            GatherEven(src, f.w - 2 * ow0, col, len);
-          }
+          f.gather(src, f.plane, p_count, f.w - 2 * ow0, dst + v0, width, len);
         });
     ZeroTail(p_count, count, width, dst);
   }
@@ -1416,7 +1433,8 @@ bool Pointwise(const sp::Conv2dShape& s) {
 // Whether a forward is a 1 x 1 convolution without padding at a column
 // stride of 2 and with at least 16 output columns, which runs packed with
 // EvenColumnsB (B's rows gathered four floats from two loads and a
-// shuffle, where ForwardB moves one float at a time) rather than indirect
+// shuffle, sixteen per permute with AVX-512, where ForwardB moves one
+// float at a time) rather than indirect
 // (whose tiles, pixels by output channels, are transposed into the output
 // planes, which costs most where the reduction is short). Measured with
 // cpu_bench on one core (AVX-512), batch 8, against the indirect product,
@@ -1526,7 +1544,8 @@ void Conv2dForwardGemm(const sp::Conv2dShape& s, const float* x, const float* w,
                            s.w,
                            s.stride_h * s.w,
                            out_w,
-                           pix};
+                           pix,
+                           GatherEvenRowsFor(isa)};
       GemmPacking packing;
       packing.pack_b = &EvenColumnsB::Pack;
       // Gathered once where several row super-blocks read it.

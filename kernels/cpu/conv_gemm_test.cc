@@ -250,12 +250,14 @@ const Case kCases[] = {
     {"1x1 pointwise groups", 3, 12, 5, 5, 18, 1, 1, 0, 0, 0, 0, 1, 3},
     {"1x1 pointwise one row", 9, 20, 1, 3, 17, 1, 1, 0, 0, 0, 0, 1, 1},
     // 1 x 1, no padding, column stride 2, 16 or more output columns: the
-    // forward runs packed, each run of a row gathered four floats at a time
-    // (EvenColumnsB); odd and even widths (the last run's loads end inside
-    // the row), runs crossing panels and images, reductions past the
+    // forward runs packed, each run of a row gathered (EvenColumnsB: four
+    // floats at a time, sixteen with AVX-512); odd and even widths (the
+    // last run's loads end inside the row, or are masked), runs of more than
+    // 32 columns, runs crossing panels and images, reductions past the
     // 256-term chunk, groups, row strides 3 and 1.
     {"1x1 s2 even columns", 3, 8, 9, 33, 16, 1, 2, 0, 0, 0, 0, 1, 1},
     {"1x1 s2 even columns 32px", 2, 5, 6, 32, 7, 1, 2, 0, 0, 0, 0, 1, 1},
+    {"1x1 s2 even columns wide", 2, 8, 3, 70, 16, 1, 2, 0, 0, 0, 0, 1, 1},
     {"1x1 s2 even columns deep", 2, 300, 4, 34, 9, 1, 2, 0, 0, 0, 0, 1, 1},
     {"1x1 s2 even columns groups", 2, 12, 5, 31, 18, 1, 2, 0, 0, 0, 0, 1, 3},
     {"1x1 s3x2 even columns", 2, 6, 13, 36, 10, 1, 3, 0, 0, 0, 0, 1, 1, 2},

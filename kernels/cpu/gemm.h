@@ -188,6 +188,14 @@ void DepthwiseGradWeightAvx2(const spatial::Conv2dShape& s, const float* x,
 void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
                                const float* dy, float* dw, int64_t chunk,
                                ThreadPool* pool);
+// dst[i * dst_stride + c] = src[i * src_stride + 2 * c] for i < rows, c < n,
+// where each src row holds len >= 2 * n - 1 readable floats: sixteen floats
+// of dst from two loads and one two-register permute, the loads masked
+// where they would pass the row's len floats. Pure data movement (a 1 x 1
+// stride-2 convolution's packer, conv_gemm.cc).
+void GatherEvenRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
+                          int64_t len, float* dst, int64_t dst_stride,
+                          int64_t n);
 }  // namespace cpu_internal
 
 }  // namespace lockstep::kernels

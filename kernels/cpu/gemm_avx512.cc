@@ -1,5 +1,8 @@
 // The AVX-512F GEMM path: built with -mavx512f -mavx2 -mfma
 // (kernels/cpu/BUILD).
+#include <algorithm>
+#include <cstdint>
+
 #include "kernels/cpu/gemm.h"
 
 #if defined(__AVX512F__)
@@ -118,6 +121,34 @@ void GemmAvx512(const canonical::MatMulShape& s, const float* a, const float* b,
                                                             packing, pool);
 }
 
+void GatherEvenRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
+                          int64_t len, float* dst, int64_t dst_stride,
+                          int64_t n) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20,
+                                         22, 24, 26, 28, 30);
+  for (int64_t i = 0; i < rows; ++i, src += src_stride, dst += dst_stride) {
+    int64_t c = 0;
+    for (; c + 16 <= n && 2 * c + 32 <= len; c += 16) {
+      _mm512_storeu_ps(
+          dst + c, _mm512_permutex2var_ps(_mm512_loadu_ps(src + 2 * c), even,
+                                          _mm512_loadu_ps(src + 2 * c + 16)));
+    }
+    for (; c < n; c += 16) {
+      // The floats of the row from 2c on, at most 32, and at most 16 out.
+      const int64_t have = std::min<int64_t>(len - 2 * c, 32);
+      const auto mask = [](int64_t k) {
+        return static_cast<__mmask16>(k >= 16  ? 0xFFFFu
+                                      : k <= 0 ? 0u
+                                               : (1u << k) - 1);
+      };
+      const __m512 v = _mm512_permutex2var_ps(
+          _mm512_maskz_loadu_ps(mask(have), src + 2 * c), even,
+          _mm512_maskz_loadu_ps(mask(have - 16), src + 2 * c + 16));
+      _mm512_mask_storeu_ps(dst + c, mask(n - c), v);
+    }
+  }
+}
+
 void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
                             const float* w, float* y, ThreadPool* pool) {
   avx512_isa::DepthwiseForward<avx512_isa::Avx512Vec>(s, x, w, y, pool);
@@ -157,6 +188,12 @@ void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
                                const float* dy, float* dw, int64_t chunk,
                                ThreadPool* pool) {
   DepthwiseGradWeightScalar(s, x, dy, dw, chunk, pool);
+}
+void GatherEvenRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
+                          int64_t, float* dst, int64_t dst_stride, int64_t n) {
+  for (int64_t i = 0; i < rows; ++i, src += src_stride, dst += dst_stride) {
+    for (int64_t c = 0; c < n; ++c) dst[c] = src[2 * c];
+  }
 }
 }  // namespace lockstep::kernels::cpu_internal
 
