@@ -1698,6 +1698,98 @@ int64_t GradWeightParts(const sp::Conv2dShape& s, int64_t chunk,
   return SplitsIntoSubtrees(s.n, pix, threads) ? threads : 1;
 }
 
+// Whether a grad_input is a 1 x 1 convolution's at stride 2 x 2 without
+// padding and with at least 16 output columns, which runs as
+// PointwiseStride2GradInput rather than by class (GradInputByClass: an
+// indirect product whose lanes are the input channels, its tiles
+// transposed into class planes or straight into dx at stride 2). Measured
+// with cpu_bench on one core of the Xeon build machine (docs/benchmarks.md,
+// "Xeon, 2026-12-07 (evening)"), against the GEMM of the shape: batch 8,
+// 8 -> 16 at 32 px 0.88 -> 1.22 - 1.74, 64 -> 128 at 32 px 2.08 - 2.11 ->
+// 2.67 - 2.84; batch 32 (table (f)), 64 -> 128 63 - 66 -> 84 - 90 GFLOP/s
+// on one thread and 123 - 127 -> 155 - 170 on two. With 4 output columns
+// (256 -> 512 at 8 px: products 16 pixels wide) it lost, 104 - 106 -> 89 -
+// 90 GFLOP/s on one thread and 186 - 196 -> 108 - 153 on two.
+constexpr int64_t kSpreadMinColumns = 16;
+bool PointwiseStride2(const sp::Conv2dShape& s) {
+  return s.k_h == 1 && s.k_w == 1 && s.stride_h == 2 && s.stride_w == 2 &&
+         s.pad_top == 0 && s.pad_bottom == 0 && s.pad_left == 0 &&
+         s.pad_right == 0 && sp::Conv2dOutW(s) >= kSpreadMinColumns;
+}
+
+// dx's planes (h x w) from the class planes of their even pixels (ch x cw
+// = ceil(h / 2) x ceil(w / 2)): row r of plane p is, for an even r, cls's
+// row r / 2 of plane p at the even columns and +0.0f at the odd ones, and
+// +0.0f for an odd r. Pure data movement, four class floats per two
+// stores.
+void SpreadEven(const float* cls, int64_t planes, int64_t ch, int64_t cw,
+                int64_t h, int64_t w, float* dx) {
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* src = cls + p * ch * cw;
+    float* dst = dx + p * h * w;
+    for (int64_t r = 0; r < h; ++r, dst += w) {
+      if (r % 2 != 0) {
+        std::memset(dst, 0, w * sizeof(float));
+        continue;
+      }
+      const float* row = src + (r / 2) * cw;
+      int64_t b = 0;
+#if defined(__SSE__)
+      const __m128 zero = _mm_setzero_ps();
+      for (; 2 * b + 8 <= w; b += 4) {
+        const __m128 v = _mm_loadu_ps(row + b);
+        _mm_storeu_ps(dst + 2 * b, _mm_unpacklo_ps(v, zero));
+        _mm_storeu_ps(dst + 2 * b + 4, _mm_unpackhi_ps(v, zero));
+      }
+#endif
+      for (int64_t c = 2 * b; c < w; ++c) {
+        dst[c] = c % 2 == 0 ? row[c / 2] : 0.0f;
+      }
+    }
+  }
+}
+
+// grad_input of a 1 x 1 convolution at stride 2 x 2 without padding (and
+// finite weights): only dx's pixels (2a, 2b) have terms, dx[ci, (2a, 2b)]
+// = sum over co of w[co, ci] dy[co, (a, b)] in co's order, and every other
+// pixel is +0.0f (its canonical chain has only hole terms, fma(0, w, acc)
+// with a finite w, which leave +0.0f as it is). So per image group the
+// products W^T x dy[image] of a stride-1 pointwise grad_input
+// (PointwiseProducts: the same terms in the same order, so the same bits),
+// each row of output channels a run of whole vectors along the pixels,
+// into class planes that stay in L2, then spread onto dx's even pixels
+// (SpreadEven), which writes each of dx's lines once.
+void PointwiseStride2GradInput(const sp::Conv2dShape& s, const float* dy,
+                               const float* w, float* dx, int64_t chunk,
+                               CpuIsa isa, ThreadPool* pool) {
+  const int64_t out_h = sp::Conv2dOutH(s);
+  const int64_t out_w = sp::Conv2dOutW(s);
+  const int64_t pix = out_h * out_w;
+  const int64_t cig = s.c_in / s.groups;
+  const int64_t cog = s.c_out / s.groups;
+  const Floats wt(s.groups * cig * cog);
+  TransposeWeights(w, s.groups, cog, cig, 1, wt.data(), pool);
+  const int64_t dy_image = s.c_out * pix;
+  const int64_t cls_image = s.c_in * pix;
+  const int64_t dx_image = s.c_in * s.h * s.w;
+  const int64_t groups = PlanImageGroups(s.n, cls_image + dx_image, pix,
+                                         s.groups * cig * cog, pool);
+  ForImageGroups(s, groups, pool,
+                 [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
+                   const Floats cls(g.n * cls_image);
+                   PointwiseProducts(g.n, s.groups, cig, cog, pix, wt.data(),
+                                     dy + n0 * dy_image, dy_image, cls.data(),
+                                     cls_image, chunk, isa, gp);
+                   const int64_t planes = g.n * s.c_in;
+                   auto spread = [&](int64_t p0, int64_t p1) {
+                     SpreadEven(cls.data() + p0 * pix, p1 - p0, out_h, out_w,
+                                s.h, s.w, dx + n0 * dx_image + p0 * s.h * s.w);
+                   };
+                   ParallelForBlocks(gp, planes,
+                                     std::max<int64_t>(1, planes / 8), spread);
+                 });
+}
+
 }  // namespace
 
 void Conv2dGradWeightGemm(const sp::Conv2dShape& s, const float* x,
@@ -1769,6 +1861,10 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
   // four).
   if ((s.stride_h > 1 || s.stride_w > 1) &&
       AllFinite(w, s.groups * cig * depth)) {
+    if (PointwiseStride2(s)) {
+      PointwiseStride2GradInput(s, dy, w, dx, chunk, isa, pool);
+      return;
+    }
     GradInputByClass(s, dy, w, dx, chunk, isa, pool);
     return;
   }

@@ -47,7 +47,11 @@
 // - Plain (1 x 1 kernels at stride 1 without padding: grad_input, and the
 //   forward where it would run packed): each image's x or dy is the B of
 //   its product and y or dx its C as they are, one Gemm per image and
-//   group.
+//   group. The grad_input of a 1 x 1 kernel at stride 2 x 2 without
+//   padding, with finite weights and 16 or more output columns, runs these
+//   products too, into the planes of dx's even pixels (the only ones with
+//   terms), spread onto dx with zeros at every other pixel, a group of
+//   images at a time.
 // Depthwise convolutions (groups == c_in) skip the GEMM: forward and
 // grad_input with at most 256 terms per output run each output's one-chunk
 // chain directly and grad_weight runs each output's chunks and tree, all
@@ -58,6 +62,7 @@
 // On a pool the groups run side by side, one product per thread, and where
 // the weights are large, each thread takes one group of the batch.
 // Scratch memory: the padded x or the dy grid of the indirect paths; the
+// even pixels' planes of a stride-2 1 x 1 grad_input's image group; the
 // GEMM's packed weights and one slab (at most 1,024 reduction steps) of its
 // other packed panels at a time.
 //

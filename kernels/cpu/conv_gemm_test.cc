@@ -258,6 +258,10 @@ const Case kCases[] = {
     {"1x1 s2 even columns", 3, 8, 9, 33, 16, 1, 2, 0, 0, 0, 0, 1, 1},
     {"1x1 s2 even columns 32px", 2, 5, 6, 32, 7, 1, 2, 0, 0, 0, 0, 1, 1},
     {"1x1 s2 even columns wide", 2, 8, 3, 70, 16, 1, 2, 0, 0, 0, 0, 1, 1},
+    // grad_input of these (16 or more output columns, stride 2 x 2): the
+    // products of a stride-1 pointwise grad_input, spread onto dx's even
+    // pixels; a reduction over 300 output channels (past the chunk).
+    {"1x1 s2 spread deep", 2, 5, 5, 34, 300, 1, 2, 0, 0, 0, 0, 1, 1},
     {"1x1 s2 even columns deep", 2, 300, 4, 34, 9, 1, 2, 0, 0, 0, 0, 1, 1},
     {"1x1 s2 even columns groups", 2, 12, 5, 31, 18, 1, 2, 0, 0, 0, 0, 1, 3},
     {"1x1 s3x2 even columns", 2, 6, 13, 36, 10, 1, 3, 0, 0, 0, 0, 1, 1, 2},
