@@ -837,23 +837,29 @@ class GemmDriver {
 
   // Stores the accumulators of a whole tile (row tile t, column panel p,
   // inside the matrix) straight into a C whose rows are contiguous (c_col
-  // == 1, no column blocks) and returns true; false, storing nothing,
-  // otherwise. Through the tile buffer (WriteTile, a call) the accumulators
-  // were stored, reloaded and stored again, and the registers live across
-  // the call were saved and restored: on a 256 x 256 x 64 product, most of
-  // a 64-step tile's overhead. Same values in the same places.
+  // == 1; with column blocks, a tile inside one block) and returns true;
+  // false, storing nothing, otherwise. Through the tile buffer (WriteTile,
+  // a call) the accumulators were stored, reloaded and stored again, and
+  // the registers live across the call were saved and restored: on a 256 x
+  // 256 x 64 product, most of a 64-step tile's overhead; and a convolution's
+  // products by image (C blocks of an image's pixels, 16 x 16 planes and
+  // larger hold whole tiles) wrote every tile that way. Same values in the
+  // same places.
   __attribute__((always_inline)) static inline bool StoreTile(
       const canonical::MatMulShape& s, const GemmPacking& packing,
       const T (&acc)[MR][NV], int64_t t, int64_t p, float* c) {
     const int64_t i0 = t * MR;
     const int64_t j0 = p * kNR;
-    if (s.c_col != 1 || packing.c_block > 0 || i0 + MR > s.rows ||
-        j0 + kNR > s.cols) {
-      return false;
+    if (s.c_col != 1 || i0 + MR > s.rows || j0 + kNR > s.cols) return false;
+    int64_t at = j0;  // column j0's offset in a row of C
+    if (packing.c_block > 0) {
+      const int64_t in_block = j0 % packing.c_block;
+      if (in_block + kNR > packing.c_block) return false;
+      at = (j0 / packing.c_block) * packing.c_block_stride + in_block;
     }
 #pragma GCC unroll 32
     for (int r = 0; r < MR; ++r) {
-      float* row = c + RowAt(s, packing, i0 + r) + j0;
+      float* row = c + RowAt(s, packing, i0 + r) + at;
 #pragma GCC unroll 32
       for (int v = 0; v < NV; ++v) V::Store(row + v * kW, acc[r][v]);
     }
