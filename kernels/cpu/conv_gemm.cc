@@ -29,6 +29,14 @@ namespace {
 namespace c = ::lockstep::canonical;
 namespace sp = ::lockstep::spatial;
 
+// Whether a convolution has a 1 x 1 kernel and no padding: every output
+// pixel reads one input pixel per channel, at (oh * stride_h, ow *
+// stride_w).
+bool Unpadded1x1(const sp::Conv2dShape& s) {
+  return s.k_h == 1 && s.k_w == 1 && s.pad_top == 0 && s.pad_bottom == 0 &&
+         s.pad_left == 0 && s.pad_right == 0;
+}
+
 // Outputs o in [*lo, *hi) of an axis of `out` outputs whose tap
 // o * stride + off lies inside [0, in).
 void TapRange(int64_t in, int64_t out, int64_t stride, int64_t off, int64_t* lo,
@@ -261,8 +269,7 @@ struct GradWeightOperands {
     const int64_t plane_size = s.h * s.w;
     const int64_t kk = s.k_h * s.k_w;
     const int64_t pix = f.out_h * f.out_w;
-    if (kk == 1 && s.stride_w <= 2 && s.pad_top == 0 && s.pad_left == 0 &&
-        s.pad_bottom == 0 && s.pad_right == 0) {
+    if (Unpadded1x1(s) && s.stride_w <= 2) {
       // A 1 x 1 kernel without padding. At stride 1 it reads every pixel
       // in place: lane v's terms are input plane first + v itself, a run
       // per image. Otherwise, in output row oh, lane v's terms are a run of
@@ -1425,9 +1432,7 @@ void GradWeightIndirect(const sp::Conv2dShape& s, const float* x,
 // (channels x pixels, row-major) are the B of its forward and grad_input
 // products, and y and dx their C.
 bool Pointwise(const sp::Conv2dShape& s) {
-  return s.k_h == 1 && s.k_w == 1 && s.stride_h == 1 && s.stride_w == 1 &&
-         s.pad_top == 0 && s.pad_bottom == 0 && s.pad_left == 0 &&
-         s.pad_right == 0;
+  return Unpadded1x1(s) && s.stride_h == 1 && s.stride_w == 1;
 }
 
 // Whether a forward is a 1 x 1 convolution without padding at a column
@@ -1444,9 +1449,7 @@ bool Pointwise(const sp::Conv2dShape& s) {
 // at 32 px 0.81 - 0.88 -> 0.95 - 0.96; with 8 output columns (128 -> 256
 // at 16 px) 0.99 - 1.00 -> 0.98, with 4 (256 -> 512 at 8 px) 0.99 -> 0.92.
 bool StridedPointwiseForward(const sp::Conv2dShape& s) {
-  return s.k_h == 1 && s.k_w == 1 && s.stride_w == 2 && s.pad_top == 0 &&
-         s.pad_bottom == 0 && s.pad_left == 0 && s.pad_right == 0 &&
-         sp::Conv2dOutW(s) >= 16;
+  return Unpadded1x1(s) && s.stride_w == 2 && sp::Conv2dOutW(s) >= 16;
 }
 
 // The products of a Pointwise convolution as plain GEMMs, per group: C[i][g]
@@ -1620,8 +1623,7 @@ namespace {
 // channels (8 lanes of 32) packed lost, 2.9 -> 1.6.
 constexpr int64_t kPackedStridedMinTaps = 32;
 bool PackedStridedPointwiseGradWeight(const sp::Conv2dShape& s) {
-  return s.k_h == 1 && s.k_w == 1 && s.stride_w == 2 && s.pad_top == 0 &&
-         s.pad_bottom == 0 && s.pad_left == 0 && s.pad_right == 0 &&
+  return Unpadded1x1(s) && s.stride_w == 2 &&
          s.c_in / s.groups >= kPackedStridedMinTaps;
 }
 
@@ -1712,9 +1714,8 @@ int64_t GradWeightParts(const sp::Conv2dShape& s, int64_t chunk,
 // 90 GFLOP/s on one thread and 186 - 196 -> 108 - 153 on two.
 constexpr int64_t kSpreadMinColumns = 16;
 bool PointwiseStride2(const sp::Conv2dShape& s) {
-  return s.k_h == 1 && s.k_w == 1 && s.stride_h == 2 && s.stride_w == 2 &&
-         s.pad_top == 0 && s.pad_bottom == 0 && s.pad_left == 0 &&
-         s.pad_right == 0 && sp::Conv2dOutW(s) >= kSpreadMinColumns;
+  return Unpadded1x1(s) && s.stride_h == 2 && s.stride_w == 2 &&
+         sp::Conv2dOutW(s) >= kSpreadMinColumns;
 }
 
 // dx's planes (h x w) from the class planes of their even pixels (ch x cw
@@ -1856,9 +1857,10 @@ void Conv2dGradInputGemm(const sp::Conv2dShape& s, const float* dy,
     DepthwiseConv2dGradInput(s, dy, w, dx, isa, pool);
     return;
   }
-  // A strided one by class, however narrow (a packed B would hold the
-  // stride holes' zeros: for a 1 x 1 kernel and stride 2, three columns in
-  // four).
+  // A strided one without the stride holes (a packed B would hold their
+  // zeros: for a 1 x 1 kernel and stride 2, three columns in four): a wide
+  // enough 1 x 1 one at stride 2 x 2 as pointwise products spread onto dx,
+  // every other by class, however narrow.
   if ((s.stride_h > 1 || s.stride_w > 1) &&
       AllFinite(w, s.groups * cig * depth)) {
     if (PointwiseStride2(s)) {
