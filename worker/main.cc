@@ -38,7 +38,7 @@ constexpr char kUsage[] =
     "[--dump=first_divergent|"
     "all|<layer>:<role>[:step]] [--dump_dir=DIR] [--data_root=DIR]\n"
     "      [--device_resident=false] [--queue_device_fingerprints=false] "
-    "[--op_times]\n"
+    "[--op_times] [--op_times_by_layer]\n"
     "      train locally and compare runs (exit 0 agree, 1 differ, 2 bad "
     "spec)\n"
     "  lockstep-worker selftest [--ops=op,...] [--seed=N] [--json]\n"

@@ -88,6 +88,8 @@ ABSL_FLAG(bool, queue_device_fingerprints, true,
 ABSL_FLAG(bool, op_times, false,
           "run: after each run, print its wall time per step by op (on "
           "CUDA the host's time unless CUDA_LAUNCH_BLOCKING=1)");
+ABSL_FLAG(bool, op_times_by_layer, false,
+          "run: like --op_times (implied), one line per layer and op");
 ABSL_FLAG(std::string, ops, "",
           "selftest: comma-separated ops to test, e.g. "
           "dense.forward,conv2d.grad_weight (default: all)");
@@ -113,6 +115,7 @@ RunCommandOptions RunOptionsFromFlags() {
   options.queue_device_fingerprints =
       absl::GetFlag(FLAGS_queue_device_fingerprints);
   options.op_times = absl::GetFlag(FLAGS_op_times);
+  options.op_times_by_layer = absl::GetFlag(FLAGS_op_times_by_layer);
   options.dump_dir = absl::GetFlag(FLAGS_dump_dir);
   options.data_root = absl::GetFlag(FLAGS_data_root);
   return options;

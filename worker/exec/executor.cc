@@ -677,7 +677,11 @@ absl::Status Executor::State::Call(KernelFn fn, const LayerState& l,
   } else {
     const auto start = std::chrono::steady_clock::now();
     st = fn(in, out, attrs);
-    AddOpTime(op, start);
+    if (options.op_times_by_layer) {
+      AddOpTime(absl::StrCat(l.plan->name, " ", op), start);
+    } else {
+      AddOpTime(op, start);
+    }
   }
   if (!st.ok()) {
     return absl::Status(st.code(),

@@ -173,6 +173,11 @@ struct ExecutorOptions {
   // queued on the device (queue_device_fingerprints), the queueing and the
   // step's collection. Not owned.
   OpTimes* op_times = nullptr;
+  // With op_times: kernel calls are keyed "<layer> <op>" (the plan's layer
+  // name, e.g. "l1b0_conv1 conv2d.forward") instead of the op alone, so
+  // each layer's share shows (step_bench --op_times_by_layer). The
+  // fingerprinting keys stay as they are.
+  bool op_times_by_layer = false;
   // On the CUDA backend, keep the run's tensors on the device between
   // kernel calls (kernels/residency.h): inputs are copied in once, outputs
   // stay there, fingerprints are computed there. false: every kernel call

@@ -441,6 +441,43 @@ TEST(ExecutorTest, OpTimesCountKernelCallsAndFingerprints) {
   EXPECT_GE(times.count("conv2d.forward"), 1u);
 }
 
+// op_times_by_layer (step_bench --op_times_by_layer) keys each kernel call
+// by its layer and op: the same calls as by op alone, split by layer.
+TEST(ExecutorTest, OpTimesByLayerSplitTheOpsByLayer) {
+  OpTimes by_op, by_layer;
+  RunResult timed_by_op, timed_by_layer;
+  ASSERT_NO_FATAL_FAILURE(RunConvResWithOpTimes({}, &by_op, &timed_by_op));
+  ExecutorOptions options;
+  options.op_times_by_layer = true;
+  ASSERT_NO_FATAL_FAILURE(
+      RunConvResWithOpTimes(options, &by_layer, &timed_by_layer));
+  // The convres plan's two convolutions, one call per step each way.
+  for (const char* layer : {"conv1", "conv2"}) {
+    for (const char* op : {"conv2d.forward", "conv2d.grad_weight"}) {
+      const std::string key = absl::StrCat(layer, " ", op);
+      SCOPED_TRACE(key);
+      ASSERT_EQ(by_layer.count(key), 1u);
+      EXPECT_EQ(by_layer[key].calls, 3);
+    }
+  }
+  // Summed over layers, each op's calls are those counted by op.
+  std::map<std::string, int64_t> summed;
+  for (const auto& [key, t] : by_layer) {
+    if (key == kFingerprintOpTime || key == kFingerprintReusedOpTime) {
+      EXPECT_EQ(t.calls, by_op[key].calls) << key;
+      continue;
+    }
+    const size_t space = key.find(' ');
+    ASSERT_NE(space, std::string::npos) << key;
+    summed[key.substr(space + 1)] += t.calls;
+  }
+  ASSERT_EQ(summed.size() + 2, by_op.size());
+  for (const auto& [op, calls] : summed) {
+    ASSERT_EQ(by_op.count(op), 1u) << op;
+    EXPECT_EQ(calls, by_op[op].calls) << op;
+  }
+}
+
 // With background fingerprints the step's waits for the thread are timed
 // apart from its own fingerprinting work, which still counts every
 // captured tensor once.

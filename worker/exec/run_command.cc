@@ -67,6 +67,7 @@ struct Job {
   bool device_resident = true;
   bool queue_device_fingerprints = true;
   bool op_times = false;
+  bool op_times_by_layer = false;
 };
 
 ExecutorOptions OptionsFor(const Job& job, int run, int runs) {
@@ -102,6 +103,7 @@ absl::StatusOr<RunResult> RunOnce(Job& job, int run, int runs, std::FILE* out) {
   ExecutorOptions options = OptionsFor(job, run, runs);
   OpTimes times;
   if (job.op_times) options.op_times = &times;
+  options.op_times_by_layer = job.op_times_by_layer;
   LS_ASSIGN_OR_RETURN(
       std::unique_ptr<Executor> exec,
       Executor::Create(job.plan, job.config, &job.registry,
@@ -132,9 +134,10 @@ absl::StatusOr<RunResult> RunOnce(Job& job, int run, int runs, std::FILE* out) {
                           std::chrono::steady_clock::now() - start)
                           .count();
     std::fprintf(out,
-                 "run %d: wall time by op, per step (%.3f ms a step over %d "
+                 "run %d: wall time by %s, per step (%.3f ms a step over %d "
                  "steps, the first included)%s:\n%s",
-                 run, ms / steps, steps, OpTimesNote(job).c_str(),
+                 run, job.op_times_by_layer ? "layer and op" : "op", ms / steps,
+                 steps, OpTimesNote(job).c_str(),
                  FormatOpTimes(times, steps, ms / steps, "  ").c_str());
   }
   if (exec->background_fingerprints()) {
@@ -248,7 +251,8 @@ int RunCommand(const RunCommandOptions& options, std::FILE* out,
   job.plan = *std::move(plan);
   job.device_resident = options.device_resident;
   job.queue_device_fingerprints = options.queue_device_fingerprints;
-  job.op_times = options.op_times;
+  job.op_times = options.op_times || options.op_times_by_layer;
+  job.op_times_by_layer = options.op_times_by_layer;
   if (!options.inject_fault.empty()) {
     absl::StatusOr<FaultSpec> f = ParseFaultSpec(options.inject_fault);
     if (!f.ok()) return Fail(err, f.status());

@@ -48,6 +48,9 @@ struct RunCommandOptions {
   // --op_times: after each run, its wall time per step by op
   // (ExecutorOptions::op_times).
   bool op_times = false;
+  // --op_times_by_layer: the same, one line per layer and op
+  // (ExecutorOptions::op_times_by_layer); implies op_times.
+  bool op_times_by_layer = false;
 };
 
 // Runs the command; progress and results go to `out`, errors to `err`.

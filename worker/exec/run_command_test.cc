@@ -177,6 +177,22 @@ TEST_F(RunCommandTest, OpTimesNameEveryKernelOfTheStep) {
   EXPECT_EQ(digest(r.output), digest(plain.output));
 }
 
+// --op_times_by_layer: the same table, one line per layer and op.
+TEST_F(RunCommandTest, OpTimesByLayerNameEachLayer) {
+  const Result r = RunWorker(
+      {"--model=" + model_, "--config=" + config_, "--op_times_by_layer"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("run 0: wall time by layer and op, per "
+                                  "step ("));
+  // One forward call a step for each of the two dense layers.
+  EXPECT_THAT(r.output, ::testing::ContainsRegex(
+                            "  fc1 dense\\.forward +1\\.0 calls +[0-9.]+ ms"));
+  EXPECT_THAT(r.output, ::testing::ContainsRegex(
+                            "  fc2 dense\\.forward +1\\.0 calls +[0-9.]+ ms"));
+  EXPECT_THAT(r.output, AllOf(HasSubstr("  (fingerprint) "),
+                              Not(HasSubstr("  dense.forward "))));
+}
+
 TEST_F(RunCommandTest, InjectedFaultIsNamedAndExitsOne) {
   const std::string dump_dir = TmpDir() + "/dump_first";
   const Result r = RunWorker(

@@ -8,6 +8,7 @@
 //   bazel run -c opt //worker/exec:step_bench -- [--threads=1,2] [--steps=10]
 //       [--models=mlp,resnet18_cifar] [--modes=CANONICAL,DETERMINISTIC,DEFAULT]
 //       [--fingerprint_thread=auto|inline|background] [--op_times]
+//       [--op_times_by_layer]
 //
 // Lockstep's kernel pool and PyTorch run on the same thread count, row by
 // row: torch_step_bench.py pins PyTorch's OpenMP pool and the BLAS pool its
@@ -78,6 +79,9 @@ ABSL_FLAG(bool, op_times, false,
           "after each row, the first mode's wall time per op of its fastest "
           "run timed op by op (ms per step, share of the step), largest "
           "first");
+ABSL_FLAG(bool, op_times_by_layer, false,
+          "with --op_times (implied), one line per layer and op instead of "
+          "per op (ExecutorOptions::op_times_by_layer)");
 ABSL_FLAG(std::string, fingerprint_thread, "auto",
           "where tensors are hashed: auto, inline (on the step's thread) or "
           "background (ExecutorOptions::fingerprint_thread)");
@@ -160,7 +164,10 @@ absl::StatusOr<Timing> TimeSteps(const model::ModelPlan& plan,
       absl::GetFlag(FLAGS_background_min_bytes);
   o.keep_fingerprints = false;
   Timing t;
-  if (profile) o.op_times = &t.ops;
+  if (profile) {
+    o.op_times = &t.ops;
+    o.op_times_by_layer = absl::GetFlag(FLAGS_op_times_by_layer);
+  }
   auto exec = Executor::Create(plan, c, &registry,
                                DatasetBatches(dataset, c.batch_size()), o);
   if (!exec.ok()) return exec.status();
@@ -518,7 +525,9 @@ int Main() {
                                : absl::StrFormat("%.2f", torch_best.cores),
           Distance(distance_before, distance_after));
       std::printf("%s\n", line.c_str());
-      if (absl::GetFlag(FLAGS_op_times) && !on_step.empty()) {
+      if ((absl::GetFlag(FLAGS_op_times) ||
+           absl::GetFlag(FLAGS_op_times_by_layer)) &&
+          !on_step.empty()) {
         PrintOpTimes(profiled, row_steps);
       }
       std::fflush(stdout);
