@@ -840,6 +840,7 @@ GemmPacking IndirectPacking(const float* a_base,
 // One indirect product per group g of `groups`: A = a_base + g * a_group
 // read through rows and taps, B = b + g * b_group (B(p, j) = b[j * m.b_col
 // + p]), C = c + g * c_group through c_rows; the chunks k_bounds, if any.
+// b_packed (one group only): B packed already (PackGemmB).
 void IndirectGroups(int64_t groups, const c::MatMulShape& m,
                     const float* a_base, int64_t a_group,
                     const std::vector<int64_t>& rows,
@@ -847,13 +848,15 @@ void IndirectGroups(int64_t groups, const c::MatMulShape& m,
                     const std::vector<int64_t>& c_rows, const float* b,
                     int64_t b_group, float* c, int64_t c_group, bool stream_c,
                     int64_t chunk, CpuIsa isa, ThreadPool* pool,
-                    const int64_t* k_bounds = nullptr, int64_t k_blocks = 0) {
+                    const int64_t* k_bounds = nullptr, int64_t k_blocks = 0,
+                    const PackedGemmB* b_packed = nullptr) {
   for (int64_t g = 0; g < groups; ++g) {
     GemmPacking packing =
         IndirectPacking(a_base + g * a_group, rows, taps, c_rows);
     packing.k_bounds = k_bounds;
     packing.k_blocks = k_blocks;
     packing.stream_c = stream_c;
+    if (groups == 1) packing.b_packed = b_packed;
     GemmPacked(m, nullptr, b + g * b_group, c + g * c_group, chunk, packing,
                isa, pool);
   }
@@ -870,7 +873,10 @@ void IndirectGroups(int64_t groups, const c::MatMulShape& m,
 // that repacking moves no more than the copy itself (large planes, few
 // channels). Measured on one core with a 2 MiB L2 at batch 32
 // (docs/benchmarks.md, cpu_bench table (f)): 64-channel 32 x 32 3 x 3
-// forward +5 %, grad_input +14 %; 128-channel 16 x 16 +1 % and +6 %.
+// forward +5 %, grad_input +14 %; 128-channel 16 x 16 +1 % and +6 %. (With
+// the weights packed once for all groups, ShareWeights, groups of 8 images
+// on one thread were measured again for the 64 - 512-channel layers: 0.93 -
+// 1.05 of one product's speed, so the rule stands.)
 //
 // On a pool the groups run side by side, each a product on one thread
 // (its copy in that core's L2; nothing shared but the read-only inputs),
@@ -945,10 +951,12 @@ void ForImageGroups(const sp::Conv2dShape& s, int64_t groups, ThreadPool* pool,
 }
 
 // ForwardIndirect for the images of s (a group of the batch).
-// stream_y: y past the caches (GemmPacking::stream_c).
+// stream_y: y past the caches (GemmPacking::stream_c); w_packed: w packed
+// already (PackGemmB), or null.
 void ForwardIndirectImages(const sp::Conv2dShape& s, const float* x,
-                           const float* w, float* y, bool stream_y,
-                           int64_t chunk, CpuIsa isa, ThreadPool* pool) {
+                           const float* w, const PackedGemmB* w_packed,
+                           float* y, bool stream_y, int64_t chunk, CpuIsa isa,
+                           ThreadPool* pool) {
   const int64_t out_h = sp::Conv2dOutH(s);
   const int64_t out_w = sp::Conv2dOutW(s);
   const int64_t pix = out_h * out_w;
@@ -964,7 +972,44 @@ void ForwardIndirectImages(const sp::Conv2dShape& s, const float* x,
   m.c_col = pix;
   IndirectGroups(s.groups, m, in.group(s, 0), cig * in.plane(), rows, taps,
                  c_rows, w, cog * depth, y, cog * pix, stream_y, chunk, isa,
-                 pool);
+                 pool, nullptr, 0, w_packed);
+}
+
+std::atomic<bool>& SharedWeightsForTesting() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
+// Whether the image groups of s read weights packed once for them all: with
+// several groups and one convolution group (a grouped convolution has a B
+// per group, packed by each image group).
+bool ShareWeights(const sp::Conv2dShape& s, int64_t image_groups) {
+  return image_groups > 1 && s.groups == 1 &&
+         SharedWeightsForTesting().load(std::memory_order_relaxed);
+}
+
+// w packed once (PackGemmB) for the image groups of s's forward, where they
+// share it (ShareWeights): each group is a product of its own and would pack
+// the whole of w (9.4 MiB at 512 channels, 3 x 3, read from beyond L2 by
+// every core at once). On two threads at batch 32 (docs/benchmarks.md,
+// "... weights packed once for the image groups"; cpu_bench table (f)'s
+// own/shared): 3 x 3 forwards at 512, 256 and 128 channels +3 %, +3 %,
+// +1 %, stride 2 256 -> 512 +6 %; grad_inputs (PackGradInputWeights) +5 %,
+// +3 %, +2 %; the 64- and 16-channel layers' many small groups within
+// noise. Left empty otherwise.
+void PackForwardWeights(const sp::Conv2dShape& s, int64_t image_groups,
+                        const float* x, const float* w, CpuIsa isa,
+                        ThreadPool* pool, PackedGemmB* out) {
+  if (!ShareWeights(s, image_groups)) return;
+  const int64_t pix = sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
+  const int64_t depth = s.c_in * s.k_h * s.k_w;
+  // The smallest group's product: its rows pick the micro-kernel.
+  c::MatMulShape m =
+      IndirectShape(s.n / image_groups * pix, s.c_out, depth, depth);
+  m.c_col = pix;
+  GemmPacking packing;
+  packing.a_base = x;  // an indirect product's micro-kernel; A is not read
+  PackGemmB(m, w, packing, isa, pool, out);
 }
 
 // forward: y^T[(n, oh, ow), co] = im2col(x)^T x W^T, A read from the
@@ -977,9 +1022,11 @@ void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
   const int64_t x_image = s.c_in * s.h * s.w;
   const int64_t y_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const bool stream_y = StreamOutput(s.n * y_image, y, x, nullptr);
+  PackedGemmB w_packed;
+  PackForwardWeights(s, groups, x, w, isa, pool, &w_packed);
   ForImageGroups(s, groups, pool,
                  [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
-                   ForwardIndirectImages(g, x + n0 * x_image, w,
+                   ForwardIndirectImages(g, x + n0 * x_image, w, &w_packed,
                                          y + n0 * y_image, stream_y, chunk, isa,
                                          gp);
                  });
@@ -987,10 +1034,12 @@ void ForwardIndirect(const sp::Conv2dShape& s, const float* x, const float* w,
 
 // GradInputIndirect for the images of s (a group of the batch), B packed
 // from w (GradInputWeights) or, where w is null, from wt
-// (wt[g][ci][(co_l, kh, kw)], TransposeWeights); stream_dx: dx past the
+// (wt[g][ci][(co_l, kh, kw)], TransposeWeights), or read from w_packed
+// (PackGemmB, one group) where that is non-null; stream_dx: dx past the
 // caches (GemmPacking::stream_c).
 void GradInputIndirectImages(const sp::Conv2dShape& s, const float* dy,
-                             const float* w, const float* wt, float* dx,
+                             const float* w, const float* wt,
+                             const PackedGemmB* w_packed, float* dx,
                              bool stream_dx, int64_t chunk, CpuIsa isa,
                              ThreadPool* pool) {
   const int64_t out_h = sp::Conv2dOutH(s);
@@ -1034,9 +1083,32 @@ void GradInputIndirectImages(const sp::Conv2dShape& s, const float* dy,
     packing.pack_b_like_matrix = true;
     packing.ctx = &f;
     packing.stream_c = stream_dx;
+    if (s.groups == 1) packing.b_packed = w_packed;
     GemmPacked(m, nullptr, nullptr, dx + g * cig * hw, chunk, packing, isa,
                pool);
   }
+}
+
+// W'^T packed once (PackGemmB, from w by GradInputWeights) for the image
+// groups of s's grad_input, where they share it (ShareWeights); left empty
+// otherwise.
+void PackGradInputWeights(const sp::Conv2dShape& s, int64_t image_groups,
+                          const float* dy, const float* w, CpuIsa isa,
+                          ThreadPool* pool, PackedGemmB* out) {
+  if (!ShareWeights(s, image_groups)) return;
+  const int64_t hw = s.h * s.w;
+  const int64_t kk = s.k_h * s.k_w;
+  const int64_t depth = s.c_out * kk;
+  // The smallest group's product: its rows pick the micro-kernel.
+  c::MatMulShape m =
+      IndirectShape(s.n / image_groups * hw, s.c_in, depth, depth);
+  m.c_col = hw;
+  const GradInputWeights f{w, s.c_in, kk};
+  GemmPacking packing;
+  packing.a_base = dy;  // an indirect product's micro-kernel; A is not read
+  packing.pack_b = &GradInputWeights::Pack;
+  packing.ctx = &f;
+  PackGemmB(m, nullptr, packing, isa, pool, out);
 }
 
 // grad_input: dx^T[(n, ih, iw), ci] = gather(dy)^T x W'^T, A read from dy
@@ -1053,13 +1125,16 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
                                          sp::Conv2dWeightSize(s), pool);
   const int64_t dy_image = s.c_out * sp::Conv2dOutH(s) * sp::Conv2dOutW(s);
   const int64_t dx_image = s.c_in * s.h * s.w;
-  // Image groups pack B once each: where a thread runs several (L2-sized
-  // groups, small weights), from wt, transposed once here, the GEMM's own
-  // vector packing being cheaper than each group transposing w.
+  // Several image groups read B packed once, here (ShareWeights), or else
+  // pack it once each: where a thread runs several (L2-sized groups, small
+  // weights), from wt, transposed once here, the GEMM's own vector packing
+  // being cheaper than each group transposing w.
   const int64_t cig = s.c_in / s.groups;
   const int64_t cog = s.c_out / s.groups;
   const int64_t kk = s.k_h * s.k_w;
-  const bool from_wt = groups > Threads(pool);
+  PackedGemmB w_packed;
+  PackGradInputWeights(s, groups, dy, w, isa, pool, &w_packed);
+  const bool from_wt = w_packed.data == nullptr && groups > Threads(pool);
   const Floats wt(from_wt ? s.groups * cig * cog * kk : 0);
   if (from_wt) TransposeWeights(w, s.groups, cog, cig, kk, wt.data(), pool);
   const bool stream_dx = StreamOutput(s.n * dx_image, dx, dy, nullptr);
@@ -1067,8 +1142,8 @@ void GradInputIndirect(const sp::Conv2dShape& s, const float* dy,
                  [&](const sp::Conv2dShape& g, int64_t n0, ThreadPool* gp) {
                    GradInputIndirectImages(
                        g, dy + n0 * dy_image, from_wt ? nullptr : w,
-                       from_wt ? wt.data() : nullptr, dx + n0 * dx_image,
-                       stream_dx, chunk, isa, gp);
+                       from_wt ? wt.data() : nullptr, &w_packed,
+                       dx + n0 * dx_image, stream_dx, chunk, isa, gp);
                  });
 }
 
@@ -1518,6 +1593,9 @@ void PointwiseProducts(int64_t n, int64_t groups, int64_t rows, int64_t depth,
 namespace cpu_internal {
 void SetConvImageGroupForTesting(int64_t images) {
   ImageGroupForTesting().store(images, std::memory_order_relaxed);
+}
+void SetConvSharedWeightsForTesting(bool on) {
+  SharedWeightsForTesting().store(on, std::memory_order_relaxed);
 }
 }  // namespace cpu_internal
 

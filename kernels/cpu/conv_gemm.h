@@ -98,6 +98,11 @@ namespace cpu_internal {
 // runs one product (no subtree parts). Not for concurrent use with other
 // calls.
 void SetConvImageGroupForTesting(int64_t images);
+// Tests and benchmarks only: false makes each image group of the indirect
+// forward and grad_input pack the weights itself, as a product on its own
+// would, instead of reading them packed once for all groups (the default,
+// true). The same bits either way. Not for concurrent use with other calls.
+void SetConvSharedWeightsForTesting(bool on);
 }  // namespace cpu_internal
 
 }  // namespace lockstep::kernels

@@ -370,7 +370,9 @@ TEST(ConvGemmTest, EqualsSpecAndSingleChainOnEveryIsaAndThreadCount) {
 // to 20 images run as several groups, the last one short, and every bit
 // stays; again with every output that can be streamed (a strided
 // grad_input's merges, the staged write-back of 32 x 32 planes) written by
-// non-temporal stores (StreamOutput, lane_kernels.h).
+// non-temporal stores (StreamOutput, lane_kernels.h); and again with each
+// group packing the weights itself instead of reading them packed once for
+// all groups (SetConvSharedWeightsForTesting).
 TEST(ConvGemmTest, ImageGroupsKeepTheBits) {
   const Case cases[] = {
       {"3x3 s1 p1 odd", 3, 5, 7, 9, 13, 3, 1, 1, 1, 1, 1, 1, 1},
@@ -390,6 +392,10 @@ TEST(ConvGemmTest, ImageGroupsKeepTheBits) {
   ExpectSpecAndSingleChain(cases, 5300,
                            " (2 images per group, outputs streamed)");
   cpu_internal::SetStreamOutputFloatsForTesting(0);
+  cpu_internal::SetConvSharedWeightsForTesting(false);
+  ExpectSpecAndSingleChain(cases, 5400,
+                           " (2 images per group, weights packed by each)");
+  cpu_internal::SetConvSharedWeightsForTesting(true);
   cpu_internal::SetConvImageGroupForTesting(0);
 }
 

@@ -873,11 +873,13 @@ void PrintImageGroups() {
       "alternating; whole / groups: time ratio (> 1: the groups are faster; "
       "1.00 +- noise where the shape forms no groups). On 1 thread the groups "
       "run one after another, on 2 side by side, each on one thread; "
-      "grad_weight's groups are the subtrees of its reduction, on 2 threads "
-      "==\n",
+      "grad_weight's groups are the subtrees of its reduction, on 2 threads; "
+      "own/shared: time ratio of the groups with the weights packed by each "
+      "group against packed once for all (> 1: sharing is faster; 1.00 +- "
+      "noise where the shape forms no groups) ==\n",
       static_cast<int>(NetBatch()), reps);
-  std::printf("%-22s %-12s %7s %8s %8s %14s\n", "shape", "op", "threads",
-              "groups", "whole", "whole/groups");
+  std::printf("%-22s %-12s %7s %8s %8s %14s %12s\n", "shape", "op", "threads",
+              "groups", "whole", "whole/groups", "own/shared");
   for (const int threads : {1, 2}) {
     UseThreads(threads);
     uint32_t seed = 90;
@@ -894,9 +896,21 @@ void PrintImageGroups() {
           Call(fn, d.Inputs(op), d.Output(op), attrs);
         });
         cpu_internal::SetConvImageGroupForTesting(0);
-        std::printf("%-22s %-12s %7d %8.1f %8.1f %14.2f\n", s.name.c_str(),
+        // The image groups with the weights packed once for them all (the
+        // default) against packed by each group (forward and grad_input).
+        std::string own_shared = "-";
+        if (op < 2) {
+          const auto [shared, own] = FastestAlternating(reps, [&](int o) {
+            cpu_internal::SetConvSharedWeightsForTesting(o == 0);
+            Call(fn, d.Inputs(op), d.Output(op), attrs);
+          });
+          cpu_internal::SetConvSharedWeightsForTesting(true);
+          own_shared = absl::StrFormat("%.2f", own / shared);
+        }
+        std::printf("%-22s %-12s %7d %8.1f %8.1f %14.2f %12s\n", s.name.c_str(),
                     kConvOps[op].label, threads, NetFlops(s) / groups * 1e-9,
-                    NetFlops(s) / whole * 1e-9, whole / groups);
+                    NetFlops(s) / whole * 1e-9, whole / groups,
+                    own_shared.c_str());
       }
     }
   }

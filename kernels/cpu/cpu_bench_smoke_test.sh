@@ -34,15 +34,22 @@ if ! grep -qE "^3x3 64 32px +grad_weight +[0-9x]+ +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-
   exit 1
 fi
 # Table (f): the image groups against the whole batch, a ratio per row, on
-# one thread and on two.
+# one thread and on two, and the shared weights against each group's own
+# (forward and grad_input; none for grad_weight).
 for threads in 1 2; do
-  if ! grep -qE "^3x3 64 32px +grad_input +$threads +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]{2}\$" \
+  if ! grep -qE "^3x3 64 32px +grad_input +$threads +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2}\$" \
       "$out"; then
-    echo "cpu_bench --quick printed no whole/groups ratio on $threads thread(s) in table (f); its output:"
+    echo "cpu_bench --quick printed no whole/groups and own/shared ratios on $threads thread(s) in table (f); its output:"
     cat "$out"
     exit 1
   fi
 done
+if ! grep -qE "^3x3 64 32px +grad_weight +2 +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]{2} +-\$" \
+    "$out"; then
+  echo "cpu_bench --quick printed an own/shared ratio for grad_weight in table (f); its output:"
+  cat "$out"
+  exit 1
+fi
 # Table (h): a canonical figure for a dense pass and an attention grad.
 for row in "dense 256->256 grad_weight" "attn q k\^T grad"; do
   if ! grep -qE "^$row +1 +[0-9]+\.[0-9] " "$out"; then

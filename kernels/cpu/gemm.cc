@@ -37,6 +37,16 @@ void GemmPacked(const canonical::MatMulShape& s, const float* a, const float* b,
   cpu_internal::GemmScalar(s, a, b, c, chunk, packing, pool);
 }
 
+void PackGemmB(const canonical::MatMulShape& s, const float* b,
+               const GemmPacking& packing, CpuIsa isa, ThreadPool* pool,
+               PackedGemmB* out) {
+  *out = PackedGemmB();
+  GemmPacking pack = packing;
+  pack.b_packed = nullptr;
+  pack.pack_b_into = out;
+  GemmPacked(s, nullptr, b, nullptr, kSingleChain, pack, isa, pool);
+}
+
 void DepthwiseConv2dForward(const spatial::Conv2dShape& s, const float* x,
                             const float* w, float* y, CpuIsa isa,
                             ThreadPool* pool) {

@@ -31,7 +31,10 @@
 // would have packed from the materialised matrix: the arithmetic, and so
 // every bit, is that of Gemm over the materialised matrix. C may likewise be
 // split into column blocks that land at a stride of their own (a batch of
-// images' outputs side by side).
+// images' outputs side by side). A B that several products read (the
+// weights of a convolution's image groups) can be packed once (PackGemmB)
+// and read packed by each (GemmPacking::b_packed): the same panels, the
+// same values.
 //
 // Preconditions: shapes valid, pointers hold the strided extents, C does not
 // overlap A or B. Thread-safety: reentrant; concurrent calls must not share
@@ -41,8 +44,10 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ops/dense.h"
 #include "kernels/spatial/conv2d.h"
@@ -78,6 +83,8 @@ inline void CanonicalGemm(const canonical::MatMulShape& s, const float* a,
 using GemmPackFn = void (*)(const void* ctx, int64_t first, int count,
                             int width, int64_t p_begin, int64_t p_count,
                             float* dst);
+
+struct PackedGemmB;
 
 struct GemmPacking {
   GemmPackFn pack_a = nullptr;  // null: A from the strided shape
@@ -119,7 +126,45 @@ struct GemmPacking {
   // is staged (a convolution's planes a multiple of 4 KiB apart), the
   // staged columns go to C with non-temporal stores.
   bool stream_c = false;
+  // Non-null: B as PackGemmB packed it, shared read-only by several
+  // products (a and b, pack_b and the B flags above are then not read for
+  // B). Used where it has the panels this product's micro-kernel takes
+  // (PackedGemmB::Fits), packed as usual otherwise: the same values either
+  // way.
+  const PackedGemmB* b_packed = nullptr;
+  // Non-null: GemmPacked only packs B whole into *pack_b_into, in the
+  // panels this shape's micro-kernel takes, and computes nothing (C is not
+  // touched). Use PackGemmB.
+  PackedGemmB* pack_b_into = nullptr;
 };
+
+// A product's B packed whole, once, for several products that read it: a
+// convolution's image groups, each a product of its own on one thread,
+// all with the same weights (each would otherwise pack the whole weight
+// tensor: 9.4 MiB at 512 channels, 3 x 3, read from beyond L2 by every
+// core at once). Thread-compatible; read-only while products use it, and
+// destroyed on the thread that made it (ScratchFloats).
+struct PackedGemmB {
+  std::unique_ptr<ScratchFloats> data;
+  int64_t cols = 0;
+  int64_t depth = 0;
+  int panel_width = 0;       // columns per panel: the micro-kernel's NR
+  int64_t panel_stride = 0;  // floats from one panel to the next
+
+  // Whether a product of cols x depth on NR-column panels can read it.
+  bool Fits(int64_t product_cols, int64_t product_depth, int nr) const {
+    return data != nullptr && cols == product_cols && depth == product_depth &&
+           panel_width == nr;
+  }
+};
+
+// Packs B of the product `s` (with `packing`'s B packer or strided B and
+// its rows, which pick the micro-kernel as GemmPacked does) into *out, on
+// the pool, for products of the same columns and depth whose rows pick the
+// same micro-kernel. Leaves *out empty for an empty product.
+void PackGemmB(const canonical::MatMulShape& s, const float* b,
+               const GemmPacking& packing, CpuIsa isa, ThreadPool* pool,
+               PackedGemmB* out);
 
 // Gemm with packers and C blocks as `packing` says (a and b are not read
 // where a packer replaces them and may be null).

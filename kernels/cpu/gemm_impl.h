@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -104,7 +105,8 @@ class GemmDriver {
     const int64_t n = s.cols;
     const int64_t k = s.depth;
     if (m <= 0 || n <= 0) return;
-    if (k <= 0) {  // empty reduction: +0.0f
+    if (k <= 0) {  // empty reduction: +0.0f (and no B to pack)
+      if (packing.pack_b_into != nullptr) return;
       alignas(64) float zeros[MR * kNR] = {};
       for (int64_t t = 0; t * MR < m; ++t) {
         for (int64_t p = 0; p * kNR < n; ++p) {
@@ -153,11 +155,19 @@ class GemmDriver {
     // a B used by one row super-block, is packed one slab at a time. With
     // several slabs the next one is packed while the current one is multiplied
     // (two buffers), one pool barrier per slab.
+    // B packed by PackGemmB for several products is read where it was
+    // packed (a B packed whole: the same panels, the same values).
+    const bool pack_b_only = packing.pack_b_into != nullptr;
+    const PackedGemmB* b_pre = !pack_b_only && packing.b_packed != nullptr &&
+                                       packing.b_packed->Fits(n, k, kNR)
+                                   ? packing.b_packed
+                                   : nullptr;
     const bool a_indirect = packing.a_base != nullptr;
-    const bool a_whole = !a_indirect && packing.pack_a == nullptr;
-    const bool a_slabs = !a_indirect && !a_whole;
+    const bool a_whole =
+        !pack_b_only && !a_indirect && packing.pack_a == nullptr;
+    const bool a_slabs = !pack_b_only && !a_indirect && !a_whole;
     const bool b_whole =
-        packing.pack_b_whole ||
+        pack_b_only || b_pre != nullptr || packing.pack_b_whole ||
         ((packing.pack_b == nullptr || packing.pack_b_like_matrix) &&
          m_tiles > kSuperRowTiles);
     const int64_t super_tiles = std::min(m_tiles, kSuperRowTiles);
@@ -176,9 +186,21 @@ class GemmDriver {
     const int64_t a_slab = a_slabs ? super_tiles * slab_k * MR : 0;
     const int64_t b_slab = b_whole ? 0 : super_panels * b_slab_panel;
     AlignedFloats a_packed(a_whole ? m_tiles * a_tile : buffers * a_slab);
-    AlignedFloats b_packed(b_whole ? n_panels * b_panel : buffers * b_slab);
+    const int64_t b_floats = b_whole ? n_panels * b_panel : buffers * b_slab;
+    if (pack_b_only) {
+      PackedGemmB* out = packing.pack_b_into;
+      out->data = std::make_unique<AlignedFloats>(b_floats);
+      out->cols = n;
+      out->depth = k;
+      out->panel_width = kNR;
+      out->panel_stride = b_panel;
+    }
+    AlignedFloats b_own(b_pre != nullptr || pack_b_only ? 0 : b_floats);
     float* ap = a_packed.get();
-    float* bp = b_packed.get();
+    // B's panels are written at bw (where this call packs them) and read
+    // at bp.
+    float* bw = pack_b_only ? packing.pack_b_into->data->get() : b_own.get();
+    const float* bp = b_pre != nullptr ? b_pre->data->get() : bw;
     const int64_t threads = pool == nullptr ? 1 : pool->num_threads();
     // An operand packed whole is cut into tasks of row tiles (column
     // panels) and, when they are fewer than 4 per thread, ranges of
@@ -229,19 +251,21 @@ class GemmDriver {
         PackRows(s, a, t, p0, count, ap + t * a_tile + p0 * MR);
       });
     }
-    if (b_whole && b_by_steps) {
+    if (b_pre != nullptr) {
+      // packed already
+    } else if (b_whole && b_by_steps) {
       pack_whole((n_panels + kPackGroup - 1) / kPackGroup,
                  [&](int64_t g, int64_t p0, int64_t count) {
                    const int64_t i0 = g * kPackGroup;
                    PackPanelsBySteps(
                        s, b, i0, std::min(n_panels, i0 + kPackGroup), p0, count,
-                       bp + i0 * b_panel + p0 * kNR, b_panel);
+                       bw + i0 * b_panel + p0 * kNR, b_panel);
                  });
     } else if (b_whole) {
       pack_whole(n_panels, [&](int64_t i, int64_t p0, int64_t count) {
         const int64_t j0 = i * kNR;
         const int cols = static_cast<int>(std::min<int64_t>(kNR, n - j0));
-        float* dst = bp + i * b_panel + p0 * kNR;
+        float* dst = bw + i * b_panel + p0 * kNR;
         if (packing.pack_b != nullptr) {
           packing.pack_b(packing.ctx, j0, cols, kNR, p0, count, dst);
         } else {
@@ -249,6 +273,7 @@ class GemmDriver {
         }
       });
     }
+    if (pack_b_only) return;
     const int64_t per_tile = (tree ? levels : 1) * kSlot;
     // Per (panel, tile): the tree's slots, or the chain carried from one
     // slab to the next.
@@ -460,12 +485,12 @@ class GemmDriver {
             const int64_t i0 = i * kPackGroup;
             PackPanelsBySteps(
                 s, b, p_lo + i0, std::min(p_hi, p_lo + i0 + kPackGroup), begin,
-                count, bp + buf * b_slab + i0 * b_slab_panel, b_slab_panel);
+                count, bw + buf * b_slab + i0 * b_slab_panel, b_slab_panel);
             return;
           }
           const int64_t j0 = (p_lo + i) * kNR;
           const int cols = static_cast<int>(std::min<int64_t>(kNR, n - j0));
-          float* dst = bp + buf * b_slab + i * b_slab_panel;
+          float* dst = bw + buf * b_slab + i * b_slab_panel;
           if (packing.pack_b != nullptr) {
             packing.pack_b(packing.ctx, j0, cols, kNR, begin, count, dst);
           } else {

@@ -286,6 +286,72 @@ TEST_F(GemmTest, SuperBlocksAndPackedKBlocksKeepTheBits) {
   }
 }
 
+// B packed once by PackGemmB (from the strided B or from a packer) and
+// shared: the products read it, not their own B (given here as another
+// matrix), and give the bits of the product with the packed B, in every
+// mode, on 1 and 3 threads, on one slab and several, one row super-block
+// and several. A packing made for other columns is not used.
+TEST_F(GemmTest, SharedPackedBIsReadInsteadOfB) {
+  for (CpuIsa isa : SupportedCpuIsas()) {
+    const int64_t nr = isa == CpuIsa::kAvx512 ? 32 : 16;
+    const int64_t big_n = 16 * nr + nr + 3;
+    for (const Dims& dims : {Dims{256, 300, big_n}, Dims{780, 1100, 20},
+                             Dims{5, 1100, 16 * 48 + 51}, Dims{40, 7, 3}}) {
+      const int64_t m = dims.m, k = dims.k, n = dims.n;
+      const std::vector<float> a = RandomFloats(m * k, 21);
+      const std::vector<float> b = RandomFloats(k * n, 22);
+      const std::vector<float> other = RandomFloats(k * n, 23);
+      const RowMajorOperands operands{a.data(), b.data(), k, n};
+      c::MatMulShape s;
+      s.rows = m, s.cols = n, s.depth = k;
+      s.a_row = k, s.a_depth = 1, s.b_depth = n, s.b_col = 1;
+      s.c_row = n, s.c_col = 1;
+      std::vector<float> want(m * n), want_chain(m * n);
+      c::MatMul(s, a.data(), b.data(), want.data());
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          want_chain[i * n + j] =
+              SingleChain(a.data() + i * k, 1, b.data() + j, n, k);
+        }
+      }
+      for (int pool_index : {0, 2}) {  // 1 and 3 threads
+        ThreadPool* pool = pools_[pool_index].get();
+        for (bool from_packer : {false, true}) {
+          GemmPacking pack;
+          pack.ctx = &operands;
+          if (from_packer) pack.pack_b = &RowMajorOperands::PackB;
+          PackedGemmB packed;
+          PackGemmB(s, b.data(), pack, isa, pool, &packed);
+          ASSERT_TRUE(packed.Fits(n, k, packed.panel_width));
+          for (int64_t chunk : {c::kChunk, kSingleChain}) {
+            GemmPacking use;
+            use.b_packed = &packed;
+            std::vector<float> got(m * n, -1.0f);
+            GemmPacked(s, a.data(), other.data(), got.data(), chunk, use, isa,
+                       pool);
+            ASSERT_TRUE(SameBits(got, chunk == c::kChunk ? want : want_chain))
+                << CpuIsaName(isa) << " m " << m << " k " << k << " n " << n
+                << " threads " << pool->num_threads() << " from_packer "
+                << from_packer
+                << (chunk == c::kChunk ? " canonical" : " single chain");
+          }
+        }
+        // Packed for one column fewer: the product packs its own B.
+        c::MatMulShape narrow = s;
+        narrow.cols = n - 1;
+        PackedGemmB packed;
+        PackGemmB(narrow, other.data(), GemmPacking(), isa, pool, &packed);
+        GemmPacking use;
+        use.b_packed = &packed;
+        std::vector<float> got(m * n, -1.0f);
+        GemmPacked(s, a.data(), b.data(), got.data(), c::kChunk, use, isa,
+                   pool);
+        ASSERT_TRUE(SameBits(got, want)) << CpuIsaName(isa) << " m " << m;
+      }
+    }
+  }
+}
+
 TEST(IsaTest, NamesParseAndScalarIsAlwaysSupported) {
   for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     EXPECT_EQ(ParseCpuIsa(CpuIsaName(isa)), isa);
