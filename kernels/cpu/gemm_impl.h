@@ -82,6 +82,9 @@ class GemmDriver {
   static constexpr int kNR = NV * kW;
   // Row tiles per task: a task reuses each packed B block over this many.
   static constexpr int64_t kRowTilesPerTask = 16;
+  // A B packed whole of more floats than this (4 MiB: twice the L2 of the
+  // hosts measured) is read from beyond L2 by every block of row tiles.
+  static constexpr int64_t kStreamedBFloats = int64_t{1} << 20;
   // Column panels per task, at most (fewer when the pool needs more tasks).
   static constexpr int64_t kMaxPanelsPerTask = 8;
   // k block length of a single-chain product (chunk >= k).
@@ -396,9 +399,21 @@ class GemmDriver {
       const int64_t nt = t_hi - t_lo;
       const int64_t np = p_hi - p_lo;
       // Fewer panels per task, then fewer row tiles, until there are 4
-      // tasks per thread (or single tiles).
+      // tasks per thread (or single tiles). On one thread the tasks only
+      // block for the caches, and where a B packed whole is too large for
+      // L2 (kStreamedBFloats) every block of row tiles reads it from
+      // beyond L2 again: there the blocks are twice as tall (and a staged
+      // write-back, Staging, is off). Measured on the 512-channel
+      // convolutions' image groups on two threads (one product per thread,
+      // 9.4 MiB of packed weights; docs/benchmarks.md, "... weights packed
+      // once for the image groups"): forward +2 - 4 %, grad_input +2 %,
+      // 3 x 3 stride-2 256 -> 512 forward +2 - 5 %; the layers with
+      // smaller weights, which keep 16-tile blocks, within noise.
       int64_t panels_per_task = kMaxPanelsPerTask;
-      int64_t tiles_per_task = kRowTilesPerTask;
+      int64_t tiles_per_task =
+          threads == 1 && b_whole && n_panels * b_panel > kStreamedBFloats
+              ? 2 * kRowTilesPerTask
+              : kRowTilesPerTask;
       auto tasks = [&] {
         return ((nt + tiles_per_task - 1) / tiles_per_task) *
                ((np + panels_per_task - 1) / panels_per_task);

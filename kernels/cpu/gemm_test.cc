@@ -290,13 +290,16 @@ TEST_F(GemmTest, SuperBlocksAndPackedKBlocksKeepTheBits) {
 // shared: the products read it, not their own B (given here as another
 // matrix), and give the bits of the product with the packed B, in every
 // mode, on 1 and 3 threads, on one slab and several, one row super-block
-// and several. A packing made for other columns is not used.
+// and several, and with a B over 4 MiB, which one thread reads in blocks of
+// 32 row tiles (136 rows: 17 tiles of 8 or more of fewer rows). A packing
+// made for other columns is not used.
 TEST_F(GemmTest, SharedPackedBIsReadInsteadOfB) {
   for (CpuIsa isa : SupportedCpuIsas()) {
     const int64_t nr = isa == CpuIsa::kAvx512 ? 32 : 16;
     const int64_t big_n = 16 * nr + nr + 3;
-    for (const Dims& dims : {Dims{256, 300, big_n}, Dims{780, 1100, 20},
-                             Dims{5, 1100, 16 * 48 + 51}, Dims{40, 7, 3}}) {
+    for (const Dims& dims :
+         {Dims{256, 300, big_n}, Dims{780, 1100, 20},
+          Dims{5, 1100, 16 * 48 + 51}, Dims{40, 7, 3}, Dims{136, 1100, 1000}}) {
       const int64_t m = dims.m, k = dims.k, n = dims.n;
       const std::vector<float> a = RandomFloats(m * k, 21);
       const std::vector<float> b = RandomFloats(k * n, 22);
