@@ -148,8 +148,7 @@ struct PackedGemmB {
   std::unique_ptr<ScratchFloats> data;
   int64_t cols = 0;
   int64_t depth = 0;
-  int panel_width = 0;       // columns per panel: the micro-kernel's NR
-  int64_t panel_stride = 0;  // floats from one panel to the next
+  int panel_width = 0;  // columns per panel: the micro-kernel's NR
 
   // Whether a product of cols x depth on NR-column panels can read it.
   bool Fits(int64_t product_cols, int64_t product_depth, int nr) const {

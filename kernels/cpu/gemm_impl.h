@@ -196,7 +196,6 @@ class GemmDriver {
       out->cols = n;
       out->depth = k;
       out->panel_width = kNR;
-      out->panel_stride = b_panel;
     }
     AlignedFloats b_own(b_pre != nullptr || pack_b_only ? 0 : b_floats);
     float* ap = a_packed.get();
