@@ -240,6 +240,15 @@ void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
 void GatherEvenRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
                           int64_t len, float* dst, int64_t dst_stride,
                           int64_t n);
+// For planes i < planes: dst[i * dst_plane + q], q < dst_plane, the next
+// float of src's plane i (src + i * src_plane, read in order) where bit
+// q % 16 of masks[q / 16] is set, else +0.0f; chunks = ceil(dst_plane /
+// 16), and masks[chunks - 1] has no bit at or past dst_plane. Sixteen
+// floats of dst per expanding load and store. Pure data movement (the
+// zero-padded copies of conv_gemm.cc).
+void ExpandPlanesAvx512(const float* src, int64_t planes, int64_t src_plane,
+                        const uint16_t* masks, int64_t chunks, float* dst,
+                        int64_t dst_plane);
 }  // namespace cpu_internal
 
 }  // namespace lockstep::kernels

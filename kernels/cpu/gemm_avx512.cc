@@ -43,6 +43,40 @@ struct Avx512Vec {
                                                             T* r) {
     LoadTransposeAvx512(p, stride, r);
   }
+  // The 8 x 16 matrix of rows r[0 .. 8) stored by columns: column j's eight
+  // values at dst + j * stride (GemmDriver::StoreTileByColumns). 24 shuffles
+  // and 16 stores, where a transposing copy through memory takes 64
+  // shuffles and 40 loads and stores.
+  __attribute__((always_inline)) static void StoreColumns8(const T* r,
+                                                           float* dst,
+                                                           int64_t stride) {
+    T top[4] = {r[0], r[1], r[2], r[3]};
+    T bottom[4] = {r[4], r[5], r[6], r[7]};
+    // 128-bit lane l of top[i] (bottom[i]): column 4 l + i, rows 0 - 3
+    // (4 - 7).
+    TransposeLanes4x4Avx512(top);
+    TransposeLanes4x4Avx512(bottom);
+    const __m512i lanes01 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5,
+                                              6, 7, 20, 21, 22, 23);
+    const __m512i lanes23 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12,
+                                              13, 14, 15, 28, 29, 30, 31);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      // Columns i and 4 + i; 8 + i and 12 + i.
+      const T c01 = _mm512_permutex2var_ps(top[i], lanes01, bottom[i]);
+      const T c23 = _mm512_permutex2var_ps(top[i], lanes23, bottom[i]);
+      StoreHalves(c01, dst + i * stride, dst + (4 + i) * stride);
+      StoreHalves(c23, dst + (8 + i) * stride, dst + (12 + i) * stride);
+    }
+  }
+
+ private:
+  __attribute__((always_inline)) static void StoreHalves(T v, float* lo,
+                                                         float* hi) {
+    _mm256_storeu_ps(lo, _mm512_castps512_ps256(v));
+    _mm256_storeu_pd(reinterpret_cast<double*>(hi),
+                     _mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  }
 };
 
 }  // namespace
@@ -166,6 +200,24 @@ void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
                                                          pool);
 }
 
+void ExpandPlanesAvx512(const float* src, int64_t planes, int64_t src_plane,
+                        const uint16_t* masks, int64_t chunks, float* dst,
+                        int64_t dst_plane) {
+  const int64_t tail = dst_plane - 16 * (chunks - 1);
+  const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1);
+  for (int64_t i = 0; i < planes; ++i) {
+    const float* s = src + i * src_plane;
+    float* d = dst + i * dst_plane;
+    for (int64_t k = 0; k + 1 < chunks; ++k) {
+      const __mmask16 m = masks[k];
+      _mm512_storeu_ps(d + 16 * k, _mm512_maskz_expandloadu_ps(m, s));
+      s += __builtin_popcount(m);
+    }
+    _mm512_mask_storeu_ps(d + 16 * (chunks - 1), last,
+                          _mm512_maskz_expandloadu_ps(masks[chunks - 1], s));
+  }
+}
+
 }  // namespace lockstep::kernels::cpu_internal
 
 #else  // not built for AVX-512: never selected (isa.cc), kept linkable.
@@ -193,6 +245,16 @@ void GatherEvenRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
                           int64_t, float* dst, int64_t dst_stride, int64_t n) {
   for (int64_t i = 0; i < rows; ++i, src += src_stride, dst += dst_stride) {
     for (int64_t c = 0; c < n; ++c) dst[c] = src[2 * c];
+  }
+}
+void ExpandPlanesAvx512(const float* src, int64_t planes, int64_t src_plane,
+                        const uint16_t* masks, int64_t, float* dst,
+                        int64_t dst_plane) {
+  for (int64_t i = 0; i < planes; ++i) {
+    const float* s = src + i * src_plane;
+    for (int64_t q = 0; q < dst_plane; ++q) {
+      dst[i * dst_plane + q] = (masks[q / 16] >> (q % 16)) & 1 ? *s++ : 0.0f;
+    }
   }
 }
 }  // namespace lockstep::kernels::cpu_internal
