@@ -252,6 +252,26 @@ void ForImageRuns(int64_t per_image, int64_t p_begin, int64_t p_count,
   }
 }
 
+using TransposeCopyFn = void (*)(const float*, int64_t, int64_t, int64_t,
+                                 float*, int64_t);
+// cpu_internal::TransposeCopy for `isa`: with AVX-512 16 x 16 blocks
+// through registers (cpu_internal::TransposeCopyAvx512), where the SSE
+// copy moves 4 x 4. Pure data movement. Measured on one core, each call
+// alternating with the SSE copy (docs/benchmarks.md, "... grad_weight's
+// packers by 16 x 16 blocks"): 1 x 1 grad_weights at 16 px, batch 8 (x
+// packed as the taps' lanes), 48 -> 12 +43 %, 8 -> 48 +28 %; 3 x 3 ones
+// (dy packed) at 32 and 16 px +1 - 4.5 %, at 8 and 4 px (runs of 64 and
+// 16 pixels) within noise.
+void TransposeCopyPortable(const float* src, int64_t src_stride, int64_t rows,
+                           int64_t cols, float* dst, int64_t dst_stride) {
+  cpu_internal::TransposeCopy(src, src_stride, rows, cols, dst, dst_stride);
+}
+TransposeCopyFn TransposeCopyFor(CpuIsa isa) {
+  return isa == CpuIsa::kAvx512 && CpuIsaSupported(CpuIsa::kAvx512)
+             ? &cpu_internal::TransposeCopyAvx512
+             : &TransposeCopyPortable;
+}
+
 // grad_weight of one group: its two operands, each packed with the lanes
 // along its own axis and the rows along (n, oh, ow).
 struct GradWeightOperands {
@@ -260,6 +280,7 @@ struct GradWeightOperands {
   const float* dy;  // image 0, the group's first output plane
   int64_t out_h, out_w;
   const TapRanges* ow_range;
+  TransposeCopyFn transpose;  // TransposeCopyFor(isa)
 
   // Lanes = taps (cl, kh, kw): im2col(x)^T, the values the forward read.
   static void PackTaps(const void* ctx, int64_t first, int count, int width,
@@ -281,8 +302,8 @@ struct GradWeightOperands {
           [&](int64_t i, int64_t n, int64_t q0, int64_t q1) {
             const float* planes = f.x + (n * s.c_in + first) * plane_size;
             if (every_pixel) {
-              cpu_internal::TransposeCopy(planes + q0, plane_size, count,
-                                          q1 - q0, dst + i * width, width);
+              f.transpose(planes + q0, plane_size, count, q1 - q0,
+                          dst + i * width, width);
               return;
             }
             for (int64_t oh = q0 / f.out_w; oh * f.out_w < q1; ++oh) {
@@ -292,8 +313,7 @@ struct GradWeightOperands {
                   planes + oh * s.stride_h * s.w + s.stride_w * a;
               float* rows = dst + (i + oh * f.out_w + a - q0) * width;
               if (s.stride_w == 1) {
-                cpu_internal::TransposeCopy(src, plane_size, count, b - a, rows,
-                                            width);
+                f.transpose(src, plane_size, count, b - a, rows, width);
               } else {
                 cpu_internal::TransposeCopyEven(src, plane_size, s.w - 2 * a,
                                                 count, b - a, rows, width);
@@ -359,9 +379,8 @@ struct GradWeightOperands {
     const int64_t pix = f.out_h * f.out_w;
     ForImageRuns(pix, p_begin, p_count,
                  [&](int64_t i, int64_t n, int64_t q0, int64_t q1) {
-                   cpu_internal::TransposeCopy(
-                       f.dy + (n * s.c_out + first) * pix + q0, pix, count,
-                       q1 - q0, dst + i * width, width);
+                   f.transpose(f.dy + (n * s.c_out + first) * pix + q0, pix,
+                               count, q1 - q0, dst + i * width, width);
                  });
     ZeroTail(p_count, count, width, dst);
   }
@@ -1520,8 +1539,8 @@ void GradWeightIndirect(const sp::Conv2dShape& s, const float* x,
   m.c_col = taps_n;
   for (int64_t g = 0; g < s.groups; ++g) {
     const GradWeightOperands f{
-        &s,       x + g * cig * s.h * s.w, dy + g * cog * pix, out_h, out_w,
-        &ow_range};
+        &s,        x + g * cig * s.h * s.w, dy + g * cog * pix, out_h, out_w,
+        &ow_range, TransposeCopyFor(isa)};
     GemmPacking packing;
     packing.a_base = in.group(s, g);
     packing.a_rows = taps.data();
@@ -1761,8 +1780,8 @@ void GradWeightImages(const sp::Conv2dShape& s, const float* x, const float* dy,
                            s.dilation_w);
   for (int64_t g = 0; g < s.groups; ++g) {
     const GradWeightOperands f{
-        &s,       x + g * cig * s.h * s.w, dy + g * cog * pix, out_h, out_w,
-        &ow_range};
+        &s,        x + g * cig * s.h * s.w, dy + g * cog * pix, out_h, out_w,
+        &ow_range, TransposeCopyFor(isa)};
     GemmPacking packing;
     packing.pack_a = &GradWeightOperands::PackDy;
     packing.pack_b = &GradWeightOperands::PackTaps;

@@ -240,6 +240,14 @@ void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
 void GatherEvenRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
                           int64_t len, float* dst, int64_t dst_stride,
                           int64_t n);
+// dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows, j < cols
+// (cpu_internal::TransposeCopy's contract, transpose_copy.h): 16 x 16
+// blocks through registers, each a load per row and a store per column of
+// sixteen floats, with 32 shuffles where TransposeCopy's 4 x 4 SSE blocks
+// take 128; the edges as TransposeCopy. Pure data movement (grad_weight's
+// packers, conv_gemm.cc).
+void TransposeCopyAvx512(const float* src, int64_t src_stride, int64_t rows,
+                         int64_t cols, float* dst, int64_t dst_stride);
 // For planes i < planes: dst[i * dst_plane + q], q < dst_plane, the next
 // float of src's plane i (src + i * src_plane, read in order) where bit
 // q % 16 of masks[q / 16] is set, else +0.0f; chunks = ceil(dst_plane /

@@ -200,6 +200,32 @@ void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
                                                          pool);
 }
 
+void TransposeCopyAvx512(const float* src, int64_t src_stride, int64_t rows,
+                         int64_t cols, float* dst, int64_t dst_stride) {
+  int64_t i = 0;
+  for (; i + 16 <= rows; i += 16) {
+    const float* s = src + i * src_stride;
+    float* d = dst + i;
+    int64_t j = 0;
+    for (; j + 16 <= cols; j += 16) {
+      __m512 r[16];
+      LoadTransposeAvx512(s + j, src_stride, r);
+#pragma GCC unroll 16
+      for (int c = 0; c < 16; ++c) {
+        _mm512_storeu_ps(d + (j + c) * dst_stride, r[c]);
+      }
+    }
+    if (j < cols) {
+      TransposeCopy(s + j, src_stride, 16, cols - j, d + j * dst_stride,
+                    dst_stride);
+    }
+  }
+  if (i < rows) {
+    TransposeCopy(src + i * src_stride, src_stride, rows - i, cols, dst + i,
+                  dst_stride);
+  }
+}
+
 void ExpandPlanesAvx512(const float* src, int64_t planes, int64_t src_plane,
                         const uint16_t* masks, int64_t chunks, float* dst,
                         int64_t dst_plane) {
@@ -245,6 +271,14 @@ void GatherEvenRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
                           int64_t, float* dst, int64_t dst_stride, int64_t n) {
   for (int64_t i = 0; i < rows; ++i, src += src_stride, dst += dst_stride) {
     for (int64_t c = 0; c < n; ++c) dst[c] = src[2 * c];
+  }
+}
+void TransposeCopyAvx512(const float* src, int64_t src_stride, int64_t rows,
+                         int64_t cols, float* dst, int64_t dst_stride) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      dst[j * dst_stride + i] = src[i * src_stride + j];
+    }
   }
 }
 void ExpandPlanesAvx512(const float* src, int64_t planes, int64_t src_plane,
