@@ -252,6 +252,12 @@ void ForImageRuns(int64_t per_image, int64_t p_begin, int64_t p_count,
   }
 }
 
+// Whether `isa` is AVX-512 and this CPU runs it: the data-movement helpers
+// built for AVX-512 in gemm_avx512.cc (cpu_internal::...Avx512) apply.
+bool OnAvx512(CpuIsa isa) {
+  return isa == CpuIsa::kAvx512 && CpuIsaSupported(CpuIsa::kAvx512);
+}
+
 using TransposeCopyFn = void (*)(const float*, int64_t, int64_t, int64_t,
                                  float*, int64_t);
 // cpu_internal::TransposeCopy for `isa`: with AVX-512 16 x 16 blocks
@@ -267,9 +273,8 @@ void TransposeCopyPortable(const float* src, int64_t src_stride, int64_t rows,
   cpu_internal::TransposeCopy(src, src_stride, rows, cols, dst, dst_stride);
 }
 TransposeCopyFn TransposeCopyFor(CpuIsa isa) {
-  return isa == CpuIsa::kAvx512 && CpuIsaSupported(CpuIsa::kAvx512)
-             ? &cpu_internal::TransposeCopyAvx512
-             : &TransposeCopyPortable;
+  return OnAvx512(isa) ? &cpu_internal::TransposeCopyAvx512
+                       : &TransposeCopyPortable;
 }
 
 // grad_weight of one group: its two operands, each packed with the lanes
@@ -644,8 +649,7 @@ void SpreadPlanes(const float* src, int64_t planes, int64_t h, int64_t w,
   // A copy: worth splitting from a few hundred KiB on.
   if (planes * hp * wp < (int64_t{1} << 15)) pool = nullptr;
   if (h > 0 && w > 0 && top >= 0 && left >= 0 && top + sh * (h - 1) < hp &&
-      left + sw * (w - 1) < wp && isa == CpuIsa::kAvx512 &&
-      CpuIsaSupported(CpuIsa::kAvx512)) {
+      left + sw * (w - 1) < wp && OnAvx512(isa)) {
     const int64_t plane = hp * wp;
     const int64_t chunks = (plane + 15) / 16;
     absl::InlinedVector<uint16_t, 128> masks(chunks, 0);
@@ -726,9 +730,7 @@ using GatherEvenRowsFn = void (*)(const float*, int64_t, int64_t, int64_t,
 // The gather for `isa`: with AVX-512 sixteen floats per two-register
 // permute, where GatherEven's SSE shuffles move four.
 GatherEvenRowsFn GatherEvenRowsFor(CpuIsa isa) {
-  return isa == CpuIsa::kAvx512 && CpuIsaSupported(CpuIsa::kAvx512)
-             ? &cpu_internal::GatherEvenRowsAvx512
-             : &GatherEvenRows;
+  return OnAvx512(isa) ? &cpu_internal::GatherEvenRowsAvx512 : &GatherEvenRows;
 }
 
 // Forward of a 1 x 1 convolution without padding at a column stride of
