@@ -240,6 +240,11 @@ void DepthwiseGradWeightAvx512(const spatial::Conv2dShape& s, const float* x,
 void GatherEvenRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
                           int64_t len, float* dst, int64_t dst_stride,
                           int64_t n);
+// dst[i * dst_stride + c] = src[i * src_stride + c] for i < rows, c < n:
+// sixteen floats per load and store, the last ones under a mask. Pure data
+// movement (a pointwise convolution's packer, conv_gemm.cc).
+void CopyRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
+                    float* dst, int64_t dst_stride, int64_t n);
 // dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows, j < cols
 // (cpu_internal::TransposeCopy's contract, transpose_copy.h): 16 x 16
 // blocks through registers, each a load per row and a store per column of

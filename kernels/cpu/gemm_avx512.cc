@@ -183,6 +183,21 @@ void GatherEvenRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
   }
 }
 
+void CopyRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
+                    float* dst, int64_t dst_stride, int64_t n) {
+  const int64_t whole = n / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n - whole)) - 1);
+  for (int64_t i = 0; i < rows; ++i, src += src_stride, dst += dst_stride) {
+    for (int64_t c = 0; c < whole; c += 16) {
+      _mm512_storeu_ps(dst + c, _mm512_loadu_ps(src + c));
+    }
+    if (tail != 0) {
+      _mm512_mask_storeu_ps(dst + whole, tail,
+                            _mm512_maskz_loadu_ps(tail, src + whole));
+    }
+  }
+}
+
 void DepthwiseForwardAvx512(const spatial::Conv2dShape& s, const float* x,
                             const float* w, float* y, ThreadPool* pool) {
   avx512_isa::DepthwiseForward<avx512_isa::Avx512Vec>(s, x, w, y, pool);
@@ -271,6 +286,12 @@ void GatherEvenRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
                           int64_t, float* dst, int64_t dst_stride, int64_t n) {
   for (int64_t i = 0; i < rows; ++i, src += src_stride, dst += dst_stride) {
     for (int64_t c = 0; c < n; ++c) dst[c] = src[2 * c];
+  }
+}
+void CopyRowsAvx512(const float* src, int64_t src_stride, int64_t rows,
+                    float* dst, int64_t dst_stride, int64_t n) {
+  for (int64_t i = 0; i < rows; ++i, src += src_stride, dst += dst_stride) {
+    for (int64_t c = 0; c < n; ++c) dst[c] = src[c];
   }
 }
 void TransposeCopyAvx512(const float* src, int64_t src_stride, int64_t rows,
