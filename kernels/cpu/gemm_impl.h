@@ -612,14 +612,7 @@ class GemmDriver {
         if (!on_) return false;
         const int64_t i0 = t * MR;
         if (i0 + MR > s_.rows || (p + 1) * kNR > s_.cols) return false;
-#pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) {
-          T rows[MR];
-#pragma GCC unroll 8
-          for (int r = 0; r < MR; ++r) rows[r] = acc[r][v];
-          V::StoreColumns8(rows, stage_ + v * kW * kStride + (i0 - i_begin_),
-                           kStride);
-        }
+        StoreAccByColumns(acc, stage_ + (i0 - i_begin_), kStride);
         return true;
       }
     }
@@ -986,14 +979,22 @@ class GemmDriver {
       for (int r = 1; r < MR; ++r) {
         if (RowAt(s, packing, i0 + r) != at + r) return false;
       }
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) {
-        T rows[MR];
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; ++r) rows[r] = acc[r][v];
-        V::StoreColumns8(rows, c + at + (j0 + v * kW) * s.c_col, s.c_col);
-      }
+      StoreAccByColumns(acc, c + at + j0 * s.c_col, s.c_col);
       return true;
+    }
+  }
+
+  // An 8-row tile's accumulators by columns (V::StoreColumns8): column j's
+  // eight values at dst + j * stride, j < kNR. Only for MR == 8 and a V
+  // with StoreColumns8 (StoreTileByColumns, Staging::StoreByColumns).
+  __attribute__((always_inline)) static inline void StoreAccByColumns(
+      const T (&acc)[MR][NV], float* dst, int64_t stride) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      T rows[MR];
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) rows[r] = acc[r][v];
+      V::StoreColumns8(rows, dst + v * kW * stride, stride);
     }
   }
 
