@@ -1777,6 +1777,20 @@ bool PackedStridedPointwiseGradWeight(const sp::Conv2dShape& s) {
          s.c_in / s.groups >= kPackedStridedMinTaps;
 }
 
+// Whether such a packed grad_weight reads dy in place as an indirect A
+// (row co at dy's plane co, step (n, oh, ow) at image n's pixel) instead
+// of packing it: with at most kInPlaceDyMaxTaps taps, B has few column
+// panels, each packed A panel would be read by few tiles, and packing it
+// (a transposing copy of all of dy) costs more than reading dy's rows in
+// place. Measured on the Xeon build machine (AVX-512), calls alternating
+// with the packed A, time ratio packed / in place at batch 8 and 32
+// (docs/benchmarks.md, "dy in place for the strided 1 x 1
+// grad_weights"), one thread: 64 -> 128 at 32 px 1.10 - 1.15, 128 -> 256
+// at 16 px 1.01 - 1.05, 32 -> 64 at 16 px 1.17 - 1.42; two threads 1.08 -
+// 1.25. With 256 taps (256 -> 512 at 8 px: each A panel read by eight
+// column panels) 0.94 - 0.98 on one thread, so there dy stays packed.
+constexpr int64_t kInPlaceDyMaxTaps = 128;
+
 // grad_weight of a conv that is not depthwise, over the images of s.
 void GradWeightImages(const sp::Conv2dShape& s, const float* x, const float* dy,
                       float* dw, int64_t chunk, CpuIsa isa, ThreadPool* pool) {
@@ -1795,20 +1809,47 @@ void GradWeightImages(const sp::Conv2dShape& s, const float* x, const float* dy,
   // channels: dw[co, tap] = dy[co, (n, pix)] x
   // im2col(x)^T[(n, pix), tap], both operands packed straight from dy and x
   // (fma(dy, x, acc) equals the indirect path's fma(x, dy, acc) bit for
-  // bit), the taps as the micro-kernel's lanes.
+  // bit), the taps as the micro-kernel's lanes; for a strided 1 x 1 kernel
+  // with few taps dy is not packed but read in place (kInPlaceDyMaxTaps).
   const c::MatMulShape m = RowMajor(cog, taps, depth);
   const TapRanges ow_range(s.w, out_w, s.k_w, s.stride_w, s.pad_left,
                            s.dilation_w);
+  // dy in place (A(co, (n, q)) = dy[n][co][q] of the group's planes).
+  const bool dy_in_place =
+      PackedStridedPointwiseGradWeight(s) && taps <= kInPlaceDyMaxTaps;
+  std::vector<int64_t>& dy_rows = Table(0);
+  std::vector<int64_t>& dy_steps = Table(1);
+  if (dy_in_place) {
+    dy_rows.resize(cog);
+    for (int64_t co = 0; co < cog; ++co) dy_rows[co] = co * pix;
+    dy_steps.resize(depth);
+    for (int64_t n = 0, k = 0; n < s.n; ++n) {
+      for (int64_t q = 0; q < pix; ++q, ++k) {
+        dy_steps[k] = n * s.c_out * pix + q;
+      }
+    }
+  }
   for (int64_t g = 0; g < s.groups; ++g) {
     const GradWeightOperands f{
         &s,        x + g * cig * s.h * s.w, dy + g * cog * pix, out_h, out_w,
         &ow_range, TransposeCopyFor(isa)};
     GemmPacking packing;
-    packing.pack_a = &GradWeightOperands::PackDy;
     packing.pack_b = &GradWeightOperands::PackTaps;
     packing.ctx = &f;
-    GemmPacked(m, nullptr, nullptr, dw + g * cog * taps, chunk, packing, isa,
-               pool);
+    if (dy_in_place) {
+      packing.a_base = f.dy;
+      packing.a_rows = dy_rows.data();
+      packing.a_offsets = dy_steps.data();
+      c::MatMulShape mi = IndirectShape(cog, taps, depth, 0);
+      mi.c_row = taps;
+      mi.c_col = 1;
+      GemmPacked(mi, nullptr, nullptr, dw + g * cog * taps, chunk, packing, isa,
+                 pool);
+    } else {
+      packing.pack_a = &GradWeightOperands::PackDy;
+      GemmPacked(m, nullptr, nullptr, dw + g * cog * taps, chunk, packing, isa,
+                 pool);
+    }
   }
 }
 

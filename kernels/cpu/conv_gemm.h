@@ -36,7 +36,8 @@
 //     grad_weight  dw^T[(ci, kh, kw), co] = im2col(x) x dy^T (dy packed)
 // - Packed (1 x 1 kernels with fewer channels, grad_weights of 1 x 1
 //   kernels without padding at a column stride of 2 with 32 or more input
-//   channels per group (dy as A, x's even columns transposed as B), and
+//   channels per group (dy as A, read in place where there are at most
+//   128 taps, x's even columns transposed as B), and
 //   forwards of fewer than 32 reduction steps into 32 or more output
 //   channels at stride 1, such as a network's stem): the GEMM's panel packers
 //   (GemmPacked) write each k block of a packed panel straight from x or

@@ -274,6 +274,9 @@ const Case kCases[] = {
     // images and slabs that start mid-row, groups, row strides 3 and 1.
     // The narrow ones run packed for any stride: a row stride of 2 with a
     // column stride of 1 takes the transposing copy of each output row.
+    // With at most 128 taps dy is read in place as an indirect A (its
+    // planes' rows, images c_out planes apart, groups cog planes apart);
+    // with more it is packed (the "> 128 taps" case).
     {"1x1 s2 grad_weight packed", 4, 40, 9, 33, 20, 1, 2, 0, 0, 0, 0, 1, 1},
     {"1x1 s2 grad_weight packed 32px", 2, 64, 6, 32, 17, 1, 2, 0, 0, 0, 0, 1,
      1},
@@ -284,6 +287,8 @@ const Case kCases[] = {
     {"1x1 s1x2 grad_weight packed", 3, 35, 3, 40, 33, 1, 1, 0, 0, 0, 0, 1, 1,
      2},
     {"1x1 s2x1 narrow packed", 2, 6, 9, 10, 8, 1, 2, 0, 0, 0, 0, 1, 1, 1},
+    {"1x1 s2 grad_weight packed, > 128 taps", 3, 131, 5, 18, 12, 1, 2, 0, 0, 0,
+     0, 1, 1},
     // A reduction of 1,155 steps: its second slab starts mid-row.
     {"1x1 s2 grad_weight packed, slab mid-row", 5, 32, 21, 41, 5, 1, 2, 0, 0, 0,
      0, 1, 1},
