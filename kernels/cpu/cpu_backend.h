@@ -69,14 +69,17 @@ absl::Status RegisterCpuCanonicalKernels(Registry* registry);
 //     matmul.forward, matmul.grad: the GEMM per batch entry with one fma
 //       chain per output (as dense.*).
 //   DEFAULT "default" and "split_k_atomic": dense.forward and
-//       matmul.forward split over K, partials added into y with atomic CAS
-//       in arrival order (NONDETERMINISTIC with more than one thread).
+//       matmul.forward split over K, partials added into y in arrival
+//       order, a block of rows at a time under that block's lock
+//       (AtomicRowBlocks; NONDETERMINISTIC with more than one thread).
 //   DEFAULT "default": dense.grad_input, dense.grad_weight, matmul.grad,
 //       conv2d.forward, conv2d.grad_input, conv_transpose2d.forward,
 //       conv_transpose2d.grad_input: as DETERMINISTIC.
 //   DEFAULT "default" and "atomic": bias_add.grad, conv2d.grad_weight and
 //       conv_transpose2d.grad_weight,
-//       split over the batch with atomic accumulation, and
+//       split over the batch with atomic accumulation (the convolutions'
+//       per-thread weight gradients by blocks of output channels under
+//       AtomicRowBlocks' locks), and
 //       embedding.grad_weight, split over the positions with every dy row
 //       added atomically (NONDETERMINISTIC).
 //   DEFAULT "default" and "atomic": binary.grad and where.grad, their

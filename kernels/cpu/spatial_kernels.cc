@@ -164,8 +164,12 @@ absl::Status ConvTranspose2dGradWeightKernel(absl::Span<const Tensor> in,
 // per pool thread (as cuDNN's atomic filter-gradient algorithms split the
 // N.OH.OW reduction into tiles); each task computes its range's dw
 // contribution (the GEMM lowering, one fma chain per output) and adds it
-// into dw with atomic CAS in arrival order (nondeterministic with more than
-// one thread).
+// into dw in arrival order, a block of output channels at a time under
+// that block's lock (AtomicRowBlocks; nondeterministic with more than two
+// tasks). A compare-and-swap per weight costs about 20 cycles a float:
+// 0.1 s a step for resnet18_cifar's 11 M weights on one thread, enough to
+// make DEFAULT slower than CANONICAL (docs/benchmarks.md, "DEFAULT's
+// atomic weight gradients by blocks").
 // conv_transpose2d.grad_weight "atomic" is the same over its conv2d s, with
 // the operands swapped (kTransposed).
 template <bool kTransposed>
@@ -188,6 +192,11 @@ absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
   const int64_t dy_stride = sp::Conv2dOutputSize(one);
   const int64_t tasks = std::max<int64_t>(
       1, std::min<int64_t>(s.n, CpuThreadPool()->num_threads()));
+  // dw as c_out rows of the rest.
+  const int64_t dw_cols = s.c_out > 0 ? dw_size / s.c_out : 0;
+  const int64_t lock_blocks = (s.c_out + AtomicRowBlocks::kRowsPerLock - 1) /
+                              AtomicRowBlocks::kRowsPerLock;
+  AtomicRowBlocks blocks(s.c_out);
   AtomicParallelFor(CpuThreadPool(), tasks, [&](int64_t t) {
     const int64_t begin = s.n * t / tasks;
     const int64_t end = s.n * (t + 1) / tasks;
@@ -197,8 +206,8 @@ absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
     Conv2dGradWeightGemm(range, x + begin * x_stride, dy + begin * dy_stride,
                          part.data(), kSingleChain, ActiveCpuIsa(),
                          /*pool=*/nullptr);
-    for (int64_t i = 0; i < dw_size; ++i)
-      AtomicAddFloat(dw + i, part.data()[i]);
+    blocks.Add(dw, dw_cols, 1, part.data(), s.c_out, dw_cols,
+               t * lock_blocks / tasks);
   });
   return absl::OkStatus();
 }
