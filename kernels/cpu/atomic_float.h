@@ -99,6 +99,9 @@ class AtomicRowBlocks {
     for (int64_t b = 0; b < blocks_; ++b) locks_[b].store(false);
   }
 
+  // The number of blocks (locks): a task's first_block in [0, blocks()).
+  int64_t blocks() const { return blocks_; }
+
   // y(i, j) = y[i * c_row + j * c_col] += part[i * cols + j] for i < rows
   // (the rows given to the constructor), j < cols.
   void Add(float* y, int64_t c_row, int64_t c_col, const float* part,

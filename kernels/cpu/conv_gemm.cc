@@ -1836,20 +1836,15 @@ void GradWeightImages(const sp::Conv2dShape& s, const float* x, const float* dy,
     GemmPacking packing;
     packing.pack_b = &GradWeightOperands::PackTaps;
     packing.ctx = &f;
-    if (dy_in_place) {
+    if (dy_in_place) {  // m's A strides are then not read
       packing.a_base = f.dy;
       packing.a_rows = dy_rows.data();
       packing.a_offsets = dy_steps.data();
-      c::MatMulShape mi = IndirectShape(cog, taps, depth, 0);
-      mi.c_row = taps;
-      mi.c_col = 1;
-      GemmPacked(mi, nullptr, nullptr, dw + g * cog * taps, chunk, packing, isa,
-                 pool);
     } else {
       packing.pack_a = &GradWeightOperands::PackDy;
-      GemmPacked(m, nullptr, nullptr, dw + g * cog * taps, chunk, packing, isa,
-                 pool);
     }
+    GemmPacked(m, nullptr, nullptr, dw + g * cog * taps, chunk, packing, isa,
+               pool);
   }
 }
 

@@ -194,8 +194,6 @@ absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
       1, std::min<int64_t>(s.n, CpuThreadPool()->num_threads()));
   // dw as c_out rows of the rest.
   const int64_t dw_cols = s.c_out > 0 ? dw_size / s.c_out : 0;
-  const int64_t lock_blocks = (s.c_out + AtomicRowBlocks::kRowsPerLock - 1) /
-                              AtomicRowBlocks::kRowsPerLock;
   AtomicRowBlocks blocks(s.c_out);
   AtomicParallelFor(CpuThreadPool(), tasks, [&](int64_t t) {
     const int64_t begin = s.n * t / tasks;
@@ -207,7 +205,7 @@ absl::Status Conv2dGradWeightAtomicKernel(absl::Span<const Tensor> in,
                          part.data(), kSingleChain, ActiveCpuIsa(),
                          /*pool=*/nullptr);
     blocks.Add(dw, dw_cols, 1, part.data(), s.c_out, dw_cols,
-               t * lock_blocks / tasks);
+               t * blocks.blocks() / tasks);
   });
   return absl::OkStatus();
 }
